@@ -1,0 +1,53 @@
+"""Client side of the agent RPC API, used by the conductor.
+
+Topic ``cyborg-agent``; each agent listens as server ``<its host>``.
+
+API version history (one line per change; pin the version each call needs):
+
+    1.0 - Initial version: fpga_program, create_vgpu_mdev, remove_vgpu_mdev,
+          request_report.
+"""
+
+from cyborg.common import rpc
+
+TOPIC = 'cyborg-agent'
+RPC_API_VERSION = '1.0'
+
+
+class AgentAPI:
+
+    def __init__(self, conf, timeout=None):
+        self._conf = conf
+        self._timeout = timeout
+
+    def _prepare(self, hostname, version, timeout=None):
+        client = rpc.get_client(self._conf, TOPIC, RPC_API_VERSION,
+                                server=hostname,
+                                timeout=timeout or self._timeout)
+        return client.prepare(version=version)
+
+    def fpga_program(self, context, hostname, controlpath_id, bitstream,
+                     driver_name, timeout=None):
+        """Program the FPGA at ``controlpath_id`` (a PCI address) with the
+        bitstream file content described by ``bitstream`` ({'path': ...,
+        'checksum': ...} on the agent's host).  Returns True on success."""
+        return self._prepare(hostname, '1.0', timeout).call(
+            context, 'fpga_program', controlpath_id=controlpath_id,
+            bitstream=bitstream, driver_name=driver_name)
+
+    def create_vgpu_mdev(self, context, hostname, pci_address, asked_type,
+                         mdev_uuid):
+        """Create mdev ``mdev_uuid`` of ``asked_type`` on the parent GPU."""
+        return self._prepare(hostname, '1.0').call(
+            context, 'create_vgpu_mdev', pci_address=pci_address,
+            asked_type=asked_type, mdev_uuid=mdev_uuid)
+
+    def remove_vgpu_mdev(self, context, hostname, pci_address, mdev_uuid):
+        """Remove mdev ``mdev_uuid``; no error if it is already gone."""
+        return self._prepare(hostname, '1.0').call(
+            context, 'remove_vgpu_mdev', pci_address=pci_address,
+            mdev_uuid=mdev_uuid)
+
+    def request_report(self, context, hostname):
+        """Ask the agent for a full inventory snapshot (cast)."""
+        self._prepare(hostname, '1.0').cast(context, 'request_report')

@@ -1,0 +1,40 @@
+"""The request context carried through the API, RPC and the database layer."""
+
+from oslo_context import context as oslo_context
+from oslo_db.sqlalchemy import enginefacade
+
+
+@enginefacade.transaction_context_provider
+class RequestContext(oslo_context.RequestContext):
+    """oslo.context's RequestContext plus whether a service made the call.
+
+    ``is_service`` is True when the request carried a valid service token
+    (Nova's), which the binding and instance-wide delete paths require.
+    """
+
+    def __init__(self, is_service=False, **kwargs):
+        super().__init__(**kwargs)
+        self.is_service = is_service
+
+    def to_dict(self):
+        values = super().to_dict()
+        values['is_service'] = self.is_service
+        return values
+
+    @classmethod
+    def from_dict(cls, values, **kwargs):
+        kwargs.setdefault('is_service', values.get('is_service', False))
+        return super().from_dict(values, **kwargs)
+
+    def elevated(self):
+        ctx = self.__class__.from_dict(self.to_dict())
+        ctx.is_admin = True
+        if 'admin' not in ctx.roles:
+            ctx.roles = list(ctx.roles) + ['admin']
+        return ctx
+
+
+def get_admin_context(**kwargs):
+    """A context for the service's own work (periodic jobs, agent reports)."""
+    return RequestContext(is_admin=True, roles=['admin'], overwrite=False,
+                          **kwargs)

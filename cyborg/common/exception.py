@@ -1,0 +1,106 @@
+"""Cyborg's exceptions. Each carries the HTTP status the API answers with.
+
+The API turns a CyborgException into the error body of CONTRACT.md §2 with
+``code`` as the status; anything else becomes a 500.
+"""
+
+
+class CyborgException(Exception):
+    """Base exception: subclasses set ``message`` (a format) and ``code``."""
+
+    message = 'An unknown exception occurred.'
+    code = 500
+
+    def __init__(self, message=None, **kwargs):
+        self.kwargs = kwargs
+        if message is None:
+            try:
+                message = self.message % kwargs
+            except (KeyError, TypeError):
+                message = self.message
+        self.msg = str(message)
+        super().__init__(self.msg)
+
+    def __str__(self):
+        return self.msg
+
+
+class Invalid(CyborgException):
+    message = 'Invalid input: %(reason)s'
+    code = 400
+
+
+class InvalidParameterValue(Invalid):
+    message = '%(err)s'
+
+
+class NotFound(CyborgException):
+    message = 'Resource could not be found.'
+    code = 404
+
+
+class ResourceNotFound(NotFound):
+    message = '%(resource)s %(id)s could not be found.'
+
+
+class DeviceProfileNotFound(NotFound):
+    message = 'Device profile %(name)s could not be found.'
+
+
+class ARQNotFound(NotFound):
+    message = 'Accelerator request %(uuid)s could not be found.'
+
+
+class Conflict(CyborgException):
+    message = 'Conflict: %(reason)s'
+    code = 409
+
+
+class DuplicateName(Conflict):
+    message = '%(resource)s with name %(name)s already exists.'
+
+
+class DuplicateUUID(Conflict):
+    message = '%(resource)s with uuid %(uuid)s already exists.'
+
+
+class InUse(Conflict):
+    message = '%(resource)s %(id)s is in use: %(reason)s'
+
+
+class Forbidden(CyborgException):
+    message = 'Forbidden: %(reason)s'
+    code = 403
+
+
+class PolicyNotAuthorized(Forbidden):
+    message = 'Access was denied to the following resource: %(action)s'
+
+
+class ServiceTokenRequired(Forbidden):
+    message = '%(action)s requires a service token.'
+
+
+class NotAcceptable(CyborgException):
+    message = 'Not acceptable: %(reason)s'
+    code = 406
+
+
+class Locked(CyborgException):
+    message = '%(reason)s'
+    code = 423
+
+
+class ServiceUnavailable(CyborgException):
+    message = 'Service unavailable: %(reason)s'
+    code = 503
+
+
+class PlacementError(CyborgException):
+    message = 'Placement request failed: %(reason)s'
+    code = 503
+
+
+class BindFailed(CyborgException):
+    message = 'Binding failed: %(reason)s'
+    code = 400

@@ -1,0 +1,84 @@
+"""oslo.messaging plumbing: one transport, clients, threading servers.
+
+Payloads are plain JSON-able data; our objects cross the wire as dicts made
+by their ``to_dict()`` and are rebuilt by the receiving side.  The request
+context travels with every message.
+"""
+
+import threading
+
+import oslo_messaging as messaging
+from oslo_serialization import jsonutils
+
+from cyborg.common import context as cyborg_context
+
+_TRANSPORT = None
+_LOCK = threading.Lock()
+
+
+class JsonPayloadSerializer(messaging.NoOpSerializer):
+    """Turns objects with ``to_dict()`` into primitives before sending."""
+
+    def serialize_entity(self, context, entity):
+        return jsonutils.to_primitive(entity, convert_instances=True)
+
+
+class RequestContextSerializer(messaging.Serializer):
+    def __init__(self, base):
+        self._base = base
+
+    def serialize_entity(self, context, entity):
+        return self._base.serialize_entity(context, entity)
+
+    def deserialize_entity(self, context, entity):
+        return self._base.deserialize_entity(context, entity)
+
+    def serialize_context(self, context):
+        return context.to_dict()
+
+    def deserialize_context(self, context):
+        return cyborg_context.RequestContext.from_dict(context)
+
+
+def _serializer():
+    return RequestContextSerializer(JsonPayloadSerializer())
+
+
+def get_transport(conf):
+    """The process-wide RPC transport for ``conf.transport_url``."""
+    global _TRANSPORT
+    with _LOCK:
+        if _TRANSPORT is None:
+            _TRANSPORT = messaging.get_rpc_transport(conf)
+        return _TRANSPORT
+
+
+def set_transport(transport):
+    """Use this transport (all-in-one, tests); None forgets the current one."""
+    global _TRANSPORT
+    with _LOCK:
+        _TRANSPORT = transport
+
+
+def cleanup():
+    global _TRANSPORT
+    with _LOCK:
+        if _TRANSPORT is not None:
+            _TRANSPORT.cleanup()
+        _TRANSPORT = None
+
+
+def get_client(conf, topic, version, server=None, timeout=None):
+    target = messaging.Target(topic=topic, version=version, server=server)
+    return messaging.get_rpc_client(get_transport(conf), target,
+                                    serializer=_serializer(), timeout=timeout)
+
+
+def get_server(conf, topic, server, endpoints):
+    """An RPC server on the threading executor (no eventlet)."""
+    target = messaging.Target(topic=topic, server=server)
+    access_policy = messaging.DefaultRPCAccessPolicy
+    return messaging.get_rpc_server(get_transport(conf), target, endpoints,
+                                    executor='threading',
+                                    serializer=_serializer(),
+                                    access_policy=access_policy)

@@ -1,0 +1,97 @@
+"""Client side of the conductor RPC API: the only way into the conductor.
+
+Every database write of the service goes through here.  The topic is
+``cyborg-conductor``; any conductor may serve any call.
+
+API version history (one line per change; bump the minor version for each
+added method or argument, pin the version each call needs):
+
+    1.0 - Initial version: report_inventory, request handling for device
+          profiles, ARQs, devices, deployables and attributes.
+"""
+
+from cyborg.common import rpc
+
+TOPIC = 'cyborg-conductor'
+RPC_API_VERSION = '1.0'
+
+
+class ConductorAPI:
+    """Conductor RPC client.  Calls block until the conductor answers."""
+
+    def __init__(self, conf, timeout=None):
+        self._client = rpc.get_client(conf, TOPIC, RPC_API_VERSION,
+                                      timeout=timeout)
+
+    def _call(self, context, version, method, **kwargs):
+        cctxt = self._client.prepare(version=version)
+        return cctxt.call(context, method, **kwargs)
+
+    # -- agents ---------------------------------------------------------
+
+    def report_inventory(self, context, hostname, report):
+        """Send a host's inventory report (see cyborg.agent.reporter).
+
+        Returns ``{'digest': <acknowledged digest>, 'need_full': bool}``.
+        """
+        return self._call(context, '1.0', 'report_inventory',
+                          hostname=hostname, report=report)
+
+    # -- device profiles -----------------------------------------------
+
+    def device_profile_create(self, context, values):
+        """Create a profile from validated ``values``; returns its dict."""
+        return self._call(context, '1.0', 'device_profile_create',
+                          values=values)
+
+    def device_profile_delete(self, context, uuids):
+        """Delete the profiles (all or none); 409 if any is in use."""
+        return self._call(context, '1.0', 'device_profile_delete',
+                          uuids=uuids)
+
+    # -- accelerator requests ------------------------------------------
+
+    def arq_create(self, context, device_profile_uuid, project_id):
+        """Create the ARQs for a profile; returns their dicts."""
+        return self._call(context, '1.0', 'arq_create',
+                          device_profile_uuid=device_profile_uuid,
+                          project_id=project_id)
+
+    def arq_bind(self, context, bindings):
+        """Start binding: ``bindings`` maps ARQ uuid to {hostname,
+        device_rp_uuid, instance_uuid}.  Returns once every ARQ is in
+        BindStarted; the outcome is reported to Nova."""
+        return self._call(context, '1.0', 'arq_bind', bindings=bindings)
+
+    def arq_unbind(self, context, arq_uuids):
+        return self._call(context, '1.0', 'arq_unbind', arq_uuids=arq_uuids)
+
+    def arq_delete(self, context, arq_uuids=None, instance_uuid=None):
+        """Delete ARQs by uuid or by instance; unbinds first if needed.
+
+        Returns the uuids that were not found (the others are deleted).
+        """
+        return self._call(context, '1.0', 'arq_delete', arq_uuids=arq_uuids,
+                          instance_uuid=instance_uuid)
+
+    # -- devices, deployables, attributes --------------------------------
+
+    def device_set_status(self, context, device_uuid, status):
+        """Set 'enabled' or 'maintaining'; Placement reserved follows."""
+        return self._call(context, '1.0', 'device_set_status',
+                          device_uuid=device_uuid, status=status)
+
+    def deployable_program(self, context, deployable_uuid, image_uuid):
+        """Program an FPGA deployable with a Glance image (idempotent)."""
+        return self._call(context, '1.0', 'deployable_program',
+                          deployable_uuid=deployable_uuid,
+                          image_uuid=image_uuid)
+
+    def attribute_create(self, context, deployable_uuid, key, value):
+        return self._call(context, '1.0', 'attribute_create',
+                          deployable_uuid=deployable_uuid, key=key,
+                          value=value)
+
+    def attribute_delete(self, context, attribute_uuid):
+        return self._call(context, '1.0', 'attribute_delete',
+                          attribute_uuid=attribute_uuid)

@@ -1,0 +1,53 @@
+"""[agent] options."""
+
+from oslo_config import cfg
+
+GROUP = 'agent'
+
+opts = [
+    cfg.ListOpt('enabled_drivers', default=['fake_driver'],
+                help='Accelerator drivers the agent loads (entry points in '
+                     'the cyborg.accelerator.driver namespace), e.g. '
+                     'nvidia_gpu_driver, intel_fpga_driver, pci_driver.'),
+    cfg.StrOpt('resource_provider_name',
+               help='Name of the compute node resource provider in '
+                    'Placement under which this host\'s devices are '
+                    'nested. Defaults to the host\'s FQDN, then '
+                    '[DEFAULT]host.'),
+    cfg.StrOpt('sysfs_root', default='/sys',
+               help='Root of the sysfs tree drivers read; tests point it '
+                    'at a fake tree.'),
+    cfg.BoolOpt('hotplug', default=True,
+                help='Watch udev (subsystems pci and mdev) and report at '
+                     'once when a device appears, disappears or changes '
+                     'driver.'),
+    cfg.FloatOpt('hotplug_debounce', default=0.3, min=0.0,
+                 help='Seconds to wait after a udev event for more events '
+                      'before reporting, so a burst yields one report.'),
+    cfg.StrOpt('cache_file',
+               help='File holding the last inventory the conductor '
+                    'acknowledged. Defaults to '
+                    '$state_path/agent-<host>.json.'),
+    cfg.ListOpt('nvidia_excluded_devices', default=[],
+                help='PCI addresses (dddd:bb:dd.f) of NVIDIA GPUs the host '
+                     'keeps for itself (e.g. a display) and that must not '
+                     'be offered.'),
+    cfg.MultiStrOpt('passthrough_whitelist', default=[],
+                    deprecated_name='device_spec',
+                    help='For pci_driver: JSON device specs in Nova\'s '
+                         '[pci]device_spec format, e.g. {"vendor_id": '
+                         '"8086", "product_id": "0d5c"} or {"address": '
+                         '"0000:81:00.*"}.'),
+    cfg.DictOpt('physical_device_mappings', default={},
+                help='For intel_nic_driver: PF interface name or PCI '
+                     'address to physical network, e.g. '
+                     'enp3s0f0:physnet1,0000:3b:00.1:physnet2.'),
+]
+
+
+def register_opts(conf):
+    conf.register_opts(opts, group=GROUP)
+
+
+def list_opts():
+    return {GROUP: opts}

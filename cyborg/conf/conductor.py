@@ -1,0 +1,27 @@
+"""[conductor] options."""
+
+from oslo_config import cfg
+
+GROUP = 'conductor'
+
+opts = [
+    cfg.IntOpt('workers', default=8, min=1,
+               help='Threads handling RPC requests in one conductor.'),
+    cfg.IntOpt('reconcile_interval', default=600, min=0,
+               help='Seconds between two reconciliations of Placement with '
+                    'the database (0 disables the periodic reconcile).'),
+    cfg.IntOpt('stuck_arq_check_interval', default=30, min=0,
+               help='Seconds between two checks for accelerator requests '
+                    'stuck in BindStarted (0 disables it).'),
+    cfg.IntOpt('nova_event_retry_interval', default=10, min=1,
+               help='Seconds between two attempts to deliver pending '
+                    'accelerator-request-bound events to Nova.'),
+]
+
+
+def register_opts(conf):
+    conf.register_opts(opts, group=GROUP)
+
+
+def list_opts():
+    return {GROUP: opts}

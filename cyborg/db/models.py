@@ -1,0 +1,235 @@
+"""SQLAlchemy models. Column names follow OpenStack Cyborg's schema so that
+a Cyborg database's meaning carries over; additions are commented.
+
+Identity rule: devices, deployables, attach handles and attributes get
+deterministic uuids derived from the host and the hardware address (see
+``cyborg.objects.inventory``), so two conductors handling the same report
+collide on a unique key instead of creating duplicates.
+"""
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+from oslo_utils import timeutils
+
+ARQ_STATES = ('Initial', 'BindStarted', 'Bound', 'Unbound', 'BindFailed',
+              'UnbindFailed', 'Deleting')
+DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
+DEVICE_STATUSES = ('enabled', 'maintaining')
+ATTACH_TYPES = ('PCI', 'MDEV', 'TEST_PCI')
+CPID_TYPES = ('PCI',)
+
+# Long enough for any UUID, host name, project id (opaque) and PCI address.
+UUID = sa.String(36)
+NAME = sa.String(255)
+
+
+def _now():
+    return timeutils.utcnow()
+
+
+class Base(orm.DeclarativeBase):
+    """Every table has an integer id and created/updated timestamps."""
+
+    id = sa.Column(sa.Integer, primary_key=True, autoincrement=True)
+    created_at = sa.Column(sa.DateTime, default=_now, nullable=True)
+    updated_at = sa.Column(sa.DateTime, onupdate=_now, nullable=True)
+
+    def as_dict(self):
+        return {c.name: getattr(self, c.name) for c in self.__table__.columns}
+
+
+class Host(Base):
+    """Ours: one row per agent host, so an unchanged report costs O(1)."""
+
+    __tablename__ = 'hosts'
+    __table_args__ = (sa.UniqueConstraint('hostname',
+                                          name='uniq_hosts0hostname'),)
+
+    hostname = sa.Column(NAME, nullable=False)
+    # Digest of the inventory last written for this host.
+    report_digest = sa.Column(sa.String(64), nullable=True)
+    # The compute node provider, once found in Placement.
+    compute_rp_uuid = sa.Column(UUID, nullable=True)
+    # False while Placement still lags the database for this host.
+    placement_synced = sa.Column(sa.Boolean, nullable=False, default=False)
+    last_report_at = sa.Column(sa.DateTime, nullable=True)
+
+
+class Device(Base):
+    __tablename__ = 'devices'
+    __table_args__ = (
+        sa.UniqueConstraint('uuid', name='uniq_devices0uuid'),
+        sa.Index('devices_hostname_idx', 'hostname'),
+    )
+
+    uuid = sa.Column(UUID, nullable=False)
+    type = sa.Column(sa.Enum(*DEVICE_TYPES, name='device_type'),
+                     nullable=False)
+    vendor = sa.Column(NAME, nullable=False)
+    model = sa.Column(NAME, nullable=False)
+    std_board_info = sa.Column(sa.Text, nullable=True)
+    vendor_board_info = sa.Column(sa.Text, nullable=True)
+    hostname = sa.Column(NAME, nullable=False)
+    status = sa.Column(sa.Enum(*DEVICE_STATUSES, name='device_status'),
+                       nullable=False, default='enabled')
+
+
+class ControlpathID(Base):
+    __tablename__ = 'controlpath_ids'
+    __table_args__ = (
+        sa.UniqueConstraint('uuid', name='uniq_controlpath_ids0uuid'),
+        sa.Index('controlpath_ids_device_id_idx', 'device_id'),
+    )
+
+    uuid = sa.Column(UUID, nullable=False)
+    device_id = sa.Column(sa.Integer,
+                          sa.ForeignKey('devices.id', ondelete='CASCADE'),
+                          nullable=False)
+    cpid_type = sa.Column(sa.Enum(*CPID_TYPES, name='cpid_type'),
+                          nullable=False)
+    cpid_info = sa.Column(NAME, nullable=False)
+
+
+class Deployable(Base):
+    __tablename__ = 'deployables'
+    __table_args__ = (
+        sa.UniqueConstraint('uuid', name='uniq_deployables0uuid'),
+        sa.UniqueConstraint('name', name='uniq_deployables0name'),
+        sa.Index('deployables_device_id_idx', 'device_id'),
+        sa.Index('deployables_rp_uuid_idx', 'rp_uuid'),
+    )
+
+    uuid = sa.Column(UUID, nullable=False)
+    parent_id = sa.Column(sa.Integer,
+                          sa.ForeignKey('deployables.id',
+                                        ondelete='CASCADE'),
+                          nullable=True)
+    root_id = sa.Column(sa.Integer,
+                        sa.ForeignKey('deployables.id', ondelete='CASCADE'),
+                        nullable=True)
+    name = sa.Column(NAME, nullable=False)
+    num_accelerators = sa.Column(sa.Integer, nullable=False, default=1)
+    device_id = sa.Column(sa.Integer,
+                          sa.ForeignKey('devices.id', ondelete='CASCADE'),
+                          nullable=False)
+    driver_name = sa.Column(NAME, nullable=True)
+    rp_uuid = sa.Column(UUID, nullable=True)
+    bitstream_id = sa.Column(UUID, nullable=True)
+    # Ours: the hardware is gone but Placement still held allocations
+    # against it when it went; kept (reserved = total) until released.
+    gone = sa.Column(sa.Boolean, nullable=False, default=False)
+
+
+class Attribute(Base):
+    __tablename__ = 'attributes'
+    __table_args__ = (
+        sa.UniqueConstraint('uuid', name='uniq_attributes0uuid'),
+        sa.UniqueConstraint('deployable_id', 'key',
+                            name='uniq_attributes0deployable_id0key'),
+    )
+
+    uuid = sa.Column(UUID, nullable=False)
+    deployable_id = sa.Column(sa.Integer,
+                              sa.ForeignKey('deployables.id',
+                                            ondelete='CASCADE'),
+                              nullable=False)
+    key = sa.Column(NAME, nullable=False)
+    value = sa.Column(sa.Text, nullable=False)
+
+
+class AttachHandle(Base):
+    __tablename__ = 'attach_handles'
+    __table_args__ = (
+        sa.UniqueConstraint('uuid', name='uniq_attach_handles0uuid'),
+        sa.Index('attach_handles_deployable_id_in_use_idx',
+                 'deployable_id', 'in_use'),
+    )
+
+    uuid = sa.Column(UUID, nullable=False)
+    deployable_id = sa.Column(sa.Integer,
+                              sa.ForeignKey('deployables.id',
+                                            ondelete='CASCADE'),
+                              nullable=False)
+    cpid_id = sa.Column(sa.Integer,
+                        sa.ForeignKey('controlpath_ids.id',
+                                      ondelete='CASCADE'),
+                        nullable=False)
+    in_use = sa.Column(sa.Boolean, nullable=False, default=False)
+    attach_type = sa.Column(sa.Enum(*ATTACH_TYPES, name='attach_type'),
+                            nullable=False)
+    attach_info = sa.Column(sa.Text, nullable=False)
+
+
+class DeviceProfile(Base):
+    __tablename__ = 'device_profiles'
+    __table_args__ = (
+        sa.UniqueConstraint('uuid', name='uniq_device_profiles0uuid'),
+        sa.UniqueConstraint('name', name='uniq_device_profiles0name'),
+    )
+
+    uuid = sa.Column(UUID, nullable=False)
+    name = sa.Column(NAME, nullable=False)
+    description = sa.Column(sa.Text, nullable=True)
+    # JSON list of groups, each a dict of string to string.
+    profile_json = sa.Column(sa.Text, nullable=False)
+
+
+class ExtARQ(Base):
+    """An accelerator request (ARQ)."""
+
+    __tablename__ = 'extended_accelerator_requests'
+    __table_args__ = (
+        sa.UniqueConstraint('uuid', name='uniq_extended_accelerator_requests0uuid'),
+        # A handle serves one ARQ at most, whatever the code above does.
+        sa.UniqueConstraint('attach_handle_id',
+                            name='uniq_extended_accelerator_requests0'
+                                 'attach_handle_id'),
+        sa.Index('extended_arqs_instance_uuid_idx', 'instance_uuid'),
+        sa.Index('extended_arqs_project_id_idx', 'project_id'),
+        sa.Index('extended_arqs_state_idx', 'state'),
+        sa.Index('extended_arqs_device_profile_id_idx', 'device_profile_id'),
+    )
+
+    uuid = sa.Column(UUID, nullable=False)
+    state = sa.Column(sa.Enum(*ARQ_STATES, name='arq_state'),
+                      nullable=False, default='Initial')
+    device_profile_id = sa.Column(sa.Integer,
+                                  sa.ForeignKey('device_profiles.id',
+                                                ondelete='RESTRICT'),
+                                  nullable=False)
+    device_profile_group_id = sa.Column(sa.Integer, nullable=False)
+    # Opaque: project ids need not be UUIDs.
+    project_id = sa.Column(NAME, nullable=True)
+    hostname = sa.Column(NAME, nullable=True)
+    device_rp_uuid = sa.Column(UUID, nullable=True)
+    instance_uuid = sa.Column(UUID, nullable=True)
+    attach_handle_id = sa.Column(sa.Integer,
+                                 sa.ForeignKey('attach_handles.id',
+                                               ondelete='SET NULL'),
+                                 nullable=True)
+    deployable_id = sa.Column(sa.Integer,
+                              sa.ForeignKey('deployables.id',
+                                            ondelete='SET NULL'),
+                              nullable=True)
+    # Ours: when binding began (for the stuck-bind periodic) and why a
+    # bind failed.
+    bind_started_at = sa.Column(sa.DateTime, nullable=True)
+    bind_failure_reason = sa.Column(sa.Text, nullable=True)
+
+
+class NovaEvent(Base):
+    """Ours: a bind outcome Nova has not yet accepted (at-least-once)."""
+
+    __tablename__ = 'nova_events'
+    __table_args__ = (
+        sa.Index('nova_events_next_attempt_at_idx', 'next_attempt_at'),
+    )
+
+    # Events of one PATCH share a batch and reach Nova in one request.
+    batch_id = sa.Column(UUID, nullable=False)
+    instance_uuid = sa.Column(UUID, nullable=False)
+    arq_uuid = sa.Column(UUID, nullable=False)
+    status = sa.Column(sa.Enum('completed', 'failed',
+                               name='nova_event_status'), nullable=False)
+    attempts = sa.Column(sa.Integer, nullable=False, default=0)
+    next_attempt_at = sa.Column(sa.DateTime, nullable=True)

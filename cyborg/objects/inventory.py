@@ -1,0 +1,123 @@
+"""What drivers discover and agents report: plain, JSON-able data classes.
+
+A host's inventory is a list of ``DriverDevice``; each has one control path
+id (its PCI address), its deployables (the units Placement schedules: one
+resource provider each), their attributes (``rc``, ``trait*`` and
+descriptive ones) and attach handles (what an instance gets).
+
+These classes hold no database or RPC logic: drivers build them, the agent
+diffs and sends them, the conductor plans against them.
+"""
+
+import dataclasses
+import hashlib
+import json
+import uuid as uuidlib
+
+# Namespace of the deterministic row uuids (see cyborg.db.models).
+_ROW_NAMESPACE = uuidlib.UUID('2f2b38b4-6a8f-4c1f-9d0e-6d7c1f1a9c8b')
+
+
+def row_uuid(*parts):
+    """A stable uuid for a row identified by ``parts`` (host, address...)."""
+    return str(uuidlib.uuid5(_ROW_NAMESPACE, '\x1f'.join(parts)))
+
+
+def provider_uuid(provider_name):
+    """The Placement provider uuid Cyborg uses for a provider name."""
+    return str(uuidlib.uuid3(uuidlib.NAMESPACE_DNS, provider_name))
+
+
+def pci_address(info):
+    """'dddd:bb:dd.f' from a {domain, bus, device, function} dict."""
+    return '%s:%s:%s.%s' % (info['domain'], info['bus'], info['device'],
+                            info['function'])
+
+
+def pci_info(address):
+    """{domain, bus, device, function} from 'dddd:bb:dd.f'."""
+    domain, bus, rest = address.split(':')
+    device, function = rest.split('.')
+    return {'domain': domain, 'bus': bus, 'device': device,
+            'function': function}
+
+
+@dataclasses.dataclass
+class AttachHandle:
+    attach_type: str                     # PCI | MDEV | TEST_PCI
+    attach_info: dict                    # PCI: domain/bus/device/function
+
+    def key(self):
+        return self.attach_type + ':' + json.dumps(self.attach_info,
+                                                   sort_keys=True)
+
+
+@dataclasses.dataclass
+class Deployable:
+    name: str                            # also the Placement provider name
+    num_accelerators: int
+    attributes: dict                     # str -> str; 'rc', 'trait0'...
+    attach_handles: list = dataclasses.field(default_factory=list)
+    driver_name: str = None
+    bitstream_id: str = None
+
+    @property
+    def resource_class(self):
+        return self.attributes.get('rc')
+
+    @property
+    def traits(self):
+        return sorted(v for k, v in self.attributes.items()
+                      if k.startswith('trait'))
+
+
+@dataclasses.dataclass
+class ControlPathID:
+    cpid_info: str                       # PCI address dddd:bb:dd.f
+    cpid_type: str = 'PCI'
+
+
+@dataclasses.dataclass
+class DriverDevice:
+    type: str                            # GPU FPGA AICHIP QAT NIC SSD
+    vendor: str
+    model: str
+    controlpath_id: ControlPathID
+    std_board_info: dict = dataclasses.field(default_factory=dict)
+    vendor_board_info: dict = dataclasses.field(default_factory=dict)
+    deployables: list = dataclasses.field(default_factory=list)
+
+    def key(self):
+        """The device's identity on its host."""
+        return '%s:%s' % (self.controlpath_id.cpid_type,
+                          self.controlpath_id.cpid_info)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values):
+        values = dict(values)
+        values['controlpath_id'] = ControlPathID(**values['controlpath_id'])
+        deployables = []
+        for dep in values.get('deployables', []):
+            dep = dict(dep)
+            dep['attach_handles'] = [AttachHandle(**ah) for ah in
+                                     dep.get('attach_handles', [])]
+            deployables.append(Deployable(**dep))
+        values['deployables'] = deployables
+        return cls(**values)
+
+
+def device_digest(device):
+    """sha256 of one device's canonical JSON."""
+    data = json.dumps(device.to_dict(), sort_keys=True, separators=(',', ':'))
+    return hashlib.sha256(data.encode()).hexdigest()
+
+
+def inventory_digest(devices):
+    """sha256 over a host's devices, independent of their order."""
+    h = hashlib.sha256()
+    for key, digest in sorted((d.key(), device_digest(d)) for d in devices):
+        h.update(key.encode() + b'\0' + digest.encode() + b'\n')
+    return h.hexdigest()

@@ -1,0 +1,48 @@
+"""Fixtures every test may use.
+
+- ``conf``: a fresh ConfigOpts with all cyborg options registered.
+- ``db``: an in-memory SQLite database with the schema, patched into the
+  enginefacade for the test's duration.
+- ``admin_context``: a RequestContext for the service's own work.
+"""
+
+import pytest
+import sqlalchemy as sa
+from oslo_config import cfg
+
+import cyborg.conf
+from cyborg.common import context as cyborg_context
+from cyborg.db import api as db_api
+from cyborg.db import models
+
+
+@pytest.fixture
+def conf():
+    c = cfg.ConfigOpts()
+    cyborg.conf.register_opts(c)
+    c([], project='cyborg', default_config_files=[], default_config_dirs=[])
+    c.set_override('connection', 'sqlite://', group='database')
+    yield c
+    c.reset()
+
+
+@pytest.fixture
+def db():
+    engine = sa.create_engine('sqlite://',
+                              poolclass=sa.pool.StaticPool,
+                              connect_args={'check_same_thread': False})
+
+    @sa.event.listens_for(engine, 'connect')
+    def _fk_on(dbapi_conn, _record):
+        dbapi_conn.execute('PRAGMA foreign_keys=ON')
+
+    models.Base.metadata.create_all(engine)
+    undo = db_api.patch_engine(engine)
+    yield engine
+    undo()
+    engine.dispose()
+
+
+@pytest.fixture
+def admin_context():
+    return cyborg_context.get_admin_context()

@@ -1,0 +1,15 @@
+from cyborg.db import api as db_api
+from cyborg.db import models
+
+
+def test_schema_roundtrip(db, admin_context):
+    @db_api.writer
+    def _add(context):
+        context.session.add(models.Host(hostname='h1'))
+
+    @db_api.reader
+    def _get(context):
+        return context.session.query(models.Host).one().hostname
+
+    _add(admin_context)
+    assert _get(admin_context) == 'h1'
