@@ -28,9 +28,23 @@ class AgentAPI:
 
     def fpga_program(self, context, hostname, controlpath_id, bitstream,
                      driver_name, timeout=None):
-        """Program the FPGA at ``controlpath_id`` (a PCI address) with the
-        bitstream file content described by ``bitstream`` ({'path': ...,
-        'checksum': ...} on the agent's host).  Returns True on success."""
+        """Program the FPGA at ``controlpath_id`` (a PCI address) with a
+        bitstream; returns True once the device runs it.
+
+        ``bitstream`` is a dict; ``image_uuid`` (the Glance image id, which
+        becomes the deployable's ``bitstream_id``) is required, plus the
+        content as ONE of:
+
+        - ``data``: the image bytes, base64-encoded (what the conductor
+          sends after downloading the image from Glance; fine up to the
+          RabbitMQ message size, i.e. tens of MB);
+        - ``path``: a file already on the agent's host.
+
+        Optional ``checksum``: Glance's md5 ``checksum`` of the content,
+        verified by the agent before programming.  ``driver_name`` is the
+        deployable's ``driver_name``.  Errors come back as RemoteError
+        (CyborgException subclasses), e.g. an unknown driver or address.
+        """
         return self._prepare(hostname, '1.0', timeout).call(
             context, 'fpga_program', controlpath_id=controlpath_id,
             bitstream=bitstream, driver_name=driver_name)

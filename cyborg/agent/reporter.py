@@ -1,0 +1,201 @@
+"""Discovers the host's devices through the drivers and reports them.
+
+Report format (interface 4, ``ConductorAPI.report_inventory``)::
+
+    {'digest': inventory_digest(all current devices),
+     'base_digest': digest the conductor last acknowledged, or None,
+     'full': bool,        # True: 'devices' is the whole inventory
+     'devices': [DriverDevice.to_dict(), ...],  # full: all; else changed
+     'removed': [DriverDevice.key(), ...]}      # not full: gone devices
+
+The reply is ``{'digest': ..., 'need_full': bool}``; ``need_full`` makes the
+reporter send a full snapshot at once.  Only an acknowledged report moves
+the on-disk cache forward, so nothing is lost when the conductor is down,
+and a reply lost on the way back costs one full report, never a wrong
+picture.
+
+When: once at start, every ``[DEFAULT]periodic_interval`` seconds, at once
+when ``request_report()`` (hotplug) or ``request_full_report()`` (the
+conductor) is called, and after a failed attempt again after a short
+back-off.  All reports run on one thread, one at a time.
+"""
+
+import threading
+
+from oslo_log import log as logging
+
+from cyborg.agent import cache as agent_cache
+from cyborg.common import context as cyborg_context
+from cyborg.conductor import rpcapi as conductor_rpcapi
+from cyborg.objects import inventory
+
+LOG = logging.getLogger(__name__)
+
+# First retry delay after a failed report; doubles up to periodic_interval.
+_RETRY_DELAY = 1.0
+
+
+def build_report(devices, acked_digest, acked_devices, full):
+    """The report for ``devices`` given what the conductor acknowledged.
+
+    A pure function: a delta against ``acked_devices`` unless ``full`` or
+    nothing was acknowledged yet.
+    """
+    digest = inventory.inventory_digest(devices)
+    if full or acked_digest is None or acked_devices is None:
+        return {'digest': digest, 'base_digest': acked_digest, 'full': True,
+                'devices': [d.to_dict() for d in devices], 'removed': []}
+    before = {d.key(): inventory.device_digest(d) for d in acked_devices}
+    changed = [d.to_dict() for d in devices
+               if before.get(d.key()) != inventory.device_digest(d)]
+    current = {d.key() for d in devices}
+    removed = sorted(key for key in before if key not in current)
+    return {'digest': digest, 'base_digest': acked_digest, 'full': False,
+            'devices': changed, 'removed': removed}
+
+
+class Reporter:
+    """Keeps the conductor's picture of this host equal to the hardware."""
+
+    def __init__(self, conf, host, drivers, conductor_api=None,
+                 report_cache=None):
+        self.conf = conf
+        self.host = host
+        self.drivers = drivers
+        self._conductor = conductor_api or conductor_rpcapi.ConductorAPI(conf)
+        self._cache = report_cache or agent_cache.ReportCache(
+            agent_cache.default_path(conf, host), host)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._full_requested = False
+        self._thread = None
+        # For tests and logs: reports acknowledged by the conductor.
+        self.reports_acknowledged = 0
+        self.last_report = None
+
+    # -- discovery ---------------------------------------------------------
+
+    def discover(self, acked_devices=None):
+        """All devices of all drivers.  A driver that fails keeps its last
+        acknowledged devices: a transient read error must not make the
+        conductor delete (and Placement lose) working hardware."""
+        devices = []
+        for name, driver in self.drivers.items():
+            try:
+                found = driver.discover()
+            except Exception:
+                LOG.exception('Driver %s failed to discover devices; '
+                              'keeping its last reported ones.', name)
+                found = [d for d in acked_devices or ()
+                         if _driver_of(d) == name]
+            for device in found:
+                for deployable in device.deployables:
+                    deployable.driver_name = deployable.driver_name or name
+            devices.extend(found)
+        return devices
+
+    # -- reporting ---------------------------------------------------------
+
+    def report_now(self, full=False):
+        """Discover and report once, synchronously; returns the reply.
+
+        Raises when the conductor cannot be reached (the cache is left as
+        it was, so the next attempt carries this change too).
+        """
+        with self._lock:
+            acked_digest, acked_devices = self._cache.load()
+            devices = self.discover(acked_devices)
+            report = build_report(devices, acked_digest, acked_devices, full)
+            reply = self._send(report)
+            if reply.get('need_full') and not report['full']:
+                LOG.info('Conductor asked for a full inventory of %s.',
+                         self.host)
+                report = build_report(devices, acked_digest, acked_devices,
+                                      True)
+                reply = self._send(report)
+            self._remember(reply, report, devices)
+            return reply
+
+    def _send(self, report):
+        context = cyborg_context.get_admin_context()
+        LOG.debug('Reporting inventory of %s: full=%s, %d device(s), %d '
+                  'removed', self.host, report['full'],
+                  len(report['devices']), len(report['removed']))
+        reply = self._conductor.report_inventory(context, self.host, report)
+        self.last_report = report
+        return reply
+
+    def _remember(self, reply, report, devices):
+        if reply.get('need_full'):
+            # A full report is never refused; if it was, start over.
+            self._cache.clear()
+            return
+        if reply.get('digest') == report['digest']:
+            if report['base_digest'] != report['digest'] or report['full']:
+                self._cache.save(report['digest'], devices)
+            self.reports_acknowledged += 1
+        else:
+            LOG.warning('Conductor stored digest %s for %s, not the %s '
+                        'reported; sending a full report next.',
+                        reply.get('digest'), self.host, report['digest'])
+            self._cache.clear()
+            self.request_full_report()
+
+    # -- triggers ------------------------------------------------------
+
+    def request_report(self):
+        """Report as soon as possible (hotplug)."""
+        self._wake.set()
+
+    def request_full_report(self):
+        """Send the whole inventory as soon as possible (conductor's ask)."""
+        self._full_requested = True
+        self._wake.set()
+
+    # -- thread ----------------------------------------------------------
+
+    def start(self):
+        """Report now and then periodically, on a background thread."""
+        if self._thread is not None:
+            return
+        self._stopping.clear()
+        self._wake.set()
+        self._thread = threading.Thread(target=self._run,
+                                        name='cyborg-agent-reporter',
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout=10):
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self):
+        interval = self.conf.periodic_interval
+        retry = _RETRY_DELAY
+        delay = interval
+        while not self._stopping.is_set():
+            self._wake.wait(delay)
+            if self._stopping.is_set():
+                break
+            self._wake.clear()
+            full, self._full_requested = self._full_requested, False
+            try:
+                self.report_now(full=full)
+            except Exception as exc:
+                LOG.warning('Inventory report of %s failed (%s); retrying '
+                            'in %.0f s.', self.host, exc, retry)
+                self._full_requested = self._full_requested or full
+                delay = retry
+                retry = min(retry * 2, interval)
+                continue
+            delay = interval
+            retry = _RETRY_DELAY
+
+
+def _driver_of(device):
+    names = {d.driver_name for d in device.deployables}
+    return names.pop() if len(names) == 1 else None

@@ -1,0 +1,137 @@
+"""The accelerator driver interface and its optional abilities.
+
+A driver is one class, loaded through stevedore (see ``loader``), whose
+``discover()`` returns the host's devices of its kind as
+``cyborg.objects.inventory.DriverDevice`` objects.  Drivers only read
+hardware (sysfs under ``[agent]sysfs_root``, NVML): they know nothing of
+the conductor, the database or Placement.
+
+Optional abilities are mix-ins rather than methods that raise
+NotImplementedError, so the agent asks ``isinstance(driver,
+Programmable)`` instead of calling and catching:
+
+- ``Programmable``: FPGAs that take a bitstream;
+- ``Partitionable``: devices split into mdevs (vGPU) or other partitions;
+- ``HealthReporting``: devices that can say whether they are healthy.
+
+Naming rules every driver follows (CONTRACT.md §6):
+
+- a deployable, hence its Placement provider, is named ``<host>_<PCI
+  address>``, plus ``_<suffix>`` for a partition of the device (a vGPU type,
+  a MIG instance);
+- its ``rc`` attribute is a standard resource class or ``CUSTOM_*``, its
+  ``trait<N>`` attributes are ``CUSTOM_*`` traits in Placement's alphabet;
+  ``OWNER_CYBORG`` is added by the conductor, not by drivers.
+"""
+
+import abc
+import re
+
+from cyborg.objects import inventory
+
+_NOT_IN_ALPHABET = re.compile(r'[^A-Z0-9_]')
+
+
+def custom_name(*parts):
+    """``CUSTOM_<PARTS>``: upper-cased, joined by '_', anything outside
+    Placement's alphabet ([A-Z0-9_]) replaced by '_'.
+
+    >>> custom_name('intel', 'pac-a10')
+    'CUSTOM_INTEL_PAC_A10'
+    """
+    name = '_'.join(str(p) for p in parts if p not in (None, ''))
+    name = _NOT_IN_ALPHABET.sub('_', name.upper())
+    if not name.startswith('CUSTOM_'):
+        name = 'CUSTOM_' + name
+    return name
+
+
+def deployable_name(host, address, suffix=None):
+    """The deployable / provider name: ``<host>_<address>[_<suffix>]``."""
+    name = '%s_%s' % (host, address)
+    if suffix:
+        name += '_' + suffix
+    return name
+
+
+def make_attributes(rc, traits=(), **extra):
+    """A deployable's attributes: ``rc``, ``trait0..N`` (sorted, unique,
+    each sanitised) and descriptive ``extra`` keys (values as strings)."""
+    attributes = {'rc': rc}
+    clean = sorted({t if t.startswith('CUSTOM_') and
+                    not _NOT_IN_ALPHABET.search(t) else custom_name(t)
+                    for t in traits})
+    for index, trait in enumerate(clean):
+        attributes['trait%d' % index] = trait
+    for key, value in extra.items():
+        if value is not None:
+            attributes[key] = str(value)
+    return attributes
+
+
+def pci_handle(address, attach_type='PCI', **extra):
+    """An attach handle for a PCI function (``extra``: e.g.
+    ``physical_network`` for NICs, ``asked_type``/``vgpu_mark`` for mdevs)."""
+    info = inventory.pci_info(address)
+    info.update({k: v for k, v in extra.items() if v is not None})
+    return inventory.AttachHandle(attach_type=attach_type, attach_info=info)
+
+
+class Driver(abc.ABC):
+    """One kind of accelerator on one host.
+
+    ``name`` is the driver's entry point name (``[agent]enabled_drivers``);
+    it is recorded as each deployable's ``driver_name``, which is how the
+    conductor routes programming and mdev requests back to the driver.
+    """
+
+    name = None
+
+    def __init__(self, conf, host):
+        self.conf = conf
+        self.host = host
+
+    @property
+    def sysfs_root(self):
+        return self.conf.agent.sysfs_root
+
+    @abc.abstractmethod
+    def discover(self):
+        """The devices of this driver's kind on this host, right now.
+
+        Returns a list of ``DriverDevice``; an empty list when there are
+        none.  Raises only when the hardware cannot be read at all, in
+        which case the agent keeps this driver's last acknowledged devices
+        rather than reporting them gone.
+        """
+
+
+class Programmable(abc.ABC):
+    """A device that is programmed with a bitstream (FPGA)."""
+
+    @abc.abstractmethod
+    def program(self, controlpath_id, image_path, image_uuid):
+        """Program the device at PCI address ``controlpath_id`` with the
+        bitstream file ``image_path`` (Glance image ``image_uuid``).
+
+        Returns once the device runs the new bitstream; raises
+        ``cyborg.common.exception.CyborgException`` on failure.
+        """
+
+
+class Partitionable(abc.ABC):
+    """A device split into mediated devices (vGPU) or other partitions."""
+
+    @abc.abstractmethod
+    def mdev_parent(self, pci_address, mdev_type):
+        """The PCI address on which an mdev of ``mdev_type`` for device
+        function ``pci_address`` is created (a VF for SR-IOV vGPU)."""
+
+
+class HealthReporting(abc.ABC):
+    """A device that can report whether it works."""
+
+    @abc.abstractmethod
+    def health(self):
+        """``{controlpath_id: 'OK' | '<problem>'}`` for this driver's
+        devices."""
