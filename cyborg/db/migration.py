@@ -1,0 +1,83 @@
+"""Database schema migrations (alembic), for cyborg-dbsync and the tests.
+
+The migration scripts live in the top-level ``alembic/`` directory of the
+source tree; an installed (non-editable) package carries a copy under
+``<prefix>/share/cyborg/alembic`` (see setup.cfg data_files).  The alembic
+configuration is built here, so no alembic.ini has to be found on disk.
+"""
+
+import os
+import sys
+
+from alembic import command as alembic_command
+from alembic import config as alembic_config
+from alembic import migration as alembic_migration
+from alembic import script as alembic_script
+import sqlalchemy as sa
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_CANDIDATES = (
+    # Source checkout or editable install: <repo>/alembic.
+    os.path.join(_HERE, os.pardir, os.pardir, 'alembic'),
+    # Installed package: pbr data_files.
+    os.path.join(sys.prefix, 'share', 'cyborg', 'alembic'),
+)
+
+
+def script_location():
+    """The directory holding env.py and versions/."""
+    for path in _CANDIDATES:
+        if os.path.isfile(os.path.join(path, 'env.py')):
+            return os.path.normpath(path)
+    raise RuntimeError('cyborg alembic scripts not found in any of: %s'
+                       % ', '.join(os.path.normpath(p) for p in _CANDIDATES))
+
+
+def _config(url, connection=None):
+    config = alembic_config.Config()
+    config.set_main_option('script_location', script_location())
+    # configparser interpolation: a literal '%' in a password must be '%%'.
+    config.set_main_option('sqlalchemy.url', url.replace('%', '%%'))
+    if connection is not None:
+        config.attributes['connection'] = connection
+    return config
+
+
+def _url(conf_or_url):
+    if isinstance(conf_or_url, str):
+        return conf_or_url
+    return conf_or_url.database.connection
+
+
+def upgrade(conf_or_url, revision='head'):
+    """Bring the schema up to ``revision`` (idempotent)."""
+    alembic_command.upgrade(_config(_url(conf_or_url)), revision)
+
+
+def stamp(conf_or_url, revision='head'):
+    """Record ``revision`` as current without running migrations."""
+    alembic_command.stamp(_config(_url(conf_or_url)), revision)
+
+
+def revision(conf_or_url, message, autogenerate=False):
+    """Write a new migration script into the source tree's versions/."""
+    return alembic_command.revision(_config(_url(conf_or_url)),
+                                    message=message,
+                                    autogenerate=autogenerate)
+
+
+def head():
+    """The newest revision the scripts know."""
+    config = _config('sqlite://')
+    return alembic_script.ScriptDirectory.from_config(config).get_current_head()
+
+
+def version(conf_or_url):
+    """The database's current revision, or None for an empty database."""
+    engine = sa.create_engine(_url(conf_or_url))
+    try:
+        with engine.connect() as connection:
+            context = alembic_migration.MigrationContext.configure(connection)
+            return context.get_current_revision()
+    finally:
+        engine.dispose()
