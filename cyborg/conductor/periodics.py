@@ -1,0 +1,76 @@
+"""Every periodic job of the conductor, in one table, and their runner.
+
+A job is ``(name, interval option in [conductor], 'module:function')``;
+the function is called as ``function(conf, context)`` with an admin
+context, every ``interval`` seconds (0 disables the job), each job on its
+own thread so a slow job never delays another.  A job that raises is
+logged and runs again at its next tick.  Several conductors may run the
+same jobs at once: each job must be safe under that (guarded updates,
+idempotent Placement writes).
+
+The function is named by a string and imported when the job runs, so this
+table imports nothing and any module may add its row.
+"""
+
+import importlib
+import threading
+
+from oslo_log import log as logging
+
+from cyborg.common import context as cyborg_context
+
+LOG = logging.getLogger(__name__)
+
+JOBS = (
+    # Repair Placement drift and finish syncs a failed report left behind.
+    ('reconcile_placement', 'reconcile_interval',
+     'cyborg.conductor.placement_sync:reconcile_all'),
+)
+
+
+def _load(path):
+    module, _sep, function = path.partition(':')
+    return getattr(importlib.import_module(module), function)
+
+
+class PeriodicRunner:
+    """Runs the jobs of ``JOBS`` (or ``jobs``) on threads until stopped."""
+
+    def __init__(self, conf, jobs=JOBS):
+        self.conf = conf
+        self.jobs = jobs
+        self._stop = threading.Event()
+        self._threads = []
+
+    def start(self):
+        self._stop.clear()
+        for name, option, path in self.jobs:
+            interval = self.conf.conductor[option]
+            if not interval:
+                LOG.info('Periodic job %s is disabled', name)
+                continue
+            thread = threading.Thread(
+                target=self._loop, args=(name, interval, path),
+                name=f'periodic-{name}', daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout=30):
+        """Ask every job to stop and wait for the running ones to end."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads = []
+
+    def _loop(self, name, interval, path):
+        while not self._stop.wait(interval):
+            run_job(self.conf, name, path)
+
+
+def run_job(conf, name, path):
+    """Run one job once, logging (not raising) what goes wrong."""
+    try:
+        _load(path)(conf, cyborg_context.get_admin_context())
+    except Exception:
+        LOG.exception('Periodic job %s failed; it runs again next time',
+                      name)
