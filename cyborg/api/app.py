@@ -1,0 +1,98 @@
+"""The WSGI application: the pecan app and its middleware, in one place."""
+
+import pecan
+from oslo_middleware import cors
+from oslo_middleware import healthcheck
+from oslo_middleware import http_proxy_to_wsgi
+from oslo_middleware import request_id
+
+from cyborg.api import auth
+from cyborg.api import hooks
+from cyborg.api import wsgi_errors
+from cyborg.api.controllers import root
+
+# The API is also mounted under this prefix (devstack serves it there).
+MOUNT_PREFIX = '/accelerator'
+HEALTHCHECK_PATH = '/healthcheck'
+
+
+def build_app(conf, conductor=None):
+    """The full WSGI app for a parsed ConfigOpts with cyborg's options.
+
+    ``conductor`` is the conductor RPC client; by default one is made on
+    the configured transport when the first write needs it.
+    """
+    app = pecan.make_app(
+        root.RootController(),
+        hooks=[hooks.RequestStateHook(conf, _LazyConductor(conf, conductor)),
+               hooks.ErrorHook(),
+               hooks.VersionHeadersHook()],
+        force_canonical=False,
+        guess_content_type_from_ext=False)
+    return _wrap(app, conf)
+
+
+def _wrap(app, conf):
+    """Middleware, innermost first; the last one wrapped sees a request
+    first.  The order matters:
+
+    - auth sits right outside the app so only the app sees identities;
+    - the mount prefix is stripped before auth, so auth's public-path check
+      and the app's routing see the same path with or without it;
+    - FaultBody gives auth's own errors (401) the §2 error body;
+    - healthcheck answers /healthcheck before auth (load balancers have no
+      token);
+    - CORS answers preflight requests before anything else needs a token;
+    - request_id comes next so every line logged below carries the id;
+    - http_proxy_to_wsgi is outermost: it fixes scheme and host from the
+      proxy's headers before anyone builds a link.
+    """
+    if conf.api.auth_strategy == 'keystone':
+        app = auth.keystone(app, conf)
+    else:
+        app = auth.noauth(app)
+    app = _strip_prefix(app)
+    app = wsgi_errors.FaultBody(app)
+    app = _healthcheck(app, conf)
+    app = cors.CORS(app, conf)
+    app = request_id.RequestId(app)
+    app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
+    return app
+
+
+def _healthcheck(app, conf):
+    """Send ``/healthcheck`` to oslo.middleware's healthcheck ([healthcheck]
+    options), which answers every request it is given."""
+    health = healthcheck.Healthcheck(None, conf)
+
+    def middleware(environ, start_response):
+        if environ.get('PATH_INFO') == HEALTHCHECK_PATH:
+            return health(environ, start_response)
+        return app(environ, start_response)
+    return middleware
+
+
+def _strip_prefix(app):
+    """Serve ``/accelerator/...`` like ``/...``; links keep the prefix."""
+    def middleware(environ, start_response):
+        path = environ.get('PATH_INFO', '')
+        if path == MOUNT_PREFIX or path.startswith(MOUNT_PREFIX + '/'):
+            environ['SCRIPT_NAME'] = (environ.get('SCRIPT_NAME', '')
+                                      + MOUNT_PREFIX)
+            environ['PATH_INFO'] = path[len(MOUNT_PREFIX):] or '/'
+        return app(environ, start_response)
+    return middleware
+
+
+class _LazyConductor:
+    """The conductor RPC client, made on first use (reads need none)."""
+
+    def __init__(self, conf, client=None):
+        self._conf = conf
+        self._client = client
+
+    def __getattr__(self, name):
+        if self._client is None:
+            from cyborg.conductor import rpcapi
+            self._client = rpcapi.ConductorAPI(self._conf)
+        return getattr(self._client, name)

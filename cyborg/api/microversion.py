@@ -1,0 +1,104 @@
+"""API microversions: the one list, and the version a request asked for.
+
+Code branches with ``version.matches((2, 2))``, never by comparing strings.
+"""
+
+import re
+
+from cyborg.common import exception
+
+SERVICE_TYPE = 'accelerator'
+HEADER = 'OpenStack-API-Version'
+MIN_HEADER = 'OpenStack-API-Minimum-Version'
+MAX_HEADER = 'OpenStack-API-Maximum-Version'
+
+# Every microversion, oldest first, with what it changed.  Our own additions
+# start at 2.4, one per feature.
+VERSIONS = [
+    '2.0',  # Initial version of the v2 API.
+    '2.1',  # ARQ bind PATCH may carry /project_id (admin only).
+    '2.2',  # GET /device_profiles/{name} accepts a name as well as a uuid.
+    '2.3',  # Devices show their status ('enabled' | 'maintaining').
+]
+
+_FORMAT = re.compile(r'^([1-9]\d*)\.(0|[1-9]\d*)$')
+
+
+class APIVersion:
+    """A (major, minor) microversion a request is served at."""
+
+    def __init__(self, major, minor):
+        self.major = major
+        self.minor = minor
+
+    @classmethod
+    def parse(cls, text):
+        match = _FORMAT.match(text.strip())
+        if not match:
+            raise exception.Invalid(
+                reason='invalid microversion %r; expected "accelerator '
+                       '2.N" or "accelerator latest"' % text)
+        return cls(int(match.group(1)), int(match.group(2)))
+
+    def as_tuple(self):
+        return (self.major, self.minor)
+
+    def matches(self, min_version=None, max_version=None):
+        """True when min_version <= self <= max_version (either optional)."""
+        mine = self.as_tuple()
+        if min_version is not None and mine < tuple(min_version):
+            return False
+        if max_version is not None and mine > tuple(max_version):
+            return False
+        return True
+
+    def __eq__(self, other):
+        return self.as_tuple() == other.as_tuple()
+
+    def __str__(self):
+        return '%d.%d' % self.as_tuple()
+
+    def __repr__(self):
+        return 'APIVersion(%s)' % self
+
+
+MIN_VERSION = APIVersion.parse(VERSIONS[0])
+MAX_VERSION = APIVersion.parse(VERSIONS[-1])
+
+
+def _requested(header_value):
+    """The accelerator version named in the header, or None.
+
+    The header may list several services ("compute 2.1, accelerator 2.2").
+    """
+    for item in (header_value or '').split(','):
+        parts = item.strip().split(None, 1)
+        if len(parts) == 2 and parts[0].lower() == SERVICE_TYPE:
+            return parts[1].strip()
+    return None
+
+
+def from_headers(headers):
+    """The version a request asked for: the header, ``latest`` or 2.0.
+
+    Raises 400 for a malformed version and 406 for one out of range.
+    """
+    requested = _requested(headers.get(HEADER))
+    if requested is None:
+        return MIN_VERSION
+    if requested.lower() == 'latest':
+        return MAX_VERSION
+    version = APIVersion.parse(requested)
+    if not version.matches(MIN_VERSION.as_tuple(), MAX_VERSION.as_tuple()):
+        raise exception.NotAcceptable(
+            reason='version %s is not supported by the API; minimum is %s '
+                   'and maximum is %s' % (version, MIN_VERSION, MAX_VERSION))
+    return version
+
+
+def response_headers(version):
+    """Headers every /v2 response carries."""
+    return [(HEADER, '%s %s' % (SERVICE_TYPE, version)),
+            (MIN_HEADER, str(MIN_VERSION)),
+            (MAX_HEADER, str(MAX_VERSION)),
+            ('Vary', HEADER)]

@@ -1,0 +1,60 @@
+"""oslo.policy enforcement with secure-RBAC defaults enforced.
+
+One enforcer per ConfigOpts; ``get_enforcer`` is the oslopolicy tools'
+entry point (``oslo.policy.enforcer`` in setup.cfg).
+"""
+
+import threading
+
+from oslo_config import cfg
+from oslo_policy import opts as policy_opts
+from oslo_policy import policy
+
+from cyborg.common import exception
+from cyborg import policies
+
+_ENFORCERS = {}
+_LOCK = threading.Lock()
+
+
+def _defaults(conf):
+    # New defaults and scope checks are on: a deployment opts out in its
+    # own config file, never by our default.
+    policy_opts.set_defaults(conf, enforce_new_defaults=True,
+                             enforce_scope=True)
+
+
+def get_enforcer(conf=None):
+    """The enforcer for ``conf`` (the global CONF for the oslopolicy tools)."""
+    conf = conf if conf is not None else cfg.CONF
+    with _LOCK:
+        enforcer = _ENFORCERS.get(id(conf))
+        if enforcer is None or enforcer.conf is not conf:
+            _defaults(conf)
+            enforcer = policy.Enforcer(conf)
+            enforcer.register_defaults(policies.list_rules())
+            _ENFORCERS[id(conf)] = enforcer
+        return enforcer
+
+
+def reset():
+    with _LOCK:
+        _ENFORCERS.clear()
+
+
+def authorize(conf, context, rule, target=None):
+    """Raise PolicyNotAuthorized (403) unless ``context`` may do ``rule``.
+
+    The target defaults to the caller's own project, which is what list
+    calls and calls on objects without an owner are checked against.
+    """
+    target = dict(target or {})
+    target.setdefault('project_id', context.project_id)
+    creds = context.to_policy_values()
+    creds['is_service'] = bool(context.is_service)
+    try:
+        get_enforcer(conf).authorize(rule, target, creds, do_raise=True,
+                                     exc=exception.PolicyNotAuthorized,
+                                     action=rule)
+    except policy.InvalidScope:
+        raise exception.PolicyNotAuthorized(action=rule)

@@ -1,0 +1,39 @@
+"""Check strings shared by the per-noun policy modules (secure RBAC).
+
+Roles imply each other in Keystone (admin > manager > member > reader);
+noauth sends roles as given, so the admin alternatives are spelled out.
+``is_service`` is True for requests carrying a service token (Nova's).
+"""
+
+from oslo_policy import policy
+
+ADMIN = 'role:admin'
+PROJECT_READER = 'role:reader and project_id:%(project_id)s'
+PROJECT_MEMBER = 'role:member and project_id:%(project_id)s'
+PROJECT_MANAGER = 'role:manager and project_id:%(project_id)s'
+SERVICE = 'is_service:True'
+
+ADMIN_OR_PROJECT_READER = 'rule:admin or rule:project_reader'
+ADMIN_OR_PROJECT_READER_OR_SERVICE = ('rule:admin or rule:project_reader '
+                                      'or rule:service')
+ADMIN_OR_PROJECT_MEMBER_OR_SERVICE = ('rule:admin or rule:project_member '
+                                      'or rule:service')
+ADMIN_OR_PROJECT_MANAGER = 'rule:admin or rule:project_manager'
+
+rules = [
+    policy.RuleDefault('admin', ADMIN,
+                       description='An administrator.'),
+    policy.RuleDefault('project_reader', PROJECT_READER,
+                       description='A reader of the target\'s project.'),
+    policy.RuleDefault('project_member', PROJECT_MEMBER,
+                       description='A member of the target\'s project.'),
+    policy.RuleDefault('project_manager', PROJECT_MANAGER,
+                       description='A manager of the target\'s project.'),
+    policy.RuleDefault('service', SERVICE,
+                       description='A request carrying a service token '
+                                   'with a service role (Nova\'s).'),
+]
+
+
+def list_rules():
+    return rules
