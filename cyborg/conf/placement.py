@@ -1,23 +1,18 @@
-"""[placement] options: keystoneauth session and auth."""
+"""[placement] options: keystoneauth session, auth and adapter.
 
-from oslo_config import cfg
+Without Keystone (the all-in-one, tests) set ``auth_type = none`` and
+``endpoint_override = <Placement URL>``: the client then sends the token
+Placement's ``noauth2`` strategy reads as an admin.
+"""
 
 from cyborg.conf import ksa
 
 GROUP = 'placement'
 
-opts = [
-    cfg.StrOpt('endpoint_override_noauth',
-               help='Placement URL to use without authentication '
-                    '(all-in-one and tests, where Placement runs with '
-                    'auth_strategy=noauth2). Leave unset in production.'),
-]
-
 
 def register_opts(conf):
-    conf.register_opts(opts, group=GROUP)
     ksa.register_client_opts(conf, GROUP, 'placement')
 
 
 def list_opts():
-    return {GROUP: ksa.client_opts(opts)}
+    return {GROUP: ksa.client_opts()}

@@ -23,7 +23,7 @@ import threading
 import sqlalchemy as sa
 from cheroot import wsgi as cheroot_wsgi
 from oslo_config import cfg
-from oslo_db.sqlalchemy import engines
+from oslo_db.sqlalchemy import engines, exc_filters
 
 # The only place the request header of placement's noauth2 is spelled; it
 # reads "<user>:<project>" from it and treats user "admin" as an admin.
@@ -52,9 +52,12 @@ def _create_engine(db_connection):
     if url.get_backend_name() == 'sqlite' and url.database in (None, '',
                                                                ':memory:'):
         # One in-memory database shared by every server thread.
-        return sa.create_engine(
+        engine = sa.create_engine(
             'sqlite://', poolclass=sa.pool.StaticPool,
             connect_args={'check_same_thread': False})
+        # Placement relies on oslo.db's errors (DBDuplicateEntry...).
+        exc_filters.register_engine(engine)
+        return engine
     return engines.create_engine(db_connection)
 
 

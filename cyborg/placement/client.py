@@ -1,0 +1,305 @@
+"""The Placement client: the only module that knows Placement's URLs.
+
+Built on a keystoneauth Adapter loaded from the ``[placement]`` options, so
+a deployment authenticates like any OpenStack service.  With ``auth_type =
+none`` and ``endpoint_override = <url>`` it talks to a Placement running
+``auth_strategy = noauth2`` (the all-in-one, tests), sending the token that
+noauth2 reads as an admin user.
+
+Every call pins its microversion (``MICROVERSION``); errors become
+``PlacementError`` (503 when Placement cannot be reached or fails) or one of
+the narrower exceptions below, carrying Placement's error code.  Writes that
+carry a provider generation retry a bounded number of times on
+``placement.concurrent_update``.
+"""
+
+import threading
+import weakref
+from urllib import parse
+
+from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import loading as ks_loading
+from keystoneauth1 import noauth
+from oslo_log import log as logging
+
+from cyborg.common import exception
+from cyborg.placement import embedded
+
+LOG = logging.getLogger(__name__)
+
+# 1.39: the newest Placement 16 serves; we need 1.14 (in_tree), 1.20 (POST
+# returns the provider), 1.26 (reserved may equal total), 1.37 (re-parent).
+MICROVERSION = '1.39'
+CONCURRENT_UPDATE = 'placement.concurrent_update'
+PROVIDER_IN_USE = 'placement.resource_provider.inuse'
+INVENTORY_IN_USE = 'placement.inventory.inuse'
+GENERATION_RETRIES = 5
+
+
+class GenerationConflict(exception.PlacementError):
+    message = ('Resource provider %(uuid)s changed while we wrote it, '
+               '%(attempts)d times in a row.')
+    code = 409
+
+
+class ProviderInUse(exception.PlacementError):
+    message = 'Resource provider %(uuid)s has allocations: %(reason)s'
+    code = 409
+
+
+class ProviderNotFound(exception.PlacementError):
+    message = 'Resource provider %(uuid)s not found in Placement.'
+    code = 404
+
+
+class _NoAuth(noauth.NoAuth):
+    """keystoneauth's ``none`` plugin, with the token noauth2 expects."""
+
+    def get_token(self, session):
+        return embedded.NOAUTH_TOKEN
+
+
+def _error_code(resp):
+    try:
+        return resp.json()['errors'][0].get('code')
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def _error_text(resp):
+    try:
+        return resp.json()['errors'][0]['detail'].strip()
+    except (ValueError, KeyError, IndexError, TypeError):
+        return resp.text[:500]
+
+
+class PlacementClient:
+    """Thread-safe; one per process is enough (see ``get_client``)."""
+
+    def __init__(self, conf):
+        group = 'placement'
+        if conf.placement.auth_type == 'none':
+            auth = _NoAuth(endpoint=conf.placement.endpoint_override)
+        else:
+            auth = ks_loading.load_auth_from_conf_options(conf, group)
+        session = ks_loading.load_session_from_conf_options(conf, group,
+                                                            auth=auth)
+        self._adapter = ks_loading.load_adapter_from_conf_options(
+            conf, group, session=session, auth=auth, raise_exc=False)
+        self._known_lock = threading.Lock()
+        # Custom classes and traits this process saw exist: they are never
+        # deleted by us, so asking again is waste.
+        self._known_rcs = set()
+        self._known_traits = set()
+        self.calls = 0
+
+    # -- transport -----------------------------------------------------------
+
+    def _request(self, method, url, body=None, ok=(200,), missing_ok=False):
+        """One call; returns the response for statuses in ``ok`` (and 404
+        when ``missing_ok``), raises PlacementError otherwise."""
+        self.calls += 1
+        kwargs = {'microversion': MICROVERSION,
+                  'headers': {'Accept': 'application/json'}}
+        if body is not None:
+            kwargs['json'] = body
+        try:
+            resp = self._adapter.request(url, method, **kwargs)
+        except ks_exc.ClientException as exc:
+            raise exception.PlacementError(
+                reason=f'{method} {url}: {exc}') from exc
+        if resp.status_code in ok or (missing_ok and
+                                      resp.status_code == 404):
+            return resp
+        raise self._error(method, url, resp)
+
+    @staticmethod
+    def _error(method, url, resp):
+        code = _error_code(resp)
+        text = f'{method} {url}: {resp.status_code} {_error_text(resp)}'
+        err = exception.PlacementError(reason=text)
+        err.placement_code = code
+        err.status_code = resp.status_code
+        return err
+
+    # -- providers -----------------------------------------------------------
+
+    def get_provider_by_name(self, name):
+        """The provider named ``name`` (dict), or None."""
+        resp = self._request('GET', f'/resource_providers?name={_q(name)}')
+        providers = resp.json()['resource_providers']
+        return providers[0] if providers else None
+
+    def get_provider(self, uuid):
+        resp = self._request('GET', f'/resource_providers/{uuid}',
+                             missing_ok=True)
+        return None if resp.status_code == 404 else resp.json()
+
+    def list_tree(self, root_uuid, required=None):
+        """Providers in the tree of ``root_uuid`` (root included), each with
+        its ``generation`` and ``parent_provider_uuid``.  ``required``:
+        only those with these traits.  ProviderNotFound if the root is
+        gone."""
+        url = f'/resource_providers?in_tree={root_uuid}'
+        if required:
+            url += '&required=' + ','.join(required)
+        try:
+            providers = self._request('GET', url).json()['resource_providers']
+        except exception.PlacementError as exc:
+            if getattr(exc, 'status_code', None) == 400 and \
+                    'No resource provider' in str(exc):
+                raise ProviderNotFound(uuid=root_uuid) from exc
+            raise
+        if not providers and not required:
+            # Placement answers an unknown root with an empty tree.
+            raise ProviderNotFound(uuid=root_uuid)
+        return providers
+
+    def create_provider(self, uuid, name, parent_uuid):
+        """Create the provider, or adopt it if one with this uuid exists
+        (re-parenting or renaming it if needed).  Returns its dict."""
+        body = {'uuid': uuid, 'name': name,
+                'parent_provider_uuid': parent_uuid}
+        resp = self._request('POST', '/resource_providers', body,
+                             ok=(200, 409))
+        if resp.status_code == 200:
+            return resp.json()
+        existing = self.get_provider(uuid)
+        if existing is None:
+            # The conflict was on the name: another uuid holds it.
+            raise self._error('POST', '/resource_providers', resp)
+        if (existing['name'] != name or
+                existing['parent_provider_uuid'] != parent_uuid):
+            return self.update_provider(uuid, name, parent_uuid)
+        return existing
+
+    def update_provider(self, uuid, name, parent_uuid):
+        body = {'name': name, 'parent_provider_uuid': parent_uuid}
+        resp = self._request('PUT', f'/resource_providers/{uuid}', body)
+        return resp.json()
+
+    def delete_provider(self, uuid):
+        """Delete the provider; True if it existed.  ProviderInUse while
+        it has allocations."""
+        resp = self._request('DELETE', f'/resource_providers/{uuid}',
+                             ok=(204, 409), missing_ok=True)
+        if resp.status_code == 409:
+            if _error_code(resp) == PROVIDER_IN_USE:
+                raise ProviderInUse(uuid=uuid, reason=_error_text(resp))
+            raise self._error('DELETE', f'/resource_providers/{uuid}', resp)
+        return resp.status_code == 204
+
+    def get_allocations(self, uuid):
+        """``{consumer uuid: {'resources': {...}}}`` held on the provider."""
+        resp = self._request('GET', f'/resource_providers/{uuid}/allocations',
+                             missing_ok=True)
+        if resp.status_code == 404:
+            return {}
+        return resp.json()['allocations']
+
+    def get_allocations_for_consumer(self, consumer_uuid):
+        """``{provider uuid: {'resources': {...}}}`` the consumer holds
+        (empty when it holds none)."""
+        resp = self._request('GET', f'/allocations/{consumer_uuid}')
+        return resp.json()['allocations']
+
+    # -- inventories and traits ----------------------------------------------
+
+    def get_inventories(self, uuid):
+        """``(generation, {rc: {total, reserved, max_unit, ...}})``."""
+        resp = self._request('GET', f'/resource_providers/{uuid}/inventories',
+                             missing_ok=True)
+        if resp.status_code == 404:
+            raise ProviderNotFound(uuid=uuid)
+        body = resp.json()
+        return body['resource_provider_generation'], body['inventories']
+
+    def get_traits(self, uuid):
+        """``(generation, set of trait names)``."""
+        resp = self._request('GET', f'/resource_providers/{uuid}/traits',
+                             missing_ok=True)
+        if resp.status_code == 404:
+            raise ProviderNotFound(uuid=uuid)
+        body = resp.json()
+        return body['resource_provider_generation'], set(body['traits'])
+
+    def set_inventories(self, uuid, inventories, generation=None):
+        """Replace the provider's inventories; returns the new generation.
+
+        ``generation`` saves a read when the caller knows it; on a
+        generation conflict the generation is re-read and the write
+        retried, at most GENERATION_RETRIES times."""
+        url = f'/resource_providers/{uuid}/inventories'
+        return self._put_generational(
+            uuid, url, {'inventories': inventories}, generation,
+            lambda: self.get_inventories(uuid)[0])
+
+    def set_traits(self, uuid, traits, generation=None):
+        """Replace the provider's traits; returns the new generation."""
+        url = f'/resource_providers/{uuid}/traits'
+        return self._put_generational(
+            uuid, url, {'traits': sorted(traits)}, generation,
+            lambda: self.get_traits(uuid)[0])
+
+    def _put_generational(self, uuid, url, body, generation, read_generation):
+        for _attempt in range(GENERATION_RETRIES):
+            if generation is None:
+                generation = read_generation()
+            body['resource_provider_generation'] = generation
+            resp = self._request('PUT', url, body, ok=(200, 409),
+                                 missing_ok=True)
+            if resp.status_code == 200:
+                return resp.json()['resource_provider_generation']
+            if resp.status_code == 404:
+                raise ProviderNotFound(uuid=uuid)
+            if _error_code(resp) != CONCURRENT_UPDATE:
+                raise self._error('PUT', url, resp)
+            LOG.debug('Generation conflict on %s; re-reading', url)
+            generation = None
+        raise GenerationConflict(uuid=uuid, attempts=GENERATION_RETRIES)
+
+    # -- custom resource classes and traits ----------------------------------
+
+    def ensure_resource_classes(self, names):
+        """Create the missing CUSTOM_* resource classes (idempotent)."""
+        self._ensure(names, self._known_rcs, '/resource_classes/')
+
+    def ensure_traits(self, names):
+        """Create the missing CUSTOM_* traits (idempotent)."""
+        self._ensure(names, self._known_traits, '/traits/')
+
+    def _ensure(self, names, known, prefix):
+        with self._known_lock:
+            todo = sorted(n for n in names
+                          if n.startswith('CUSTOM_') and n not in known)
+        for name in todo:
+            self._request('PUT', prefix + name, ok=(201, 204))
+            with self._known_lock:
+                known.add(name)
+
+
+def _q(value):
+    return parse.quote(value, safe='')
+
+
+_CLIENTS = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def get_client(conf):
+    """The process's client for ``conf`` (made on first use, and again
+    when its Placement endpoint or auth type changed)."""
+    key = (id(conf), conf.placement.auth_type,
+           conf.placement.endpoint_override)
+    with _CLIENTS_LOCK:
+        ref, client = _CLIENTS.get(key, (None, None))
+        if ref is None or ref() is not conf:
+            client = PlacementClient(conf)
+            _CLIENTS[key] = (weakref.ref(conf), client)
+        return client
+
+
+def reset_clients():
+    """Forget every client (tests that point conf at a new Placement)."""
+    with _CLIENTS_LOCK:
+        _CLIENTS.clear()
