@@ -1,11 +1,25 @@
 """Agent RPC endpoints, served on topic ``cyborg-agent``, server = host.
 
-Thin: the work lives in the drivers (programming, mdevs) and the reporter.
+Thin: programming is the driver's (``Programmable``), mdev writes are
+``cyborg.agent.privileged``'s, reports are the reporter's.  Every change
+made here is followed by a report, so the conductor's picture catches up
+without waiting for the next period.
 """
 
+import base64
+import binascii
+import hashlib
+import os
+import tempfile
+
 import oslo_messaging as messaging
+from oslo_log import log as logging
 
 from cyborg.agent import rpcapi
+from cyborg.common import exception
+from cyborg.drivers import base
+
+LOG = logging.getLogger(__name__)
 
 
 class AgentManager:
@@ -18,15 +32,107 @@ class AgentManager:
         self.reporter = reporter
         self.drivers = drivers or {}
 
+    # -- FPGA --------------------------------------------------------------
+
     def fpga_program(self, context, controlpath_id, bitstream, driver_name):
-        raise NotImplementedError  # the agent issue fills this in
+        """Program with ``bitstream`` (see ``AgentAPI.fpga_program``)."""
+        driver = self.drivers.get(driver_name)
+        if driver is None:
+            raise exception.ResourceNotFound(resource='Accelerator driver',
+                                             id=driver_name)
+        if not isinstance(driver, base.Programmable):
+            raise exception.Invalid(reason='driver %s cannot program '
+                                           'devices' % driver_name)
+        image_uuid = bitstream.get('image_uuid')
+        if not image_uuid:
+            raise exception.Invalid(reason='bitstream has no image_uuid')
+        with _bitstream_file(self.conf, bitstream) as path:
+            driver.program(controlpath_id, path, image_uuid)
+        self._report_soon()
+        return True
+
+    # -- vGPU mdevs ------------------------------------------------------
 
     def create_vgpu_mdev(self, context, pci_address, asked_type, mdev_uuid):
-        raise NotImplementedError  # the agent issue fills this in
+        """Create the mdev; creating one that exists is a success."""
+        from cyborg.agent import privileged
+        root = self.conf.agent.sysfs_root
+        if os.path.exists(os.path.join(root, 'bus', 'mdev', 'devices',
+                                       mdev_uuid)):
+            return True
+        parent = self._mdev_parent(pci_address, asked_type)
+        privileged.create_mdev(root, parent, asked_type, mdev_uuid)
+        LOG.info('Created mdev %s of type %s on %s', mdev_uuid, asked_type,
+                 parent)
+        self._report_soon()
+        return True
 
     def remove_vgpu_mdev(self, context, pci_address, mdev_uuid):
-        raise NotImplementedError  # the agent issue fills this in
+        """Remove the mdev; removing one that is gone is a success."""
+        from cyborg.agent import privileged
+        if privileged.remove_mdev(self.conf.agent.sysfs_root, mdev_uuid):
+            LOG.info('Removed mdev %s from %s', mdev_uuid, pci_address)
+            self._report_soon()
+        return True
+
+    def _mdev_parent(self, pci_address, mdev_type):
+        for driver in self.drivers.values():
+            if isinstance(driver, base.Partitionable):
+                return driver.mdev_parent(pci_address, mdev_type)
+        return pci_address
+
+    # -- reports -----------------------------------------------------------
 
     def request_report(self, context):
+        """The conductor wants a full snapshot (it lost or distrusts its
+        picture of this host)."""
         if self.reporter is not None:
             self.reporter.request_full_report()
+
+    def _report_soon(self):
+        if self.reporter is not None:
+            self.reporter.request_report()
+
+
+class _bitstream_file:
+    """The bitstream's content as a file path, checked against its
+    checksum; a temporary file (removed afterwards) when sent inline."""
+
+    def __init__(self, conf, bitstream):
+        self._conf = conf
+        self._bitstream = bitstream
+        self._tmp = None
+
+    def __enter__(self):
+        bitstream = self._bitstream
+        if bitstream.get('data') is not None:
+            try:
+                data = base64.b64decode(bitstream['data'], validate=True)
+            except (binascii.Error, TypeError) as exc:
+                raise exception.Invalid(
+                    reason='bitstream data is not base64: %s' % exc)
+            _verify(data, bitstream.get('checksum'))
+            fd, self._tmp = tempfile.mkstemp(prefix='cyborg-bitstream-',
+                                             suffix='.bin')
+            with os.fdopen(fd, 'wb') as f:
+                f.write(data)
+            return self._tmp
+        path = bitstream.get('path')
+        if not path or not os.path.isfile(path):
+            raise exception.Invalid(reason='bitstream has neither data nor '
+                                           'a readable path')
+        if bitstream.get('checksum'):
+            with open(path, 'rb') as f:
+                _verify(f.read(), bitstream['checksum'])
+        return path
+
+    def __exit__(self, *exc_info):
+        if self._tmp is not None:
+            os.unlink(self._tmp)
+
+
+def _verify(data, checksum):
+    # Glance's 'checksum' is the md5 of the image data.
+    if checksum and hashlib.md5(data, usedforsecurity=False
+                                ).hexdigest() != checksum:
+        raise exception.Invalid(reason='bitstream checksum mismatch')

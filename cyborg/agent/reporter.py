@@ -74,6 +74,9 @@ class Reporter:
         self.reports_acknowledged = 0
         self.last_report = None
 
+    def __str__(self):
+        return 'inventory reporter'
+
     # -- discovery ---------------------------------------------------------
 
     def discover(self, acked_devices=None):
@@ -81,6 +84,7 @@ class Reporter:
         acknowledged devices: a transient read error must not make the
         conductor delete (and Placement lose) working hardware."""
         devices = []
+        seen = {}
         for name, driver in self.drivers.items():
             try:
                 found = driver.discover()
@@ -90,9 +94,15 @@ class Reporter:
                 found = [d for d in acked_devices or ()
                          if _driver_of(d) == name]
             for device in found:
+                if device.key() in seen:
+                    LOG.error('Device %s is claimed by drivers %s and %s; '
+                              'reporting it once, for %s.', device.key(),
+                              seen[device.key()], name, seen[device.key()])
+                    continue
+                seen[device.key()] = name
                 for deployable in device.deployables:
                     deployable.driver_name = deployable.driver_name or name
-            devices.extend(found)
+                devices.append(device)
         return devices
 
     # -- reporting ---------------------------------------------------------

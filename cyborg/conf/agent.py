@@ -32,6 +32,12 @@ opts = [
                 help='PCI addresses (dddd:bb:dd.f) of NVIDIA GPUs the host '
                      'keeps for itself (e.g. a display) and that must not '
                      'be offered.'),
+    cfg.ListOpt('enabled_vgpu_types', default=[],
+                help='For nvidia_gpu_driver: mdev types (e.g. nvidia-35) '
+                     'offered as VGPU. A GPU that already hosts mdevs '
+                     'offers their types too. A GPU without SR-IOV VFs and '
+                     'without an enabled type is offered whole as PGPU. '
+                     'Enable one type per GPU: types share its capacity.'),
     cfg.MultiStrOpt('passthrough_whitelist', default=[],
                     deprecated_name='device_spec',
                     help='For pci_driver: JSON device specs in Nova\'s '

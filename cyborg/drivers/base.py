@@ -27,6 +27,7 @@ Naming rules every driver follows (CONTRACT.md §6):
 import abc
 import re
 
+from cyborg.drivers import sysfs
 from cyborg.objects import inventory
 
 _NOT_IN_ALPHABET = re.compile(r'[^A-Z0-9_]')
@@ -135,3 +136,49 @@ class HealthReporting(abc.ABC):
     def health(self):
         """``{controlpath_id: 'OK' | '<problem>'}`` for this driver's
         devices."""
+
+
+def pci_device(function, device_type, deployables, model=None,
+               vendor_board_info=None):
+    """A DriverDevice for a PCI function (``cyborg.drivers.sysfs``)."""
+    return inventory.DriverDevice(
+        type=device_type, vendor=function.vendor,
+        model=model or function.device,
+        controlpath_id=inventory.ControlPathID(function.address),
+        std_board_info={
+            'product_id': function.device,
+            'controller': sysfs.CLASS_NAMES.get(function.base_class),
+        },
+        vendor_board_info=vendor_board_info or {},
+        deployables=deployables)
+
+
+def whole_function_deployable(driver, function, rc, traits, **extra):
+    """A deployable for one whole PCI function, passed through as is."""
+    attributes = make_attributes(rc, traits, **function.descriptive(),
+                                 **extra)
+    return inventory.Deployable(
+        name=deployable_name(driver.host, function.address),
+        num_accelerators=1, attributes=attributes,
+        attach_handles=[pci_handle(function.address)],
+        driver_name=driver.name)
+
+
+def vf_pool_deployable(driver, pf, vfs, rc, traits, handle_extra=None,
+                       **extra):
+    """One deployable for a PF's VFs: one provider whose inventory is the
+    VF count, one PCI attach handle per VF (not one provider per VF)."""
+    attributes = make_attributes(rc, traits, **pf.descriptive(), **extra)
+    handles = [pci_handle(vf.address, **(handle_extra or {})) for vf in vfs]
+    return inventory.Deployable(
+        name=deployable_name(driver.host, pf.address),
+        num_accelerators=len(handles), attributes=attributes,
+        attach_handles=handles, driver_name=driver.name)
+
+
+def physical_functions(sysfs_root, match):
+    """``[(pf, [its VFs])]`` for the PFs (never a VF) that ``match``."""
+    functions = sysfs.Sysfs(sysfs_root).pci_functions()
+    by_address = sysfs.functions_by_address(functions)
+    return [(f, [by_address[a] for a in f.virtfns if a in by_address])
+            for f in functions if not f.is_vf and match(f)]

@@ -1,0 +1,33 @@
+"""Inspur FPGA cards (vendor 0x1bd4, processing accelerator class; the
+same vendor's NVMe SSDs are ``inspur_nvme_ssd_driver``'s).  Each card is
+passed through whole, rc FPGA; Inspur's cards (F10A, Arria 10 based) are
+programmed with OPAE's ``fpgaconf``."""
+
+from cyborg.drivers import base
+from cyborg.drivers import fpga
+
+VENDOR = '1bd4'
+ACCELERATOR_CLASS = '1200'
+
+
+class InspurFPGADriver(base.Driver, fpga.ToolProgrammable):
+
+    name = 'inspur_fpga_driver'
+
+    def discover(self):
+        devices = []
+        for pf, _vfs in base.physical_functions(self.sysfs_root, _is_fpga):
+            traits = ['CUSTOM_FPGA_INSPUR',
+                      base.custom_name('FPGA_INSPUR', pf.device)]
+            deployable = base.whole_function_deployable(self, pf, 'FPGA',
+                                                        traits)
+            devices.append(base.pci_device(pf, 'FPGA', [deployable]))
+        return devices
+
+    def program_argv(self, controlpath_id, image_path):
+        return fpga.opae_argv(controlpath_id, image_path)
+
+
+def _is_fpga(function):
+    return (function.vendor == VENDOR and
+            function.base_class == ACCELERATOR_CLASS)

@@ -1,0 +1,54 @@
+"""Intel SR-IOV NICs (vendor 0x8086, Ethernet class 0x0200).
+
+A PF is offered when it has VFs and is mapped to a physical network in
+``[agent]physical_device_mappings`` (by its interface name or PCI
+address): one provider with rc ``CUSTOM_NIC``, inventory = VF count,
+traits ``CUSTOM_NIC``, ``CUSTOM_PHYSNET_<NAME>`` and the product, and one
+PCI attach handle per VF carrying ``physical_network`` (Nova reads it to
+plug the port).  Unmapped PFs are not offered: a VF on an unknown network
+cannot be given to a port.
+"""
+
+from oslo_log import log as logging
+
+from cyborg.drivers import base
+
+LOG = logging.getLogger(__name__)
+
+VENDOR = '8086'
+ETHERNET = '0200'
+
+
+class IntelNICDriver(base.Driver):
+
+    name = 'intel_nic_driver'
+
+    def discover(self):
+        mappings = self.conf.agent.physical_device_mappings
+        devices = []
+        for pf, vfs in base.physical_functions(self.sysfs_root, _is_nic):
+            physnet = _physnet(pf, mappings)
+            if not vfs or physnet is None:
+                LOG.debug('NIC %s not offered (VFs: %d, physnet: %s).',
+                          pf.address, len(vfs), physnet)
+                continue
+            traits = ['CUSTOM_NIC', base.custom_name('PHYSNET', physnet),
+                      base.custom_name('NIC_INTEL', pf.device)]
+            deployable = base.vf_pool_deployable(
+                self, pf, vfs, 'CUSTOM_NIC', traits,
+                handle_extra={'physical_network': physnet},
+                physical_network=physnet,
+                interface=','.join(pf.net_interfaces) or None)
+            devices.append(base.pci_device(pf, 'NIC', [deployable]))
+        return devices
+
+
+def _is_nic(function):
+    return function.vendor == VENDOR and function.base_class == ETHERNET
+
+
+def _physnet(pf, mappings):
+    for key in [pf.address] + pf.net_interfaces:
+        if key in mappings:
+            return mappings[key]
+    return None

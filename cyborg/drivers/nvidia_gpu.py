@@ -1,0 +1,232 @@
+"""NVIDIA GPUs (vendor 0x10de, class 0x0300 / 0x0302).
+
+What a GPU is offered as, decided per physical GPU (a PF):
+
+- **VGPU**, one deployable per enabled mdev type, when the GPU hosts vGPUs:
+  the types are ``[agent]enabled_vgpu_types`` it supports plus the types of
+  mdevs that already exist on it.  Capacity = ``available_instances`` +
+  existing mdevs of the type, counted on the PF, or on its VFs when SR-IOV
+  is on (Ampere and later host one vGPU per VF).  Each instance is an
+  ``MDEV`` attach handle on the function that parents it.
+- **nothing** when SR-IOV VFs are enabled but no vGPU type is: a PF whose
+  VFs are enabled cannot be passed through whole, and a VF is never a
+  physical GPU of its own (Cyborg offered PF and VFs as separate GPUs).
+- one deployable per **MIG instance** when NVML says MIG mode is on (rc
+  ``CUSTOM_MIG_<PROFILE>``, no attach handle: Nova can only attach MIG
+  slices through vGPU mdev types, which are offered as VGPU above).
+- else the whole GPU as **PGPU** with a ``PCI`` attach handle.
+
+GPUs in ``[agent]nvidia_excluded_devices`` (a display, a GPU the host uses)
+are never offered.  With NVML (``nvidia-ml-py``) importable and a driver
+loaded, memory size, serial, UUID and MIG state are added; without it the
+driver reports from sysfs alone.
+"""
+
+from oslo_log import log as logging
+
+from cyborg.drivers import base
+from cyborg.drivers import sysfs
+from cyborg.objects import inventory
+
+LOG = logging.getLogger(__name__)
+
+VENDOR = '10de'
+GPU_CLASSES = ('0300', '0302')
+
+
+def _import_nvml():
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+class NvidiaGPUDriver(base.Driver, base.Partitionable):
+
+    name = 'nvidia_gpu_driver'
+
+    def __init__(self, conf, host, nvml=None):
+        super().__init__(conf, host)
+        # A fake NVML module is passed in tests; production imports pynvml.
+        self._nvml = nvml if nvml is not None else _import_nvml()
+
+    def discover(self):
+        functions = sysfs.Sysfs(self.sysfs_root).pci_functions()
+        by_address = sysfs.functions_by_address(functions)
+        excluded = {a.strip().lower() for a in
+                    self.conf.agent.nvidia_excluded_devices}
+        devices = []
+        with _Nvml(self._nvml) as nvml:
+            for function in functions:
+                if (function.vendor != VENDOR or function.is_vf or
+                        function.base_class not in GPU_CLASSES):
+                    continue
+                if function.address in excluded:
+                    LOG.debug('GPU %s is excluded by configuration.',
+                              function.address)
+                    continue
+                device = self._device(function, by_address,
+                                      nvml.info(function.address))
+                if device.deployables:
+                    devices.append(device)
+        return devices
+
+    def mdev_parent(self, pci_address, mdev_type):
+        # Handles already name the function (PF or VF) that parents them.
+        return pci_address
+
+    # -- one GPU -----------------------------------------------------------
+
+    def _device(self, pf, by_address, info):
+        extra = _nvml_attributes(info)
+        if pf.sriov_numvfs > 0:
+            parents = [by_address[a] for a in pf.virtfns if a in by_address]
+        else:
+            parents = [pf]
+        vgpu_types = self._vgpu_types(parents)
+        if vgpu_types:
+            deployables = [self._vgpu_deployable(pf, parents, t, extra)
+                           for t in vgpu_types]
+        elif pf.sriov_numvfs > 0:
+            LOG.info('GPU %s has %d SR-IOV VFs but no enabled vGPU type: '
+                     'not offered.', pf.address, pf.sriov_numvfs)
+            deployables = []
+        elif info and info.get('mig_enabled'):
+            deployables = [self._mig_deployable(pf, mig)
+                           for mig in info['migs']]
+        else:
+            deployables = [base.whole_function_deployable(
+                self, pf, 'PGPU', self._traits(pf), **extra)]
+        model = info.get('name') if info else None
+        return base.pci_device(pf, 'GPU', deployables, model=model)
+
+    def _vgpu_types(self, parents):
+        supported = set()
+        existing = set()
+        for parent in parents:
+            supported.update(parent.mdev_types)
+            existing.update(parent.mdevs.values())
+        enabled = supported & set(self.conf.agent.enabled_vgpu_types)
+        return sorted(enabled | existing)
+
+    @staticmethod
+    def _traits(pf, *more):
+        return [base.custom_name('NVIDIA', pf.device)] + list(more)
+
+    def _vgpu_deployable(self, pf, parents, mdev_type, extra):
+        handles = []
+        type_name = None
+        for parent in parents:
+            supported = parent.mdev_types.get(mdev_type)
+            available = supported.available_instances if supported else 0
+            if supported:
+                type_name = supported.name
+            used = sum(1 for t in parent.mdevs.values() if t == mdev_type)
+            for _ in range(available + used):
+                handles.append(base.pci_handle(
+                    parent.address, 'MDEV', asked_type=mdev_type,
+                    vgpu_mark='%s_%d' % (mdev_type, len(handles))))
+        attributes = base.make_attributes(
+            'VGPU', self._traits(pf, base.custom_name(mdev_type)),
+            vgpu_type=mdev_type, vgpu_type_name=type_name,
+            **pf.descriptive(), **extra)
+        return inventory.Deployable(
+            name=base.deployable_name(self.host, pf.address, mdev_type),
+            num_accelerators=len(handles), attributes=attributes,
+            attach_handles=handles, driver_name=self.name)
+
+    def _mig_deployable(self, pf, mig):
+        attributes = base.make_attributes(
+            base.custom_name('MIG', mig['profile']),
+            self._traits(pf, base.custom_name('NVIDIA_MIG', mig['profile'])),
+            mig_uuid=mig['uuid'], memory_mb=mig['memory_mb'],
+            **pf.descriptive())
+        return inventory.Deployable(
+            name=base.deployable_name(self.host, pf.address,
+                                      'MIG%d' % mig['gpu_instance_id']),
+            num_accelerators=1, attributes=attributes, attach_handles=[],
+            driver_name=self.name)
+
+
+def _nvml_attributes(info):
+    if not info:
+        return {}
+    return {'memory_mb': info.get('memory_mb'), 'serial': info.get('serial'),
+            'gpu_uuid': info.get('uuid'),
+            'mig_mode': 'enabled' if info.get('mig_enabled') else None}
+
+
+class _Nvml:
+    """An NVML session for one discovery; every NVML failure degrades to
+    "no NVML information" for that GPU (or all), never to a failed
+    discovery: sysfs alone still tells the truth about what is there."""
+
+    def __init__(self, module):
+        self._module = module
+        self._ready = False
+
+    def __enter__(self):
+        if self._module is not None:
+            try:
+                self._module.nvmlInit()
+                self._ready = True
+            except Exception as exc:
+                LOG.debug('NVML unavailable (%s); sysfs only.', exc)
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._ready:
+            try:
+                self._module.nvmlShutdown()
+            except Exception:
+                pass
+            self._ready = False
+
+    def info(self, address):
+        if not self._ready:
+            return None
+        nvml = self._module
+        try:
+            handle = nvml.nvmlDeviceGetHandleByPciBusId(address)
+            info = {'name': _text(nvml.nvmlDeviceGetName(handle)),
+                    'uuid': _text(nvml.nvmlDeviceGetUUID(handle)),
+                    'serial': _text(nvml.nvmlDeviceGetSerial(handle)),
+                    'memory_mb': nvml.nvmlDeviceGetMemoryInfo(
+                        handle).total // (1024 * 1024),
+                    'mig_enabled': False, 'migs': []}
+        except Exception as exc:
+            LOG.warning('NVML cannot read GPU %s (%s); sysfs only.',
+                        address, exc)
+            return None
+        info['mig_enabled'], info['migs'] = self._migs(handle)
+        return info
+
+    def _migs(self, handle):
+        nvml = self._module
+        try:
+            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+        except Exception:
+            # Not MIG capable (e.g. NVML_ERROR_NOT_SUPPORTED).
+            return False, []
+        if current != nvml.NVML_DEVICE_MIG_ENABLE:
+            return False, []
+        migs = []
+        for index in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+            except Exception:
+                continue      # NVML_ERROR_NOT_FOUND: an empty slot
+            name = _text(nvml.nvmlDeviceGetName(mig))
+            migs.append({
+                'gpu_instance_id': nvml.nvmlDeviceGetGpuInstanceId(mig),
+                'uuid': _text(nvml.nvmlDeviceGetUUID(mig)),
+                'profile': name.rsplit(' ', 1)[-1],
+                'memory_mb': nvml.nvmlDeviceGetMemoryInfo(mig).total //
+                (1024 * 1024)})
+        migs.sort(key=lambda m: m['gpu_instance_id'])
+        return True, migs
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,147 @@
+"""Any PCI function, offered by allowlist: ``[agent]passthrough_whitelist``
+entries in Nova's ``[pci]device_spec`` JSON format.
+
+Matching keys (as in Nova): ``vendor_id``, ``product_id`` (hex or ``*``),
+``address`` (a glob string ``[[[domain]:]bus]:][slot][.[function]]`` or a
+dict of ``domain``/``bus``/``slot``/``function`` regular expressions) and
+``devname`` (a network interface name).  Every other key is a tag; these
+tags are ours: ``resource_class`` (default ``CUSTOM_PCI``), ``traits``
+(comma-separated, default ``CUSTOM_PCI_<VENDOR>_<PRODUCT>``),
+``device_type`` (default from the PCI class: network NIC, display GPU,
+NVMe SSD, co-processor QAT, else AICHIP) and ``physical_network`` (put on
+the attach handle, as for NICs).  A PF whose VFs are enabled is left to its
+VFs.  An unparsable entry stops the agent at start with the entry in the
+message rather than silently offering nothing.
+"""
+
+import fnmatch
+import json
+import re
+
+from cyborg.drivers import base
+
+_WIDTHS = {'domain': 4, 'bus': 2, 'slot': 2, 'function': 1}
+_MATCH_KEYS = {'vendor_id', 'product_id', 'address', 'devname'}
+DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
+
+
+def _type_for_class(base_class):
+    if base_class.startswith('02'):
+        return 'NIC'
+    if base_class.startswith('03'):
+        return 'GPU'
+    if base_class == '0108':
+        return 'SSD'
+    if base_class == '0b40':
+        return 'QAT'
+    return 'AICHIP'
+
+
+def _address_parts(function_address):
+    domain, bus, rest = function_address.split(':')
+    slot, function = rest.split('.')
+    return {'domain': domain, 'bus': bus, 'slot': slot, 'function': function}
+
+
+def _pad(value, field):
+    if '*' in value:
+        return value.lower()
+    return '%0*x' % (_WIDTHS[field], int(value, 16))
+
+
+class DeviceSpec:
+    """One allowlist entry."""
+
+    def __init__(self, text):
+        try:
+            spec = json.loads(text)
+            if not isinstance(spec, dict):
+                raise ValueError('not a JSON object')
+            self.vendor_id = _pad(spec.get('vendor_id', '*'), 'domain')
+            self.product_id = _pad(spec.get('product_id', '*'), 'domain')
+            self.devname = spec.get('devname')
+            self._address = self._parse_address(spec.get('address', '*'))
+            self.tags = {k: v for k, v in spec.items()
+                         if k not in _MATCH_KEYS}
+            device_type = self.tags.get('device_type')
+            if device_type is not None and device_type not in DEVICE_TYPES:
+                raise ValueError('device_type must be one of %s' %
+                                 ', '.join(DEVICE_TYPES))
+        except (ValueError, TypeError, AttributeError, re.error) as exc:
+            raise ValueError('Invalid [agent]passthrough_whitelist entry '
+                             '%s: %s' % (text, exc)) from exc
+
+    @staticmethod
+    def _parse_address(address):
+        if isinstance(address, dict):
+            return {field: re.compile(address.get(field, '.*'))
+                    for field in _WIDTHS}
+        dbs, _, function = address.partition('.')
+        parts = dbs.split(':')
+        if len(parts) > 3:
+            raise ValueError('bad address %r' % address)
+        parts = ['*'] * (3 - len(parts)) + parts
+        values = dict(zip(('domain', 'bus', 'slot'), parts))
+        values['function'] = function or '*'
+        return {field: _pad(value or '*', field)
+                for field, value in values.items()}
+
+    def _address_matches(self, address):
+        parts = _address_parts(address)
+        for field, pattern in self._address.items():
+            if isinstance(pattern, str):
+                if not fnmatch.fnmatchcase(parts[field], pattern):
+                    return False
+            elif not pattern.fullmatch(parts[field]):
+                return False
+        return True
+
+    def matches(self, function):
+        return (fnmatch.fnmatchcase(function.vendor, self.vendor_id) and
+                fnmatch.fnmatchcase(function.device, self.product_id) and
+                (self.devname is None or
+                 self.devname in function.net_interfaces) and
+                self._address_matches(function.address))
+
+
+class PCIDriver(base.Driver):
+
+    name = 'pci_driver'
+
+    def __init__(self, conf, host):
+        super().__init__(conf, host)
+        self.specs = [DeviceSpec(text)
+                      for text in conf.agent.passthrough_whitelist]
+
+    def discover(self):
+        devices = []
+        for pf, vfs in base.physical_functions(self.sysfs_root,
+                                               lambda f: True):
+            for function in vfs or [pf]:
+                spec = self._spec_for(function)
+                if spec is not None:
+                    devices.append(self._device(function, spec))
+        return devices
+
+    def _spec_for(self, function):
+        for spec in self.specs:
+            if spec.matches(function):
+                return spec
+        return None
+
+    def _device(self, function, spec):
+        tags = spec.tags
+        traits = [t.strip() for t in tags.get('traits', '').split(',')
+                  if t.strip()] or [base.custom_name('PCI', function.vendor,
+                                                     function.device)]
+        rc = base.custom_name(tags.get('resource_class', 'CUSTOM_PCI'))
+        deployable = base.whole_function_deployable(
+            self, function, rc, traits,
+            physical_network=tags.get('physical_network'))
+        physnet = tags.get('physical_network')
+        if physnet:
+            deployable.attach_handles = [base.pci_handle(
+                function.address, physical_network=physnet)]
+        device_type = tags.get('device_type') or _type_for_class(
+            function.base_class)
+        return base.pci_device(function, device_type, [deployable])

@@ -1,0 +1,54 @@
+"""Xilinx Alveo FPGA cards (vendor 0x10ee, processing accelerator class).
+
+An Alveo card shows two functions on one slot: the management function
+(xclmgmt, the lower function number: the device's control path) and the
+user function (xocl), which is what an instance gets.  One deployable per
+card, rc FPGA, programmed with XRT's ``xbutil program`` on the user
+function.
+"""
+
+from cyborg.drivers import base
+from cyborg.drivers import fpga
+from cyborg.drivers import sysfs
+from cyborg.objects import inventory
+
+VENDOR = '10ee'
+ACCELERATOR_CLASS = '1200'
+
+
+class XilinxFPGADriver(base.Driver, fpga.ToolProgrammable):
+
+    name = 'xilinx_fpga_driver'
+
+    def discover(self):
+        devices = []
+        for mgmt, user in self._cards():
+            traits = ['CUSTOM_FPGA_XILINX',
+                      base.custom_name('FPGA_XILINX', mgmt.device)]
+            attributes = base.make_attributes('FPGA', traits,
+                                              **mgmt.descriptive())
+            deployable = inventory.Deployable(
+                name=base.deployable_name(self.host, mgmt.address),
+                num_accelerators=1, attributes=attributes,
+                attach_handles=[base.pci_handle(user.address)],
+                driver_name=self.name)
+            devices.append(base.pci_device(mgmt, 'FPGA', [deployable]))
+        return devices
+
+    def _cards(self):
+        """``[(management function, user function)]`` per slot."""
+        slots = {}
+        for function in sysfs.Sysfs(self.sysfs_root).pci_functions():
+            if (function.vendor == VENDOR and not function.is_vf and
+                    function.base_class == ACCELERATOR_CLASS):
+                slots.setdefault(function.address[:-2], []).append(function)
+        cards = []
+        for functions in slots.values():
+            functions.sort(key=lambda f: f.address)
+            cards.append((functions[0], functions[-1]))
+        return sorted(cards, key=lambda card: card[0].address)
+
+    def program_argv(self, controlpath_id, image_path):
+        user = dict((m.address, u) for m, u in self._cards())[controlpath_id]
+        return ['xbutil', 'program', '--device', user.address,
+                '--user', image_path]

@@ -1,0 +1,75 @@
+import threading
+import time
+
+from cyborg.agent import hotplug
+
+
+class _Counter:
+    def __init__(self):
+        self.calls = []
+        self.event = threading.Event()
+
+    def __call__(self):
+        self.calls.append(time.monotonic())
+        self.event.set()
+
+
+def _watcher(conf, debounce=0.2):
+    conf.set_override('hotplug_debounce', debounce, 'agent')
+    counter = _Counter()
+    return hotplug.HotplugWatcher(conf, counter), counter
+
+
+def test_real_udev_monitor_starts_and_stops(conf):
+    watcher, _ = _watcher(conf)
+    watcher.start()
+    try:
+        assert watcher.monitoring
+        assert len(watcher._threads) == 2
+    finally:
+        watcher.stop()
+    assert not watcher.monitoring
+    assert watcher._threads == []
+
+
+def test_a_burst_yields_one_call_within_a_second(conf):
+    watcher, counter = _watcher(conf, debounce=0.2)
+    watcher.start()
+    try:
+        start = time.monotonic()
+        for n in range(50):
+            watcher.inject('add', 'pci', '/devices/pci0000:3b/0000:3b:00.%d'
+                           % (n % 8))
+        assert counter.event.wait(1.0)
+        assert counter.calls[0] - start < 1.0
+        time.sleep(0.4)
+        assert len(counter.calls) == 1
+    finally:
+        watcher.stop()
+
+
+def test_a_steady_stream_still_reports_within_a_second(conf):
+    watcher, counter = _watcher(conf, debounce=0.3)
+    watcher.start()
+    try:
+        start = time.monotonic()
+        while time.monotonic() - start < 1.2:
+            watcher.inject('bind', 'pci', '/devices/x')
+            time.sleep(0.05)
+        assert counter.calls and counter.calls[0] - start < 1.0
+    finally:
+        watcher.stop()
+
+
+def test_separate_events_make_separate_calls(conf):
+    watcher, counter = _watcher(conf, debounce=0.05)
+    watcher.start()
+    try:
+        watcher.inject('add', 'mdev', '/devices/a')
+        assert counter.event.wait(1.0)
+        counter.event.clear()
+        watcher.inject('remove', 'mdev', '/devices/a')
+        assert counter.event.wait(1.0)
+        assert len(counter.calls) == 2
+    finally:
+        watcher.stop()

@@ -1,0 +1,137 @@
+"""Agent endpoints on fake sysfs trees, privileged calls in-process."""
+
+import base64
+import hashlib
+import os
+import uuid
+
+import pytest
+
+from cyborg.agent import manager as agent_manager
+from cyborg.agent import reporter as agent_reporter
+from cyborg.common import exception
+from cyborg.drivers import loader
+from tests.fixtures import sysfs as fake_sysfs
+
+
+class _Requests:
+    """What the manager asked of the real (not started) reporter."""
+
+    def __init__(self, reporter):
+        self._reporter = reporter
+
+    @property
+    def reports(self):
+        return int(self._reporter._wake.is_set())
+
+    @property
+    def full(self):
+        return int(self._reporter._full_requested)
+
+
+@pytest.fixture
+def privsep_in_process():
+    from cyborg.agent import privileged
+    privileged.default.set_client_mode(False)
+    yield
+    privileged.default.set_client_mode(True)
+
+
+def _manager(conf, tmp_path, scenario='vgpu'):
+    root = tmp_path / 'sys'
+    tree, options = fake_sysfs.build(scenario, root)
+    options['enabled_drivers'] = options['enabled_drivers'] + ['fake_driver']
+    fake_sysfs.apply_options(conf, options, root, tmp_path / 'state')
+    drivers = loader.load_drivers(conf, 'h')
+    # Never started: the test reads the triggers it received.
+    reporter = agent_reporter.Reporter(conf, 'h', drivers,
+                                       conductor_api=object())
+    manager = agent_manager.AgentManager(conf, 'h', reporter=reporter,
+                                         drivers=drivers)
+    return manager, tree, _Requests(reporter)
+
+
+def test_create_vgpu_mdev_writes_the_type_create_file(
+        conf, tmp_path, privsep_in_process, admin_context):
+    manager, tree, requests = _manager(conf, tmp_path)
+    mdev = str(uuid.uuid4())
+    assert manager.create_vgpu_mdev(admin_context, '0000:c1:00.0',
+                                    'nvidia-223', mdev)
+    create = os.path.join(tree.device_path('0000:c1:00.0'),
+                          'mdev_supported_types', 'nvidia-223', 'create')
+    with open(create) as f:
+        assert f.read() == mdev
+    assert requests.reports == 1
+
+
+def test_create_existing_mdev_is_a_success_without_writing(
+        conf, tmp_path, privsep_in_process, admin_context):
+    manager, tree, requests = _manager(conf, tmp_path)
+    assert manager.create_vgpu_mdev(admin_context, '0000:41:00.0',
+                                    'nvidia-223', fake_sysfs.MDEV_C)
+    assert requests.reports == 0
+
+
+def test_create_unknown_type_or_bad_uuid_is_refused(
+        conf, tmp_path, privsep_in_process, admin_context):
+    manager, _tree, _ = _manager(conf, tmp_path)
+    with pytest.raises(exception.NotFound, match='nvidia-999'):
+        manager.create_vgpu_mdev(admin_context, '0000:c1:00.0', 'nvidia-999',
+                                 str(uuid.uuid4()))
+    with pytest.raises(exception.Invalid):
+        manager.create_vgpu_mdev(admin_context, '0000:c1:00.0',
+                                 '../../../etc', str(uuid.uuid4()))
+
+
+def test_remove_vgpu_mdev_writes_remove_and_is_idempotent(
+        conf, tmp_path, privsep_in_process, admin_context):
+    manager, tree, requests = _manager(conf, tmp_path)
+    assert manager.remove_vgpu_mdev(admin_context, '0000:41:00.0',
+                                    fake_sysfs.MDEV_C)
+    with open(os.path.join(tree.device_path('0000:41:00.0'),
+                           fake_sysfs.MDEV_C, 'remove')) as f:
+        assert f.read() == '1'
+    assert requests.reports == 1
+    assert manager.remove_vgpu_mdev(admin_context, '0000:41:00.0',
+                                    str(uuid.uuid4()))
+    assert requests.reports == 1
+
+
+def test_fpga_program_inline_data_on_the_fake_driver(conf, tmp_path,
+                                                     admin_context):
+    manager, _tree, requests = _manager(conf, tmp_path)
+    data = b'\x00bitstream'
+    bitstream = {'image_uuid': 'img-7',
+                 'data': base64.b64encode(data).decode(),
+                 'checksum': hashlib.md5(data).hexdigest()}
+    assert manager.fpga_program(admin_context, '0000:0c:00.0', bitstream,
+                                'fake_driver') is True
+    [device] = manager.drivers['fake_driver'].discover()
+    assert device.deployables[0].bitstream_id == 'img-7'
+    assert requests.reports == 1
+
+
+@pytest.mark.parametrize('bitstream, driver, error', [
+    ({'image_uuid': 'i', 'data': 'AAAA', 'checksum': '0' * 32},
+     'fake_driver', 'checksum'),
+    ({'image_uuid': 'i', 'data': '***'}, 'fake_driver', 'base64'),
+    ({'image_uuid': 'i'}, 'fake_driver', 'neither data'),
+    ({'data': 'AAAA'}, 'fake_driver', 'image_uuid'),
+    ({'image_uuid': 'i', 'data': 'AAAA'}, 'nvidia_gpu_driver', 'cannot'),
+    ({'image_uuid': 'i', 'data': 'AAAA'}, 'nope', 'nope'),
+])
+def test_fpga_program_bad_requests(conf, tmp_path, admin_context, bitstream,
+                                   driver, error):
+    manager, _tree, requests = _manager(conf, tmp_path)
+    with pytest.raises(exception.CyborgException, match=error):
+        manager.fpga_program(admin_context, '0000:0c:00.0', bitstream,
+                             driver)
+    assert requests.reports == 0
+    assert manager.drivers['fake_driver'].discover()[0].deployables[0] \
+        .bitstream_id is None
+
+
+def test_request_report_asks_for_a_full_one(conf, tmp_path, admin_context):
+    manager, _tree, requests = _manager(conf, tmp_path)
+    manager.request_report(admin_context)
+    assert requests.full == 1

@@ -1,0 +1,45 @@
+import os
+
+import pytest
+
+from tests.fixtures import sysfs as fake_sysfs
+
+
+@pytest.fixture
+def scenario(conf, tmp_path):
+    """``scenario(name)`` builds the fake host and points ``conf`` at it;
+    returns the FakeSysfs tree."""
+
+    def build(name):
+        root = tmp_path / 'sys'
+        tree, options = fake_sysfs.build(name, root)
+        fake_sysfs.apply_options(conf, options, root, tmp_path / 'state')
+        return tree
+
+    return build
+
+
+@pytest.fixture
+def in_process_privsep():
+    """Run cyborg.agent.privileged functions in this process (fake trees
+    need no root), as oslo.privsep allows with client mode off."""
+    from cyborg.agent import privileged
+    privileged.default.set_client_mode(False)
+    yield privileged
+    privileged.default.set_client_mode(True)
+
+
+@pytest.fixture
+def fake_tools(tmp_path, monkeypatch):
+    """Fake vendor FPGA tools on PATH that log their arguments (the tools
+    drive hardware this machine does not have)."""
+    bindir = tmp_path / 'bin'
+    bindir.mkdir()
+    log = tmp_path / 'tool.log'
+    for tool in ('fpgaconf', 'xbutil'):
+        script = bindir / tool
+        script.write_text('#!/bin/sh\necho "$(basename $0) $*" >> %s\n'
+                          '[ -f "$(eval echo \\${$#})" ] || exit 3\n' % log)
+        script.chmod(0o755)
+    monkeypatch.setenv('PATH', '%s:%s' % (bindir, os.environ['PATH']))
+    return log

@@ -1,0 +1,55 @@
+import pytest
+
+from cyborg.common import exception
+from cyborg.drivers import loader
+
+
+def _load(conf, name):
+    return loader.load_driver(conf, 'h', name)
+
+
+def test_intel_program_runs_fpgaconf_on_the_pf(conf, scenario, tmp_path,
+                                               in_process_privsep,
+                                               fake_tools):
+    scenario('intel_fpga')
+    image = tmp_path / 'gbs'
+    image.write_bytes(b'bits')
+    _load(conf, 'intel_fpga_driver').program('0000:d8:00.0', str(image),
+                                             'img')
+    assert fake_tools.read_text().split() == [
+        'fpgaconf', '--segment', '0x0000', '--bus', '0xd8', '--device',
+        '0x00', '--function', '0x0', str(image)]
+
+
+def test_xilinx_program_targets_the_user_function(conf, scenario, tmp_path,
+                                                  in_process_privsep,
+                                                  fake_tools):
+    scenario('mixed')
+    image = tmp_path / 'k.xclbin'
+    image.write_bytes(b'bits')
+    _load(conf, 'xilinx_fpga_driver').program('0000:d8:00.0', str(image),
+                                              'img')
+    assert fake_tools.read_text().split() == [
+        'xbutil', 'program', '--device', '0000:d8:00.1', '--user',
+        str(image)]
+
+
+def test_program_refuses_an_address_that_is_not_its_fpga(
+        conf, scenario, tmp_path, in_process_privsep, fake_tools):
+    scenario('mixed')
+    with pytest.raises(exception.ResourceNotFound, match='0000:3b:00.0'):
+        _load(conf, 'inspur_fpga_driver').program('0000:3b:00.0', 'x', 'i')
+    assert not fake_tools.exists()
+
+
+def test_tool_failure_is_a_clear_error(conf, scenario, in_process_privsep,
+                                       fake_tools):
+    scenario('mixed')
+    with pytest.raises(exception.CyborgException, match='fpgaconf failed'):
+        _load(conf, 'inspur_fpga_driver').program('0000:da:00.0',
+                                                  '/no/such/file', 'i')
+
+
+def test_privileged_tool_runner_only_runs_fpga_tools(in_process_privsep):
+    with pytest.raises(exception.Invalid):
+        in_process_privsep.run_fpga_tool(['rm', '-rf', '/tmp/x'])

@@ -1,0 +1,85 @@
+from cyborg.drivers import nvidia_gpu
+from tests.fixtures import sysfs as fake_sysfs
+from tests.unit.drivers import fake_nvml
+
+A100 = {'name': 'NVIDIA A100-PCIE-40GB', 'uuid': 'GPU-1111', 'serial':
+        '1320221000001', 'memory_mb': 40960}
+
+
+def _discover(conf, nvml=None):
+    driver = nvidia_gpu.NvidiaGPUDriver(conf, 'h', nvml=nvml)
+    driver.name = 'nvidia_gpu_driver'
+    return {dep.name: dep for dev in driver.discover()
+            for dep in dev.deployables}, driver
+
+
+def test_nvml_adds_memory_serial_uuid_and_model(conf, scenario):
+    scenario('nvidia_sriov')
+    nvml = fake_nvml.FakeNVML({'0000:3b:00.0': A100})
+    deps, driver = _discover(conf, nvml)
+    whole = deps['h_0000:3b:00.0']
+    assert whole.attributes['memory_mb'] == '40960'
+    assert whole.attributes['serial'] == '1320221000001'
+    assert whole.attributes['gpu_uuid'] == 'GPU-1111'
+    devices = {d.controlpath_id.cpid_info: d for d in driver.discover()}
+    assert devices['0000:3b:00.0'].model == 'NVIDIA A100-PCIE-40GB'
+    # GPUs NVML does not know still come from sysfs.
+    assert 'memory_mb' not in deps['h_0000:86:00.0_nvidia-471'].attributes
+    assert nvml.initialised == 0      # every session is shut down
+
+
+def test_mig_instances_are_deployables(conf, scenario):
+    scenario('nvidia_sriov')
+    gpu = dict(A100, mig=[(1, '3g.20gb', 20096, 'MIG-aaaa'),
+                          (5, '1g.5gb', 4864, 'MIG-bbbb')])
+    deps, _ = _discover(conf, fake_nvml.FakeNVML({'0000:3b:00.0': gpu}))
+    assert 'h_0000:3b:00.0' not in deps
+    mig = deps['h_0000:3b:00.0_MIG5']
+    assert mig.attributes['rc'] == 'CUSTOM_MIG_1G_5GB'
+    assert 'CUSTOM_NVIDIA_MIG_1G_5GB' in mig.traits
+    assert mig.attributes['mig_uuid'] == 'MIG-bbbb'
+    assert deps['h_0000:3b:00.0_MIG1'].attributes['memory_mb'] == '20096'
+
+
+def test_nvml_that_cannot_start_means_sysfs_only(conf, scenario):
+    scenario('nvidia_sriov')
+    with_failing, _ = _discover(conf, fake_nvml.FakeNVML({}, True))
+    without, _ = _discover(conf, nvml=None)
+    assert with_failing.keys() == without.keys()
+
+
+def test_enabling_vfs_takes_the_gpu_off_as_whole(conf, scenario):
+    tree = scenario('nvidia_sriov')
+    tree.add_vfs('0000:3b:00.0', ['0000:3b:00.4', '0000:3b:00.5'],
+                 driver='nvidia')
+    deps, _ = _discover(conf)
+    # VFs on but no vGPU type they offer is enabled: not offered at all,
+    # and never as two more physical GPUs.
+    assert not [n for n in deps if n.startswith('h_0000:3b:00')]
+    for vf in ('0000:3b:00.4', '0000:3b:00.5'):
+        tree.add_mdev_type(vf, 'nvidia-471', 'GRID A100-4C', 1)
+    deps, _ = _discover(conf)
+    assert deps['h_0000:3b:00.0_nvidia-471'].num_accelerators == 2
+
+
+def test_excluded_gpu_comes_back_when_no_longer_excluded(conf, scenario):
+    scenario('nvidia_sriov')
+    conf.set_override('nvidia_excluded_devices', [], 'agent')
+    deps, _ = _discover(conf)
+    assert deps['h_0000:af:00.0'].resource_class == 'PGPU'
+
+
+def test_whole_gpu_once_its_mdevs_and_types_are_gone(conf, tmp_path):
+    tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
+    tree.add_pci('0000:41:00.0', *fake_sysfs.T4, driver='nvidia')
+    tree.add_mdev_type('0000:41:00.0', 'nvidia-223', 'GRID T4-2B', 8)
+    conf.set_override('sysfs_root', str(tmp_path / 'sys'), 'agent')
+    deps, _ = _discover(conf)
+    # Types the GPU supports but nobody enabled: the GPU is offered whole.
+    assert list(deps) == ['h_0000:41:00.0']
+    tree.add_mdev('0000:41:00.0', fake_sysfs.MDEV_C, 'nvidia-223')
+    tree.set_available('0000:41:00.0', 'nvidia-223', 7)
+    deps, _ = _discover(conf)
+    # An mdev exists: its type is in use, the GPU is not whole any more.
+    assert list(deps) == ['h_0000:41:00.0_nvidia-223']
+    assert deps['h_0000:41:00.0_nvidia-223'].num_accelerators == 8
