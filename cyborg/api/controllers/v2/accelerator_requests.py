@@ -1,0 +1,190 @@
+"""Accelerator requests (ARQs): /v2/accelerator_requests[/{uuid}].
+
+Ownership: a caller that is neither admin nor a service sees and changes
+only its own project's ARQs; another project's ARQ is "not found".
+Binding, unbinding, deleting a bound ARQ and deleting by instance are for
+services (Nova's service token) only.
+"""
+
+from oslo_utils import uuidutils
+
+from cyborg.api.controllers import base
+from cyborg.api.schemas import accelerator_requests as schema
+from cyborg.api.views import accelerator_requests as view
+from cyborg.common import exception
+from cyborg.objects.accelerator_requests import AcceleratorRequest
+from cyborg.objects.device_profiles import DeviceProfile
+
+RULE = 'cyborg:arq:%s'
+# States in which an ARQ's binding has come to an end, one way or another.
+RESOLVED_STATES = ('Bound', 'BindFailed', 'Deleting')
+# States a user may not delete from without a service token.
+BOUND_STATES = ('BindStarted', 'Bound')
+
+
+def list_arqs(r):
+    r.authorize(RULE % 'get_all')
+    query = r.query(schema.LIST_QUERY)
+    if 'bind_state' in query and 'instance' not in query:
+        raise exception.Invalid(reason='bind_state: needs instance')
+    arqs = AcceleratorRequest.list(r.context, _owner(r),
+                                   instance_uuid=query.get('instance'))
+    if 'bind_state' in query:
+        pending = [a.uuid for a in arqs if a.state not in RESOLVED_STATES]
+        if pending:
+            raise exception.Locked(
+                reason='accelerator requests of instance %s are still '
+                       'binding: %s' % (query['instance'],
+                                        ', '.join(pending)))
+    return base.json_response(200, {'arqs': [view.show(r, a) for a in arqs]})
+
+
+def show_arq(r, uuid):
+    r.authorize(RULE % 'get_one')
+    return base.json_response(200, view.show(r, _find(r, uuid)))
+
+
+def create_arqs(r):
+    """POST {"device_profile_name": n}: ARQs for every unit of every group,
+    owned by the caller's project (the user's, when Nova asks)."""
+    r.authorize(RULE % 'create')
+    body = r.json_body(schema.CREATE)
+    profile = DeviceProfile.get_by_name(r.context, body['device_profile_name'])
+    if profile is None:
+        raise exception.DeviceProfileNotFound(
+            name=body['device_profile_name'])
+    created = r.conductor.arq_create(r.context,
+                                     device_profile_uuid=profile.uuid,
+                                     project_id=r.context.project_id)
+    uuids = [item['uuid'] for item in created]
+    arqs = AcceleratorRequest.list(r.context, uuids=uuids)
+    return base.json_response(201, {'arqs': [view.show(r, a) for a in arqs]})
+
+
+def bind_or_unbind_arqs(r):
+    """PATCH {arq uuid: [json patch ops]}: all 'add' binds, all 'remove'
+    unbinds; answers 202 once the conductor has taken the work."""
+    r.authorize(RULE % 'update')
+    patch = r.json_body(schema.PATCH)
+    ops = {op['op'] for ops in patch.values() for op in ops}
+    if len(ops) != 1:
+        raise exception.Invalid(
+            reason='all operations must be "add" (bind) or all "remove" '
+                   '(unbind)')
+    bindings = None
+    if ops == {'add'}:
+        bindings = {uuid.lower(): _binding(uuid, changes)
+                    for uuid, changes in patch.items()}
+    _check_project_path(r, patch)
+    _require_service(r, 'Binding or unbinding accelerator requests')
+    uuids = [u.lower() for u in patch]
+    _check_visible(r, uuids)
+    if bindings is not None:
+        r.conductor.arq_bind(r.context, bindings=bindings)
+    else:
+        r.conductor.arq_unbind(r.context, arq_uuids=uuids)
+    return base.empty_response(202)
+
+
+def delete_arqs(r):
+    """DELETE ?arqs=u1,u2 or ?instance=I."""
+    r.authorize(RULE % 'delete')
+    query = r.query(schema.DELETE_QUERY)
+    if 'instance' in query:
+        _require_service(r, 'Deleting the accelerator requests of an '
+                            'instance')
+        r.conductor.arq_delete(r.context, instance_uuid=query['instance'])
+        return base.empty_response(204)
+    uuids = base.split_csv(query['arqs'])
+    if not uuids:
+        raise exception.Invalid(reason='arqs: no accelerator request named')
+    for uuid in uuids:
+        if not uuidutils.is_uuid_like(uuid):
+            raise exception.Invalid(reason='arqs: %s is not a uuid' % uuid)
+    return _delete(r, uuids)
+
+
+def delete_arq(r, uuid):
+    r.authorize(RULE % 'delete')
+    return _delete(r, [uuid])
+
+
+def _delete(r, uuids):
+    """Delete the caller's ARQs among ``uuids``; 404 (after deleting the
+    others) when any is missing or not the caller's."""
+    visible = AcceleratorRequest.list(r.context, _owner(r), uuids=uuids)
+    if any(a.state in BOUND_STATES for a in visible):
+        _require_service(r, 'Deleting a bound accelerator request')
+    missing = set(uuids) - {a.uuid for a in visible}
+    if visible:
+        not_found = r.conductor.arq_delete(
+            r.context, arq_uuids=[a.uuid for a in visible])
+        missing.update(not_found or [])
+    if missing:
+        raise exception.ARQNotFound(uuid=', '.join(sorted(missing)))
+    return base.empty_response(204)
+
+
+def _owner(r):
+    """The project whose ARQs the caller may see; None for all."""
+    if r.context.is_admin or r.context.is_service:
+        return None
+    return r.context.project_id
+
+
+def _find(r, uuid):
+    arq = AcceleratorRequest.get(r.context, uuid, _owner(r))
+    if arq is None:
+        raise exception.ARQNotFound(uuid=uuid)
+    return arq
+
+
+def _check_visible(r, uuids):
+    found = {a.uuid for a in AcceleratorRequest.list(r.context, _owner(r),
+                                                     uuids=uuids)}
+    missing = sorted(set(uuids) - found)
+    if missing:
+        raise exception.ARQNotFound(uuid=', '.join(missing))
+
+
+def _require_service(r, action):
+    if not r.context.is_service:
+        raise exception.ServiceTokenRequired(action=action)
+
+
+def _check_project_path(r, patch):
+    """/project_id: microversion 2.1 and admins only."""
+    named = any(op['path'] == schema.PROJECT_PATH
+                for ops in patch.values() for op in ops)
+    if not named:
+        return
+    if not r.version.matches((2, 1)):
+        raise exception.NotAcceptable(
+            reason='/project_id in a bind needs microversion 2.1 or later')
+    if not r.context.is_admin:
+        raise exception.PolicyNotAuthorized(
+            action=RULE % 'update' + ' (/project_id)')
+
+
+def _binding(uuid, changes):
+    """{hostname, device_rp_uuid, instance_uuid[, project_id]} of a bind."""
+    values = {}
+    for change in changes:
+        field = change['path'].lstrip('/')
+        if field in values:
+            raise exception.Invalid(reason='%s: %s given twice' % (uuid,
+                                                                  field))
+        if 'value' not in change:
+            raise exception.Invalid(reason='%s: %s has no value' % (uuid,
+                                                                   field))
+        values[field] = change['value']
+    missing = [p.lstrip('/') for p in schema.BIND_PATHS
+               if p.lstrip('/') not in values]
+    if missing:
+        raise exception.Invalid(reason='%s: missing %s' % (
+            uuid, ', '.join(missing)))
+    for field in ('device_rp_uuid', 'instance_uuid'):
+        if not uuidutils.is_uuid_like(values[field]):
+            raise exception.Invalid(reason='%s: %s is not a uuid' % (
+                uuid, field))
+    return values

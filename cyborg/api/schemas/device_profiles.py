@@ -1,0 +1,55 @@
+"""Device profile input (CONTRACT.md §4)."""
+
+import os_resource_classes
+
+from cyborg.api.schemas import common
+
+NAME_PATTERN = '^[a-zA-Z0-9-_]+$'
+_RESOURCE_CLASSES = '|'.join(sorted(os_resource_classes.STANDARDS))
+
+# One group: what Nova turns into Placement request group
+# device_profile_<i> (resources:, trait:) plus our accel: keys.
+GROUP = {
+    'type': 'object',
+    'minProperties': 1,
+    'patternProperties': {
+        '^resources:(CUSTOM_[A-Z0-9_]+|%s)$' % _RESOURCE_CLASSES: {
+            # Each unit becomes one ARQ: bounded, so a profile cannot ask
+            # for millions of them.
+            'type': 'string', 'pattern': '^[1-9][0-9]{0,2}$'},
+        '^trait:[A-Z0-9_]{1,255}$': {
+            'type': 'string', 'enum': ['required', 'forbidden']},
+        '^accel:[a-zA-Z0-9_:.-]{1,255}$': {
+            'type': 'string', 'maxLength': 255},
+    },
+    'additionalProperties': False,
+}
+
+CREATE = {
+    'type': 'array',
+    'minItems': 1,
+    'maxItems': 1,
+    'items': {
+        'type': 'object',
+        'properties': {
+            'name': {'type': 'string', 'minLength': 1, 'maxLength': 255,
+                     'pattern': NAME_PATTERN},
+            'uuid': common.UUID,
+            'description': {'type': ['string', 'null'], 'maxLength': 255},
+            'groups': {'type': 'array', 'minItems': 1, 'items': GROUP},
+        },
+        'required': ['name', 'groups'],
+        'additionalProperties': False,
+    },
+}
+
+LIST_QUERY = {
+    'type': 'object',
+    'properties': {'name': {'type': 'string', 'minLength': 1}},
+}
+
+DELETE_QUERY = {
+    'type': 'object',
+    'properties': {'value': {'type': 'string', 'minLength': 1}},
+    'required': ['value'],
+}

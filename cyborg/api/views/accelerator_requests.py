@@ -1,0 +1,18 @@
+from cyborg.api import views
+
+
+def show(r, arq):
+    return {'uuid': arq.uuid,
+            'state': arq.state,
+            'device_profile_name': arq.device_profile_name,
+            'device_profile_group_id': arq.device_profile_group_id,
+            'hostname': arq.hostname,
+            'device_rp_uuid': arq.device_rp_uuid,
+            'instance_uuid': arq.instance_uuid,
+            'project_id': arq.project_id,
+            'attach_handle_type': arq.attach_handle_type or '',
+            'attach_handle_uuid': arq.attach_handle_uuid,
+            'attach_handle_info': arq.attach_handle_info or {},
+            'created_at': views.timestamp(arq.created_at),
+            'updated_at': views.timestamp(arq.updated_at),
+            'links': views.links(r, 'accelerator_requests', arq.uuid)}

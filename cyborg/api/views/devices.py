@@ -1,0 +1,17 @@
+from cyborg.api import views
+
+
+def show(r, device):
+    body = {'uuid': device.uuid,
+            'type': device.type,
+            'vendor': device.vendor,
+            'model': device.model,
+            'std_board_info': device.std_board_info,
+            'vendor_board_info': device.vendor_board_info,
+            'hostname': device.hostname,
+            'created_at': views.timestamp(device.created_at),
+            'updated_at': views.timestamp(device.updated_at),
+            'links': views.links(r, 'devices', device.uuid)}
+    if r.version.matches((2, 3)):
+        body['status'] = device.status
+    return body

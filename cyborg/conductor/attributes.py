@@ -1,0 +1,42 @@
+"""Attribute writes (conductor side of POST/DELETE /attributes)."""
+
+from oslo_db import exception as db_exc
+from oslo_utils import uuidutils
+
+from cyborg.common import exception
+from cyborg.db import api as db_api
+
+
+def create(conf, context, deployable_uuid, key, value):
+    """Add ``key`` = ``value`` to a deployable; 409 if it has that key."""
+    try:
+        with db_api.writer.using(context):
+            deployable = db_api.deployable_read(context, uuid=deployable_uuid)
+            if deployable is None:
+                raise exception.ResourceNotFound(resource='Deployable',
+                                                 id=deployable_uuid)
+            row = db_api.attribute_insert(
+                context, {'uuid': uuidutils.generate_uuid(),
+                          'deployable_id': deployable.id,
+                          'key': key, 'value': value})
+            return _as_dict(row)
+    except db_exc.DBDuplicateEntry:
+        raise exception.Conflict(
+            reason='deployable %s already has attribute %s' % (
+                deployable_uuid, key))
+    except db_exc.DBReferenceError:
+        raise exception.ResourceNotFound(resource='Deployable',
+                                         id=deployable_uuid)
+
+
+def delete(conf, context, attribute_uuid):
+    with db_api.writer.using(context):
+        if not db_api.attribute_delete(context, attribute_uuid):
+            raise exception.ResourceNotFound(resource='Attribute',
+                                             id=attribute_uuid)
+
+
+def _as_dict(row):
+    return {'uuid': row.uuid, 'deployable_id': row.deployable_id,
+            'key': row.key, 'value': row.value,
+            'created_at': row.created_at, 'updated_at': row.updated_at}

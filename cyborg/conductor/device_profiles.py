@@ -1,0 +1,66 @@
+"""Device profile writes (conductor side of POST/DELETE /device_profiles).
+
+Both are one transaction: a request answered with an error writes nothing.
+"""
+
+import json
+
+from oslo_db import exception as db_exc
+from oslo_utils import uuidutils
+
+from cyborg.common import exception
+from cyborg.db import api as db_api
+
+
+def create(context, values):
+    """Create a profile from API-validated ``values`` (name, groups,
+    optional uuid and description); returns it as a dict.
+
+    A duplicate name or uuid is a 409, decided by the unique keys so that
+    two concurrent creates cannot both succeed.
+    """
+    row_values = {'uuid': values.get('uuid') or uuidutils.generate_uuid(),
+                  'name': values['name'],
+                  'description': values.get('description'),
+                  'profile_json': json.dumps(values['groups'])}
+    try:
+        with db_api.writer.using(context):
+            row = db_api.device_profile_insert(context, row_values)
+            return _as_dict(row)
+    except db_exc.DBDuplicateEntry as e:
+        if 'name' in (e.columns or []):
+            raise exception.DuplicateName(resource='Device profile',
+                                          name=row_values['name'])
+        raise exception.DuplicateUUID(resource='Device profile',
+                                      uuid=row_values['uuid'])
+
+
+def delete(context, uuids):
+    """Delete all the profiles ``uuids`` or none: 409 if ARQs use any, 404
+    if any is gone."""
+    uuids = sorted(set(uuids))
+    try:
+        with db_api.writer.using(context):
+            used = db_api.device_profile_users(context, uuids)
+            if used:
+                raise _in_use(used)
+            deleted = db_api.device_profile_delete_many(context, uuids)
+            if deleted != len(uuids):
+                # Rolls back the ones that were there.
+                raise exception.ResourceNotFound(resource='Device profile',
+                                                 id=', '.join(uuids))
+    except db_exc.DBReferenceError:
+        # An ARQ was made from one of them since the check above.
+        raise _in_use(uuids)
+
+
+def _in_use(uuids):
+    return exception.InUse(resource='Device profile', id=', '.join(
+        sorted(uuids)), reason='accelerator requests use it')
+
+
+def _as_dict(row):
+    return {'uuid': row.uuid, 'name': row.name,
+            'description': row.description,
+            'groups': json.loads(row.profile_json),
+            'created_at': row.created_at, 'updated_at': row.updated_at}

@@ -1,0 +1,50 @@
+"""Accelerator requests (ARQs), as read with their profile and handle."""
+
+import dataclasses
+import datetime
+import json
+
+from cyborg.db import api as db_api
+from cyborg.objects import base
+
+
+@dataclasses.dataclass
+class AcceleratorRequest:
+    uuid: str
+    state: str
+    device_profile_name: str
+    device_profile_group_id: int
+    project_id: str
+    hostname: str
+    device_rp_uuid: str
+    instance_uuid: str
+    attach_handle_type: str
+    attach_handle_uuid: str
+    attach_handle_info: dict
+    created_at: datetime.datetime
+    updated_at: datetime.datetime
+
+    @classmethod
+    def _from_row(cls, row):
+        # A handle's info is a JSON text column; a bad one must not make
+        # the whole list fail (CONTRACT.md, difference 8).
+        try:
+            info = json.loads(row.attach_handle_info or '{}')
+        except ValueError:
+            info = {}
+        return base.from_row(cls, row.ExtARQ,
+                             device_profile_name=row.device_profile_name,
+                             attach_handle_type=row.attach_handle_type or '',
+                             attach_handle_uuid=row.attach_handle_uuid,
+                             attach_handle_info=info)
+
+    @classmethod
+    def get(cls, context, uuid, project_id=None):
+        """The ARQ, or None (also when it belongs to another project)."""
+        row = db_api.arq_read(context, uuid, project_id)
+        return None if row is None else cls._from_row(row)
+
+    @classmethod
+    def list(cls, context, project_id=None, instance_uuid=None, uuids=None):
+        rows = db_api.arq_read_all(context, project_id, instance_uuid, uuids)
+        return [cls._from_row(row) for row in rows]
