@@ -47,10 +47,14 @@ def _placement_conf(db_connection):
     return conf
 
 
-def _create_engine(db_connection):
+def _in_memory(db_connection):
     url = sa.engine.make_url(db_connection)
-    if url.get_backend_name() == 'sqlite' and url.database in (None, '',
-                                                               ':memory:'):
+    return (url.get_backend_name() == 'sqlite' and
+            url.database in (None, '', ':memory:'))
+
+
+def _create_engine(db_connection):
+    if _in_memory(db_connection):
         # One in-memory database shared by every server thread.
         engine = sa.create_engine(
             'sqlite://', poolclass=sa.pool.StaticPool,
@@ -115,9 +119,13 @@ class EmbeddedPlacement:
         return deploy.loadapp(conf)
 
     def _serve(self, app):
+        threads = self.threads
+        if _in_memory(self.db_connection):
+            # One shared SQLite connection: concurrent requests would mix
+            # their transactions, so serve one request at a time.
+            threads = 1
         self._server = cheroot_wsgi.Server((self.host, self.requested_port),
-                                           app,
-                                           numthreads=self.threads,
+                                           app, numthreads=threads,
                                            server_name='placement')
         # How often the serve loop looks at its stop flag (default 0.5 s).
         self._server.expiration_interval = 0.05

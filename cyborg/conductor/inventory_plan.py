@@ -1,0 +1,335 @@
+"""Step 1 of report handling: stored host state + report -> plan.
+
+A pure function (no database, no Placement, no clock): given the rows the
+database holds for the devices a report concerns and the report's devices,
+``make_plan`` returns the rows to add, update and delete, table by table,
+plus which Placement providers changed or went away.
+
+Row identity: every row the conductor makes for a report has a uuid derived
+from the host and the hardware (``inventory.row_uuid``), so two conductors
+planning the same report produce the same rows and collide on unique keys
+instead of duplicating.  Attributes and attach handles whose uuid is NOT
+derived that way were made by someone else (an operator's ``POST
+/attributes``) and are never deleted by a report.
+
+Truth rule: a deployable whose provider holds allocations in Placement
+(``held_providers``) is not deleted when its hardware disappears; it is
+marked ``gone`` (its provider keeps ``reserved = total``) and removed once
+the allocations are released.
+"""
+
+import dataclasses
+import json
+
+from cyborg.common import exception
+from cyborg.db import models
+from cyborg.objects import inventory
+
+TABLES = ('devices', 'controlpath_ids', 'deployables', 'attributes',
+          'attach_handles')
+
+
+# -- row identity -----------------------------------------------------------
+
+def device_uuid(hostname, device_key):
+    return inventory.row_uuid(hostname, device_key)
+
+
+def controlpath_uuid(hostname, device_key):
+    return inventory.row_uuid(hostname, device_key, 'controlpath_id')
+
+
+def deployable_uuid(hostname, deployable_name):
+    return inventory.row_uuid(hostname, 'deployable', deployable_name)
+
+
+def attribute_uuid(hostname, deployable_name, key):
+    return inventory.row_uuid(hostname, 'attribute', deployable_name, key)
+
+
+def attach_handle_uuid(hostname, deployable_name, handle_key):
+    return inventory.row_uuid(hostname, 'attach_handle', deployable_name,
+                              handle_key)
+
+
+def to_json(value):
+    """Board info and attach info as stored: JSON text (strings as is)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+# -- the plan ---------------------------------------------------------------
+
+@dataclasses.dataclass
+class Plan:
+    """Rows to write, by table.  ``add`` rows name their parents by uuid
+    (``device_uuid``, ``controlpath_uuid``, ``deployable_uuid``);
+    ``update`` rows are ``{'uuid': u, <changed columns>}``."""
+
+    add: dict = dataclasses.field(
+        default_factory=lambda: {t: [] for t in TABLES})
+    update: dict = dataclasses.field(
+        default_factory=lambda: {t: [] for t in TABLES})
+    delete: dict = dataclasses.field(
+        default_factory=lambda: {t: [] for t in TABLES})
+    # Providers whose inventory or traits may have changed.
+    touched_providers: set = dataclasses.field(default_factory=set)
+    # Providers whose deployable is deleted: to delete from Placement.
+    removed_providers: set = dataclasses.field(default_factory=set)
+    # Providers the plan would delete; held ones must be kept instead.
+    removal_candidates: set = dataclasses.field(default_factory=set)
+
+    @property
+    def empty(self):
+        return not any(rows for part in (self.add, self.update, self.delete)
+                       for rows in part.values())
+
+    def statement_count(self):
+        return sum(len(rows) for part in (self.add, self.update, self.delete)
+                   for rows in part.values())
+
+
+class _Stored:
+    """The stored rows, indexed the way planning walks them."""
+
+    def __init__(self, rows):
+        self.devices = {d['uuid']: d for d in rows.get('devices', ())}
+        self.deployables = _group(rows.get('deployables', ()), 'device_id')
+        self.attributes = _group(rows.get('attributes', ()), 'deployable_id')
+        self.handles = _group(rows.get('attach_handles', ()),
+                              'deployable_id')
+
+
+def _group(rows, key):
+    grouped = {}
+    for row in rows:
+        grouped.setdefault(row[key], []).append(row)
+    return grouped
+
+
+def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
+              held_providers=frozenset()):
+    """The changes that make the stored rows match the report.
+
+    ``stored_rows``: {table: [row dicts]} for the devices concerned (all of
+    the host's for a full report); ``devices``: the reported
+    ``DriverDevice`` objects; ``removed_keys``: device keys a delta says
+    are gone; ``full``: stored devices not reported are gone too;
+    ``held_providers``: provider uuids with allocations in Placement.
+    """
+    stored = _Stored(stored_rows)
+    plan = Plan()
+    reported = set()
+    for device in devices:
+        uuid = device_uuid(hostname, device.key())
+        reported.add(uuid)
+        row = stored.devices.get(uuid)
+        if row is None:
+            _add_device(plan, hostname, device)
+        else:
+            _change_device(plan, hostname, stored, row, device,
+                           held_providers)
+    if full:
+        gone = [u for u in stored.devices if u not in reported]
+    else:
+        gone = [device_uuid(hostname, key) for key in removed_keys]
+    for uuid in gone:
+        row = stored.devices.get(uuid)
+        if row is not None:
+            _remove_device(plan, stored, row, held_providers)
+    return plan
+
+
+# -- devices ----------------------------------------------------------------
+
+def _device_columns(hostname, device):
+    return {'type': device.type, 'vendor': device.vendor,
+            'model': device.model,
+            'std_board_info': to_json(device.std_board_info),
+            'vendor_board_info': to_json(device.vendor_board_info),
+            'hostname': hostname}
+
+
+def _add_device(plan, hostname, device):
+    key = device.key()
+    uuid = device_uuid(hostname, key)
+    plan.add['devices'].append(
+        dict(_device_columns(hostname, device), uuid=uuid,
+             status='enabled'))
+    plan.add['controlpath_ids'].append({
+        'uuid': controlpath_uuid(hostname, key), 'device_uuid': uuid,
+        'cpid_type': device.controlpath_id.cpid_type,
+        'cpid_info': device.controlpath_id.cpid_info})
+    for deployable in device.deployables:
+        _add_deployable(plan, hostname, key, uuid, deployable)
+
+
+def _change_device(plan, hostname, stored, row, device, held):
+    changed = {k: v for k, v in _device_columns(hostname, device).items()
+               if row.get(k) != v}
+    if changed:
+        plan.update['devices'].append(dict(changed, uuid=row['uuid']))
+    key = device.key()
+    existing = {d['name']: d for d in stored.deployables.get(row['id'], ())}
+    for deployable in device.deployables:
+        old = existing.pop(deployable.name, None)
+        if old is None:
+            _add_deployable(plan, hostname, key, row['uuid'], deployable)
+        else:
+            _change_deployable(plan, hostname, key, stored, old,
+                               deployable)
+    for old in existing.values():
+        _remove_deployable(plan, old, held)
+
+
+def _remove_device(plan, stored, row, held):
+    kept = [_remove_deployable(plan, d, held)
+            for d in stored.deployables.get(row['id'], ())]
+    if not any(kept):
+        plan.delete['devices'].append(row['uuid'])
+
+
+# -- deployables --------------------------------------------------------------
+
+def _rp_uuid(deployable_name):
+    return inventory.provider_uuid(deployable_name)
+
+
+def _add_deployable(plan, hostname, device_key, dev_uuid, deployable):
+    uuid = deployable_uuid(hostname, deployable.name)
+    rp = _rp_uuid(deployable.name)
+    plan.add['deployables'].append({
+        'uuid': uuid, 'device_uuid': dev_uuid, 'name': deployable.name,
+        'num_accelerators': deployable.num_accelerators,
+        'driver_name': deployable.driver_name,
+        'bitstream_id': deployable.bitstream_id, 'rp_uuid': rp,
+        'gone': False})
+    for key, value in sorted(deployable.attributes.items()):
+        plan.add['attributes'].append({
+            'uuid': attribute_uuid(hostname, deployable.name, key),
+            'deployable_uuid': uuid, 'key': key, 'value': str(value)})
+    for handle in deployable.attach_handles:
+        plan.add['attach_handles'].append(
+            _handle_row(hostname, device_key, deployable.name, uuid, handle))
+    plan.touched_providers.add(rp)
+
+
+def _handle_row(hostname, device_key, deployable_name, dep_uuid, handle):
+    return {'uuid': attach_handle_uuid(hostname, deployable_name,
+                                       handle.key()),
+            'deployable_uuid': dep_uuid,
+            'controlpath_uuid': controlpath_uuid(hostname, device_key),
+            'attach_type': handle.attach_type,
+            'attach_info': to_json(handle.attach_info), 'in_use': False}
+
+
+def _change_deployable(plan, hostname, device_key, stored, row,
+                       deployable):
+    rp = _rp_uuid(deployable.name)
+    wanted = {'num_accelerators': deployable.num_accelerators,
+              'driver_name': deployable.driver_name,
+              'bitstream_id': deployable.bitstream_id,
+              'rp_uuid': rp, 'gone': False}
+    changed = {k: v for k, v in wanted.items() if row.get(k) != v}
+    if changed:
+        plan.update['deployables'].append(dict(changed, uuid=row['uuid']))
+    attrs_changed = _change_attributes(
+        plan, hostname, deployable, row,
+        stored.attributes.get(row['id'], ()))
+    _change_handles(plan, hostname, device_key, deployable, row,
+                    stored.handles.get(row['id'], ()))
+    if changed or attrs_changed:
+        plan.touched_providers.add(rp)
+
+
+def _remove_deployable(plan, row, held):
+    """Delete the deployable, or keep it as gone; True if kept."""
+    rp = row.get('rp_uuid') or _rp_uuid(row['name'])
+    plan.removal_candidates.add(rp)
+    if rp in held:
+        if not row.get('gone'):
+            plan.update['deployables'].append({'uuid': row['uuid'],
+                                               'gone': True})
+            plan.touched_providers.add(rp)
+        return True
+    plan.delete['deployables'].append(row['uuid'])
+    plan.removed_providers.add(rp)
+    return False
+
+
+def _change_attributes(plan, hostname, deployable, dep_row, rows):
+    by_key = {r['key']: r for r in rows}
+    changed = False
+    for key, value in sorted(deployable.attributes.items()):
+        old = by_key.pop(key, None)
+        if old is None:
+            plan.add['attributes'].append({
+                'uuid': attribute_uuid(hostname, deployable.name, key),
+                'deployable_uuid': dep_row['uuid'], 'key': key,
+                'value': str(value)})
+            changed = True
+        elif old['value'] != str(value):
+            plan.update['attributes'].append({'uuid': old['uuid'],
+                                              'value': str(value)})
+            changed = True
+    for key, old in by_key.items():
+        if old['uuid'] == attribute_uuid(hostname, deployable.name, key):
+            plan.delete['attributes'].append(old['uuid'])
+            changed = True
+    return changed
+
+
+def _change_handles(plan, hostname, device_key, deployable, dep_row, rows):
+    """Add new handles, drop vanished free ones.  A vanished handle still
+    in use stays until its ARQ lets go (a later full report drops it)."""
+    existing = {r['uuid']: r for r in rows}
+    for handle in deployable.attach_handles:
+        uuid = attach_handle_uuid(hostname, deployable.name, handle.key())
+        if existing.pop(uuid, None) is None:
+            plan.add['attach_handles'].append(_handle_row(
+                hostname, device_key, deployable.name, dep_row['uuid'],
+                handle))
+    for uuid, old in existing.items():
+        if not old.get('in_use'):
+            plan.delete['attach_handles'].append(uuid)
+
+
+# -- report validation --------------------------------------------------------
+
+def parse_report(report):
+    """(devices, removed_keys) from a report, or Invalid with the reason."""
+    if not isinstance(report, dict):
+        raise exception.Invalid(reason='an inventory report is an object')
+    for key in ('digest', 'full', 'devices', 'removed'):
+        if key not in report:
+            raise exception.Invalid(reason=f'report lacks {key!r}')
+    try:
+        devices = [inventory.DriverDevice.from_dict(d)
+                   for d in report['devices']]
+    except (TypeError, KeyError, AttributeError) as exc:
+        raise exception.Invalid(reason=f'bad device in report: {exc}')
+    keys = set()
+    for device in devices:
+        _check_device(device)
+        if device.key() in keys:
+            raise exception.Invalid(
+                reason=f'device {device.key()} reported twice')
+        keys.add(device.key())
+    removed = [str(k) for k in report['removed']] if not report['full'] \
+        else []
+    return devices, removed
+
+
+def _check_device(device):
+    if device.type not in models.DEVICE_TYPES:
+        raise exception.Invalid(reason=f'unknown device type {device.type!r}')
+    for deployable in device.deployables:
+        if not isinstance(deployable.num_accelerators, int) or \
+                deployable.num_accelerators < 0:
+            raise exception.Invalid(
+                reason=f'bad num_accelerators on {deployable.name}')
+        for handle in deployable.attach_handles:
+            if handle.attach_type not in models.ATTACH_TYPES:
+                raise exception.Invalid(
+                    reason=f'unknown attach type {handle.attach_type!r}')

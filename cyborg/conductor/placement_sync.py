@@ -1,0 +1,250 @@
+"""Step 3 of report handling, and the periodic reconcile: make Placement
+hold the provider tree the database describes.
+
+Idempotent: every call compares and writes only what differs, so a sync
+cut short (Placement down, a conductor killed) is finished by the next
+report or by ``reconcile_all``.  The host row's ``placement_synced`` says
+whether Placement is known to match; it is set only when a sync completes
+for the digest it started from.
+
+The compute node provider is looked up once by name (the report's
+``resource_provider_name`` if the agent sent one, else the host name) and
+remembered in ``hosts.compute_rp_uuid``.  While it does not exist (nova-
+compute not started yet) the report is kept and the host stays unsynced.
+
+To keep an unchanged tree cheap, this process remembers each provider's
+generation after it last wrote or checked it: a provider whose generation
+Placement still reports is unchanged, anything else (an edit by hand,
+another conductor, an allocation) makes it compare inventories and traits.
+"""
+
+import threading
+import weakref
+
+from oslo_log import log as logging
+
+from cyborg.common import exception
+from cyborg.db import api as db_api
+from cyborg.placement import client as placement_client
+from cyborg.placement import provider_tree
+
+LOG = logging.getLogger(__name__)
+
+# Per client (so per Placement endpoint): {provider uuid: generation}.
+_GENERATIONS = weakref.WeakKeyDictionary()
+_GENERATIONS_LOCK = threading.Lock()
+
+
+def _remember(client, rp_uuid, generation):
+    with _GENERATIONS_LOCK:
+        seen = _GENERATIONS.setdefault(client, {})
+        if generation is None:
+            seen.pop(rp_uuid, None)
+        else:
+            seen[rp_uuid] = generation
+
+
+def _remembered(client, rp_uuid):
+    with _GENERATIONS_LOCK:
+        return _GENERATIONS.get(client, {}).get(rp_uuid)
+
+
+# -- after a report ------------------------------------------------------------
+
+def sync_after_report(conf, context, hostname, plan, digest, rp_name=None):
+    """Sync the host after its report was written; True when Placement
+    now matches.  Failures are logged, not raised: the report is stored
+    and the next report or the reconcile finishes the job."""
+    try:
+        done = sync_host(conf, context, hostname,
+                         touched=plan.touched_providers if plan else set(),
+                         removed=plan.removed_providers if plan else (),
+                         rp_name=rp_name)
+    except exception.PlacementError as exc:
+        LOG.warning('Placement sync of host %s failed, will retry: %s',
+                    hostname, exc)
+        return False
+    if done:
+        db_api.inventory_host_update(context, hostname, digest=digest,
+                                     placement_synced=True)
+    return done
+
+
+def sync_host(conf, context, hostname, touched=None, removed=(),
+              rp_name=None, remove_orphans=False):
+    """Make the host's providers in Placement match the database.
+
+    ``touched``: providers known to have changed (written without reading
+    first); None checks every provider.  ``removed``: providers whose
+    deployables were deleted.  ``remove_orphans``: also delete providers
+    with OWNER_CYBORG under the compute node that no deployable explains.
+    Returns False when the compute node provider does not exist yet.
+    Raises PlacementError after trying every provider if any failed.
+    """
+    client = placement_client.get_client(conf)
+    host = db_api.inventory_host_get(context, hostname)
+    if host is None:
+        return True
+    cn_uuid, actual = _compute_node_tree(client, context, host,
+                                         rp_name or hostname)
+    if cn_uuid is None:
+        LOG.info('No compute node provider for host %s in Placement yet; '
+                 'its devices are synced once it appears.', hostname)
+        return False
+    desired = [provider_tree.provider_for(row, row['attributes'],
+                                          row['device_status'], cn_uuid)
+               for row in db_api.inventory_host_providers(context, hostname)]
+    rcs, traits = provider_tree.custom_names(desired)
+    client.ensure_resource_classes(rcs)
+    client.ensure_traits(traits)
+    failures = []
+    for provider in desired:
+        try:
+            _sync_provider(client, provider, actual.get(provider.uuid),
+                           touched)
+        except exception.PlacementError as exc:
+            failures.append(exc)
+    unwanted = set(removed)
+    if remove_orphans:
+        owned = client.list_tree(cn_uuid,
+                                 required=[provider_tree.OWNER_TRAIT])
+        unwanted |= {p['uuid'] for p in owned}
+    unwanted -= {p.uuid for p in desired} | {cn_uuid}
+    for rp_uuid in sorted(unwanted):
+        if rp_uuid in actual:
+            _remove_provider(client, rp_uuid)
+    if failures:
+        raise failures[0]
+    return True
+
+
+def _compute_node_tree(client, context, host, name):
+    """(compute node provider uuid, {uuid: provider} of its tree)."""
+    cn_uuid = host.get('compute_rp_uuid')
+    if cn_uuid:
+        try:
+            return cn_uuid, _by_uuid(client.list_tree(cn_uuid))
+        except placement_client.ProviderNotFound:
+            LOG.info('Compute node provider %s of host %s is gone; '
+                     'looking it up by name again.', cn_uuid,
+                     host['hostname'])
+    found = client.get_provider_by_name(name)
+    new_uuid = found['uuid'] if found else None
+    if new_uuid != cn_uuid:
+        db_api.inventory_host_update(context, host['hostname'],
+                                     compute_rp_uuid=new_uuid)
+    if new_uuid is None:
+        return None, {}
+    return new_uuid, _by_uuid(client.list_tree(new_uuid))
+
+
+def _by_uuid(providers):
+    return {p['uuid']: p for p in providers}
+
+
+def _sync_provider(client, provider, actual, touched):
+    if actual is None:
+        created = client.create_provider(provider.uuid, provider.name,
+                                         provider.parent_uuid)
+        _write_provider(client, provider, created['generation'])
+        return
+    if (actual['name'] != provider.name or
+            actual['parent_provider_uuid'] != provider.parent_uuid):
+        actual = client.update_provider(provider.uuid, provider.name,
+                                        provider.parent_uuid)
+        _check_provider(client, provider)
+    elif touched is not None and provider.uuid in touched:
+        _write_provider(client, provider, actual['generation'])
+    elif _remembered(client, provider.uuid) != actual['generation']:
+        _check_provider(client, provider)
+
+
+def _write_provider(client, provider, generation):
+    generation = client.set_inventories(provider.uuid, provider.inventories,
+                                        generation)
+    generation = client.set_traits(provider.uuid, provider.traits,
+                                   generation)
+    _remember(client, provider.uuid, generation)
+
+
+def _check_provider(client, provider):
+    """Read inventories and traits; write only what differs."""
+    generation, inventories = client.get_inventories(provider.uuid)
+    if provider_tree.inventories_differ(provider.inventories, inventories):
+        LOG.info('Repairing the inventory of provider %s (%s)',
+                 provider.name, provider.uuid)
+        generation = client.set_inventories(provider.uuid,
+                                            provider.inventories, generation)
+    generation, traits = client.get_traits(provider.uuid)
+    if traits != set(provider.traits):
+        LOG.info('Repairing the traits of provider %s (%s)', provider.name,
+                 provider.uuid)
+        generation = client.set_traits(provider.uuid, provider.traits,
+                                       generation)
+    _remember(client, provider.uuid, generation)
+
+
+def _remove_provider(client, rp_uuid):
+    try:
+        client.delete_provider(rp_uuid)
+    except placement_client.ProviderInUse:
+        # Allocated after we looked: keep it unschedulable; the reconcile
+        # deletes it once the allocations are released.
+        LOG.warning('Provider %s still has allocations; reserving it '
+                    'whole until they are released.', rp_uuid)
+        generation, inventories = client.get_inventories(rp_uuid)
+        blocked = {rc: dict(inv, reserved=inv['total'])
+                   for rc, inv in inventories.items()}
+        client.set_inventories(rp_uuid, blocked, generation)
+    _remember(client, rp_uuid, None)
+
+
+def held_providers(conf, rp_uuids):
+    """The providers among ``rp_uuids`` with allocations.  When Placement
+    cannot say, all of them: hardware is never pulled from under a
+    possibly running instance."""
+    client = placement_client.get_client(conf)
+    try:
+        return {rp for rp in rp_uuids if client.get_allocations(rp)}
+    except exception.PlacementError as exc:
+        LOG.warning('Cannot read allocations (%s); keeping %d vanished '
+                    'deployable(s) until the reconcile can check.', exc,
+                    len(rp_uuids))
+        return set(rp_uuids)
+
+
+# -- the periodic reconcile ----------------------------------------------------
+
+def reconcile_all(conf, context):
+    """Periodic job: repair every host's providers (see periodics)."""
+    repaired = 0
+    for host in db_api.inventory_hosts(context):
+        try:
+            reconcile_host(conf, context, host['hostname'],
+                           host['report_digest'])
+            repaired += 1
+        except Exception:
+            LOG.exception('Reconciling Placement for host %s failed',
+                          host['hostname'])
+    return repaired
+
+
+def reconcile_host(conf, context, hostname, digest=None):
+    """Drop gone deployables whose allocations ended, then check every
+    provider of the host and delete orphans.  True when in sync."""
+    client = placement_client.get_client(conf)
+    rows = db_api.inventory_host_providers(context, hostname)
+    released = [row['uuid'] for row in rows if row['gone'] and
+                not client.get_allocations(row['rp_uuid'])]
+    removed = set()
+    if released:
+        deleted = set(db_api.inventory_delete_gone(context, released))
+        removed = {row['rp_uuid'] for row in rows if row['uuid'] in deleted}
+        LOG.info('Removed %d deployable(s) of host %s whose hardware went '
+                 'away and whose allocations ended.', len(deleted), hostname)
+    done = sync_host(conf, context, hostname, touched=None, removed=removed,
+                     remove_orphans=True)
+    if done:
+        db_api.inventory_host_update(context, hostname, digest=digest,
+                                     placement_synced=True)
+    return done

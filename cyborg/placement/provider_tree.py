@@ -1,0 +1,75 @@
+"""The provider tree Placement should hold for a host, computed from rows.
+
+One provider per deployable, nested under the host's compute node provider
+(CONTRACT.md §6): named after the deployable, uuid
+``inventory.provider_uuid(name)`` (so providers OpenStack Cyborg made are
+adopted), inventory ``{rc: {total: n, max_unit: n, reserved: r}}`` from the
+``rc`` attribute and ``num_accelerators``, traits from the ``trait*``
+attributes plus ``OWNER_CYBORG``.
+
+``reserved`` is the whole total while the device is in maintenance or the
+deployable is gone (hardware vanished under an allocation), so nothing new
+lands on it; 0 otherwise.  Pure functions: no database, no HTTP.
+"""
+
+import dataclasses
+
+from cyborg.objects import inventory
+
+OWNER_TRAIT = 'OWNER_CYBORG'
+MAINTAINING = 'maintaining'
+
+# The inventory fields we set and compare; Placement fills in the rest.
+INVENTORY_FIELDS = ('total', 'reserved', 'min_unit', 'max_unit',
+                    'step_size', 'allocation_ratio')
+
+
+@dataclasses.dataclass(frozen=True)
+class Provider:
+    uuid: str
+    name: str
+    parent_uuid: str
+    inventories: dict          # {rc: {field: value}} for INVENTORY_FIELDS
+    traits: frozenset
+
+
+def provider_for(deployable, attributes, device_status, parent_uuid):
+    """The provider of one deployable.
+
+    ``deployable``: a mapping with name, num_accelerators, gone and
+    optionally rp_uuid; ``attributes``: {key: value} of that deployable.
+    """
+    name = deployable['name']
+    total = int(deployable['num_accelerators'])
+    blocked = device_status == MAINTAINING or bool(deployable.get('gone'))
+    inventories = {}
+    rc = attributes.get('rc')
+    if rc and total > 0:
+        inventories[rc] = {'total': total,
+                           'reserved': total if blocked else 0,
+                           'min_unit': 1, 'max_unit': total, 'step_size': 1,
+                           'allocation_ratio': 1.0}
+    traits = {v for k, v in attributes.items() if k.startswith('trait')}
+    traits.add(OWNER_TRAIT)
+    return Provider(uuid=deployable.get('rp_uuid') or
+                    inventory.provider_uuid(name),
+                    name=name, parent_uuid=parent_uuid,
+                    inventories=inventories, traits=frozenset(traits))
+
+
+def custom_names(providers):
+    """(custom resource classes, custom traits) the providers need."""
+    rcs = {rc for p in providers for rc in p.inventories
+           if rc.startswith('CUSTOM_')}
+    traits = {t for p in providers for t in p.traits
+              if t.startswith('CUSTOM_')}
+    return rcs, traits
+
+
+def inventories_differ(desired, actual):
+    """Whether Placement's ``actual`` inventories differ from ours."""
+    if set(desired) != set(actual):
+        return True
+    return any(float(actual[rc].get(field, 0)) != float(values[field])
+               for rc, values in desired.items()
+               for field in INVENTORY_FIELDS)

@@ -1,0 +1,244 @@
+"""Report handling against a database and the real (embedded) Placement."""
+
+import contextlib
+import threading
+
+import pytest
+import requests
+import sqlalchemy as sa
+
+from cyborg.common import exception
+from cyborg.conductor import inventory_apply, placement_sync
+from cyborg.db import api as db_api
+from cyborg.db import models
+from cyborg.objects import inventory
+from cyborg.placement import client as placement_client
+from tests.fixtures import conductor as cf
+from tests.fixtures import databases
+from tests.fixtures import placement as pf
+from tests.fixtures.placement import placement  # noqa: F401
+
+HOST = 'host1'
+
+
+@pytest.fixture
+def cn(conf, placement):  # noqa: F811
+    """The compute node provider nova-compute would have made."""
+    pf.placement_conf(conf, placement.url)
+    resp = requests.post(placement.url + '/resource_providers',
+                         json={'name': HOST}, headers=pf.HEADERS, timeout=10)
+    assert resp.status_code == 200, resp.text
+    return resp.json()['uuid']
+
+
+def _get(placement, path):  # noqa: F811
+    resp = requests.get(placement.url + path, headers=pf.HEADERS, timeout=10)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def _tree(placement, cn_uuid):  # noqa: F811
+    """{name: (inventories, traits)} of the providers under the node."""
+    found = {}
+    for rp in _get(placement, f'/resource_providers?in_tree={cn_uuid}')[
+            'resource_providers']:
+        if rp['uuid'] == cn_uuid:
+            continue
+        assert rp['parent_provider_uuid'] == cn_uuid
+        assert rp['uuid'] == inventory.provider_uuid(rp['name'])
+        invs = _get(placement, f"/resource_providers/{rp['uuid']}/inventories")
+        traits = _get(placement, f"/resource_providers/{rp['uuid']}/traits")
+        found[rp['name']] = (
+            {rc: (v['total'], v['max_unit'], v['reserved'])
+             for rc, v in invs['inventories'].items()},
+            set(traits['traits']))
+    return found
+
+
+def _count(engine, table):
+    with engine.connect() as conn:
+        return conn.execute(sa.select(sa.func.count()).select_from(
+            models.Base.metadata.tables[table])).scalar()
+
+
+@contextlib.contextmanager
+def _statements(engine):
+    seen = []
+
+    def _record(conn, cursor, statement, *args):
+        seen.append(statement)
+    sa.event.listen(engine, 'before_cursor_execute', _record)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(engine, 'before_cursor_execute', _record)
+
+
+def _devices():
+    return [cf.device(HOST, '0000:81:00.0', traits=['CUSTOM_GPU_A100']),
+            cf.device(HOST, '0000:82:00.0', dev_type='FPGA', rc='FPGA',
+                      num=4, handles=4, traits=['CUSTOM_FPGA_X'])]
+
+
+def _report(conf, ctx, report, host=HOST):
+    return inventory_apply.handle_report(conf, ctx, host, report)
+
+
+def test_first_report_builds_rows_and_provider_tree(
+        conf, db, admin_context, cn, placement):  # noqa: F811
+    reply = _report(conf, admin_context, cf.report(_devices()))
+    assert reply == {'digest': inventory.inventory_digest(_devices()),
+                     'need_full': False}
+    assert _count(db, 'devices') == 2
+    assert _count(db, 'attach_handles') == 5
+    assert _tree(placement, cn) == {
+        'host1_0000:81:00.0': ({'PGPU': (1, 1, 0)},
+                               {'CUSTOM_GPU_A100', 'OWNER_CYBORG'}),
+        'host1_0000:82:00.0': ({'FPGA': (4, 4, 0)},
+                               {'CUSTOM_FPGA_X', 'OWNER_CYBORG'}),
+    }
+    host = db_api.inventory_host_get(admin_context, HOST)
+    assert host['placement_synced'] and host['compute_rp_uuid'] == cn
+
+
+def test_unchanged_report_costs_two_statements_and_no_placement_call(
+        conf, db, admin_context, cn):
+    _report(conf, admin_context, cf.report(_devices()))
+    client = placement_client.get_client(conf)
+    calls = client.calls
+    with _statements(db) as seen:
+        reply = _report(conf, admin_context, cf.unchanged(_devices()))
+    assert reply['need_full'] is False
+    assert len(seen) <= 2, seen
+    assert client.calls == calls
+
+
+def test_delta_on_a_stale_base_asks_for_a_full_report(
+        conf, db, admin_context, cn):
+    _report(conf, admin_context, cf.report(_devices()))
+    devices = _devices() + [cf.device(HOST, '0000:83:00.0')]
+    delta = cf.report(devices, base_digest='not-what-we-have', full=False,
+                      changed=devices[2:])
+    reply = _report(conf, admin_context, delta)
+    assert reply == {'digest': inventory.inventory_digest(_devices()),
+                     'need_full': True}
+    assert _count(db, 'devices') == 2
+
+
+def test_hotplugged_device_arrives_by_delta(
+        conf, db, admin_context, cn, placement):  # noqa: F811
+    first = _report(conf, admin_context, cf.report(_devices()))
+    devices = _devices() + [cf.device(HOST, '0000:83:00.0', rc='CUSTOM_NEW')]
+    delta = cf.report(devices, base_digest=first['digest'], full=False,
+                      changed=devices[2:])
+    assert _report(conf, admin_context, delta)['need_full'] is False
+    tree = _tree(placement, cn)
+    assert tree['host1_0000:83:00.0'] == ({'CUSTOM_NEW': (1, 1, 0)},
+                                          {'OWNER_CYBORG'})
+    assert len(tree) == 3
+
+
+def test_malformed_report_writes_nothing(conf, db, admin_context, cn):
+    bad = cf.report(_devices())
+    bad['devices'][0]['type'] = 'TPU'
+    with pytest.raises(exception.Invalid):
+        _report(conf, admin_context, bad)
+    assert _count(db, 'hosts') == 0 and _count(db, 'devices') == 0
+
+
+def test_report_kept_until_compute_node_appears(
+        conf, db, admin_context, placement):  # noqa: F811
+    pf.placement_conf(conf, placement.url)
+    _report(conf, admin_context, cf.report(_devices()))
+    host = db_api.inventory_host_get(admin_context, HOST)
+    assert _count(db, 'devices') == 2 and not host['placement_synced']
+    cn = requests.post(placement.url + '/resource_providers',
+                       json={'name': HOST}, headers=pf.HEADERS,
+                       timeout=10).json()['uuid']
+    # The agent's next periodic (unchanged) report finishes the job.
+    _report(conf, admin_context, cf.unchanged(_devices()))
+    assert len(_tree(placement, cn)) == 2
+    assert db_api.inventory_host_get(admin_context, HOST)['placement_synced']
+
+
+def test_removed_device_with_allocation_is_kept_reserved_until_released(
+        conf, db, admin_context, cn, placement):  # noqa: F811
+    first = _report(conf, admin_context, cf.report(_devices()))
+    fpga_rp = inventory.provider_uuid('host1_0000:82:00.0')
+    pf.hold_allocation(placement.url, pf.PROJECT, {fpga_rp: {'FPGA': 2}})
+    devices = _devices()[:1]
+    delta = cf.report(devices, base_digest=first['digest'], full=False,
+                      changed=[], removed=['PCI:0000:82:00.0'])
+    _report(conf, admin_context, delta)
+    assert _tree(placement, cn)['host1_0000:82:00.0'][0] == {
+        'FPGA': (4, 4, 4)}
+    rows = db_api.inventory_host_providers(admin_context, HOST)
+    assert [r['name'] for r in rows if r['gone']] == ['host1_0000:82:00.0']
+    # Still allocated: the reconcile keeps it.
+    placement_sync.reconcile_host(conf, admin_context, HOST)
+    assert 'host1_0000:82:00.0' in _tree(placement, cn)
+    pf.hold_allocation(placement.url, pf.PROJECT, {})
+    placement_sync.reconcile_host(conf, admin_context, HOST)
+    assert set(_tree(placement, cn)) == {'host1_0000:81:00.0'}
+    assert _count(db, 'devices') == 1 and _count(db, 'deployables') == 1
+
+
+def test_removed_device_without_allocation_goes_at_once(
+        conf, db, admin_context, cn, placement):  # noqa: F811
+    _report(conf, admin_context, cf.report(_devices()))
+    _report(conf, admin_context, cf.report(_devices()[:1]))
+    assert set(_tree(placement, cn)) == {'host1_0000:81:00.0'}
+    assert _count(db, 'devices') == 1 and _count(db, 'attach_handles') == 1
+
+
+def _engine_for(url):
+    engine = sa.create_engine(url, poolclass=sa.pool.QueuePool,
+                              pool_size=4)
+    from oslo_db.sqlalchemy import exc_filters
+    exc_filters.register_engine(engine)
+    return engine
+
+
+def test_two_conductors_on_the_same_reports_agree(
+        conf, admin_context, cn, placement):  # noqa: F811
+    hosts = ['host1', 'host2', 'host3']
+    for host in hosts[1:]:
+        requests.post(placement.url + '/resource_providers',
+                      json={'name': host}, headers=pf.HEADERS, timeout=10)
+    reports = {h: cf.report([cf.device(h, '0000:81:00.0'),
+                             cf.device(h, '0000:82:00.0', num=2)])
+               for h in hosts}
+    with databases.throwaway_database('mysql') as url:
+        databases.create_schema(url)
+        engine = _engine_for(url)
+        undo = db_api.patch_engine(engine)
+        try:
+            errors = []
+
+            def conductor():
+                try:
+                    for _round in range(3):
+                        for host, report in reports.items():
+                            reply = _report(conf, admin_context, report,
+                                            host)
+                            assert reply['need_full'] is False
+                except Exception as exc:  # noqa: BLE001 (reported below)
+                    errors.append(exc)
+            threads = [threading.Thread(target=conductor) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            assert errors == []
+            assert _count(engine, 'hosts') == 3
+            assert _count(engine, 'devices') == 6
+            assert _count(engine, 'deployables') == 6
+            assert _count(engine, 'attach_handles') == 6
+            for host in hosts:
+                cn_uuid = db_api.inventory_host_get(
+                    admin_context, host)['compute_rp_uuid']
+                assert set(_tree(placement, cn_uuid)) == {
+                    f'{host}_0000:81:00.0', f'{host}_0000:82:00.0'}
+        finally:
+            undo()
+            engine.dispose()

@@ -1,0 +1,177 @@
+"""inventory_plan: a pure function, tested with plain data."""
+
+import itertools
+
+import pytest
+
+from cyborg.common import exception
+from cyborg.conductor import inventory_plan as ip
+from cyborg.objects import inventory
+from tests.fixtures import conductor as cf
+
+HOST = 'host1'
+_IDS = itertools.count(1)
+
+
+def _stored(plan, previous=None):
+    """The rows a database would hold after writing ``plan`` (ids made
+    up, parents resolved), on top of ``previous``."""
+    rows = {t: [dict(r) for r in (previous or {}).get(t, [])]
+            for t in ip.TABLES}
+    for table in ip.TABLES:
+        rows[table] = [r for r in rows[table]
+                       if r['uuid'] not in plan.delete[table]]
+        for change in plan.update[table]:
+            for row in rows[table]:
+                if row['uuid'] == change['uuid']:
+                    row.update(change)
+    ids = {r['uuid']: r['id'] for t in ip.TABLES for r in rows[t]}
+    for table in ip.TABLES:
+        for added in plan.add[table]:
+            row = {k: v for k, v in added.items()
+                   if not k.endswith('_uuid') or k == 'rp_uuid'}
+            row.update(uuid=added['uuid'], id=next(_IDS))
+            for parent, column in (('device_uuid', 'device_id'),
+                                   ('deployable_uuid', 'deployable_id'),
+                                   ('controlpath_uuid', 'cpid_id')):
+                if parent in added:
+                    row[column] = ids[added[parent]]
+            ids[row['uuid']] = row['id']
+            rows[table].append(row)
+    return rows
+
+
+def _devices():
+    return [cf.device(HOST, '0000:81:00.0', traits=['CUSTOM_A']),
+            cf.device(HOST, '0000:82:00.0', num=4, rc='CUSTOM_ACCEL',
+                      handles=4)]
+
+
+def test_first_report_adds_every_row_with_derived_uuids():
+    plan = ip.make_plan(HOST, {}, _devices(), full=True)
+    assert len(plan.add['devices']) == 2
+    assert len(plan.add['attach_handles']) == 5
+    dep = plan.add['deployables'][0]
+    assert dep['uuid'] == ip.deployable_uuid(HOST, 'host1_0000:81:00.0')
+    assert dep['rp_uuid'] == inventory.provider_uuid('host1_0000:81:00.0')
+    assert plan.touched_providers == {
+        inventory.provider_uuid('host1_0000:81:00.0'),
+        inventory.provider_uuid('host1_0000:82:00.0')}
+    # Same input, same rows: what lets two conductors collide, not
+    # duplicate.
+    assert ip.make_plan(HOST, {}, _devices(), full=True) == plan
+
+
+def test_same_inventory_again_plans_nothing():
+    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
+    plan = ip.make_plan(HOST, stored, _devices(), full=True)
+    assert plan.empty
+    assert not plan.touched_providers
+
+
+def test_changed_count_and_trait_update_in_place():
+    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
+    devices = _devices()
+    devices[1].deployables[0].num_accelerators = 2
+    devices[0].deployables[0].attributes['trait0'] = 'CUSTOM_B'
+    plan = ip.make_plan(HOST, stored, devices, full=True)
+    assert [u['num_accelerators'] for u in plan.update['deployables']] == [2]
+    assert [u['value'] for u in plan.update['attributes']] == ['CUSTOM_B']
+    assert not plan.add['deployables'] and not plan.delete['deployables']
+    assert len(plan.touched_providers) == 2
+
+
+def test_vanished_device_is_deleted_when_not_allocated():
+    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
+    plan = ip.make_plan(HOST, stored, _devices()[:1], full=True)
+    gone_rp = inventory.provider_uuid('host1_0000:82:00.0')
+    assert plan.delete['devices'] == [ip.device_uuid(HOST, 'PCI:0000:82:00.0')]
+    assert plan.removed_providers == {gone_rp}
+    assert plan.removal_candidates == {gone_rp}
+
+
+def test_vanished_device_with_allocations_is_kept_as_gone():
+    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
+    gone_rp = inventory.provider_uuid('host1_0000:82:00.0')
+    plan = ip.make_plan(HOST, stored, _devices()[:1], full=True,
+                        held_providers={gone_rp})
+    assert not plan.delete['devices'] and not plan.delete['deployables']
+    assert plan.update['deployables'] == [
+        {'uuid': ip.deployable_uuid(HOST, 'host1_0000:82:00.0'),
+         'gone': True}]
+    assert plan.touched_providers == {gone_rp}
+    assert not plan.removed_providers
+    # Reported again: it is back, no longer gone.
+    stored = _stored(plan, stored)
+    back = ip.make_plan(HOST, stored, _devices(), full=True)
+    assert back.update['deployables'] == [
+        {'uuid': ip.deployable_uuid(HOST, 'host1_0000:82:00.0'),
+         'gone': False}]
+
+
+def test_delta_touches_only_what_it_names():
+    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
+    new = cf.device(HOST, '0000:83:00.0')
+    plan = ip.make_plan(HOST, stored, [new], removed_keys=['PCI:0000:81:00.0'],
+                        full=False)
+    assert [d['uuid'] for d in plan.add['devices']] == [
+        ip.device_uuid(HOST, 'PCI:0000:83:00.0')]
+    assert plan.delete['devices'] == [ip.device_uuid(HOST, 'PCI:0000:81:00.0')]
+    assert ip.device_uuid(HOST, 'PCI:0000:82:00.0') not in \
+        plan.delete['devices']
+
+
+def test_attributes_made_by_an_operator_survive_reports():
+    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
+    dep = stored['deployables'][0]
+    stored['attributes'].append({'id': 999, 'uuid': 'operator-made',
+                                 'deployable_id': dep['id'],
+                                 'key': 'trait9', 'value': 'CUSTOM_OP'})
+    devices = _devices()
+    del devices[0].deployables[0].attributes['trait0']
+    plan = ip.make_plan(HOST, stored, devices, full=True)
+    assert plan.delete['attributes'] == [
+        ip.attribute_uuid(HOST, dep['name'], 'trait0')]
+
+
+def test_vanished_handle_in_use_is_kept():
+    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
+    handles = [h for h in stored['attach_handles']
+               if h['attach_info'].endswith('"function": "3"}')]
+    handles[0]['in_use'] = True
+    devices = _devices()
+    devices[1].deployables[0].attach_handles = \
+        devices[1].deployables[0].attach_handles[:2]
+    plan = ip.make_plan(HOST, stored, devices, full=True)
+    deleted = set(plan.delete['attach_handles'])
+    assert len(deleted) == 1 and handles[0]['uuid'] not in deleted
+
+
+def test_new_handle_on_existing_deployable_uses_its_control_path():
+    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
+    devices = _devices()
+    devices[0].deployables[0].attach_handles.append(
+        inventory.AttachHandle('PCI', inventory.pci_info('0000:81:00.7')))
+    plan = ip.make_plan(HOST, stored, devices, full=True)
+    assert [h['controlpath_uuid'] for h in plan.add['attach_handles']] == [
+        ip.controlpath_uuid(HOST, 'PCI:0000:81:00.0')]
+
+
+@pytest.mark.parametrize('report, reason', [
+    ([], 'an inventory report is an object'),
+    ({'digest': 'x', 'full': True, 'devices': []}, "lacks 'removed'"),
+    ({'digest': 'x', 'full': True, 'removed': [],
+      'devices': [{'type': 'GPU'}]}, 'bad device'),
+])
+def test_malformed_reports_are_invalid(report, reason):
+    with pytest.raises(exception.Invalid, match=reason):
+        ip.parse_report(report)
+
+
+def test_unknown_device_type_and_duplicates_are_invalid():
+    bad = cf.device(HOST, '0000:81:00.0', dev_type='TPU')
+    with pytest.raises(exception.Invalid, match='device type'):
+        ip.parse_report(cf.report([bad]))
+    dup = cf.device(HOST, '0000:81:00.0')
+    with pytest.raises(exception.Invalid, match='twice'):
+        ip.parse_report(cf.report([dup, dup]))
