@@ -9,8 +9,9 @@ Sections: engine set-up; inventory (conductor reports); device profiles and
 ARQs; Nova events.  Keep each function short and its query indexed.
 """
 
-from oslo_db.sqlalchemy import enginefacade
 import sqlalchemy as sa
+from oslo_db.sqlalchemy import enginefacade
+from oslo_utils import timeutils
 
 from cyborg.db import models  # noqa: F401  (used by the sections below)
 
@@ -35,6 +36,229 @@ def patch_engine(engine):
         # configured (production) database while doing so.
         context_manager.configure(connection='sqlite://')
     return context_manager.patch_engine(engine)
+
+
+# == inventory ===============================================================
+# Owned by the conductor's report handling (cyborg.conductor.inventory_apply,
+# placement_sync, device_status).  A host's rows are read with one query per
+# table and written with one executemany per table and kind of change, so
+# the cost of a report does not grow with round trips per device.  Rows
+# travel as plain dicts of columns.
+
+_INVENTORY_MODELS = {'devices': models.Device,
+                     'controlpath_ids': models.ControlpathID,
+                     'deployables': models.Deployable,
+                     'attributes': models.Attribute,
+                     'attach_handles': models.AttachHandle}
+
+
+def _rows(result):
+    return [dict(row) for row in result.mappings()]
+
+
+@writer
+def inventory_host_touch(context, hostname, digest):
+    """Record an unchanged report in one UPDATE.  True when the host is
+    known with this digest and in sync with Placement."""
+    h = models.Host.__table__
+    result = context.session.execute(
+        sa.update(h).where(h.c.hostname == hostname,
+                           h.c.report_digest == digest,
+                           h.c.placement_synced.is_(True))
+        .values(last_report_at=timeutils.utcnow()))
+    return result.rowcount == 1
+
+
+@writer
+def inventory_host_lock(context, hostname):
+    """The host's row (dict), locked until the transaction ends; inserted
+    when new (a racing insert raises DBDuplicateEntry: retry)."""
+    h = models.Host.__table__
+    query = sa.select(h).where(h.c.hostname == hostname).with_for_update()
+    row = context.session.execute(query).mappings().first()
+    if row is None:
+        context.session.execute(sa.insert(h).values(
+            hostname=hostname, placement_synced=False,
+            created_at=timeutils.utcnow()))
+        row = context.session.execute(query).mappings().first()
+    return dict(row)
+
+
+@reader
+def inventory_host_get(context, hostname):
+    h = models.Host.__table__
+    row = context.session.execute(
+        sa.select(h).where(h.c.hostname == hostname)).mappings().first()
+    return dict(row) if row else None
+
+
+@reader
+def inventory_hosts(context):
+    """[{hostname, compute_rp_uuid, placement_synced, report_digest}]."""
+    h = models.Host.__table__
+    return _rows(context.session.execute(
+        sa.select(h.c.hostname, h.c.compute_rp_uuid, h.c.placement_synced,
+                  h.c.report_digest).order_by(h.c.hostname)))
+
+
+@writer
+def inventory_host_update(context, hostname, digest=None, **values):
+    """Set host columns; with ``digest``, only if it is still the stored
+    one (a later report wins).  True if the row was updated."""
+    h = models.Host.__table__
+    query = sa.update(h).where(h.c.hostname == hostname)
+    if digest is not None:
+        query = query.where(h.c.report_digest == digest)
+    return context.session.execute(query.values(**values)).rowcount == 1
+
+
+@reader
+def inventory_load(context, hostname, device_uuids=None):
+    """The stored rows of a host's devices (all, or these uuids) as
+    {table: [row dicts]}: five queries whatever the number of devices."""
+    s = context.session
+    d = models.Device.__table__
+    query = sa.select(d).where(d.c.hostname == hostname)
+    if device_uuids is not None:
+        query = query.where(d.c.uuid.in_(list(device_uuids)))
+    found = {'devices': _rows(s.execute(query))}
+    device_ids = [row['id'] for row in found['devices']]
+    for table, column in (('controlpath_ids', 'device_id'),
+                          ('deployables', 'device_id')):
+        t = _INVENTORY_MODELS[table].__table__
+        found[table] = _rows(s.execute(
+            sa.select(t).where(t.c[column].in_(device_ids))))
+    deployable_ids = [row['id'] for row in found['deployables']]
+    for table in ('attributes', 'attach_handles'):
+        t = _INVENTORY_MODELS[table].__table__
+        found[table] = _rows(s.execute(
+            sa.select(t).where(t.c.deployable_id.in_(deployable_ids))))
+    return found
+
+
+@writer
+def inventory_write(context, add, update, delete):
+    """Apply a plan's rows (see cyborg.conductor.inventory_plan.Plan):
+    deletes, then updates, then inserts parent tables first."""
+    s = context.session
+    for table in ('attach_handles', 'attributes', 'deployables',
+                  'controlpath_ids', 'devices'):
+        if delete.get(table):
+            t = _INVENTORY_MODELS[table].__table__
+            s.execute(sa.delete(t).where(t.c.uuid.in_(delete[table])))
+    for table, rows in update.items():
+        _update_by_uuid(s, _INVENTORY_MODELS[table].__table__, rows)
+    ids = {}
+    for table, parents in (('devices', ()),
+                           ('controlpath_ids', ('device',)),
+                           ('deployables', ('device',)),
+                           ('attributes', ('deployable',)),
+                           ('attach_handles', ('deployable',
+                                               'controlpath'))):
+        rows = add.get(table) or []
+        if not rows:
+            continue
+        for parent in parents:
+            _resolve_ids(s, ids, parent, rows)
+        now = timeutils.utcnow()
+        s.execute(sa.insert(_INVENTORY_MODELS[table].__table__),
+                  [_without_refs(r, parents, ids, now) for r in rows])
+
+
+_PARENT_TABLES = {'device': 'devices', 'deployable': 'deployables',
+                  'controlpath': 'controlpath_ids'}
+_PARENT_COLUMNS = {'device': 'device_id', 'deployable': 'deployable_id',
+                   'controlpath': 'cpid_id'}
+
+
+def _resolve_ids(session, ids, parent, rows):
+    """Fill ``ids[parent]`` with {uuid: id} for the parents ``rows`` name."""
+    known = ids.setdefault(parent, {})
+    wanted = {r[parent + '_uuid'] for r in rows} - set(known)
+    if wanted:
+        t = _INVENTORY_MODELS[_PARENT_TABLES[parent]].__table__
+        for row in session.execute(sa.select(t.c.uuid, t.c.id)
+                                   .where(t.c.uuid.in_(wanted))):
+            known[row.uuid] = row.id
+
+
+def _without_refs(row, parents, ids, now):
+    values = {k: v for k, v in row.items() if not k.endswith('_uuid')}
+    values['uuid'] = row['uuid']
+    if 'rp_uuid' in row:
+        values['rp_uuid'] = row['rp_uuid']
+    for parent in parents:
+        values[_PARENT_COLUMNS[parent]] = ids[parent][row[parent + '_uuid']]
+    values['created_at'] = now
+    return values
+
+
+def _update_by_uuid(session, table, rows):
+    """One executemany UPDATE per set of changed columns."""
+    by_columns = {}
+    for row in rows:
+        columns = tuple(sorted(k for k in row if k != 'uuid'))
+        by_columns.setdefault(columns, []).append(row)
+    for columns, group in by_columns.items():
+        query = (sa.update(table)
+                 .where(table.c.uuid == sa.bindparam('b_uuid'))
+                 .values({c: sa.bindparam('b_' + c) for c in columns}))
+        session.execute(query, [{'b_' + k: v for k, v in row.items()}
+                                for row in group])
+
+
+@reader
+def inventory_host_providers(context, hostname):
+    """What a host's provider tree is made from: its deployables (with
+    their device's status) and their attributes, in two queries.
+
+    Returns [{deployable columns..., 'device_status', 'device_uuid',
+    'attributes': {key: value}}]."""
+    d, dep = models.Device.__table__, models.Deployable.__table__
+    a = models.Attribute.__table__
+    deployables = _rows(context.session.execute(
+        sa.select(dep, d.c.status.label('device_status'),
+                  d.c.uuid.label('device_uuid'))
+        .join(d, d.c.id == dep.c.device_id)
+        .where(d.c.hostname == hostname).order_by(dep.c.id)))
+    attributes = {}
+    for row in context.session.execute(
+            sa.select(a.c.deployable_id, a.c.key, a.c.value)
+            .where(a.c.deployable_id.in_([r['id'] for r in deployables]))):
+        attributes.setdefault(row.deployable_id, {})[row.key] = row.value
+    for row in deployables:
+        row['attributes'] = attributes.get(row['id'], {})
+    return deployables
+
+
+@writer
+def inventory_delete_gone(context, deployable_uuids):
+    """Delete these deployables if still gone, and the devices left with
+    no deployable; returns the uuids deleted."""
+    s = context.session
+    dep, d = models.Deployable.__table__, models.Device.__table__
+    rows = s.execute(sa.select(dep.c.uuid, dep.c.device_id).where(
+        dep.c.uuid.in_(list(deployable_uuids)), dep.c.gone.is_(True))).all()
+    if not rows:
+        return []
+    s.execute(sa.delete(dep).where(dep.c.uuid.in_([r.uuid for r in rows])))
+    device_ids = {r.device_id for r in rows}
+    still_used = sa.select(dep.c.device_id).where(
+        dep.c.device_id.in_(device_ids))
+    s.execute(sa.delete(d).where(d.c.id.in_(device_ids),
+                                 d.c.id.not_in(still_used)))
+    return [r.uuid for r in rows]
+
+
+@writer
+def device_set_status(context, device_uuid, status):
+    """Set a device's status; returns its row (dict) or None if unknown."""
+    d = models.Device.__table__
+    context.session.execute(sa.update(d).where(d.c.uuid == device_uuid)
+                            .values(status=status))
+    row = context.session.execute(
+        sa.select(d).where(d.c.uuid == device_uuid)).mappings().first()
+    return dict(row) if row else None
 
 
 # == reads ===================================================================
