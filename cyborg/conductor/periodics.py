@@ -25,6 +25,13 @@ JOBS = (
     # Repair Placement drift and finish syncs a failed report left behind.
     ('reconcile_placement', 'reconcile_interval',
      'cyborg.conductor.placement_sync:reconcile_all'),
+    # Fail ARQs left in BindStarted past [DEFAULT]bind_timeout (a conductor
+    # died mid-bind) and tell Nova.
+    ('fail_stuck_arqs', 'stuck_arq_check_interval',
+     'cyborg.conductor.arq_binding:fail_stuck'),
+    # Re-send accelerator-request-bound events Nova has not accepted yet.
+    ('resend_nova_events', 'nova_event_retry_interval',
+     'cyborg.conductor.nova:resend_due'),
 )
 
 

@@ -261,6 +261,269 @@ def device_set_status(context, device_uuid, status):
     return dict(row) if row else None
 
 
+# == ARQ writes ==============================================================
+# Owned by the ARQ state machine (cyborg.conductor.arq_binding).  Every state
+# change is a guarded UPDATE ... WHERE state IN (...) whose row count the
+# caller checks: never read-then-write.
+
+# Handles a bind races for before giving up on a deployable.
+_HANDLE_TAKE_TRIES = 5
+
+
+@reader
+def arq_profile_get(context, profile_uuid):
+    """(id, name, profile_json) of a device profile, or None."""
+    p = models.DeviceProfile
+    return context.session.execute(
+        sa.select(p.id, p.name, p.profile_json).where(
+            p.uuid == profile_uuid)).first()
+
+
+@writer
+def arq_create_many(context, values):
+    """Insert ARQ rows, one dict of column values each."""
+    context.session.execute(sa.insert(models.ExtARQ), values)
+
+
+@reader
+def arq_get_many(context, uuids):
+    """ARQ rows with their profile's name and groups, by uuid."""
+    a, p = models.ExtARQ, models.DeviceProfile
+    query = (sa.select(a, p.name.label('device_profile_name'),
+                       p.profile_json)
+             .join(p, p.id == a.device_profile_id)
+             .where(a.uuid.in_(list(uuids))))
+    return context.session.execute(query).all()
+
+
+@reader
+def arq_ids_by_instance(context, instance_uuid):
+    """Uuids of the instance's ARQs (indexed on instance_uuid)."""
+    a = models.ExtARQ
+    return list(context.session.scalars(
+        sa.select(a.uuid).where(a.instance_uuid == instance_uuid)))
+
+
+@reader
+def arq_bind_targets(context, rp_uuids):
+    """{rp_uuid: row} for the deployables providing ``rp_uuids``, each
+    row carrying the deployable and its device's host and status."""
+    d, dev = models.Deployable, models.Device
+    query = (sa.select(d.id.label('deployable_id'),
+                       d.uuid.label('deployable_uuid'), d.rp_uuid, d.gone,
+                       d.driver_name, d.bitstream_id, d.device_id,
+                       dev.hostname, dev.status)
+             .join(dev, dev.id == d.device_id)
+             .where(d.rp_uuid.in_(list(rp_uuids))))
+    return {row.rp_uuid: row for row in context.session.execute(query)}
+
+
+@reader
+def arq_bound_elsewhere(context, instance_uuids, exclude_uuids):
+    """ARQs binding or bound to these instances that are not in
+    ``exclude_uuids``: (instance_uuid, uuid) rows."""
+    a = models.ExtARQ
+    query = (sa.select(a.instance_uuid, a.uuid)
+             .where(a.instance_uuid.in_(list(instance_uuids)),
+                    a.state.in_(('BindStarted', 'Bound')),
+                    a.uuid.not_in(list(exclude_uuids))))
+    return context.session.execute(query).all()
+
+
+@writer
+def arq_transition(context, uuid, to_state, from_states, values=None,
+                   where=None):
+    """Move one ARQ to ``to_state`` if it is in ``from_states`` (and the
+    extra ``where`` column values hold); returns the row count (0 or 1)."""
+    a = models.ExtARQ
+    conditions = [a.uuid == uuid, a.state.in_(from_states)]
+    conditions += [getattr(a, k) == v for k, v in (where or {}).items()]
+    result = context.session.execute(
+        sa.update(a).where(*conditions)
+        .values(state=to_state, updated_at=models._now(), **(values or {}))
+        .execution_options(synchronize_session=False))
+    return result.rowcount
+
+
+@reader
+def arq_handle_state(context, uuid):
+    """(state, attach_handle_id, instance_uuid) of one ARQ, or None."""
+    a = models.ExtARQ
+    return context.session.execute(
+        sa.select(a.state, a.attach_handle_id, a.instance_uuid)
+        .where(a.uuid == uuid)).first()
+
+
+@writer
+def arq_set_attach_handle(context, uuid, handle_id):
+    """Record the handle on an ARQ still in BindStarted with none."""
+    a = models.ExtARQ
+    result = context.session.execute(
+        sa.update(a).where(a.uuid == uuid, a.state == 'BindStarted',
+                           a.attach_handle_id.is_(None))
+        .values(attach_handle_id=handle_id, updated_at=models._now())
+        .execution_options(synchronize_session=False))
+    return result.rowcount
+
+
+@writer
+def attach_handle_take(context, deployable_id):
+    """Mark one free handle of the deployable in use and return its row,
+    or None when none is free.
+    FOR UPDATE SKIP LOCKED lets concurrent binds on MariaDB/PostgreSQL
+    pass each other's candidates; SQLite renders no lock clause (its
+    writers are serialised), so the guarded UPDATE with its row count is
+    what makes the take atomic on every engine.
+    """
+    h = models.AttachHandle
+    for _ in range(_HANDLE_TAKE_TRIES):
+        row = context.session.execute(
+            sa.select(h.id, h.uuid, h.attach_type, h.attach_info)
+            .where(h.deployable_id == deployable_id, h.in_use.is_(False))
+            .order_by(h.id).limit(1)
+            .with_for_update(skip_locked=True)).first()
+        if row is None:
+            return None
+        taken = context.session.execute(
+            sa.update(h).where(h.id == row.id, h.in_use.is_(False))
+            .values(in_use=True, updated_at=models._now())
+            .execution_options(synchronize_session=False)).rowcount
+        if taken:
+            return row
+    return None
+
+
+@writer
+def attach_handle_release(context, handle_id):
+    h = models.AttachHandle
+    context.session.execute(
+        sa.update(h).where(h.id == handle_id)
+        .values(in_use=False, updated_at=models._now())
+        .execution_options(synchronize_session=False))
+
+
+@reader
+def attach_handle_get(context, handle_id):
+    """(id, uuid, attach_type, attach_info, cpid_info) of a handle."""
+    h, c = models.AttachHandle, models.ControlpathID
+    return context.session.execute(
+        sa.select(h.id, h.uuid, h.attach_type, h.attach_info, c.cpid_info)
+        .join(c, c.id == h.cpid_id).where(h.id == handle_id)).first()
+
+
+@reader
+def attach_handles_in_use(context, deployable_id):
+    h = models.AttachHandle
+    return context.session.scalar(
+        sa.select(sa.func.count()).select_from(h)
+        .where(h.deployable_id == deployable_id, h.in_use.is_(True)))
+
+
+@reader
+def arq_stuck(context, started_before, limit=100):
+    """Uuids of ARQs in BindStarted since before ``started_before``."""
+    a = models.ExtARQ
+    return list(context.session.scalars(
+        sa.select(a.uuid).where(a.state == 'BindStarted',
+                                a.bind_started_at < started_before)
+        .order_by(a.id).limit(limit)))
+
+
+@writer
+def arq_delete_many(context, uuids):
+    """Delete ARQ rows (their handles must have been released)."""
+    a = models.ExtARQ
+    context.session.execute(
+        sa.delete(a).where(a.uuid.in_(list(uuids)))
+        .execution_options(synchronize_session=False))
+
+
+@reader
+def deployable_program_target(context, deployable_uuid):
+    """The deployable with its device's host, status and control path."""
+    d, dev, c = models.Deployable, models.Device, models.ControlpathID
+    return context.session.execute(
+        sa.select(d.id.label('deployable_id'),
+                  d.uuid.label('deployable_uuid'), d.rp_uuid, d.gone,
+                  d.driver_name, d.bitstream_id, d.device_id, d.name,
+                  dev.hostname, dev.status, dev.type.label('device_type'),
+                  c.cpid_info)
+        .join(dev, dev.id == d.device_id)
+        .join(c, c.device_id == dev.id)
+        .where(d.uuid == deployable_uuid)).first()
+
+
+@reader
+def deployable_program_target_by_id(context, deployable_id):
+    d = models.Deployable
+    uuid = context.session.scalar(
+        sa.select(d.uuid).where(d.id == deployable_id))
+    return None if uuid is None else deployable_program_target(context,
+                                                               uuid)
+
+
+@writer
+def deployable_set_bitstream(context, deployable_id, bitstream_id):
+    d = models.Deployable
+    context.session.execute(
+        sa.update(d).where(d.id == deployable_id)
+        .values(bitstream_id=bitstream_id, updated_at=models._now())
+        .execution_options(synchronize_session=False))
+
+
+# == Nova events =============================================================
+# Bind outcomes Nova has not accepted yet (CONTRACT.md, difference 10).
+
+
+@writer
+def nova_event_create_many(context, values):
+    context.session.execute(sa.insert(models.NovaEvent), values)
+
+
+@reader
+def nova_event_get_batch(context, batch_id):
+    e = models.NovaEvent
+    return context.session.execute(
+        sa.select(e).where(e.batch_id == batch_id)).scalars().all()
+
+
+@reader
+def nova_event_due_batches(context, now, limit=50):
+    """Batch ids with an event whose next attempt is due."""
+    e = models.NovaEvent
+    return list(context.session.scalars(
+        sa.select(e.batch_id).where(e.next_attempt_at <= now)
+        .group_by(e.batch_id).limit(limit)))
+
+
+@writer
+def nova_event_claim_batch(context, batch_id, now, next_attempt_at):
+    """Push a due batch's next attempt forward; the caller that moved any
+    row owns this attempt (another conductor's periodic gets 0)."""
+    e = models.NovaEvent
+    return context.session.execute(
+        sa.update(e).where(e.batch_id == batch_id, e.next_attempt_at <= now)
+        .values(next_attempt_at=next_attempt_at, attempts=e.attempts + 1)
+        .execution_options(synchronize_session=False)).rowcount
+
+
+@writer
+def nova_event_postpone_batch(context, batch_id, next_attempt_at):
+    e = models.NovaEvent
+    context.session.execute(
+        sa.update(e).where(e.batch_id == batch_id)
+        .values(next_attempt_at=next_attempt_at, attempts=e.attempts + 1)
+        .execution_options(synchronize_session=False))
+
+
+@writer
+def nova_event_delete_ids(context, ids):
+    e = models.NovaEvent
+    context.session.execute(
+        sa.delete(e).where(e.id.in_(list(ids)))
+        .execution_options(synchronize_session=False))
+
+
 # == reads ===================================================================
 # What the API reads (owned by the API).  Each filter is on an indexed or
 # unique column; lists are one query (plus one for their children), never a

@@ -1,0 +1,423 @@
+"""The accelerator request (ARQ) state machine: create, bind, unbind, delete.
+
+Rules (CONTRACT.md §5 and deliberate differences 3, 8, 10):
+
+- Every state change is a guarded ``UPDATE ... WHERE state IN (allowed)``
+  whose row count is checked (``db_api.arq_transition``); nothing reads a
+  state and then writes it.  Whoever moves an ARQ out of a handle-holding
+  state releases its attach handle in the same transaction, guarded on the
+  handle id it read, so a handle is released exactly once.
+- A bind PATCH is validated completely before anything is written; a 4xx
+  writes nothing.  The ARQs then move to BindStarted in one transaction
+  and the PATCH returns; the work (taking a handle, FPGA programming, mdev
+  creation) runs on a thread pool with ``[DEFAULT]bind_timeout``.
+- An ARQ's final state and its Nova event are committed together; the
+  batch's events go to Nova in one request once all its ARQs are resolved.
+- A conductor that dies mid-bind leaves ARQs in BindStarted; the periodic
+  ``fail_stuck`` fails them after ``bind_timeout`` and tells Nova.
+"""
+
+import datetime
+import json
+import threading
+import uuid as uuidlib
+
+import futurist
+from oslo_log import log as logging
+from oslo_utils import timeutils
+
+from cyborg.common import context as cyborg_context
+from cyborg.common import exception
+from cyborg.conductor import nova
+from cyborg.db import api as db_api
+from cyborg.db import models
+from cyborg.objects import accelerator_requests
+from cyborg.objects import base as objects_base
+
+LOG = logging.getLogger(__name__)
+
+BIND_FROM = ('Initial', 'Unbound')
+BOUND_FROM = ('BindStarted',)
+UNBIND_FROM = ('Initial', 'BindStarted', 'Bound', 'BindFailed')
+FAIL_FROM = ('BindStarted', 'Bound')
+ANY_STATE = models.ARQ_STATES
+BIND_FIELDS = ('hostname', 'device_rp_uuid', 'instance_uuid')
+
+_CLEARED = {'hostname': None, 'device_rp_uuid': None, 'instance_uuid': None,
+            'deployable_id': None, 'attach_handle_id': None,
+            'bind_started_at': None, 'bind_failure_reason': None}
+
+_EXECUTOR = None
+_EXECUTOR_LOCK = threading.Lock()
+
+
+class _Lost(Exception):
+    """The ARQ left BindStarted under us (unbound, deleted, timed out)."""
+
+
+# -- create ---------------------------------------------------------------
+
+def create(context, device_profile_uuid, project_id):
+    """Make the ARQs of a device profile in one transaction: for group i,
+    n = the sum of its ``resources:*`` amounts ARQs with group id i."""
+    profile = db_api.arq_profile_get(context, device_profile_uuid)
+    if profile is None:
+        raise exception.DeviceProfileNotFound(name=device_profile_uuid)
+    now = timeutils.utcnow()
+    rows = []
+    for group_id, group in enumerate(json.loads(profile.profile_json)):
+        for _ in range(_group_size(group)):
+            rows.append({'uuid': str(uuidlib.uuid4()), 'state': 'Initial',
+                         'device_profile_id': profile.id,
+                         'device_profile_group_id': group_id,
+                         'project_id': project_id, 'created_at': now})
+    if rows:
+        with db_api.writer.using(context):
+            db_api.arq_create_many(context, rows)
+    return [arq_dict(row, profile.name) for row in rows]
+
+
+def _group_size(group):
+    return sum(int(amount) for key, amount in group.items()
+               if key.startswith('resources:'))
+
+
+def arq_dict(values, device_profile_name):
+    """An unbound ARQ as ``cyborg.objects`` reads it back (for RPC)."""
+    return objects_base.to_dict(accelerator_requests.AcceleratorRequest(
+        uuid=values['uuid'], state=values['state'],
+        device_profile_name=device_profile_name,
+        device_profile_group_id=values['device_profile_group_id'],
+        project_id=values['project_id'], hostname=None, device_rp_uuid=None,
+        instance_uuid=None, attach_handle_type='', attach_handle_uuid=None,
+        attach_handle_info={}, created_at=values['created_at'],
+        updated_at=None))
+
+
+# -- bind -----------------------------------------------------------------
+
+def bind(conf, context, bindings):
+    """Start binding; returns once every ARQ is in BindStarted.
+
+    ``bindings`` maps ARQ uuid to {hostname, device_rp_uuid,
+    instance_uuid[, project_id]}.  Raises a 4xx CyborgException (and
+    writes nothing) when the request cannot be honoured.
+    """
+    start_bind(conf, context, bindings)
+
+
+def start_bind(conf, context, bindings):
+    """``bind``, returning the future of the background work."""
+    jobs = _validate(conf, context, bindings)
+    now = timeutils.utcnow()
+    with db_api.writer.using(context):
+        for job in jobs:
+            values = {'hostname': job['hostname'],
+                      'device_rp_uuid': job['device_rp_uuid'],
+                      'instance_uuid': job['instance_uuid'],
+                      'deployable_id': job['deployable_id'],
+                      'bind_started_at': now, 'bind_failure_reason': None}
+            if job.get('project_id'):
+                values['project_id'] = job['project_id']
+            if not db_api.arq_transition(context, job['uuid'],
+                                         'BindStarted', BIND_FROM, values,
+                                         where={'attach_handle_id': None}):
+                # Another PATCH got there first; the rollback undoes the
+                # ARQs this one already moved.
+                raise exception.Conflict(
+                    reason='accelerator request {} is already being bound'.format(job['uuid']))
+    deadline = now + datetime.timedelta(seconds=conf.bind_timeout)
+    worker_context = cyborg_context.RequestContext.from_dict(
+        context.to_dict())
+    return _executor(conf).submit(_run_batch, conf, worker_context,
+                                  str(uuidlib.uuid4()), jobs, deadline)
+
+
+def _executor(conf):
+    global _EXECUTOR
+    with _EXECUTOR_LOCK:
+        if _EXECUTOR is None:
+            _EXECUTOR = futurist.ThreadPoolExecutor(
+                max_workers=conf.conductor.workers)
+        return _EXECUTOR
+
+
+def _validate(conf, context, bindings):
+    """The bind jobs of a PATCH, or a 4xx: ARQs exist and are the caller's,
+    are bindable, their provider is an enabled deployable on the host that
+    Placement allocated to the instance, and the instance has no bound
+    ARQs of another request."""
+    if not isinstance(bindings, dict) or not bindings:
+        raise exception.Invalid(reason='no accelerator request to bind')
+    rows = {r.ExtARQ.uuid: r for r in
+            db_api.arq_get_many(context, list(bindings))}
+    targets = db_api.arq_bind_targets(
+        context, {_field(b, 'device_rp_uuid') for b in bindings.values()})
+    jobs = []
+    for arq_uuid, binding in bindings.items():
+        row = rows.get(arq_uuid)
+        if row is None or not _visible(context, row.ExtARQ):
+            raise exception.ARQNotFound(uuid=arq_uuid)
+        if row.ExtARQ.state not in BIND_FROM:
+            raise exception.Conflict(
+                reason=f'accelerator request {arq_uuid} is {row.ExtARQ.state}, it cannot be bound')
+        target = _check_target(targets, binding)
+        group = json.loads(row.profile_json)[
+            row.ExtARQ.device_profile_group_id]
+        jobs.append(dict(binding, uuid=arq_uuid, group=group,
+                         deployable_id=target.deployable_id))
+    _check_instances(context, jobs)
+    _check_allocations(conf, jobs)
+    return jobs
+
+
+def _field(binding, name):
+    value = binding.get(name) if isinstance(binding, dict) else None
+    if not value or not isinstance(value, str):
+        raise exception.Invalid(reason=f'{name} is required to bind')
+    return value
+
+
+def _visible(context, arq):
+    return (context.is_admin or not context.project_id
+            or arq.project_id == context.project_id)
+
+
+def _check_target(targets, binding):
+    for name in BIND_FIELDS:
+        _field(binding, name)
+    target = targets.get(binding['device_rp_uuid'])
+    if target is None or target.gone:
+        raise exception.BindFailed(
+            reason='no device provides resource provider {}'.format(binding['device_rp_uuid']))
+    if target.hostname != binding['hostname']:
+        raise exception.BindFailed(
+            reason='resource provider {} is not on host {}'.format(binding['device_rp_uuid'], binding['hostname']))
+    if target.status != 'enabled':
+        raise exception.BindFailed(
+            reason='the device of resource provider {} is in maintenance'.format(binding['device_rp_uuid']))
+    return target
+
+
+def _check_instances(context, jobs):
+    instances = {job['instance_uuid'] for job in jobs}
+    others = db_api.arq_bound_elsewhere(context, instances,
+                                        [job['uuid'] for job in jobs])
+    if others:
+        raise exception.BindFailed(
+            reason=f'instance {others[0].instance_uuid} already has accelerator request {others[0].uuid} bound')
+
+
+def _check_allocations(conf, jobs):
+    """When Placement holds allocations for the instance, they must cover
+    the device's provider (deliberate difference 3)."""
+    from cyborg.placement import client as placement_client
+
+    placement = placement_client.get_client(conf)
+    for instance_uuid in {job['instance_uuid'] for job in jobs}:
+        allocated = placement.get_allocations_for_consumer(instance_uuid)
+        if not allocated:
+            continue
+        for job in jobs:
+            if (job['instance_uuid'] == instance_uuid
+                    and job['device_rp_uuid'] not in allocated):
+                raise exception.BindFailed(
+                    reason='instance {} holds no allocation against '
+                           'resource provider {}'.format(instance_uuid, job['device_rp_uuid']))
+
+
+def _run_batch(conf, context, batch_id, jobs, deadline):
+    """Bind each ARQ of one PATCH, then send the batch's events."""
+    for job in jobs:
+        try:
+            _bind_one(conf, context, batch_id, job, deadline)
+        except _Lost:
+            LOG.info('Accelerator request %s left BindStarted while it was '
+                     'being bound', job['uuid'])
+        except Exception as e:
+            reason = (str(e) if isinstance(e, exception.CyborgException)
+                      else f'internal error: {e}')
+            if not isinstance(e, exception.CyborgException):
+                LOG.exception('Binding accelerator request %s failed',
+                              job['uuid'])
+            _fail(conf, context, batch_id, job['uuid'], reason, deadline)
+    try:
+        nova.deliver_batch(conf, context, batch_id)
+    except Exception:
+        LOG.exception('Could not deliver the events of batch %s; the '
+                      'periodic re-sends them', batch_id)
+
+
+def _bind_one(conf, context, batch_id, job, deadline):
+    handle = _take_handle(context, job)
+    mdev_created = False
+    try:
+        if _needs_programming(job['group']):
+            from cyborg.conductor import programming
+            programming.program_for_bind(conf, context, job['deployable_id'],
+                                         job['group'], deadline)
+        if handle.attach_type == 'MDEV':
+            _mdev_create(conf, context, job['hostname'], handle, deadline)
+            mdev_created = True
+        with db_api.writer.using(context):
+            if not db_api.arq_transition(
+                    context, job['uuid'], 'Bound', BOUND_FROM,
+                    where={'attach_handle_id': handle.id}):
+                raise _Lost()
+            nova.record(conf, context, batch_id,
+                        [(job['instance_uuid'], job['uuid'], 'completed')],
+                        _due(conf, deadline))
+    except Exception:
+        if mdev_created:
+            _mdev_remove(conf, context, job['hostname'], handle)
+        raise
+
+
+def _take_handle(context, job):
+    with db_api.writer.using(context):
+        handle = db_api.attach_handle_take(context, job['deployable_id'])
+        if handle is None:
+            raise exception.BindFailed(
+                reason='no free attach handle on resource provider {}'.format(job['device_rp_uuid']))
+        if not db_api.arq_set_attach_handle(context, job['uuid'],
+                                            handle.id):
+            raise _Lost()  # rolls the take back
+    return handle
+
+
+def _needs_programming(group):
+    return bool(group.get('accel:bitstream_id')
+                or group.get('accel:function_id'))
+
+
+def _due(conf, deadline):
+    """When the periodic may re-send an event recorded now: after the
+    batch had time to finish and deliver it itself."""
+    return deadline + datetime.timedelta(
+        seconds=conf.conductor.nova_event_retry_interval)
+
+
+def _fail(conf, context, batch_id, arq_uuid, reason, deadline):
+    with db_api.writer.using(context):
+        row = _leave(context, arq_uuid, 'BindFailed', ('BindStarted',),
+                     {'bind_failure_reason': reason[:4000],
+                      'attach_handle_id': None})
+        if row is not None:
+            nova.record(conf, context, batch_id,
+                        [(row.instance_uuid, arq_uuid, 'failed')],
+                        _due(conf, deadline))
+    LOG.info('Binding accelerator request %s failed: %s', arq_uuid, reason)
+
+
+def _leave(context, arq_uuid, to_state, from_states, values):
+    """Move an ARQ and release the handle it held, in the caller's
+    transaction.  Returns the row as it was, or None if not moved."""
+    for _ in range(3):
+        row = db_api.arq_handle_state(context, arq_uuid)
+        if row is None or row.state not in from_states:
+            return None
+        if db_api.arq_transition(context, arq_uuid, to_state, from_states,
+                                 values, where={'attach_handle_id':
+                                                row.attach_handle_id}):
+            if row.attach_handle_id is not None:
+                db_api.attach_handle_release(context, row.attach_handle_id)
+            return row
+        # The bind worker took a handle between our read and write.
+    return None
+
+
+# -- mdevs ----------------------------------------------------------------
+
+def _mdev_create(conf, context, hostname, handle, deadline):
+    from cyborg.agent import rpcapi as agent_rpcapi
+    from cyborg.objects import inventory
+
+    info = json.loads(handle.attach_info)
+    remaining = (deadline - timeutils.utcnow()).total_seconds()
+    if remaining <= 0:
+        raise exception.BindFailed(reason='bind timed out')
+    # The mdev is named by the handle's uuid, so unbinding finds it again.
+    agent_rpcapi.AgentAPI(conf, timeout=max(int(remaining), 1)
+                          ).create_vgpu_mdev(
+        context, hostname, inventory.pci_address(info), info['asked_type'],
+        handle.uuid)
+
+
+def _mdev_remove(conf, context, hostname, handle):
+    """Best effort: the agent's removal is idempotent, and a leftover mdev
+    is recreated under the same uuid by the next bind."""
+    from cyborg.agent import rpcapi as agent_rpcapi
+    from cyborg.objects import inventory
+
+    info = json.loads(handle.attach_info)
+    try:
+        agent_rpcapi.AgentAPI(conf, timeout=30).remove_vgpu_mdev(
+            context, hostname, inventory.pci_address(info), handle.uuid)
+    except Exception as e:  # noqa: BLE001 - any failure is only logged
+        LOG.warning('Could not remove mdev %s on %s: %s', handle.uuid,
+                    hostname, e)
+
+
+def _release_mdevs(conf, context, rows):
+    for row in rows:
+        arq = row.ExtARQ
+        if arq.attach_handle_id is None or not arq.hostname:
+            continue
+        handle = db_api.attach_handle_get(context, arq.attach_handle_id)
+        if handle is not None and handle.attach_type == 'MDEV':
+            _mdev_remove(conf, context, arq.hostname, handle)
+
+
+# -- unbind and delete ------------------------------------------------------
+
+def unbind(conf, context, arq_uuids):
+    """Free the ARQs' handles (removing mdevs) and clear their binding;
+    ARQs already unbound are left alone."""
+    rows = [r for r in db_api.arq_get_many(context, arq_uuids)
+            if _visible(context, r.ExtARQ)]
+    found = {r.ExtARQ.uuid for r in rows}
+    missing = [u for u in arq_uuids if u not in found]
+    if missing:
+        raise exception.ARQNotFound(uuid=missing[0])
+    _release_mdevs(conf, context, rows)
+    with db_api.writer.using(context):
+        for arq_uuid in found:
+            _leave(context, arq_uuid, 'Unbound', UNBIND_FROM, _CLEARED)
+
+
+def delete(conf, context, arq_uuids=None, instance_uuid=None):
+    """Delete ARQs by uuid or by instance, unbinding them first.
+
+    Returns the uuids that were not found; the others are deleted.
+    Deleting by instance is idempotent.
+    """
+    if instance_uuid:
+        arq_uuids = db_api.arq_ids_by_instance(context, instance_uuid)
+    arq_uuids = list(arq_uuids or [])
+    rows = [r for r in db_api.arq_get_many(context, arq_uuids)
+            if _visible(context, r.ExtARQ)]
+    found = [r.ExtARQ.uuid for r in rows]
+    _release_mdevs(conf, context, rows)
+    with db_api.writer.using(context):
+        for arq_uuid in found:
+            _leave(context, arq_uuid, 'Deleting', ANY_STATE, _CLEARED)
+        db_api.arq_delete_many(context, found)
+    return [u for u in arq_uuids if u not in set(found)]
+
+
+# -- the stuck-bind periodic -------------------------------------------------
+
+def fail_stuck(conf, context):
+    """Periodic: fail ARQs in BindStarted for longer than bind_timeout
+    (their conductor died, or their work hung) and tell Nova."""
+    timeout = datetime.timedelta(seconds=conf.bind_timeout)
+    stuck = db_api.arq_stuck(context, timeutils.utcnow() - timeout)
+    if not stuck:
+        return 0
+    batch_id = str(uuidlib.uuid4())
+    for arq_uuid in stuck:
+        _fail(conf, context, batch_id, arq_uuid,
+              f'bind did not finish within {conf.bind_timeout} seconds',
+              timeutils.utcnow())
+    nova.deliver_batch(conf, context, batch_id)
+    return len(stuck)

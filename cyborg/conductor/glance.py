@@ -1,0 +1,119 @@
+"""FPGA bitstreams from Glance, through openstacksdk and the ``[glance]``
+keystoneauth options (no cloud names: the conductor's own config).
+
+``get_image`` and ``find_by_function_id`` return an image's metadata as a
+dict (``id``, ``os_hash_algo``, ``os_hash_value``, ``checksum`` and the
+custom properties such as ``accel:function_id``); ``download`` returns its
+data once the digest Glance advertises has been checked.
+"""
+
+import hashlib
+import threading
+
+import openstack.connection
+from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import loading as ks_loading
+from openstack import exceptions as sdk_exc
+
+from cyborg.common import exception
+
+FUNCTION_ID_PROPERTY = 'accel:function_id'
+
+_CONNECTIONS = {}
+_LOCK = threading.Lock()
+
+
+def _connection(conf):
+    if not conf.glance.auth_type:
+        raise exception.Invalid(reason='no Glance is configured ([glance] '
+                                       'auth_type) to fetch bitstreams from')
+    with _LOCK:
+        conn = _CONNECTIONS.get(_key(conf))
+        if conn is None:
+            auth = ks_loading.load_auth_from_conf_options(conf, 'glance')
+            session = ks_loading.load_session_from_conf_options(
+                conf, 'glance', auth=auth)
+            conn = openstack.connection.Connection(session=session,
+                                                   oslo_conf=conf)
+            _CONNECTIONS[_key(conf)] = conn
+        return conn
+
+
+def _unavailable(e):
+    return exception.ServiceUnavailable(reason=f'Glance: {e}')
+
+
+def get_image(conf, image_uuid):
+    """The image's metadata; Invalid (400) when Glance has no such image."""
+    try:
+        image = _connection(conf).image.get_image(image_uuid)
+    except sdk_exc.NotFoundException:
+        raise exception.Invalid(reason=f'image {image_uuid} not found in Glance')
+    except (sdk_exc.SDKException, ks_exc.ClientException) as e:
+        raise _unavailable(e)
+    values = dict(image.properties or {})
+    values.update(id=image.id, checksum=image.checksum,
+                  os_hash_algo=image.hash_algo,
+                  os_hash_value=image.hash_value, size=image.size)
+    return values
+
+
+def find_by_function_id(conf, function_id):
+    """The one image whose ``accel:function_id`` property is
+    ``function_id``."""
+    try:
+        response = _connection(conf).image.get(
+            '/images', params={FUNCTION_ID_PROPERTY: function_id})
+    except (sdk_exc.SDKException, ks_exc.ClientException) as e:
+        raise _unavailable(e)
+    if response.status_code != 200:
+        raise _unavailable(f'listing images answered {response.status_code}')
+    images = [i for i in response.json().get('images', [])
+              if i.get(FUNCTION_ID_PROPERTY) == function_id]
+    if len(images) != 1:
+        raise exception.Invalid(
+            reason=f'{len(images)} images in Glance have function id '
+                   f'{function_id}; want exactly one')
+    return get_image(conf, images[0]['id'])
+
+
+def download(conf, image):
+    """The image data, checked against ``os_hash_value`` (else the md5
+    ``checksum``) before anyone uses it."""
+    algo, expected = _expected_digest(image)
+    digest = hashlib.new(algo)
+    chunks = []
+    try:
+        response = _connection(conf).image.download_image(
+            image['id'], stream=True)
+        for chunk in response.iter_content(conf.glance.download_chunk_size):
+            digest.update(chunk)
+            chunks.append(chunk)
+    except (sdk_exc.SDKException, ks_exc.ClientException) as e:
+        raise _unavailable(e)
+    if digest.hexdigest() != expected:
+        raise exception.Invalid(
+            reason='image {} failed its {} check: Glance says {}, the data '
+                   'hashes to {}'.format(image['id'], algo, expected,
+                                     digest.hexdigest()))
+    return b''.join(chunks)
+
+
+def _expected_digest(image):
+    if image.get('os_hash_algo') and image.get('os_hash_value'):
+        algo = image['os_hash_algo']
+        if algo not in hashlib.algorithms_available:
+            raise exception.Invalid(reason='image {} uses unknown hash '
+                                           'algorithm {}'.format(image['id'],
+                                                             algo))
+        return algo, image['os_hash_value']
+    if image.get('checksum'):
+        return 'md5', image['checksum']
+    raise exception.Invalid(reason='image {} has no checksum to verify '
+                                   'its data against'.format(image['id']))
+
+
+def _key(conf):
+    # id() alone could name a dead conf's cached client; the endpoint and
+    # auth type make a reused id harmless.
+    return (id(conf), conf.glance.auth_type, conf.glance.endpoint_override)

@@ -1,0 +1,186 @@
+"""Telling Nova how binds ended: ``accelerator-request-bound`` events.
+
+Delivery is at least once (CONTRACT.md, difference 10): the bind state
+machine records an event row in the SAME transaction as the ARQ's final
+state (``record``), then asks for the batch to be delivered
+(``deliver_batch``): one ``POST /os-server-external-events`` (compute
+microversion 2.82) per PATCH, retried with backoff on 5xx and connection
+errors.  Rows are deleted once Nova answers; rows left behind (Nova down,
+conductor killed between commit and POST) are re-sent by the periodic
+``resend_due``.
+
+Nova is reached with keystoneauth from ``[nova]`` (plus a service token
+from ``[service_user]`` when ``send_service_user_token`` is set).  With no
+``[nova] auth_type`` (all-in-one, standalone use) or ``send_events =
+False`` nothing is recorded or sent, and binding works the same.
+"""
+
+import datetime
+import threading
+import time
+
+from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import loading as ks_loading
+from keystoneauth1 import service_token
+from oslo_log import log as logging
+from oslo_utils import timeutils
+
+from cyborg.db import api as db_api
+
+LOG = logging.getLogger(__name__)
+
+EVENT_NAME = 'accelerator-request-bound'
+MICROVERSION = '2.82'
+# Immediate attempts per delivery; then the periodic takes over.
+_TRIES = 3
+_FIRST_BACKOFF = 0.5
+# Longest wait between two periodic attempts of one batch.
+_MAX_POSTPONE = 300
+
+_ADAPTERS = {}
+_ADAPTERS_LOCK = threading.Lock()
+
+
+def enabled(conf):
+    """Whether events go to Nova at all."""
+    return bool(conf.nova.send_events and conf.nova.auth_type)
+
+
+def _adapter(conf):
+    """A keystoneauth Adapter for the compute API, one per conf."""
+    with _ADAPTERS_LOCK:
+        adapter = _ADAPTERS.get(_key(conf))
+        if adapter is None:
+            auth = ks_loading.load_auth_from_conf_options(conf, 'nova')
+            if conf.service_user.send_service_user_token:
+                service_auth = ks_loading.load_auth_from_conf_options(
+                    conf, 'service_user')
+                auth = service_token.ServiceTokenAuthWrapper(
+                    user_auth=auth, service_auth=service_auth)
+            session = ks_loading.load_session_from_conf_options(
+                conf, 'nova', auth=auth)
+            adapter = ks_loading.load_adapter_from_conf_options(
+                conf, 'nova', session=session, auth=auth)
+            _ADAPTERS[_key(conf)] = adapter
+        return adapter
+
+
+def record(conf, context, batch_id, events, due_at):
+    """Record ``events`` [(instance_uuid, arq_uuid, status)] of a batch in
+    the caller's transaction.  ``due_at`` is when the periodic may re-send
+    them if ``deliver_batch`` has not delivered them by then."""
+    rows = [{'batch_id': batch_id, 'instance_uuid': instance_uuid,
+             'arq_uuid': arq_uuid, 'status': status, 'attempts': 0,
+             'next_attempt_at': due_at}
+            for instance_uuid, arq_uuid, status in events if instance_uuid]
+    if rows and enabled(conf):
+        db_api.nova_event_create_many(context, rows)
+
+
+def deliver_batch(conf, context, batch_id):
+    """Send a batch's recorded events in one request; forget them once
+    Nova has answered, else postpone them for the periodic."""
+    if not enabled(conf):
+        return True
+    rows = db_api.nova_event_get_batch(context, batch_id)
+    if not rows:
+        return True
+    if send(conf, [(r.instance_uuid, r.arq_uuid, r.status) for r in rows]):
+        with db_api.writer.using(context):
+            db_api.nova_event_delete_ids(context, [r.id for r in rows])
+        return True
+    attempts = max(r.attempts for r in rows)
+    with db_api.writer.using(context):
+        db_api.nova_event_postpone_batch(context, batch_id,
+                                         _next_attempt(conf, attempts))
+    return False
+
+
+def resend_due(conf, context):
+    """Periodic: deliver batches whose next attempt is due."""
+    if not enabled(conf):
+        return
+    now = timeutils.utcnow()
+    for batch_id in db_api.nova_event_due_batches(context, now):
+        with db_api.writer.using(context):
+            # Claiming pushes the due time forward so that another
+            # conductor's periodic does not send the same batch now.
+            claimed = db_api.nova_event_claim_batch(
+                context, batch_id, now, _next_attempt(conf, 0))
+        if claimed:
+            deliver_batch(conf, context, batch_id)
+
+
+def _next_attempt(conf, attempts):
+    delay = min(conf.conductor.nova_event_retry_interval * 2 ** attempts,
+                _MAX_POSTPONE)
+    return timeutils.utcnow() + datetime.timedelta(seconds=delay)
+
+
+def payload(events):
+    """The os-server-external-events body for [(instance, arq, status)]."""
+    return {'events': [{'name': EVENT_NAME, 'server_uuid': instance_uuid,
+                        'tag': arq_uuid, 'status': status}
+                       for instance_uuid, arq_uuid, status in events]}
+
+
+def send(conf, events):
+    """POST the events; True when Nova has answered for good (accepted,
+    or told us the instances are gone), False to try again later."""
+    body = payload(events)
+    delay = _FIRST_BACKOFF
+    for attempt in range(1, _TRIES + 1):
+        try:
+            response = _adapter(conf).post(
+                '/os-server-external-events', json=body,
+                microversion=MICROVERSION, raise_exc=False)
+        except (ks_exc.ConnectionError, ks_exc.EndpointNotFound,
+                ks_exc.DiscoveryFailure) as e:
+            LOG.warning('Nova unreachable sending %d event(s) (try %d): %s',
+                        len(events), attempt, e)
+        else:
+            status = response.status_code
+            if status < 500:
+                return _final(status, response, events)
+            LOG.warning('Nova answered %s to %d event(s) (try %d)', status,
+                        len(events), attempt)
+        if attempt < _TRIES:
+            time.sleep(delay)
+            delay *= 2
+    return False
+
+
+def _final(status, response, events):
+    if status == 200:
+        return True
+    if status == 207:
+        # Per-event codes: 422 means the instance is gone, nothing to do.
+        codes = [e.get('code') for e in _events_of(response)]
+        odd = [c for c in codes if c not in (200, 422)]
+        if odd:
+            LOG.warning('Nova refused some accelerator events: %s', codes)
+        return True
+    if status == 404:
+        LOG.info('Nova knows none of the instances of %d event(s)',
+                 len(events))
+        return True
+    if status in (401, 403):
+        # A configuration problem an operator can fix: keep the events.
+        LOG.error('Nova refused our credentials (%s); events kept', status)
+        return False
+    LOG.error('Nova rejected %d accelerator event(s) with %s: %s',
+              len(events), status, response.text[:500])
+    return True
+
+
+def _events_of(response):
+    try:
+        return response.json().get('events', [])
+    except ValueError:
+        return []
+
+
+def _key(conf):
+    # id() alone could name a dead conf's cached client; the endpoint and
+    # auth type make a reused id harmless.
+    return (id(conf), conf.nova.auth_type, conf.nova.endpoint_override)

@@ -1,0 +1,176 @@
+"""FPGA programming: at bind (profile group ``accel:bitstream_id`` or
+``accel:function_id``) and by an admin (``PATCH
+/deployables/{uuid}/program``).
+
+One programming, in order:
+
+1. the image's metadata from Glance; nothing to do when the deployable
+   already runs it (so admin programming is idempotent);
+2. the data downloaded and checked against Glance's digest;
+3. the deployable's provider reserved in Placement (reserved = total), so
+   nothing is scheduled onto a device that is being rewritten;
+4. the agent programs the device; the deployable's ``bitstream_id`` is set;
+5. the provider's ``CUSTOM_FPGA_FUNCTION_ID_*`` traits replaced by the
+   new function's;
+6. the reservation restored, whatever happened.  A failure before step 5
+   leaves the traits and ``bitstream_id`` as they were, and is raised.
+
+Programming rewrites the whole device, so it is refused while another
+instance holds one of the deployable's handles, and programmings of one
+deployable are serialised in this conductor.
+"""
+
+import base64
+import contextlib
+import datetime
+import re
+import threading
+
+from oslo_log import log as logging
+from oslo_utils import timeutils
+
+from cyborg.agent import rpcapi as agent_rpcapi
+from cyborg.common import exception
+from cyborg.conductor import glance
+from cyborg.db import api as db_api
+from cyborg.objects import base as objects_base
+from cyborg.objects import deployables
+
+LOG = logging.getLogger(__name__)
+
+TRAIT_PREFIX = 'CUSTOM_FPGA_FUNCTION_ID_'
+_NOT_IN_ALPHABET = re.compile(r'[^A-Z0-9_]')
+
+_LOCKS = {}
+_LOCKS_LOCK = threading.Lock()
+
+
+def function_trait(function_id):
+    """The Placement trait advertising an FPGA function id."""
+    return TRAIT_PREFIX + _NOT_IN_ALPHABET.sub('_', function_id.upper())
+
+
+def program_deployable(conf, context, deployable_uuid, image_uuid):
+    """Admin programming: load Glance image ``image_uuid`` onto the
+    deployable; returns the deployable.  A no-op when it is loaded."""
+    target = db_api.deployable_program_target(context, deployable_uuid)
+    if target is None:
+        raise exception.ResourceNotFound(resource='Deployable',
+                                         id=deployable_uuid)
+    if target.device_type != 'FPGA':
+        raise exception.Invalid(reason=f'deployable {deployable_uuid} is a {target.device_type}, not an FPGA')
+    image = glance.get_image(conf, image_uuid)
+    deadline = timeutils.utcnow() + datetime.timedelta(seconds=conf.bind_timeout)
+    program(conf, context, target, image, deadline, own_handles=0)
+    return objects_base.to_dict(deployables.Deployable.get(context,
+                                                           deployable_uuid))
+
+
+def program_for_bind(conf, context, deployable_id, group, deadline):
+    """Program the bound deployable as the profile group asks (the bind
+    has taken one of its handles)."""
+    bitstream_id = group.get('accel:bitstream_id')
+    function_id = group.get('accel:function_id')
+    if bitstream_id and function_id:
+        raise exception.Invalid(reason='a group may name accel:bitstream_id '
+                                       'or accel:function_id, not both')
+    if bitstream_id:
+        image = glance.get_image(conf, bitstream_id)
+    else:
+        image = glance.find_by_function_id(conf, function_id)
+    target = db_api.deployable_program_target_by_id(context, deployable_id)
+    if target is None:
+        raise exception.BindFailed(reason='the deployable is gone')
+    program(conf, context, target, image, deadline, own_handles=1,
+            function_id=function_id)
+
+
+def program(conf, context, target, image, deadline, own_handles,
+            function_id=None):
+    """Steps 2-6 above; returns False when the image was already loaded.
+    ``own_handles``: handles of the deployable the caller holds."""
+    with _deployable_lock(target.deployable_id):
+        current = db_api.deployable_program_target_by_id(
+            context, target.deployable_id)
+        if current.bitstream_id == image['id']:
+            LOG.info('Deployable %s already runs image %s',
+                     target.deployable_uuid, image['id'])
+            return False
+        in_use = db_api.attach_handles_in_use(context, target.deployable_id)
+        if in_use > own_handles:
+            raise exception.InUse(
+                resource='Deployable', id=target.deployable_uuid,
+                reason='another instance uses it with its current bitstream')
+        data = glance.download(conf, image)
+        function_id = function_id or image.get(glance.FUNCTION_ID_PROPERTY)
+        with _reserved(conf, target.rp_uuid):
+            _run_agent(conf, context, target, image, data, deadline)
+            with db_api.writer.using(context):
+                db_api.deployable_set_bitstream(context,
+                                                target.deployable_id,
+                                                image['id'])
+            _replace_traits(conf, target.rp_uuid, function_id)
+    LOG.info('Deployable %s programmed with image %s',
+             target.deployable_uuid, image['id'])
+    return True
+
+
+def _run_agent(conf, context, target, image, data, deadline):
+    remaining = (deadline - timeutils.utcnow()).total_seconds()
+    if remaining <= 0:
+        raise exception.BindFailed(reason='timed out before programming')
+    bitstream = {'image_uuid': image['id'],
+                 'data': base64.b64encode(data).decode('ascii'),
+                 'checksum': image.get('checksum')}
+    agent = agent_rpcapi.AgentAPI(conf, timeout=max(int(remaining), 1))
+    if not agent.fpga_program(context, target.hostname, target.cpid_info,
+                              bitstream, target.driver_name):
+        raise exception.BindFailed(reason=f'the agent on {target.hostname} could not '
+                                          f'program {target.cpid_info}')
+
+
+def _placement(conf):
+    from cyborg.placement import client as placement_client
+    return placement_client.get_client(conf)
+
+
+@contextlib.contextmanager
+def _reserved(conf, rp_uuid):
+    """Reserve every inventory of the provider for the duration."""
+    if not rp_uuid:
+        yield
+        return
+    placement = _placement(conf)
+    generation, inventories = placement.get_inventories(rp_uuid)
+    saved = {rc: inv['reserved'] for rc, inv in inventories.items()}
+    placement.set_inventories(
+        rp_uuid, {rc: dict(inv, reserved=inv['total'])
+                  for rc, inv in inventories.items()}, generation)
+    try:
+        yield
+    finally:
+        _, inventories = placement.get_inventories(rp_uuid)
+        placement.set_inventories(
+            rp_uuid, {rc: dict(inv, reserved=saved.get(rc, inv['reserved']))
+                      for rc, inv in inventories.items()})
+
+
+def _replace_traits(conf, rp_uuid, function_id):
+    if not rp_uuid:
+        return
+    placement = _placement(conf)
+    generation, traits = placement.get_traits(rp_uuid)
+    wanted = {t for t in traits if not t.startswith(TRAIT_PREFIX)}
+    if function_id:
+        wanted.add(function_trait(function_id))
+        placement.ensure_traits([function_trait(function_id)])
+    if wanted != traits:
+        placement.set_traits(rp_uuid, wanted, generation)
+
+
+@contextlib.contextmanager
+def _deployable_lock(deployable_id):
+    with _LOCKS_LOCK:
+        lock = _LOCKS.setdefault(deployable_id, threading.Lock())
+    with lock:
+        yield

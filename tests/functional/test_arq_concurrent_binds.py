@@ -1,0 +1,78 @@
+"""50 binds at once competing for 16 attach handles, on the real MariaDB and
+PostgreSQL servers: exactly 16 Bound, 34 BindFailed, no handle twice."""
+
+import concurrent.futures
+import uuid as uuidlib
+
+import pytest
+import sqlalchemy as sa
+
+from cyborg.common import context as cyborg_context
+from cyborg.conductor import arq_binding
+from cyborg.db import api as db_api
+from cyborg.db import models
+from cyborg.placement import client as placement_client
+from cyborg.placement import embedded
+from tests.fixtures import arqs as seed
+from tests.fixtures import databases
+from tests.fixtures import placement as placement_fixture
+
+BINDS = 50
+HANDLES = 16
+
+
+@pytest.fixture(scope='module')
+def placement_url():
+    server = embedded.EmbeddedPlacement('sqlite://')
+    url = server.start()
+    yield url
+    server.stop()
+
+
+@pytest.fixture(params=['mysql', 'postgresql'])
+def server_db(request):
+    with databases.throwaway_database(request.param) as url:
+        databases.create_schema(url)
+        engine = sa.create_engine(url, pool_size=BINDS + 5, max_overflow=10)
+        undo = db_api.patch_engine(engine)
+        yield engine
+        undo()
+        engine.dispose()
+
+
+def test_fifty_binds_sixteen_handles(conf, server_db, placement_url):
+    placement_fixture.placement_conf(conf, placement_url)
+    placement_client.reset_clients()
+    device = seed.seed_device(server_db, handles=HANDLES)
+    profile = seed.seed_profile(server_db, [{'resources:FPGA': '1'}])
+    ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
+    arqs = [arq_binding.create(ctx, profile, 'p1')[0]['uuid']
+            for _ in range(BINDS)]
+
+    def bind(arq_uuid):
+        binding = {'hostname': device.hostname,
+                   'device_rp_uuid': device.rp_uuid,
+                   'instance_uuid': str(uuidlib.uuid4())}
+        context = cyborg_context.RequestContext(project_id='p1',
+                                                is_service=True)
+        return arq_binding.start_bind(conf, context, {arq_uuid: binding})
+
+    with concurrent.futures.ThreadPoolExecutor(BINDS) as pool:
+        work = list(pool.map(bind, arqs))
+    for future in work:
+        future.result(60)
+
+    rows = seed.arq_rows(server_db).values()
+    states = sorted(r.state for r in rows)
+    assert states.count('Bound') == HANDLES
+    assert states.count('BindFailed') == BINDS - HANDLES
+    handles = [r.attach_handle_id for r in rows if r.state == 'Bound']
+    assert None not in handles
+    assert len(set(handles)) == HANDLES
+    assert all(r.attach_handle_id is None for r in rows
+               if r.state == 'BindFailed')
+    assert seed.handles_in_use(server_db) == HANDLES
+    with server_db.connect() as c:
+        in_use = set(c.scalars(sa.select(models.AttachHandle.id).where(
+            models.AttachHandle.in_use.is_(True))))
+    assert in_use == set(handles)

@@ -1,0 +1,318 @@
+"""The ARQ state machine on SQLite, against the real (embedded) Placement
+and a recording Nova endpoint."""
+
+import datetime
+import uuid as uuidlib
+
+import pytest
+import requests
+import sqlalchemy as sa
+from oslo_utils import timeutils
+
+from cyborg.common import context as cyborg_context
+from cyborg.common import exception
+from cyborg.conductor import arq_binding, nova
+from cyborg.db import models
+from cyborg.placement import client as placement_client
+from cyborg.placement import embedded
+from tests.fixtures import arqs as seed
+from tests.fixtures import placement as placement_fixture
+from tests.fixtures import recording_http
+
+
+@pytest.fixture(scope='module')
+def placement_url():
+    server = embedded.EmbeddedPlacement('sqlite://')
+    url = server.start()
+    yield url
+    server.stop()
+
+
+@pytest.fixture
+def fake_nova():
+    with recording_http.FakeNova() as server:
+        yield server
+
+
+@pytest.fixture
+def aconf(conf, db, placement_url, fake_nova):
+    placement_fixture.placement_conf(conf, placement_url)
+    conf.set_override('auth_type', 'none', group='nova')
+    conf.set_override('endpoint_override', fake_nova.url, group='nova')
+    placement_client.reset_clients()
+    return conf
+
+
+@pytest.fixture
+def ctx():
+    return cyborg_context.RequestContext(project_id='p1', user_id='u1',
+                                         is_service=True)
+
+
+@pytest.fixture
+def device(db):
+    return seed.seed_device(db, handles=4)
+
+
+def _create(db, ctx, groups=({'resources:FPGA': '1'},)):
+    profile = seed.seed_profile(db, list(groups))
+    return [a['uuid'] for a in arq_binding.create(ctx, profile, 'p1')]
+
+
+def _binding(device, instance=None):
+    return {'hostname': device.hostname, 'device_rp_uuid': device.rp_uuid,
+            'instance_uuid': instance or str(uuidlib.uuid4())}
+
+
+def _bind(conf, ctx, bindings):
+    arq_binding.start_bind(conf, ctx, bindings).result(30)
+
+
+def _state(db, uuid):
+    return seed.arq_rows(db)[uuid]
+
+
+def test_create_makes_n_arqs_per_group(conf, db, ctx):
+    groups = [{'resources:FPGA': '2', 'trait:CUSTOM_X': 'required'},
+              {'resources:CUSTOM_A': '1', 'resources:CUSTOM_B': '2'}]
+    profile = seed.seed_profile(db, groups, name='two-groups')
+    created = arq_binding.create(ctx, profile, 'p1')
+    assert [a['device_profile_group_id'] for a in created] == [0, 0, 1, 1, 1]
+    assert {a['state'] for a in created} == {'Initial'}
+    assert {a['device_profile_name'] for a in created} == {'two-groups'}
+    assert {a['attach_handle_type'] for a in created} == {''}
+    rows = seed.arq_rows(db)
+    assert set(rows) == {a['uuid'] for a in created}
+    assert {r.project_id for r in rows.values()} == {'p1'}
+
+
+def test_create_unknown_profile_is_404_and_writes_nothing(conf, db, ctx):
+    with pytest.raises(exception.DeviceProfileNotFound) as e:
+        arq_binding.create(ctx, str(uuidlib.uuid4()), 'p1')
+    assert e.value.code == 404
+    assert seed.arq_rows(db) == {}
+
+
+def test_bind_ends_bound_with_a_handle_and_tells_nova(aconf, db, ctx, device,
+                                                      fake_nova):
+    uuid, = _create(db, ctx)
+    binding = _binding(device)
+    _bind(aconf, ctx, {uuid: binding})
+    row = _state(db, uuid)
+    assert row.state == 'Bound'
+    assert row.hostname == device.hostname
+    assert row.device_rp_uuid == device.rp_uuid
+    assert row.instance_uuid == binding['instance_uuid']
+    assert row.attach_handle_id is not None
+    assert seed.handles_in_use(db) == 1
+    assert fake_nova.events == [{
+        'name': 'accelerator-request-bound', 'tag': uuid, 'status':
+            'completed', 'server_uuid': binding['instance_uuid']}]
+    post = fake_nova.event_posts()[0]
+    assert post.headers['OpenStack-API-Version'] == 'compute 2.82'
+    with db.connect() as c:
+        assert c.scalar(sa.select(sa.func.count()).select_from(
+            models.NovaEvent)) == 0
+
+
+def test_one_event_request_per_patch(aconf, db, ctx, device, fake_nova):
+    uuids = _create(db, ctx, [{'resources:FPGA': '3'}])
+    instance = str(uuidlib.uuid4())
+    _bind(aconf, ctx, {u: _binding(device, instance) for u in uuids})
+    assert len(fake_nova.event_posts()) == 1
+    assert sorted(e['tag'] for e in fake_nova.events) == sorted(uuids)
+    assert seed.handles_in_use(db) == 3
+
+
+@pytest.mark.parametrize('change, message', [
+    ({'hostname': 'elsewhere'}, 'is not on host elsewhere'),
+    ({'device_rp_uuid': str(uuidlib.uuid4())}, 'no device provides'),
+])
+def test_bad_target_is_400_and_writes_nothing(aconf, db, ctx, device,
+                                              change, message):
+    good, bad = _create(db, ctx, [{'resources:FPGA': '2'}])
+    bindings = {good: _binding(device), bad: dict(_binding(device),
+                                                  **change)}
+    with pytest.raises(exception.BindFailed, match=message) as e:
+        arq_binding.start_bind(aconf, ctx, bindings)
+    assert e.value.code == 400
+    assert {r.state for r in seed.arq_rows(db).values()} == {'Initial'}
+    assert seed.handles_in_use(db) == 0
+
+
+def test_device_in_maintenance_or_gone_is_400(aconf, db, ctx):
+    maintaining = seed.seed_device(db, status='maintaining', handles=1)
+    uuid, = _create(db, ctx)
+    with pytest.raises(exception.BindFailed, match='maintenance'):
+        arq_binding.start_bind(aconf, ctx, {uuid: _binding(maintaining)})
+    gone = seed.seed_device(db, handles=1)
+    with db.begin() as c:
+        c.execute(sa.update(models.Deployable).where(
+            models.Deployable.id == gone.deployable_id).values(gone=True))
+    with pytest.raises(exception.BindFailed, match='no device provides'):
+        arq_binding.start_bind(aconf, ctx, {uuid: _binding(gone)})
+    assert _state(db, uuid).state == 'Initial'
+
+
+def test_unknown_or_foreign_arq_is_404(aconf, db, ctx, device):
+    uuid, = _create(db, ctx)
+    with pytest.raises(exception.ARQNotFound):
+        arq_binding.start_bind(aconf, ctx,
+                               {str(uuidlib.uuid4()): _binding(device)})
+    other = cyborg_context.RequestContext(project_id='p2', is_service=True)
+    with pytest.raises(exception.ARQNotFound):
+        arq_binding.start_bind(aconf, other, {uuid: _binding(device)})
+    assert _state(db, uuid).state == 'Initial'
+
+
+def test_instance_with_arqs_of_another_request_is_400(aconf, db, ctx,
+                                                      device):
+    first, = _create(db, ctx)
+    second, = _create(db, ctx)
+    instance = str(uuidlib.uuid4())
+    _bind(aconf, ctx, {first: _binding(device, instance)})
+    with pytest.raises(exception.BindFailed, match='already has'):
+        arq_binding.start_bind(aconf, ctx, {second: _binding(device,
+                                                             instance)})
+    assert _state(db, second).state == 'Initial'
+
+
+def test_rebinding_a_bound_arq_is_409(aconf, db, ctx, device):
+    uuid, = _create(db, ctx)
+    binding = _binding(device)
+    _bind(aconf, ctx, {uuid: binding})
+    handle = _state(db, uuid).attach_handle_id
+    with pytest.raises(exception.Conflict):
+        arq_binding.start_bind(aconf, ctx, {uuid: binding})
+    assert _state(db, uuid).attach_handle_id == handle
+    assert seed.handles_in_use(db) == 1
+
+
+def _placement_put(url, path, body):
+    response = requests.put(url + path, json=body, headers={
+        'x-auth-token': embedded.NOAUTH_TOKEN,
+        'OpenStack-API-Version': 'placement 1.39'})
+    assert response.status_code in (200, 204), response.text
+
+
+def test_allocation_must_cover_the_device(aconf, db, ctx, device,
+                                          placement_url):
+    client = placement_client.get_client(aconf)
+    other_rp = str(uuidlib.uuid4())
+    for rp, name in ((device.rp_uuid, device.name), (other_rp, 'other')):
+        client.create_provider(rp, name, None)
+        client.set_inventories(rp, {'FPGA': {'total': 4, 'max_unit': 4}})
+    instance = str(uuidlib.uuid4())
+    _placement_put(placement_url, '/allocations/' + instance, {
+        'allocations': {other_rp: {'resources': {'FPGA': 1}}},
+        'project_id': 'p1', 'user_id': 'u1', 'consumer_generation': None,
+        'consumer_type': 'INSTANCE'})
+    first, _second = _create(db, ctx, [{'resources:FPGA': '2'}])
+    with pytest.raises(exception.BindFailed, match='no allocation'):
+        arq_binding.start_bind(aconf, ctx, {first: _binding(device,
+                                                            instance)})
+    _placement_put(placement_url, '/allocations/' + instance, {
+        'allocations': {device.rp_uuid: {'resources': {'FPGA': 1}}},
+        'project_id': 'p1', 'user_id': 'u1', 'consumer_generation': 1,
+        'consumer_type': 'INSTANCE'})
+    _bind(aconf, ctx, {first: _binding(device, instance)})
+    assert _state(db, first).state == 'Bound'
+
+
+def test_no_free_handle_ends_bind_failed(aconf, db, ctx, fake_nova):
+    device = seed.seed_device(db, handles=1)
+    uuids = _create(db, ctx, [{'resources:FPGA': '1'}] * 2)
+    for uuid in uuids:
+        _bind(aconf, ctx, {uuid: _binding(device)})
+    rows = seed.arq_rows(db)
+    assert [rows[u].state for u in uuids] == ['Bound', 'BindFailed']
+    assert 'no free attach handle' in rows[uuids[1]].bind_failure_reason
+    assert rows[uuids[1]].attach_handle_id is None
+    assert [e['status'] for e in fake_nova.events] == ['completed', 'failed']
+
+
+def test_unbind_frees_the_handle_and_clears_the_binding(aconf, db, ctx,
+                                                        device):
+    uuid, = _create(db, ctx)
+    _bind(aconf, ctx, {uuid: _binding(device)})
+    arq_binding.unbind(aconf, ctx, [uuid])
+    row = _state(db, uuid)
+    assert row.state == 'Unbound'
+    assert (row.hostname, row.device_rp_uuid, row.instance_uuid,
+            row.attach_handle_id) == (None, None, None, None)
+    assert seed.handles_in_use(db) == 0
+    arq_binding.unbind(aconf, ctx, [uuid])  # idempotent
+    _bind(aconf, ctx, {uuid: _binding(device)})  # Unbound binds again
+    assert _state(db, uuid).state == 'Bound'
+
+
+def test_delete_by_uuid_reports_missing_and_frees_handles(aconf, db, ctx,
+                                                          device):
+    bound, initial = _create(db, ctx, [{'resources:FPGA': '2'}])
+    _bind(aconf, ctx, {bound: _binding(device)})
+    missing = str(uuidlib.uuid4())
+    assert arq_binding.delete(aconf, ctx, [bound, missing, initial]) == [
+        missing]
+    assert seed.arq_rows(db) == {}
+    assert seed.handles_in_use(db) == 0
+
+
+def test_delete_by_instance_is_idempotent(aconf, db, ctx, device):
+    uuids = _create(db, ctx, [{'resources:FPGA': '2'}])
+    other, = _create(db, ctx)
+    instance = str(uuidlib.uuid4())
+    _bind(aconf, ctx, {u: _binding(device, instance) for u in uuids})
+    assert arq_binding.delete(aconf, ctx, instance_uuid=instance) == []
+    assert list(seed.arq_rows(db)) == [other]
+    assert arq_binding.delete(aconf, ctx, instance_uuid=instance) == []
+    assert seed.handles_in_use(db) == 0
+
+
+def test_stuck_bind_is_failed_and_nova_told(aconf, db, ctx, device,
+                                            fake_nova):
+    uuid, = _create(db, ctx)
+    binding = _binding(device)
+    arq_binding._validate(aconf, ctx, {uuid: binding})
+    long_ago = timeutils.utcnow() - datetime.timedelta(hours=1)
+    with db.begin() as c:  # what a conductor killed mid-bind leaves
+        c.execute(sa.update(models.ExtARQ).where(
+            models.ExtARQ.uuid == uuid).values(
+            state='BindStarted', bind_started_at=long_ago,
+            instance_uuid=binding['instance_uuid']))
+    assert arq_binding.fail_stuck(aconf, ctx) == 1
+    row = _state(db, uuid)
+    assert row.state == 'BindFailed'
+    assert 'did not finish' in row.bind_failure_reason
+    assert [(e['tag'], e['status']) for e in fake_nova.events] == [
+        (uuid, 'failed')]
+    assert arq_binding.fail_stuck(aconf, ctx) == 0
+
+
+def test_unbind_while_binding_releases_the_handle_once(aconf, db, ctx,
+                                                       device):
+    """The worker finds its ARQ unbound under it and gives up cleanly."""
+    uuid, = _create(db, ctx)
+    jobs = arq_binding._validate(aconf, ctx, {uuid: _binding(device)})
+    with db.begin() as c:
+        c.execute(sa.update(models.ExtARQ).where(
+            models.ExtARQ.uuid == uuid).values(
+            state='BindStarted', deployable_id=device.deployable_id))
+    handle = arq_binding._take_handle(ctx, jobs[0])
+    arq_binding.unbind(aconf, ctx, [uuid])
+    assert seed.handles_in_use(db) == 0
+    deadline = timeutils.utcnow() + datetime.timedelta(minutes=1)
+    arq_binding._run_batch(aconf, ctx, 'b1', jobs, deadline)
+    assert _state(db, uuid).state == 'Unbound'
+    assert seed.handles_in_use(db) == 0
+    assert handle.id is not None
+
+
+def test_no_nova_configured_binds_without_events(conf, db, ctx, device,
+                                                 placement_url, fake_nova):
+    placement_fixture.placement_conf(conf, placement_url)
+    placement_client.reset_clients()
+    uuid, = _create(db, ctx)
+    _bind(conf, ctx, {uuid: _binding(device)})
+    assert _state(db, uuid).state == 'Bound'
+    assert fake_nova.requests == []
+    assert not nova.enabled(conf)

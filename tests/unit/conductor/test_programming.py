@@ -1,0 +1,247 @@
+"""FPGA programming at bind and by an admin: a recording Glance, the real
+(embedded) Placement, and a real agent endpoint with the fake driver over
+an in-process (fake://) transport."""
+
+import datetime
+import uuid as uuidlib
+
+import oslo_messaging as messaging
+import pytest
+import requests
+from oslo_utils import timeutils
+
+from cyborg.agent import manager as agent_manager
+from cyborg.agent import rpcapi as agent_rpcapi
+from cyborg.common import context as cyborg_context
+from cyborg.common import exception, rpc
+from cyborg.conductor import arq_binding, programming
+from cyborg.db import api as db_api
+from cyborg.drivers import fake
+from cyborg.placement import client as placement_client
+from cyborg.placement import embedded
+from tests.fixtures import api as api_fixture
+from tests.fixtures import arqs as seed
+from tests.fixtures import placement as placement_fixture
+from tests.fixtures import recording_http
+
+HOST = 'fpga-host'
+OLD_TRAIT = 'CUSTOM_FPGA_FUNCTION_ID_OLD'
+
+
+@pytest.fixture(scope='module')
+def placement_url():
+    server = embedded.EmbeddedPlacement('sqlite://')
+    url = server.start()
+    yield url
+    server.stop()
+
+
+@pytest.fixture
+def glance():
+    with recording_http.FakeGlance() as server:
+        yield server
+
+
+@pytest.fixture
+def pconf(conf, db, placement_url, glance, tmp_path):
+    placement_fixture.placement_conf(conf, placement_url)
+    conf.set_override('auth_type', 'none', group='glance')
+    conf.set_override('endpoint_override', glance.url, group='glance')
+    conf.set_override('state_path', str(tmp_path))
+    api_fixture._register_messaging_opts(conf)
+    placement_client.reset_clients()
+    return conf
+
+
+@pytest.fixture
+def agent(pconf):
+    """The agent's RPC endpoint with the fake driver, in this process."""
+    transport = messaging.get_rpc_transport(pconf, url='fake://')
+    rpc.set_transport(transport)
+    driver = fake.FakeDriver(pconf, HOST)
+    server = rpc.get_server(pconf, agent_rpcapi.TOPIC, HOST, [
+        agent_manager.AgentManager(pconf, HOST,
+                                   drivers={'fake_driver': driver})])
+    server.start()
+    yield driver
+    server.stop()
+    server.wait()
+    rpc.set_transport(None)
+    transport.cleanup()
+
+
+@pytest.fixture
+def ctx():
+    return cyborg_context.RequestContext(project_id='p1', is_service=True)
+
+
+@pytest.fixture
+def device(pconf, db):
+    device = seed.seed_device(db, hostname=HOST, handles=4)
+    client = placement_client.get_client(pconf)
+    client.create_provider(device.rp_uuid, device.name, None)
+    client.set_inventories(device.rp_uuid,
+                           {'FPGA': {'total': 4, 'max_unit': 4}})
+    client.ensure_traits(['CUSTOM_FAKE_DEVICE', OLD_TRAIT])
+    client.set_traits(device.rp_uuid, {'CUSTOM_FAKE_DEVICE', OLD_TRAIT})
+    return device
+
+
+def _provider(conf, rp_uuid):
+    client = placement_client.get_client(conf)
+    _, inventories = client.get_inventories(rp_uuid)
+    return inventories['FPGA']['reserved'], client.get_traits(rp_uuid)[1]
+
+
+def _bind(conf, ctx, db, device, group):
+    profile = seed.seed_profile(db, [dict(group, **{'resources:FPGA':
+                                                    '1'})])
+    uuid = arq_binding.create(ctx, profile, 'p1')[0]['uuid']
+    arq_binding.start_bind(conf, ctx, {uuid: {
+        'hostname': device.hostname, 'device_rp_uuid': device.rp_uuid,
+        'instance_uuid': str(uuidlib.uuid4())}}).result(60)
+    return seed.arq_rows(db)[uuid]
+
+
+def _bitstream(ctx, device):
+    return db_api.deployable_program_target_by_id(
+        ctx, device.deployable_id).bitstream_id
+
+
+def test_function_id_programs_at_bind_and_replaces_traits(
+        pconf, ctx, db, agent, device, glance):
+    image = glance.add_image(b'\x00bitstream' * 1000,
+                             {'accel:function_id': 'f-new.1'})
+    row = _bind(pconf, ctx, db, device, {'accel:function_id': 'f-new.1'})
+    assert row.state == 'Bound', row.bind_failure_reason
+    assert agent._bitstream_id() == image
+    assert _bitstream(ctx, device) == image
+    assert _provider(pconf, device.rp_uuid) == (
+        0, {'CUSTOM_FAKE_DEVICE', 'CUSTOM_FPGA_FUNCTION_ID_F_NEW_1'})
+
+
+def test_bitstream_id_already_loaded_is_not_downloaded(
+        pconf, ctx, db, agent, device, glance):
+    image = glance.add_image(b'abc' * 100, {'accel:function_id': 'f2'})
+    assert _bind(pconf, ctx, db, device,
+                 {'accel:bitstream_id': image}).state == 'Bound'
+    assert _bind(pconf, ctx, db, device,
+                 {'accel:bitstream_id': image}).state == 'Bound'
+    assert len(glance.downloads()) == 1
+    assert _provider(pconf, device.rp_uuid)[1] == {
+        'CUSTOM_FAKE_DEVICE', 'CUSTOM_FPGA_FUNCTION_ID_F2'}
+
+
+def test_corrupt_image_fails_the_bind_and_changes_nothing(
+        pconf, ctx, db, agent, device, glance):
+    image = glance.add_image(b'payload' * 50, corrupt=True)
+    row = _bind(pconf, ctx, db, device, {'accel:bitstream_id': image})
+    assert row.state == 'BindFailed'
+    assert 'sha512 check' in row.bind_failure_reason
+    assert row.attach_handle_id is None
+    assert seed.handles_in_use(db) == 0
+    assert agent._bitstream_id() is None
+    assert _bitstream(ctx, device) is None
+    assert _provider(pconf, device.rp_uuid) == (
+        0, {'CUSTOM_FAKE_DEVICE', OLD_TRAIT})
+
+
+def test_agent_failure_rolls_back_reservation_and_traits(
+        pconf, ctx, db, agent, glance):
+    # The fake driver only knows its own control path: programming a
+    # device at another address fails on the agent.
+    device = seed.seed_device(db, hostname=HOST, handles=1)
+    with db.begin() as c:
+        c.exec_driver_sql("UPDATE controlpath_ids SET cpid_info = "
+                          "'0000:99:00.0' WHERE device_id = "
+                          f"{device.device_id}")
+    client = placement_client.get_client(pconf)
+    client.create_provider(device.rp_uuid, device.name, None)
+    client.set_inventories(device.rp_uuid, {'FPGA': {'total': 1,
+                                                     'max_unit': 1}})
+    client.set_traits(device.rp_uuid, {OLD_TRAIT})
+    image = glance.add_image(b'data' * 10, {'accel:function_id': 'f3'})
+    row = _bind(pconf, ctx, db, device, {'accel:function_id': 'f3'})
+    assert row.state == 'BindFailed'
+    assert '0000:99:00.0' in row.bind_failure_reason
+    assert _bitstream(ctx, device) is None
+    assert image in glance.data
+    assert _provider(pconf, device.rp_uuid) == (0, {OLD_TRAIT})
+
+
+def test_missing_image_fails_the_bind(pconf, ctx, db, agent, device):
+    row = _bind(pconf, ctx, db, device, {'accel:function_id': 'nope'})
+    assert row.state == 'BindFailed'
+    assert '0 images in Glance have function id nope' in (
+        row.bind_failure_reason)
+
+
+def test_admin_program_is_idempotent(pconf, ctx, db, agent, device, glance):
+    image = glance.add_image(b'admin' * 64, {'accel:function_id': 'fa'})
+    result = programming.program_deployable(pconf, ctx,
+                                            device.deployable_uuid, image)
+    assert result['bitstream_id'] == image
+    assert result['uuid'] == device.deployable_uuid
+    again = programming.program_deployable(pconf, ctx,
+                                           device.deployable_uuid, image)
+    assert again['bitstream_id'] == image
+    assert len(glance.downloads()) == 1
+    assert _provider(pconf, device.rp_uuid) == (
+        0, {'CUSTOM_FAKE_DEVICE', 'CUSTOM_FPGA_FUNCTION_ID_FA'})
+
+
+def test_admin_program_refuses_a_device_in_use(pconf, ctx, db, agent,
+                                               device, glance):
+    first = glance.add_image(b'one' * 10)
+    assert _bind(pconf, ctx, db, device,
+                 {'accel:bitstream_id': first}).state == 'Bound'
+    second = glance.add_image(b'two' * 10)
+    with pytest.raises(exception.InUse):
+        programming.program_deployable(pconf, ctx, device.deployable_uuid,
+                                       second)
+    assert _bitstream(ctx, device) == first
+
+
+def test_admin_program_unknown_image_or_deployable(pconf, ctx, db, agent,
+                                                   device):
+    with pytest.raises(exception.Invalid, match='not found in Glance'):
+        programming.program_deployable(pconf, ctx, device.deployable_uuid,
+                                       str(uuidlib.uuid4()))
+    with pytest.raises(exception.NotFound):
+        programming.program_deployable(pconf, ctx, str(uuidlib.uuid4()),
+                                       str(uuidlib.uuid4()))
+
+
+def test_provider_is_reserved_while_programming(pconf, ctx, db, device,
+                                                glance):
+    """What Placement says while the agent programs: reserved = total."""
+    seen = []
+
+    class WatchingDriver(fake.FakeDriver):
+        def program(self, controlpath_id, image_path, image_uuid):
+            seen.append(_provider(pconf, device.rp_uuid)[0])
+            super().program(controlpath_id, image_path, image_uuid)
+
+    transport = messaging.get_rpc_transport(pconf, url='fake://')
+    rpc.set_transport(transport)
+    server = rpc.get_server(pconf, agent_rpcapi.TOPIC, HOST, [
+        agent_manager.AgentManager(pconf, HOST, drivers={
+            'fake_driver': WatchingDriver(pconf, HOST)})])
+    server.start()
+    try:
+        image = glance.add_image(b'watch' * 10)
+        deadline = timeutils.utcnow() + datetime.timedelta(
+            minutes=1)
+        target = db_api.deployable_program_target(ctx,
+                                                  device.deployable_uuid)
+        assert programming.program(pconf, ctx, target,
+                                   {'id': image, **glance.images[image]},
+                                   deadline, own_handles=0)
+    finally:
+        server.stop()
+        server.wait()
+        rpc.set_transport(None)
+        transport.cleanup()
+    assert seen == [4]
+    assert _provider(pconf, device.rp_uuid)[0] == 0
+    assert requests.get(glance.url + '/v2/images/' + image).ok
