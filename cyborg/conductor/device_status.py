@@ -41,8 +41,9 @@ def set_status(conf, context, device_uuid, status):
                  if row['device_uuid'] == device_uuid}
     plan = _Touched(providers)
     digest = host['report_digest'] if host else None
+    was_synced = bool(host and host['placement_synced'])
     placement_sync.sync_after_report(conf, context, device['hostname'],
-                                     plan, digest)
+                                     plan, digest, trust_memory=was_synced)
     return device
 
 

@@ -31,11 +31,14 @@ MAX_ATTEMPTS = 5
 
 
 class _Outcome:
-    def __init__(self, digest, need_full=False, plan=None, synced=False):
+    def __init__(self, digest, need_full=False, plan=None, synced=False,
+                 was_synced=False):
         self.digest = digest
         self.need_full = need_full
         self.plan = plan
         self.synced = synced
+        # Whether Placement matched the database before this report.
+        self.was_synced = was_synced
 
 
 def handle_report(conf, context, hostname, report):
@@ -59,7 +62,8 @@ def handle_report(conf, context, hostname, report):
     if not outcome.synced:
         placement_sync.sync_after_report(
             conf, context, hostname, outcome.plan, digest,
-            rp_name=report.get('resource_provider_name'))
+            rp_name=report.get('resource_provider_name'),
+            trust_memory=outcome.was_synced)
     return {'digest': digest, 'need_full': False}
 
 
@@ -91,11 +95,13 @@ def _write(conf, context, hostname, report, devices, removed):
         plan = _plan(conf, context, hostname, report['full'], devices,
                      removed)
         db_api.inventory_write(context, plan.add, plan.update, plan.delete)
-        synced = bool(host['placement_synced']) and plan.empty
+        was_synced = bool(host['placement_synced'])
+        synced = was_synced and plan.empty
         db_api.inventory_host_update(
             context, hostname, report_digest=report['digest'],
             placement_synced=synced, last_report_at=timeutils.utcnow())
-        return _Outcome(report['digest'], plan=plan, synced=synced)
+        return _Outcome(report['digest'], plan=plan, synced=synced,
+                        was_synced=was_synced)
 
 
 def _plan(conf, context, hostname, full, devices, removed):

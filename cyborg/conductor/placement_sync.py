@@ -51,7 +51,8 @@ def _remembered(client, rp_uuid):
 
 # -- after a report ------------------------------------------------------------
 
-def sync_after_report(conf, context, hostname, plan, digest, rp_name=None):
+def sync_after_report(conf, context, hostname, plan, digest, rp_name=None,
+                      trust_memory=True):
     """Sync the host after its report was written; True when Placement
     now matches.  Failures are logged, not raised: the report is stored
     and the next report or the reconcile finishes the job."""
@@ -59,7 +60,7 @@ def sync_after_report(conf, context, hostname, plan, digest, rp_name=None):
         done = sync_host(conf, context, hostname,
                          touched=plan.touched_providers if plan else set(),
                          removed=plan.removed_providers if plan else (),
-                         rp_name=rp_name)
+                         rp_name=rp_name, trust_memory=trust_memory)
     except exception.PlacementError as exc:
         LOG.warning('Placement sync of host %s failed, will retry: %s',
                     hostname, exc)
@@ -71,13 +72,16 @@ def sync_after_report(conf, context, hostname, plan, digest, rp_name=None):
 
 
 def sync_host(conf, context, hostname, touched=None, removed=(),
-              rp_name=None, remove_orphans=False):
+              rp_name=None, remove_orphans=False, trust_memory=True):
     """Make the host's providers in Placement match the database.
 
     ``touched``: providers known to have changed (written without reading
     first); None checks every provider.  ``removed``: providers whose
     deployables were deleted.  ``remove_orphans``: also delete providers
     with OWNER_CYBORG under the compute node that no deployable explains.
+    ``trust_memory``: a provider whose generation is the one we last saw
+    is taken as right; pass False when the database may have changed
+    since (a sync failed), so every provider is compared.
     Returns False when the compute node provider does not exist yet.
     Raises PlacementError after trying every provider if any failed.
     """
@@ -101,7 +105,7 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     for provider in desired:
         try:
             _sync_provider(client, provider, actual.get(provider.uuid),
-                           touched)
+                           touched, trust_memory)
         except exception.PlacementError as exc:
             failures.append(exc)
     unwanted = set(removed)
@@ -142,7 +146,7 @@ def _by_uuid(providers):
     return {p['uuid']: p for p in providers}
 
 
-def _sync_provider(client, provider, actual, touched):
+def _sync_provider(client, provider, actual, touched, trust_memory):
     if actual is None:
         created = client.create_provider(provider.uuid, provider.name,
                                          provider.parent_uuid)
@@ -155,7 +159,8 @@ def _sync_provider(client, provider, actual, touched):
         _check_provider(client, provider)
     elif touched is not None and provider.uuid in touched:
         _write_provider(client, provider, actual['generation'])
-    elif _remembered(client, provider.uuid) != actual['generation']:
+    elif (not trust_memory or
+          _remembered(client, provider.uuid) != actual['generation']):
         _check_provider(client, provider)
 
 
@@ -221,7 +226,8 @@ def reconcile_all(conf, context):
     for host in db_api.inventory_hosts(context):
         try:
             reconcile_host(conf, context, host['hostname'],
-                           host['report_digest'])
+                           host['report_digest'],
+                           trust_memory=host['placement_synced'])
             repaired += 1
         except Exception:
             LOG.exception('Reconciling Placement for host %s failed',
@@ -229,7 +235,8 @@ def reconcile_all(conf, context):
     return repaired
 
 
-def reconcile_host(conf, context, hostname, digest=None):
+def reconcile_host(conf, context, hostname, digest=None,
+                   trust_memory=False):
     """Drop gone deployables whose allocations ended, then check every
     provider of the host and delete orphans.  True when in sync."""
     client = placement_client.get_client(conf)
@@ -243,7 +250,7 @@ def reconcile_host(conf, context, hostname, digest=None):
         LOG.info('Removed %d deployable(s) of host %s whose hardware went '
                  'away and whose allocations ended.', len(deleted), hostname)
     done = sync_host(conf, context, hostname, touched=None, removed=removed,
-                     remove_orphans=True)
+                     remove_orphans=True, trust_memory=trust_memory)
     if done:
         db_api.inventory_host_update(context, hostname, digest=digest,
                                      placement_synced=True)

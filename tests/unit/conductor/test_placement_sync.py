@@ -1,0 +1,173 @@
+"""Placement sync, the periodic reconcile and device status, against the
+real (embedded) Placement."""
+
+import time
+
+import pytest
+import requests
+
+from cyborg.common import exception
+from cyborg.conductor import device_status, inventory_apply, periodics, placement_sync
+from cyborg.db import api as db_api
+from cyborg.objects import inventory
+from tests.fixtures import conductor as cf
+from tests.fixtures import placement as pf
+from tests.fixtures.placement import placement  # noqa: F401
+
+HOST = 'host1'
+GPU = 'host1_0000:81:00.0'
+FPGA = 'host1_0000:82:00.0'
+
+
+@pytest.fixture
+def reported(conf, db, admin_context, placement):  # noqa: F811
+    """A host with two devices, reported and synced; returns its compute
+    node provider uuid."""
+    pf.placement_conf(conf, placement.url)
+    cn = requests.post(placement.url + '/resource_providers',
+                       json={'name': HOST}, headers=pf.HEADERS,
+                       timeout=10).json()['uuid']
+    devices = [cf.device(HOST, '0000:81:00.0', traits=['CUSTOM_A']),
+               cf.device(HOST, '0000:82:00.0', dev_type='FPGA', rc='FPGA',
+                         num=4)]
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report(devices))
+    return cn
+
+
+def _call(placement, method, path, body=None):  # noqa: F811
+    resp = requests.request(method, placement.url + path, json=body,
+                            headers=pf.HEADERS, timeout=10)
+    assert resp.status_code < 300, resp.text
+    return resp.json() if resp.content else None
+
+
+def _inventory(placement, name):  # noqa: F811
+    rp = inventory.provider_uuid(name)
+    return _call(placement, 'GET', f'/resource_providers/{rp}/inventories')
+
+
+def _traits(placement, name):  # noqa: F811
+    rp = inventory.provider_uuid(name)
+    return set(_call(placement, 'GET',
+                     f'/resource_providers/{rp}/traits')['traits'])
+
+
+def _names(placement, cn):  # noqa: F811
+    return {rp['name'] for rp in _call(
+        placement, 'GET', f'/resource_providers?in_tree={cn}')[
+            'resource_providers'] if rp['uuid'] != cn}
+
+
+def test_reconcile_restores_a_provider_deleted_by_hand(
+        conf, admin_context, reported, placement):  # noqa: F811
+    _call(placement, 'DELETE',
+          '/resource_providers/' + inventory.provider_uuid(GPU))
+    placement_sync.reconcile_all(conf, admin_context)
+    assert _names(placement, reported) == {GPU, FPGA}
+    assert _traits(placement, GPU) == {'CUSTOM_A', 'OWNER_CYBORG'}
+
+
+def test_reconcile_repairs_inventory_and_traits_edited_by_hand(
+        conf, admin_context, reported, placement):  # noqa: F811
+    rp = inventory.provider_uuid(FPGA)
+    inv = _inventory(placement, FPGA)
+    gen = _call(placement, 'PUT', f'/resource_providers/{rp}/inventories', {
+        'resource_provider_generation': inv['resource_provider_generation'],
+        'inventories': {'FPGA': {'total': 9}}})['resource_provider_generation']
+    _call(placement, 'PUT', f'/resource_providers/{rp}/traits', {
+        'resource_provider_generation': gen, 'traits': []})
+    placement_sync.reconcile_all(conf, admin_context)
+    fpga = _inventory(placement, FPGA)['inventories']['FPGA']
+    assert (fpga['total'], fpga['max_unit'], fpga['reserved']) == (4, 4, 0)
+    assert _traits(placement, FPGA) == {'OWNER_CYBORG'}
+
+
+def test_reconcile_removes_cyborg_orphans_and_leaves_others_alone(
+        conf, admin_context, reported, placement):  # noqa: F811
+    orphan = _call(placement, 'POST', '/resource_providers', {
+        'name': 'host1_0000:99:00.0', 'parent_provider_uuid': reported})
+    nova_child = _call(placement, 'POST', '/resource_providers', {
+        'name': 'host1_pgpu_nova', 'parent_provider_uuid': reported})
+    _call(placement, 'PUT', f"/resource_providers/{orphan['uuid']}/traits",
+          {'resource_provider_generation': orphan['generation'],
+           'traits': ['OWNER_CYBORG']})
+    placement_sync.reconcile_all(conf, admin_context)
+    assert _names(placement, reported) == {GPU, FPGA, 'host1_pgpu_nova'}
+    assert nova_child['uuid']
+
+
+def test_unchanged_tree_reconciles_without_writes(
+        conf, admin_context, reported, placement):  # noqa: F811
+    placement_sync.reconcile_all(conf, admin_context)
+    before = {n: _inventory(placement, n)['resource_provider_generation']
+              for n in (GPU, FPGA)}
+    placement_sync.reconcile_all(conf, admin_context)
+    after = {n: _inventory(placement, n)['resource_provider_generation']
+             for n in (GPU, FPGA)}
+    assert before == after
+
+
+def test_disable_reserves_the_devices_providers_and_enable_frees_them(
+        conf, admin_context, reported, placement):  # noqa: F811
+    fpga_dev = inventory.row_uuid(HOST, 'PCI:0000:82:00.0')
+    device = device_status.set_status(conf, admin_context, fpga_dev,
+                                      'maintaining')
+    assert device['status'] == 'maintaining' and device['uuid'] == fpga_dev
+    assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
+        == 4
+    # Only that device's providers.
+    assert _inventory(placement, GPU)['inventories']['PGPU']['reserved'] == 0
+    # A later report does not undo it.
+    inventory_apply.handle_report(conf, admin_context, HOST, cf.report(
+        [cf.device(HOST, '0000:81:00.0', traits=['CUSTOM_A']),
+         cf.device(HOST, '0000:82:00.0', dev_type='FPGA', rc='FPGA', num=4),
+         cf.device(HOST, '0000:83:00.0')]))
+    assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
+        == 4
+    device_status.set_status(conf, admin_context, fpga_dev, 'enabled')
+    assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
+        == 0
+    assert db_api.inventory_host_get(admin_context, HOST)['placement_synced']
+
+
+def test_bad_status_and_unknown_device_are_refused(
+        conf, admin_context, reported):
+    with pytest.raises(exception.Invalid, match='enabled, maintaining'):
+        device_status.set_status(conf, admin_context, 'x', 'broken')
+    with pytest.raises(exception.ResourceNotFound):
+        device_status.set_status(conf, admin_context,
+                                 '00000000-0000-0000-0000-000000000000',
+                                 'enabled')
+
+
+def test_status_change_while_placement_is_down_is_applied_later(
+        conf, admin_context, reported, placement):  # noqa: F811
+    url = placement.url
+    pf.placement_conf(conf, 'http://127.0.0.1:9')
+    gpu_dev = inventory.row_uuid(HOST, 'PCI:0000:81:00.0')
+    device = device_status.set_status(conf, admin_context, gpu_dev,
+                                      'maintaining')
+    assert device['status'] == 'maintaining'
+    assert not db_api.inventory_host_get(admin_context,
+                                         HOST)['placement_synced']
+    pf.placement_conf(conf, url)
+    placement_sync.reconcile_all(conf, admin_context)
+    assert _inventory(placement, GPU)['inventories']['PGPU']['reserved'] == 1
+
+
+def test_periodic_runner_runs_the_reconcile(
+        conf, admin_context, reported, placement):  # noqa: F811
+    conf.set_override('reconcile_interval', 1, group='conductor')
+    jobs = [job for job in periodics.JOBS if job[0] == 'reconcile_placement']
+    runner = periodics.PeriodicRunner(conf, jobs)
+    _call(placement, 'DELETE',
+          '/resource_providers/' + inventory.provider_uuid(GPU))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 10
+        while GPU not in _names(placement, reported):
+            assert time.monotonic() < deadline, 'reconcile did not run'
+            time.sleep(0.2)
+    finally:
+        runner.stop()
