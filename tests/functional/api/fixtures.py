@@ -27,7 +27,7 @@ class APIFixture(fixture.GabbiFixture):
     host1 (4 handles) and a GPU on host2 (1 handle)."""
 
     def start_fixture(self):
-        self._cm = api_fixture.api_service()
+        self._cm = api_fixture.api_service(CURRENT.get('overrides'))
         service = self._cm.__enter__()
         CURRENT['service'] = service
         self.seed(service)
@@ -48,3 +48,30 @@ class APIFixture(fixture.GabbiFixture):
             for key, value in seeded.items():
                 env['CYBORG_%s_%s' % (prefix, key.upper())] = str(value)
         os.environ.update(env)
+
+
+class BindingARQFixture(APIFixture):
+    """APIFixture plus profile 'seeded-dp' and, of project 'admin', one
+    ARQ in BindStarted for instance $ENVIRON['CYBORG_BINDING_INSTANCE']
+    and one Bound ARQ for $ENVIRON['CYBORG_BOUND_INSTANCE']."""
+
+    def seed(self, service):
+        super().seed(service)
+        env = api_fixture.seed_binding_arqs(service.engine)
+        os.environ.update({'CYBORG_' + k.upper(): v for k, v in env.items()})
+
+
+class PlacementFixture(fixture.GabbiFixture):
+    """The real Placement in-process, for the suites whose conductor calls
+    reach it (device enable/disable); list it before APIFixture."""
+
+    def start_fixture(self):
+        from cyborg.placement import embedded
+        self._server = embedded.EmbeddedPlacement('sqlite://')
+        url = self._server.start()
+        CURRENT['overrides'] = {('placement', 'auth_type'): 'none',
+                                ('placement', 'endpoint_override'): url}
+
+    def stop_fixture(self):
+        CURRENT.pop('overrides', None)
+        self._server.stop()
