@@ -25,6 +25,13 @@ opts = [
                default='/var/lib/cyborg',
                help='Directory where cyborg keeps local state (agent '
                     'report cache).'),
+    cfg.FloatOpt('graceful_shutdown_timeout',
+                 default=3.0, min=0.0,
+                 help='Seconds a process waits after SIGTERM for in-flight '
+                      'requests (RPC calls, API requests) to finish before '
+                      'it exits. Raise it on agents that program FPGAs, '
+                      'and keep it under the time your service manager '
+                      'waits before SIGKILL.'),
 ]
 
 

@@ -1,0 +1,217 @@
+"""How cyborg processes run: configuration, logging, services, shutdown.
+
+A process is a ``Launcher`` holding a few services (an RPC server, the
+periodic jobs, the agent's reporter...).  Each service has ``start()``,
+``stop()`` (stop taking new work) and optionally ``wait()`` (block until
+in-flight work is done).  Services start on a thread of their own, because starting may
+block while a dependency is absent: oslo.messaging retries the broker
+connection forever, and a process must never exit at start-up just because
+RabbitMQ or the database is not there yet.
+
+Why not oslo.service's launcher: its threading backend runs every service
+in a cotyledon worker process under a master process.  The conductor and
+the agent need no worker processes, and the extra process doubles their
+memory (the agent's budget is 80 MB for all its processes), so they run in
+one process with the small launcher below.  cyborg-api forks its own
+workers (cyborg.cmd.api).
+
+Shutdown: SIGTERM or SIGINT stops every service in reverse order of start
+and waits for in-flight requests, for at most
+``[DEFAULT]graceful_shutdown_timeout`` seconds; then the process exits with
+status 0, without a traceback.  SIGHUP re-reads the mutable options
+(log levels).
+"""
+
+import os
+import signal
+import sys
+import threading
+import time
+
+from oslo_log import log as logging
+
+import cyborg.conf
+from cyborg.common import rpc
+from cyborg.db import api as db_api
+
+LOG = logging.getLogger(__name__)
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def prepare(argv=None, conf=None, prog=None):
+    """Parse the command line and config files and set up logging.
+
+    Returns the ConfigOpts (the global ``cyborg.conf.CONF`` by default).
+    """
+    conf = conf if conf is not None else cyborg.conf.CONF
+    logging.register_options(conf)
+    argv = sys.argv[1:] if argv is None else argv
+    conf(argv, project='cyborg', prog=prog)
+    logging.setup(conf, 'cyborg')
+    _quiet_noisy_libraries()
+    return conf
+
+
+def _quiet_noisy_libraries():
+    logging.set_defaults(default_log_levels=logging.get_default_log_levels()
+                         + ['stevedore=WARN', 'cheroot=WARN'])
+
+
+class RPCService:
+    """An oslo.messaging RPC server on the threading executor."""
+
+    def __init__(self, conf, topic, host, endpoints):
+        self.conf = conf
+        self.topic = topic
+        self.host = host
+        self._server = rpc.get_server(conf, topic, host, endpoints)
+
+    def start(self):
+        self._server.start()
+        LOG.info('RPC server listening on topic %s as %s', self.topic,
+                 self.host)
+
+    def stop(self):
+        self._server.stop()
+
+    def wait(self):
+        # Returns once every message already taken has been answered.
+        self._server.wait()
+
+    def __str__(self):
+        return 'RPC server %s.%s' % (self.topic, self.host)
+
+
+class Launcher:
+    """Runs services until SIGTERM/SIGINT, then stops them gracefully."""
+
+    def __init__(self, conf, name):
+        self.conf = conf
+        self.name = name
+        self._services = []
+        self._started = []
+        self._started_lock = threading.Lock()
+        self._stop_requested = threading.Event()
+        self.ready = threading.Event()
+
+    def add(self, service):
+        self._services.append(service)
+        return service
+
+    # -- signals -----------------------------------------------------------
+
+    def install_signal_handlers(self):
+        for signum in _STOP_SIGNALS:
+            signal.signal(signum, self._on_stop_signal)
+        signal.signal(signal.SIGHUP, self._on_sighup)
+
+    def _on_stop_signal(self, signum, _frame):
+        # Only set an event here: signal handlers run between bytecodes of
+        # the main thread, which may hold locks that logging needs.
+        self._stop_requested.set()
+
+    def _on_sighup(self, _signum, _frame):
+        threading.Thread(target=self._reload, daemon=True).start()
+
+    def _reload(self):
+        LOG.info('SIGHUP: re-reading the mutable options')
+        self.conf.mutate_config_files()
+
+    # -- life cycle --------------------------------------------------------
+
+    def request_stop(self):
+        self._stop_requested.set()
+
+    def run(self):
+        """Start the services, block until asked to stop, stop them.
+
+        Returns the exit status (0 after a stop request).
+        """
+        starter = threading.Thread(target=self._start_all,
+                                   name='%s-start' % self.name, daemon=True)
+        starter.start()
+        # wait() with a timeout keeps the main thread responsive to signals.
+        while not self._stop_requested.wait(1.0):
+            pass
+        LOG.info('%s stopping', self.name)
+        if not self._stop_all():
+            # Threads still busy (a call waiting for its reply, a broker
+            # reconnect loop) would keep the interpreter from exiting.
+            _exit_now(0)
+        LOG.info('%s stopped', self.name)
+        return 0
+
+    def _start_all(self):
+        for service in self._services:
+            if self._stop_requested.is_set():
+                return
+            try:
+                service.start()
+            except Exception:
+                LOG.exception('%s: %s failed to start; stopping', self.name,
+                              service)
+                self._stop_requested.set()
+                return
+            with self._started_lock:
+                self._started.append(service)
+        LOG.info('%s started', self.name)
+        self.ready.set()
+
+    def _stop_all(self):
+        """Stop started services in reverse order within the grace time.
+
+        A service still starting (e.g. waiting for the broker) has taken
+        no work yet; it is abandoned with its daemon thread.
+        """
+        deadline = (time.monotonic()
+                    + self.conf.graceful_shutdown_timeout)
+        with self._started_lock:
+            started = list(reversed(self._started))
+        stopper = threading.Thread(target=self._stop_and_wait,
+                                   args=(started,), daemon=True,
+                                   name='%s-stop' % self.name)
+        stopper.start()
+        stopper.join(max(0.0, deadline - time.monotonic()))
+        if stopper.is_alive():
+            LOG.warning('%s: in-flight work did not finish within %s s; '
+                        'exiting anyway', self.name,
+                        self.conf.graceful_shutdown_timeout)
+            return False
+        return True
+
+    def _stop_and_wait(self, services):
+        for service in services:
+            _quietly(service.stop, service)
+            LOG.debug('%s stopped', service)
+        for service in services:
+            if hasattr(service, 'wait'):
+                _quietly(service.wait, service)
+                LOG.debug('%s finished its in-flight work', service)
+        _quietly(rpc.cleanup, 'RPC transport')
+        _quietly(db_api.context_manager.dispose_pool, 'database pool')
+
+
+def _exit_now(status):
+    for handler in logging.getLogger().logger.handlers:
+        _quietly(handler.flush, 'log handler')
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _quietly(func, what):
+    try:
+        func()
+    except Exception as exc:
+        LOG.warning('Error while stopping %s: %s', what, exc)
+
+
+def serve(conf, name, services):
+    """Run ``services`` in this process until SIGTERM; return exit status."""
+    launcher = Launcher(conf, name)
+    for service in services:
+        launcher.add(service)
+    launcher.install_signal_handlers()
+    return launcher.run()
+
