@@ -179,7 +179,8 @@ def _field(binding, name):
 
 
 def _visible(context, arq):
-    return (context.is_admin or not context.project_id
+    """The API's ownership rule again: admins and services see all."""
+    return (context.is_admin or context.is_service or not context.project_id
             or arq.project_id == context.project_id)
 
 

@@ -11,7 +11,8 @@ One programming, in order:
    nothing is scheduled onto a device that is being rewritten;
 4. the agent programs the device; the deployable's ``bitstream_id`` is set;
 5. the provider's ``CUSTOM_FPGA_FUNCTION_ID_*`` traits replaced by the
-   new function's;
+   new function's, which is also kept as the deployable's
+   ``trait_fpga_function_id`` attribute so later Placement syncs keep it;
 6. the reservation restored, whatever happened.  A failure before step 5
    leaves the traits and ``bitstream_id`` as they were, and is raised.
 
@@ -39,6 +40,9 @@ from cyborg.objects import deployables
 LOG = logging.getLogger(__name__)
 
 TRAIT_PREFIX = 'CUSTOM_FPGA_FUNCTION_ID_'
+# The deployable attribute holding its function trait: a ``trait*`` key,
+# so the conductor's Placement sync keeps advertising it.
+TRAIT_ATTRIBUTE = 'trait_fpga_function_id'
 _NOT_IN_ALPHABET = re.compile(r'[^A-Z0-9_]')
 
 _LOCKS = {}
@@ -105,11 +109,14 @@ def program(conf, context, target, image, deadline, own_handles,
         function_id = function_id or image.get(glance.FUNCTION_ID_PROPERTY)
         with _reserved(conf, target.rp_uuid):
             _run_agent(conf, context, target, image, data, deadline)
+            trait = function_trait(function_id) if function_id else None
             with db_api.writer.using(context):
                 db_api.deployable_set_bitstream(context,
                                                 target.deployable_id,
                                                 image['id'])
-            _replace_traits(conf, target.rp_uuid, function_id)
+                db_api.deployable_set_function_trait(
+                    context, target.deployable_id, TRAIT_ATTRIBUTE, trait)
+            _replace_traits(conf, target.rp_uuid, trait)
     LOG.info('Deployable %s programmed with image %s',
              target.deployable_uuid, image['id'])
     return True
@@ -155,15 +162,15 @@ def _reserved(conf, rp_uuid):
                       for rc, inv in inventories.items()})
 
 
-def _replace_traits(conf, rp_uuid, function_id):
+def _replace_traits(conf, rp_uuid, trait):
     if not rp_uuid:
         return
     placement = _placement(conf)
     generation, traits = placement.get_traits(rp_uuid)
     wanted = {t for t in traits if not t.startswith(TRAIT_PREFIX)}
-    if function_id:
-        wanted.add(function_trait(function_id))
-        placement.ensure_traits([function_trait(function_id)])
+    if trait:
+        wanted.add(trait)
+        placement.ensure_traits([trait])
     if wanted != traits:
         placement.set_traits(rp_uuid, wanted, generation)
 

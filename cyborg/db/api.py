@@ -471,6 +471,22 @@ def deployable_set_bitstream(context, deployable_id, bitstream_id):
         .execution_options(synchronize_session=False))
 
 
+@writer
+def deployable_set_function_trait(context, deployable_id, key, trait):
+    """Keep (or with ``trait`` None drop) the deployable's FPGA function
+    trait as attribute ``key``; its uuid is not derived from the host, so
+    reports leave it alone and the Placement sync advertises it."""
+    import uuid as uuidlib
+    at = models.Attribute
+    context.session.execute(
+        sa.delete(at).where(at.deployable_id == deployable_id, at.key == key)
+        .execution_options(synchronize_session=False))
+    if trait:
+        context.session.execute(sa.insert(at).values(
+            uuid=str(uuidlib.uuid4()), deployable_id=deployable_id, key=key,
+            value=trait, created_at=models._now()))
+
+
 # == Nova events =============================================================
 # Bind outcomes Nova has not accepted yet (CONTRACT.md, difference 10).
 

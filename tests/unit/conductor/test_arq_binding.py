@@ -159,7 +159,7 @@ def test_unknown_or_foreign_arq_is_404(aconf, db, ctx, device):
     with pytest.raises(exception.ARQNotFound):
         arq_binding.start_bind(aconf, ctx,
                                {str(uuidlib.uuid4()): _binding(device)})
-    other = cyborg_context.RequestContext(project_id='p2', is_service=True)
+    other = cyborg_context.RequestContext(project_id='p2')
     with pytest.raises(exception.ARQNotFound):
         arq_binding.start_bind(aconf, other, {uuid: _binding(device)})
     assert _state(db, uuid).state == 'Initial'

@@ -8,6 +8,7 @@ import uuid as uuidlib
 import oslo_messaging as messaging
 import pytest
 import requests
+import sqlalchemy as sa
 from oslo_utils import timeutils
 
 from cyborg.agent import manager as agent_manager
@@ -16,6 +17,7 @@ from cyborg.common import context as cyborg_context
 from cyborg.common import exception, rpc
 from cyborg.conductor import arq_binding, programming
 from cyborg.db import api as db_api
+from cyborg.db import models
 from cyborg.drivers import fake
 from cyborg.placement import client as placement_client
 from cyborg.placement import embedded
@@ -118,6 +120,12 @@ def test_function_id_programs_at_bind_and_replaces_traits(
     assert _bitstream(ctx, device) == image
     assert _provider(pconf, device.rp_uuid) == (
         0, {'CUSTOM_FAKE_DEVICE', 'CUSTOM_FPGA_FUNCTION_ID_F_NEW_1'})
+    # Kept as a trait attribute, so the report sync advertises it too.
+    with db.connect() as c:
+        assert c.execute(sa.select(models.Attribute.key,
+                                   models.Attribute.value).where(
+            models.Attribute.deployable_id == device.deployable_id)).all() \
+            == [('trait_fpga_function_id', 'CUSTOM_FPGA_FUNCTION_ID_F_NEW_1')]
 
 
 def test_bitstream_id_already_loaded_is_not_downloaded(
