@@ -6,7 +6,12 @@ Report format (interface 4, ``ConductorAPI.report_inventory``)::
      'base_digest': digest the conductor last acknowledged, or None,
      'full': bool,        # True: 'devices' is the whole inventory
      'devices': [DriverDevice.to_dict(), ...],  # full: all; else changed
-     'removed': [DriverDevice.key(), ...]}      # not full: gone devices
+     'removed': [DriverDevice.key(), ...],      # not full: gone devices
+     'resource_provider_name': ...}   # only when [agent] sets it
+
+The host name reported is ``[DEFAULT]host`` (Nova's compute service host):
+the conductor names devices and, unless ``resource_provider_name`` says
+otherwise, finds the compute node provider by it.
 
 The reply is ``{'digest': ..., 'need_full': bool}``; ``need_full`` makes the
 reporter send a full snapshot at once.  Only an acknowledged report moves
@@ -21,6 +26,7 @@ back-off.  All reports run on one thread, one at a time.
 """
 
 import threading
+import time
 
 from oslo_log import log as logging
 
@@ -73,6 +79,7 @@ class Reporter:
         # For tests and logs: reports acknowledged by the conductor.
         self.reports_acknowledged = 0
         self.last_report = None
+        self.last_report_started = None     # time.monotonic()
 
     def __str__(self):
         return 'inventory reporter'
@@ -128,10 +135,16 @@ class Reporter:
             return reply
 
     def _send(self, report):
+        # The conductor nests providers under the compute node provider of
+        # this name, and under the provider named [DEFAULT]host without it.
+        rp_name = self.conf.agent.resource_provider_name
+        if rp_name:
+            report['resource_provider_name'] = rp_name
         context = cyborg_context.get_admin_context()
         LOG.debug('Reporting inventory of %s: full=%s, %d device(s), %d '
                   'removed', self.host, report['full'],
                   len(report['devices']), len(report['removed']))
+        self.last_report_started = time.monotonic()
         reply = self._conductor.report_inventory(context, self.host, report)
         self.last_report = report
         return reply

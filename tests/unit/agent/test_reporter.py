@@ -1,0 +1,183 @@
+"""The reporter against the real conductor (fake:// RPC, real Placement):
+full first report, cheap unchanged reports, deltas, restart with the
+cache, a conductor outage, need_full."""
+
+import time
+
+import pytest
+from oslo_messaging import exceptions as messaging_exc
+
+from cyborg.agent import hotplug
+from cyborg.agent import reporter as agent_reporter
+from cyborg.conductor import rpcapi as conductor_rpcapi
+from cyborg.drivers import loader
+from tests.fixtures import sysfs as fake_sysfs
+
+HOST = fake_sysfs.HOST
+QAT = 'compute-1_0000:3d:00.0'
+FAKE = 'compute-1_FakeDevice'
+
+
+@pytest.fixture
+def host(conf, tmp_path):
+    """The QAT host plus the fake device, with its agent's options."""
+    root = tmp_path / 'sys'
+    tree, options = fake_sysfs.build('qat', root)
+    options['enabled_drivers'] = ['fake_driver', 'intel_qat_driver']
+    fake_sysfs.apply_options(conf, options, root, tmp_path / 'state')
+    return tree
+
+
+def _reporter(conf, timeout=10):
+    drivers = loader.load_drivers(conf, HOST)
+    api = conductor_rpcapi.ConductorAPI(conf, timeout=timeout)
+    return agent_reporter.Reporter(conf, HOST, drivers, conductor_api=api)
+
+
+def test_first_report_is_full_then_unchanged_costs_nothing(conf, host,
+                                                          conductor):
+    reporter = _reporter(conf)
+    reply = reporter.report_now()
+    assert reply['need_full'] is False
+    assert reporter.last_report['full'] is True
+    assert conductor.deployables() == {FAKE: 16, QAT: 3}
+    providers = conductor.providers()
+    assert providers[FAKE] == 16 and providers[QAT] == 3
+
+    reporter.report_now()
+    assert reporter.last_report == {
+        'digest': reply['digest'], 'base_digest': reply['digest'],
+        'full': False, 'devices': [], 'removed': []}
+
+
+def test_a_change_is_sent_as_a_delta(conf, host, conductor):
+    reporter = _reporter(conf)
+    reporter.report_now()
+    host.add_vfs('0000:3f:00.0', ['0000:3f:01.0', '0000:3f:01.1'],
+                 device='37c9')
+    reporter.report_now()
+    sent = reporter.last_report
+    assert sent['full'] is False and sent['removed'] == []
+    assert [d['controlpath_id']['cpid_info'] for d in sent['devices']] == \
+        ['0000:3f:00.0']
+    assert conductor.deployables()['compute-1_0000:3f:00.0'] == 2
+    host.disable_vfs('0000:3d:00.0')
+    reporter.report_now()
+    assert reporter.last_report['removed'] == ['PCI:0000:3d:00.0']
+    assert QAT not in conductor.deployables()
+    assert QAT not in conductor.providers()
+
+
+def test_restart_with_the_cache_sends_no_inventory(conf, host, conductor):
+    _reporter(conf).report_now()
+    restarted = _reporter(conf)
+    restarted.report_now()
+    assert restarted.last_report['full'] is False
+    assert restarted.last_report['devices'] == []
+
+
+def test_a_change_during_an_outage_arrives_when_the_conductor_returns(
+        conf, host, conductor):
+    reporter = _reporter(conf, timeout=1)
+    reporter.report_now()
+    conductor.stop()
+    host.add_vfs('0000:3f:00.0', ['0000:3f:01.0'], device='37c9')
+    with pytest.raises(messaging_exc.MessagingTimeout):
+        reporter.report_now()
+    # The agent restarts while the conductor is still away: its reporting
+    # thread retries with back-off until the conductor is back.
+    reporter = _reporter(conf, timeout=2)
+    reporter.start()
+    try:
+        time.sleep(1.5)
+        conductor.start()
+        _wait_for(lambda: conductor.deployables().get(
+            'compute-1_0000:3f:00.0') == 1)
+    finally:
+        reporter.stop()
+    assert conductor.deployables() == {FAKE: 16, QAT: 3,
+                                       'compute-1_0000:3f:00.0': 1}
+
+
+def _wait_for(predicate, timeout=15):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError('condition not met within %s s' % timeout)
+
+
+def test_conductor_that_lost_track_gets_a_full_report(conf, host, conductor,
+                                                      tmp_path):
+    stale = _reporter(conf)
+    stale.report_now()
+    stale_cache = (tmp_path / 'state' / ('agent-%s.json' % HOST)).read_text()
+    # Another agent life moves the conductor on...
+    host.add_vfs('0000:3f:00.0', ['0000:3f:01.0'], device='37c9')
+    _reporter(conf).report_now()
+    # ...and this one comes back with an older cache (restored backup).
+    (tmp_path / 'state' / ('agent-%s.json' % HOST)).write_text(stale_cache)
+    host.disable_vfs('0000:3f:00.0')
+    reporter = _reporter(conf)
+    reply = reporter.report_now()
+    assert reply['need_full'] is False
+    assert reporter.last_report['full'] is True
+    assert set(conductor.deployables()) == {FAKE, QAT}
+
+
+def test_a_failing_driver_keeps_its_devices(conf, host, conductor):
+    reporter = _reporter(conf)
+    reporter.report_now()
+    # The QAT tree becomes unreadable for the driver (not gone).
+    broken = reporter.drivers['intel_qat_driver']
+    broken.discover = lambda: 1 / 0
+    reporter.report_now()
+    assert reporter.last_report['removed'] == []
+    assert QAT in conductor.deployables()
+
+
+def test_resource_provider_name_is_sent_when_configured(conf, host,
+                                                       conductor):
+    conf.set_override('resource_provider_name', 'compute-1.example.org',
+                      'agent')
+    reporter = _reporter(conf)
+    reporter.report_now()
+    assert reporter.last_report['resource_provider_name'] == \
+        'compute-1.example.org'
+
+
+def test_hotplug_add_and_remove_each_report_once_within_a_second(
+        conf, host, conductor):
+    conf.set_override('periodic_interval', 3600)
+    conf.set_override('hotplug_debounce', 0.2, 'agent')
+    reporter = _reporter(conf)
+    watcher = hotplug.HotplugWatcher(conf, reporter.request_report)
+    reporter.start()
+    watcher.start()
+    try:
+        _wait_for(lambda: reporter.reports_acknowledged == 1)
+        for change in (_enable_vf, _disable_vf):
+            before = reporter.reports_acknowledged
+            change(host)
+            sent_at = time.monotonic()
+            for action in ('add', 'bind', 'change'):
+                watcher.inject(action, 'pci',
+                               '/devices/pci0000:3f/0000:3f:01.0')
+            _wait_for(lambda: reporter.reports_acknowledged == before + 1)
+            assert reporter.last_report_started - sent_at < 1.0
+            time.sleep(0.5)
+            assert reporter.reports_acknowledged == before + 1
+            assert reporter.last_report['full'] is False
+        assert 'compute-1_0000:3f:00.0' not in conductor.deployables()
+    finally:
+        watcher.stop()
+        reporter.stop()
+
+
+def _enable_vf(tree):
+    tree.add_vfs('0000:3f:00.0', ['0000:3f:01.0'], device='37c9')
+
+
+def _disable_vf(tree):
+    tree.disable_vfs('0000:3f:00.0')
