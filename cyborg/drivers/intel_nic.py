@@ -24,7 +24,7 @@ class IntelNICDriver(base.Driver):
     name = 'intel_nic_driver'
 
     def discover(self):
-        mappings = self.conf.agent.physical_device_mappings
+        mappings = _mappings(self.conf.agent.physical_device_mappings)
         devices = []
         for pf, vfs in base.physical_functions(self.sysfs_root, _is_nic):
             physnet = _physnet(pf, mappings)
@@ -45,6 +45,17 @@ class IntelNICDriver(base.Driver):
 
 def _is_nic(function):
     return function.vendor == VENDOR and function.base_class == ETHERNET
+
+
+def _mappings(option):
+    """oslo.config splits ``0000:3b:00.1:physnet2`` at its first colon;
+    put PCI-address keys back together (physnet names have no colon)."""
+    mappings = {}
+    for key, value in option.items():
+        if ':' in value:
+            key, value = ('%s:%s' % (key, value)).rsplit(':', 1)
+        mappings[key] = value
+    return mappings
 
 
 def _physnet(pf, mappings):

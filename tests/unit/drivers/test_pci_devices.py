@@ -32,10 +32,12 @@ def test_nic_physnet_mapping_by_name_and_address(conf, scenario):
     assert 'CUSTOM_PHYSNET_PHYSNET2' in second.traits
     assert {h.attach_info['physical_network']
             for h in second.attach_handles} == {'physnet2'}
-    conf.set_override('physical_device_mappings', {'eno1': 'phys-net.3'},
+    # As oslo.config parses 'eno1:phys-net.3,0000:b1:00.1:physnet2'.
+    conf.set_override('physical_device_mappings',
+                      {'eno1': 'phys-net.3', '0000': 'b1:00.1:physnet2'},
                       'agent')
     deps = _deps(conf, 'intel_nic_driver')
-    assert list(deps) == ['h_0000:18:00.0']
+    assert sorted(deps) == ['h_0000:18:00.0', 'h_0000:b1:00.1']
     assert 'CUSTOM_PHYSNET_PHYS_NET_3' in deps['h_0000:18:00.0'].traits
 
 
