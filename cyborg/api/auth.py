@@ -57,7 +57,9 @@ class _ServiceMarker:
 
     def __init__(self, app, conf, group):
         self.app = app
-        self.roles = set(getattr(conf, group).service_token_roles)
+        self.roles = set()
+        if conf is not None:
+            self.roles = set(getattr(conf, group).service_token_roles)
 
     def __call__(self, environ, start_response):
         confirmed = environ.get(

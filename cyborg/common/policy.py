@@ -18,10 +18,9 @@ _LOCK = threading.Lock()
 
 
 def _defaults(conf):
-    # New defaults and scope checks are on: a deployment opts out in its
-    # own config file, never by our default.
-    policy_opts.set_defaults(conf, enforce_new_defaults=True,
-                             enforce_scope=True)
+    # New defaults are on: a deployment opts out in its own config file,
+    # never by our default.  Scope is always checked by oslo.policy >= 5.
+    policy_opts.set_defaults(conf, enforce_new_defaults=True)
 
 
 def get_enforcer(conf=None):
@@ -50,7 +49,9 @@ def authorize(conf, context, rule, target=None):
     """
     target = dict(target or {})
     target.setdefault('project_id', context.project_id)
-    creds = context.to_policy_values()
+    values = context.to_policy_values()
+    # A plain dict: oslo.context warns about any key added to its own.
+    creds = dict(getattr(values, '_data', values))
     creds['is_service'] = bool(context.is_service)
     try:
         get_enforcer(conf).authorize(rule, target, creds, do_raise=True,

@@ -23,13 +23,13 @@ rules = [
         scope_types=['project']),
     policy.DocumentedRuleDefault(
         name=PREFIX % 'create',
-        check_str=base.ADMIN,
+        check_str=base.RULE_ADMIN,
         description='Add an attribute to a deployable.',
         operations=[{'path': PATH, 'method': 'POST'}],
         scope_types=['project']),
     policy.DocumentedRuleDefault(
         name=PREFIX % 'delete',
-        check_str=base.ADMIN,
+        check_str=base.RULE_ADMIN,
         description='Delete an attribute.',
         operations=[{'path': PATH + '/{uuid}', 'method': 'DELETE'}],
         scope_types=['project']),

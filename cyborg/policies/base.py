@@ -13,6 +13,8 @@ PROJECT_MEMBER = 'role:member and project_id:%(project_id)s'
 PROJECT_MANAGER = 'role:manager and project_id:%(project_id)s'
 SERVICE = 'is_service:True'
 
+RULE_ADMIN = 'rule:admin'
+
 ADMIN_OR_PROJECT_READER = 'rule:admin or rule:project_reader'
 ADMIN_OR_PROJECT_READER_OR_SERVICE = ('rule:admin or rule:project_reader '
                                       'or rule:service')

@@ -22,7 +22,7 @@ rules = [
         scope_types=['project']),
     policy.DocumentedRuleDefault(
         name=PREFIX % 'program',
-        check_str=base.ADMIN,
+        check_str=base.RULE_ADMIN,
         description='Program an FPGA deployable with a Glance image.',
         operations=[{'path': PATH + '/{uuid}/program', 'method': 'PATCH'}],
         scope_types=['project']),

@@ -22,13 +22,13 @@ rules = [
         scope_types=['project']),
     policy.DocumentedRuleDefault(
         name=PREFIX % 'create',
-        check_str=base.ADMIN,
+        check_str=base.RULE_ADMIN,
         description='Create a device profile.',
         operations=[{'path': PATH, 'method': 'POST'}],
         scope_types=['project']),
     policy.DocumentedRuleDefault(
         name=PREFIX % 'delete',
-        check_str=base.ADMIN,
+        check_str=base.RULE_ADMIN,
         description='Delete device profiles.',
         operations=[{'path': PATH + '/{name_or_uuid}', 'method': 'DELETE'},
                     {'path': PATH + '?value={names}', 'method': 'DELETE'}],

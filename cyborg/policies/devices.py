@@ -22,13 +22,13 @@ rules = [
         scope_types=['project']),
     policy.DocumentedRuleDefault(
         name=PREFIX % 'enable',
-        check_str=base.ADMIN,
+        check_str=base.RULE_ADMIN,
         description='Put a device back in service.',
         operations=[{'path': PATH + '/{uuid}/enable', 'method': 'POST'}],
         scope_types=['project']),
     policy.DocumentedRuleDefault(
         name=PREFIX % 'disable',
-        check_str=base.ADMIN,
+        check_str=base.RULE_ADMIN,
         description='Take a device out of service (maintaining).',
         operations=[{'path': PATH + '/{uuid}/disable', 'method': 'POST'}],
         scope_types=['project']),

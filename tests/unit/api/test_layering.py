@@ -1,0 +1,68 @@
+"""The API reads through cyborg.objects and writes only through the
+conductor RPC API (DESIGN.md, "Who may import whom")."""
+
+import ast
+import os
+
+import cyborg
+
+PACKAGE = os.path.dirname(cyborg.__file__)
+FORBIDDEN_MODULES = ('cyborg.db', 'cyborg.placement', 'cyborg.drivers',
+                     'cyborg.agent', 'cyborg.conductor.manager')
+
+
+def _modules(folder, skip=()):
+    for root, _dirs, files in os.walk(os.path.join(PACKAGE, folder)):
+        for name in files:
+            if name.endswith('.py') and name not in skip:
+                path = os.path.join(root, name)
+                with open(path) as f:
+                    yield path, ast.parse(f.read(), path)
+
+
+def _imports(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                yield '%s.%s' % (node.module, alias.name)
+
+
+def _db_functions(decorator):
+    with open(os.path.join(PACKAGE, 'db', 'api.py')) as f:
+        tree = ast.parse(f.read())
+    return {node.name for node in tree.body
+            if isinstance(node, ast.FunctionDef)
+            and any(isinstance(d, ast.Name) and d.id == decorator
+                    for d in node.decorator_list)}
+
+
+def test_api_imports_no_database_placement_or_driver_module():
+    for path, tree in _modules('api'):
+        for name in _imports(tree):
+            if name.startswith('cyborg.db.models'):
+                continue    # constants (device types) only
+            assert not name.startswith(FORBIDDEN_MODULES), (path, name)
+
+
+def test_objects_call_database_readers_only():
+    writers = _db_functions('writer')
+    readers = _db_functions('reader')
+    assert writers and readers
+    for path, tree in _modules('objects', skip=('inventory.py',)):
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == 'db_api'):
+                assert node.attr not in writers, (path, node.attr)
+                assert node.attr in readers, (path, node.attr)
+
+
+def test_objects_make_no_rpc_or_http_calls():
+    for path, tree in _modules('objects'):
+        for name in _imports(tree):
+            assert not name.startswith(('oslo_messaging', 'requests',
+                                        'keystoneauth1', 'cyborg.common.rpc',
+                                        'cyborg.conductor')), (path, name)

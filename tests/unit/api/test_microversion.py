@@ -1,0 +1,50 @@
+import pytest
+
+from cyborg.api import microversion
+from cyborg.common import exception
+
+
+def _version(header):
+    return microversion.from_headers(
+        {} if header is None else {'OpenStack-API-Version': header})
+
+
+def test_no_header_is_the_minimum():
+    assert str(_version(None)) == '2.0'
+
+
+def test_latest_is_the_maximum():
+    assert _version('accelerator latest') == microversion.MAX_VERSION
+    assert str(microversion.MAX_VERSION) == microversion.VERSIONS[-1]
+
+
+def test_one_of_several_services():
+    assert str(_version('compute 2.1, accelerator 2.2')) == '2.2'
+
+
+@pytest.mark.parametrize('header', ['accelerator 2.4', 'accelerator 1.0',
+                                    'accelerator 3.0'])
+def test_out_of_range_is_406(header):
+    with pytest.raises(exception.NotAcceptable):
+        _version(header)
+
+
+@pytest.mark.parametrize('header', ['accelerator 2', 'accelerator 2.01',
+                                    'accelerator x.y'])
+def test_malformed_is_400(header):
+    with pytest.raises(exception.Invalid):
+        _version(header)
+
+
+def test_matches():
+    v = microversion.APIVersion(2, 2)
+    assert v.matches((2, 2))
+    assert v.matches((2, 0), (2, 2))
+    assert not v.matches((2, 3))
+    assert not v.matches(max_version=(2, 1))
+
+
+def test_versions_are_consecutive():
+    minors = [microversion.APIVersion.parse(v).minor
+              for v in microversion.VERSIONS]
+    assert minors == list(range(len(minors)))
