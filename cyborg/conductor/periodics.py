@@ -69,6 +69,9 @@ class PeriodicRunner:
             thread.join(timeout)
         self._threads = []
 
+    def __str__(self):
+        return 'periodic jobs'
+
     def _loop(self, name, interval, path):
         while not self._stop.wait(interval):
             run_job(self.conf, name, path)
