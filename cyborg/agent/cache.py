@@ -20,7 +20,7 @@ LOG = logging.getLogger(__name__)
 def default_path(conf, host):
     """``[agent]cache_file`` or ``$state_path/agent-<host>.json``."""
     return conf.agent.cache_file or os.path.join(conf.state_path,
-                                                 'agent-%s.json' % host)
+                                                 f'agent-{host}.json')
 
 
 class ReportCache:

@@ -41,8 +41,8 @@ class AgentManager:
             raise exception.ResourceNotFound(resource='Accelerator driver',
                                              id=driver_name)
         if not isinstance(driver, base.Programmable):
-            raise exception.Invalid(reason='driver %s cannot program '
-                                           'devices' % driver_name)
+            raise exception.Invalid(
+                reason=f'driver {driver_name} cannot program devices')
         image_uuid = bitstream.get('image_uuid')
         if not image_uuid:
             raise exception.Invalid(reason='bitstream has no image_uuid')
@@ -110,7 +110,7 @@ class _bitstream_file:
                 data = base64.b64decode(bitstream['data'], validate=True)
             except (binascii.Error, TypeError) as exc:
                 raise exception.Invalid(
-                    reason='bitstream data is not base64: %s' % exc)
+                    reason=f'bitstream data is not base64: {exc}')
             _verify(data, bitstream.get('checksum'))
             fd, self._tmp = tempfile.mkstemp(prefix='cyborg-bitstream-',
                                              suffix='.bin')

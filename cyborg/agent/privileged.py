@@ -37,7 +37,7 @@ FPGA_TOOLS = ('fpgaconf', 'xbutil')
 
 def _check(pattern, value, what):
     if not isinstance(value, str) or not pattern.match(value):
-        raise exception.Invalid(reason='bad %s %r' % (what, value))
+        raise exception.Invalid(reason=f'bad {what} {value!r}')
 
 
 def _write(path, text):
@@ -59,8 +59,7 @@ def create_mdev(sysfs_root, parent_address, mdev_type, mdev_uuid):
                         'mdev_supported_types', mdev_type, 'create')
     if not os.path.exists(path):
         raise exception.NotFound(
-            message='Device %s has no mdev type %s' % (parent_address,
-                                                       mdev_type))
+            message=f'Device {parent_address} has no mdev type {mdev_type}')
     _write(path, mdev_uuid)
 
 
@@ -80,10 +79,10 @@ def remove_mdev(sysfs_root, mdev_uuid):
 def run_fpga_tool(argv):
     """Run a vendor FPGA programming tool; returns its stdout."""
     if not argv or os.path.basename(argv[0]) not in FPGA_TOOLS:
-        raise exception.Invalid(reason='not an FPGA tool: %r' % (argv,))
+        raise exception.Invalid(reason=f'not an FPGA tool: {argv!r}')
     try:
         out, _err = processutils.execute(*argv)
     except (processutils.ProcessExecutionError, OSError) as exc:
         raise exception.CyborgException(
-            message='FPGA programming with %s failed: %s' % (argv[0], exc))
+            message=f'FPGA programming with {argv[0]} failed: {exc}')
     return out

@@ -49,7 +49,7 @@ def custom_name(*parts):
 
 def deployable_name(host, address, suffix=None):
     """The deployable / provider name: ``<host>_<address>[_<suffix>]``."""
-    name = '%s_%s' % (host, address)
+    name = f'{host}_{address}'
     if suffix:
         name += '_' + suffix
     return name

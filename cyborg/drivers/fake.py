@@ -33,7 +33,7 @@ class FakeDriver(base.Driver, base.Programmable):
 
     def _state_file(self):
         return os.path.join(self.conf.state_path,
-                            'fake-driver-%s.json' % self.host)
+                            f'fake-driver-{self.host}.json')
 
     def _bitstream_id(self):
         try:
@@ -47,7 +47,7 @@ class FakeDriver(base.Driver, base.Programmable):
             inventory.AttachHandle(
                 attach_type='TEST_PCI',
                 attach_info={'domain': '0000', 'bus': '0c',
-                             'device': '%02x' % index, 'function': '0'})
+                             'device': f'{index:02x}', 'function': '0'})
             for index in range(NUM_ACCELERATORS)]
         deployable = inventory.Deployable(
             name=base.deployable_name(self.host, 'FakeDevice'),

@@ -3,8 +3,7 @@ same vendor's NVMe SSDs are ``inspur_nvme_ssd_driver``'s).  Each card is
 passed through whole, rc FPGA; Inspur's cards (F10A, Arria 10 based) are
 programmed with OPAE's ``fpgaconf``."""
 
-from cyborg.drivers import base
-from cyborg.drivers import fpga
+from cyborg.drivers import base, fpga
 
 VENDOR = '1bd4'
 ACCELERATOR_CLASS = '1200'

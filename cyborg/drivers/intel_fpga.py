@@ -12,9 +12,7 @@ so profiles can require them.  Programming uses OPAE's ``fpgaconf``.
 
 import os
 
-from cyborg.drivers import base
-from cyborg.drivers import fpga
-from cyborg.drivers import sysfs
+from cyborg.drivers import base, fpga, sysfs
 from cyborg.objects import inventory
 
 VENDOR = '8086'

@@ -53,7 +53,7 @@ def _mappings(option):
     mappings = {}
     for key, value in option.items():
         if ':' in value:
-            key, value = ('%s:%s' % (key, value)).rsplit(':', 1)
+            key, value = (f'{key}:{value}').rsplit(':', 1)
         mappings[key] = value
     return mappings
 

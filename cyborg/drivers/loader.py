@@ -19,8 +19,8 @@ def load_driver(conf, host, name):
             invoke_args=(conf, host))
     except Exception as exc:
         raise exception.InvalidParameterValue(
-            err='Cannot load accelerator driver %r from [agent]'
-                'enabled_drivers: %s' % (name, exc)) from exc
+            err=f'Cannot load accelerator driver {name!r} from [agent]'
+                f'enabled_drivers: {exc}') from exc
     driver = manager.driver
     driver.name = name
     return driver

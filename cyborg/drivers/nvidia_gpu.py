@@ -24,8 +24,7 @@ driver reports from sysfs alone.
 
 from oslo_log import log as logging
 
-from cyborg.drivers import base
-from cyborg.drivers import sysfs
+from cyborg.drivers import base, sysfs
 from cyborg.objects import inventory
 
 LOG = logging.getLogger(__name__)
@@ -165,13 +164,16 @@ class _Nvml:
     def __init__(self, module):
         self._module = module
         self._ready = False
+        # NVML reports every failure as NVMLError (library missing, no
+        # driver, not supported, GPU lost...).
+        self._errors = (getattr(module, 'NVMLError', OSError), OSError)
 
     def __enter__(self):
         if self._module is not None:
             try:
                 self._module.nvmlInit()
                 self._ready = True
-            except Exception as exc:
+            except self._errors as exc:
                 LOG.debug('NVML unavailable (%s); sysfs only.', exc)
         return self
 
@@ -179,8 +181,8 @@ class _Nvml:
         if self._ready:
             try:
                 self._module.nvmlShutdown()
-            except Exception:
-                pass
+            except self._errors as exc:
+                LOG.debug('NVML shutdown failed: %s', exc)
             self._ready = False
 
     def info(self, address):
@@ -195,7 +197,7 @@ class _Nvml:
                     'memory_mb': nvml.nvmlDeviceGetMemoryInfo(
                         handle).total // (1024 * 1024),
                     'mig_enabled': False, 'migs': []}
-        except Exception as exc:
+        except self._errors as exc:
             LOG.warning('NVML cannot read GPU %s (%s); sysfs only.',
                         address, exc)
             return None
@@ -206,7 +208,7 @@ class _Nvml:
         nvml = self._module
         try:
             current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-        except Exception:
+        except self._errors:
             # Not MIG capable (e.g. NVML_ERROR_NOT_SUPPORTED).
             return False, []
         if current != nvml.NVML_DEVICE_MIG_ENABLE:
@@ -215,7 +217,7 @@ class _Nvml:
         for index in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
             try:
                 mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
-            except Exception:
+            except self._errors:
                 continue      # NVML_ERROR_NOT_FOUND: an empty slot
             name = _text(nvml.nvmlDeviceGetName(mig))
             migs.append({

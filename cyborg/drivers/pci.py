@@ -65,11 +65,11 @@ class DeviceSpec:
                          if k not in _MATCH_KEYS}
             device_type = self.tags.get('device_type')
             if device_type is not None and device_type not in DEVICE_TYPES:
-                raise ValueError('device_type must be one of %s' %
-                                 ', '.join(DEVICE_TYPES))
+                allowed = ', '.join(DEVICE_TYPES)
+                raise ValueError(f'device_type must be one of {allowed}')
         except (ValueError, TypeError, AttributeError, re.error) as exc:
             raise ValueError('Invalid [agent]passthrough_whitelist entry '
-                             '%s: %s' % (text, exc)) from exc
+                             f'{text}: {exc}') from exc
 
     @staticmethod
     def _parse_address(address):
@@ -79,7 +79,7 @@ class DeviceSpec:
         dbs, _, function = address.partition('.')
         parts = dbs.split(':')
         if len(parts) > 3:
-            raise ValueError('bad address %r' % address)
+            raise ValueError(f'bad address {address!r}')
         parts = ['*'] * (3 - len(parts)) + parts
         values = dict(zip(('domain', 'bus', 'slot'), parts))
         values['function'] = function or '*'

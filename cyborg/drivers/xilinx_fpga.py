@@ -7,9 +7,7 @@ card, rc FPGA, programmed with XRT's ``xbutil program`` on the user
 function.
 """
 
-from cyborg.drivers import base
-from cyborg.drivers import fpga
-from cyborg.drivers import sysfs
+from cyborg.drivers import base, fpga, sysfs
 from cyborg.objects import inventory
 
 VENDOR = '10ee'
@@ -49,6 +47,6 @@ class XilinxFPGADriver(base.Driver, fpga.ToolProgrammable):
         return sorted(cards, key=lambda card: card[0].address)
 
     def program_argv(self, controlpath_id, image_path):
-        user = dict((m.address, u) for m, u in self._cards())[controlpath_id]
+        user = {m.address: u for m, u in self._cards()}[controlpath_id]
         return ['xbutil', 'program', '--device', user.address,
                 '--user', image_path]

@@ -24,7 +24,7 @@ def _ini(options):
     values = {}
     for key, value in options.items():
         if isinstance(value, dict):
-            value = ','.join('%s:%s' % kv for kv in value.items())
+            value = ','.join('{}:{}'.format(*kv) for kv in value.items())
         elif key == 'passthrough_whitelist':
             [value] = value          # one JSON entry (MultiStrOpt)
         values[key] = value
@@ -62,7 +62,7 @@ def _stored_deployables(db_url):
 
 
 def _providers_under(url, cn_uuid):
-    rps = requests.get('%s/resource_providers?in_tree=%s' % (url, cn_uuid),
+    rps = requests.get(f'{url}/resource_providers?in_tree={cn_uuid}',
                        headers=pf.HEADERS, timeout=10).json()
     return {rp['name'] for rp in rps['resource_providers']
             if rp['uuid'] != cn_uuid}
@@ -74,7 +74,7 @@ def test_agent_process_reports_the_golden_inventory(tmp_path):
     root = tmp_path / 'sys'
     _tree, options = fake_sysfs.build(SCENARIO, root)
     state = tmp_path / 'state'
-    cache_path = state / ('agent-%s.json' % HOST)
+    cache_path = state / (f'agent-{HOST}.json')
     with databases.throwaway_database('mysql') as db_url, \
             rabbit.throwaway_vhost() as transport_url, \
             pf.PlacementProcess('sqlite://',
@@ -117,8 +117,8 @@ def test_agent_process_reports_the_golden_inventory(tmp_path):
             # A restarted agent finds its cache: an empty delta, no more.
             agent.stop()
             second.start()
-            second.wait_for_log('Reporting inventory of %s: full=False, 0 '
-                                'device(s), 0 removed' % HOST)
+            second.wait_for_log(f'Reporting inventory of {HOST}: '
+                                'full=False, 0 device(s), 0 removed')
             assert 'full=True' not in second.log()
             assert _acknowledged(cache_path)['digest'] == record['digest']
             second.stop()

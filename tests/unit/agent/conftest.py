@@ -18,8 +18,8 @@ from cyborg.db import models
 from tests.fixtures import api as api_fixture
 from tests.fixtures import databases
 from tests.fixtures import placement as placement_fixture
-from tests.fixtures.placement import placement  # noqa: F401
 from tests.fixtures import sysfs as fake_sysfs
+from tests.fixtures.placement import placement  # noqa: F401
 
 
 class Conductor:
@@ -61,9 +61,9 @@ class Conductor:
         found = {}
         for rp in requests.get(url + '/resource_providers', headers=headers,
                                timeout=10).json()['resource_providers']:
-            inv = requests.get('%s/resource_providers/%s/inventories' %
-                               (url, rp['uuid']), headers=headers,
-                               timeout=10).json()['inventories']
+            inv = requests.get(
+                f"{url}/resource_providers/{rp['uuid']}/inventories",
+                headers=headers, timeout=10).json()['inventories']
             found[rp['name']] = sum(i['total'] for i in inv.values())
         return found
 

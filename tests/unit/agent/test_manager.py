@@ -66,7 +66,7 @@ def test_create_vgpu_mdev_writes_the_type_create_file(
 
 def test_create_existing_mdev_is_a_success_without_writing(
         conf, tmp_path, privsep_in_process, admin_context):
-    manager, tree, requests = _manager(conf, tmp_path)
+    manager, _tree, requests = _manager(conf, tmp_path)
     assert manager.create_vgpu_mdev(admin_context, '0000:41:00.0',
                                     'nvidia-223', fake_sysfs.MDEV_C)
     assert requests.reports == 0

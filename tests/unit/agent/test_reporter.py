@@ -105,19 +105,19 @@ def _wait_for(predicate, timeout=15):
         if predicate():
             return
         time.sleep(0.1)
-    raise AssertionError('condition not met within %s s' % timeout)
+    raise AssertionError(f'condition not met within {timeout} s')
 
 
 def test_conductor_that_lost_track_gets_a_full_report(conf, host, conductor,
                                                       tmp_path):
     stale = _reporter(conf)
     stale.report_now()
-    stale_cache = (tmp_path / 'state' / ('agent-%s.json' % HOST)).read_text()
+    stale_cache = (tmp_path / 'state' / (f'agent-{HOST}.json')).read_text()
     # Another agent life moves the conductor on...
     host.add_vfs('0000:3f:00.0', ['0000:3f:01.0'], device='37c9')
     _reporter(conf).report_now()
     # ...and this one comes back with an older cache (restored backup).
-    (tmp_path / 'state' / ('agent-%s.json' % HOST)).write_text(stale_cache)
+    (tmp_path / 'state' / (f'agent-{HOST}.json')).write_text(stale_cache)
     host.disable_vfs('0000:3f:00.0')
     reporter = _reporter(conf)
     reply = reporter.report_now()
@@ -164,7 +164,7 @@ def test_hotplug_add_and_remove_each_report_once_within_a_second(
             for action in ('add', 'bind', 'change'):
                 watcher.inject(action, 'pci',
                                '/devices/pci0000:3f/0000:3f:01.0')
-            _wait_for(lambda: reporter.reports_acknowledged == before + 1)
+            _wait_for(lambda n=before + 1: reporter.reports_acknowledged == n)
             assert reporter.last_report_started - sent_at < 1.0
             time.sleep(0.5)
             assert reporter.reports_acknowledged == before + 1

@@ -38,8 +38,8 @@ def fake_tools(tmp_path, monkeypatch):
     log = tmp_path / 'tool.log'
     for tool in ('fpgaconf', 'xbutil'):
         script = bindir / tool
-        script.write_text('#!/bin/sh\necho "$(basename $0) $*" >> %s\n'
-                          '[ -f "$(eval echo \\${$#})" ] || exit 3\n' % log)
+        script.write_text(f'#!/bin/sh\necho "$(basename $0) $*" >> {log}\n'
+                          '[ -f "$(eval echo \\${$#})" ] || exit 3\n')
         script.chmod(0o755)
-    monkeypatch.setenv('PATH', '%s:%s' % (bindir, os.environ['PATH']))
+    monkeypatch.setenv('PATH', '{}:{}'.format(bindir, os.environ['PATH']))
     return log

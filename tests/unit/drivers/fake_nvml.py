@@ -32,7 +32,7 @@ class FakeNVML:
         self.initialised -= 1
 
     def nvmlDeviceGetHandleByPciBusId(self, bus_id):
-        for address, gpu in self.gpus.items():
+        for address in self.gpus:
             if address.lower() == bus_id.lower()[-12:]:
                 return ('gpu', address)
         raise NVMLError('Not Found')

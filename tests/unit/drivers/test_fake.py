@@ -1,7 +1,6 @@
 import os
 
-from cyborg.drivers import fake
-from cyborg.drivers import loader
+from cyborg.drivers import fake, loader
 from cyborg.objects import inventory
 
 

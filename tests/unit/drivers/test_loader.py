@@ -1,8 +1,7 @@
 import pytest
 
 from cyborg.common import exception
-from cyborg.drivers import base
-from cyborg.drivers import loader
+from cyborg.drivers import base, loader
 
 
 def test_loads_enabled_drivers_in_order(conf):

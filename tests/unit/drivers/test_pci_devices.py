@@ -6,8 +6,7 @@ import pytest
 
 from cyborg.agent import reporter
 from cyborg.common import exception
-from cyborg.drivers import loader
-from cyborg.drivers import pci
+from cyborg.drivers import loader, pci
 
 
 def _deps(conf, name):
