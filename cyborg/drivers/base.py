@@ -182,3 +182,35 @@ def physical_functions(sysfs_root, match):
     by_address = sysfs.functions_by_address(functions)
     return [(f, [by_address[a] for a in f.virtfns if a in by_address])
             for f in functions if not f.is_vf and match(f)]
+
+
+class WholeFunctionDriver(Driver):
+    """A driver whose devices are PCI functions (never VFs) each passed
+    through whole: subclasses say which functions, and how to call them."""
+
+    device_type = None
+    resource_class = None
+
+    @abc.abstractmethod
+    def matches(self, function):
+        """Whether this ``sysfs.PCIFunction`` is one of the driver's."""
+
+    @abc.abstractmethod
+    def traits(self, function):
+        """The deployable's ``CUSTOM_*`` traits."""
+
+    def model(self, function):
+        return None
+
+    def extra_attributes(self, function):
+        return {}
+
+    def discover(self):
+        devices = []
+        for pf, _vfs in physical_functions(self.sysfs_root, self.matches):
+            deployable = whole_function_deployable(
+                self, pf, self.resource_class, self.traits(pf),
+                **self.extra_attributes(pf))
+            devices.append(pci_device(pf, self.device_type, [deployable],
+                                      model=self.model(pf)))
+        return devices

@@ -7,25 +7,23 @@ from cyborg.drivers import base
 VENDOR = '19e5'
 # Device id -> model (Ascend 310, 310P, 910, 910B).
 MODELS = {'d100': '310', 'd500': '310P', 'd801': '910', 'd802': '910B'}
-RESOURCE_CLASS = 'CUSTOM_AICHIP'
 
 
-class HuaweiAscendDriver(base.Driver):
+class HuaweiAscendDriver(base.WholeFunctionDriver):
 
     name = 'huawei_ascend_driver'
+    device_type = 'AICHIP'
+    resource_class = 'CUSTOM_AICHIP'
 
-    def discover(self):
-        devices = []
-        for pf, _vfs in base.physical_functions(self.sysfs_root, _is_ascend):
-            model = MODELS[pf.device]
-            traits = ['CUSTOM_HUAWEI_ASCEND',
-                      base.custom_name('HUAWEI_ASCEND', model)]
-            deployable = base.whole_function_deployable(
-                self, pf, RESOURCE_CLASS, traits, model=model)
-            devices.append(base.pci_device(pf, 'AICHIP', [deployable],
-                                           model='Ascend ' + model))
-        return devices
+    def matches(self, function):
+        return function.vendor == VENDOR and function.device in MODELS
 
+    def traits(self, function):
+        return ['CUSTOM_HUAWEI_ASCEND',
+                base.custom_name('HUAWEI_ASCEND', MODELS[function.device])]
 
-def _is_ascend(function):
-    return function.vendor == VENDOR and function.device in MODELS
+    def model(self, function):
+        return 'Ascend ' + MODELS[function.device]
+
+    def extra_attributes(self, function):
+        return {'model': MODELS[function.device]}

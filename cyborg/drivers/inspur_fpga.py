@@ -9,24 +9,19 @@ VENDOR = '1bd4'
 ACCELERATOR_CLASS = '1200'
 
 
-class InspurFPGADriver(base.Driver, fpga.ToolProgrammable):
+class InspurFPGADriver(base.WholeFunctionDriver, fpga.ToolProgrammable):
 
     name = 'inspur_fpga_driver'
+    device_type = 'FPGA'
+    resource_class = 'FPGA'
 
-    def discover(self):
-        devices = []
-        for pf, _vfs in base.physical_functions(self.sysfs_root, _is_fpga):
-            traits = ['CUSTOM_FPGA_INSPUR',
-                      base.custom_name('FPGA_INSPUR', pf.device)]
-            deployable = base.whole_function_deployable(self, pf, 'FPGA',
-                                                        traits)
-            devices.append(base.pci_device(pf, 'FPGA', [deployable]))
-        return devices
+    def matches(self, function):
+        return (function.vendor == VENDOR and
+                function.base_class == ACCELERATOR_CLASS)
+
+    def traits(self, function):
+        return ['CUSTOM_FPGA_INSPUR',
+                base.custom_name('FPGA_INSPUR', function.device)]
 
     def program_argv(self, controlpath_id, image_path):
         return fpga.opae_argv(controlpath_id, image_path)
-
-
-def _is_fpga(function):
-    return (function.vendor == VENDOR and
-            function.base_class == ACCELERATOR_CLASS)

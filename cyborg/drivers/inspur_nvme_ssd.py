@@ -7,20 +7,15 @@ VENDOR = '1bd4'
 NVME = '0108'
 
 
-class InspurNVMeSSDDriver(base.Driver):
+class InspurNVMeSSDDriver(base.WholeFunctionDriver):
 
     name = 'inspur_nvme_ssd_driver'
+    device_type = 'SSD'
+    resource_class = 'CUSTOM_SSD'
 
-    def discover(self):
-        devices = []
-        for pf, _vfs in base.physical_functions(self.sysfs_root, _is_ssd):
-            traits = ['CUSTOM_SSD_INSPUR',
-                      base.custom_name('SSD_INSPUR', pf.device)]
-            deployable = base.whole_function_deployable(self, pf,
-                                                        'CUSTOM_SSD', traits)
-            devices.append(base.pci_device(pf, 'SSD', [deployable]))
-        return devices
+    def matches(self, function):
+        return function.vendor == VENDOR and function.base_class == NVME
 
-
-def _is_ssd(function):
-    return function.vendor == VENDOR and function.base_class == NVME
+    def traits(self, function):
+        return ['CUSTOM_SSD_INSPUR',
+                base.custom_name('SSD_INSPUR', function.device)]
