@@ -7,18 +7,15 @@ rc ``FPGA`` and trait ``CUSTOM_FAKE_DEVICE``.  It reads no sysfs, so it is
 reported even on a host whose tree has no devices.
 
 It is ``Programmable``: programming records the image uuid in a state file
-under ``[DEFAULT]state_path``, and the next discovery carries it as the
-deployable's ``bitstream_id``, so FPGA programming flows can be tested end
-to end.
+under ``[DEFAULT]state_path`` (as for real FPGAs, see ``fpga``), and the
+next discovery carries it as the deployable's ``bitstream_id``, so FPGA
+programming flows can be tested end to end.
 """
-
-import json
-import os
 
 from oslo_log import log as logging
 
 from cyborg.common import exception
-from cyborg.drivers import base
+from cyborg.drivers import base, fpga
 from cyborg.objects import inventory
 
 LOG = logging.getLogger(__name__)
@@ -27,20 +24,9 @@ CONTROLPATH_ADDRESS = '0000:0c:00.0'
 NUM_ACCELERATORS = 16
 
 
-class FakeDriver(base.Driver, base.Programmable):
+class FakeDriver(base.Driver, fpga.RecordsBitstreams):
 
     name = 'fake_driver'
-
-    def _state_file(self):
-        return os.path.join(self.conf.state_path,
-                            f'fake-driver-{self.host}.json')
-
-    def _bitstream_id(self):
-        try:
-            with open(self._state_file()) as f:
-                return json.load(f).get('bitstream_id')
-        except FileNotFoundError:
-            return None
 
     def discover(self):
         handles = [
@@ -54,22 +40,17 @@ class FakeDriver(base.Driver, base.Programmable):
             num_accelerators=NUM_ACCELERATORS,
             attributes=base.make_attributes('FPGA', ['CUSTOM_FAKE_DEVICE']),
             attach_handles=handles,
-            driver_name=self.name,
-            bitstream_id=self._bitstream_id())
-        return [inventory.DriverDevice(
+            driver_name=self.name)
+        return self.with_bitstreams([inventory.DriverDevice(
             type='FPGA', vendor='0xABCD', model='miss model info',
             controlpath_id=inventory.ControlPathID(CONTROLPATH_ADDRESS),
             std_board_info={'product_id': '0xabcd', 'controller': None},
-            deployables=[deployable])]
+            deployables=[deployable])])
 
     def program(self, controlpath_id, image_path, image_uuid):
         if controlpath_id != CONTROLPATH_ADDRESS:
             raise exception.ResourceNotFound(resource='Fake FPGA',
                                              id=controlpath_id)
-        os.makedirs(self.conf.state_path, exist_ok=True)
-        tmp = self._state_file() + '.tmp'
-        with open(tmp, 'w') as f:
-            json.dump({'bitstream_id': image_uuid}, f)
-        os.replace(tmp, self._state_file())
+        self.remember(controlpath_id, image_uuid)
         LOG.info('Fake FPGA %s programmed with image %s', controlpath_id,
                  image_uuid)

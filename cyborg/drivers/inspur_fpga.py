@@ -23,5 +23,8 @@ class InspurFPGADriver(base.WholeFunctionDriver, fpga.ToolProgrammable):
         return ['CUSTOM_FPGA_INSPUR',
                 base.custom_name('FPGA_INSPUR', function.device)]
 
+    def discover(self):
+        return self.with_bitstreams(super().discover())
+
     def program_argv(self, controlpath_id, image_path):
         return fpga.opae_argv(controlpath_id, image_path)

@@ -35,7 +35,7 @@ class IntelFPGADriver(base.Driver, fpga.ToolProgrammable):
                            for f in (vfs or [pf])]
             devices.append(base.pci_device(pf, 'FPGA', deployables,
                                            model=model))
-        return devices
+        return self.with_bitstreams(devices)
 
     def _deployable(self, tree, function, model, regions):
         functions = _ids(tree, function, 'afu_id')

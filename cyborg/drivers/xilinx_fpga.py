@@ -31,7 +31,7 @@ class XilinxFPGADriver(base.Driver, fpga.ToolProgrammable):
                 attach_handles=[base.pci_handle(user.address)],
                 driver_name=self.name)
             devices.append(base.pci_device(mgmt, 'FPGA', [deployable]))
-        return devices
+        return self.with_bitstreams(devices)
 
     def _cards(self):
         """``[(management function, user function)]`` per slot."""

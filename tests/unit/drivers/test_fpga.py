@@ -53,3 +53,26 @@ def test_tool_failure_is_a_clear_error(conf, scenario, in_process_privsep,
 def test_privileged_tool_runner_only_runs_fpga_tools(in_process_privsep):
     with pytest.raises(exception.Invalid):
         in_process_privsep.run_fpga_tool(['rm', '-rf', '/tmp/x'])
+
+
+def test_programmed_image_is_reported_until_the_card_changes(
+        conf, scenario, tmp_path, in_process_privsep, fake_tools):
+    tree = scenario('intel_fpga')
+    driver = _load(conf, 'intel_fpga_driver')
+    image = tmp_path / 'gbs'
+    image.write_bytes(b'bits')
+
+    def bitstreams():
+        return {dep.name: dep.bitstream_id for dev in driver.discover()
+                for dep in dev.deployables}
+
+    assert set(bitstreams().values()) == {None}
+    driver.program('0000:d8:00.0', str(image), 'img-1')
+    assert bitstreams() == {'h_0000:5e:00.1': None, 'h_0000:d8:00.0': 'img-1'}
+    # Survives an agent restart (a new driver instance).
+    assert _load(conf, 'intel_fpga_driver').discover()[1] \
+        .deployables[0].bitstream_id == 'img-1'
+    # Reprogrammed by hand: the loaded function is no longer known.
+    tree.add_fpga_region('0000:d8:00.0', 'region3',
+                         afu_id='00000000000000000000000000000001')
+    assert bitstreams()['h_0000:d8:00.0'] is None
