@@ -14,7 +14,24 @@ from cyborg.api.controllers.v2 import deployables
 from cyborg.api.controllers.v2 import device_profiles
 from cyborg.api.controllers.v2 import devices
 
-Route = collections.namedtuple('Route', 'method path handler')
+from cyborg.api.schemas import accelerator_requests as arq_schema
+from cyborg.api.schemas import attributes as attribute_schema
+from cyborg.api.schemas import deployables as deployable_schema
+from cyborg.api.schemas import device_profiles as profile_schema
+from cyborg.api.schemas import devices as device_schema
+
+
+class Route(collections.namedtuple(
+        'Route', 'method path handler status query body')):
+    """One route: its success status and the schemas of its query string
+    and body (for validation they are used by the handler itself; here
+    they document the route in the OpenAPI document)."""
+
+    def __new__(cls, method, path, handler, status=200, query=None,
+                body=None):
+        return super().__new__(cls, method, path, handler, status, query,
+                               body)
+
 
 _arq = accelerator_requests
 ROUTES = [
@@ -22,37 +39,50 @@ ROUTES = [
     Route('GET', '/v2', root.v2_version),
     Route('GET', '/v2/openapi.json', root.openapi_document),
 
-    Route('GET', '/v2/device_profiles', device_profiles.list_device_profiles),
+    Route('GET', '/v2/device_profiles', device_profiles.list_device_profiles,
+          query=profile_schema.LIST_QUERY),
     Route('POST', '/v2/device_profiles',
-          device_profiles.create_device_profile),
+          device_profiles.create_device_profile, 201,
+          body=profile_schema.CREATE),
     Route('DELETE', '/v2/device_profiles',
-          device_profiles.delete_device_profiles),
+          device_profiles.delete_device_profiles, 204,
+          query=profile_schema.DELETE_QUERY),
     Route('GET', '/v2/device_profiles/{name_or_uuid}',
           device_profiles.show_device_profile),
     Route('DELETE', '/v2/device_profiles/{name_or_uuid}',
-          device_profiles.delete_device_profile),
+          device_profiles.delete_device_profile, 204),
 
-    Route('GET', '/v2/accelerator_requests', _arq.list_arqs),
-    Route('POST', '/v2/accelerator_requests', _arq.create_arqs),
-    Route('PATCH', '/v2/accelerator_requests', _arq.bind_or_unbind_arqs),
-    Route('DELETE', '/v2/accelerator_requests', _arq.delete_arqs),
+    Route('GET', '/v2/accelerator_requests', _arq.list_arqs,
+          query=arq_schema.LIST_QUERY),
+    Route('POST', '/v2/accelerator_requests', _arq.create_arqs, 201,
+          body=arq_schema.CREATE),
+    Route('PATCH', '/v2/accelerator_requests', _arq.bind_or_unbind_arqs,
+          202, body=arq_schema.PATCH),
+    Route('DELETE', '/v2/accelerator_requests', _arq.delete_arqs, 204,
+          query=arq_schema.DELETE_QUERY),
     Route('GET', '/v2/accelerator_requests/{uuid}', _arq.show_arq),
-    Route('DELETE', '/v2/accelerator_requests/{uuid}', _arq.delete_arq),
+    Route('DELETE', '/v2/accelerator_requests/{uuid}', _arq.delete_arq,
+          204),
 
-    Route('GET', '/v2/devices', devices.list_devices),
+    Route('GET', '/v2/devices', devices.list_devices,
+          query=device_schema.LIST_QUERY),
     Route('GET', '/v2/devices/{uuid}', devices.show_device),
     Route('POST', '/v2/devices/{uuid}/disable', devices.disable_device),
     Route('POST', '/v2/devices/{uuid}/enable', devices.enable_device),
 
-    Route('GET', '/v2/deployables', deployables.list_deployables),
+    Route('GET', '/v2/deployables', deployables.list_deployables,
+          query=deployable_schema.LIST_QUERY),
     Route('GET', '/v2/deployables/{uuid}', deployables.show_deployable),
     Route('PATCH', '/v2/deployables/{uuid}/program',
-          deployables.program_deployable),
+          deployables.program_deployable, body=deployable_schema.PROGRAM),
 
-    Route('GET', '/v2/attributes', attributes.list_attributes),
-    Route('POST', '/v2/attributes', attributes.create_attribute),
+    Route('GET', '/v2/attributes', attributes.list_attributes,
+          query=attribute_schema.LIST_QUERY),
+    Route('POST', '/v2/attributes', attributes.create_attribute, 201,
+          body=attribute_schema.CREATE),
     Route('GET', '/v2/attributes/{uuid}', attributes.show_attribute),
-    Route('DELETE', '/v2/attributes/{uuid}', attributes.delete_attribute),
+    Route('DELETE', '/v2/attributes/{uuid}', attributes.delete_attribute,
+          204),
 ]
 
 
