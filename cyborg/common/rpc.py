@@ -68,9 +68,23 @@ def cleanup():
         _TRANSPORT = None
 
 
+def register_messaging_opts(conf):
+    """oslo.messaging registers its metrics and tracing options on the
+    global CONF only, but reads them from its transport's ConfigOpts on
+    every call; any other ConfigOpts needs them too."""
+    from oslo_messaging._metrics import client as metrics
+    from oslo_messaging._tracing import client as tracing
+    conf.register_opts(metrics.oslo_messaging_metrics,
+                       group='oslo_messaging_metrics')
+    conf.register_opts(tracing.oslo_messaging_tracing,
+                       group='oslo_messaging_tracing')
+
+
 def get_client(conf, topic, version, server=None, timeout=None):
     target = messaging.Target(topic=topic, version=version, server=server)
-    return messaging.get_rpc_client(get_transport(conf), target,
+    transport = get_transport(conf)
+    register_messaging_opts(transport.conf)
+    return messaging.get_rpc_client(transport, target,
                                     serializer=_serializer(), timeout=timeout)
 
 
@@ -78,7 +92,9 @@ def get_server(conf, topic, server, endpoints):
     """An RPC server on the threading executor (no eventlet)."""
     target = messaging.Target(topic=topic, server=server)
     access_policy = messaging.DefaultRPCAccessPolicy
-    return messaging.get_rpc_server(get_transport(conf), target, endpoints,
+    transport = get_transport(conf)
+    register_messaging_opts(transport.conf)
+    return messaging.get_rpc_server(transport, target, endpoints,
                                     executor='threading',
                                     serializer=_serializer(),
                                     access_policy=access_policy)

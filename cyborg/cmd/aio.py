@@ -1,0 +1,192 @@
+"""cyborg-aio: the whole service in one process, for trying it out.
+
+    cyborg-aio [--port 6666] [--state-dir ~/.local/state/cyborg]
+
+API, conductor and agent share oslo.messaging's in-process ``fake://``
+transport; the database is SQLite in the state directory (schema by the
+migrations); authentication is off (noauth); the agent runs the fake
+driver plus every other installed driver (those without hardware here
+report nothing); the real OpenStack Placement runs in-process on a free
+local port with its own SQLite database, holding a compute-node provider
+for this host.  Ctrl-C or SIGTERM stops everything.  Extra options may come
+from ``--config-file``; the settings above win over them.
+"""
+
+import importlib.metadata
+import os
+import sys
+import uuid
+
+from oslo_config import cfg
+from oslo_log import log as logging
+import oslo_messaging as messaging
+import requests
+
+import cyborg.conf
+from cyborg.api import app as api_app
+from cyborg.cmd import agent as agent_cmd
+from cyborg.cmd import api as api_cmd
+from cyborg.cmd import conductor as conductor_cmd
+from cyborg.common import rpc
+from cyborg.common import service
+from cyborg.db import migration
+from cyborg.drivers import loader
+from cyborg.placement import embedded
+
+LOG = logging.getLogger(__name__)
+
+DEFAULT_STATE_DIR = os.path.join('~', '.local', 'state', 'cyborg')
+
+cli_opts = [
+    cfg.PortOpt('port', default=6666,
+                help='Port of the API on 127.0.0.1.'),
+    cfg.StrOpt('state-dir', default=DEFAULT_STATE_DIR,
+               help='Directory for the databases, the agent cache and the '
+                    'log file.'),
+]
+
+
+def parse(argv):
+    conf = cyborg.conf.CONF
+    conf.register_cli_opts(cli_opts)
+    logging.register_options(conf)
+    conf(argv, project='cyborg', prog='cyborg-aio',
+         default_config_files=[], default_config_dirs=[])
+    state_dir = os.path.abspath(os.path.expanduser(conf.state_dir))
+    os.makedirs(state_dir, exist_ok=True)
+    conf.set_override('log_file', os.path.join(state_dir, 'cyborg-aio.log'))
+    logging.setup(conf, 'cyborg')
+    return conf, state_dir
+
+
+def configure(conf, state_dir, placement_url):
+    """Settings of the all-in-one (they win over any config file)."""
+    host = conf.host
+    overrides = {
+        None: {'state_path': state_dir},
+        'database': {'connection': _sqlite(state_dir, 'cyborg.sqlite')},
+        'api': {'host_ip': '127.0.0.1', 'port': conf.port,
+                'auth_strategy': 'noauth', 'api_workers': 1},
+        'agent': {'enabled_drivers': installed_drivers(),
+                  'resource_provider_name': host},
+        'placement': {'auth_type': 'none',
+                      'endpoint_override': placement_url},
+        'nova': {'send_events': False},
+    }
+    for group, options in overrides.items():
+        for name, value in options.items():
+            conf.set_override(name, value, group=group)
+
+
+def _sqlite(state_dir, name):
+    return 'sqlite:///' + os.path.join(state_dir, name)
+
+
+def installed_drivers():
+    """The fake driver and every installed driver that loads here."""
+    names = ['fake_driver']
+    for entry_point in importlib.metadata.entry_points(
+            group=loader.NAMESPACE):
+        if entry_point.name in names:
+            continue
+        try:
+            entry_point.load()
+        except Exception as exc:
+            LOG.warning('Driver %s is not usable here: %s', entry_point.name,
+                        exc)
+            continue
+        names.append(entry_point.name)
+    return names
+
+
+def ensure_compute_node(placement_url, name):
+    """Create the compute-node provider ``name`` unless it exists.
+
+    Nova's compute service creates it in a real cloud; here nothing else
+    would.  Returns its uuid.
+    """
+    session = requests.Session()
+    session.headers.update({'X-Auth-Token': embedded.NOAUTH_TOKEN,
+                            'OpenStack-API-Version': 'placement 1.20'})
+    url = placement_url.rstrip('/') + '/resource_providers'
+    found = session.get(url, params={'name': name}, timeout=30)
+    found.raise_for_status()
+    providers = found.json()['resource_providers']
+    if providers:
+        return providers[0]['uuid']
+    created = session.post(url, json={'name': name,
+                                      'uuid': str(uuid.uuid4())},
+                           timeout=30)
+    created.raise_for_status()
+    LOG.info('Created compute node provider %s in Placement', name)
+    return created.json()['uuid']
+
+
+class _PlacementService:
+    """Stops the embedded Placement last (it starts before the others)."""
+
+    def __init__(self, placement):
+        self._placement = placement
+
+    def start(self):
+        pass
+
+    def stop(self):
+        self._placement.stop()
+
+    def __str__(self):
+        return 'embedded Placement'
+
+
+def build_services(conf, state_dir):
+    placement = embedded.EmbeddedPlacement(
+        _sqlite(state_dir, 'placement.sqlite'))
+    placement_url = placement.start()
+    try:
+        configure(conf, state_dir, placement_url)
+        # Everyone in this process shares one in-memory transport.
+        rpc.set_transport(messaging.get_rpc_transport(conf, url='fake://'))
+        migration.upgrade(conf)
+        ensure_compute_node(placement_url, conf.host)
+        sock = api_cmd.listen('127.0.0.1', conf.port)
+        services = [_PlacementService(placement)]
+        services += conductor_cmd.build_services(conf)
+        services += agent_cmd.build_services(conf)
+        services.append(api_cmd.APIServer(conf, api_app.build_app(conf),
+                                          sock, name='cyborg-aio'))
+    except BaseException:
+        placement.stop()
+        raise
+    return services, api_cmd.url_of(sock), placement_url
+
+
+def banner(api_url, placement_url, state_dir):
+    return '\n'.join([
+        'cyborg-aio is running (Ctrl-C stops it).',
+        '  API:       %s' % api_url,
+        '  Placement: %s' % placement_url,
+        '  State:     %s (log: cyborg-aio.log)' % state_dir,
+        'Try:',
+        '  openstack accelerator device list --os-auth-type none '
+        '--os-endpoint %s/v2' % api_url,
+        '',
+    ])
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    conf, state_dir = parse(argv)
+    try:
+        services, api_url, placement_url = build_services(conf, state_dir)
+    except OSError as exc:
+        sys.exit('cyborg-aio cannot start: %s' % exc)
+    launcher = service.Launcher(conf, 'cyborg-aio')
+    for item in services:
+        launcher.add(item)
+    launcher.install_signal_handlers()
+    print(banner(api_url, placement_url, state_dir), flush=True)
+    sys.exit(launcher.run())
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,201 @@
+"""cyborg-api: serves the WSGI app (cyborg.api.app.build_app) with cheroot.
+
+The listening socket is bound once, before any worker starts, so every
+worker accepts on the same socket.  With ``[api]api_workers`` = 1 the
+process serves by itself; with more it forks that many workers (each with
+``[api]threads`` request threads), restarts a worker that dies, and on
+SIGTERM passes the signal on and exits 0 once they are gone.  Each worker
+builds its own app, database engine and RPC client after the fork: none of
+them survives a fork.
+"""
+
+import errno
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+from cheroot import wsgi
+from oslo_log import log as logging
+
+from cyborg.api import app as api_app
+from cyborg.common import service
+from cyborg.db import api as db_api
+
+LOG = logging.getLogger(__name__)
+
+# A worker dying sooner than this after its start is not restarted at
+# once, so a worker that cannot start does not make a fork loop.
+_RESPAWN_DELAY = 1.0
+
+
+class _SharedSocketServer(wsgi.Server):
+    """A cheroot server accepting on a socket bound by someone else."""
+
+    def __init__(self, sock, **kwargs):
+        self._shared_socket = sock
+        super().__init__(bind_addr=sock.getsockname()[:2], **kwargs)
+
+    def bind(self, family, type, proto=0):
+        self.socket = self._shared_socket
+
+
+class APIServer:
+    """One cheroot server (a pool of request threads) as a service."""
+
+    def __init__(self, conf, app, sock, name='cyborg-api'):
+        self._server = _SharedSocketServer(
+            sock, wsgi_app=app, numthreads=conf.api.threads,
+            server_name=name,
+            shutdown_timeout=conf.graceful_shutdown_timeout)
+        self._thread = None
+
+    def start(self):
+        self._server.prepare()
+        self._thread = threading.Thread(target=self._server.serve,
+                                        name='cyborg-api-accept',
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self):
+        # Stops accepting, then lets the request threads finish.
+        self._server.stop()
+
+    def wait(self):
+        if self._thread is not None:
+            self._thread.join()
+
+    def __str__(self):
+        return 'API server %s:%s' % self._server.bind_addr
+
+
+def listen(host, port, backlog=128):
+    """A listening TCP socket for ``host`` (IPv4 or IPv6) and ``port``."""
+    family = socket.AF_INET6 if ':' in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family, backlog=backlog,
+                                dualstack_ipv6=host in ('::', '::0'))
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(sock):
+    host, port = sock.getsockname()[:2]
+    if ':' in host:
+        host = '[%s]' % host
+    return 'http://%s:%d' % (host, port)
+
+
+def _serve_worker(conf, sock):
+    """Build the app in this process and serve until SIGTERM."""
+    launcher = service.Launcher(conf, 'cyborg-api worker %d' % os.getpid())
+    # Before building the app: a SIGTERM from then on must stop us.
+    launcher.install_signal_handlers()
+    db_api.configure(conf)
+    launcher.add(APIServer(conf, api_app.build_app(conf), sock))
+    return launcher.run()
+
+
+class WorkerPool:
+    """Forks, watches and stops the API worker processes."""
+
+    def __init__(self, conf, sock, count):
+        self.conf = conf
+        self.sock = sock
+        self.count = count
+        self._children = {}  # pid -> start time
+        self._stop = threading.Event()
+
+    def run(self):
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: self._stop.set())
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        while not self._stop.is_set():
+            self._reap()
+            self._fill()
+            self._stop.wait(0.2)
+        return self._terminate()
+
+    def _fill(self):
+        while len(self._children) < self.count and not self._stop.is_set():
+            self._spawn()
+
+    def _spawn(self):
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                status = _serve_worker(self.conf, self.sock)
+            except Exception:
+                LOG.exception('cyborg-api worker failed')
+            finally:
+                os._exit(status)
+        LOG.info('Started cyborg-api worker %d', pid)
+        self._children[pid] = time.monotonic()
+
+    def _reap(self):
+        while self._children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self._children.clear()
+                return
+            if pid == 0:
+                return
+            started = self._children.pop(pid, None)
+            if started is None:
+                continue
+            LOG.warning('cyborg-api worker %d exited (%s); starting another',
+                        pid, _describe(status))
+            if time.monotonic() - started < _RESPAWN_DELAY:
+                self._stop.wait(_RESPAWN_DELAY)
+
+    def _terminate(self):
+        LOG.info('cyborg-api stopping %d worker(s)', len(self._children))
+        for pid in list(self._children):
+            _signal(pid, signal.SIGTERM)
+        # Workers give in-flight requests the grace time, then exit.
+        deadline = time.monotonic() + self.conf.graceful_shutdown_timeout + 1
+        while self._children and time.monotonic() < deadline:
+            self._reap_quietly()
+            time.sleep(0.05)
+        for pid in list(self._children):
+            LOG.warning('cyborg-api worker %d did not stop; killing it', pid)
+            _signal(pid, signal.SIGKILL)
+        LOG.info('cyborg-api stopped')
+        return 0
+
+    def _reap_quietly(self):
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            self._children.clear()
+            return
+        self._children.pop(pid, None)
+
+
+def _signal(pid, signum):
+    try:
+        os.kill(pid, signum)
+    except OSError as exc:
+        if exc.errno != errno.ESRCH:
+            raise
+
+
+def _describe(status):
+    if os.WIFSIGNALED(status):
+        return 'signal %d' % os.WTERMSIG(status)
+    return 'status %d' % os.waitstatus_to_exitcode(status)
+
+
+def main(argv=None):
+    conf = service.prepare(argv, prog='cyborg-api')
+    sock = listen(conf.api.host_ip, conf.api.port)
+    LOG.info('cyborg-api listening on %s with %d worker(s) of %d threads',
+             url_of(sock), conf.api.api_workers, conf.api.threads)
+    if conf.api.api_workers == 1:
+        status = _serve_worker(conf, sock)
+    else:
+        status = WorkerPool(conf, sock, conf.api.api_workers).run()
+    sys.exit(status)

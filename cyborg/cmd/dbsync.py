@@ -1,0 +1,84 @@
+"""cyborg-dbsync: manage the database schema (alembic migrations).
+
+    cyborg-dbsync [--config-file F] upgrade [--revision REV]
+    cyborg-dbsync version
+    cyborg-dbsync stamp [--revision REV]
+    cyborg-dbsync revision -m MESSAGE [--autogenerate]
+
+``upgrade`` is idempotent and safe to run on every deployment.
+"""
+
+import sys
+
+from oslo_config import cfg
+from oslo_log import log as logging
+import sqlalchemy.exc
+
+import cyborg.conf
+from cyborg.common import service
+from cyborg.db import migration
+
+LOG = logging.getLogger(__name__)
+
+
+def do_upgrade(conf):
+    migration.upgrade(conf, conf.command.revision)
+    print('Database schema is at revision %s' % migration.version(conf))
+
+
+def do_version(conf):
+    print(migration.version(conf) or 'None (empty database)')
+
+
+def do_stamp(conf):
+    migration.stamp(conf, conf.command.revision)
+
+
+def do_revision(conf):
+    script = migration.revision(conf, conf.command.message,
+                                autogenerate=conf.command.autogenerate)
+    print('Wrote %s' % script.path)
+
+
+def _add_parsers(subparsers):
+    parser = subparsers.add_parser(
+        'upgrade', help='Upgrade the schema to a revision (default: head).')
+    parser.add_argument('--revision', default='head')
+    parser.set_defaults(func=do_upgrade)
+
+    parser = subparsers.add_parser(
+        'version', help='Print the schema revision of the database.')
+    parser.set_defaults(func=do_version)
+
+    parser = subparsers.add_parser(
+        'stamp', help='Record a revision without running migrations.')
+    parser.add_argument('--revision', default='head')
+    parser.set_defaults(func=do_stamp)
+
+    parser = subparsers.add_parser(
+        'revision', help='Write a new migration script (developers).')
+    parser.add_argument('-m', '--message', required=True)
+    parser.add_argument('--autogenerate', action='store_true',
+                        help='Compare the models with the database and '
+                             'write the differences.')
+    parser.set_defaults(func=do_revision)
+
+
+command_opt = cfg.SubCommandOpt('command', title='Commands',
+                                help='Available commands',
+                                handler=_add_parsers)
+
+
+def main(argv=None):
+    conf = cfg.ConfigOpts()
+    cyborg.conf.register_opts(conf)
+    conf.register_cli_opt(command_opt)
+    service.prepare(argv, conf=conf, prog='cyborg-dbsync')
+    try:
+        conf.command.func(conf)
+    except sqlalchemy.exc.OperationalError as exc:
+        LOG.error('Cannot reach the database: %s', exc.orig or exc)
+        sys.exit(1)
+    except Exception as exc:
+        LOG.error('%s failed: %s', conf.command.name, exc)
+        sys.exit(1)

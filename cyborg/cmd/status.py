@@ -1,0 +1,84 @@
+"""cyborg-status upgrade check: is this deployment ready for this release?
+
+Checks: the database schema is at the newest migration; the policy file,
+if there is one, is YAML (JSON policy files are no longer read) and parses.
+"""
+
+import sys
+
+from oslo_config import cfg
+from oslo_upgradecheck import common_checks
+from oslo_upgradecheck import upgradecheck
+from oslo_utils import fileutils
+import yaml
+
+import cyborg.conf
+from cyborg.db import migration
+
+Code = upgradecheck.Code
+Result = upgradecheck.Result
+
+
+class Checks(upgradecheck.UpgradeCommands):
+
+    def __init__(self, conf):
+        super().__init__()
+        self.conf = conf
+
+    def _check_database(self):
+        try:
+            current = migration.version(self.conf)
+        except Exception as exc:
+            return Result(Code.FAILURE,
+                          'Cannot read the schema revision from [database] '
+                          'connection: %s' % _first_line(exc))
+        head = migration.head()
+        if current is None:
+            return Result(Code.FAILURE, 'The database has no cyborg schema; '
+                                        'run "cyborg-dbsync upgrade".')
+        if current != head:
+            return Result(Code.FAILURE,
+                          'The database schema is at revision %s, this '
+                          'release needs %s; run "cyborg-dbsync upgrade".'
+                          % (current, head))
+        return Result(Code.SUCCESS)
+
+    def _check_policy_yaml(self):
+        path = self.conf.find_file(self.conf.oslo_policy.policy_file)
+        if not path or fileutils.is_json(path):
+            # No file: defaults apply.  JSON: the common check reports it.
+            return Result(Code.SUCCESS)
+        try:
+            with open(path) as f:
+                rules = yaml.safe_load(f)
+        except (OSError, yaml.YAMLError) as exc:
+            return Result(Code.FAILURE, 'Policy file %s cannot be read as '
+                                        'YAML: %s' % (path, exc))
+        if rules is not None and not isinstance(rules, dict):
+            return Result(Code.FAILURE, 'Policy file %s must map rule names '
+                                        'to check strings.' % path)
+        return Result(Code.SUCCESS)
+
+    @property
+    def _upgrade_checks(self):
+        return (
+            ('Database schema at the newest revision',
+             Checks._check_database),
+            ('Policy File JSON to YAML Migration',
+             (common_checks.check_policy_json, {'conf': self.conf})),
+            ('Policy file parses as YAML', Checks._check_policy_yaml),
+        )
+
+
+def _first_line(exc):
+    return str(getattr(exc, 'orig', None) or exc).splitlines()[0]
+
+
+def main(argv=None):
+    conf = cfg.ConfigOpts()
+    cyborg.conf.register_opts(conf)
+    # The policy options, so the checks can find [oslo_policy]policy_file.
+    common_checks.policy_opts.set_defaults(conf)
+    argv = sys.argv[1:] if argv is None else argv
+    sys.exit(upgradecheck.main(conf, project='cyborg',
+                               upgrade_command=Checks(conf), argv=argv))
