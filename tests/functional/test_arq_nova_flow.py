@@ -16,11 +16,8 @@ import requests
 
 from cyborg.objects import inventory
 from cyborg.placement import embedded
-from tests.fixtures import databases
+from tests.fixtures import databases, processes, rabbit, recording_http
 from tests.fixtures import placement as placement_fixture
-from tests.fixtures import processes
-from tests.fixtures import rabbit
-from tests.fixtures import recording_http
 
 COMPUTE = 'compute-arq'
 DEVICE_RP = inventory.provider_uuid(COMPUTE + '_FakeDevice')
