@@ -15,4 +15,10 @@ from oslo_service import backend as _oslo_service_backend
 # would only mislead operators into thinking cyborg runs on eventlet.
 warnings.filterwarnings('ignore', message=r'\s*Eventlet is deprecated')
 
-_oslo_service_backend.init_backend(_oslo_service_backend.BackendType.THREADING)
+try:
+    _oslo_service_backend.init_backend(
+        _oslo_service_backend.BackendType.THREADING)
+except _oslo_service_backend.exceptions.BackendAlreadySelected:
+    # Imported by a tool that loaded oslo.messaging first (the config and
+    # policy generators): it runs no cyborg service, so it does not matter.
+    pass

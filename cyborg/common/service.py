@@ -93,6 +93,7 @@ class Launcher:
         self._started = []
         self._started_lock = threading.Lock()
         self._stop_requested = threading.Event()
+        self._start_failed = False
         self.ready = threading.Event()
 
     def add(self, service):
@@ -126,7 +127,8 @@ class Launcher:
     def run(self):
         """Start the services, block until asked to stop, stop them.
 
-        Returns the exit status (0 after a stop request).
+        Returns the exit status: 0 after a stop request, 1 when a service
+        failed to start.
         """
         starter = threading.Thread(target=self._start_all,
                                    name='%s-start' % self.name, daemon=True)
@@ -138,9 +140,9 @@ class Launcher:
         if not self._stop_all():
             # Threads still busy (a call waiting for its reply, a broker
             # reconnect loop) would keep the interpreter from exiting.
-            _exit_now(0)
+            _exit_now(1 if self._start_failed else 0)
         LOG.info('%s stopped', self.name)
-        return 0
+        return 1 if self._start_failed else 0
 
     def _start_all(self):
         for service in self._services:
@@ -151,6 +153,7 @@ class Launcher:
             except Exception:
                 LOG.exception('%s: %s failed to start; stopping', self.name,
                               service)
+                self._start_failed = True
                 self._stop_requested.set()
                 return
             with self._started_lock:

@@ -1,0 +1,123 @@
+"""cyborg-api and cyborg-aio as real processes: they serve, and SIGTERM
+ends them within 5 s with status 0."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import requests
+
+from tests.fixtures import databases
+from tests.fixtures import processes
+
+ADMIN = {'X-Roles': 'admin', 'X-Project-Id': 'functional'}
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def _get(url, timeout=30.0, **kwargs):
+    """GET ``url``, waiting for the server to answer at all."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return requests.get(url, timeout=5, **kwargs)
+        except requests.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_api_workers_serve_restart_and_stop(tmp_path):
+    port = _free_port()
+    with databases.throwaway_database('sqlite') as db_url:
+        databases.create_schema(db_url)
+        config = processes.write_config(tmp_path / 'api.conf', {
+            'DEFAULT': {'transport_url': 'rabbit://guest:guest@127.0.0.1:1/'},
+            'api': {'host_ip': '127.0.0.1', 'port': port, 'api_workers': 2,
+                    'threads': 4, 'auth_strategy': 'noauth'},
+            'database': {'connection': db_url},
+        })
+        api = processes.ServiceProcess('cyborg-api', config,
+                                       tmp_path / 'api.log')
+        api.start()
+        try:
+            api.wait_for_log('listening on http://127.0.0.1:%d' % port)
+            root = _get('http://127.0.0.1:%d/' % port)
+            assert root.status_code == 200
+            assert root.json()['versions'][0]['id'] == 'v2'
+            devices = _get('http://127.0.0.1:%d/v2/devices' % port,
+                           headers=ADMIN)
+            assert devices.status_code == 200, devices.text
+            assert devices.json() == {'devices': []}
+
+            # A worker that dies is replaced; the port keeps answering.
+            workers = re.findall(r'Started cyborg-api worker (\d+)',
+                                 api.log())
+            assert len(workers) == 2
+            os.kill(int(workers[0]), signal.SIGKILL)
+            api.wait_for_log('starting another')
+            _wait_for_workers(api, 3)
+            assert _get('http://127.0.0.1:%d/' % port).status_code == 200
+
+            api.stop()
+            assert 'Traceback' not in api.log()
+        finally:
+            api.kill()
+
+
+def _wait_for_workers(api, count, timeout=15):
+    deadline = time.monotonic() + timeout
+    while len(re.findall(r'Started cyborg-api worker', api.log())) < count:
+        assert time.monotonic() < deadline, api.log()
+        time.sleep(0.1)
+
+
+def test_aio_shows_the_fake_fpga_to_the_openstack_client(tmp_path):
+    port = _free_port()
+    state_dir = tmp_path / 'state'
+    config = processes.write_config(tmp_path / 'extra.conf', {})
+    aio = processes.ServiceProcess(
+        'cyborg-aio', config, tmp_path / 'aio.out',
+        args=['--port', str(port), '--state-dir', str(state_dir)])
+    aio.start()
+    try:
+        aio.wait_for_log('cyborg-aio is running', timeout=60)
+        url = 'http://127.0.0.1:%d' % port
+        assert url in aio.log()
+        assert _get(url + '/').status_code == 200
+        assert _wait_for_fake_fpga(url)
+
+        listed = subprocess.run(
+            [os.path.join(sys.prefix, 'bin', 'openstack'), 'accelerator',
+             'device', 'list', '--os-auth-type', 'none',
+             '--os-endpoint', url + '/v2', '-f', 'json'],
+            capture_output=True, text=True, timeout=120)
+        assert listed.returncode == 0, listed.stderr
+        rows = json.loads(listed.stdout)
+        assert [(r['type'], r['vendor']) for r in rows] == [('FPGA',
+                                                             '0xABCD')]
+        assert (state_dir / 'cyborg.sqlite').exists()
+        assert (state_dir / 'placement.sqlite').exists()
+        aio.stop()
+    finally:
+        aio.kill()
+
+
+def _wait_for_fake_fpga(url, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        devices = _get(url + '/v2/devices', headers=ADMIN).json()['devices']
+        if devices:
+            return [(d['type'], d['vendor']) for d in devices] == [
+                ('FPGA', '0xABCD')]
+        time.sleep(0.2)
+    return False

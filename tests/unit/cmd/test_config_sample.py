@@ -1,0 +1,36 @@
+"""The committed etc/cyborg/cyborg.conf.sample lists every option."""
+
+import os
+
+from oslo_config import generator
+
+ROOT = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
+                    os.pardir)
+GENERATOR_CONF = os.path.join(ROOT, 'etc', 'cyborg',
+                              'cyborg-config-generator.conf')
+SAMPLE = os.path.join(ROOT, 'etc', 'cyborg', 'cyborg.conf.sample')
+
+
+def test_sample_config_is_current(tmp_path):
+    fresh = tmp_path / 'cyborg.conf.sample'
+    generator.main(['--config-file', GENERATOR_CONF,
+                    '--output-file', str(fresh)])
+    with open(SAMPLE) as f:
+        committed = f.read()
+    assert fresh.read_text() == committed, (
+        'etc/cyborg/cyborg.conf.sample is out of date: regenerate it with '
+        '"tools/gen-samples.sh" (or "tox -e genconfig") and commit it.')
+
+
+def test_sample_has_the_groups_operators_set():
+    with open(SAMPLE) as f:
+        sample = f.read()
+    for group in ('DEFAULT', 'api', 'database', 'agent', 'placement', 'nova',
+                  'glance', 'service_user', 'keystone_authtoken',
+                  'oslo_messaging_rabbit', 'oslo_policy'):
+        assert '\n[%s]\n' % group in '\n' + sample, group
+    for option in ('#transport_url =', '#periodic_interval =', '#host =',
+                   '#api_workers =', '#public_endpoint =', '#auth_strategy',
+                   '#enabled_drivers =', '#resource_provider_name =',
+                   '#sysfs_root =', '#graceful_shutdown_timeout ='):
+        assert option in sample, option

@@ -1,0 +1,54 @@
+"""cyborg-status upgrade check: real checks on a real database file."""
+
+import json
+
+import pytest
+
+from cyborg.cmd import status
+from cyborg.db import migration
+from tests.fixtures import databases
+from tests.fixtures import processes
+
+
+def _check(tmp_path, url, policy_file=None):
+    sections = {'database': {'connection': url}}
+    if policy_file:
+        sections['oslo_policy'] = {'policy_file': str(policy_file)}
+    config = processes.write_config(tmp_path / 'cyborg.conf', sections)
+    with pytest.raises(SystemExit) as exit_info:
+        status.main(['--config-file', str(config), 'upgrade', 'check'])
+    return exit_info.value.code
+
+
+def test_empty_database_fails_then_passes_after_upgrade(tmp_path, capsys):
+    with databases.throwaway_database('sqlite') as url:
+        assert _check(tmp_path, url) == 2
+        assert 'has no cyborg schema' in capsys.readouterr().out
+        migration.upgrade(url)
+        assert _check(tmp_path, url) == 0
+
+
+def test_old_schema_revision_fails(tmp_path, capsys):
+    with databases.throwaway_database('sqlite') as url:
+        migration.upgrade(url)
+        migration.stamp(url, 'base')
+        assert _check(tmp_path, url) == 2
+
+
+def test_json_policy_file_fails(tmp_path, capsys):
+    policy = tmp_path / 'policy.json'
+    policy.write_text(json.dumps({'cyborg:device:get_all': 'role:admin'}))
+    with databases.throwaway_database('sqlite') as url:
+        migration.upgrade(url)
+        assert _check(tmp_path, url, policy) == 2
+        assert 'YAML' in capsys.readouterr().out
+
+
+def test_yaml_policy_file_passes_and_broken_yaml_fails(tmp_path, capsys):
+    policy = tmp_path / 'policy.yaml'
+    with databases.throwaway_database('sqlite') as url:
+        migration.upgrade(url)
+        policy.write_text('"cyborg:device:get_all": "role:admin"\n')
+        assert _check(tmp_path, url, policy) == 0
+        policy.write_text('"cyborg:device:get_all": [unclosed\n')
+        assert _check(tmp_path, url, policy) == 2

@@ -1,0 +1,107 @@
+"""The launcher: start order, stop order, grace time, slow starters."""
+
+import threading
+import time
+
+from cyborg.common import service
+
+
+class Recorder:
+    def __init__(self, name, log, start_blocks=None, wait_takes=0.0):
+        self.name = name
+        self.log = log
+        self.start_blocks = start_blocks
+        self.wait_takes = wait_takes
+
+    def start(self):
+        if self.start_blocks is not None:
+            self.start_blocks.wait()
+        self.log.append(('start', self.name))
+
+    def stop(self):
+        self.log.append(('stop', self.name))
+
+    def wait(self):
+        time.sleep(self.wait_takes)
+        self.log.append(('waited', self.name))
+
+    def __str__(self):
+        return self.name
+
+
+def _run_until_ready(launcher, timeout=5):
+    result = {}
+    thread = threading.Thread(
+        target=lambda: result.setdefault('status', launcher.run()))
+    thread.start()
+    assert launcher.ready.wait(timeout)
+    return thread, result
+
+
+def test_starts_in_order_and_stops_in_reverse(conf):
+    log = []
+    launcher = service.Launcher(conf, 'test')
+    for name in ('rpc', 'reporter', 'hotplug'):
+        launcher.add(Recorder(name, log))
+    thread, result = _run_until_ready(launcher)
+    launcher.request_stop()
+    thread.join(5)
+    assert result['status'] == 0
+    assert log == [('start', 'rpc'), ('start', 'reporter'),
+                   ('start', 'hotplug'),
+                   ('stop', 'hotplug'), ('stop', 'reporter'),
+                   ('stop', 'rpc'),
+                   ('waited', 'hotplug'), ('waited', 'reporter'),
+                   ('waited', 'rpc')]
+
+
+def test_in_flight_work_finishes_before_exit(conf):
+    log = []
+    launcher = service.Launcher(conf, 'test')
+    launcher.add(Recorder('rpc', log, wait_takes=0.5))
+    thread, result = _run_until_ready(launcher)
+    launcher.request_stop()
+    thread.join(5)
+    assert ('waited', 'rpc') in log
+
+
+def test_a_service_still_starting_does_not_hold_up_the_stop(conf):
+    log = []
+    never = threading.Event()
+    launcher = service.Launcher(conf, 'test')
+    launcher.add(Recorder('db', log))
+    launcher.add(Recorder('rpc-waiting-for-broker', log, start_blocks=never))
+    result = {}
+    thread = threading.Thread(
+        target=lambda: result.setdefault('status', launcher.run()))
+    thread.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    launcher.request_stop()
+    thread.join(5)
+    assert time.monotonic() - started < 2
+    assert result['status'] == 0
+    # Only what had started is stopped.
+    assert log == [('start', 'db'), ('stop', 'db'), ('waited', 'db')]
+    never.set()
+
+
+def test_a_service_failing_to_start_stops_the_process(conf):
+    class Broken:
+        def start(self):
+            raise RuntimeError('bad config')
+
+        def stop(self):
+            pass
+
+    log = []
+    launcher = service.Launcher(conf, 'test')
+    launcher.add(Recorder('first', log))
+    launcher.add(Broken())
+    result = {}
+    thread = threading.Thread(
+        target=lambda: result.setdefault('status', launcher.run()))
+    thread.start()
+    thread.join(5)
+    assert result['status'] == 1
+    assert log == [('start', 'first'), ('stop', 'first'), ('waited', 'first')]
