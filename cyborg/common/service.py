@@ -3,10 +3,10 @@
 A process is a ``Launcher`` holding a few services (an RPC server, the
 periodic jobs, the agent's reporter...).  Each service has ``start()``,
 ``stop()`` (stop taking new work) and optionally ``wait()`` (block until
-in-flight work is done).  Services start on a thread of their own, because starting may
-block while a dependency is absent: oslo.messaging retries the broker
-connection forever, and a process must never exit at start-up just because
-RabbitMQ or the database is not there yet.
+in-flight work is done).  Services start on a thread of their own, because
+starting may block while a dependency is absent: oslo.messaging retries
+the broker connection forever, and a process must never exit at start-up
+just because RabbitMQ or the database is not there yet.
 
 Why not oslo.service's launcher: its threading backend runs every service
 in a cotyledon worker process under a master process.  The conductor and

@@ -68,8 +68,8 @@ def revision(conf_or_url, message, autogenerate=False):
 
 def head():
     """The newest revision the scripts know."""
-    config = _config('sqlite://')
-    return alembic_script.ScriptDirectory.from_config(config).get_current_head()
+    scripts = alembic_script.ScriptDirectory.from_config(_config('sqlite://'))
+    return scripts.get_current_head()
 
 
 def version(conf_or_url):

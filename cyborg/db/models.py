@@ -179,7 +179,8 @@ class ExtARQ(Base):
 
     __tablename__ = 'extended_accelerator_requests'
     __table_args__ = (
-        sa.UniqueConstraint('uuid', name='uniq_extended_accelerator_requests0uuid'),
+        sa.UniqueConstraint('uuid',
+                            name='uniq_extended_accelerator_requests0uuid'),
         # A handle serves one ARQ at most, whatever the code above does.
         sa.UniqueConstraint('attach_handle_id',
                             name='uniq_extended_accelerator_requests0'
