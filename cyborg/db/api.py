@@ -141,11 +141,12 @@ def inventory_write(context, add, update, delete):
     """Apply a plan's rows (see cyborg.conductor.inventory_plan.Plan):
     deletes, then updates, then inserts parent tables first."""
     s = context.session
-    for table in ('attach_handles', 'attributes', 'deployables',
-                  'controlpath_ids', 'devices'):
+    for table in ('attach_handles', 'attributes'):
         if delete.get(table):
             t = _INVENTORY_MODELS[table].__table__
             s.execute(sa.delete(t).where(t.c.uuid.in_(delete[table])))
+    _delete_with_children(s, _ids_of(s, 'deployables', delete),
+                          _ids_of(s, 'devices', delete))
     for table, rows in update.items():
         _update_by_uuid(s, _INVENTORY_MODELS[table].__table__, rows)
     ids = {}
@@ -163,6 +164,36 @@ def inventory_write(context, add, update, delete):
         now = timeutils.utcnow()
         s.execute(sa.insert(_INVENTORY_MODELS[table].__table__),
                   [_without_refs(r, parents, ids, now) for r in rows])
+
+
+def _ids_of(session, table, delete):
+    if not delete.get(table):
+        return []
+    t = _INVENTORY_MODELS[table].__table__
+    return list(session.scalars(sa.select(t.c.id)
+                                .where(t.c.uuid.in_(delete[table]))))
+
+
+def _delete_with_children(session, deployable_ids, device_ids):
+    """Delete deployables and devices with every row hanging off them,
+    without relying on ON DELETE CASCADE (SQLite enforces foreign keys only
+    when asked to)."""
+    dep = models.Deployable.__table__
+    deployable_ids = set(deployable_ids)
+    if device_ids:
+        deployable_ids.update(session.scalars(
+            sa.select(dep.c.id).where(dep.c.device_id.in_(device_ids))))
+    if deployable_ids:
+        for model in (models.AttachHandle, models.Attribute):
+            t = model.__table__
+            session.execute(sa.delete(t).where(
+                t.c.deployable_id.in_(deployable_ids)))
+        session.execute(sa.delete(dep).where(dep.c.id.in_(deployable_ids)))
+    if device_ids:
+        cp = models.ControlpathID.__table__
+        session.execute(sa.delete(cp).where(cp.c.device_id.in_(device_ids)))
+        d = models.Device.__table__
+        session.execute(sa.delete(d).where(d.c.id.in_(device_ids)))
 
 
 _PARENT_TABLES = {'device': 'devices', 'deployable': 'deployables',
@@ -236,17 +267,16 @@ def inventory_delete_gone(context, deployable_uuids):
     """Delete these deployables if still gone, and the devices left with
     no deployable; returns the uuids deleted."""
     s = context.session
-    dep, d = models.Deployable.__table__, models.Device.__table__
-    rows = s.execute(sa.select(dep.c.uuid, dep.c.device_id).where(
+    dep = models.Deployable.__table__
+    rows = s.execute(sa.select(dep.c.id, dep.c.uuid, dep.c.device_id).where(
         dep.c.uuid.in_(list(deployable_uuids)), dep.c.gone.is_(True))).all()
     if not rows:
         return []
-    s.execute(sa.delete(dep).where(dep.c.uuid.in_([r.uuid for r in rows])))
+    ids = {r.id for r in rows}
     device_ids = {r.device_id for r in rows}
-    still_used = sa.select(dep.c.device_id).where(
-        dep.c.device_id.in_(device_ids))
-    s.execute(sa.delete(d).where(d.c.id.in_(device_ids),
-                                 d.c.id.not_in(still_used)))
+    still_used = set(s.scalars(sa.select(dep.c.device_id).where(
+        dep.c.device_id.in_(device_ids), dep.c.id.not_in(ids))))
+    _delete_with_children(s, ids, device_ids - still_used)
     return [r.uuid for r in rows]
 
 
