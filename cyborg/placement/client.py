@@ -220,21 +220,20 @@ class PlacementClient:
 
     def get_inventories(self, uuid):
         """``(generation, {rc: {total, reserved, max_unit, ...}})``."""
-        resp = self._request('GET', f'/resource_providers/{uuid}/inventories',
-                             missing_ok=True)
-        if resp.status_code == 404:
-            raise ProviderNotFound(uuid=uuid)
-        body = resp.json()
-        return body['resource_provider_generation'], body['inventories']
+        return self._get_generational(uuid, 'inventories')
 
     def get_traits(self, uuid):
         """``(generation, set of trait names)``."""
-        resp = self._request('GET', f'/resource_providers/{uuid}/traits',
+        generation, traits = self._get_generational(uuid, 'traits')
+        return generation, set(traits)
+
+    def _get_generational(self, uuid, what):
+        resp = self._request('GET', f'/resource_providers/{uuid}/{what}',
                              missing_ok=True)
         if resp.status_code == 404:
             raise ProviderNotFound(uuid=uuid)
         body = resp.json()
-        return body['resource_provider_generation'], set(body['traits'])
+        return body['resource_provider_generation'], body[what]
 
     def set_inventories(self, uuid, inventories, generation=None):
         """Replace the provider's inventories; returns the new generation.

@@ -242,3 +242,23 @@ def test_two_conductors_on_the_same_reports_agree(
         finally:
             undo()
             engine.dispose()
+
+
+def test_removal_leaves_no_orphans_without_foreign_key_enforcement(
+        conf, admin_context, cn):
+    # SQLite (the all-in-one) enforces ON DELETE CASCADE only when asked.
+    engine = sa.create_engine('sqlite://', poolclass=sa.pool.StaticPool,
+                              connect_args={'check_same_thread': False})
+    models.Base.metadata.create_all(engine)
+    undo = db_api.patch_engine(engine)
+    try:
+        _report(conf, admin_context, cf.report(_devices()))
+        _report(conf, admin_context, cf.report(_devices()[:1]))
+        counts = {t: _count(engine, t) for t in (
+            'devices', 'controlpath_ids', 'deployables', 'attributes',
+            'attach_handles')}
+    finally:
+        undo()
+        engine.dispose()
+    assert counts == {'devices': 1, 'controlpath_ids': 1, 'deployables': 1,
+                      'attributes': 2, 'attach_handles': 1}
