@@ -180,6 +180,8 @@ def main(argv=None):
         services, api_url, placement_url = build_services(conf, state_dir)
     except OSError as exc:
         sys.exit('cyborg-aio cannot start: %s' % exc)
+    except KeyboardInterrupt:
+        sys.exit(130)
     launcher = service.Launcher(conf, 'cyborg-aio')
     for item in services:
         launcher.add(item)

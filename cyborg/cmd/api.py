@@ -110,12 +110,17 @@ class WorkerPool:
     def run(self):
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: self._stop.set())
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, self._forward_sighup)
         while not self._stop.is_set():
             self._reap()
             self._fill()
             self._stop.wait(0.2)
         return self._terminate()
+
+    def _forward_sighup(self, _signum, _frame):
+        # Workers re-read the mutable options (log levels) themselves.
+        for pid in list(self._children):
+            _signal(pid, signal.SIGHUP)
 
     def _fill(self):
         while len(self._children) < self.count and not self._stop.is_set():
