@@ -199,8 +199,9 @@ def _engine_for(url):
     return engine
 
 
+@pytest.mark.parametrize('kind', ['mysql', 'postgresql'])
 def test_two_conductors_on_the_same_reports_agree(
-        conf, admin_context, cn, placement):  # noqa: F811
+        kind, conf, admin_context, cn, placement):  # noqa: F811
     hosts = ['host1', 'host2', 'host3']
     for host in hosts[1:]:
         requests.post(placement.url + '/resource_providers',
@@ -208,17 +209,20 @@ def test_two_conductors_on_the_same_reports_agree(
     reports = {h: cf.report([cf.device(h, '0000:81:00.0'),
                              cf.device(h, '0000:82:00.0', num=2)])
                for h in hosts}
-    with databases.throwaway_database('mysql') as url:
+    with databases.throwaway_database(kind) as url:
         databases.create_schema(url)
         engine = _engine_for(url)
         undo = db_api.patch_engine(engine)
         try:
             errors = []
+            # Both conductors start each report at the same moment.
+            barrier = threading.Barrier(2, timeout=30)
 
             def conductor():
                 try:
                     for _round in range(3):
                         for host, report in reports.items():
+                            barrier.wait()
                             reply = _report(conf, admin_context, report,
                                             host)
                             assert reply['need_full'] is False
