@@ -72,8 +72,8 @@ def create(context, device_profile_uuid, project_id):
                          'device_profile_group_id': group_id,
                          'project_id': project_id, 'created_at': now})
     if rows:
-        with db_api.writer.using(context):
-            db_api.arq_create_many(context, rows)
+        db_api.write_retrying(context, db_api.arq_create_many, context,
+                              rows)
     return [arq_dict(row, profile.name) for row in rows]
 
 
@@ -110,27 +110,31 @@ def start_bind(conf, context, bindings):
     """``bind``, returning the future of the background work."""
     jobs = _validate(conf, context, bindings)
     now = timeutils.utcnow()
-    with db_api.writer.using(context):
-        for job in jobs:
-            values = {'hostname': job['hostname'],
-                      'device_rp_uuid': job['device_rp_uuid'],
-                      'instance_uuid': job['instance_uuid'],
-                      'deployable_id': job['deployable_id'],
-                      'bind_started_at': now, 'bind_failure_reason': None}
-            if job.get('project_id'):
-                values['project_id'] = job['project_id']
-            if not db_api.arq_transition(context, job['uuid'],
-                                         'BindStarted', BIND_FROM, values,
-                                         where={'attach_handle_id': None}):
-                # Another PATCH got there first; the rollback undoes the
-                # ARQs this one already moved.
-                raise exception.Conflict(
-                    reason='accelerator request {} is already being bound'.format(job['uuid']))
+    db_api.write_retrying(context, _start, context, jobs, now)
     deadline = now + datetime.timedelta(seconds=conf.bind_timeout)
     worker_context = cyborg_context.RequestContext.from_dict(
         context.to_dict())
     return _executor(conf).submit(_run_batch, conf, worker_context,
                                   str(uuidlib.uuid4()), jobs, deadline)
+
+
+def _start(context, jobs, now):
+    for job in jobs:
+        values = {'hostname': job['hostname'],
+                  'device_rp_uuid': job['device_rp_uuid'],
+                  'instance_uuid': job['instance_uuid'],
+                  'deployable_id': job['deployable_id'],
+                  'bind_started_at': now, 'bind_failure_reason': None}
+        if job.get('project_id'):
+            values['project_id'] = job['project_id']
+        if not db_api.arq_transition(context, job['uuid'], 'BindStarted',
+                                     BIND_FROM, values,
+                                     where={'attach_handle_id': None}):
+            # Another PATCH got there first; the rollback undoes the ARQs
+            # this one already moved.
+            raise exception.Conflict(
+                reason=f"accelerator request {job['uuid']} is already "
+                       f"being bound")
 
 
 def _executor(conf):
@@ -160,7 +164,8 @@ def _validate(conf, context, bindings):
             raise exception.ARQNotFound(uuid=arq_uuid)
         if row.ExtARQ.state not in BIND_FROM:
             raise exception.Conflict(
-                reason=f'accelerator request {arq_uuid} is {row.ExtARQ.state}, it cannot be bound')
+                reason=f'accelerator request {arq_uuid} is '
+                       f'{row.ExtARQ.state}, it cannot be bound')
         target = _check_target(targets, binding)
         group = json.loads(row.profile_json)[
             row.ExtARQ.device_profile_group_id]
@@ -187,16 +192,18 @@ def _visible(context, arq):
 def _check_target(targets, binding):
     for name in BIND_FIELDS:
         _field(binding, name)
-    target = targets.get(binding['device_rp_uuid'])
+    rp_uuid, hostname = binding['device_rp_uuid'], binding['hostname']
+    target = targets.get(rp_uuid)
     if target is None or target.gone:
         raise exception.BindFailed(
-            reason='no device provides resource provider {}'.format(binding['device_rp_uuid']))
-    if target.hostname != binding['hostname']:
+            reason=f'no device provides resource provider {rp_uuid}')
+    if target.hostname != hostname:
         raise exception.BindFailed(
-            reason='resource provider {} is not on host {}'.format(binding['device_rp_uuid'], binding['hostname']))
+            reason=f'resource provider {rp_uuid} is not on host {hostname}')
     if target.status != 'enabled':
         raise exception.BindFailed(
-            reason='the device of resource provider {} is in maintenance'.format(binding['device_rp_uuid']))
+            reason=f'the device of resource provider {rp_uuid} is in '
+                   f'maintenance')
     return target
 
 
@@ -206,7 +213,8 @@ def _check_instances(context, jobs):
                                         [job['uuid'] for job in jobs])
     if others:
         raise exception.BindFailed(
-            reason=f'instance {others[0].instance_uuid} already has accelerator request {others[0].uuid} bound')
+            reason=f'instance {others[0].instance_uuid} already has '
+                   f'accelerator request {others[0].uuid} bound')
 
 
 def _check_allocations(conf, jobs):
@@ -223,8 +231,9 @@ def _check_allocations(conf, jobs):
             if (job['instance_uuid'] == instance_uuid
                     and job['device_rp_uuid'] not in allocated):
                 raise exception.BindFailed(
-                    reason='instance {} holds no allocation against '
-                           'resource provider {}'.format(instance_uuid, job['device_rp_uuid']))
+                    reason=f'instance {instance_uuid} holds no '
+                           f'allocation against resource provider '
+                           f"{job['device_rp_uuid']}")
 
 
 def _run_batch(conf, context, batch_id, jobs, deadline):
@@ -260,29 +269,36 @@ def _bind_one(conf, context, batch_id, job, deadline):
         if handle.attach_type == 'MDEV':
             _mdev_create(conf, context, job['hostname'], handle, deadline)
             mdev_created = True
-        with db_api.writer.using(context):
-            if not db_api.arq_transition(
-                    context, job['uuid'], 'Bound', BOUND_FROM,
-                    where={'attach_handle_id': handle.id}):
-                raise _Lost()
-            nova.record(conf, context, batch_id,
-                        [(job['instance_uuid'], job['uuid'], 'completed')],
-                        _due(conf, deadline))
+        db_api.write_retrying(context, _finish, conf, context, batch_id, job,
+                              handle, deadline)
     except Exception:
         if mdev_created:
             _mdev_remove(conf, context, job['hostname'], handle)
         raise
 
 
+def _finish(conf, context, batch_id, job, handle, deadline):
+    """Bound, and its event, in one transaction."""
+    if not db_api.arq_transition(context, job['uuid'], 'Bound', BOUND_FROM,
+                                 where={'attach_handle_id': handle.id}):
+        raise _Lost()
+    nova.record(conf, context, batch_id,
+                [(job['instance_uuid'], job['uuid'], 'completed')],
+                _due(conf, deadline))
+
+
 def _take_handle(context, job):
-    with db_api.writer.using(context):
-        handle = db_api.attach_handle_take(context, job['deployable_id'])
-        if handle is None:
-            raise exception.BindFailed(
-                reason='no free attach handle on resource provider {}'.format(job['device_rp_uuid']))
-        if not db_api.arq_set_attach_handle(context, job['uuid'],
-                                            handle.id):
-            raise _Lost()  # rolls the take back
+    return db_api.write_retrying(context, _take_handle_in, context, job)
+
+
+def _take_handle_in(context, job):
+    handle = db_api.attach_handle_take(context, job['deployable_id'])
+    if handle is None:
+        raise exception.BindFailed(
+            reason=f"no free attach handle on resource provider "
+                   f"{job['device_rp_uuid']}")
+    if not db_api.arq_set_attach_handle(context, job['uuid'], handle.id):
+        raise _Lost()  # rolls the take back
     return handle
 
 
@@ -299,15 +315,19 @@ def _due(conf, deadline):
 
 
 def _fail(conf, context, batch_id, arq_uuid, reason, deadline):
-    with db_api.writer.using(context):
-        row = _leave(context, arq_uuid, 'BindFailed', ('BindStarted',),
-                     {'bind_failure_reason': reason[:4000],
-                      'attach_handle_id': None})
-        if row is not None:
-            nova.record(conf, context, batch_id,
-                        [(row.instance_uuid, arq_uuid, 'failed')],
-                        _due(conf, deadline))
+    db_api.write_retrying(context, _fail_in, conf, context, batch_id,
+                          arq_uuid, reason, deadline)
     LOG.info('Binding accelerator request %s failed: %s', arq_uuid, reason)
+
+
+def _fail_in(conf, context, batch_id, arq_uuid, reason, deadline):
+    row = _leave(context, arq_uuid, 'BindFailed', ('BindStarted',),
+                 {'bind_failure_reason': reason[:4000],
+                  'attach_handle_id': None})
+    if row is not None:
+        nova.record(conf, context, batch_id,
+                    [(row.instance_uuid, arq_uuid, 'failed')],
+                    _due(conf, deadline))
 
 
 def _leave(context, arq_uuid, to_state, from_states, values):
@@ -381,9 +401,15 @@ def unbind(conf, context, arq_uuids):
     if missing:
         raise exception.ARQNotFound(uuid=missing[0])
     _release_mdevs(conf, context, rows)
-    with db_api.writer.using(context):
-        for arq_uuid in found:
-            _leave(context, arq_uuid, 'Unbound', UNBIND_FROM, _CLEARED)
+    db_api.write_retrying(context, _leave_all, context, found, 'Unbound',
+                          UNBIND_FROM)
+
+
+def _leave_all(context, arq_uuids, to_state, from_states, delete=False):
+    for arq_uuid in arq_uuids:
+        _leave(context, arq_uuid, to_state, from_states, _CLEARED)
+    if delete:
+        db_api.arq_delete_many(context, arq_uuids)
 
 
 def delete(conf, context, arq_uuids=None, instance_uuid=None):
@@ -399,10 +425,8 @@ def delete(conf, context, arq_uuids=None, instance_uuid=None):
             if _visible(context, r.ExtARQ)]
     found = [r.ExtARQ.uuid for r in rows]
     _release_mdevs(conf, context, rows)
-    with db_api.writer.using(context):
-        for arq_uuid in found:
-            _leave(context, arq_uuid, 'Deleting', ANY_STATE, _CLEARED)
-        db_api.arq_delete_many(context, found)
+    db_api.write_retrying(context, _leave_all, context, found, 'Deleting',
+                          ANY_STATE, delete=True)
     return [u for u in arq_uuids if u not in set(found)]
 
 

@@ -48,7 +48,8 @@ def get_image(conf, image_uuid):
     try:
         image = _connection(conf).image.get_image(image_uuid)
     except sdk_exc.NotFoundException:
-        raise exception.Invalid(reason=f'image {image_uuid} not found in Glance')
+        raise exception.Invalid(
+            reason=f'image {image_uuid} not found in Glance')
     except (sdk_exc.SDKException, ks_exc.ClientException) as e:
         raise _unavailable(e)
     values = dict(image.properties or {})
@@ -93,9 +94,9 @@ def download(conf, image):
         raise _unavailable(e)
     if digest.hexdigest() != expected:
         raise exception.Invalid(
-            reason='image {} failed its {} check: Glance says {}, the data '
-                   'hashes to {}'.format(image['id'], algo, expected,
-                                     digest.hexdigest()))
+            reason=f"image {image['id']} failed its {algo} check: Glance "
+                   f'says {expected}, the data hashes to '
+                   f'{digest.hexdigest()}')
     return b''.join(chunks)
 
 
@@ -103,14 +104,13 @@ def _expected_digest(image):
     if image.get('os_hash_algo') and image.get('os_hash_value'):
         algo = image['os_hash_algo']
         if algo not in hashlib.algorithms_available:
-            raise exception.Invalid(reason='image {} uses unknown hash '
-                                           'algorithm {}'.format(image['id'],
-                                                             algo))
+            raise exception.Invalid(reason=f"image {image['id']} uses "
+                                           f'unknown hash algorithm {algo}')
         return algo, image['os_hash_value']
     if image.get('checksum'):
         return 'md5', image['checksum']
-    raise exception.Invalid(reason='image {} has no checksum to verify '
-                                   'its data against'.format(image['id']))
+    raise exception.Invalid(reason=f"image {image['id']} has no checksum "
+                                   f'to verify its data against')
 
 
 def _key(conf):

@@ -86,13 +86,12 @@ def deliver_batch(conf, context, batch_id):
     if not rows:
         return True
     if send(conf, [(r.instance_uuid, r.arq_uuid, r.status) for r in rows]):
-        with db_api.writer.using(context):
-            db_api.nova_event_delete_ids(context, [r.id for r in rows])
+        db_api.write_retrying(context, db_api.nova_event_delete_ids,
+                              context, [r.id for r in rows])
         return True
     attempts = max(r.attempts for r in rows)
-    with db_api.writer.using(context):
-        db_api.nova_event_postpone_batch(context, batch_id,
-                                         _next_attempt(conf, attempts))
+    db_api.write_retrying(context, db_api.nova_event_postpone_batch,
+                          context, batch_id, _next_attempt(conf, attempts))
     return False
 
 
@@ -102,11 +101,11 @@ def resend_due(conf, context):
         return
     now = timeutils.utcnow()
     for batch_id in db_api.nova_event_due_batches(context, now):
-        with db_api.writer.using(context):
-            # Claiming pushes the due time forward so that another
-            # conductor's periodic does not send the same batch now.
-            claimed = db_api.nova_event_claim_batch(
-                context, batch_id, now, _next_attempt(conf, 0))
+        # Claiming pushes the due time forward so that another
+        # conductor's periodic does not send the same batch now.
+        claimed = db_api.write_retrying(
+            context, db_api.nova_event_claim_batch, context, batch_id, now,
+            _next_attempt(conf, 0))
         if claimed:
             deliver_batch(conf, context, batch_id)
 

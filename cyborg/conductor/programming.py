@@ -62,9 +62,12 @@ def program_deployable(conf, context, deployable_uuid, image_uuid):
         raise exception.ResourceNotFound(resource='Deployable',
                                          id=deployable_uuid)
     if target.device_type != 'FPGA':
-        raise exception.Invalid(reason=f'deployable {deployable_uuid} is a {target.device_type}, not an FPGA')
+        raise exception.Invalid(
+            reason=f'deployable {deployable_uuid} is a '
+                   f'{target.device_type}, not an FPGA')
     image = glance.get_image(conf, image_uuid)
-    deadline = timeutils.utcnow() + datetime.timedelta(seconds=conf.bind_timeout)
+    deadline = timeutils.utcnow() + datetime.timedelta(
+        seconds=conf.bind_timeout)
     program(conf, context, target, image, deadline, own_handles=0)
     return objects_base.to_dict(deployables.Deployable.get(context,
                                                            deployable_uuid))
@@ -110,16 +113,18 @@ def program(conf, context, target, image, deadline, own_handles,
         with _reserved(conf, target.rp_uuid):
             _run_agent(conf, context, target, image, data, deadline)
             trait = function_trait(function_id) if function_id else None
-            with db_api.writer.using(context):
-                db_api.deployable_set_bitstream(context,
-                                                target.deployable_id,
-                                                image['id'])
-                db_api.deployable_set_function_trait(
-                    context, target.deployable_id, TRAIT_ATTRIBUTE, trait)
+            db_api.write_retrying(context, _loaded, context,
+                                  target.deployable_id, image['id'], trait)
             _replace_traits(conf, target.rp_uuid, trait)
     LOG.info('Deployable %s programmed with image %s',
              target.deployable_uuid, image['id'])
     return True
+
+
+def _loaded(context, deployable_id, image_uuid, trait):
+    db_api.deployable_set_bitstream(context, deployable_id, image_uuid)
+    db_api.deployable_set_function_trait(context, deployable_id,
+                                         TRAIT_ATTRIBUTE, trait)
 
 
 def _run_agent(conf, context, target, image, data, deadline):
@@ -132,8 +137,9 @@ def _run_agent(conf, context, target, image, data, deadline):
     agent = agent_rpcapi.AgentAPI(conf, timeout=max(int(remaining), 1))
     if not agent.fpga_program(context, target.hostname, target.cpid_info,
                               bitstream, target.driver_name):
-        raise exception.BindFailed(reason=f'the agent on {target.hostname} could not '
-                                          f'program {target.cpid_info}')
+        raise exception.BindFailed(
+            reason=f'the agent on {target.hostname} could not program '
+                   f'{target.cpid_info}')
 
 
 def _placement(conf):

@@ -298,6 +298,47 @@ def device_set_status(context, device_uuid, status):
 
 # Handles a bind races for before giving up on a deployable.
 _HANDLE_TAKE_TRIES = 5
+# Attempts of one transaction that lost a lock conflict.
+_WRITE_TRIES = 8
+
+
+def _lock_conflict(error):
+    """A deadlock (MariaDB, PostgreSQL, via oslo.db) or SQLite's 'database
+    is locked': two deferred transactions that read and then write."""
+    from oslo_db import exception as db_exc
+    if isinstance(error, db_exc.DBDeadlock):
+        return True
+    text = str(getattr(error, 'orig', error))
+    return ('database is locked' in text or 'deadlock' in text.lower()
+            or 'could not serialize' in text)
+
+
+def _sqlite_write_lock(context):
+    """On SQLite, take the write lock before the first read: a deferred
+    transaction that reads and then writes fails at once ('database is
+    locked', not even waiting) when another writer is ahead of it."""
+    if context.session.get_bind().dialect.name == 'sqlite':
+        context.session.execute(
+            sa.text('UPDATE nova_events SET id = id WHERE 0'))
+
+
+def write_retrying(context, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` in one writer transaction of its own, run
+    again (with a short random pause) when it loses a lock conflict.
+    ``fn`` must be safe to repeat: a lost attempt is rolled back."""
+    import random
+    import time
+    from oslo_db import exception as db_exc
+    for attempt in range(1, _WRITE_TRIES + 1):
+        try:
+            with writer.using(context):
+                _sqlite_write_lock(context)
+                return fn(*args, **kwargs)
+        except (db_exc.DBDeadlock, db_exc.DBError,
+                sa.exc.OperationalError) as e:
+            if attempt == _WRITE_TRIES or not _lock_conflict(e):
+                raise
+            time.sleep(random.uniform(0.002, 0.02) * attempt)
 
 
 @reader

@@ -105,6 +105,11 @@ def _bind(conf, ctx, db, device, group):
     return seed.arq_rows(db)[uuid]
 
 
+def _loaded(driver):
+    """The image the fake FPGA runs, as its next report would say."""
+    return driver.discover()[0].deployables[0].bitstream_id
+
+
 def _bitstream(ctx, device):
     return db_api.deployable_program_target_by_id(
         ctx, device.deployable_id).bitstream_id
@@ -116,7 +121,7 @@ def test_function_id_programs_at_bind_and_replaces_traits(
                              {'accel:function_id': 'f-new.1'})
     row = _bind(pconf, ctx, db, device, {'accel:function_id': 'f-new.1'})
     assert row.state == 'Bound', row.bind_failure_reason
-    assert agent._bitstream_id() == image
+    assert _loaded(agent) == image
     assert _bitstream(ctx, device) == image
     assert _provider(pconf, device.rp_uuid) == (
         0, {'CUSTOM_FAKE_DEVICE', 'CUSTOM_FPGA_FUNCTION_ID_F_NEW_1'})
@@ -148,7 +153,7 @@ def test_corrupt_image_fails_the_bind_and_changes_nothing(
     assert 'sha512 check' in row.bind_failure_reason
     assert row.attach_handle_id is None
     assert seed.handles_in_use(db) == 0
-    assert agent._bitstream_id() is None
+    assert _loaded(agent) is None
     assert _bitstream(ctx, device) is None
     assert _provider(pconf, device.rp_uuid) == (
         0, {'CUSTOM_FAKE_DEVICE', OLD_TRAIT})
