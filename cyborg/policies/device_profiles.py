@@ -1,4 +1,4 @@
-"""Policies for device profiles: read by any project user, written by admins."""
+"""Policies for device profiles: read by project users, written by admins."""
 
 from oslo_policy import policy
 

@@ -7,7 +7,6 @@ the files named in ``OS_CYBORG_CONFIG`` (comma separated).
 import os
 import threading
 
-from oslo_config import cfg
 from oslo_log import log
 
 import cyborg.conf

@@ -156,12 +156,12 @@ def test_cli_device_profiles_and_arqs(endpoint):
 
 
 def test_cli_attributes(endpoint):
-    attributes = osc(endpoint, 'accelerator', 'device', 'attribute', 'list',
-                     '-f', 'json')
+    attributes = osc(endpoint, 'accelerator', 'device', 'attribute',
+                     'list', '-f', 'json')
     assert {a['key'] for a in attributes} >= {'rc', 'trait0'}
     rc = [a for a in attributes if a['key'] == 'rc'][0]
-    shown = osc(endpoint, 'accelerator', 'device', 'attribute', 'show', rc['uuid'],
-                '-f', 'json')
+    shown = osc(endpoint, 'accelerator', 'device', 'attribute', 'show',
+                rc['uuid'], '-f', 'json')
     assert shown['value'] == 'FPGA'
 
 

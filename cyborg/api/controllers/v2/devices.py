@@ -1,4 +1,4 @@
-"""Devices: GET /v2/devices[/{uuid}], POST /v2/devices/{uuid}/{enable,disable}."""
+"""Devices: list, show; POST /v2/devices/{uuid}/enable and /disable."""
 
 from cyborg.api.controllers import base
 from cyborg.api.schemas import devices as schema

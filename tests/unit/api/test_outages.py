@@ -1,0 +1,60 @@
+"""A backing service that is down answers 503 in the §2 error format,
+never a hang and never a 500 (deliberate difference 9)."""
+
+import json
+
+import oslo_messaging as messaging
+import sqlalchemy as sa
+from oslo_db.sqlalchemy import exc_filters
+import webob
+
+from cyborg.api import app as api_app
+from cyborg.common import rpc
+from cyborg.conductor import rpcapi
+from cyborg.db import api as db_api
+from tests.fixtures import api as api_fixture
+
+
+def _call(app, method, path, body=None):
+    req = webob.Request.blank(path, method=method)
+    if body is not None:
+        req.body = json.dumps(body).encode()
+        req.content_type = 'application/json'
+    resp = req.get_response(app)
+    fault = json.loads(json.loads(resp.text)['error_message'])
+    return resp.status_int, fault
+
+
+def test_database_unreachable_is_503():
+    conf = api_fixture.make_conf()
+    # Nothing listens on port 1; oslo.db's filters classify the error as
+    # the production engine would.
+    engine = sa.create_engine('mysql+pymysql://root@127.0.0.1:1/cyborg',
+                              poolclass=sa.pool.NullPool)
+    exc_filters.register_engine(engine)
+    undo = db_api.patch_engine(engine)
+    try:
+        status, fault = _call(api_app.build_app(conf), 'GET',
+                              '/v2/device_profiles')
+    finally:
+        undo()
+        engine.dispose()
+    assert status == 503
+    assert fault['faultcode'] == 'Server'
+    assert 'database' in fault['faultstring']
+
+
+def test_conductor_not_answering_is_503(db):
+    conf = api_fixture.make_conf()
+    transport = messaging.get_rpc_transport(conf, url='fake://')
+    rpc.set_transport(transport)
+    try:
+        app = api_app.build_app(conf, rpcapi.ConductorAPI(conf, timeout=1))
+        status, fault = _call(app, 'POST', '/v2/device_profiles',
+                              [{'name': 'dp', 'groups': [
+                                  {'resources:FPGA': '1'}]}])
+    finally:
+        rpc.set_transport(None)
+        transport.cleanup()
+    assert status == 503
+    assert 'conductor' in fault['faultstring']
