@@ -1,0 +1,113 @@
+"""vGPU binds: MDEV handles make the agent create the mdev at bind and
+remove it at unbind (the real agent endpoint on a fake sysfs tree, over an
+in-process fake:// transport)."""
+
+import os
+import uuid as uuidlib
+
+import oslo_messaging as messaging
+import pytest
+
+from cyborg.agent import manager as agent_manager
+from cyborg.agent import privileged
+from cyborg.agent import rpcapi as agent_rpcapi
+from cyborg.common import context as cyborg_context
+from cyborg.common import rpc
+from cyborg.conductor import arq_binding
+from cyborg.placement import client as placement_client
+from cyborg.placement import embedded
+from tests.fixtures import api as api_fixture
+from tests.fixtures import arqs as seed
+from tests.fixtures import placement as placement_fixture
+from tests.fixtures import sysfs as fake_sysfs
+
+HOST = 'gpu-host'
+GPU = '0000:0c:00.0'
+VGPU_TYPE = 'nvidia-223'
+
+
+@pytest.fixture
+def placement_url():
+    server = embedded.EmbeddedPlacement('sqlite://')
+    yield server.start()
+    server.stop()
+
+
+@pytest.fixture
+def tree(tmp_path):
+    tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
+    tree.add_pci(GPU, '0x10de', '0x1eb8', '0x030200', driver='nvidia')
+    tree.add_mdev_type(GPU, VGPU_TYPE, 'GRID T4-16C', 1)
+    return tree
+
+
+@pytest.fixture
+def vconf(conf, db, placement_url, tree):
+    placement_fixture.placement_conf(conf, placement_url)
+    conf.set_override('sysfs_root', tree.root, group='agent')
+    api_fixture._register_messaging_opts(conf)
+    placement_client.reset_clients()
+    return conf
+
+
+@pytest.fixture
+def agent(vconf):
+    privileged.default.set_client_mode(False)
+    transport = messaging.get_rpc_transport(vconf, url='fake://')
+    rpc.set_transport(transport)
+    server = rpc.get_server(vconf, agent_rpcapi.TOPIC, HOST, [
+        agent_manager.AgentManager(vconf, HOST)])
+    server.start()
+    yield
+    server.stop()
+    server.wait()
+    rpc.set_transport(None)
+    transport.cleanup()
+    privileged.default.set_client_mode(True)
+
+
+def _create_file(tree):
+    with open(os.path.join(tree.device_path(GPU), 'mdev_supported_types',
+                           VGPU_TYPE, 'create')) as f:
+        return f.read()
+
+
+def test_mdev_created_at_bind_and_removed_at_unbind(vconf, db, agent, tree):
+    device = seed.seed_device(db, hostname=HOST, handles=1,
+                              attach_type='MDEV', asked_type=VGPU_TYPE)
+    ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
+    profile = seed.seed_profile(db, [{'resources:VGPU': '1'}])
+    arq = arq_binding.create(ctx, profile, 'p1')[0]['uuid']
+    arq_binding.start_bind(vconf, ctx, {arq: {
+        'hostname': HOST, 'device_rp_uuid': device.rp_uuid,
+        'instance_uuid': str(uuidlib.uuid4())}}).result(30)
+    row = seed.arq_rows(db)[arq]
+    assert row.state == 'Bound', row.bind_failure_reason
+    # The mdev is named after the attach handle.
+    handle_uuid = arq_binding.db_api.attach_handle_get(
+        ctx, row.attach_handle_id).uuid
+    assert _create_file(tree) == handle_uuid
+
+    tree.add_mdev(GPU, handle_uuid, VGPU_TYPE)  # what the kernel does
+    arq_binding.unbind(vconf, ctx, [arq])
+    remove = os.path.join(tree.root, 'bus', 'mdev', 'devices', handle_uuid,
+                          'remove')
+    with open(remove) as f:
+        assert f.read() == '1'
+    assert seed.arq_rows(db)[arq].state == 'Unbound'
+    assert seed.handles_in_use(db) == 0
+
+
+def test_mdev_creation_failure_fails_the_bind(vconf, db, agent, tree):
+    device = seed.seed_device(db, hostname=HOST, handles=1,
+                              attach_type='MDEV', asked_type='nvidia-999')
+    ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
+    profile = seed.seed_profile(db, [{'resources:VGPU': '1'}])
+    arq = arq_binding.create(ctx, profile, 'p1')[0]['uuid']
+    arq_binding.start_bind(vconf, ctx, {arq: {
+        'hostname': HOST, 'device_rp_uuid': device.rp_uuid,
+        'instance_uuid': str(uuidlib.uuid4())}}).result(30)
+    row = seed.arq_rows(db)[arq]
+    assert row.state == 'BindFailed'
+    assert 'nvidia-999' in row.bind_failure_reason
+    assert seed.handles_in_use(db) == 0
