@@ -1,14 +1,33 @@
 """cyborg: accelerator management, wire-compatible with OpenStack Cyborg.
 
-oslo.service's threading backend is selected here, before any cyborg module
-imports oslo.messaging (whose server module resolves the oslo.service
-backend at import time and would otherwise load eventlet): no cyborg
-process or test runs eventlet.
+Two process-wide choices are made here, before anything else is imported:
+
+- In our console scripts, SIGTERM and SIGINT end the process with status 0
+  from the first moment, instead of killing it with the signal, until the
+  command installs its own handling: importing a command takes a second or
+  more, and a service manager that stops a service right after starting it
+  must see a clean exit.
+- oslo.service's threading backend is selected before any cyborg module
+  imports oslo.messaging (whose server module resolves the oslo.service
+  backend at import time and would otherwise load eventlet): no cyborg
+  process or test runs eventlet.
 """
 
+import os
+import signal
+import sys
 import warnings
 
-from oslo_service import backend as _oslo_service_backend
+
+def _exit_zero(_signum, _frame):
+    raise SystemExit(0)
+
+
+if os.path.basename(sys.argv[0] if sys.argv else '').startswith('cyborg-'):
+    for _signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(_signum, _exit_zero)
+
+from oslo_service import backend as _oslo_service_backend  # noqa: E402
 
 # eventlet is installed (oslo.service depends on it) and futurist imports it
 # when present, without using it; its deprecation banner on every start

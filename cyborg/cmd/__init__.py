@@ -1,0 +1,1 @@
+"""Console scripts: each module has a ``main()`` (see setup.cfg)."""

@@ -2,17 +2,11 @@
 conductor (at start, every ``[DEFAULT]periodic_interval`` seconds and at
 once on hotplug) and serves topic ``cyborg-agent`` as ``[DEFAULT]host``."""
 
-import sys
-
-from oslo_log import log as logging
-
 from cyborg.agent import manager as agent_manager
 from cyborg.agent import reporter as agent_reporter
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import service
 from cyborg.drivers import loader
-
-LOG = logging.getLogger(__name__)
 
 
 def build_services(conf, host=None):
@@ -38,6 +32,4 @@ def hotplug_watcher(conf, reporter):
 
 
 def main(argv=None):
-    conf = service.prepare(argv, prog='cyborg-agent')
-    LOG.info('cyborg-agent starting on host %s', conf.host)
-    sys.exit(service.serve(conf, 'cyborg-agent', build_services(conf)))
+    service.run_process('cyborg-agent', build_services, argv)

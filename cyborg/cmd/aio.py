@@ -180,14 +180,12 @@ def main(argv=None):
         services, api_url, placement_url = build_services(conf, state_dir)
     except OSError as exc:
         sys.exit('cyborg-aio cannot start: %s' % exc)
-    except KeyboardInterrupt:
-        sys.exit(130)
     launcher = service.Launcher(conf, 'cyborg-aio')
     for item in services:
         launcher.add(item)
     launcher.install_signal_handlers()
     print(banner(api_url, placement_url, state_dir), flush=True)
-    sys.exit(launcher.run())
+    service.exit_process(launcher.run())
 
 
 if __name__ == '__main__':

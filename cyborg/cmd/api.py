@@ -139,7 +139,7 @@ class WorkerPool:
             except Exception:
                 LOG.exception('cyborg-api worker failed')
             finally:
-                os._exit(status)
+                service.exit_process(status)
         LOG.info('Started cyborg-api worker %d', pid)
         self._children[pid] = time.monotonic()
 
@@ -204,7 +204,5 @@ def main(argv=None):
     LOG.info('cyborg-api listening on %s with %d worker(s) of %d threads',
              url_of(sock), conf.api.api_workers, conf.api.threads)
     if conf.api.api_workers == 1:
-        status = _serve_worker(conf, sock)
-    else:
-        status = WorkerPool(conf, sock, conf.api.api_workers).run()
-    sys.exit(status)
+        service.exit_process(_serve_worker(conf, sock))
+    sys.exit(WorkerPool(conf, sock, conf.api.api_workers).run())

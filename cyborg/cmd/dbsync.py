@@ -41,19 +41,18 @@ def do_revision(conf):
 
 
 def _add_parsers(subparsers):
-    parser = subparsers.add_parser(
-        'upgrade', help='Upgrade the schema to a revision (default: head).')
-    parser.add_argument('--revision', default='head')
-    parser.set_defaults(func=do_upgrade)
+    for name, func, help_text in (
+            ('upgrade', do_upgrade,
+             'Upgrade the schema to a revision (default: head).'),
+            ('stamp', do_stamp,
+             'Record a revision without running migrations.')):
+        parser = subparsers.add_parser(name, help=help_text)
+        parser.add_argument('--revision', default='head')
+        parser.set_defaults(func=func)
 
     parser = subparsers.add_parser(
         'version', help='Print the schema revision of the database.')
     parser.set_defaults(func=do_version)
-
-    parser = subparsers.add_parser(
-        'stamp', help='Record a revision without running migrations.')
-    parser.add_argument('--revision', default='head')
-    parser.set_defaults(func=do_stamp)
 
     parser = subparsers.add_parser(
         'revision', help='Write a new migration script (developers).')
@@ -77,7 +76,7 @@ def main(argv=None):
     try:
         conf.command.func(conf)
     except sqlalchemy.exc.OperationalError as exc:
-        LOG.error('Cannot reach the database: %s', exc.orig or exc)
+        LOG.error('Database error: %s', exc.orig or exc)
         sys.exit(1)
     except Exception as exc:
         LOG.error('%s failed: %s', conf.command.name, exc)

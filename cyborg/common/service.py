@@ -137,11 +137,8 @@ class Launcher:
         while not self._stop_requested.wait(1.0):
             pass
         LOG.info('%s stopping', self.name)
-        if not self._stop_all():
-            # Threads still busy (a call waiting for its reply, a broker
-            # reconnect loop) would keep the interpreter from exiting.
-            _exit_now(1 if self._start_failed else 0)
-        LOG.info('%s stopped', self.name)
+        if self._stop_all():
+            LOG.info('%s stopped', self.name)
         return 1 if self._start_failed else 0
 
     def _start_all(self):
@@ -195,7 +192,14 @@ class Launcher:
         _quietly(db_api.context_manager.dispose_pool, 'database pool')
 
 
-def _exit_now(status):
+def exit_process(status):
+    """Flush the logs and end the process now.
+
+    Once the services are stopped nothing is left to do, but threads of
+    libraries (a call waiting for its reply, a broker reconnect loop, a
+    pool's workers) could keep a normal interpreter exit waiting well past
+    the grace time.
+    """
     for handler in logging.getLogger().logger.handlers:
         _quietly(handler.flush, 'log handler')
     sys.stdout.flush()
@@ -210,11 +214,21 @@ def _quietly(func, what):
         LOG.warning('Error while stopping %s: %s', what, exc)
 
 
-def serve(conf, name, services):
-    """Run ``services`` in this process until SIGTERM; return exit status."""
-    launcher = Launcher(conf, name)
-    for service in services:
-        launcher.add(service)
-    launcher.install_signal_handlers()
-    return launcher.run()
+def run_process(prog, build_services, argv=None):
+    """The ``main()`` of a service process; never returns.
 
+    Stop signals are watched before anything else, so a SIGTERM that
+    arrives while the process is still starting also ends it cleanly.
+    ``build_services(conf)`` returns the services in start order.
+    """
+    launcher = Launcher(cyborg.conf.CONF, prog)
+    launcher.install_signal_handlers()
+    conf = prepare(argv, prog=prog)
+    LOG.info('%s starting on host %s', prog, conf.host)
+    try:
+        for service in build_services(conf):
+            launcher.add(service)
+    except Exception as exc:
+        LOG.error('%s cannot start: %s', prog, exc)
+        exit_process(1)
+    exit_process(launcher.run())

@@ -65,20 +65,15 @@ def test_api_workers_serve_restart_and_stop(tmp_path):
             assert len(workers) == 2
             os.kill(int(workers[0]), signal.SIGKILL)
             api.wait_for_log('starting another')
-            _wait_for_workers(api, 3)
+            processes.wait_for(
+                lambda: api.log().count('Started cyborg-api worker') == 3,
+                timeout=15, what='a third worker')
             assert _get('http://127.0.0.1:%d/' % port).status_code == 200
 
             api.stop()
             assert 'Traceback' not in api.log()
         finally:
             api.kill()
-
-
-def _wait_for_workers(api, count, timeout=15):
-    deadline = time.monotonic() + timeout
-    while len(re.findall(r'Started cyborg-api worker', api.log())) < count:
-        assert time.monotonic() < deadline, api.log()
-        time.sleep(0.1)
 
 
 def test_aio_shows_the_fake_fpga_to_the_openstack_client(tmp_path):
@@ -94,7 +89,9 @@ def test_aio_shows_the_fake_fpga_to_the_openstack_client(tmp_path):
         url = 'http://127.0.0.1:%d' % port
         assert url in aio.log()
         assert _get(url + '/').status_code == 200
-        assert _wait_for_fake_fpga(url)
+        assert processes.wait_for(lambda: _devices(url),
+                                  what='the first report') == [('FPGA',
+                                                                '0xABCD')]
 
         listed = subprocess.run(
             [os.path.join(sys.prefix, 'bin', 'openstack'), 'accelerator',
@@ -112,12 +109,26 @@ def test_aio_shows_the_fake_fpga_to_the_openstack_client(tmp_path):
         aio.kill()
 
 
-def _wait_for_fake_fpga(url, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        devices = _get(url + '/v2/devices', headers=ADMIN).json()['devices']
-        if devices:
-            return [(d['type'], d['vendor']) for d in devices] == [
-                ('FPGA', '0xABCD')]
-        time.sleep(0.2)
-    return False
+def _devices(url):
+    devices = _get(url + '/v2/devices', headers=ADMIN).json()['devices']
+    return [(d['type'], d['vendor']) for d in devices]
+
+
+def test_sigterm_while_starting_is_a_clean_exit(tmp_path):
+    config = processes.write_config(tmp_path / 'any.conf', {
+        'DEFAULT': {'state_path': tmp_path,
+                    'transport_url': 'rabbit://guest:guest@127.0.0.1:1/'},
+        'api': {'host_ip': '127.0.0.1', 'port': _free_port()},
+        'agent': {'enabled_drivers': 'fake_driver', 'hotplug': False},
+    })
+    started = [processes.ServiceProcess(script, config,
+                                        tmp_path / f'{script}.log').start()
+               for script in ('cyborg-api', 'cyborg-conductor',
+                              'cyborg-agent')]
+    try:
+        time.sleep(0.5)
+        for process in started:
+            process.stop()
+    finally:
+        for process in started:
+            process.kill()

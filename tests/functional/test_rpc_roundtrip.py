@@ -25,16 +25,6 @@ CONDUCTOR_HOST = 'conductor-rt'
 AGENT_HOST = 'agent-rt'
 
 
-def _wait_for(predicate, timeout=30.0, what='condition'):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError('timed out waiting for %s' % what)
-
-
 def _query(db_url, sql, **params):
     engine = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
     try:
@@ -110,7 +100,7 @@ def test_round_trips_both_ways_then_sigterm(tmp_path, conf):
                        placement_url) as (conductor, agent):
             # agent -> conductor: the first report (report_inventory) is
             # stored, and its reply made the agent cache the digest.
-            _wait_for(lambda: _query(
+            processes.wait_for(lambda: _query(
                 db_url, 'SELECT * FROM hosts WHERE hostname = :h '
                         'AND report_digest IS NOT NULL', h=AGENT_HOST),
                 what='the first inventory report')
@@ -132,7 +122,7 @@ def test_round_trips_both_ways_then_sigterm(tmp_path, conf):
                      'data': base64.b64encode(image).decode(),
                      'checksum': hashlib.md5(image).hexdigest()},
                     'fake_driver') is True
-                _wait_for(lambda: _query(
+                processes.wait_for(lambda: _query(
                     db_url, 'SELECT id FROM deployables '
                             'WHERE bitstream_id = :b', b=image_uuid),
                     what='the report carrying the bitstream')
@@ -141,7 +131,7 @@ def test_round_trips_both_ways_then_sigterm(tmp_path, conf):
                 before = _last_report_at(db_url)
                 time.sleep(1.1)  # DATETIME has whole seconds on MariaDB
                 agent_api.request_report(ctx, AGENT_HOST)
-                _wait_for(lambda: _last_report_at(db_url) > before,
+                processes.wait_for(lambda: _last_report_at(db_url) > before,
                           what='the requested full report')
 
             _assert_clean_stop(agent)
