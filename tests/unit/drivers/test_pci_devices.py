@@ -93,3 +93,15 @@ def test_a_device_claimed_twice_is_reported_once(conf, scenario):
                                 conductor_api=object()).discover()
     assert [d.key() for d in devices] == ['PCI:0000:3b:00.0']
     assert devices[0].deployables[0].driver_name == 'nvidia_gpu_driver'
+
+
+def test_amd_gpu_with_vfs_offers_its_vfs_not_itself(conf, scenario):
+    tree = scenario('amd_gpu')
+    tree.add_vfs('0000:c3:00.0', ['0000:c3:02.0', '0000:c3:02.1'],
+                 device='7410', driver='vfio-pci')
+    deps = _deps(conf, 'amd_gpu_driver')
+    assert sorted(deps) == ['h_0000:23:00.0', 'h_0000:c3:00.0']
+    pool = deps['h_0000:c3:00.0']
+    assert (pool.resource_class, pool.num_accelerators) == ('VGPU', 2)
+    assert [h.attach_info['device'] for h in pool.attach_handles] == \
+        ['02', '02']
