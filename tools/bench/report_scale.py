@@ -142,6 +142,7 @@ class Bench:
         wall = time.monotonic() - started
         after = resource.getrusage(resource.RUSAGE_SELF)
         n = len(reports)
+        print(f'{name}: {n} reports in {wall:.1f} s', file=sys.stderr)
         process_cpu = (after.ru_utime + after.ru_stime - usage.ru_utime -
                        usage.ru_stime)
         return {'phase': name, 'reports': n, 'wall_s': round(wall, 3),
