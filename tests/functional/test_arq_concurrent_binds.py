@@ -12,7 +12,6 @@ from cyborg.conductor import arq_binding
 from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.placement import client as placement_client
-from cyborg.placement import embedded
 from tests.fixtures import arqs as seed
 from tests.fixtures import databases
 from tests.fixtures import placement as placement_fixture
@@ -20,13 +19,8 @@ from tests.fixtures import placement as placement_fixture
 BINDS = 50
 HANDLES = 16
 
-
-@pytest.fixture(scope='module')
-def placement_url():
-    server = embedded.EmbeddedPlacement('sqlite://')
-    url = server.start()
-    yield url
-    server.stop()
+# The real Placement, shared by this module's tests.
+placement_url = seed.placement_url
 
 
 @pytest.fixture(params=['mysql', 'postgresql'])

@@ -19,19 +19,11 @@ from tests.fixtures import arqs as seed
 from tests.fixtures import placement as placement_fixture
 from tests.fixtures import recording_http
 
-
-@pytest.fixture(scope='module')
-def placement_url():
-    server = embedded.EmbeddedPlacement('sqlite://')
-    url = server.start()
-    yield url
-    server.stop()
+# The real Placement, shared by this module's tests.
+placement_url = seed.placement_url
 
 
-@pytest.fixture
-def fake_nova():
-    with recording_http.FakeNova() as server:
-        yield server
+fake_nova = recording_http.fake_nova
 
 
 @pytest.fixture

@@ -5,18 +5,12 @@ in-process fake:// transport)."""
 import os
 import uuid as uuidlib
 
-import oslo_messaging as messaging
 import pytest
 
-from cyborg.agent import manager as agent_manager
 from cyborg.agent import privileged
-from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import context as cyborg_context
-from cyborg.common import rpc
 from cyborg.conductor import arq_binding
 from cyborg.placement import client as placement_client
-from cyborg.placement import embedded
-from tests.fixtures import api as api_fixture
 from tests.fixtures import arqs as seed
 from tests.fixtures import placement as placement_fixture
 from tests.fixtures import sysfs as fake_sysfs
@@ -25,12 +19,8 @@ HOST = 'gpu-host'
 GPU = '0000:0c:00.0'
 VGPU_TYPE = 'nvidia-223'
 
-
-@pytest.fixture
-def placement_url():
-    server = embedded.EmbeddedPlacement('sqlite://')
-    yield server.start()
-    server.stop()
+# The real Placement, shared by this module's tests.
+placement_url = seed.placement_url
 
 
 @pytest.fixture
@@ -45,7 +35,6 @@ def tree(tmp_path):
 def vconf(conf, db, placement_url, tree):
     placement_fixture.placement_conf(conf, placement_url)
     conf.set_override('sysfs_root', tree.root, group='agent')
-    api_fixture._register_messaging_opts(conf)
     placement_client.reset_clients()
     return conf
 
@@ -53,16 +42,8 @@ def vconf(conf, db, placement_url, tree):
 @pytest.fixture
 def agent(vconf):
     privileged.default.set_client_mode(False)
-    transport = messaging.get_rpc_transport(vconf, url='fake://')
-    rpc.set_transport(transport)
-    server = rpc.get_server(vconf, agent_rpcapi.TOPIC, HOST, [
-        agent_manager.AgentManager(vconf, HOST)])
-    server.start()
-    yield
-    server.stop()
-    server.wait()
-    rpc.set_transport(None)
-    transport.cleanup()
+    with seed.agent_endpoint(vconf, HOST):
+        yield
     privileged.default.set_client_mode(True)
 
 
@@ -72,16 +53,20 @@ def _create_file(tree):
         return f.read()
 
 
-def test_mdev_created_at_bind_and_removed_at_unbind(vconf, db, agent, tree):
+def _bind_vgpu(conf, db, ctx, asked_type):
     device = seed.seed_device(db, hostname=HOST, handles=1,
-                              attach_type='MDEV', asked_type=VGPU_TYPE)
-    ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
+                              attach_type='MDEV', asked_type=asked_type)
     profile = seed.seed_profile(db, [{'resources:VGPU': '1'}])
     arq = arq_binding.create(ctx, profile, 'p1')[0]['uuid']
-    arq_binding.start_bind(vconf, ctx, {arq: {
+    arq_binding.start_bind(conf, ctx, {arq: {
         'hostname': HOST, 'device_rp_uuid': device.rp_uuid,
         'instance_uuid': str(uuidlib.uuid4())}}).result(30)
-    row = seed.arq_rows(db)[arq]
+    return arq, seed.arq_rows(db)[arq]
+
+
+def test_mdev_created_at_bind_and_removed_at_unbind(vconf, db, agent, tree):
+    ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
+    arq, row = _bind_vgpu(vconf, db, ctx, VGPU_TYPE)
     assert row.state == 'Bound', row.bind_failure_reason
     # The mdev is named after the attach handle.
     handle_uuid = arq_binding.db_api.attach_handle_get(
@@ -99,15 +84,8 @@ def test_mdev_created_at_bind_and_removed_at_unbind(vconf, db, agent, tree):
 
 
 def test_mdev_creation_failure_fails_the_bind(vconf, db, agent, tree):
-    device = seed.seed_device(db, hostname=HOST, handles=1,
-                              attach_type='MDEV', asked_type='nvidia-999')
     ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
-    profile = seed.seed_profile(db, [{'resources:VGPU': '1'}])
-    arq = arq_binding.create(ctx, profile, 'p1')[0]['uuid']
-    arq_binding.start_bind(vconf, ctx, {arq: {
-        'hostname': HOST, 'device_rp_uuid': device.rp_uuid,
-        'instance_uuid': str(uuidlib.uuid4())}}).result(30)
-    row = seed.arq_rows(db)[arq]
+    _arq, row = _bind_vgpu(vconf, db, ctx, 'nvidia-999')
     assert row.state == 'BindFailed'
     assert 'nvidia-999' in row.bind_failure_reason
     assert seed.handles_in_use(db) == 0

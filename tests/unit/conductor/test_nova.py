@@ -14,10 +14,7 @@ from cyborg.db import models
 from tests.fixtures import recording_http
 
 
-@pytest.fixture
-def fake_nova():
-    with recording_http.FakeNova() as server:
-        yield server
+fake_nova = recording_http.fake_nova
 
 
 @pytest.fixture

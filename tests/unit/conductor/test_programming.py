@@ -5,23 +5,18 @@ an in-process (fake://) transport."""
 import datetime
 import uuid as uuidlib
 
-import oslo_messaging as messaging
 import pytest
 import requests
 import sqlalchemy as sa
 from oslo_utils import timeutils
 
-from cyborg.agent import manager as agent_manager
-from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import context as cyborg_context
-from cyborg.common import exception, rpc
+from cyborg.common import exception
 from cyborg.conductor import arq_binding, programming
 from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.drivers import fake
 from cyborg.placement import client as placement_client
-from cyborg.placement import embedded
-from tests.fixtures import api as api_fixture
 from tests.fixtures import arqs as seed
 from tests.fixtures import placement as placement_fixture
 from tests.fixtures import recording_http
@@ -29,19 +24,11 @@ from tests.fixtures import recording_http
 HOST = 'fpga-host'
 OLD_TRAIT = 'CUSTOM_FPGA_FUNCTION_ID_OLD'
 
-
-@pytest.fixture(scope='module')
-def placement_url():
-    server = embedded.EmbeddedPlacement('sqlite://')
-    url = server.start()
-    yield url
-    server.stop()
+# The real Placement, shared by this module's tests.
+placement_url = seed.placement_url
 
 
-@pytest.fixture
-def glance():
-    with recording_http.FakeGlance() as server:
-        yield server
+glance = recording_http.fake_glance
 
 
 @pytest.fixture
@@ -50,7 +37,6 @@ def pconf(conf, db, placement_url, glance, tmp_path):
     conf.set_override('auth_type', 'none', group='glance')
     conf.set_override('endpoint_override', glance.url, group='glance')
     conf.set_override('state_path', str(tmp_path))
-    api_fixture._register_messaging_opts(conf)
     placement_client.reset_clients()
     return conf
 
@@ -58,18 +44,9 @@ def pconf(conf, db, placement_url, glance, tmp_path):
 @pytest.fixture
 def agent(pconf):
     """The agent's RPC endpoint with the fake driver, in this process."""
-    transport = messaging.get_rpc_transport(pconf, url='fake://')
-    rpc.set_transport(transport)
     driver = fake.FakeDriver(pconf, HOST)
-    server = rpc.get_server(pconf, agent_rpcapi.TOPIC, HOST, [
-        agent_manager.AgentManager(pconf, HOST,
-                                   drivers={'fake_driver': driver})])
-    server.start()
-    yield driver
-    server.stop()
-    server.wait()
-    rpc.set_transport(None)
-    transport.cleanup()
+    with seed.agent_endpoint(pconf, HOST, {'fake_driver': driver}):
+        yield driver
 
 
 @pytest.fixture
@@ -235,13 +212,8 @@ def test_provider_is_reserved_while_programming(pconf, ctx, db, device,
             seen.append(_provider(pconf, device.rp_uuid)[0])
             super().program(controlpath_id, image_path, image_uuid)
 
-    transport = messaging.get_rpc_transport(pconf, url='fake://')
-    rpc.set_transport(transport)
-    server = rpc.get_server(pconf, agent_rpcapi.TOPIC, HOST, [
-        agent_manager.AgentManager(pconf, HOST, drivers={
-            'fake_driver': WatchingDriver(pconf, HOST)})])
-    server.start()
-    try:
+    with seed.agent_endpoint(pconf, HOST, {
+            'fake_driver': WatchingDriver(pconf, HOST)}):
         image = glance.add_image(b'watch' * 10)
         deadline = timeutils.utcnow() + datetime.timedelta(
             minutes=1)
@@ -250,11 +222,6 @@ def test_provider_is_reserved_while_programming(pconf, ctx, db, device,
         assert programming.program(pconf, ctx, target,
                                    {'id': image, **glance.images[image]},
                                    deadline, own_handles=0)
-    finally:
-        server.stop()
-        server.wait()
-        rpc.set_transport(None)
-        transport.cleanup()
     assert seen == [4]
     assert _provider(pconf, device.rp_uuid)[0] == 0
     assert requests.get(glance.url + '/v2/images/' + image).ok
