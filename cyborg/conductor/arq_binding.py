@@ -24,6 +24,7 @@ import uuid as uuidlib
 
 import futurist
 from oslo_log import log as logging
+import oslo_messaging as messaging
 from oslo_utils import timeutils
 
 from cyborg.common import context as cyborg_context
@@ -245,17 +246,26 @@ def _run_batch(conf, context, batch_id, jobs, deadline):
             LOG.info('Accelerator request %s left BindStarted while it was '
                      'being bound', job['uuid'])
         except Exception as e:
-            reason = (str(e) if isinstance(e, exception.CyborgException)
-                      else f'internal error: {e}')
-            if not isinstance(e, exception.CyborgException):
-                LOG.exception('Binding accelerator request %s failed',
-                              job['uuid'])
-            _fail(conf, context, batch_id, job['uuid'], reason, deadline)
+            _fail(conf, context, batch_id, job['uuid'],
+                  _reason(e, job), deadline)
     try:
         nova.deliver_batch(conf, context, batch_id)
     except Exception:
         LOG.exception('Could not deliver the events of batch %s; the '
                       'periodic re-sends them', batch_id)
+
+
+def _reason(error, job):
+    """What to keep on the ARQ (and log) for a failed bind."""
+    if isinstance(error, exception.CyborgException):
+        return str(error)
+    if isinstance(error, messaging.MessagingTimeout):
+        return (f"the agent on {job['hostname']} did not answer within "
+                f"the bind timeout")
+    if isinstance(error, messaging.RemoteError):
+        return f"the agent on {job['hostname']} failed: {error.value}"
+    LOG.exception('Binding accelerator request %s failed', job['uuid'])
+    return f'internal error: {error}'
 
 
 def _bind_one(conf, context, batch_id, job, deadline):
