@@ -113,6 +113,9 @@ def _plan(conf, context, hostname, full, devices, removed):
     stored = db_api.inventory_load(context, hostname, uuids)
     plan = inventory_plan.make_plan(hostname, stored, devices, removed, full)
     if plan.removal_candidates:
+        # Asked inside the transaction (the host row stays locked for a few
+        # HTTP calls) so that what is deleted matches what was checked;
+        # hardware vanishing is rare enough for that to be cheap.
         held = placement_sync.held_providers(conf, plan.removal_candidates)
         if held:
             plan = inventory_plan.make_plan(hostname, stored, devices,
