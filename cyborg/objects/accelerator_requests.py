@@ -28,12 +28,13 @@ class AcceleratorRequest:
     def _from_row(cls, row):
         # A handle's info is a JSON text column; a bad one must not make
         # the whole list fail (CONTRACT.md, difference 8).
-        try:
-            info = json.loads(row.attach_handle_info or '{}')
-        except ValueError:
-            info = {}
-        return base.from_row(cls, row.ExtARQ,
-                             device_profile_name=row.device_profile_name,
+        info = {}
+        if row.attach_handle_info:
+            try:
+                info = json.loads(row.attach_handle_info)
+            except ValueError:
+                pass
+        return base.from_row(cls, row,
                              attach_handle_type=row.attach_handle_type or '',
                              attach_handle_uuid=row.attach_handle_uuid,
                              attach_handle_info=info)

@@ -1,19 +1,26 @@
 """What the object classes share: building a data class from a DB row."""
 
 import dataclasses
+import functools
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(cls):
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def from_row(cls, row, **extra):
-    """An instance of dataclass ``cls`` from a model instance or Row."""
-    values = {}
+    """An instance of dataclass ``cls`` from a model instance or Row;
+    ``extra`` gives (or overrides) some fields."""
     mapping = getattr(row, '_mapping', None)
-    for field in dataclasses.fields(cls):
-        if field.name in extra:
-            values[field.name] = extra[field.name]
-        elif mapping is not None and field.name in mapping:
-            values[field.name] = mapping[field.name]
+    values = {}
+    for name in _field_names(cls):
+        if name in extra:
+            values[name] = extra[name]
+        elif mapping is not None:
+            values[name] = mapping.get(name)
         else:
-            values[field.name] = getattr(row, field.name, None)
+            values[name] = getattr(row, name, None)
     return cls(**values)
 
 

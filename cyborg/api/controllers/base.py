@@ -24,6 +24,11 @@ class ApiRequest:
         self.version = req.version
         self.conf = req.conf
         self.conductor = req.conductor
+        # Once per request: lists build two links per item.
+        base = self.conf.api.public_endpoint
+        if not base:
+            base = req.host_url + req.script_name
+        self.base_url = base.rstrip('/')
 
     @property
     def params(self):
@@ -31,10 +36,7 @@ class ApiRequest:
 
     def url(self, *parts):
         """An absolute link: [api]public_endpoint or the request's URL."""
-        base = self.conf.api.public_endpoint
-        if not base:
-            base = self.req.host_url + self.req.script_name
-        return '/'.join([base.rstrip('/')] + [p.strip('/') for p in parts])
+        return '/'.join([self.base_url] + [p.strip('/') for p in parts])
 
     def authorize(self, rule, target=None):
         """Raise 403 unless policy allows ``rule`` on ``target``."""

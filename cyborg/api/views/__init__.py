@@ -9,5 +9,7 @@ def timestamp(value):
 
 
 def links(r, collection, uuid):
-    return [{'href': r.url('v2', collection, uuid), 'rel': 'self'},
-            {'href': r.url(collection, uuid), 'rel': 'bookmark'}]
+    base = r.base_url
+    return [{'href': '%s/v2/%s/%s' % (base, collection, uuid), 'rel': 'self'},
+            {'href': '%s/%s/%s' % (base, collection, uuid),
+             'rel': 'bookmark'}]
