@@ -654,16 +654,30 @@ def arq_read_all(context, project_id=None, instance_uuid=None, uuids=None):
     return context.session.execute(query).all()
 
 
+def _where_equal(model, filters, order=True):
+    """SELECT model WHERE column = value for each non-None filter."""
+    query = sa.select(model)
+    for column, value in filters.items():
+        if value is not None:
+            query = query.where(getattr(model, column) == value)
+    return query.order_by(model.id) if order else query
+
+
+def _one(context, model, **filters):
+    if all(value is None for value in filters.values()):
+        return None
+    return context.session.scalars(
+        _where_equal(model, filters, order=False)).first()
+
+
+def _all(context, model, **filters):
+    return context.session.scalars(_where_equal(model, filters)).all()
+
+
 @reader
 def device_profile_read(context, uuid=None, name=None):
     """One device profile by uuid or name, or None."""
-    p = models.DeviceProfile
-    query = sa.select(p)
-    if uuid is not None:
-        query = query.where(p.uuid == uuid)
-    if name is not None:
-        query = query.where(p.name == name)
-    return context.session.scalars(query).first()
+    return _one(context, models.DeviceProfile, uuid=uuid, name=name)
 
 
 @reader
@@ -678,30 +692,19 @@ def device_profile_read_all(context, names=None):
 
 @reader
 def device_read(context, uuid):
-    d = models.Device
-    return context.session.scalars(sa.select(d).where(d.uuid == uuid)).first()
+    return _one(context, models.Device, uuid=uuid)
 
 
 @reader
 def device_read_all(context, filters=None):
     """Devices whose columns equal ``filters`` (type, vendor, hostname)."""
-    d = models.Device
-    query = sa.select(d).order_by(d.id)
-    for column, value in (filters or {}).items():
-        query = query.where(getattr(d, column) == value)
-    return context.session.scalars(query).all()
+    return _all(context, models.Device, **(filters or {}))
 
 
 @reader
 def deployable_read(context, uuid=None, id=None):
     """One deployable by uuid or integer id, or None."""
-    d = models.Deployable
-    query = sa.select(d)
-    if uuid is not None:
-        query = query.where(d.uuid == uuid)
-    if id is not None:
-        query = query.where(d.id == id)
-    return context.session.scalars(query).first()
+    return _one(context, models.Deployable, uuid=uuid, id=id)
 
 
 @reader
@@ -747,19 +750,13 @@ def deployable_attributes_read(context, deployable_ids):
 
 @reader
 def attribute_read(context, uuid):
-    a = models.Attribute
-    return context.session.scalars(sa.select(a).where(a.uuid == uuid)).first()
+    return _one(context, models.Attribute, uuid=uuid)
 
 
 @reader
 def attribute_read_all(context, deployable_id=None, key=None):
-    a = models.Attribute
-    query = sa.select(a).order_by(a.id)
-    if deployable_id is not None:
-        query = query.where(a.deployable_id == deployable_id)
-    if key is not None:
-        query = query.where(a.key == key)
-    return context.session.scalars(query).all()
+    return _all(context, models.Attribute, deployable_id=deployable_id,
+                key=key)
 
 
 # == device profiles / attributes writes =====================================

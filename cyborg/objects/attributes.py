@@ -19,10 +19,9 @@ class Attribute:
 
     @classmethod
     def get(cls, context, uuid):
-        row = db_api.attribute_read(context, uuid)
-        return None if row is None else base.from_row(cls, row)
+        return base.one(cls, db_api.attribute_read(context, uuid))
 
     @classmethod
     def list(cls, context, deployable_id=None, key=None):
-        return [base.from_row(cls, row) for row in
-                db_api.attribute_read_all(context, deployable_id, key)]
+        return base.many(cls, db_api.attribute_read_all(
+            context, deployable_id, key))

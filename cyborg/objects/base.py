@@ -24,6 +24,15 @@ def from_row(cls, row, **extra):
     return cls(**values)
 
 
+def one(cls, row):
+    """``from_row`` of a row that may be None (not found)."""
+    return None if row is None else from_row(cls, row)
+
+
+def many(cls, rows):
+    return [from_row(cls, row) for row in rows]
+
+
 def to_dict(obj):
     """JSON-able dict of a data class (for RPC)."""
     return dataclasses.asdict(obj)

@@ -25,15 +25,12 @@ class DeviceProfile:
 
     @classmethod
     def get_by_uuid(cls, context, uuid):
-        row = db_api.device_profile_read(context, uuid=uuid)
-        return None if row is None else base.from_row(cls, row)
+        return base.one(cls, db_api.device_profile_read(context, uuid=uuid))
 
     @classmethod
     def get_by_name(cls, context, name):
-        row = db_api.device_profile_read(context, name=name)
-        return None if row is None else base.from_row(cls, row)
+        return base.one(cls, db_api.device_profile_read(context, name=name))
 
     @classmethod
     def list(cls, context, names=None):
-        return [base.from_row(cls, row)
-                for row in db_api.device_profile_read_all(context, names)]
+        return base.many(cls, db_api.device_profile_read_all(context, names))

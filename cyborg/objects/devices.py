@@ -23,11 +23,9 @@ class Device:
 
     @classmethod
     def get(cls, context, uuid):
-        row = db_api.device_read(context, uuid)
-        return None if row is None else base.from_row(cls, row)
+        return base.one(cls, db_api.device_read(context, uuid))
 
     @classmethod
     def list(cls, context, filters=None):
         """Devices whose type, vendor, hostname equal ``filters``."""
-        return [base.from_row(cls, row)
-                for row in db_api.device_read_all(context, filters)]
+        return base.many(cls, db_api.device_read_all(context, filters))

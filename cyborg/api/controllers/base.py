@@ -76,6 +76,13 @@ def _explain(error):
     return message
 
 
+def require(obj, resource, id):
+    """``obj``, or 404 for the ``resource`` named ``id`` when it is None."""
+    if obj is None:
+        raise exception.ResourceNotFound(resource=resource, id=id)
+    return obj
+
+
 def json_response(status, body=None):
     resp = webob.Response(status=status, content_type='application/json',
                           charset='utf-8')

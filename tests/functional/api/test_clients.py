@@ -12,7 +12,6 @@ import contextlib
 import io
 import json
 import re
-import time
 
 import openstack
 from openstackclient import shell
@@ -27,16 +26,6 @@ from tests.fixtures import rabbit
 
 AGENT_HOST = 'clients-agent'
 FAKE_DEPLOYABLE = AGENT_HOST + '_FakeDevice'
-
-
-def _wait_for(predicate, timeout=30.0, what='condition'):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError('timed out waiting for %s' % what)
 
 
 def _api_url(api):
@@ -80,7 +69,7 @@ def endpoint(tmp_path_factory):
                                  else 'listening on', timeout=60)
         try:
             url = _api_url(services[-1]) + '/v2'
-            _wait_for(lambda: requests.get(url + '/deployables',
+            processes.wait_for(lambda: requests.get(url + '/deployables',
                                            timeout=5).json()['deployables'],
                       timeout=60, what="the agent's deployable")
             yield url

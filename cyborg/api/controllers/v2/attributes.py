@@ -50,10 +50,7 @@ def delete_attribute(r, uuid):
 
 
 def _find(r, uuid):
-    attribute = Attribute.get(r.context, uuid)
-    if attribute is None:
-        raise exception.ResourceNotFound(resource='Attribute', id=uuid)
-    return attribute
+    return base.require(Attribute.get(r.context, uuid), 'Attribute', uuid)
 
 
 def _deployable(r, ref, missing_ok=False):

@@ -42,7 +42,4 @@ def program_deployable(r, uuid):
 
 
 def _find(r, uuid):
-    deployable = Deployable.get(r.context, uuid)
-    if deployable is None:
-        raise exception.ResourceNotFound(resource='Deployable', id=uuid)
-    return deployable
+    return base.require(Deployable.get(r.context, uuid), 'Deployable', uuid)

@@ -3,7 +3,6 @@
 from cyborg.api.controllers import base
 from cyborg.api.schemas import devices as schema
 from cyborg.api.views import devices as view
-from cyborg.common import exception
 from cyborg.objects.devices import Device
 
 RULE = 'cyborg:device:%s'
@@ -41,7 +40,4 @@ def _set_status(r, uuid, action, status):
 
 
 def _find(r, uuid):
-    device = Device.get(r.context, uuid)
-    if device is None:
-        raise exception.ResourceNotFound(resource='Device', id=uuid)
-    return device
+    return base.require(Device.get(r.context, uuid), 'Device', uuid)
