@@ -66,7 +66,11 @@ def _create_engine(db_connection):
 
 
 class EmbeddedPlacement:
-    """The real Placement API on ``http://host:port`` with its own DB."""
+    """The real Placement API on ``http://host:port`` with its own DB.
+
+    ``threads`` request threads serve it, except on SQLite, which is served
+    one request at a time (see ``_serve``).
+    """
 
     def __init__(self, db_connection='sqlite://', host='127.0.0.1', port=0,
                  threads=8):
@@ -120,9 +124,11 @@ class EmbeddedPlacement:
 
     def _serve(self, app):
         threads = self.threads
-        if _in_memory(self.db_connection):
-            # One shared SQLite connection: concurrent requests would mix
-            # their transactions, so serve one request at a time.
+        if sa.engine.make_url(self.db_connection).get_backend_name() == \
+                'sqlite':
+            # In memory, every thread shares one connection and would mix
+            # transactions; in a file, two writers that both read first
+            # fail with "database is locked".  One request at a time.
             threads = 1
         self._server = cheroot_wsgi.Server((self.host, self.requested_port),
                                            app, numthreads=threads,
