@@ -75,3 +75,12 @@ class PlacementFixture(fixture.GabbiFixture):
     def stop_fixture(self):
         CURRENT.pop('overrides', None)
         self._server.stop()
+
+
+class NoNovaFixture(PlacementFixture):
+    """PlacementFixture for suites that bind: no Nova to tell, so bind
+    outcomes are not sent (the conductor still records them)."""
+
+    def start_fixture(self):
+        super().start_fixture()
+        CURRENT['overrides'][('nova', 'send_events')] = False
