@@ -1,0 +1,90 @@
+"""A stop request lets in-flight work finish: an RPC call on the real
+RabbitMQ and an HTTP request on cheroot both get their answers."""
+
+import threading
+import time
+
+import oslo_messaging as messaging
+import requests
+
+from cyborg.cmd import api as api_cmd
+from cyborg.common import context as cyborg_context
+from cyborg.common import rpc
+from cyborg.common import service
+from tests.fixtures import rabbit
+
+
+class SlowEndpoint:
+    target = messaging.Target(version='1.0')
+
+    def __init__(self):
+        self.entered = threading.Event()
+
+    def slow_echo(self, context, value):
+        self.entered.set()
+        time.sleep(1.0)
+        return value
+
+
+def _run(launcher):
+    result = {}
+    thread = threading.Thread(
+        target=lambda: result.setdefault('status', launcher.run()))
+    thread.start()
+    assert launcher.ready.wait(30)
+    return thread, result
+
+
+def test_rpc_call_in_flight_is_answered_before_the_stop_ends(conf):
+    endpoint = SlowEndpoint()
+    with rabbit.throwaway_vhost() as url:
+        transport = messaging.get_rpc_transport(conf, url=url)
+        previous = rpc._TRANSPORT
+        rpc.set_transport(transport)
+        try:
+            launcher = service.Launcher(conf, 'test')
+            launcher.add(service.RPCService(conf, 'graceful', 'h1',
+                                            [endpoint]))
+            thread, result = _run(launcher)
+            client = rpc.get_client(conf, 'graceful', '1.0', server='h1',
+                                    timeout=30)
+            answers = []
+            caller = threading.Thread(target=lambda: answers.append(
+                client.call(cyborg_context.get_admin_context(), 'slow_echo',
+                            value='done')))
+            caller.start()
+            assert endpoint.entered.wait(30)
+            launcher.request_stop()
+            thread.join(10)
+            caller.join(10)
+            assert answers == ['done']
+            assert result['status'] == 0
+        finally:
+            rpc.set_transport(previous)
+            transport.cleanup()
+
+
+def test_http_request_in_flight_is_answered_before_the_stop_ends(conf):
+    entered = threading.Event()
+
+    def slow_app(environ, start_response):
+        entered.set()
+        time.sleep(1.0)
+        start_response('200 OK', [('Content-Type', 'text/plain')])
+        return [b'done']
+
+    sock = api_cmd.listen('127.0.0.1', 0)
+    launcher = service.Launcher(conf, 'test')
+    launcher.add(api_cmd.APIServer(conf, slow_app, sock))
+    thread, result = _run(launcher)
+    answers = []
+    caller = threading.Thread(target=lambda: answers.append(
+        requests.get(api_cmd.url_of(sock), timeout=30).text))
+    caller.start()
+    assert entered.wait(30)
+    launcher.request_stop()
+    thread.join(10)
+    caller.join(10)
+    sock.close()
+    assert answers == ['done']
+    assert result['status'] == 0
