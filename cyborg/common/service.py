@@ -46,16 +46,13 @@ def prepare(argv=None, conf=None, prog=None):
     """
     conf = conf if conf is not None else cyborg.conf.CONF
     logging.register_options(conf)
+    # Before parsing, so a config file's default_log_levels still wins.
+    logging.set_defaults(default_log_levels=logging.get_default_log_levels()
+                         + ['stevedore=WARN', 'cheroot=WARN'])
     argv = sys.argv[1:] if argv is None else argv
     conf(argv, project='cyborg', prog=prog)
     logging.setup(conf, 'cyborg')
-    _quiet_noisy_libraries()
     return conf
-
-
-def _quiet_noisy_libraries():
-    logging.set_defaults(default_log_levels=logging.get_default_log_levels()
-                         + ['stevedore=WARN', 'cheroot=WARN'])
 
 
 class RPCService:
