@@ -49,7 +49,7 @@ def _remembered(client, rp_uuid):
         return _GENERATIONS.get(client, {}).get(rp_uuid)
 
 
-# -- after a report ------------------------------------------------------------
+# -- after a report -----------------------------------------------------------
 
 def sync_after_report(conf, context, hostname, plan, digest, rp_name=None,
                       trust_memory=True):
@@ -95,6 +95,12 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
         LOG.info('No compute node provider for host %s in Placement yet; '
                  'its devices are synced once it appears.', hostname)
         return False
+    owned = set()
+    if remove_orphans:
+        # Listed before the rows are read, so a provider that a report
+        # handled meanwhile adds is never taken for an orphan.
+        owned = {p['uuid'] for p in client.list_tree(
+            cn_uuid, required=[provider_tree.OWNER_TRAIT])}
     desired = [provider_tree.provider_for(row, row['attributes'],
                                           row['device_status'], cn_uuid)
                for row in db_api.inventory_host_providers(context, hostname)]
@@ -108,12 +114,7 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
                            touched, trust_memory)
         except exception.PlacementError as exc:
             failures.append(exc)
-    unwanted = set(removed)
-    if remove_orphans:
-        owned = client.list_tree(cn_uuid,
-                                 required=[provider_tree.OWNER_TRAIT])
-        unwanted |= {p['uuid'] for p in owned}
-    unwanted -= {p.uuid for p in desired} | {cn_uuid}
+    unwanted = (set(removed) | owned) - {p.uuid for p in desired} - {cn_uuid}
     for rp_uuid in sorted(unwanted):
         if rp_uuid in actual:
             _remove_provider(client, rp_uuid)
@@ -218,7 +219,7 @@ def held_providers(conf, rp_uuids):
         return set(rp_uuids)
 
 
-# -- the periodic reconcile ----------------------------------------------------
+# -- the periodic reconcile ---------------------------------------------------
 
 def reconcile_all(conf, context):
     """Periodic job: repair every host's providers (see periodics)."""

@@ -7,7 +7,8 @@ import pytest
 import requests
 
 from cyborg.common import exception
-from cyborg.conductor import device_status, inventory_apply, periodics, placement_sync
+from cyborg.conductor import (device_status, inventory_apply, periodics,
+                              placement_sync)
 from cyborg.db import api as db_api
 from cyborg.objects import inventory
 from tests.fixtures import conductor as cf
