@@ -27,7 +27,8 @@ class APIFixture(fixture.GabbiFixture):
     host1 (4 handles) and a GPU on host2 (1 handle)."""
 
     def start_fixture(self):
-        self._cm = api_fixture.api_service(CURRENT.get('overrides'))
+        self._cm = api_fixture.api_service(CURRENT.get('overrides'),
+                                           CURRENT.get('db_kind', 'sqlite'))
         service = self._cm.__enter__()
         CURRENT['service'] = service
         self.seed(service)

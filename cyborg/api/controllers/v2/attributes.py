@@ -11,6 +11,7 @@ from cyborg.objects.attributes import Attribute
 from cyborg.objects.deployables import Deployable
 
 RULE = 'cyborg:attribute:%s'
+MAX_ID = 2 ** 31 - 1
 
 
 def list_attributes(r):
@@ -55,7 +56,11 @@ def _find(r, uuid):
 
 def _deployable(r, ref, missing_ok=False):
     if isinstance(ref, int) or str(ref).isdigit():
-        deployable = Deployable.get_by_id(r.context, int(ref))
+        # Ids are 32-bit: a larger one names nothing (and must not reach
+        # PostgreSQL, which rejects it).
+        deployable = None
+        if int(ref) <= MAX_ID:
+            deployable = Deployable.get_by_id(r.context, int(ref))
     else:
         deployable = Deployable.get(r.context, ref)
     if deployable is None and not missing_ok:
