@@ -72,6 +72,9 @@ def main(argv=None):
     conf = cfg.ConfigOpts()
     cyborg.conf.register_opts(conf)
     conf.register_cli_opt(command_opt)
+    logging.register_options(conf)
+    # stdout carries the answer (``version``); progress goes to stderr.
+    conf.set_default('use_stderr', True)
     service.prepare(argv, conf=conf, prog='cyborg-dbsync')
     try:
         conf.command.func(conf)

@@ -10,8 +10,10 @@ import subprocess
 import sys
 import time
 
+import pytest
 import requests
 
+from cyborg.db import migration
 from tests.fixtures import databases
 from tests.fixtures import processes
 
@@ -132,3 +134,18 @@ def test_sigterm_while_starting_is_a_clean_exit(tmp_path):
     finally:
         for process in started:
             process.kill()
+
+
+@pytest.mark.parametrize('kind', databases.KINDS)
+def test_dbsync_upgrade_creates_the_schema(tmp_path, kind):
+    with databases.throwaway_database(kind) as db_url:
+        config = processes.write_config(tmp_path / 'db.conf', {
+            'database': {'connection': db_url}})
+        command = [os.path.join(sys.prefix, 'bin', 'cyborg-dbsync'),
+                   '--config-file', str(config)]
+        upgraded = subprocess.run(command + ['upgrade'], capture_output=True,
+                                  text=True, timeout=120)
+        assert upgraded.returncode == 0, upgraded.stderr
+        version = subprocess.run(command + ['version'], capture_output=True,
+                                 text=True, timeout=120)
+        assert version.stdout.strip() == migration.head()
