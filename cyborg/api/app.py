@@ -8,6 +8,7 @@ from oslo_middleware import request_id
 
 from cyborg.api import auth
 from cyborg.api import hooks
+from cyborg.api import microversion
 from cyborg.api import wsgi_errors
 from cyborg.api.controllers import root
 
@@ -54,10 +55,24 @@ def _wrap(app, conf):
     app = _strip_prefix(app)
     app = wsgi_errors.FaultBody(app)
     app = _healthcheck(app, conf)
+    _cors_defaults()
     app = cors.CORS(app, conf)
     app = request_id.RequestId(app)
     app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
     return app
+
+
+def _cors_defaults():
+    """Let browsers send the microversion and token headers and read the
+    version headers back ([cors] options still override these)."""
+    version_headers = [microversion.HEADER, microversion.MIN_HEADER,
+                       microversion.MAX_HEADER]
+    cors.set_defaults(
+        allow_headers=['Content-Type', 'X-Auth-Token', 'X-Service-Token',
+                       'X-OpenStack-Request-ID', microversion.HEADER],
+        expose_headers=['X-OpenStack-Request-ID'] + version_headers,
+        allow_methods=['GET', 'POST', 'PATCH', 'DELETE', 'HEAD',
+                       'OPTIONS'])
 
 
 def _healthcheck(app, conf):
