@@ -47,6 +47,7 @@ def test_database_unreachable_is_503():
 def test_conductor_not_answering_is_503(db):
     conf = api_fixture.make_conf()
     transport = messaging.get_rpc_transport(conf, url='fake://')
+    previous = rpc._TRANSPORT
     rpc.set_transport(transport)
     try:
         app = api_app.build_app(conf, rpcapi.ConductorAPI(conf, timeout=1))
@@ -54,7 +55,7 @@ def test_conductor_not_answering_is_503(db):
                               [{'name': 'dp', 'groups': [
                                   {'resources:FPGA': '1'}]}])
     finally:
-        rpc.set_transport(None)
+        rpc.set_transport(previous)
         transport.cleanup()
     assert status == 503
     assert 'conductor' in fault['faultstring']
