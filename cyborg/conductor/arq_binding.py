@@ -61,6 +61,11 @@ class _Lost(Exception):
 def create(context, device_profile_uuid, project_id):
     """Make the ARQs of a device profile in one transaction: for group i,
     n = the sum of its ``resources:*`` amounts ARQs with group id i."""
+    return db_api.write_retrying(context, _create_in, context,
+                                 device_profile_uuid, project_id)
+
+
+def _create_in(context, device_profile_uuid, project_id):
     profile = db_api.arq_profile_get(context, device_profile_uuid)
     if profile is None:
         raise exception.DeviceProfileNotFound(name=device_profile_uuid)
@@ -73,8 +78,7 @@ def create(context, device_profile_uuid, project_id):
                          'device_profile_group_id': group_id,
                          'project_id': project_id, 'created_at': now})
     if rows:
-        db_api.write_retrying(context, db_api.arq_create_many, context,
-                              rows)
+        db_api.arq_create_many(context, rows)
     return [arq_dict(row, profile.name) for row in rows]
 
 
@@ -109,9 +113,9 @@ def bind(conf, context, bindings):
 
 def start_bind(conf, context, bindings):
     """``bind``, returning the future of the background work."""
-    jobs = _validate(conf, context, bindings)
     now = timeutils.utcnow()
-    db_api.write_retrying(context, _start, context, jobs, now)
+    jobs = db_api.write_retrying(context, _start, conf, context, bindings,
+                                 now)
     deadline = now + datetime.timedelta(seconds=conf.bind_timeout)
     worker_context = cyborg_context.RequestContext.from_dict(
         context.to_dict())
@@ -119,7 +123,10 @@ def start_bind(conf, context, bindings):
                                   str(uuidlib.uuid4()), jobs, deadline)
 
 
-def _start(context, jobs, now):
+def _start(conf, context, bindings, now):
+    """Validate and move to BindStarted in one transaction (a 4xx rolls
+    it back: nothing written); returns the jobs."""
+    jobs = _validate(conf, context, bindings)
     for job in jobs:
         values = {'hostname': job['hostname'],
                   'device_rp_uuid': job['device_rp_uuid'],
@@ -136,6 +143,7 @@ def _start(context, jobs, now):
             raise exception.Conflict(
                 reason=f"accelerator request {job['uuid']} is already "
                        f"being bound")
+    return jobs
 
 
 def _executor(conf):
@@ -269,7 +277,16 @@ def _reason(error, job):
 
 
 def _bind_one(conf, context, batch_id, job, deadline):
-    handle = _take_handle(context, job)
+    finish = None
+    if not _needs_programming(job['group']):
+        # Nothing slow to do unless the handle is an mdev: take the
+        # handle and end Bound in one transaction.
+        def finish(handle):
+            _finish(conf, context, batch_id, job, handle, deadline)
+    handle, done = db_api.write_retrying(context, _take_handle_in, context,
+                                         job, finish)
+    if done:
+        return
     mdev_created = False
     try:
         if _needs_programming(job['group']):
@@ -298,10 +315,12 @@ def _finish(conf, context, batch_id, job, handle, deadline):
 
 
 def _take_handle(context, job):
-    return db_api.write_retrying(context, _take_handle_in, context, job)
+    return db_api.write_retrying(context, _take_handle_in, context, job)[0]
 
 
-def _take_handle_in(context, job):
+def _take_handle_in(context, job, finish=None):
+    """(handle, done): ``finish(handle)`` ends the bind in the same
+    transaction unless the handle is an mdev still to be created."""
     handle = db_api.attach_handle_take(context, job['deployable_id'])
     if handle is None:
         raise exception.BindFailed(
@@ -309,7 +328,10 @@ def _take_handle_in(context, job):
                    f"{job['device_rp_uuid']}")
     if not db_api.arq_set_attach_handle(context, job['uuid'], handle.id):
         raise _Lost()  # rolls the take back
-    return handle
+    if finish is not None and handle.attach_type != 'MDEV':
+        finish(handle)
+        return handle, True
+    return handle, False
 
 
 def _needs_programming(group):
@@ -340,11 +362,12 @@ def _fail_in(conf, context, batch_id, arq_uuid, reason, deadline):
                     _due(conf, deadline))
 
 
-def _leave(context, arq_uuid, to_state, from_states, values):
+def _leave(context, arq_uuid, to_state, from_states, values, known=None):
     """Move an ARQ and release the handle it held, in the caller's
-    transaction.  Returns the row as it was, or None if not moved."""
+    transaction.  Returns the row as it was, or None if not moved.
+    ``known``: the ARQ as just read, tried first to save a query."""
     for _ in range(3):
-        row = db_api.arq_handle_state(context, arq_uuid)
+        row, known = known or db_api.arq_handle_state(context, arq_uuid), None
         if row is None or row.state not in from_states:
             return None
         if db_api.arq_transition(context, arq_uuid, to_state, from_states,
@@ -360,6 +383,8 @@ def _leave(context, arq_uuid, to_state, from_states, values):
 # -- mdevs ----------------------------------------------------------------
 
 def _mdev_create(conf, context, hostname, handle, deadline):
+    """Create the mdev of an MDEV handle (named by the handle's uuid, so
+    that unbinding finds it again)."""
     from cyborg.agent import rpcapi as agent_rpcapi
     from cyborg.objects import inventory
 
@@ -367,7 +392,6 @@ def _mdev_create(conf, context, hostname, handle, deadline):
     remaining = (deadline - timeutils.utcnow()).total_seconds()
     if remaining <= 0:
         raise exception.BindFailed(reason='bind timed out')
-    # The mdev is named by the handle's uuid, so unbinding finds it again.
     agent_rpcapi.AgentAPI(conf, timeout=max(int(remaining), 1)
                           ).create_vgpu_mdev(
         context, hostname, inventory.pci_address(info), info['asked_type'],
@@ -377,26 +401,29 @@ def _mdev_create(conf, context, hostname, handle, deadline):
 def _mdev_remove(conf, context, hostname, handle):
     """Best effort: the agent's removal is idempotent, and a leftover mdev
     is recreated under the same uuid by the next bind."""
+    _remove_mdev(conf, context, hostname, handle.attach_info, handle.uuid)
+
+
+def _remove_mdev(conf, context, hostname, attach_info, mdev_uuid):
     from cyborg.agent import rpcapi as agent_rpcapi
     from cyborg.objects import inventory
 
-    info = json.loads(handle.attach_info)
+    info = json.loads(attach_info)
     try:
         agent_rpcapi.AgentAPI(conf, timeout=30).remove_vgpu_mdev(
-            context, hostname, inventory.pci_address(info), handle.uuid)
+            context, hostname, inventory.pci_address(info), mdev_uuid)
     except Exception as e:  # noqa: BLE001 - any failure is only logged
-        LOG.warning('Could not remove mdev %s on %s: %s', handle.uuid,
+        LOG.warning('Could not remove mdev %s on %s: %s', mdev_uuid,
                     hostname, e)
 
 
 def _release_mdevs(conf, context, rows):
+    """Remove the mdevs of MDEV handles before the handles are freed (a
+    freed handle's mdev uuid may be taken again at once)."""
     for row in rows:
-        arq = row.ExtARQ
-        if arq.attach_handle_id is None or not arq.hostname:
-            continue
-        handle = db_api.attach_handle_get(context, arq.attach_handle_id)
-        if handle is not None and handle.attach_type == 'MDEV':
-            _mdev_remove(conf, context, arq.hostname, handle)
+        if row.attach_type == 'MDEV' and row.ExtARQ.hostname:
+            _remove_mdev(conf, context, row.ExtARQ.hostname,
+                         row.attach_info, row.attach_handle_uuid)
 
 
 # -- unbind and delete ------------------------------------------------------
@@ -411,15 +438,16 @@ def unbind(conf, context, arq_uuids):
     if missing:
         raise exception.ARQNotFound(uuid=missing[0])
     _release_mdevs(conf, context, rows)
-    db_api.write_retrying(context, _leave_all, context, found, 'Unbound',
+    db_api.write_retrying(context, _leave_all, context, rows, 'Unbound',
                           UNBIND_FROM)
 
 
-def _leave_all(context, arq_uuids, to_state, from_states, delete=False):
-    for arq_uuid in arq_uuids:
-        _leave(context, arq_uuid, to_state, from_states, _CLEARED)
+def _leave_all(context, rows, to_state, from_states, delete=False):
+    for row in rows:
+        _leave(context, row.ExtARQ.uuid, to_state, from_states, _CLEARED,
+               known=row.ExtARQ)
     if delete:
-        db_api.arq_delete_many(context, arq_uuids)
+        db_api.arq_delete_many(context, [r.ExtARQ.uuid for r in rows])
 
 
 def delete(conf, context, arq_uuids=None, instance_uuid=None):
@@ -428,16 +456,17 @@ def delete(conf, context, arq_uuids=None, instance_uuid=None):
     Returns the uuids that were not found; the others are deleted.
     Deleting by instance is idempotent.
     """
-    if instance_uuid:
-        arq_uuids = db_api.arq_ids_by_instance(context, instance_uuid)
     arq_uuids = list(arq_uuids or [])
-    rows = [r for r in db_api.arq_get_many(context, arq_uuids)
+    rows = [r for r in db_api.arq_get_many(context, arq_uuids,
+                                           instance_uuid=instance_uuid or None)
             if _visible(context, r.ExtARQ)]
-    found = [r.ExtARQ.uuid for r in rows]
+    if not rows:
+        return arq_uuids
     _release_mdevs(conf, context, rows)
-    db_api.write_retrying(context, _leave_all, context, found, 'Deleting',
+    db_api.write_retrying(context, _leave_all, context, rows, 'Deleting',
                           ANY_STATE, delete=True)
-    return [u for u in arq_uuids if u not in set(found)]
+    found = {r.ExtARQ.uuid for r in rows}
+    return [u for u in arq_uuids if u not in found]
 
 
 # -- the stuck-bind periodic -------------------------------------------------

@@ -357,22 +357,21 @@ def arq_create_many(context, values):
 
 
 @reader
-def arq_get_many(context, uuids):
-    """ARQ rows with their profile's name and groups, by uuid."""
-    a, p = models.ExtARQ, models.DeviceProfile
+def arq_get_many(context, uuids=(), instance_uuid=None):
+    """ARQ rows, by uuid or by instance (both indexed), with their
+    profile's name and groups and their attach handle's type, uuid and
+    info (None when they hold none)."""
+    a, p, h = models.ExtARQ, models.DeviceProfile, models.AttachHandle
     query = (sa.select(a, p.name.label('device_profile_name'),
-                       p.profile_json)
+                       p.profile_json, h.attach_type,
+                       h.uuid.label('attach_handle_uuid'), h.attach_info)
              .join(p, p.id == a.device_profile_id)
-             .where(a.uuid.in_(list(uuids))))
+             .outerjoin(h, h.id == a.attach_handle_id))
+    if instance_uuid is not None:
+        query = query.where(a.instance_uuid == instance_uuid)
+    else:
+        query = query.where(a.uuid.in_(list(uuids)))
     return context.session.execute(query).all()
-
-
-@reader
-def arq_ids_by_instance(context, instance_uuid):
-    """Uuids of the instance's ARQs (indexed on instance_uuid)."""
-    a = models.ExtARQ
-    return list(context.session.scalars(
-        sa.select(a.uuid).where(a.instance_uuid == instance_uuid)))
 
 
 @reader
