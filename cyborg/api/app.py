@@ -55,24 +55,30 @@ def _wrap(app, conf):
     app = _strip_prefix(app)
     app = wsgi_errors.FaultBody(app)
     app = _healthcheck(app, conf)
-    _cors_defaults()
+    _cors_defaults(conf)
     app = cors.CORS(app, conf)
     app = request_id.RequestId(app)
     app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
     return app
 
 
-def _cors_defaults():
+def _cors_defaults(conf):
     """Let browsers send the microversion and token headers and read the
-    version headers back ([cors] options still override these)."""
+    version headers back.  Defaults of this ConfigOpts only (the [cors]
+    options of a config file still win; the global defaults and so the
+    config sample stay oslo.middleware's)."""
+    conf.register_opts(cors.CORS_OPTS, 'cors')
     version_headers = [microversion.HEADER, microversion.MIN_HEADER,
                        microversion.MAX_HEADER]
-    cors.set_defaults(
-        allow_headers=['Content-Type', 'X-Auth-Token', 'X-Service-Token',
-                       'X-OpenStack-Request-ID', microversion.HEADER],
-        expose_headers=['X-OpenStack-Request-ID'] + version_headers,
-        allow_methods=['GET', 'POST', 'PATCH', 'DELETE', 'HEAD',
-                       'OPTIONS'])
+    defaults = {
+        'allow_headers': ['Content-Type', 'X-Auth-Token', 'X-Service-Token',
+                          'X-OpenStack-Request-ID', microversion.HEADER],
+        'expose_headers': ['X-OpenStack-Request-ID'] + version_headers,
+        'allow_methods': ['GET', 'POST', 'PATCH', 'DELETE', 'HEAD',
+                          'OPTIONS'],
+    }
+    for name, value in defaults.items():
+        conf.set_default(name, value, group='cors')
 
 
 def _healthcheck(app, conf):
