@@ -17,6 +17,7 @@ from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.drivers import fake
 from cyborg.placement import client as placement_client
+from cyborg.placement import provider_tree
 from tests.fixtures import arqs as seed
 from tests.fixtures import placement as placement_fixture
 from tests.fixtures import recording_http
@@ -108,6 +109,11 @@ def test_function_id_programs_at_bind_and_replaces_traits(
                                    models.Attribute.value).where(
             models.Attribute.deployable_id == device.deployable_id)).all() \
             == [('trait_fpga_function_id', 'CUSTOM_FPGA_FUNCTION_ID_F_NEW_1')]
+    row, = [r for r in db_api.inventory_host_providers(ctx, HOST)
+            if r['uuid'] == device.deployable_uuid]
+    desired = provider_tree.provider_for(row, row['attributes'], 'enabled',
+                                         None)
+    assert 'CUSTOM_FPGA_FUNCTION_ID_F_NEW_1' in desired.traits
 
 
 def test_bitstream_id_already_loaded_is_not_downloaded(
