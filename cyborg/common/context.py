@@ -1,12 +1,14 @@
 """The request context carried through the API, RPC and the database layer."""
 
 from oslo_context import context as oslo_context
-from oslo_db.sqlalchemy import enginefacade
 
 
-@enginefacade.transaction_context_provider
 class RequestContext(oslo_context.RequestContext):
     """oslo.context's RequestContext plus whether a service made the call.
+
+    ``cyborg.db`` makes it an enginefacade transaction context provider
+    when the database layer is imported, so processes without a database
+    (the agent) never load SQLAlchemy.
 
     ``is_service`` is True when the request carried a valid service token
     (Nova's), which the binding and instance-wide delete paths require.

@@ -32,7 +32,6 @@ from oslo_log import log as logging
 
 import cyborg.conf
 from cyborg.common import rpc
-from cyborg.db import api as db_api
 
 LOG = logging.getLogger(__name__)
 
@@ -186,7 +185,10 @@ class Launcher:
                 _quietly(service.wait, service)
                 LOG.debug('%s finished its in-flight work', service)
         _quietly(rpc.cleanup, 'RPC transport')
-        _quietly(db_api.context_manager.dispose_pool, 'database pool')
+        # Only processes that use the database have imported its layer.
+        db_api = sys.modules.get('cyborg.db.api')
+        if db_api is not None:
+            _quietly(db_api.context_manager.dispose_pool, 'database pool')
 
 
 def exit_process(status):
