@@ -1,4 +1,5 @@
-"""[nova] options: how to reach Nova to send accelerator-request-bound events."""
+"""[nova] options: how to reach Nova to send accelerator-request-bound
+events."""
 
 from oslo_config import cfg
 
