@@ -116,6 +116,12 @@ def _devices(url):
     return [(d['type'], d['vendor']) for d in devices]
 
 
+def _catches_sigterm(pid):
+    with open('/proc/%d/status' % pid) as f:
+        caught = next(line for line in f if line.startswith('SigCgt:'))
+    return int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1))
+
+
 def test_sigterm_while_starting_is_a_clean_exit(tmp_path):
     config = processes.write_config(tmp_path / 'any.conf', {
         'DEFAULT': {'state_path': tmp_path,
@@ -128,7 +134,11 @@ def test_sigterm_while_starting_is_a_clean_exit(tmp_path):
                for script in ('cyborg-api', 'cyborg-conductor',
                               'cyborg-agent')]
     try:
-        time.sleep(0.5)
+        for process in started:
+            # As soon as Python runs our code, not before: a signal that
+            # comes while the interpreter itself starts kills any program.
+            processes.wait_for(lambda: _catches_sigterm(process.pid),
+                               what='a SIGTERM handler')
         for process in started:
             process.stop()
     finally:
