@@ -91,14 +91,27 @@ def url_of(sock):
     return 'http://%s:%d' % (host, port)
 
 
-def _serve_worker(conf, sock):
-    """Build the app in this process and serve until SIGTERM."""
+def _serve_worker(conf, sock, parent=None):
+    """Build the app in this process and serve until SIGTERM (or, for a
+    forked worker, until its parent is gone)."""
     launcher = service.Launcher(conf, 'cyborg-api worker %d' % os.getpid())
     # Before building the app: a SIGTERM from then on must stop us.
     launcher.install_signal_handlers()
+    if parent is not None:
+        threading.Thread(target=_stop_when_orphaned,
+                         args=(launcher, parent), daemon=True).start()
     db_api.configure(conf)
     launcher.add(APIServer(conf, api_app.build_app(conf), sock))
     return launcher.run()
+
+
+def _stop_when_orphaned(launcher, parent):
+    # A parent killed with SIGKILL cannot pass SIGTERM on; without this
+    # its workers would keep serving the port forever.
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    LOG.warning('cyborg-api parent %d is gone; stopping', parent)
+    launcher.request_stop()
 
 
 class WorkerPool:
@@ -131,11 +144,12 @@ class WorkerPool:
             self._spawn()
 
     def _spawn(self):
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:
             status = 1
             try:
-                status = _serve_worker(self.conf, self.sock)
+                status = _serve_worker(self.conf, self.sock, parent)
             except Exception:
                 LOG.exception('cyborg-api worker failed')
             finally:
