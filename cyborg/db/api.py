@@ -589,7 +589,7 @@ def nova_event_claim_batch(context, batch_id, now, next_attempt_at):
     e = models.NovaEvent
     return context.session.execute(
         sa.update(e).where(e.batch_id == batch_id, e.next_attempt_at <= now)
-        .values(next_attempt_at=next_attempt_at, attempts=e.attempts + 1)
+        .values(next_attempt_at=next_attempt_at)
         .execution_options(synchronize_session=False)).rowcount
 
 
