@@ -43,10 +43,17 @@ class RequestStateHook(hooks.PecanHook):
         req.cyborg_context = _context(req.environ)
 
 
+# Project ids are opaque, but stored in 255 characters.
+MAX_PROJECT_ID = 255
+
+
 def _context(environ):
     ctx = cyborg_context.RequestContext.from_environ(
         environ, is_service=environ.get(auth.IS_SERVICE, False))
     ctx.is_admin = 'admin' in (r.lower() for r in ctx.roles)
+    if ctx.project_id and len(ctx.project_id) > MAX_PROJECT_ID:
+        raise exception.Invalid(reason='project id longer than %d '
+                                       'characters' % MAX_PROJECT_ID)
     return ctx
 
 
