@@ -13,7 +13,8 @@ CREATE = {
     'properties': {
         'deployable_id': DEPLOYABLE_REF,
         'key': common.NAME,
-        'value': {'type': 'string', 'maxLength': 65535},
+        # A TEXT column holds 64 KiB: 4 bytes a character at most.
+        'value': {'type': 'string', 'maxLength': 16383},
     },
     'required': ['deployable_id', 'key', 'value'],
     'additionalProperties': False,

@@ -5,6 +5,8 @@ import os_resource_classes
 from cyborg.api.schemas import common
 
 NAME_PATTERN = '^[a-zA-Z0-9-_]+$'
+# What the profile_json TEXT column holds on every engine (MySQL: 64 KiB).
+MAX_GROUPS_BYTES = 65535
 _RESOURCE_CLASSES = '|'.join(sorted(os_resource_classes.STANDARDS))
 
 # One group: what Nova turns into Placement request group

@@ -1,5 +1,7 @@
 """Device profiles: GET/POST/DELETE /v2/device_profiles[/{name_or_uuid}]."""
 
+import json
+
 from oslo_utils import uuidutils
 
 from cyborg.api.controllers import base
@@ -34,6 +36,9 @@ def show_device_profile(r, name_or_uuid):
 def create_device_profile(r):
     r.authorize(RULE % 'create')
     values = r.json_body(schema.CREATE)[0]
+    if len(json.dumps(values['groups']).encode()) > schema.MAX_GROUPS_BYTES:
+        raise exception.Invalid(reason='0/groups: longer than %d bytes as '
+                                       'JSON' % schema.MAX_GROUPS_BYTES)
     created = r.conductor.device_profile_create(r.context, values=values)
     profile = DeviceProfile.get_by_uuid(r.context, created['uuid'])
     return base.json_response(201, view.show(r, profile))
