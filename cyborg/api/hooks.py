@@ -1,7 +1,7 @@
 """Pecan hooks: per-request context and version, errors, version headers."""
 
-import logging
-
+from oslo_db import exception as db_exc
+from oslo_log import log as logging
 import oslo_messaging as messaging
 from pecan import hooks
 
@@ -89,7 +89,6 @@ class ErrorHook(hooks.PecanHook):
 
 
 def _is_db_outage(exc):
-    from oslo_db import exception as db_exc
     return isinstance(exc, (db_exc.DBConnectionError,
                             db_exc.CantStartEngineError))
 
