@@ -54,7 +54,8 @@ def parse(argv):
          default_config_files=[], default_config_dirs=[])
     state_dir = os.path.abspath(os.path.expanduser(conf.state_dir))
     os.makedirs(state_dir, exist_ok=True)
-    conf.set_override('log_file', os.path.join(state_dir, 'cyborg-aio.log'))
+    # A default, so --log-file (or use_stderr in a config file) still wins.
+    conf.set_default('log_file', os.path.join(state_dir, 'cyborg-aio.log'))
     logging.setup(conf, 'cyborg')
     return conf, state_dir
 
