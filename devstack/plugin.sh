@@ -75,6 +75,8 @@ function start_cyborg {
 ProxyPass "/accelerator" "http://$CYBORG_SERVICE_HOST:$CYBORG_SERVICE_PORT" retry=0
 ProxyPassReverse "/accelerator" "http://$CYBORG_SERVICE_HOST:$CYBORG_SERVICE_PORT"
 EOC
+    enable_apache_mod proxy
+    enable_apache_mod proxy_http
     enable_apache_site cyborg-api
     restart_apache_server
 
