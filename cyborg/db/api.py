@@ -616,9 +616,13 @@ def nova_event_delete_ids(context, ids):
 # Python-side scan.  Rows come back as SQLAlchemy Row objects.
 
 def _arq_query():
-    # Columns, not ORM entities: a list of 1,000 ARQs must stay cheap.
+    # Only the columns the API shows, not ORM entities: a list of 1,000
+    # ARQs must stay cheap (PyMySQL parses every value in Python).
     a, p, h = models.ExtARQ, models.DeviceProfile, models.AttachHandle
-    return (sa.select(*a.__table__.c, p.name.label('device_profile_name'),
+    return (sa.select(a.uuid, a.state, a.device_profile_group_id,
+                      a.project_id, a.hostname, a.device_rp_uuid,
+                      a.instance_uuid, a.created_at, a.updated_at,
+                      p.name.label('device_profile_name'),
                       h.uuid.label('attach_handle_uuid'),
                       h.attach_type.label('attach_handle_type'),
                       h.attach_info.label('attach_handle_info'))
@@ -650,7 +654,8 @@ def arq_read_all(context, project_id=None, instance_uuid=None, uuids=None):
         query = query.where(a.project_id == project_id)
     if instance_uuid is not None:
         query = query.where(a.instance_uuid == instance_uuid)
-    return context.session.execute(query).all()
+    # Core execution: no ORM result processing for plain columns.
+    return context.session.connection().execute(query).all()
 
 
 def _where_equal(model, filters, order=True):
