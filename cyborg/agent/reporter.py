@@ -7,11 +7,12 @@ Report format (interface 4, ``ConductorAPI.report_inventory``)::
      'full': bool,        # True: 'devices' is the whole inventory
      'devices': [DriverDevice.to_dict(), ...],  # full: all; else changed
      'removed': [DriverDevice.key(), ...],      # not full: gone devices
-     'resource_provider_name': ...}   # only when [agent] sets it
+     'resource_provider_name': ...}   # [agent] setting, else the FQDN
 
 The host name reported is ``[DEFAULT]host`` (Nova's compute service host):
-the conductor names devices and, unless ``resource_provider_name`` says
-otherwise, finds the compute node provider by it.
+the conductor names devices by it.  It finds the compute node provider by
+``resource_provider_name`` ([agent]resource_provider_name, else this
+host's FQDN, CONTRACT.md §6), falling back to the host name.
 
 The reply is ``{'digest': ..., 'need_full': bool}``; ``need_full`` makes the
 reporter send a full snapshot at once.  Only an acknowledged report moves
@@ -25,6 +26,7 @@ conductor) is called, and after a failed attempt again after a short
 back-off.  All reports run on one thread, one at a time.
 """
 
+import socket
 import threading
 import time
 
@@ -134,12 +136,13 @@ class Reporter:
             self._remember(reply, report, devices)
             return reply
 
+    @property
+    def resource_provider_name(self):
+        """The compute node provider's name the conductor looks up first."""
+        return self.conf.agent.resource_provider_name or socket.getfqdn()
+
     def _send(self, report):
-        # The conductor nests providers under the compute node provider of
-        # this name, and under the provider named [DEFAULT]host without it.
-        rp_name = self.conf.agent.resource_provider_name
-        if rp_name:
-            report['resource_provider_name'] = rp_name
+        report['resource_provider_name'] = self.resource_provider_name
         context = cyborg_context.get_admin_context()
         LOG.debug('Reporting inventory of %s: full=%s, %d device(s), %d '
                   'removed', self.host, report['full'],

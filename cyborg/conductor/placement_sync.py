@@ -8,8 +8,8 @@ whether Placement is known to match; it is set only when a sync completes
 for the digest it started from.
 
 The compute node provider is looked up once by name (the report's
-``resource_provider_name`` if the agent sent one, else the host name) and
-remembered in ``hosts.compute_rp_uuid``.  While it does not exist (nova-
+``resource_provider_name`` if the agent sent one and it exists, else the
+host name) and remembered in ``hosts.compute_rp_uuid``.  While it does not exist (nova-
 compute not started yet) the report is kept and the host stays unsynced.
 
 To keep an unchanged tree cheap, this process remembers each provider's
@@ -89,8 +89,7 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     host = db_api.inventory_host_get(context, hostname)
     if host is None:
         return True
-    cn_uuid, actual = _compute_node_tree(client, context, host,
-                                         rp_name or hostname)
+    cn_uuid, actual = _compute_node_tree(client, context, host, rp_name)
     if cn_uuid is None:
         LOG.info('No compute node provider for host %s in Placement yet; '
                  'its devices are synced once it appears.', hostname)
@@ -133,7 +132,13 @@ def _compute_node_tree(client, context, host, name):
             LOG.info('Compute node provider %s of host %s is gone; '
                      'looking it up by name again.', cn_uuid,
                      host['hostname'])
-    found = client.get_provider_by_name(name)
+    # The agent's name for it first (configured, else its FQDN), then the
+    # host name, as CONTRACT.md §6 orders them.
+    found = None
+    for candidate in dict.fromkeys(n for n in (name, host['hostname']) if n):
+        found = client.get_provider_by_name(candidate)
+        if found:
+            break
     new_uuid = found['uuid'] if found else None
     if new_uuid != cn_uuid:
         db_api.inventory_host_update(context, host['hostname'],

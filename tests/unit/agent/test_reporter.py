@@ -2,6 +2,7 @@
 full first report, cheap unchanged reports, deltas, restart with the
 cache, a conductor outage, need_full."""
 
+import socket
 import time
 
 import pytest
@@ -47,7 +48,8 @@ def test_first_report_is_full_then_unchanged_costs_nothing(conf, host,
     reporter.report_now()
     assert reporter.last_report == {
         'digest': reply['digest'], 'base_digest': reply['digest'],
-        'full': False, 'devices': [], 'removed': []}
+        'full': False, 'devices': [], 'removed': [],
+        'resource_provider_name': socket.getfqdn()}
 
 
 def test_a_change_is_sent_as_a_delta(conf, host, conductor):
@@ -181,3 +183,10 @@ def _enable_vf(tree):
 
 def _disable_vf(tree):
     tree.disable_vfs('0000:3f:00.0')
+
+
+def test_resource_provider_name_defaults_to_the_fqdn(conf, host, conductor):
+    reporter = _reporter(conf)
+    reporter.report_now()
+    assert reporter.last_report['resource_provider_name'] == \
+        socket.getfqdn()

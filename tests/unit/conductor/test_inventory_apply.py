@@ -266,3 +266,30 @@ def test_removal_leaves_no_orphans_without_foreign_key_enforcement(
         engine.dispose()
     assert counts == {'devices': 1, 'controlpath_ids': 1, 'deployables': 1,
                       'attributes': 2, 'attach_handles': 1}
+
+
+def test_compute_node_found_by_reported_name_else_by_host_name(
+        conf, db, admin_context, cn, placement):  # noqa: F811
+    # No provider has the FQDN the agent sends: the host name is next.
+    report = cf.report(_devices())
+    report['resource_provider_name'] = 'host1.example.org'
+    _report(conf, admin_context, report)
+    assert db_api.inventory_host_get(
+        admin_context, HOST)['compute_rp_uuid'] == cn
+    assert len(_tree(placement, cn)) == 2
+
+
+def test_compute_node_named_by_the_agent_wins_over_the_host_name(
+        conf, db, admin_context, cn, placement):  # noqa: F811
+    resp = requests.post(placement.url + '/resource_providers',
+                         json={'name': 'host1.example.org'},
+                         headers=pf.HEADERS, timeout=10)
+    assert resp.status_code == 200, resp.text
+    fqdn_uuid = resp.json()['uuid']
+    report = cf.report(_devices())
+    report['resource_provider_name'] = 'host1.example.org'
+    _report(conf, admin_context, report)
+    assert db_api.inventory_host_get(
+        admin_context, HOST)['compute_rp_uuid'] == fqdn_uuid
+    assert len(_tree(placement, fqdn_uuid)) == 2
+    assert _tree(placement, cn) == {}
