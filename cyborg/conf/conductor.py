@@ -6,7 +6,10 @@ GROUP = 'conductor'
 
 opts = [
     cfg.IntOpt('workers', default=8, min=1,
-               help='Threads handling RPC requests in one conductor.'),
+               help='Threads of one conductor that carry binds through '
+                    '(taking a handle, FPGA programming, mdev creation). '
+                    'RPC requests themselves are served by '
+                    '[DEFAULT]executor_thread_pool_size threads.'),
     cfg.IntOpt('reconcile_interval', default=600, min=0,
                help='Seconds between two reconciliations of Placement with '
                     'the database (0 disables the periodic reconcile).'),
