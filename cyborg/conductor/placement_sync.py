@@ -9,8 +9,9 @@ for the digest it started from.
 
 The compute node provider is looked up once by name (the report's
 ``resource_provider_name`` if the agent sent one and it exists, else the
-host name) and remembered in ``hosts.compute_rp_uuid``.  While it does not exist (nova-
-compute not started yet) the report is kept and the host stays unsynced.
+host name) and remembered in ``hosts.compute_rp_uuid``.  While it does not
+exist (nova-compute not started yet) the report is kept and the host stays
+unsynced.
 
 To keep an unchanged tree cheap, this process remembers each provider's
 generation after it last wrote or checked it: a provider whose generation
