@@ -155,6 +155,8 @@ def test_agent_failure_rolls_back_reservation_and_traits(
     client.create_provider(device.rp_uuid, device.name, None)
     client.set_inventories(device.rp_uuid, {'FPGA': {'total': 1,
                                                      'max_unit': 1}})
+    # Made here: the Placement is shared, but tests run in any order.
+    client.ensure_traits([OLD_TRAIT])
     client.set_traits(device.rp_uuid, {OLD_TRAIT})
     image = glance.add_image(b'data' * 10, {'accel:function_id': 'f3'})
     row = _bind(pconf, ctx, db, device, {'accel:function_id': 'f3'})
