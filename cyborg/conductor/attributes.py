@@ -1,21 +1,12 @@
 """Attribute writes (conductor side of POST/DELETE /attributes)."""
 
 from oslo_db import exception as db_exc
-import oslo_messaging as messaging
 from oslo_utils import uuidutils
 
 from cyborg.common import exception
 from cyborg.db import api as db_api
 
 
-# A 4xx is an answer, not a conductor fault: the RPC dispatcher (the only
-# caller, through ConductorManager) sends it back without logging a
-# traceback.  Called directly, these raise oslo.messaging's
-# ExpectedException wrapping it.
-_answer = messaging.expected_exceptions(exception.CyborgException)
-
-
-@_answer
 def create(conf, context, deployable_uuid, key, value):
     """Add ``key`` = ``value`` to a deployable; 409 if it has that key."""
     try:
@@ -38,7 +29,6 @@ def create(conf, context, deployable_uuid, key, value):
                                          id=deployable_uuid)
 
 
-@_answer
 def delete(conf, context, attribute_uuid):
     with db_api.writer.using(context):
         if not db_api.attribute_delete(context, attribute_uuid):

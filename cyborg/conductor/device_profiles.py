@@ -6,21 +6,12 @@ Both are one transaction: a request answered with an error writes nothing.
 import json
 
 from oslo_db import exception as db_exc
-import oslo_messaging as messaging
 from oslo_utils import uuidutils
 
 from cyborg.common import exception
 from cyborg.db import api as db_api
 
 
-# A 4xx is an answer, not a conductor fault: the RPC dispatcher (the only
-# caller, through ConductorManager) sends it back without logging a
-# traceback.  Called directly, these raise oslo.messaging's
-# ExpectedException wrapping it.
-_answer = messaging.expected_exceptions(exception.CyborgException)
-
-
-@_answer
 def create(context, values):
     """Create a profile from API-validated ``values`` (name, groups,
     optional uuid and description); returns it as a dict.
@@ -44,7 +35,6 @@ def create(context, values):
                                       uuid=row_values['uuid'])
 
 
-@_answer
 def delete(context, uuids):
     """Delete all the profiles ``uuids`` or none: 409 if ARQs use any, 404
     if any is gone."""

@@ -11,9 +11,33 @@ Owners:
   deployable_program          programming
 """
 
+import functools
+
 import oslo_messaging as messaging
 
+from cyborg.common import exception
+from cyborg.conductor import arq_binding
+from cyborg.conductor import attributes
+from cyborg.conductor import device_profiles
+from cyborg.conductor import device_status
+from cyborg.conductor import inventory_apply
+from cyborg.conductor import programming
 from cyborg.conductor import rpcapi
+
+
+def _answer(func):
+    """Send a 4xx CyborgException back as an answer, not a conductor fault:
+    the dispatcher logs no traceback for it.  Anything else (a 5xx such as
+    Placement being down, or a bug) is logged where it happened."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except exception.CyborgException as exc:
+            if exc.code >= 500:
+                raise
+            raise messaging.ExpectedException()
+    return wrapper
 
 
 class ConductorManager:
@@ -25,51 +49,51 @@ class ConductorManager:
         self.conf = conf
         self.host = host
 
+    @_answer
     def report_inventory(self, context, hostname, report):
-        from cyborg.conductor import inventory_apply
         return inventory_apply.handle_report(self.conf, context, hostname,
                                              report)
 
+    @_answer
     def device_set_status(self, context, device_uuid, status):
-        from cyborg.conductor import device_status
         return device_status.set_status(self.conf, context, device_uuid,
                                         status)
 
+    @_answer
     def device_profile_create(self, context, values):
-        from cyborg.conductor import device_profiles
         return device_profiles.create(context, values)
 
+    @_answer
     def device_profile_delete(self, context, uuids):
-        from cyborg.conductor import device_profiles
         return device_profiles.delete(context, uuids)
 
+    @_answer
     def attribute_create(self, context, deployable_uuid, key, value):
-        from cyborg.conductor import attributes
         return attributes.create(self.conf, context, deployable_uuid, key,
                                  value)
 
+    @_answer
     def attribute_delete(self, context, attribute_uuid):
-        from cyborg.conductor import attributes
         return attributes.delete(self.conf, context, attribute_uuid)
 
+    @_answer
     def arq_create(self, context, device_profile_uuid, project_id):
-        from cyborg.conductor import arq_binding
         return arq_binding.create(context, device_profile_uuid, project_id)
 
+    @_answer
     def arq_bind(self, context, bindings):
-        from cyborg.conductor import arq_binding
         return arq_binding.bind(self.conf, context, bindings)
 
+    @_answer
     def arq_unbind(self, context, arq_uuids):
-        from cyborg.conductor import arq_binding
         return arq_binding.unbind(self.conf, context, arq_uuids)
 
+    @_answer
     def arq_delete(self, context, arq_uuids=None, instance_uuid=None):
-        from cyborg.conductor import arq_binding
         return arq_binding.delete(self.conf, context, arq_uuids=arq_uuids,
                                   instance_uuid=instance_uuid)
 
+    @_answer
     def deployable_program(self, context, deployable_uuid, image_uuid):
-        from cyborg.conductor import programming
         return programming.program_deployable(self.conf, context,
                                               deployable_uuid, image_uuid)
