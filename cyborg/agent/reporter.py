@@ -26,6 +26,7 @@ conductor) is called, and after a failed attempt again after a short
 back-off.  All reports run on one thread, one at a time.
 """
 
+import functools
 import socket
 import threading
 import time
@@ -136,9 +137,12 @@ class Reporter:
             self._remember(reply, report, devices)
             return reply
 
-    @property
+    @functools.cached_property
     def resource_provider_name(self):
-        """The compute node provider's name the conductor looks up first."""
+        """The compute node provider's name the conductor looks up first.
+
+        Worked out once: getfqdn() may ask DNS, which must not slow down
+        (or, with DNS down, stall) every report."""
         return self.conf.agent.resource_provider_name or socket.getfqdn()
 
     def _send(self, report):
