@@ -6,12 +6,14 @@ API version history (one line per change; pin the version each call needs):
 
     1.0 - Initial version: fpga_program, create_vgpu_mdev, remove_vgpu_mdev,
           request_report.
+    1.1 - Added probe_health (re-probe devices before re-admission) and
+          prepare_device (the driver's preparation step on enable).
 """
 
 from cyborg.common import rpc
 
 TOPIC = 'cyborg-agent'
-RPC_API_VERSION = '1.0'
+RPC_API_VERSION = '1.1'
 
 
 class AgentAPI:
@@ -65,3 +67,16 @@ class AgentAPI:
     def request_report(self, context, hostname):
         """Ask the agent for a full inventory snapshot (cast)."""
         self._prepare(hostname, '1.0').cast(context, 'request_report')
+
+    def probe_health(self, context, hostname, device_keys):
+        """Ask the agent to actively re-probe devices (cast); the verdicts
+        come back as a health report with readings of source 'probe'."""
+        self._prepare(hostname, '1.1').cast(context, 'probe_health',
+                                            device_keys=device_keys)
+
+    def prepare_device(self, context, hostname, device_key, timeout=None):
+        """Run the driver's preparation step for a device (``Preparable``)
+        before it is enabled; returns True, also for a driver that has no
+        such step.  Errors come back as RemoteError."""
+        return self._prepare(hostname, '1.1', timeout).call(
+            context, 'prepare_device', device_key=device_key)

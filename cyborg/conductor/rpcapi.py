@@ -8,12 +8,13 @@ added method or argument, pin the version each call needs):
 
     1.0 - Initial version: report_inventory, request handling for device
           profiles, ARQs, devices, deployables and attributes.
+    1.1 - Added report_health (agents' health readings).
 """
 
 from cyborg.common import rpc
 
 TOPIC = 'cyborg-conductor'
-RPC_API_VERSION = '1.0'
+RPC_API_VERSION = '1.1'
 
 
 class ConductorAPI:
@@ -35,6 +36,14 @@ class ConductorAPI:
         Returns ``{'digest': <acknowledged digest>, 'need_full': bool}``.
         """
         return self._call(context, '1.0', 'report_inventory',
+                          hostname=hostname, report=report)
+
+    def report_health(self, context, hostname, report):
+        """Send a host's health readings (see cyborg.objects.health).
+
+        Returns ``{'accepted': <number of readings applied>}``.
+        """
+        return self._call(context, '1.1', 'report_health',
                           hostname=hostname, report=report)
 
     # -- device profiles -----------------------------------------------

@@ -12,6 +12,8 @@ from cyborg.conf import conductor
 from cyborg.conf import database
 from cyborg.conf import default
 from cyborg.conf import glance
+from cyborg.conf import health
+from cyborg.conf import metrics
 from cyborg.conf import nova
 from cyborg.conf import placement
 from cyborg.conf import service_user
@@ -19,7 +21,7 @@ from cyborg.conf import service_user
 CONF = cfg.CONF
 
 _MODULES = (default, api, conductor, database, agent, placement, nova,
-            glance, service_user)
+            glance, service_user, health, metrics)
 
 
 def register_opts(conf):

@@ -19,6 +19,13 @@ opts = [
     cfg.IntOpt('nova_event_retry_interval', default=10, min=1,
                help='Seconds between two attempts to deliver pending '
                     'accelerator-request-bound events to Nova.'),
+    cfg.StrOpt('new_device_status', default='enabled',
+               choices=[('enabled', 'new devices are offered at once'),
+                        ('maintaining', 'new devices wait, out of the '
+                         'schedule, until an admin enables them; the '
+                         'driver\'s preparation step runs then')],
+               help='Status a newly discovered device starts in. A device '
+                    'that comes back keeps its uuid.'),
 ]
 
 

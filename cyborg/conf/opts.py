@@ -6,12 +6,14 @@ from cyborg.conf import conductor
 from cyborg.conf import database
 from cyborg.conf import default
 from cyborg.conf import glance
+from cyborg.conf import health
+from cyborg.conf import metrics
 from cyborg.conf import nova
 from cyborg.conf import placement
 from cyborg.conf import service_user
 
 _MODULES = (default, api, conductor, database, agent, placement, nova,
-            glance, service_user)
+            glance, service_user, health, metrics)
 
 
 def list_opts():

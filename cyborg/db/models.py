@@ -11,12 +11,15 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 from oslo_utils import timeutils
 
+from cyborg.common import states
+
 ARQ_STATES = ('Initial', 'BindStarted', 'Bound', 'Unbound', 'BindFailed',
               'UnbindFailed', 'Deleting')
 DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
 DEVICE_STATUSES = ('enabled', 'maintaining')
 ATTACH_TYPES = ('PCI', 'MDEV', 'TEST_PCI')
 CPID_TYPES = ('PCI',)
+HEALTH_STATES = states.HEALTH_STATES
 
 # Long enough for any UUID, host name, project id (opaque) and PCI address.
 UUID = sa.String(36)
@@ -55,11 +58,35 @@ class Host(Base):
     last_report_at = sa.Column(sa.DateTime, nullable=True)
 
 
-class Device(Base):
+class HealthColumns:
+    """Ours: the health state machine's state (cyborg.conductor.health).
+
+    ``health_faults`` counts transient faults in the current suspect
+    window, ``health_flaps`` re-admissions within the flap window (which
+    lengthen the hold-down), ``health_due_at`` is when the next timed step
+    is due (suspect expiry, end of the hold-down, probe timeout), and
+    ``health_readmitted_at`` the last re-admission.
+    """
+
+    health = sa.Column(sa.String(16), nullable=False,
+                       default=states.HEALTHY,
+                       server_default=states.HEALTHY)
+    health_reason = sa.Column(sa.Text, nullable=True)
+    health_updated_at = sa.Column(sa.DateTime, nullable=True)
+    health_faults = sa.Column(sa.Integer, nullable=False, default=0,
+                              server_default='0')
+    health_flaps = sa.Column(sa.Integer, nullable=False, default=0,
+                             server_default='0')
+    health_due_at = sa.Column(sa.DateTime, nullable=True)
+    health_readmitted_at = sa.Column(sa.DateTime, nullable=True)
+
+
+class Device(HealthColumns, Base):
     __tablename__ = 'devices'
     __table_args__ = (
         sa.UniqueConstraint('uuid', name='uniq_devices0uuid'),
         sa.Index('devices_hostname_idx', 'hostname'),
+        sa.Index('devices_health_idx', 'health'),
     )
 
     uuid = sa.Column(UUID, nullable=False)
@@ -90,13 +117,14 @@ class ControlpathID(Base):
     cpid_info = sa.Column(NAME, nullable=False)
 
 
-class Deployable(Base):
+class Deployable(HealthColumns, Base):
     __tablename__ = 'deployables'
     __table_args__ = (
         sa.UniqueConstraint('uuid', name='uniq_deployables0uuid'),
         sa.UniqueConstraint('name', name='uniq_deployables0name'),
         sa.Index('deployables_device_id_idx', 'device_id'),
         sa.Index('deployables_rp_uuid_idx', 'rp_uuid'),
+        sa.Index('deployables_health_idx', 'health'),
     )
 
     uuid = sa.Column(UUID, nullable=False)

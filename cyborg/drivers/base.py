@@ -12,7 +12,8 @@ Programmable)`` instead of calling and catching:
 
 - ``Programmable``: FPGAs that take a bitstream;
 - ``Partitionable``: devices split into mdevs (vGPU) or other partitions;
-- ``HealthReporting``: devices that can say whether they are healthy.
+- ``HealthReporting``: devices that can say whether they are healthy;
+- ``Preparable``: devices with a preparation step before first use.
 
 Naming rules every driver follows (CONTRACT.md §6):
 
@@ -25,9 +26,12 @@ Naming rules every driver follows (CONTRACT.md §6):
 """
 
 import abc
+import dataclasses
 import re
 
+from cyborg.common import states
 from cyborg.drivers import sysfs
+from cyborg.objects import health
 from cyborg.objects import inventory
 
 _NOT_IN_ALPHABET = re.compile(r'[^A-Z0-9_]')
@@ -130,12 +134,45 @@ class Partitionable(abc.ABC):
 
 
 class HealthReporting(abc.ABC):
-    """A device that can report whether it works."""
+    """A device that can say whether it works (see ``cyborg.objects.health``
+    and ``cyborg.common.states`` for the vocabulary).
+
+    The agent calls ``check_health`` every ``[health]check_interval``
+    seconds, so it must be cheap (a few sysfs reads and NVML calls per
+    device, no subprocess).  Drivers keep no health state beyond what is
+    needed to tell a new event from an old one (the last counter values,
+    the NVML event set): the conductor decides what readings mean.
+    """
 
     @abc.abstractmethod
-    def health(self):
-        """``{controlpath_id: 'OK' | '<problem>'}`` for this driver's
-        devices."""
+    def check_health(self, devices):
+        """Readings for ``devices`` (this driver's ``DriverDevice`` objects
+        as last discovered): a list of ``health.Reading``, at least one per
+        device, with the worst thing seen since the previous call (an event)
+        or still true now (a condition).  Never raises for one device: a
+        device that cannot be read is a reading too."""
+
+    def probe(self, device):
+        """An active test of ``device`` before it is re-admitted; returns
+        one ``health.Reading`` whose source is 'probe'.  The default asks
+        ``check_health`` once more; drivers that can exercise the device
+        do more."""
+        found = health.worst(self.check_health([device]))
+        if found is None:
+            return health.Reading(device=device.key(), severity=states.OK,
+                                  source='probe')
+        return dataclasses.replace(found, source='probe')
+
+
+class Preparable(abc.ABC):
+    """A device that needs a preparation step before it is offered (run
+    when an operator enables a device that started as ``maintaining``,
+    ``[conductor]new_device_status``)."""
+
+    @abc.abstractmethod
+    def prepare(self, device):
+        """Make ``device`` (a ``DriverDevice``) ready for workloads; raise
+        ``cyborg.common.exception.CyborgException`` when it cannot be."""
 
 
 def pci_device(function, device_type, deployables, model=None,

@@ -1,0 +1,149 @@
+"""Prometheus metrics: every metric of the service, defined once, here.
+
+Each process serves its own registry (nothing is stored for metrics): the
+agent and the conductor on ``[metrics]host:<agent|conductor>_port``
+(``serve``), the API at ``/metrics`` (``cyborg.api.app``).  Metrics are
+recorded whether or not they are served; recording costs a dict lookup and
+a lock, so hot paths may record freely.
+
+Names follow Prometheus conventions: ``cyborg_<process>_<what>_<unit>``,
+counters end in ``_total``.  Labels are bounded: device keys and deployable
+names of one host, route templates (never raw paths), states.
+"""
+
+import threading
+
+import prometheus_client as prom
+from oslo_log import log as logging
+
+LOG = logging.getLogger(__name__)
+
+REGISTRY = prom.CollectorRegistry(auto_describe=True)
+
+# Latency buckets for things that take milliseconds to seconds.
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+            2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def _histogram(name, doc, labels=()):
+    return prom.Histogram(name, doc, labels, buckets=_BUCKETS,
+                          registry=REGISTRY)
+
+
+# -- agent ----------------------------------------------------------------
+
+AGENT_DEVICE_HEALTHY = prom.Gauge(
+    'cyborg_agent_device_healthy',
+    '1 when the last health reading of the device was harmless, else 0.',
+    ['device'], registry=REGISTRY)
+AGENT_XID_EVENTS = prom.Counter(
+    'cyborg_agent_xid_events_total',
+    'NVIDIA XID events seen, by XID and by how they were classified.',
+    ['device', 'xid', 'severity'], registry=REGISTRY)
+AGENT_AER_ERRORS = prom.Gauge(
+    'cyborg_agent_aer_errors',
+    'PCIe AER error counters of the device as sysfs shows them.',
+    ['device', 'kind'], registry=REGISTRY)
+AGENT_HEALTH_READINGS = prom.Counter(
+    'cyborg_agent_health_readings_total',
+    'Health readings by severity (ok readings included).',
+    ['severity'], registry=REGISTRY)
+AGENT_UTILIZATION = prom.Gauge(
+    'cyborg_agent_device_utilization_ratio',
+    'Busy fraction of the device over the last sample period (0..1).',
+    ['device'], registry=REGISTRY)
+AGENT_MEMORY_USED = prom.Gauge(
+    'cyborg_agent_device_memory_used_bytes',
+    'Device memory in use.', ['device'], registry=REGISTRY)
+AGENT_HEALTH_CHECK_SECONDS = _histogram(
+    'cyborg_agent_health_check_seconds',
+    'Time of one health check round over all drivers.')
+AGENT_DISCOVERY_SECONDS = _histogram(
+    'cyborg_agent_discovery_seconds',
+    'Time of one discovery over all drivers.')
+AGENT_REPORT_SECONDS = _histogram(
+    'cyborg_agent_report_seconds',
+    'Time from the start of an inventory report to its acknowledgement.')
+
+# -- conductor ----------------------------------------------------------
+
+CONDUCTOR_REPORT_SECONDS = _histogram(
+    'cyborg_conductor_report_seconds',
+    'Time to handle an inventory report, by kind (unchanged, delta, '
+    'full).', ['kind'])
+CONDUCTOR_HEALTH_REPORT_SECONDS = _histogram(
+    'cyborg_conductor_health_report_seconds',
+    'Time to handle a health report, Placement sync included.')
+CONDUCTOR_HEALTH_TRANSITIONS = prom.Counter(
+    'cyborg_conductor_health_transitions_total',
+    'Health state changes of devices and deployables.',
+    ['kind', 'from_state', 'to_state'], registry=REGISTRY)
+CONDUCTOR_BIND_SECONDS = _histogram(
+    'cyborg_conductor_bind_seconds',
+    'Time from BindStarted to the bind\'s outcome.', ['outcome'])
+CONDUCTOR_PLACEMENT_SECONDS = _histogram(
+    'cyborg_conductor_placement_request_seconds',
+    'Placement request latency by method.', ['method'])
+CONDUCTOR_PLACEMENT_ERRORS = prom.Counter(
+    'cyborg_conductor_placement_errors_total',
+    'Placement requests that failed (5xx, unreachable).', ['method'],
+    registry=REGISTRY)
+CONDUCTOR_NOVA_SECONDS = _histogram(
+    'cyborg_conductor_nova_request_seconds',
+    'Latency of os-server-external-events requests to Nova.')
+CONDUCTOR_NOVA_ERRORS = prom.Counter(
+    'cyborg_conductor_nova_errors_total',
+    'Requests to Nova that failed.', registry=REGISTRY)
+CONDUCTOR_NOTIFICATIONS = prom.Counter(
+    'cyborg_notifications_total',
+    'Versioned notifications sent, by event type.', ['event_type'],
+    registry=REGISTRY)
+
+# -- API -------------------------------------------------------------
+
+API_REQUESTS = prom.Counter(
+    'cyborg_api_requests_total',
+    'API requests by method, route template and status.',
+    ['method', 'route', 'status'], registry=REGISTRY)
+API_REQUEST_SECONDS = _histogram(
+    'cyborg_api_request_seconds',
+    'API request latency by method and route template.',
+    ['method', 'route'])
+
+
+def register_collector(collector):
+    """Add a collector whose values are computed at scrape time (e.g. the
+    conductor's ARQs by state, read from the database)."""
+    REGISTRY.register(collector)
+
+
+def render():
+    """(content type, body) of the registry in the text exposition
+    format."""
+    return prom.CONTENT_TYPE_LATEST, prom.generate_latest(REGISTRY)
+
+
+_SERVED = {}
+_SERVED_LOCK = threading.Lock()
+
+
+def serve(conf, port):
+    """Serve the registry on ``[metrics]host:port`` in a daemon thread,
+    once per process; a no-op unless ``[metrics]enabled``.  A port already
+    taken is logged, not fatal: metrics never stop a service."""
+    if not conf.metrics.enabled:
+        return None
+    with _SERVED_LOCK:
+        if port in _SERVED:
+            return _SERVED[port]
+        try:
+            server, _thread = prom.start_http_server(
+                port, addr=conf.metrics.host, registry=REGISTRY)
+        except OSError as exc:
+            LOG.error('Cannot serve metrics on %s:%s (%s); running without '
+                      'them.', conf.metrics.host, port, exc)
+            return None
+        LOG.info('Serving Prometheus metrics on http://%s:%s/metrics',
+                 conf.metrics.host, port)
+        _SERVED[port] = server
+        return server

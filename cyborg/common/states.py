@@ -1,0 +1,63 @@
+"""Health vocabulary: the one home of every health word the service uses.
+
+The database columns, drivers, the agent, the conductor's state machine,
+the API schemas and the tests import these names; nobody spells them out.
+
+Health states (``devices.health``, ``deployables.health``), in order of
+how bad they are::
+
+    healthy   -> works; schedulable
+    suspect   -> saw a transient fault recently; still schedulable, watched
+    probing   -> read well again after being unhealthy; an active re-probe
+                 decides re-admission; not schedulable meanwhile
+    unhealthy -> failed; out of the schedule (reserved = total, trait)
+    lost      -> the hardware vanished while allocations still held it
+
+Severities of one health reading (what a driver saw since its last check,
+or a condition that still holds)::
+
+    ok           nothing wrong
+    application  a fault of the workload, not the device (e.g. XID 13, 31,
+                 43, 94): counted, never changes health
+    transient    the device recovered by itself (corrected ECC storm, a
+                 non-fatal AER error): healthy -> suspect; repeated -> out
+    fatal        the device cannot be trusted (uncorrectable ECC, row-remap
+                 failure, fatal AER, fallen off the bus): unhealthy at once
+    gone         the function disappeared or its kernel driver unbound
+"""
+
+HEALTHY = 'healthy'
+SUSPECT = 'suspect'
+PROBING = 'probing'
+UNHEALTHY = 'unhealthy'
+LOST = 'lost'
+
+# Ordered from best to worst: the effective health of a deployable is the
+# worst of its own and its device's.
+HEALTH_STATES = (HEALTHY, SUSPECT, PROBING, UNHEALTHY, LOST)
+
+# States in which a provider is kept out of the schedule.
+OUT_OF_SCHEDULE = frozenset((PROBING, UNHEALTHY, LOST))
+
+OK = 'ok'
+APPLICATION = 'application'
+TRANSIENT = 'transient'
+FATAL = 'fatal'
+GONE = 'gone'
+
+SEVERITIES = (OK, APPLICATION, TRANSIENT, FATAL, GONE)
+
+# Severities that say nothing is wrong with the device itself.
+HARMLESS = frozenset((OK, APPLICATION))
+
+# The trait an out-of-schedule provider carries in Placement, so operators
+# and request filters can see (and forbid) it.
+UNHEALTHY_TRAIT = 'CUSTOM_ACCEL_UNHEALTHY'
+
+
+def worst(*states):
+    """The worst of health ``states`` (None entries ignored)."""
+    present = [s for s in states if s is not None]
+    if not present:
+        return HEALTHY
+    return max(present, key=HEALTH_STATES.index)
