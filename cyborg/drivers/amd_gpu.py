@@ -7,13 +7,13 @@ provider with one PCI attach handle per VF.  Other functions of the card
 (HDMI audio, class 0x0403) are not GPUs.
 """
 
-from cyborg.drivers import base
+from cyborg.drivers import base, pci_health
 
 VENDOR = '1002'
 GPU_CLASSES = ('0300', '0380')
 
 
-class AMDGPUDriver(base.Driver):
+class AMDGPUDriver(base.Driver, pci_health.PCIHealth):
 
     name = 'amd_gpu_driver'
 

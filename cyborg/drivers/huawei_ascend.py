@@ -2,14 +2,14 @@
 ``CUSTOM_AICHIP`` and model traits, which Cyborg's driver leaves out (so
 its Ascend cards could not be scheduled by trait)."""
 
-from cyborg.drivers import base
+from cyborg.drivers import base, pci_health
 
 VENDOR = '19e5'
 # Device id -> model (Ascend 310, 310P, 910, 910B).
 MODELS = {'d100': '310', 'd500': '310P', 'd801': '910', 'd802': '910B'}
 
 
-class HuaweiAscendDriver(base.WholeFunctionDriver):
+class HuaweiAscendDriver(base.WholeFunctionDriver, pci_health.PCIHealth):
 
     name = 'huawei_ascend_driver'
     device_type = 'AICHIP'

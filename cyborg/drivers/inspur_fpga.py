@@ -3,13 +3,14 @@ same vendor's NVMe SSDs are ``inspur_nvme_ssd_driver``'s).  Each card is
 passed through whole, rc FPGA; Inspur's cards (F10A, Arria 10 based) are
 programmed with OPAE's ``fpgaconf``."""
 
-from cyborg.drivers import base, fpga
+from cyborg.drivers import base, fpga, fpga_health
 
 VENDOR = '1bd4'
 ACCELERATOR_CLASS = '1200'
 
 
-class InspurFPGADriver(base.WholeFunctionDriver, fpga.ToolProgrammable):
+class InspurFPGADriver(base.WholeFunctionDriver, fpga.ToolProgrammable,
+                       fpga_health.DFLHealth):
 
     name = 'inspur_fpga_driver'
     device_type = 'FPGA'

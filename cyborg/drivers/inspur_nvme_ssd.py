@@ -1,13 +1,13 @@
 """Inspur NVMe SSDs (vendor 0x1bd4, class 0x0108): type SSD, rc
 ``CUSTOM_SSD``, each controller passed through whole."""
 
-from cyborg.drivers import base
+from cyborg.drivers import base, pci_health
 
 VENDOR = '1bd4'
 NVME = '0108'
 
 
-class InspurNVMeSSDDriver(base.WholeFunctionDriver):
+class InspurNVMeSSDDriver(base.WholeFunctionDriver, pci_health.PCIHealth):
 
     name = 'inspur_nvme_ssd_driver'
     device_type = 'SSD'

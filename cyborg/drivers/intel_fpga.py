@@ -12,7 +12,7 @@ so profiles can require them.  Programming uses OPAE's ``fpgaconf``.
 
 import os
 
-from cyborg.drivers import base, fpga, sysfs
+from cyborg.drivers import base, fpga, fpga_health, sysfs
 from cyborg.objects import inventory
 
 VENDOR = '8086'
@@ -21,7 +21,8 @@ PF_MODELS = {'09c4': 'PAC_A10', '0b2b': 'PAC_D5005', '0b30': 'PAC_N3000',
              'bcc0': 'FPGA'}
 
 
-class IntelFPGADriver(base.Driver, fpga.ToolProgrammable):
+class IntelFPGADriver(base.Driver, fpga.ToolProgrammable,
+                      fpga_health.DFLHealth):
 
     name = 'intel_fpga_driver'
 

@@ -11,7 +11,7 @@ cannot be given to a port.
 
 from oslo_log import log as logging
 
-from cyborg.drivers import base
+from cyborg.drivers import base, pci_health
 
 LOG = logging.getLogger(__name__)
 
@@ -19,7 +19,7 @@ VENDOR = '8086'
 ETHERNET = '0200'
 
 
-class IntelNICDriver(base.Driver):
+class IntelNICDriver(base.Driver, pci_health.PCIHealth):
 
     name = 'intel_nic_driver'
 

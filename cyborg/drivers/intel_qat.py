@@ -6,7 +6,7 @@ offered."""
 
 from oslo_log import log as logging
 
-from cyborg.drivers import base
+from cyborg.drivers import base, pci_health
 
 LOG = logging.getLogger(__name__)
 
@@ -17,7 +17,7 @@ PF_MODELS = {'0435': 'DH895XCC', '37c8': 'C62X', '19e2': 'C3XXX',
              '4946': '420XX'}
 
 
-class IntelQATDriver(base.Driver):
+class IntelQATDriver(base.Driver, pci_health.PCIHealth):
 
     name = 'intel_qat_driver'
 

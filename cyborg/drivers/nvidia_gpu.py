@@ -20,11 +20,19 @@ GPUs in ``[agent]nvidia_excluded_devices`` (a display, a GPU the host uses)
 are never offered.  With NVML (``nvidia-ml-py``) importable and a driver
 loaded, memory size, serial, UUID and MIG state are added; without it the
 driver reports from sysfs alone.
+
+Health: the PCI sources of every PCI driver (``pci_health``) plus NVML's
+(``nvml_health``: XIDs, ECC, row remapping, GPU lost), read in a session
+kept open between checks.  ``usage(devices)`` gives utilization and memory
+in use for telemetry.  The NVML module is ``[agent]nvml_module``
+(``pynvml``), or the one passed in.
 """
+
+import importlib
 
 from oslo_log import log as logging
 
-from cyborg.drivers import base, sysfs
+from cyborg.drivers import base, nvml_health, pci_health, sysfs
 from cyborg.objects import inventory
 
 LOG = logging.getLogger(__name__)
@@ -33,22 +41,25 @@ VENDOR = '10de'
 GPU_CLASSES = ('0300', '0302')
 
 
-def _import_nvml():
+def _import_nvml(name):
     try:
-        import pynvml
-    except ImportError:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        LOG.info('No NVML module %s (%s): GPUs are read from sysfs only.',
+                 name, exc)
         return None
-    return pynvml
 
 
-class NvidiaGPUDriver(base.Driver, base.Partitionable):
+class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
 
     name = 'nvidia_gpu_driver'
 
     def __init__(self, conf, host, nvml=None):
         super().__init__(conf, host)
-        # A fake NVML module is passed in tests; production imports pynvml.
-        self._nvml = nvml if nvml is not None else _import_nvml()
+        # Unit tests pass a fake NVML; else [agent]nvml_module (pynvml).
+        self._nvml = (nvml if nvml is not None
+                      else _import_nvml(conf.agent.nvml_module))
+        self._watcher = nvml_health.NvmlWatcher(self._nvml)
 
     def discover(self):
         functions = sysfs.Sysfs(self.sysfs_root).pci_functions()
@@ -74,6 +85,21 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable):
     def mdev_parent(self, pci_address, mdev_type):
         # Handles already name the function (PF or VF) that parents them.
         return pci_address
+
+    # -- health and usage ------------------------------------------------
+
+    def more_health(self, device, counters):
+        return self._watcher.check(device, counters)
+
+    def usage(self, devices):
+        """``{device key: {'utilization': 0..1, 'memory_used_bytes': n}}``
+        for the GPUs NVML can read (others are left out)."""
+        found = {}
+        for device in devices:
+            values = self._watcher.usage(device)
+            if values is not None:
+                found[device.key()] = values
+        return found
 
     # -- one GPU -----------------------------------------------------------
 

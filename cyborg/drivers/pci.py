@@ -18,7 +18,7 @@ import fnmatch
 import json
 import re
 
-from cyborg.drivers import base
+from cyborg.drivers import base, pci_health
 
 _WIDTHS = {'domain': 4, 'bus': 2, 'slot': 2, 'function': 1}
 _MATCH_KEYS = {'vendor_id', 'product_id', 'address', 'devname'}
@@ -104,7 +104,7 @@ class DeviceSpec:
                 self._address_matches(function.address))
 
 
-class PCIDriver(base.Driver):
+class PCIDriver(base.Driver, pci_health.PCIHealth):
 
     name = 'pci_driver'
 

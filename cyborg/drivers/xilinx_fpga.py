@@ -7,14 +7,15 @@ card, rc FPGA, programmed with XRT's ``xbutil program`` on the user
 function.
 """
 
-from cyborg.drivers import base, fpga, sysfs
+from cyborg.drivers import base, fpga, fpga_health, sysfs
 from cyborg.objects import inventory
 
 VENDOR = '10ee'
 ACCELERATOR_CLASS = '1200'
 
 
-class XilinxFPGADriver(base.Driver, fpga.ToolProgrammable):
+class XilinxFPGADriver(base.Driver, fpga.ToolProgrammable,
+                       fpga_health.XilinxHealth):
 
     name = 'xilinx_fpga_driver'
 

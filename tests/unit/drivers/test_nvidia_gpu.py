@@ -1,6 +1,6 @@
 from cyborg.drivers import nvidia_gpu
+from tests.fixtures import fake_nvml
 from tests.fixtures import sysfs as fake_sysfs
-from tests.unit.drivers import fake_nvml
 
 A100 = {'name': 'NVIDIA A100-PCIE-40GB', 'uuid': 'GPU-1111', 'serial':
         '1320221000001', 'memory_mb': 40960}
@@ -13,9 +13,9 @@ def _discover(conf, nvml=None):
             for dep in dev.deployables}, driver
 
 
-def test_nvml_adds_memory_serial_uuid_and_model(conf, scenario):
+def test_nvml_adds_memory_serial_uuid_and_model(conf, scenario, tmp_path):
     scenario('nvidia_sriov')
-    nvml = fake_nvml.FakeNVML({'0000:3b:00.0': A100})
+    nvml = fake_nvml.create(tmp_path / 'nvml.json', {'0000:3b:00.0': A100})
     deps, driver = _discover(conf, nvml)
     whole = deps['h_0000:3b:00.0']
     assert whole.attributes['memory_mb'] == '40960'
@@ -28,11 +28,15 @@ def test_nvml_adds_memory_serial_uuid_and_model(conf, scenario):
     assert nvml.initialised == 0      # every session is shut down
 
 
-def test_mig_instances_are_deployables(conf, scenario):
+def test_mig_instances_are_deployables(conf, scenario, tmp_path):
     scenario('nvidia_sriov')
-    gpu = dict(A100, mig=[(1, '3g.20gb', 20096, 'MIG-aaaa'),
-                          (5, '1g.5gb', 4864, 'MIG-bbbb')])
-    deps, _ = _discover(conf, fake_nvml.FakeNVML({'0000:3b:00.0': gpu}))
+    gpu = dict(A100, mig=[
+        {'gpu_instance_id': 1, 'profile': '3g.20gb', 'memory_mb': 20096,
+         'uuid': 'MIG-aaaa'},
+        {'gpu_instance_id': 5, 'profile': '1g.5gb', 'memory_mb': 4864,
+         'uuid': 'MIG-bbbb'}])
+    deps, _ = _discover(conf, fake_nvml.create(tmp_path / 'nvml.json',
+                                               {'0000:3b:00.0': gpu}))
     assert 'h_0000:3b:00.0' not in deps
     mig = deps['h_0000:3b:00.0_MIG5']
     assert mig.attributes['rc'] == 'CUSTOM_MIG_1G_5GB'
@@ -41,9 +45,11 @@ def test_mig_instances_are_deployables(conf, scenario):
     assert deps['h_0000:3b:00.0_MIG1'].attributes['memory_mb'] == '20096'
 
 
-def test_nvml_that_cannot_start_means_sysfs_only(conf, scenario):
+def test_nvml_that_cannot_start_means_sysfs_only(conf, scenario, tmp_path):
     scenario('nvidia_sriov')
-    with_failing, _ = _discover(conf, fake_nvml.FakeNVML({}, True))
+    failing = fake_nvml.create(tmp_path / 'nvml.json', {},
+                               driver_loaded=False)
+    with_failing, _ = _discover(conf, failing)
     without, _ = _discover(conf, nvml=None)
     assert with_failing.keys() == without.keys()
 

@@ -1,0 +1,327 @@
+"""NVIDIA GPU health and usage through NVML, in one long-lived session.
+
+``NvmlWatcher`` keeps NVML initialised between checks (``nvmlInit`` once,
+handles and one event set per GPU kept), so a check costs a handful of
+NVML calls per GPU and never blocks: events are drained with a zero
+timeout.  Its sources, each skipped for a GPU that answers
+``NVML_ERROR_NOT_SUPPORTED``:
+
+- XID events (``nvmlEventTypeXidCriticalError``), classified by
+  ``cyborg.drivers.xid``; an application XID that names a MIG GPU
+  instance concerns only that instance's deployable, any other XID the
+  whole GPU.  Double bit ECC events are ``fatal``;
+- the volatile uncorrected ECC count: an increase is ``fatal``;
+- retired pages pending (pre-Ampere): ``transient`` until a GPU reset;
+- row remapping (Ampere and later): a failure is ``fatal``, a pending
+  remap ``transient`` until a GPU reset;
+- ``NVML_ERROR_GPU_IS_LOST`` from any call: ``fatal``, the GPU has fallen
+  off the bus; its handle is dropped and looked up again next time.
+
+Errors that mean the session itself is broken (driver unloaded or
+reloaded, library mismatch) close it; the next check initialises NVML
+again.  When NVML cannot start at all (no driver), NVML sources are
+skipped and retried every ``RETRY_INIT`` seconds.
+"""
+
+import collections
+import threading
+import time
+
+from oslo_log import log as logging
+
+from cyborg.common import metrics
+from cyborg.common import states
+from cyborg.drivers import xid
+from cyborg.drivers.pci_health import CounterTracker, reading
+
+LOG = logging.getLogger(__name__)
+
+RETRY_INIT = 60.0
+# Events drained from one GPU per check: bounds a check's time when a
+# workload floods XIDs; the rest are read at the next check.
+MAX_EVENTS = 64
+# gpuInstanceId / computeInstanceId when the event names no MIG instance.
+NO_INSTANCE = 0xFFFFFFFF
+
+_CODES = {
+    'NOT_SUPPORTED': 3, 'NOT_FOUND': 6, 'TIMEOUT': 10, 'GPU_IS_LOST': 15,
+    'UNINITIALIZED': 1, 'DRIVER_NOT_LOADED': 9, 'LIBRARY_NOT_FOUND': 12,
+    'LIB_RM_VERSION_MISMATCH': 18, 'RESET_REQUIRED': 16,
+}
+# Errors after which the session is closed and opened again.
+_SESSION_ERRORS = ('UNINITIALIZED', 'DRIVER_NOT_LOADED', 'LIBRARY_NOT_FOUND',
+                   'LIB_RM_VERSION_MISMATCH')
+
+
+class _Unsupported(Exception):
+    """A source NVML does not support on this GPU."""
+
+
+class _Gpu:
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.events = None           # the event set, None: no events
+
+
+class NvmlWatcher:
+    """Health readings and usage of NVIDIA GPUs (see the module)."""
+
+    def __init__(self, module):
+        self._nvml = module
+        self._lock = threading.Lock()
+        self._ready = False
+        self._retry_at = 0.0
+        self._gpus = {}              # PCI address -> _Gpu
+        self._unknown = {}           # PCI address -> when to look again
+        self._counters = CounterTracker()
+        self._xids = collections.Counter()   # device key -> XIDs seen
+        self._error = getattr(module, 'NVMLError', OSError)
+        self._codes = {name: getattr(module, 'NVML_ERROR_' + name, value)
+                       for name, value in _CODES.items()}
+
+    # -- session -----------------------------------------------------------
+
+    def _start(self):
+        if self._ready:
+            return True
+        if self._nvml is None or time.monotonic() < self._retry_at:
+            return False
+        try:
+            self._nvml.nvmlInit()
+        except (self._error, OSError) as exc:
+            LOG.info('NVML unavailable (%s): GPU health from sysfs only; '
+                     'retrying in %ds.', exc, RETRY_INIT)
+            self._retry_at = time.monotonic() + RETRY_INIT
+            return False
+        self._ready = True
+        return True
+
+    def close(self):
+        """End the session (the next check starts a new one)."""
+        with self._lock:
+            self._close()
+
+    def _close(self):
+        if self._ready:
+            for gpu in self._gpus.values():
+                self._free_events(gpu)
+            try:
+                self._nvml.nvmlShutdown()
+            except self._error as exc:
+                LOG.debug('NVML shutdown failed: %s', exc)
+        self._ready = False
+        self._gpus.clear()
+        self._unknown.clear()
+
+    def _is(self, exc, *names):
+        return getattr(exc, 'value', None) in {self._codes[n] for n in names}
+
+    def _gpu(self, address):
+        gpu = self._gpus.get(address)
+        if gpu is not None:
+            return gpu
+        if time.monotonic() < self._unknown.get(address, 0):
+            return None
+        try:
+            handle = self._nvml.nvmlDeviceGetHandleByPciBusId(address)
+        except self._error as exc:
+            if not self._is(exc, 'NOT_FOUND', 'NOT_SUPPORTED'):
+                raise
+            # Not an NVML GPU now (e.g. bound to vfio-pci for passthrough).
+            self._unknown[address] = time.monotonic() + RETRY_INIT
+            return None
+        gpu = self._gpus[address] = _Gpu(handle)
+        gpu.events = self._register_events(handle)
+        return gpu
+
+    def _register_events(self, handle):
+        nvml = self._nvml
+        wanted = (nvml.nvmlEventTypeXidCriticalError |
+                  nvml.nvmlEventTypeDoubleBitEccError)
+        try:
+            supported = nvml.nvmlDeviceGetSupportedEventTypes(handle)
+        except self._error as exc:
+            if not self._is(exc, 'NOT_SUPPORTED'):
+                raise
+            supported = nvml.nvmlEventTypeXidCriticalError
+        if not wanted & supported:
+            return None
+        events = nvml.nvmlEventSetCreate()
+        try:
+            nvml.nvmlDeviceRegisterEvents(handle, wanted & supported, events)
+        except self._error as exc:
+            nvml.nvmlEventSetFree(events)
+            if not self._is(exc, 'NOT_SUPPORTED'):
+                raise
+            return None
+        return events
+
+    def _free_events(self, gpu):
+        if gpu.events is not None:
+            try:
+                self._nvml.nvmlEventSetFree(gpu.events)
+            except self._error:
+                pass
+            gpu.events = None
+
+    def _call(self, name, *args):
+        try:
+            return getattr(self._nvml, name)(*args)
+        except self._error as exc:
+            if self._is(exc, 'NOT_SUPPORTED'):
+                raise _Unsupported(name) from exc
+            raise
+
+    def _guarded(self, device, action, default):
+        """Run ``action(gpu)`` for ``device``'s GPU, turning NVML failures
+        into readings (``default`` when there is nothing to say)."""
+        with self._lock:
+            if not self._start():
+                return default
+            address = device.controlpath_id.cpid_info
+            try:
+                gpu = self._gpu(address)
+                return default if gpu is None else action(gpu)
+            except self._error as exc:
+                return self._failed(device, address, exc, default)
+
+    def _failed(self, device, address, exc, default):
+        if self._is(exc, 'GPU_IS_LOST'):
+            gpu = self._gpus.pop(address, None)
+            if gpu is not None:
+                self._free_events(gpu)
+            if isinstance(default, list):
+                return [reading(device, states.FATAL, 'nvml',
+                                'GPU has fallen off the bus',
+                                'nvml:gpu_lost')]
+            return default
+        if self._is(exc, *_SESSION_ERRORS):
+            LOG.warning('NVML session lost (%s); starting a new one.', exc)
+            self._close()
+            return default
+        LOG.warning('NVML cannot read GPU %s: %s', address, exc)
+        return default
+
+    # -- health ------------------------------------------------------------
+
+    def check(self, device, counters):
+        """Readings of ``device`` (a GPU ``DriverDevice``) from NVML,
+        adding its NVML counters to ``counters``; [] when NVML has nothing
+        to say (all well, or not an NVML GPU)."""
+        def sources(gpu):
+            found = self._events(device, gpu, counters)
+            for source in (self._ecc, self._retired_pages,
+                           self._remapped_rows):
+                try:
+                    found.extend(source(device, gpu, counters))
+                except _Unsupported:
+                    pass
+            return found
+        return self._guarded(device, sources, [])
+
+    def _events(self, device, gpu, counters):
+        if gpu.events is None:
+            return []
+        seen = collections.Counter()
+        for _ in range(MAX_EVENTS):
+            try:
+                data = self._nvml.nvmlEventSetWait(gpu.events, 0)
+            except self._error as exc:
+                if self._is(exc, 'TIMEOUT'):
+                    break
+                raise
+            event = self._event(device, data)
+            if event is not None:
+                seen[event] += 1
+        counters['xid'] = self._xids[device.key()]
+        found = []
+        for (severity, code, reason, deployable), count in seen.items():
+            if count > 1:
+                reason += f' (x{count})'
+            found.append(reading(device, severity, 'nvml', reason, code,
+                                 deployable=deployable))
+        return found
+
+    def _event(self, device, data):
+        """``(severity, code, reason, deployable)`` of one NVML event."""
+        nvml = self._nvml
+        if data.eventType & nvml.nvmlEventTypeDoubleBitEccError:
+            return (states.FATAL, 'ecc:double_bit',
+                    'Double bit ECC error', None)
+        if not data.eventType & nvml.nvmlEventTypeXidCriticalError:
+            return None
+        number = int(data.eventData)
+        severity, description = xid.classify(number)
+        self._xids[device.key()] += 1
+        metrics.AGENT_XID_EVENTS.labels(device.key(), str(number),
+                                        severity).inc()
+        deployable = None
+        instance = getattr(data, 'gpuInstanceId', NO_INSTANCE)
+        if severity == states.APPLICATION and instance != NO_INSTANCE:
+            deployable = _mig_deployable(device, instance)
+        return (severity, f'xid:{number}', f'XID {number}: {description}',
+                deployable)
+
+    def _ecc(self, device, gpu, counters):
+        nvml = self._nvml
+        count = self._call('nvmlDeviceGetTotalEccErrors', gpu.handle,
+                           nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                           nvml.NVML_VOLATILE_ECC)
+        counters['ecc_uncorrected'] = count
+        new = self._counters.delta((device.key(), 'ecc_uncorrected'), count)
+        if not new:
+            return []
+        return [reading(device, states.FATAL, 'nvml',
+                        f'{new} new uncorrectable ECC errors',
+                        'ecc:uncorrected')]
+
+    def _retired_pages(self, device, gpu, counters):
+        pending = self._call('nvmlDeviceGetRetiredPagesPendingStatus',
+                             gpu.handle)
+        if not pending:
+            return []
+        return [reading(device, states.TRANSIENT, 'nvml',
+                        'Retired pages pending: the GPU needs a reset',
+                        'ecc:retired_pages_pending')]
+
+    def _remapped_rows(self, device, gpu, counters):
+        correctable, uncorrectable, pending, failure = self._call(
+            'nvmlDeviceGetRemappedRows', gpu.handle)
+        counters['remapped_rows_correctable'] = correctable
+        counters['remapped_rows_uncorrectable'] = uncorrectable
+        if failure:
+            return [reading(device, states.FATAL, 'nvml',
+                            'Row remapping failed', 'ecc:row_remap_failure')]
+        if pending:
+            return [reading(device, states.TRANSIENT, 'nvml',
+                            'Row remapping pending: the GPU needs a reset',
+                            'ecc:row_remap_pending')]
+        return []
+
+    # -- usage -------------------------------------------------------------
+
+    def usage(self, device):
+        """``{'utilization': 0..1, 'memory_used_bytes': n}`` of the GPU,
+        or None when NVML cannot tell."""
+        def read(gpu):
+            used = self._call('nvmlDeviceGetMemoryInfo', gpu.handle).used
+            rates = self._call('nvmlDeviceGetUtilizationRates', gpu.handle)
+            return {'utilization': rates.gpu / 100.0,
+                    'memory_used_bytes': int(used)}
+        try:
+            return self._guarded(device, read, None)
+        except _Unsupported:
+            return None
+
+
+def _mig_deployable(device, instance):
+    """The name of ``device``'s deployable for MIG GPU instance
+    ``instance`` (see ``NvidiaGPUDriver._mig_deployable``), None when it
+    offers none."""
+    suffix = '_' + 'MIG%d' % instance
+    for deployable in device.deployables:
+        if deployable.name.endswith(suffix):
+            return deployable.name
+    return None
+

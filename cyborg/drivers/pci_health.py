@@ -1,0 +1,226 @@
+"""Health of PCI functions from sysfs, shared by every PCI driver.
+
+``PCIHealth`` makes a driver ``HealthReporting`` with one line in its class
+bases.  For each device it reads, under ``<sysfs_root>/bus/pci/devices/
+<controlpath address>``:
+
+- the function itself: gone from the tree -> ``gone`` (hot removal, a card
+  that fell off the bus and was removed by the kernel);
+- its ``driver`` link: missing for two checks in a row -> ``gone``, reason
+  "unbound" (one check is tolerated because libvirt unbinds and rebinds
+  passed-through functions, which may be caught in between);
+- its PCIe AER statistics (``aer_dev_fatal``, ``aer_dev_nonfatal``,
+  ``aer_dev_correctable``; kernel ABI ``sysfs-bus-pci-devices-aer_stats``):
+  one ``<error name> <count>`` line per error kind, then a
+  ``TOTAL_ERR_FATAL`` / ``TOTAL_ERR_NONFATAL`` / ``TOTAL_ERR_COR`` line.
+  An increase of the fatal total since the previous check is ``fatal``, of
+  the non-fatal total ``transient``; correctable errors are ``transient``
+  only when more than ``[agent]aer_correctable_burst`` arrive within one
+  check.  The first value seen is a baseline, never an event, and a total
+  that goes down (the kernel reset it) is a new baseline.  Functions
+  without AER statistics (no AER capability, old kernels) skip this source.
+
+Drivers add sources of their own by overriding ``more_health`` (NVML,
+FPGA error registers); it is not called for a function that is gone.
+"""
+
+import os
+
+from oslo_log import log as logging
+
+from cyborg.common import metrics
+from cyborg.common import states
+from cyborg.drivers import base
+from cyborg.objects import health
+
+LOG = logging.getLogger(__name__)
+
+# file name -> (counter name in readings and metrics, TOTAL_ line label)
+AER_FILES = {
+    'aer_dev_fatal': ('aer_fatal', 'TOTAL_ERR_FATAL'),
+    'aer_dev_nonfatal': ('aer_nonfatal', 'TOTAL_ERR_NONFATAL'),
+    'aer_dev_correctable': ('aer_correctable', 'TOTAL_ERR_COR'),
+}
+
+# Consecutive checks without a driver before the function counts as
+# unbound (see the module docstring).
+UNBOUND_CHECKS = 2
+
+
+def parse_aer(text):
+    """``{error name: count}`` from an ``aer_dev_*`` file's text; the
+    name may contain spaces, the count is the line's last word."""
+    counts = {}
+    for line in text.splitlines():
+        name, _, count = line.strip().rpartition(' ')
+        if name and count.isdigit():
+            counts[name] = int(count)
+    return counts
+
+
+def _read_bytes(path):
+    try:
+        with open(path, 'rb', buffering=0) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _increases(before, after):
+    """'Name +n, ...' for the error kinds that grew."""
+    return ', '.join(f'{name} +{count - before.get(name, 0)}'
+                     for name, count in sorted(after.items())
+                     if count > before.get(name, 0))
+
+
+class CounterTracker:
+    """The last value of cumulative counters, to tell an increase since
+    the previous check from what was already there."""
+
+    def __init__(self):
+        self._last = {}
+
+    def delta(self, key, value):
+        """How much counter ``key`` grew since the previous call: 0 the
+        first time (a baseline) and when it went down (a reset)."""
+        previous = self._last.get(key)
+        self._last[key] = value
+        if previous is None or value < previous:
+            return 0
+        return value - previous
+
+
+def reading(device, severity, source, reason='', code=None, counters=None,
+            deployable=None):
+    """A ``health.Reading`` of ``device`` (a ``DriverDevice``)."""
+    return health.Reading(device=device.key(), severity=severity,
+                          reason=reason, deployable=deployable,
+                          source=source, code=code,
+                          counters=dict(counters or {}))
+
+
+class PCIHealth(base.HealthReporting):
+    """``check_health`` for drivers whose devices are PCI functions."""
+
+    def _pci_health_state(self):
+        # Created lazily: drivers' constructors stay as they are.
+        state = self.__dict__.get('_pci_health')
+        if state is None:
+            state = self.__dict__['_pci_health'] = {
+                'counters': CounterTracker(), 'unbound': {}, 'aer': {},
+                'paths': {}}
+        return state
+
+    def check_health(self, devices):
+        readings = []
+        for device in devices:
+            readings.extend(self._device_health(device))
+        return readings
+
+    def more_health(self, device, counters):
+        """Readings of driver-specific sources for ``device``, whose
+        function is present; may add to ``counters`` (shared by all the
+        device's readings).  Returns a list, empty when nothing is
+        wrong."""
+        return []
+
+    def function_path(self, address):
+        """The function's directory (a link into the device tree)."""
+        return os.path.join(self.sysfs_root, 'bus', 'pci', 'devices',
+                            address)
+
+    def _device_health(self, device):
+        counters = {}
+        try:
+            found = self._pci_readings(device, counters)
+            if not any(r.severity == states.GONE for r in found):
+                found.extend(self.more_health(device, counters))
+        except Exception as exc:
+            # A bug of ours, not a fault of the device: say so on an ok
+            # reading rather than take a working device out.
+            LOG.exception('Health check of %s failed', device.key())
+            found = [reading(device, states.OK, 'pci',
+                             f'health check failed: {exc}', 'check:error')]
+        for each in found:
+            each.counters = {**counters, **each.counters}
+        return found or [reading(device, states.OK, 'pci',
+                                 counters=counters)]
+
+    def _paths(self, address):
+        """The function's directory, driver link and AER files (joined
+        once: a check runs every second)."""
+        paths = self._pci_health_state()['paths']
+        found = paths.get(address)
+        if found is None:
+            path = self.function_path(address)
+            found = paths[address] = (
+                path, os.path.join(path, 'driver'),
+                [(os.path.join(path, name), kind, label)
+                 for name, (kind, label) in AER_FILES.items()])
+        return found
+
+    def _pci_readings(self, device, counters):
+        address = device.controlpath_id.cpid_info
+        path, driver_link, aer_files = self._paths(address)
+        if not os.path.exists(path):
+            return [reading(device, states.GONE, 'pci',
+                            f'PCI function {address} disappeared',
+                            'pci:gone')]
+        found = []
+        if self._unbound(address, driver_link):
+            found.append(reading(
+                device, states.GONE, 'pci',
+                f'PCI function {address} is unbound: no kernel driver',
+                'pci:unbound'))
+        found.extend(self._aer_readings(device, aer_files, counters))
+        return found
+
+    def _unbound(self, address, driver_link):
+        seen = self._pci_health_state()['unbound']
+        if os.path.lexists(driver_link):
+            seen.pop(address, None)
+            return False
+        seen[address] = seen.get(address, 0) + 1
+        return seen[address] >= UNBOUND_CHECKS
+
+    def _aer_readings(self, device, aer_files, counters):
+        last = self._pci_health_state()['aer']
+        key = device.key()
+        found = []
+        for path, kind, total_label in aer_files:
+            raw = _read_bytes(path)
+            previous = last.get((key, kind))
+            if raw is None:
+                last.pop((key, kind), None)
+                continue
+            if previous is not None and previous[0] == raw:
+                # Unchanged since the last check (the common case): no
+                # parsing, and the gauge already holds the value.
+                counters[kind] = previous[2]
+                continue
+            counts = parse_aer(raw.decode('ascii', 'replace'))
+            total = counts.pop(total_label, sum(counts.values()))
+            last[(key, kind)] = (raw, counts, total)
+            counters[kind] = total
+            metrics.AGENT_AER_ERRORS.labels(key, kind).set(total)
+            # The first value is a baseline, a lower one a reset.
+            new = 0 if previous is None else total - previous[2]
+            severity = self._aer_severity(kind, max(new, 0))
+            if severity != states.OK:
+                found.append(reading(
+                    device, severity, 'aer',
+                    f'PCIe AER {kind[4:]} errors: '
+                    f'{_increases(previous[1], counts) or kind}',
+                    f'aer:{kind[4:]}'))
+        return found
+
+    def _aer_severity(self, kind, new):
+        if not new:
+            return states.OK
+        if kind == 'aer_fatal':
+            return states.FATAL
+        if kind == 'aer_nonfatal':
+            return states.TRANSIENT
+        if new > self.conf.agent.aer_correctable_burst:
+            return states.TRANSIENT
+        return states.OK

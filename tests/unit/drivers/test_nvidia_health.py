@@ -1,0 +1,237 @@
+"""NVIDIA GPU health through NVML (the file-backed fake NVML)."""
+
+import time
+
+from cyborg.common import metrics, states
+from cyborg.drivers import nvidia_gpu
+from tests.fixtures import fake_nvml
+from tests.fixtures import sysfs as fake_sysfs
+
+WHOLE = '0000:3b:00.0'          # offered whole (or as MIG instances)
+VGPU = '0000:5e:00.0'           # offered as vGPUs
+MIG = [{'gpu_instance_id': 1, 'profile': '3g.20gb', 'memory_mb': 20096,
+        'uuid': 'MIG-aaaa'},
+       {'gpu_instance_id': 5, 'profile': '1g.5gb', 'memory_mb': 4864,
+        'uuid': 'MIG-bbbb'}]
+
+
+def _gpu(uuid, **more):
+    gpu = {'name': 'NVIDIA A100-PCIE-40GB', 'uuid': uuid, 'serial': '1',
+           'memory_mb': 40960, 'memory_used_mb': 0, 'utilization': 0,
+           'ecc_uncorrected': 0,
+           'remapped_rows': {'correctable': 0, 'uncorrectable': 0,
+                             'pending': False, 'failure': False}}
+    gpu.update(more)
+    return gpu
+
+
+def _setup(conf, scenario, tmp_path, gpus=None):
+    scenario('nvidia_sriov')
+    nvml = fake_nvml.create(tmp_path / 'nvml.json', gpus or {
+        WHOLE: _gpu('GPU-1', mig=MIG), VGPU: _gpu('GPU-2')})
+    driver = nvidia_gpu.NvidiaGPUDriver(conf, 'h', nvml=nvml)
+    driver.name = 'nvidia_gpu_driver'
+    return driver, nvml, driver.discover()
+
+
+def _check(driver, devices, address=WHOLE):
+    """[(severity, code, deployable)] of one check of one GPU."""
+    return sorted((r.severity, r.code or '', r.deployable or '')
+                  for r in driver.check_health(devices)
+                  if r.device == 'PCI:' + address)
+
+
+def test_xids_are_classified_and_scoped(conf, scenario, tmp_path):
+    driver, nvml, devices = _setup(conf, scenario, tmp_path)
+    nvml.add_xid(WHOLE, 79)
+    # Events from before the first check (registration) are not replayed.
+    assert _check(driver, devices) == [(states.OK, '', '')]
+    before = metrics.REGISTRY.get_sample_value(
+        'cyborg_agent_xid_events_total',
+        {'device': 'PCI:' + WHOLE, 'xid': '13', 'severity': 'application'})
+    nvml.add_xid(WHOLE, 13)
+    nvml.add_xid(WHOLE, 31, gpu_instance_id=5)
+    nvml.add_xid(WHOLE, 79, gpu_instance_id=1)
+    nvml.add_xid(VGPU, 48)
+    assert _check(driver, devices) == [
+        (states.APPLICATION, 'xid:13', ''),
+        # An application XID in a MIG instance concerns that instance...
+        (states.APPLICATION, 'xid:31', 'h_0000:3b:00.0_MIG5'),
+        # ...a fatal one the whole GPU, whatever instance it names.
+        (states.FATAL, 'xid:79', '')]
+    after = metrics.REGISTRY.get_sample_value(
+        'cyborg_agent_xid_events_total',
+        {'device': 'PCI:' + WHOLE, 'xid': '13', 'severity': 'application'})
+    assert after == (before or 0) + 1
+    # Each event is seen once; the other GPU's event was its own.
+    assert _check(driver, devices) == [(states.OK, '', '')]
+    nvml.add_xid(VGPU, 999)
+    reading = [r for r in driver.check_health(devices)
+               if r.device == 'PCI:' + VGPU]
+    assert [(r.severity, r.code) for r in reading] == [
+        (states.TRANSIENT, 'xid:999')]
+    assert reading[0].counters['xid'] == 2
+
+
+def test_repeated_xids_are_one_reading(conf, scenario, tmp_path):
+    driver, nvml, devices = _setup(conf, scenario, tmp_path)
+    _check(driver, devices)
+    for _ in range(3):
+        nvml.add_xid(WHOLE, 45)
+    [r] = [r for r in driver.check_health(devices)
+           if r.device == 'PCI:' + WHOLE]
+    assert r.reason == 'XID 45: Preemptive cleanup, due to previous ' \
+        'errors (x3)'
+
+
+def test_ecc_and_row_remapping(conf, scenario, tmp_path):
+    driver, nvml, devices = _setup(conf, scenario, tmp_path, gpus={
+        WHOLE: _gpu('GPU-1', ecc_uncorrected=4, retired_pages_pending=False)})
+    [r] = driver.check_health(devices)[:1]
+    assert r.severity == states.OK
+    assert r.counters['ecc_uncorrected'] == 4       # a baseline
+    nvml.update_gpu(WHOLE, ecc_uncorrected=5)
+    assert _check(driver, devices) == [(states.FATAL, 'ecc:uncorrected', '')]
+    assert _check(driver, devices) == [(states.OK, '', '')]
+
+    nvml.update_gpu(WHOLE, remapped_rows={'pending': True})
+    # A condition: reported until the GPU is reset.
+    for _ in range(2):
+        assert _check(driver, devices) == [
+            (states.TRANSIENT, 'ecc:row_remap_pending', '')]
+    nvml.update_gpu(WHOLE, remapped_rows={'pending': True, 'failure': True})
+    assert _check(driver, devices) == [
+        (states.FATAL, 'ecc:row_remap_failure', '')]
+    nvml.update_gpu(WHOLE, remapped_rows={}, retired_pages_pending=True)
+    assert _check(driver, devices) == [
+        (states.TRANSIENT, 'ecc:retired_pages_pending', '')]
+
+
+def test_not_supported_sources_are_skipped(conf, scenario, tmp_path):
+    bare = {'name': 'Tesla T4', 'uuid': 'GPU-3', 'serial': '3',
+            'memory_mb': 15360, 'events': False}
+    driver, nvml, devices = _setup(conf, scenario, tmp_path,
+                                   gpus={WHOLE: bare})
+    assert _check(driver, devices) == [(states.OK, '', '')]
+    nvml.add_xid(WHOLE, 79)
+    assert _check(driver, devices) == [(states.OK, '', '')]
+    assert driver.usage(devices) == {}
+
+
+def test_lost_gpu_is_fatal_and_found_again(conf, scenario, tmp_path):
+    driver, nvml, devices = _setup(conf, scenario, tmp_path)
+    _check(driver, devices)
+    nvml.update_gpu(WHOLE, lost=True)
+    [r] = [r for r in driver.check_health(devices)
+           if r.device == 'PCI:' + WHOLE]
+    assert (r.severity, r.code, r.reason) == (
+        states.FATAL, 'nvml:gpu_lost', 'GPU has fallen off the bus')
+    nvml.update_gpu(WHOLE, lost=False)
+    assert _check(driver, devices) == [(states.OK, '', '')]
+    # The GPU's new event set sees new XIDs.
+    nvml.add_xid(WHOLE, 13)
+    assert _check(driver, devices) == [(states.APPLICATION, 'xid:13', '')]
+
+
+def test_session_is_kept_and_reopened_after_a_driver_reload(
+        conf, scenario, tmp_path):
+    driver, nvml, devices = _setup(conf, scenario, tmp_path)
+    for _ in range(3):
+        _check(driver, devices)
+    assert nvml.initialised == 1          # one session, not one per check
+    nvml.nvmlShutdown()                   # the driver went away under us
+    assert _check(driver, devices) == [(states.OK, '', '')]
+    _check(driver, devices)
+    assert nvml.initialised == 1
+    nvml.add_xid(WHOLE, 79)
+    assert _check(driver, devices) == [(states.FATAL, 'xid:79', '')]
+
+
+def test_no_nvml_means_pci_health_only(conf, scenario, tmp_path):
+    scenario('nvidia_sriov')
+    nvml = fake_nvml.create(tmp_path / 'nvml.json', {}, driver_loaded=False)
+    driver = nvidia_gpu.NvidiaGPUDriver(conf, 'h', nvml=nvml)
+    devices = driver.discover()
+    readings = driver.check_health(devices)
+    assert {r.severity for r in readings} == {states.OK}
+    assert len(readings) == len(devices)
+
+
+def test_usage(conf, scenario, tmp_path):
+    driver, nvml, devices = _setup(conf, scenario, tmp_path)
+    nvml.update_gpu(VGPU, utilization=35, memory_used_mb=1024)
+    usage = driver.usage(devices)
+    assert usage['PCI:' + VGPU] == {'utilization': 0.35,
+                                    'memory_used_bytes': 1024 ** 3}
+    # A GPU NVML does not know (not in the fake) is left out.
+    assert 'PCI:0000:86:00.0' not in usage
+
+
+def test_nvml_module_comes_from_the_option(conf, tmp_path, monkeypatch):
+    path = tmp_path / 'nvml.json'
+    fake_nvml.create(path, {WHOLE: _gpu('GPU-1')})
+    monkeypatch.setenv(fake_nvml.ENV, str(path))
+    monkeypatch.setattr(fake_nvml, '_DEFAULT', None)
+    conf.set_override('nvml_module', 'tests.fixtures.fake_nvml', 'agent')
+    tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
+    tree.add_pci(WHOLE, *fake_sysfs.A100, driver='nvidia')
+    conf.set_override('sysfs_root', str(tmp_path / 'sys'), 'agent')
+    driver = nvidia_gpu.NvidiaGPUDriver(conf, 'h')
+    [device] = driver.discover()
+    assert device.deployables[0].attributes['gpu_uuid'] == 'GPU-1'
+    driver.check_health([device])
+    fake_nvml.FakeNVML(path).add_xid(WHOLE, 95)
+    [r] = driver.check_health([device])
+    assert (r.severity, r.code) == (states.FATAL, 'xid:95')
+
+
+def test_checking_8_gpus_is_cheap(conf, tmp_path):
+    tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
+    gpus = {}
+    for index in range(8):
+        address = f'0000:{0x18 + index:02x}:00.0'
+        tree.add_pci(address, *fake_sysfs.A100, driver='nvidia')
+        tree.set_aer(address, fatal={}, nonfatal={}, correctable={})
+        gpus[address] = _gpu(f'GPU-{index}')
+    conf.set_override('sysfs_root', str(tmp_path / 'sys'), 'agent')
+    nvml = fake_nvml.create(tmp_path / 'nvml.json', gpus)
+    driver = nvidia_gpu.NvidiaGPUDriver(conf, 'h', nvml=nvml)
+    devices = driver.discover()
+    assert len(devices) == 8
+    driver.check_health(devices)
+    start = time.process_time()
+    for _ in range(1000):
+        readings = driver.check_health(devices)
+    spent = time.process_time() - start
+    assert {r.severity for r in readings} == {states.OK}
+    # A sanity bound, not a benchmark: every second on 8 GPUs must stay
+    # a small fraction of one core.
+    assert spent < 2.0, spent
+
+
+def test_fake_nvml_works_in_another_process(tmp_path):
+    import os
+    import subprocess
+    import sys
+    path = tmp_path / 'nvml.json'
+    fake = fake_nvml.create(path, {WHOLE: _gpu('GPU-1')})
+    script = (
+        'import sys\n'
+        'from tests.fixtures import fake_nvml as n\n'
+        'n.nvmlInit()\n'
+        f'h = n.nvmlDeviceGetHandleByPciBusId("{WHOLE}")\n'
+        's = n.nvmlEventSetCreate()\n'
+        'n.nvmlDeviceRegisterEvents(h, n.nvmlEventTypeXidCriticalError, s)\n'
+        'print("ready", flush=True)\n'
+        'sys.stdin.readline()\n'
+        'print(n.nvmlEventSetWait(s, 0).eventData, n.nvmlDeviceGetUUID(h))\n')
+    root = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__)))))
+    child = subprocess.Popen(
+        [sys.executable, '-c', script], cwd=root, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        env={**os.environ, fake_nvml.ENV: str(path)})
+    assert child.stdout.readline().strip() == 'ready'
+    fake.add_xid(WHOLE, 79)
+    out, _ = child.communicate('\n', timeout=30)
+    assert out.split() == ['79', 'GPU-1']

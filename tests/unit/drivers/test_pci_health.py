@@ -1,0 +1,236 @@
+"""Health sources in sysfs: AER, vanished and unbound functions, FPGA
+error registers (DFL, XRT), and the fake driver's injected faults."""
+
+import json
+
+import pytest
+
+from cyborg.common import metrics, states
+from cyborg.drivers import base, fake, loader, pci_health
+
+N3000 = '0000:5e:00.0'
+
+
+def _driver(conf, name):
+    return loader.load_driver(conf, 'h', name)
+
+
+def _check(driver):
+    """``{device key: [(severity, code, deployable)]}`` of one check."""
+    found = {}
+    for r in driver.check_health(driver.discover()):
+        found.setdefault(r.device, []).append((r.severity, r.code,
+                                               r.deployable))
+    return found
+
+
+def _check_devices(driver, devices):
+    return {r.device: r for r in driver.check_health(devices)}
+
+
+@pytest.mark.parametrize('name, host', [
+    ('nvidia_gpu_driver', 'mixed'), ('amd_gpu_driver', 'amd_gpu'),
+    ('intel_fpga_driver', 'mixed'), ('xilinx_fpga_driver', 'mixed'),
+    ('inspur_fpga_driver', 'mixed'), ('intel_qat_driver', 'mixed'),
+    ('intel_nic_driver', 'mixed'), ('inspur_nvme_ssd_driver', 'mixed'),
+    ('huawei_ascend_driver', 'mixed'), ('pci_driver', 'mixed'),
+    ('fake_driver', 'mixed')])
+def test_every_driver_reports_health(conf, scenario, name, host):
+    scenario(host)
+    conf.set_override('passthrough_whitelist', ['{"vendor_id": "15b3"}'],
+                      'agent')
+    driver = _driver(conf, name)
+    assert isinstance(driver, base.HealthReporting)
+    devices = driver.discover()
+    assert devices
+    readings = driver.check_health(devices)
+    assert {r.device for r in readings} == {d.key() for d in devices}
+    assert {r.severity for r in readings} == {states.OK}
+
+
+def test_aer_counters_baseline_then_increase(conf, scenario):
+    tree = scenario('qat')
+    address = '0000:3d:00.0'
+    key = 'PCI:' + address
+    tree.set_aer(address, fatal={'Surprise Down Error': 2},
+                 nonfatal={'Completion Timeout': 5},
+                 correctable={'Receiver Error': 100})
+    driver = _driver(conf, 'intel_qat_driver')
+    devices = driver.discover()
+    # Errors from before the agent started are a baseline, not events.
+    first = _check_devices(driver, devices)[key]
+    assert first.severity == states.OK
+    assert first.counters == {'aer_fatal': 2, 'aer_nonfatal': 5,
+                              'aer_correctable': 100}
+    assert metrics.REGISTRY.get_sample_value(
+        'cyborg_agent_aer_errors', {'device': key, 'kind': 'aer_fatal'}) == 2
+
+    tree.set_aer(address, nonfatal={'Completion Timeout': 6})
+    [r] = driver.check_health(devices)
+    assert (r.severity, r.code, r.source) == (states.TRANSIENT,
+                                              'aer:nonfatal', 'aer')
+    assert 'Completion Timeout +1' in r.reason
+    assert r.counters['aer_nonfatal'] == 6
+    # An event is reported once.
+    assert _check_devices(driver, devices)[key].severity == states.OK
+
+    tree.set_aer(address, fatal={'Surprise Down Error': 2,
+                                 'Malformed TLP': 1})
+    [r] = driver.check_health(devices)
+    assert (r.severity, r.code) == (states.FATAL, 'aer:fatal')
+    assert 'Malformed TLP +1' in r.reason
+
+
+def test_correctable_errors_count_only_in_bursts(conf, scenario):
+    tree = scenario('amd_gpu')
+    address = '0000:c3:00.0'
+    conf.set_override('aer_correctable_burst', 10, 'agent')
+    tree.set_aer(address, correctable={'Bad TLP': 0})
+    driver = _driver(conf, 'amd_gpu_driver')
+    devices = [d for d in driver.discover() if
+               d.controlpath_id.cpid_info == address]
+    driver.check_health(devices)
+    tree.set_aer(address, correctable={'Bad TLP': 10})
+    [r] = driver.check_health(devices)
+    assert r.severity == states.OK
+    assert r.counters['aer_correctable'] == 10
+    tree.set_aer(address, correctable={'Bad TLP': 21})
+    [r] = driver.check_health(devices)
+    assert (r.severity, r.code) == (states.TRANSIENT, 'aer:correctable')
+    # A counter that goes down (reset) is a new baseline.
+    tree.set_aer(address, correctable={'Bad TLP': 0})
+    assert driver.check_health(devices)[0].severity == states.OK
+
+
+def test_vanished_function_is_gone(conf, scenario):
+    tree = scenario('ascend')
+    driver = _driver(conf, 'huawei_ascend_driver')
+    devices = driver.discover()
+    tree.remove_pci('0000:81:00.0')
+    found = _check_devices(driver, devices)
+    gone = found['PCI:0000:81:00.0']
+    assert (gone.severity, gone.code) == (states.GONE, 'pci:gone')
+    assert found['PCI:0000:01:00.0'].severity == states.OK
+
+
+def test_unbound_driver_is_gone_after_a_grace_check(conf, scenario):
+    tree = scenario('nic')
+    driver = _driver(conf, 'intel_nic_driver')
+    devices = driver.discover()
+    key = 'PCI:0000:b1:00.0'
+    tree.set_driver('0000:b1:00.0', None)
+    # One check without a driver may be a rebind in progress.
+    assert _check_devices(driver, devices)[key].severity == states.OK
+    r = _check_devices(driver, devices)[key]
+    assert (r.severity, r.code) == (states.GONE, 'pci:unbound')
+    assert 'unbound' in r.reason
+    tree.set_driver('0000:b1:00.0', 'ice')
+    assert _check_devices(driver, devices)[key].severity == states.OK
+
+
+def test_parse_aer_reads_names_with_spaces():
+    text = ('Receiver Error 2\nBad TLP 0\nRELAY_NUM Rollover 1\n'
+            'TOTAL_ERR_COR 3\n')
+    assert pci_health.parse_aer(text) == {
+        'Receiver Error': 2, 'Bad TLP': 0, 'RELAY_NUM Rollover': 1,
+        'TOTAL_ERR_COR': 3}
+
+
+# -- FPGA error registers -------------------------------------------------
+
+def test_dfl_fme_errors_fatal_then_cleared(conf, scenario):
+    tree = scenario('intel_fpga')
+    driver = _driver(conf, 'intel_fpga_driver')
+    key = 'PCI:' + N3000
+    tree.set_fpga_errors(N3000, 'region0', 'dfl-fme.0')
+    assert _check(driver)[key] == [(states.OK, None, None)]
+    tree.set_fpga_errors(N3000, 'region0', 'dfl-fme.0',
+                         catfatal_errors=0x800)
+    assert _check(driver)[key] == [(states.FATAL,
+                                    'fpga:fme_catfatal_errors', None)]
+    # A register holds its bits: a condition, reported until cleared.
+    assert _check(driver)[key][0][0] == states.FATAL
+    tree.set_fpga_errors(N3000, 'region0', 'dfl-fme.0', catfatal_errors=0,
+                         nonfatal_errors=0x2)
+    assert _check(driver)[key] == [(states.TRANSIENT,
+                                    'fpga:fme_nonfatal_errors', None)]
+    tree.set_fpga_errors(N3000, 'region0', 'dfl-fme.0', nonfatal_errors=0)
+    assert _check(driver)[key] == [(states.OK, None, None)]
+
+
+def test_dfl_port_errors_name_the_vf_deployable(conf, scenario):
+    tree = scenario('intel_fpga')
+    # A second VF, so the card has one deployable per VF.
+    tree.add_vfs(N3000, ['0000:5e:00.1', '0000:5e:00.2'], device='0b31',
+                 driver='vfio-pci')
+    tree.add_fpga_region('0000:5e:00.1', 'region2', afu_id='00' * 16)
+    tree.set_fpga_errors('0000:5e:00.1', 'region2', 'dfl-port.0',
+                         errors=0x1)
+    driver = _driver(conf, 'intel_fpga_driver')
+    [(severity, code, deployable)] = _check(driver)['PCI:' + N3000]
+    assert (severity, code) == (states.TRANSIENT, 'fpga:port_errors')
+    assert deployable == 'h_0000:5e:00.1'
+
+
+def test_xilinx_firewall_and_memory_ecc(conf, scenario):
+    tree = scenario('mixed')
+    mgmt = '0000:d8:00.0'
+    key = 'PCI:' + mgmt
+    tree.set_xrt(mgmt, ecc={'mig.m.0': (0, 3)})
+    driver = _driver(conf, 'xilinx_fpga_driver')
+    assert _check(driver)[key] == [(states.OK, None, None)]
+    tree.set_xrt(mgmt, firewall_status=0x40000, ecc={'mig.m.0': (1, 3)})
+    found = _check(driver)[key]
+    assert sorted(found) == [(states.FATAL, 'fpga:ecc_ue', None),
+                             (states.FATAL, 'fpga:firewall', None)]
+    tree.set_xrt(mgmt, ecc={'mig.m.0': (1, 3)})
+    assert _check(driver)[key] == [(states.OK, None, None)]
+
+
+# -- the fake driver ---------------------------------------------------------
+
+def _fake(conf, tmp_path):
+    conf.set_override('state_path', str(tmp_path))
+    driver = _driver(conf, 'fake_driver')
+    return driver, driver.discover()
+
+
+def _inject(conf, **values):
+    with open(fake.health_file(conf), 'w') as f:
+        json.dump(values, f)
+
+
+def test_fake_driver_reports_injected_fault_until_healed(conf, tmp_path):
+    driver, devices = _fake(conf, tmp_path)
+    [r] = driver.check_health(devices)
+    assert (r.device, r.severity) == ('PCI:0000:0c:00.0', states.OK)
+    assert driver.probe(devices[0]).severity == states.OK
+
+    _inject(conf, severity='fatal', reason='injected', code='xid:79')
+    for _ in range(2):      # held as long as the file says so
+        [r] = driver.check_health(devices)
+        assert (r.severity, r.reason, r.code, r.source) == (
+            states.FATAL, 'injected', 'xid:79', 'fake')
+    probe = driver.probe(devices[0])
+    assert (probe.severity, probe.source) == (states.FATAL, 'probe')
+
+    _inject(conf, severity='fatal', probe='ok')
+    assert driver.probe(devices[0]).severity == states.OK
+    _inject(conf, severity='application', deployable='h_FakeDevice')
+    [r] = driver.check_health(devices)
+    assert (r.severity, r.deployable) == (states.APPLICATION, 'h_FakeDevice')
+    assert driver.probe(devices[0]).severity == states.OK
+
+    fake.os.unlink(fake.health_file(conf))
+    assert driver.check_health(devices)[0].severity == states.OK
+
+
+def test_fake_driver_ignores_a_bad_file(conf, tmp_path):
+    driver, devices = _fake(conf, tmp_path)
+    _inject(conf, severity='transient')
+    assert driver.check_health(devices)[0].severity == states.TRANSIENT
+    _inject(conf, severity='broken', padding='to change the size')
+    assert driver.check_health(devices)[0].severity == states.TRANSIENT
+    with open(fake.health_file(conf), 'w') as f:
+        f.write('{"severity": "ok"')
+    assert driver.check_health(devices)[0].severity == states.TRANSIENT
