@@ -1,7 +1,8 @@
 """Agent RPC endpoints, served on topic ``cyborg-agent``, server = host.
 
 Thin: programming is the driver's (``Programmable``), mdev writes are
-``cyborg.agent.privileged``'s, reports are the reporter's.  Every change
+``cyborg.agent.privileged``'s, reports are the reporter's, health probes
+the health monitor's (``cyborg.agent.health``).  Every change
 made here is followed by a report, so the conductor's picture catches up
 without waiting for the next period.
 """
@@ -15,6 +16,7 @@ import tempfile
 import oslo_messaging as messaging
 from oslo_log import log as logging
 
+from cyborg.agent import reporter as agent_reporter
 from cyborg.agent import rpcapi
 from cyborg.common import exception
 from cyborg.drivers import base
@@ -26,11 +28,13 @@ class AgentManager:
 
     target = messaging.Target(version=rpcapi.RPC_API_VERSION)
 
-    def __init__(self, conf, host, reporter=None, drivers=None):
+    def __init__(self, conf, host, reporter=None, drivers=None,
+                 health_monitor=None):
         self.conf = conf
         self.host = host
         self.reporter = reporter
         self.drivers = drivers or {}
+        self.health_monitor = health_monitor
 
     # -- FPGA --------------------------------------------------------------
 
@@ -80,6 +84,46 @@ class AgentManager:
             if isinstance(driver, base.Partitionable):
                 return driver.mdev_parent(pci_address, mdev_type)
         return pci_address
+
+    # -- health and preparation ------------------------------------------
+
+    def probe_health(self, context, device_keys):
+        """Re-probe devices (a cast): the probes run on the health
+        monitor's thread, their verdicts go back as a health report."""
+        if self.health_monitor is None:
+            LOG.warning('Asked to probe %s but health watching is off '
+                        '([health]enabled); ignoring.', device_keys)
+            return
+        self.health_monitor.request_probe(device_keys)
+
+    def prepare_device(self, context, device_key):
+        """Run the driver's preparation step for the device (``Preparable``)
+        and return True; True at once for a driver without one."""
+        device = self._find_device(device_key)
+        name = agent_reporter.driver_of(device)
+        driver = self.drivers.get(name)
+        if driver is None:
+            raise exception.ResourceNotFound(resource='Accelerator driver',
+                                             id=name)
+        if isinstance(driver, base.Preparable):
+            LOG.info('Preparing device %s (driver %s)', device_key, name)
+            driver.prepare(device)
+            # Preparation may change what discovery sees (an FPGA image).
+            self._report_soon()
+        return True
+
+    def _find_device(self, device_key):
+        """The ``DriverDevice`` with this key: among those the conductor
+        knows, else in a fresh discovery (a device just plugged in)."""
+        known = self.reporter.known_devices() if self.reporter else []
+        for device in known:
+            if device.key() == device_key:
+                return device
+        if self.reporter is not None:
+            for device in self.reporter.discover(known):
+                if device.key() == device_key:
+                    return device
+        raise exception.ResourceNotFound(resource='Device', id=device_key)
 
     # -- reports -----------------------------------------------------------
 

@@ -35,6 +35,7 @@ from oslo_log import log as logging
 
 from cyborg.agent import cache as agent_cache
 from cyborg.common import context as cyborg_context
+from cyborg.common import metrics
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.objects import inventory
 
@@ -79,6 +80,10 @@ class Reporter:
         self._stopping = threading.Event()
         self._full_requested = False
         self._thread = None
+        # The devices of the last acknowledged report (None: none yet this
+        # life; the on-disk cache stands in, see known_devices()).
+        self._known = None
+        self._known_lock = threading.Lock()
         # For tests and logs: reports acknowledged by the conductor.
         self.reports_acknowledged = 0
         self.last_report = None
@@ -89,10 +94,34 @@ class Reporter:
 
     # -- discovery ---------------------------------------------------------
 
+    def known_devices(self):
+        """The devices the conductor knows for this host: those of the last
+        acknowledged report, else (before the first acknowledgement of this
+        life) those of the on-disk cache; an empty list when neither exists.
+
+        What the health monitor watches and the manager looks devices up
+        in: cheap (no discovery), safe from any thread (the list is replaced
+        whole, never changed in place).
+        """
+        known = self._known
+        if known is None:
+            _digest, acked = self._cache.load()
+            with self._known_lock:
+                # The reporter may have been acknowledged meanwhile: its
+                # devices are newer than the file's.
+                if self._known is None:
+                    self._known = acked or []
+                known = self._known
+        return known
+
     def discover(self, acked_devices=None):
         """All devices of all drivers.  A driver that fails keeps its last
         acknowledged devices: a transient read error must not make the
         conductor delete (and Placement lose) working hardware."""
+        with metrics.AGENT_DISCOVERY_SECONDS.time():
+            return self._discover(acked_devices)
+
+    def _discover(self, acked_devices):
         devices = []
         seen = {}
         for name, driver in self.drivers.items():
@@ -102,7 +131,7 @@ class Reporter:
                 LOG.exception('Driver %s failed to discover devices; '
                               'keeping its last reported ones.', name)
                 found = [d for d in acked_devices or ()
-                         if _driver_of(d) == name]
+                         if driver_of(d) == name]
             for device in found:
                 if device.key() in seen:
                     LOG.error('Device %s is claimed by drivers %s and %s; '
@@ -127,6 +156,7 @@ class Reporter:
             acked_digest, acked_devices = self._cache.load()
             devices = self.discover(acked_devices)
             report = build_report(devices, acked_digest, acked_devices, full)
+            started = time.monotonic()
             reply = self._send(report)
             if reply.get('need_full') and not report['full']:
                 LOG.info('Conductor asked for a full inventory of %s.',
@@ -135,6 +165,7 @@ class Reporter:
                                       True)
                 reply = self._send(report)
             self._remember(reply, report, devices)
+            metrics.AGENT_REPORT_SECONDS.observe(time.monotonic() - started)
             return reply
 
     @functools.cached_property
@@ -164,6 +195,8 @@ class Reporter:
         if reply.get('digest') == report['digest']:
             if report['base_digest'] != report['digest'] or report['full']:
                 self._cache.save(report['digest'], devices)
+            with self._known_lock:
+                self._known = devices
             self.reports_acknowledged += 1
         else:
             LOG.warning('Conductor stored digest %s for %s, not the %s '
@@ -226,6 +259,8 @@ class Reporter:
             retry = _RETRY_DELAY
 
 
-def _driver_of(device):
+def driver_of(device):
+    """The name of the driver that found ``device`` (recorded on its
+    deployables), or None when that is not one name."""
     names = {d.driver_name for d in device.deployables}
     return names.pop() if len(names) == 1 else None

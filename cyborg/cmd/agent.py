@@ -1,28 +1,46 @@
 """cyborg-agent: discovers this host's accelerators, reports them to the
 conductor (at start, every ``[DEFAULT]periodic_interval`` seconds and at
-once on hotplug) and serves topic ``cyborg-agent`` as ``[DEFAULT]host``."""
+once on hotplug), watches their health (``[health]``), serves topic
+``cyborg-agent`` as ``[DEFAULT]host`` and, with ``[metrics]enabled``, its
+Prometheus metrics on ``[metrics]agent_port``."""
 
+from cyborg.agent import health
 from cyborg.agent import manager as agent_manager
 from cyborg.agent import reporter as agent_reporter
 from cyborg.agent import rpcapi as agent_rpcapi
+from cyborg.common import metrics
 from cyborg.common import service
 from cyborg.drivers import loader
 
 
 def build_services(conf, host=None):
     """The agent's services, in start order: RPC first, so a conductor's
-    request for a report is heard before the first report goes out."""
+    request for a report is heard before the first report goes out; the
+    health monitor after the reporter (it watches the devices the reporter
+    got acknowledged), so it also stops before it."""
     host = host or conf.host
     drivers = loader.load_drivers(conf, host)
     reporter = agent_reporter.Reporter(conf, host, drivers)
+    monitor = health_monitor(conf, host, drivers, reporter)
     endpoints = [agent_manager.AgentManager(conf, host, reporter=reporter,
-                                            drivers=drivers)]
+                                            drivers=drivers,
+                                            health_monitor=monitor)]
     services = [service.RPCService(conf, agent_rpcapi.TOPIC, host,
                                    endpoints),
                 reporter]
+    if monitor is not None:
+        services.append(monitor)
     if conf.agent.hotplug:
         services.append(hotplug_watcher(conf, reporter))
     return services
+
+
+def health_monitor(conf, host, drivers, reporter):
+    """The health monitor, or None when ``[health]enabled`` is off."""
+    if not conf.health.enabled:
+        return None
+    return health.HealthMonitor(conf, host, drivers,
+                                reporter.known_devices)
 
 
 def hotplug_watcher(conf, reporter):
@@ -31,5 +49,12 @@ def hotplug_watcher(conf, reporter):
     return hotplug.HotplugWatcher(conf, reporter.request_report)
 
 
+def build_process_services(conf):
+    """``build_services`` for the cyborg-agent process, which also serves
+    the metrics (the all-in-one serves its one registry elsewhere)."""
+    metrics.serve(conf, conf.metrics.agent_port)
+    return build_services(conf)
+
+
 def main(argv=None):
-    service.run_process('cyborg-agent', build_services, argv)
+    service.run_process('cyborg-agent', build_process_services, argv)

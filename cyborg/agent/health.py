@@ -1,0 +1,395 @@
+"""Watches the health of this host's devices and reports what it sees.
+
+One daemon thread (``HealthMonitor``) runs, every ``[health]check_interval``
+seconds, ``check_health(devices)`` of every driver that is
+``base.HealthReporting``, over that driver's devices as the conductor last
+acknowledged them (``Reporter.known_devices``).  The agent keeps no state
+machine: the conductor decides what readings mean.  All it does is
+debounce, so a condition that holds (a device that stays broken) costs no
+message per check:
+
+- a change is sent AT ONCE (``ConductorAPI.report_health`` with ``'full':
+  False``): a reading whose (severity, reason, code) differs from the last
+  one sent for its (device, deployable), or a non-harmless reading whose
+  counters moved (a new event of the same kind: one more XID 79, one more
+  fatal AER error);
+- a full report (every device's current reading, ``'full': True``) goes
+  out right after start and every ``[health]report_interval`` seconds, the
+  safety net for a lost change;
+- a send that fails keeps its readings, in order, and is retried at the
+  next check; failures are logged with back-off (1st, 2nd, 4th, 8th...),
+  never raised;
+- probes (``probe_health`` from the conductor) run ``driver.probe(device)``
+  on this thread and their verdicts (source 'probe') are always sent, at
+  once.
+
+Every ``[health]report_interval`` seconds it also samples ``usage(devices)``
+of the drivers that have it (utilization 0..1, memory used in bytes) into
+the Prometheus gauges and, when notifications are on, as one
+``device.metrics`` notification per device (priority 'sample': telemetry,
+broadcast, stored by nobody here).
+"""
+
+import collections
+import json
+import threading
+import time
+
+from oslo_log import log as logging
+
+from cyborg.agent import reporter as agent_reporter
+from cyborg.common import context as cyborg_context
+from cyborg.common import metrics
+from cyborg.common import notify
+from cyborg.common import states
+from cyborg.conductor import rpcapi as conductor_rpcapi
+from cyborg.drivers import base
+from cyborg.objects import health
+
+LOG = logging.getLogger(__name__)
+
+# Unsent readings kept per (device, deployable) while the conductor is
+# unreachable: enough to carry a burst of distinct events, bounded so an
+# outage of days costs no memory.
+MAX_PENDING_PER_KEY = 16
+
+# A health report waits at least this long for the conductor (it may sync
+# Placement), at most [health]report_interval.
+_MIN_SEND_TIMEOUT = 10
+
+# Seconds stop() waits for the thread; a send blocked on a dead conductor
+# is abandoned (daemon thread) rather than eat the graceful-stop budget.
+_STOP_TIMEOUT = 1.0
+
+
+def reading_key(reading):
+    """What one reading is about: ``(device key, deployable name or
+    None)``."""
+    return reading.device, reading.deployable
+
+
+def signature(reading):
+    """What makes a reading news: severity, reason and code, plus the
+    counters when something is wrong (a counter that moved under the same
+    fault is a new event; harmless counters moving is not news)."""
+    counters = None
+    if not reading.harmless:
+        counters = json.dumps(reading.counters, sort_keys=True, default=str)
+    return reading.severity, reading.reason, reading.code, counters
+
+
+class _BackoffLog:
+    """Logs the 1st, 2nd, 4th, 8th... failure of one thing in a row, and
+    its recovery: a broken driver or an absent conductor must not flood
+    the log at every check."""
+
+    def __init__(self):
+        self._failures = collections.Counter()
+
+    def failed(self, what, message, *args, exc_info=False):
+        self._failures[what] += 1
+        count = self._failures[what]
+        if count & (count - 1) == 0:
+            LOG.warning(message + ' (failure %d in a row)', *args, count,
+                        exc_info=exc_info)
+
+    def succeeded(self, what, message, *args):
+        count = self._failures.pop(what, 0)
+        if count:
+            LOG.info(message + ' (after %d failure(s))', *args, count)
+
+
+class HealthMonitor:
+    """Runs the drivers' health checks and reports readings, debounced.
+
+    ``known_devices`` is a callable returning the devices to watch (the
+    reporter's ``known_devices``).
+    """
+
+    def __init__(self, conf, host, drivers, known_devices,
+                 conductor_api=None):
+        self.conf = conf
+        self.host = host
+        self.drivers = drivers
+        self._known_devices = known_devices
+        self._conductor = conductor_api or conductor_rpcapi.ConductorAPI(
+            conf, timeout=max(_MIN_SEND_TIMEOUT,
+                              conf.health.report_interval))
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._thread = None
+        self._probe_lock = threading.Lock()
+        self._probes_requested = set()
+        self._log = _BackoffLog()
+        # Owned by the monitor thread (or the caller of the *_once methods
+        # when the thread is not running).
+        self._current = {}       # key -> Reading of the last check
+        self._sent = {}          # key -> signature the conductor last got
+        self._pending = []       # Readings not yet sent, oldest first
+        self._full_wanted = True
+        self._watched = set()    # device keys that have metric labels
+        # For tests and logs.
+        self.checks = 0
+        self.reports_sent = 0
+        self.last_report = None
+
+    def __str__(self):
+        return 'health monitor'
+
+    # -- thread ------------------------------------------------------------
+
+    def start(self):
+        """Check and report on a background thread, a full report first."""
+        if self._thread is not None:
+            return
+        self._stopping.clear()
+        self._full_wanted = True
+        self._thread = threading.Thread(target=self._run,
+                                        name='cyborg-agent-health',
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout=_STOP_TIMEOUT):
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self):
+        check_every = self.conf.health.check_interval
+        full_every = self.conf.health.report_interval
+        next_check = next_full = time.monotonic()
+        while not self._stopping.is_set():
+            self._wake.wait(max(0.0, min(next_check, next_full)
+                                - time.monotonic()))
+            if self._stopping.is_set():
+                break
+            self._wake.clear()
+            now = time.monotonic()
+            full = now >= next_full
+            try:
+                self.probe_once()
+                if now >= next_check:
+                    next_check = now + check_every
+                    self.check_once()
+                if full:
+                    next_full = now + full_every
+                    self._full_wanted = True
+                    self.sample_usage()
+                self.send_once()
+            except Exception:
+                # A bug here must not end health watching for good.
+                LOG.exception('Health monitor round failed')
+
+    # -- checks --------------------------------------------------------
+
+    def check_once(self):
+        """One check round over all health-reporting drivers; changes are
+        queued for ``send_once``.  Returns the readings of this round."""
+        started = time.monotonic()
+        readings = []
+        for name, driver, devices in self._watched_drivers():
+            if not isinstance(driver, base.HealthReporting):
+                continue
+            try:
+                found = driver.check_health(devices)
+            except Exception:
+                self._log.failed(name, 'Health check of driver %s failed; '
+                                 'skipping it this round', name,
+                                 exc_info=True)
+                continue
+            self._log.succeeded(name, 'Health check of driver %s works '
+                                'again', name)
+            readings.extend(found)
+        metrics.AGENT_HEALTH_CHECK_SECONDS.observe(time.monotonic() - started)
+        self.checks += 1
+        self._record(readings)
+        return readings
+
+    def _watched_drivers(self):
+        """``(name, driver, its known devices)`` for drivers with devices."""
+        by_driver = collections.defaultdict(list)
+        for device in self._known_devices():
+            by_driver[agent_reporter.driver_of(device)].append(device)
+        self._forget_vanished({d.key() for devices in by_driver.values()
+                               for d in devices})
+        return [(name, driver, by_driver[name])
+                for name, driver in self.drivers.items()
+                if by_driver.get(name)]
+
+    def _record(self, readings):
+        current = {}
+        for reading in readings:
+            key = reading_key(reading)
+            current[key] = reading
+            metrics.AGENT_HEALTH_READINGS.labels(reading.severity).inc()
+            if signature(reading) != self._last_signature(key):
+                self._queue(reading)
+        self._current = current
+        self._set_healthy_gauges(readings)
+
+    def _last_signature(self, key):
+        for reading in reversed(self._pending):
+            if reading_key(reading) == key:
+                return signature(reading)
+        return self._sent.get(key)
+
+    def _queue(self, reading):
+        key = reading_key(reading)
+        self._pending.append(reading)
+        same_key = [r for r in self._pending if reading_key(r) == key]
+        if len(same_key) > MAX_PENDING_PER_KEY:
+            LOG.warning('Conductor unreachable: dropping an unsent health '
+                        'reading of %s (%s).', reading.device,
+                        same_key[0].severity)
+            self._pending.remove(same_key[0])
+
+    def _set_healthy_gauges(self, readings):
+        healthy = {}
+        for reading in readings:
+            healthy[reading.device] = (healthy.get(reading.device, True)
+                                       and reading.harmless)
+        for device, good in healthy.items():
+            metrics.AGENT_DEVICE_HEALTHY.labels(device).set(int(good))
+            self._watched.add(device)
+
+    def _forget_vanished(self, present):
+        """Drop the state and metric labels of devices no longer known, so
+        a device that comes back is reported afresh."""
+        for device in self._watched - present:
+            for gauge in (metrics.AGENT_DEVICE_HEALTHY,
+                          metrics.AGENT_UTILIZATION,
+                          metrics.AGENT_MEMORY_USED):
+                try:
+                    gauge.remove(device)
+                except KeyError:
+                    pass
+        self._watched &= present
+        self._sent = {k: v for k, v in self._sent.items()
+                      if k[0] in present}
+
+    # -- probes --------------------------------------------------------
+
+    def request_probe(self, device_keys):
+        """Probe these devices soon, on the monitor thread (the conductor's
+        ``probe_health`` cast lands here and returns at once)."""
+        with self._probe_lock:
+            self._probes_requested.update(device_keys)
+        self._wake.set()
+
+    def probe_once(self):
+        """Run the requested probes; each verdict is queued for sending
+        whatever the last reading was.  Returns the verdicts."""
+        with self._probe_lock:
+            keys, self._probes_requested = self._probes_requested, set()
+        if not keys:
+            return []
+        known = {d.key(): d for d in self._known_devices()}
+        verdicts = [v for v in (self._probe(key, known.get(key))
+                                for key in sorted(keys)) if v is not None]
+        for verdict in verdicts:
+            metrics.AGENT_HEALTH_READINGS.labels(verdict.severity).inc()
+            self._queue(verdict)
+        return verdicts
+
+    def _probe(self, key, device):
+        if device is None:
+            # The conductor's probe timeout decides; a guess here (gone?)
+            # could be wrong while the first report is still on its way.
+            LOG.warning('Asked to probe %s, which this agent does not '
+                        'know; no verdict sent.', key)
+            return None
+        name = agent_reporter.driver_of(device)
+        driver = self.drivers.get(name)
+        if not isinstance(driver, base.HealthReporting):
+            LOG.warning('Asked to probe %s, whose driver %s cannot tell '
+                        'health; no verdict sent.', key, name)
+            return None
+        try:
+            verdict = driver.probe(device)
+        except Exception as exc:
+            LOG.exception('Probe of %s by driver %s failed', key, name)
+            return health.Reading(device=key, severity=states.FATAL,
+                                  reason=f'probe failed: {exc}',
+                                  source='probe', code='probe:error')
+        LOG.info('Probe of %s: %s %s', key, verdict.severity, verdict.reason)
+        return verdict
+
+    # -- sending -------------------------------------------------------
+
+    def send_once(self):
+        """Send the queued changes, or a full report when one is due.
+
+        Returns True when nothing was left to send or the conductor took
+        it; False when it failed (everything is kept for the next try).
+        """
+        full = self._full_wanted
+        readings = self._full_readings() if full else list(self._pending)
+        if not readings:
+            return True
+        report = {'full': full, 'readings': [r.to_dict() for r in readings]}
+        try:
+            self._conductor.report_health(
+                cyborg_context.get_admin_context(), self.host, report)
+        except Exception as exc:
+            self._log.failed('conductor', 'Health report of %s failed (%s); '
+                             'retrying at the next check', self.host, exc)
+            return False
+        self._log.succeeded('conductor', 'Health reports of %s reach the '
+                            'conductor again', self.host)
+        for reading in readings:
+            self._sent[reading_key(reading)] = signature(reading)
+        self._pending = []
+        self._full_wanted = False
+        self.reports_sent += 1
+        self.last_report = report
+        return True
+
+    def _full_readings(self):
+        """Unsent changes (in order: each event counts), then the current
+        reading of every key whose last queued reading is not it already."""
+        last_queued = {reading_key(r): r for r in self._pending}
+        return self._pending + [
+            reading for key, reading in self._current.items()
+            if last_queued.get(key) is not reading]
+
+    # -- telemetry -----------------------------------------------------
+
+    def sample_usage(self):
+        """Usage of the devices of drivers with ``usage()``: into the
+        gauges, and one ``device.metrics`` notification per device when
+        notifications are on.  Returns ``{device key: usage}``."""
+        sampled = {}
+        for name, driver, devices in self._watched_drivers():
+            usage = getattr(driver, 'usage', None)
+            if not callable(usage):
+                continue
+            try:
+                found = usage(devices)
+            except Exception:
+                self._log.failed(f'{name}.usage', 'Usage sampling of driver '
+                                 '%s failed', name, exc_info=True)
+                continue
+            for device, values in found.items():
+                sampled[device] = dict(values, driver_name=name)
+        for device, values in sampled.items():
+            self._set_usage_gauges(device, values)
+        if sampled and notify.enabled(self.conf, 'agent', self.host):
+            context = cyborg_context.get_admin_context()
+            for device, values in sorted(sampled.items()):
+                notify.send(self.conf, context, notify.DEVICE_METRICS,
+                            dict(values, host=self.host, device=device),
+                            priority=notify.SAMPLE, process='agent',
+                            host=self.host)
+        return sampled
+
+    def _set_usage_gauges(self, device, values):
+        if values.get('utilization') is not None:
+            metrics.AGENT_UTILIZATION.labels(device).set(
+                values['utilization'])
+            self._watched.add(device)
+        if values.get('memory_used_bytes') is not None:
+            metrics.AGENT_MEMORY_USED.labels(device).set(
+                values['memory_used_bytes'])
+            self._watched.add(device)

@@ -1,0 +1,556 @@
+"""The health monitor over oslo.messaging's fake:// transport, against a
+conductor endpoint that records what reaches it: debouncing, full reports,
+retries, probes, preparation, a broken driver, telemetry and metrics.
+
+The drivers are small test drivers implementing our own interfaces
+(``base.Driver`` + ``base.HealthReporting``, ``Preparable``, ``usage``):
+a test decides what they read."""
+
+import threading
+import time
+
+import oslo_messaging as messaging
+import pytest
+from oslo_messaging.notify import _impl_test as test_notifications
+
+from cyborg.agent import health as agent_health
+from cyborg.agent import manager as agent_manager
+from cyborg.agent import reporter as agent_reporter
+from cyborg.agent import rpcapi as agent_rpcapi
+from cyborg.cmd import agent as agent_cmd
+from cyborg.common import exception
+from cyborg.common import metrics
+from cyborg.common import notify
+from cyborg.common import rpc
+from cyborg.common import service
+from cyborg.common import states
+from cyborg.conductor import rpcapi as conductor_rpcapi
+from cyborg.drivers import base
+from cyborg.objects import health
+from cyborg.objects import inventory
+
+HOST = 'compute-1'
+GPU_A = '0000:3b:00.0'
+GPU_B = '0000:5e:00.0'
+KEY_A = 'PCI:' + GPU_A
+KEY_B = 'PCI:' + GPU_B
+
+
+class RecordingConductor:
+    """The conductor's agent-facing endpoints: acknowledges inventory as
+    sent and keeps every health report; ``refuse`` makes health reports
+    fail the way a broken conductor would (an error comes back)."""
+
+    target = messaging.Target(version=conductor_rpcapi.RPC_API_VERSION)
+
+    def __init__(self):
+        self.health_reports = []
+        self.received_at = []
+        self.refuse = False
+        self.refused = 0
+
+    def report_inventory(self, context, hostname, report):
+        return {'digest': report['digest'], 'need_full': False}
+
+    def report_health(self, context, hostname, report):
+        assert hostname == HOST
+        if self.refuse:
+            self.refused += 1
+            raise exception.CyborgException('conductor database is down')
+        self.health_reports.append(report)
+        self.received_at.append(time.monotonic())
+        return {'accepted': len(report['readings'])}
+
+    def readings(self, index=-1):
+        """``[(device, severity, source)]`` of one report."""
+        return [(r['device'], r['severity'], r['source'])
+                for r in self.health_reports[index]['readings']]
+
+
+class WatchedDriver(base.Driver, base.HealthReporting):
+    """GPUs at ``addresses`` that read well unless a test sets ``faults``
+    (device key -> Reading) or makes the whole driver ``broken``."""
+
+    name = 'watched_driver'
+
+    def __init__(self, conf, host, addresses=(GPU_A, GPU_B)):
+        super().__init__(conf, host)
+        self.addresses = addresses
+        self.faults = {}
+        self.broken = False
+
+    def discover(self):
+        return [inventory.DriverDevice(
+            type='GPU', vendor='0x10de', model='test',
+            controlpath_id=inventory.ControlPathID(address),
+            deployables=[inventory.Deployable(
+                name=base.deployable_name(self.host, address),
+                num_accelerators=1,
+                attributes=base.make_attributes('PGPU', ['test']),
+                driver_name=self.name)])
+            for address in self.addresses]
+
+    def check_health(self, devices):
+        if self.broken:
+            raise OSError('sysfs unreadable')
+        return [self.faults.get(d.key()) or
+                health.Reading(device=d.key(), severity=states.OK,
+                               source='test')
+                for d in devices]
+
+
+class PreparedDriver(WatchedDriver, base.Preparable):
+    name = 'prepared_driver'
+
+    def __init__(self, conf, host, addresses=('0000:af:00.0',)):
+        super().__init__(conf, host, addresses)
+        self.prepared = []
+
+    def prepare(self, device):
+        self.prepared.append(device.key())
+
+
+class MeteredDriver(WatchedDriver):
+    name = 'metered_driver'
+
+    def __init__(self, conf, host, addresses=('0000:d8:00.0',)):
+        super().__init__(conf, host, addresses)
+
+    def usage(self, devices):
+        return {d.key(): {'utilization': 0.25, 'memory_used_bytes': 4096}
+                for d in devices}
+
+
+def _fault(key, severity=states.FATAL, reason='XID 79: fallen off the bus',
+           code='xid:79', **counters):
+    return health.Reading(device=key, severity=severity, reason=reason,
+                          source='test', code=code, counters=counters)
+
+
+@pytest.fixture
+def conf(conf, tmp_path):
+    conf.set_override('state_path', str(tmp_path / 'state'))
+    conf.set_override('check_interval', 0.1, 'health')
+    conf.set_override('report_interval', 60, 'health')
+    rpc.register_messaging_opts(conf)
+    return conf
+
+
+@pytest.fixture
+def conductor(conf):
+    transport = messaging.get_rpc_transport(conf, url='fake:/')
+    rpc.set_transport(transport)
+    endpoint = RecordingConductor()
+    server = rpc.get_server(conf, conductor_rpcapi.TOPIC, 'cond-1',
+                            [endpoint])
+    server.start()
+    yield endpoint
+    server.stop()
+    server.wait()
+    rpc.set_transport(None)
+    transport.cleanup()
+
+
+@pytest.fixture
+def watched(conf):
+    return WatchedDriver(conf, HOST)
+
+
+def _agent(conf, *drivers):
+    """A reporter that got the drivers' devices acknowledged, and a
+    monitor (not started) watching them."""
+    by_name = {d.name: d for d in drivers}
+    reporter = agent_reporter.Reporter(
+        conf, HOST, by_name,
+        conductor_api=conductor_rpcapi.ConductorAPI(conf, timeout=5))
+    reporter.report_now()
+    monitor = agent_health.HealthMonitor(
+        conf, HOST, by_name, reporter.known_devices,
+        conductor_api=conductor_rpcapi.ConductorAPI(conf, timeout=5))
+    return reporter, monitor
+
+
+@pytest.fixture
+def running(conf, conductor, watched):
+    """A started monitor over ``watched``, its first full report in."""
+    _reporter, monitor = _agent(conf, watched)
+    monitor.start()
+    try:
+        _wait_for(lambda: len(conductor.health_reports) == 1)
+        yield monitor
+    finally:
+        monitor.stop()
+
+
+def _wait_for(predicate, timeout=5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f'condition not met within {timeout} s')
+
+
+def _wait_checks(monitor, count):
+    start = monitor.checks
+    _wait_for(lambda: monitor.checks >= start + count)
+
+
+def _sample(name, **labels):
+    return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+# -- debouncing ---------------------------------------------------------
+
+
+def test_first_report_is_full_and_a_change_goes_at_once(conf, conductor,
+                                                        watched, running):
+    assert conductor.health_reports[0]['full'] is True
+    assert sorted(conductor.readings(0)) == [(KEY_A, 'ok', 'test'),
+                                             (KEY_B, 'ok', 'test')]
+    assert _sample('cyborg_agent_device_healthy', device=KEY_A) == 1
+
+    watched.faults[KEY_A] = _fault(KEY_A)
+    changed_at = time.monotonic()
+    _wait_for(lambda: len(conductor.health_reports) == 2)
+    # One check interval (0.1 s) plus scheduling slack, not a period.
+    assert conductor.received_at[1] - changed_at < 1.0
+    assert conductor.health_reports[1]['full'] is False
+    assert conductor.readings() == [(KEY_A, 'fatal', 'test')]
+    assert conductor.health_reports[1]['readings'][0]['code'] == 'xid:79'
+    assert _sample('cyborg_agent_device_healthy', device=KEY_A) == 0
+
+    # The fault holds: nothing more is sent; its healing is sent once.
+    _wait_checks(running, 4)
+    assert len(conductor.health_reports) == 2
+    del watched.faults[KEY_A]
+    _wait_for(lambda: len(conductor.health_reports) == 3)
+    assert conductor.readings() == [(KEY_A, 'ok', 'test')]
+    _wait_checks(running, 4)
+    assert len(conductor.health_reports) == 3
+
+
+def test_a_new_event_of_the_same_kind_is_sent_a_harmless_one_is_not(
+        conf, conductor, watched):
+    _reporter, monitor = _agent(conf, watched)
+    monitor.check_once()
+    assert monitor.send_once() and monitor.last_report['full'] is True
+
+    watched.faults[KEY_A] = _fault(KEY_A, xid=1)
+    monitor.check_once()
+    monitor.send_once()
+    assert conductor.readings() == [(KEY_A, 'fatal', 'test')]
+    # One more XID 79: same severity, reason and code, counters moved.
+    watched.faults[KEY_A] = _fault(KEY_A, xid=2)
+    monitor.check_once()
+    monitor.send_once()
+    assert len(conductor.health_reports) == 3
+    assert conductor.health_reports[-1]['readings'][0]['counters'] == \
+        {'xid': 2}
+
+    # Application faults: the first is news, more of them are not.
+    app = {'severity': states.APPLICATION, 'reason': 'XID 13',
+           'code': 'xid:13'}
+    watched.faults[KEY_B] = _fault(KEY_B, xid=1, **app)
+    monitor.check_once()
+    monitor.send_once()
+    assert conductor.readings() == [(KEY_B, 'application', 'test')]
+    watched.faults[KEY_B] = _fault(KEY_B, xid=2, **app)
+    monitor.check_once()
+    monitor.send_once()
+    assert len(conductor.health_reports) == 4
+
+
+def test_a_full_report_goes_out_every_report_interval(conf, conductor,
+                                                      watched):
+    conf.set_override('report_interval', 1, 'health')
+    _reporter, monitor = _agent(conf, watched)
+    monitor.start()
+    try:
+        _wait_for(lambda: len(conductor.health_reports) == 3, timeout=10)
+    finally:
+        monitor.stop()
+    assert [r['full'] for r in conductor.health_reports] == [True] * 3
+    gaps = [b - a for a, b in zip(conductor.received_at,
+                                  conductor.received_at[1:])]
+    assert all(0.8 < gap < 2.5 for gap in gaps), gaps
+    assert sorted(conductor.readings()) == [(KEY_A, 'ok', 'test'),
+                                            (KEY_B, 'ok', 'test')]
+
+
+def test_readings_a_failed_send_carried_are_sent_in_order_later(
+        conf, conductor, watched, running):
+    conductor.refuse = True
+    watched.faults[KEY_A] = _fault(KEY_A)
+    _wait_for(lambda: conductor.refused >= 2)
+    del watched.faults[KEY_A]
+    _wait_for(lambda: conductor.refused >= 4)
+    assert len(conductor.health_reports) == 1
+    conductor.refuse = False
+    _wait_for(lambda: len(conductor.health_reports) == 2)
+    # The fault is not lost to the recovery that followed it.
+    assert conductor.readings() == [(KEY_A, 'fatal', 'test'),
+                                    (KEY_A, 'ok', 'test')]
+    _wait_checks(running, 3)
+    assert len(conductor.health_reports) == 2
+
+
+def test_unsent_readings_are_bounded_per_device(conf, conductor, watched):
+    _reporter, monitor = _agent(conf, watched)
+    conductor.refuse = True
+    for count in range(agent_health.MAX_PENDING_PER_KEY + 5):
+        watched.faults[KEY_A] = _fault(KEY_A, xid=count)
+        monitor.check_once()
+        assert monitor.send_once() is False
+    conductor.refuse = False
+    assert monitor.send_once() is True
+    sent = [r for r in conductor.health_reports[0]['readings']
+            if r['device'] == KEY_A]
+    # The newest events are kept; the full report adds nothing for A
+    # (its current reading is the last one queued).
+    assert len(sent) == agent_health.MAX_PENDING_PER_KEY
+    assert sent[-1]['counters'] == {'xid': agent_health.MAX_PENDING_PER_KEY
+                                    + 4}
+
+
+def test_a_raising_driver_is_skipped_and_the_monitor_goes_on(
+        conf, conductor):
+    broken = WatchedDriver(conf, HOST, addresses=(GPU_A,))
+    broken.broken = True
+    working = MeteredDriver(conf, HOST)
+    _reporter, monitor = _agent(conf, broken, working)
+    monitor.start()
+    try:
+        _wait_for(lambda: len(conductor.health_reports) == 1)
+        assert conductor.readings() == [('PCI:0000:d8:00.0', 'ok', 'test')]
+        working.faults['PCI:0000:d8:00.0'] = _fault('PCI:0000:d8:00.0')
+        _wait_for(lambda: len(conductor.health_reports) == 2)
+        broken.broken = False
+        _wait_for(lambda: len(conductor.health_reports) == 3)
+        assert conductor.readings() == [(KEY_A, 'ok', 'test')]
+    finally:
+        monitor.stop()
+
+
+# -- probes and preparation ------------------------------------------------
+
+
+@pytest.fixture
+def agent_server(conf, conductor):
+    """The agent's RPC endpoints served over the same fake:// transport,
+    with a started monitor over a watched and a prepared driver."""
+    watched = WatchedDriver(conf, HOST)
+    prepared = PreparedDriver(conf, HOST)
+    reporter, monitor = _agent(conf, watched, prepared)
+    manager = agent_manager.AgentManager(
+        conf, HOST, reporter=reporter, drivers=reporter.drivers,
+        health_monitor=monitor)
+    server = service.RPCService(conf, agent_rpcapi.TOPIC, HOST, [manager])
+    server.start()
+    monitor.start()
+    try:
+        _wait_for(lambda: len(conductor.health_reports) == 1)
+        yield manager
+    finally:
+        monitor.stop()
+        server.stop()
+        server.wait()
+
+
+def test_a_probe_verdict_is_always_sent(conf, conductor, agent_server,
+                                        admin_context):
+    api = agent_rpcapi.AgentAPI(conf)
+    # The device read well and that was sent: the verdict still goes.
+    api.probe_health(admin_context, HOST, [KEY_A, 'PCI:0000:00:00.0'])
+    _wait_for(lambda: len(conductor.health_reports) == 2)
+    assert conductor.readings() == [(KEY_A, 'ok', 'probe')]
+    api.probe_health(admin_context, HOST, [KEY_A])
+    _wait_for(lambda: len(conductor.health_reports) == 3)
+    assert conductor.readings() == [(KEY_A, 'ok', 'probe')]
+
+    watched = agent_server.drivers['watched_driver']
+    watched.faults[KEY_B] = _fault(KEY_B)
+    _wait_for(lambda: len(conductor.health_reports) == 4)
+    api.probe_health(admin_context, HOST, [KEY_B])
+    _wait_for(lambda: len(conductor.health_reports) == 5)
+    assert conductor.readings() == [(KEY_B, 'fatal', 'probe')]
+
+
+def test_a_probe_that_raises_is_a_failed_verdict(conf, conductor, watched):
+    _reporter, monitor = _agent(conf, watched)
+    watched.probe = lambda device: 1 / 0
+    monitor.request_probe([KEY_A])
+    [verdict] = monitor.probe_once()
+    assert (verdict.device, verdict.severity, verdict.source) == \
+        (KEY_A, 'fatal', 'probe')
+    assert 'division by zero' in verdict.reason
+
+
+def test_prepare_device_runs_the_preparation_step_when_there_is_one(
+        conf, conductor, agent_server, admin_context):
+    prepared = agent_server.drivers['prepared_driver']
+    assert agent_server.prepare_device(admin_context,
+                                       'PCI:0000:af:00.0') is True
+    assert prepared.prepared == ['PCI:0000:af:00.0']
+    # A driver without a preparation step: nothing to do, still True.
+    assert agent_server.prepare_device(admin_context, KEY_A) is True
+    assert prepared.prepared == ['PCI:0000:af:00.0']
+    with pytest.raises(exception.ResourceNotFound):
+        agent_server.prepare_device(admin_context, 'PCI:0000:00:00.0')
+
+
+def test_prepare_device_finds_a_device_not_reported_yet(conf, conductor,
+                                                        admin_context):
+    prepared = PreparedDriver(conf, HOST)
+    reporter, _monitor = _agent(conf, prepared)
+    prepared.addresses = ('0000:af:00.0', '0000:b0:00.0')
+    manager = agent_manager.AgentManager(conf, HOST, reporter=reporter,
+                                         drivers=reporter.drivers)
+    assert manager.prepare_device(admin_context, 'PCI:0000:b0:00.0')
+    assert prepared.prepared == ['PCI:0000:b0:00.0']
+
+
+def test_probe_with_health_off_is_ignored(conf, admin_context):
+    manager = agent_manager.AgentManager(conf, HOST)
+    assert manager.probe_health(admin_context, [KEY_A]) is None
+
+
+# -- telemetry and metrics ---------------------------------------------
+
+
+@pytest.fixture
+def notifications(conf):
+    """Notifications through oslo.messaging's own in-memory 'test'
+    driver; returns a callable listing those sent."""
+    # Registers the [oslo_messaging_notifications] options on conf.
+    messaging.get_notification_transport(conf, url='fake:/').cleanup()
+    conf.set_override('transport_url', 'fake:/',
+                      'oslo_messaging_notifications')
+    conf.set_override('driver', ['test'], 'oslo_messaging_notifications')
+    notify.reset()
+    test_notifications.reset()
+    yield lambda: test_notifications.NOTIFICATIONS
+    notify.reset()
+    test_notifications.reset()
+
+
+def test_telemetry_only_for_drivers_with_usage(conf, conductor,
+                                               notifications):
+    watched = WatchedDriver(conf, HOST)
+    metered = MeteredDriver(conf, HOST)
+    _reporter, monitor = _agent(conf, watched, metered)
+    sampled = monitor.sample_usage()
+    assert list(sampled) == ['PCI:0000:d8:00.0']
+    [(_ctx, message, priority, _retry)] = notifications()
+    assert priority == 'SAMPLE'
+    assert message['event_type'] == 'device.metrics'
+    assert message['publisher_id'] == f'cyborg-agent:{HOST}'
+    assert message['payload']['cyborg_object.name'] == 'DeviceMetricsPayload'
+    assert message['payload']['cyborg_object.data'] == {
+        'host': HOST, 'device': 'PCI:0000:d8:00.0',
+        'driver_name': 'metered_driver', 'utilization': 0.25,
+        'memory_used_bytes': 4096}
+    assert _sample('cyborg_agent_device_utilization_ratio',
+                   device='PCI:0000:d8:00.0') == 0.25
+    assert _sample('cyborg_agent_device_memory_used_bytes',
+                   device='PCI:0000:d8:00.0') == 4096
+    assert metrics.REGISTRY.get_sample_value(
+        'cyborg_agent_device_utilization_ratio', {'device': KEY_A}) is None
+
+
+def test_telemetry_is_sampled_with_the_full_report(conf, conductor,
+                                                   notifications):
+    _reporter, monitor = _agent(conf, MeteredDriver(conf, HOST))
+    monitor.start()
+    try:
+        _wait_for(lambda: len(notifications()) == 1)
+    finally:
+        monitor.stop()
+
+
+def test_a_vanished_device_loses_its_metric_labels(conf, conductor):
+    metered = MeteredDriver(conf, HOST)
+    reporter, monitor = _agent(conf, metered)
+    monitor.check_once()
+    monitor.sample_usage()
+    assert _sample('cyborg_agent_device_healthy',
+                   device='PCI:0000:d8:00.0') == 1
+    metered.addresses = ()
+    reporter.report_now()
+    monitor.check_once()
+    for name in ('cyborg_agent_device_healthy',
+                 'cyborg_agent_device_utilization_ratio',
+                 'cyborg_agent_device_memory_used_bytes'):
+        assert metrics.REGISTRY.get_sample_value(
+            name, {'device': 'PCI:0000:d8:00.0'}) is None
+
+
+def test_check_and_reporter_metrics_are_recorded(conf, conductor, watched):
+    checks = _sample('cyborg_agent_health_check_seconds_count')
+    fatal = _sample('cyborg_agent_health_readings_total', severity='fatal')
+    discoveries = _sample('cyborg_agent_discovery_seconds_count')
+    reports = _sample('cyborg_agent_report_seconds_count')
+    _reporter, monitor = _agent(conf, watched)
+    watched.faults[KEY_A] = _fault(KEY_A)
+    monitor.check_once()
+    assert _sample('cyborg_agent_health_check_seconds_count') == checks + 1
+    assert _sample('cyborg_agent_health_readings_total',
+                   severity='fatal') == fatal + 1
+    assert _sample('cyborg_agent_discovery_seconds_count') == discoveries + 1
+    assert _sample('cyborg_agent_report_seconds_count') == reports + 1
+
+
+# -- wiring ----------------------------------------------------------
+
+
+def test_known_devices_come_from_the_cache_after_a_restart(conf, conductor,
+                                                           watched):
+    _agent(conf, watched)
+    restarted = agent_reporter.Reporter(conf, HOST,
+                                        {watched.name: watched},
+                                        conductor_api=object())
+    assert [d.key() for d in restarted.known_devices()] == [KEY_A, KEY_B]
+
+
+@pytest.mark.parametrize('enabled', [True, False])
+def test_the_agent_runs_a_monitor_only_when_health_is_on(conf, conductor,
+                                                         enabled):
+    conf.set_override('enabled', enabled, 'health')
+    conf.set_override('enabled_drivers', ['fake_driver'], 'agent')
+    conf.set_override('hotplug', False, 'agent')
+    services = agent_cmd.build_services(conf, HOST)
+    kinds = [type(s) for s in services]
+    monitors = [s for s in services
+                if isinstance(s, agent_health.HealthMonitor)]
+    manager = services[0]._server.dispatcher.endpoints[0]
+    if enabled:
+        # After the reporter: it starts after it and stops before it.
+        assert kinds.index(agent_health.HealthMonitor) == \
+            kinds.index(agent_reporter.Reporter) + 1
+        assert manager.health_monitor is monitors[0]
+    else:
+        assert monitors == [] and manager.health_monitor is None
+
+
+def test_stop_returns_promptly_while_the_conductor_hangs(conf, watched):
+    """A conductor that never answers must not hold the agent's stop."""
+
+    class Hanging:
+        def __init__(self):
+            self.release = threading.Event()
+
+        def report_health(self, context, hostname, report):
+            self.release.wait(30)
+
+    hanging = Hanging()
+    by_name = {watched.name: watched}
+    known = watched.discover()
+    monitor = agent_health.HealthMonitor(conf, HOST, by_name,
+                                         lambda: known,
+                                         conductor_api=hanging)
+    monitor.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    monitor.stop()
+    assert time.monotonic() - started < 2
+    hanging.release.set()
