@@ -4,18 +4,41 @@ The device's status is conductor state (never reported by the agent).
 While a device is ``maintaining`` every provider of ITS deployables (found
 through the device's own id, which OpenStack Cyborg got wrong) has
 ``reserved = total``, so nothing new is scheduled on it; ``enabled`` puts
-``reserved`` back to 0.  Allocations already held are left alone.
+``reserved`` back to 0 unless the device's health keeps it out.
+Allocations already held are left alone.
+
+With ``[conductor]new_device_status = maintaining`` (new devices wait for
+an admin), enabling a device that was ``maintaining`` first asks its agent
+to run the driver's preparation step (``AgentAPI.prepare_device``; a no-op for
+drivers without one).  Only when that succeeds is the device enabled: an
+agent that fails is a 409, one that does not answer in time a 503, and the
+status stays ``maintaining`` either way.  Devices a report discovers start
+in ``[conductor]new_device_status`` (``inventory_plan``).
 """
 
+import oslo_messaging as messaging
+from oslo_config import cfg
 from oslo_log import log as logging
 
+from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
+from cyborg.common import notify
 from cyborg.conductor import placement_sync
 from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.objects import inventory
 
 LOG = logging.getLogger(__name__)
+
+MAINTAINING = 'maintaining'
+ENABLED = 'enabled'
+
+# Longest the agent has to prepare a device, in seconds.
+PREPARE_TIMEOUT = 30
+
+# Errors of an agent too old to know prepare_device (RPC 1.0): it has no
+# preparation step to run.
+_NOT_SUPPORTED = ('UnsupportedVersion', 'NoSuchMethod')
 
 
 def set_status(conf, context, device_uuid, status):
@@ -27,6 +50,15 @@ def set_status(conf, context, device_uuid, status):
         raise exception.Invalid(
             reason=f'device status must be one of '
                    f'{", ".join(models.DEVICE_STATUSES)}, not {status!r}')
+    target = db_api.device_lifecycle_target(context, device_uuid)
+    if target is None:
+        raise exception.ResourceNotFound(resource='Device', id=device_uuid)
+    if (target['status'] == MAINTAINING and status == ENABLED and
+            conf.conductor.new_device_status == MAINTAINING):
+        # Devices wait for an admin to be prepared only in this lifecycle;
+        # otherwise enable/disable is plain maintenance and must work
+        # while the host's agent is down.
+        _prepare(conf, context, target)
     with db_api.writer.using(context):
         device = db_api.device_set_status(context, device_uuid, status)
         if device is None:
@@ -35,6 +67,78 @@ def set_status(conf, context, device_uuid, status):
         host = db_api.inventory_host_get(context, device['hostname'])
         db_api.inventory_host_update(context, device['hostname'],
                                      placement_synced=False)
+    if target['status'] != status:
+        _notify(conf, context, target, status)
+    _sync(conf, context, device, device_uuid, host)
+    return device
+
+
+def _prepare(conf, context, target):
+    """Run the driver's preparation step on the device's host, or raise
+    the CyborgException the API answers with."""
+    hostname = target['hostname']
+    key = f"{target['cpid_type']}:{target['cpid_info']}"
+    timeout = prepare_timeout(conf)
+    agent = agent_rpcapi.AgentAPI(conf, timeout=timeout)
+    try:
+        agent.prepare_device(context, hostname, key)
+    except messaging.MessagingTimeout:
+        raise exception.ServiceUnavailable(
+            reason=f'the agent on {hostname} did not prepare device {key} '
+                   f'within {timeout} s; the device stays maintaining')
+    except messaging.RemoteError as exc:
+        if exc.exc_type in _NOT_SUPPORTED:
+            LOG.warning('The agent on %s cannot prepare devices (too old); '
+                        'enabling %s without it.', hostname, key)
+            return
+        raise exception.Conflict(
+            reason=f'the agent on {hostname} could not prepare device '
+                   f'{key}: {_first_line(exc.value)}; the device stays '
+                   f'maintaining')
+    except messaging.MessagingException as exc:
+        raise exception.ServiceUnavailable(
+            reason=f'cannot reach the agent on {hostname} ({exc}); the '
+                   f'device stays maintaining')
+    except Exception as exc:
+        # The agent's own exception, rebuilt here by oslo.messaging (built-in
+        # exception types and allowed modules come back as themselves).
+        raise exception.Conflict(
+            reason=f'the agent on {hostname} could not prepare device '
+                   f'{key}: {_first_line(exc)}; the device stays '
+                   f'maintaining')
+
+
+def _first_line(error):
+    """The message of a remote error without the agent's traceback that
+    oslo.messaging appends to it."""
+    return str(error).strip().split('\n', 1)[0]
+
+
+def prepare_timeout(conf):
+    """Seconds to wait for the agent: half the RPC timeout (at most
+    PREPARE_TIMEOUT), so that the API, whose call to us runs under the
+    full RPC timeout, answers our clear 503 rather than a timeout of its
+    own."""
+    try:
+        rpc_timeout = conf.rpc_response_timeout
+    except cfg.NoSuchOptError:
+        rpc_timeout = 60            # oslo.messaging's default
+    return max(1, min(PREPARE_TIMEOUT, int(rpc_timeout) // 2))
+
+
+def _notify(conf, context, target, status):
+    if not notify.enabled(conf):
+        return
+    notify.send(conf, context, notify.DEVICE_STATUS_CHANGE, {
+        'host': target['hostname'], 'device_uuid': target['uuid'],
+        'type': target['type'], 'vendor': target['vendor'],
+        'model': target['model'], 'cpid_type': target['cpid_type'],
+        'cpid_info': target['cpid_info'],
+        'old_status': target['status'], 'status': status,
+        'deployables': target['deployables']})
+
+
+def _sync(conf, context, device, device_uuid, host):
     providers = {row['rp_uuid'] or inventory.provider_uuid(row['name'])
                  for row in db_api.inventory_host_providers(
                      context, device['hostname'])
@@ -44,7 +148,6 @@ def set_status(conf, context, device_uuid, status):
     was_synced = bool(host and host['placement_synced'])
     placement_sync.sync_after_report(conf, context, device['hostname'],
                                      plan, digest, trust_memory=was_synced)
-    return device
 
 
 class _Touched:

@@ -8,8 +8,11 @@
    written); load the rows the report concerns (five queries); plan
    (``inventory_plan``, pure); write the plan (one executemany per table
    and kind of change); store the new digest.
-3. After commit, sync Placement (``placement_sync``); a failed sync leaves
-   the host marked unsynced for the next report or the reconcile.
+3. After commit, send the DEVICE_ADD / DEVICE_REMOVE (and, for hardware
+   that vanished under an allocation or came back, DEVICE_HEALTH_CHANGE)
+   notifications collected in the transaction, then sync Placement
+   (``placement_sync``); a failed sync leaves the host marked unsynced for
+   the next report or the reconcile.
 
 Several conductors may handle reports of the same host at once: the host
 row lock serialises them where the database has row locks, and the
@@ -17,10 +20,14 @@ deterministic row uuids make a racing insert fail on a unique key, in
 which case the report is planned again from the new state.
 """
 
+import time
+
 from oslo_db import exception as db_exc
 from oslo_log import log as logging
 from oslo_utils import timeutils
 
+from cyborg.common import metrics
+from cyborg.common import notify
 from cyborg.conductor import inventory_plan, placement_sync
 from cyborg.db import api as db_api
 
@@ -32,13 +39,15 @@ MAX_ATTEMPTS = 5
 
 class _Outcome:
     def __init__(self, digest, need_full=False, plan=None, synced=False,
-                 was_synced=False):
+                 was_synced=False, outbox=None):
         self.digest = digest
         self.need_full = need_full
         self.plan = plan
         self.synced = synced
         # Whether Placement matched the database before this report.
         self.was_synced = was_synced
+        # Notifications to send once committed (None: none to send).
+        self.outbox = outbox
 
 
 def handle_report(conf, context, hostname, report):
@@ -47,13 +56,28 @@ def handle_report(conf, context, hostname, report):
     Returns ``{'digest': <digest now stored>, 'need_full': bool}``; raises
     ``Invalid`` for a malformed report (nothing written).
     """
-    devices, removed = inventory_plan.parse_report(report)
+    started = time.monotonic()
+    kind = 'full' if isinstance(report, dict) and report.get('full') \
+        else 'delta'
+    try:
+        devices, removed = inventory_plan.parse_report(report)
+        if _looks_unchanged(report) and db_api.inventory_host_touch(
+                context, hostname, report['digest']):
+            kind = 'unchanged'
+            return {'digest': report['digest'], 'need_full': False}
+        return _handle_changed(conf, context, hostname, report, devices,
+                               removed)
+    finally:
+        metrics.CONDUCTOR_REPORT_SECONDS.labels(kind).observe(
+            time.monotonic() - started)
+
+
+def _handle_changed(conf, context, hostname, report, devices, removed):
     digest = report['digest']
-    if _looks_unchanged(report) and db_api.inventory_host_touch(
-            context, hostname, digest):
-        return {'digest': digest, 'need_full': False}
     outcome = _write_with_retries(conf, context, hostname, report, devices,
                                   removed)
+    if outcome.outbox is not None:
+        outcome.outbox.send()
     if outcome.need_full:
         LOG.info('Report of %s is based on %s, not on the stored %s: asking '
                  'for a full report.', hostname, report.get('base_digest'),
@@ -92,16 +116,17 @@ def _write(conf, context, hostname, report, devices, removed):
                                    report.get('base_digest') !=
                                    stored_digest):
             return _Outcome(stored_digest, need_full=True)
-        plan = _plan(conf, context, hostname, report['full'], devices,
-                     removed)
+        plan, stored = _plan(conf, context, hostname, report['full'],
+                             devices, removed)
         db_api.inventory_write(context, plan.add, plan.update, plan.delete)
+        outbox = _notifications(conf, context, hostname, plan, stored)
         was_synced = bool(host['placement_synced'])
         synced = was_synced and plan.empty
         db_api.inventory_host_update(
             context, hostname, report_digest=report['digest'],
             placement_synced=synced, last_report_at=timeutils.utcnow())
         return _Outcome(report['digest'], plan=plan, synced=synced,
-                        was_synced=was_synced)
+                        was_synced=was_synced, outbox=outbox)
 
 
 def _plan(conf, context, hostname, full, devices, removed):
@@ -111,7 +136,10 @@ def _plan(conf, context, hostname, full, devices, removed):
         uuids = [inventory_plan.device_uuid(hostname, key) for key in
                  [d.key() for d in devices] + list(removed)]
     stored = db_api.inventory_load(context, hostname, uuids)
-    plan = inventory_plan.make_plan(hostname, stored, devices, removed, full)
+    options = {'new_device_status': conf.conductor.new_device_status,
+               'now': timeutils.utcnow()}
+    plan = inventory_plan.make_plan(hostname, stored, devices, removed, full,
+                                    **options)
     if plan.removal_candidates:
         # Asked inside the transaction (the host row stays locked for a few
         # HTTP calls) so that what is deleted matches what was checked;
@@ -119,5 +147,71 @@ def _plan(conf, context, hostname, full, devices, removed):
         held = placement_sync.held_providers(conf, plan.removal_candidates)
         if held:
             plan = inventory_plan.make_plan(hostname, stored, devices,
-                                            removed, full, held)
-    return plan
+                                            removed, full, held, **options)
+    return plan, stored
+
+
+# -- notifications --------------------------------------------------------
+
+def _notifications(conf, context, hostname, plan, stored):
+    """An Outbox of the devices the plan adds and deletes and of the
+    deployables it marks lost or back; None when notifications are off
+    (nothing is built then) or there is nothing to say."""
+    health_moves = [r for r in plan.update['deployables'] if 'health' in r]
+    if not (plan.add['devices'] or plan.delete['devices'] or
+            health_moves) or not notify.enabled(conf):
+        return None
+    outbox = notify.Outbox(conf, context)
+    for row in plan.add['devices']:
+        outbox.add(notify.DEVICE_ADD, _device_payload(
+            hostname, row,
+            [c for c in plan.add['controlpath_ids']
+             if c['device_uuid'] == row['uuid']],
+            [d for d in plan.add['deployables']
+             if d['device_uuid'] == row['uuid']]))
+    devices = {r['uuid']: r for r in stored.get('devices', ())}
+    for uuid in plan.delete['devices']:
+        row = devices[uuid]
+        outbox.add(notify.DEVICE_REMOVE, _device_payload(
+            hostname, row, _children(stored, 'controlpath_ids', row),
+            _children(stored, 'deployables', row)))
+    _lost_or_back(outbox, hostname, stored, health_moves)
+    return outbox
+
+
+def _children(stored, table, device_row):
+    return [r for r in stored.get(table, ())
+            if r['device_id'] == device_row['id']]
+
+
+def _device_payload(hostname, row, cpids, deployables):
+    cpid = cpids[0] if cpids else {}
+    return {'host': hostname, 'device_uuid': row['uuid'],
+            'type': row['type'], 'vendor': row['vendor'],
+            'model': row['model'], 'status': row.get('status'),
+            'cpid_type': cpid.get('cpid_type'),
+            'cpid_info': cpid.get('cpid_info'),
+            'deployables': [{'uuid': d['uuid'], 'name': d['name'],
+                             'rp_uuid': d.get('rp_uuid'),
+                             'num_accelerators': d['num_accelerators']}
+                            for d in deployables]}
+
+
+def _lost_or_back(outbox, hostname, stored, moves):
+    """DEVICE_HEALTH_CHANGE for deployables whose hardware vanished under
+    an allocation (lost) or came back (unhealthy until re-probed)."""
+    deployables = {r['uuid']: r for r in stored.get('deployables', ())}
+    devices = {r['id']: r for r in stored.get('devices', ())}
+    for move in moves:
+        dep = deployables[move['uuid']]
+        device = devices[dep['device_id']]
+        outbox.add(notify.DEVICE_HEALTH_CHANGE, {
+            'host': hostname, 'device_uuid': device['uuid'],
+            'device_type': device['type'], 'deployable_uuid': dep['uuid'],
+            'deployable_name': dep['name'],
+            'old_health': dep.get('health'), 'health': move['health'],
+            'reason': move.get('health_reason'),
+            'deployables': [{'uuid': dep['uuid'], 'name': dep['name'],
+                             'rp_uuid': dep['rp_uuid'],
+                             'health': move['health']}]},
+            notify.ERROR if move['health'] == 'lost' else notify.WARN)

@@ -15,13 +15,21 @@ derived that way were made by someone else (an operator's ``POST
 Truth rule: a deployable whose provider holds allocations in Placement
 (``held_providers``) is not deleted when its hardware disappears; it is
 marked ``gone`` (its provider keeps ``reserved = total``) and removed once
-the allocations are released.
+the allocations are released.  Its health becomes 'lost' in the same
+update; when the hardware comes back it is 'unhealthy' until the health
+state machine's hold-down and re-probe re-admit it (``health_machine``).
+
+Lifecycle: a device the report adds starts in the status the caller
+passes (``[conductor]new_device_status``); a device already known keeps
+its status (it is the operator's, never the report's), and one that comes
+back keeps its uuid, derived from the host and its address.
 """
 
 import dataclasses
 import json
 
 from cyborg.common import exception
+from cyborg.conductor import health_machine
 from cyborg.db import models
 from cyborg.objects import inventory
 
@@ -109,14 +117,17 @@ def _group(rows, key):
 
 
 def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
-              held_providers=frozenset()):
+              held_providers=frozenset(), new_device_status='enabled',
+              now=None):
     """The changes that make the stored rows match the report.
 
     ``stored_rows``: {table: [row dicts]} for the devices concerned (all of
     the host's for a full report); ``devices``: the reported
     ``DriverDevice`` objects; ``removed_keys``: device keys a delta says
     are gone; ``full``: stored devices not reported are gone too;
-    ``held_providers``: provider uuids with allocations in Placement.
+    ``held_providers``: provider uuids with allocations in Placement;
+    ``new_device_status``: the status of added devices; ``now``: the time
+    health changes (lost, came back) are stamped with.
     """
     stored = _Stored(stored_rows)
     plan = Plan()
@@ -126,10 +137,10 @@ def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
         reported.add(uuid)
         row = stored.devices.get(uuid)
         if row is None:
-            _add_device(plan, hostname, device)
+            _add_device(plan, hostname, device, new_device_status)
         else:
             _change_device(plan, hostname, stored, row, device,
-                           held_providers)
+                           held_providers, now)
     if full:
         gone = [u for u in stored.devices if u not in reported]
     else:
@@ -137,7 +148,7 @@ def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
     for uuid in gone:
         row = stored.devices.get(uuid)
         if row is not None:
-            _remove_device(plan, stored, row, held_providers)
+            _remove_device(plan, stored, row, held_providers, now)
     return plan
 
 
@@ -151,12 +162,11 @@ def _device_columns(hostname, device):
             'hostname': hostname}
 
 
-def _add_device(plan, hostname, device):
+def _add_device(plan, hostname, device, status):
     key = device.key()
     uuid = device_uuid(hostname, key)
     plan.add['devices'].append(
-        dict(_device_columns(hostname, device), uuid=uuid,
-             status='enabled'))
+        dict(_device_columns(hostname, device), uuid=uuid, status=status))
     plan.add['controlpath_ids'].append({
         'uuid': controlpath_uuid(hostname, key), 'device_uuid': uuid,
         'cpid_type': device.controlpath_id.cpid_type,
@@ -165,7 +175,7 @@ def _add_device(plan, hostname, device):
         _add_deployable(plan, hostname, key, uuid, deployable)
 
 
-def _change_device(plan, hostname, stored, row, device, held):
+def _change_device(plan, hostname, stored, row, device, held, now):
     changed = {k: v for k, v in _device_columns(hostname, device).items()
                if row.get(k) != v}
     if changed:
@@ -178,13 +188,13 @@ def _change_device(plan, hostname, stored, row, device, held):
             _add_deployable(plan, hostname, key, row['uuid'], deployable)
         else:
             _change_deployable(plan, hostname, key, stored, old,
-                               deployable)
+                               deployable, now)
     for old in existing.values():
-        _remove_deployable(plan, old, held)
+        _remove_deployable(plan, old, held, now)
 
 
-def _remove_device(plan, stored, row, held):
-    kept = [_remove_deployable(plan, d, held)
+def _remove_device(plan, stored, row, held, now):
+    kept = [_remove_deployable(plan, d, held, now)
             for d in stored.deployables.get(row['id'], ())]
     if not any(kept):
         plan.delete['devices'].append(row['uuid'])
@@ -225,13 +235,15 @@ def _handle_row(hostname, device_key, deployable_name, dep_uuid, handle):
 
 
 def _change_deployable(plan, hostname, device_key, stored, row,
-                       deployable):
+                       deployable, now):
     rp = _rp_uuid(deployable.name)
     wanted = {'num_accelerators': deployable.num_accelerators,
               'driver_name': deployable.driver_name,
               'bitstream_id': deployable.bitstream_id,
               'rp_uuid': rp, 'gone': False}
     changed = {k: v for k, v in wanted.items() if row.get(k) != v}
+    if row.get('gone'):
+        changed.update(_health_change(row, health_machine.came_back, now))
     if changed:
         plan.update['deployables'].append(dict(changed, uuid=row['uuid']))
     attrs_changed = _change_attributes(
@@ -243,19 +255,26 @@ def _change_deployable(plan, hostname, device_key, stored, row,
         plan.touched_providers.add(rp)
 
 
-def _remove_deployable(plan, row, held):
+def _remove_deployable(plan, row, held, now):
     """Delete the deployable, or keep it as gone; True if kept."""
     rp = row.get('rp_uuid') or _rp_uuid(row['name'])
     plan.removal_candidates.add(rp)
     if rp in held:
         if not row.get('gone'):
-            plan.update['deployables'].append({'uuid': row['uuid'],
-                                               'gone': True})
+            plan.update['deployables'].append(dict(
+                _health_change(row, health_machine.lost, now),
+                uuid=row['uuid'], gone=True))
             plan.touched_providers.add(rp)
         return True
     plan.delete['deployables'].append(row['uuid'])
     plan.removed_providers.add(rp)
     return False
+
+
+def _health_change(row, move, now):
+    """The health columns ``move`` (lost, came_back) changes on ``row``."""
+    old = health_machine.Record.from_row(row)
+    return move(old, now).columns(since=old)
 
 
 def _change_attributes(plan, hostname, deployable, dep_row, rows):

@@ -1,12 +1,13 @@
 """Every periodic job of the conductor, in one table, and their runner.
 
-A job is ``(name, interval option in [conductor], 'module:function')``;
-the function is called as ``function(conf, context)`` with an admin
-context, every ``interval`` seconds (0 disables the job), each job on its
-own thread so a slow job never delays another.  A job that raises is
-logged and runs again at its next tick.  Several conductors may run the
-same jobs at once: each job must be safe under that (guarded updates,
-idempotent Placement writes).
+A job is ``(name, interval option, 'module:function')``; the option is
+named in ``[conductor]`` (``'reconcile_interval'``) or as
+``'group.option'`` (``'health.tick_interval'``).  The function is called
+as ``function(conf, context)`` with an admin context, every ``interval``
+seconds (0 disables the job), each job on its own thread so a slow job
+never delays another.  A job that raises is logged and runs again at its
+next tick.  Several conductors may run the same jobs at once: each job
+must be safe under that (guarded updates, idempotent Placement writes).
 
 The function is named by a string and imported when the job runs, so this
 table imports nothing and any module may add its row.
@@ -32,6 +33,10 @@ JOBS = (
     # Re-send accelerator-request-bound events Nova has not accepted yet.
     ('resend_nova_events', 'nova_event_retry_interval',
      'cyborg.conductor.nova:resend_due'),
+    # Health steps that come with time: suspect expiry, end of a hold-down
+    # (re-probe), probe timeout.
+    ('health_timers', 'health.tick_interval',
+     'cyborg.conductor.health:run_timers'),
 )
 
 
@@ -52,7 +57,7 @@ class PeriodicRunner:
     def start(self):
         self._stop.clear()
         for name, option, path in self.jobs:
-            interval = self.conf.conductor[option]
+            interval = interval_of(self.conf, option)
             if not interval:
                 LOG.info('Periodic job %s is disabled', name)
                 continue
@@ -75,6 +80,12 @@ class PeriodicRunner:
     def _loop(self, name, interval, path):
         while not self._stop.wait(interval):
             run_job(self.conf, name, path)
+
+
+def interval_of(conf, option):
+    """The value of a job's interval option (see the table's format)."""
+    group, _sep, name = option.rpartition('.')
+    return conf[group or 'conductor'][name]
 
 
 def run_job(conf, name, path):

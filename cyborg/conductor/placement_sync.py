@@ -1,6 +1,10 @@
 """Step 3 of report handling, and the periodic reconcile: make Placement
 hold the provider tree the database describes.
 
+Each provider follows its deployable's effective health (the worse of its
+own and its device's): out of the schedule it is reserved whole and
+carries the unhealthy trait (``provider_tree``).
+
 Idempotent: every call compares and writes only what differs, so a sync
 cut short (Placement down, a conductor killed) is finished by the next
 report or by ``reconcile_all``.  The host row's ``placement_synced`` says
@@ -25,6 +29,7 @@ import weakref
 from oslo_log import log as logging
 
 from cyborg.common import exception
+from cyborg.conductor import health_machine
 from cyborg.db import api as db_api
 from cyborg.placement import client as placement_client
 from cyborg.placement import provider_tree
@@ -101,8 +106,10 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
         # handled meanwhile adds is never taken for an orphan.
         owned = {p['uuid'] for p in client.list_tree(
             cn_uuid, required=[provider_tree.OWNER_TRAIT])}
-    desired = [provider_tree.provider_for(row, row['attributes'],
-                                          row['device_status'], cn_uuid)
+    desired = [provider_tree.provider_for(
+                   row, row['attributes'], row['device_status'], cn_uuid,
+                   health_machine.effective(row['health'],
+                                            row['device_health']))
                for row in db_api.inventory_host_providers(context, hostname)]
     rcs, traits = provider_tree.custom_names(desired)
     client.ensure_resource_classes(rcs)

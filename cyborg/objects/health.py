@@ -32,6 +32,11 @@ class Reading:
     # Cumulative counters behind the reading (for metrics and events), e.g.
     # {'xid': 3, 'aer_fatal': 0, 'ecc_uncorrected': 2}.
     counters: dict = dataclasses.field(default_factory=dict)
+    # Set by the conductor for the readings of a full snapshot: they
+    # re-state conditions the agent already reported, so a transient one
+    # does not count as one more fault (the agent sends a new event at
+    # once, in a change report).
+    restated: bool = False
 
     def __post_init__(self):
         if self.severity not in states.SEVERITIES:

@@ -7,13 +7,18 @@ adopted), inventory ``{rc: {total: n, max_unit: n, reserved: r}}`` from the
 ``rc`` attribute and ``num_accelerators``, traits from the ``trait*``
 attributes plus ``OWNER_CYBORG``.
 
-``reserved`` is the whole total while the device is in maintenance or the
-deployable is gone (hardware vanished under an allocation), so nothing new
-lands on it; 0 otherwise.  Pure functions: no database, no HTTP.
+``reserved`` is the whole total while the device is in maintenance, the
+deployable is gone (hardware vanished under an allocation) or its effective
+health is out of the schedule (``states.OUT_OF_SCHEDULE``), so nothing new
+lands on it; 0 otherwise.  An out-of-schedule provider also carries
+``states.UNHEALTHY_TRAIT`` so operators and request filters can see it.
+Allocations already held are never touched.  Pure functions: no database,
+no HTTP.
 """
 
 import dataclasses
 
+from cyborg.common import states
 from cyborg.objects import inventory
 
 OWNER_TRAIT = 'OWNER_CYBORG'
@@ -33,15 +38,20 @@ class Provider:
     traits: frozenset
 
 
-def provider_for(deployable, attributes, device_status, parent_uuid):
+def provider_for(deployable, attributes, device_status, parent_uuid,
+                 health=states.HEALTHY):
     """The provider of one deployable.
 
     ``deployable``: a mapping with name, num_accelerators, gone and
-    optionally rp_uuid; ``attributes``: {key: value} of that deployable.
+    optionally rp_uuid; ``attributes``: {key: value} of that deployable;
+    ``health``: its effective health (the worse of its own and its
+    device's).
     """
     name = deployable['name']
     total = int(deployable['num_accelerators'])
-    blocked = device_status == MAINTAINING or bool(deployable.get('gone'))
+    unhealthy = health in states.OUT_OF_SCHEDULE
+    blocked = (device_status == MAINTAINING or bool(deployable.get('gone'))
+               or unhealthy)
     inventories = {}
     rc = attributes.get('rc')
     if rc and total > 0:
@@ -51,6 +61,8 @@ def provider_for(deployable, attributes, device_status, parent_uuid):
                            'allocation_ratio': 1.0}
     traits = {v for k, v in attributes.items() if k.startswith('trait')}
     traits.add(OWNER_TRAIT)
+    if unhealthy:
+        traits.add(states.UNHEALTHY_TRAIT)
     return Provider(uuid=deployable.get('rp_uuid') or
                     inventory.provider_uuid(name),
                     name=name, parent_uuid=parent_uuid,

@@ -1,15 +1,18 @@
 """inventory_plan: a pure function, tested with plain data."""
 
+import datetime
 import itertools
 
 import pytest
 
 from cyborg.common import exception
+from cyborg.conductor import health_machine
 from cyborg.conductor import inventory_plan as ip
 from cyborg.objects import inventory
 from tests.fixtures import conductor as cf
 
 HOST = 'host1'
+NOW = datetime.datetime(2025, 1, 2, 3, 4, 5)
 _IDS = itertools.count(1)
 
 
@@ -90,23 +93,44 @@ def test_vanished_device_is_deleted_when_not_allocated():
     assert plan.removal_candidates == {gone_rp}
 
 
-def test_vanished_device_with_allocations_is_kept_as_gone():
+def test_vanished_device_with_allocations_is_kept_as_gone_and_lost():
     stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
     gone_rp = inventory.provider_uuid('host1_0000:82:00.0')
     plan = ip.make_plan(HOST, stored, _devices()[:1], full=True,
-                        held_providers={gone_rp})
+                        held_providers={gone_rp}, now=NOW)
     assert not plan.delete['devices'] and not plan.delete['deployables']
     assert plan.update['deployables'] == [
         {'uuid': ip.deployable_uuid(HOST, 'host1_0000:82:00.0'),
-         'gone': True}]
+         'gone': True, 'health': 'lost', 'health_updated_at': NOW,
+         'health_reason': health_machine.LOST_REASON}]
     assert plan.touched_providers == {gone_rp}
     assert not plan.removed_providers
-    # Reported again: it is back, no longer gone.
+    # Reported again: it is back, no longer gone, unhealthy until the
+    # health state machine re-probes it.
     stored = _stored(plan, stored)
-    back = ip.make_plan(HOST, stored, _devices(), full=True)
+    later = NOW + datetime.timedelta(seconds=5)
+    back = ip.make_plan(HOST, stored, _devices(), full=True, now=later)
     assert back.update['deployables'] == [
         {'uuid': ip.deployable_uuid(HOST, 'host1_0000:82:00.0'),
-         'gone': False}]
+         'gone': False, 'health': 'unhealthy', 'health_updated_at': later,
+         'health_reason': health_machine.CAME_BACK_REASON}]
+    assert back.touched_providers == {gone_rp}
+    # Still lost while held and absent: nothing more to write.
+    again = ip.make_plan(HOST, stored, _devices()[:1], full=True,
+                         held_providers={gone_rp}, now=later)
+    assert again.empty
+
+
+def test_added_devices_start_in_the_status_asked_and_keep_theirs():
+    plan = ip.make_plan(HOST, {}, _devices(), full=True,
+                        new_device_status='maintaining')
+    assert {d['status'] for d in plan.add['devices']} == {'maintaining'}
+    stored = _stored(plan)
+    for row in stored['devices']:
+        row['status'] = 'enabled'       # an admin enabled them
+    again = ip.make_plan(HOST, stored, _devices(), full=True,
+                         new_device_status='maintaining')
+    assert again.empty
 
 
 def test_delta_touches_only_what_it_names():

@@ -14,6 +14,7 @@ from cyborg.objects import inventory
 from tests.fixtures import conductor as cf
 from tests.fixtures import placement as pf
 from tests.fixtures.placement import placement  # noqa: F401
+from tests.unit.conductor import agent_endpoint
 
 HOST = 'host1'
 GPU = 'host1_0000:81:00.0'
@@ -126,7 +127,11 @@ def test_disable_reserves_the_devices_providers_and_enable_frees_them(
          cf.device(HOST, '0000:83:00.0')]))
     assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
         == 4
-    device_status.set_status(conf, admin_context, fpga_dev, 'enabled')
+    # Enabling runs the driver's preparation step on the agent first.
+    with agent_endpoint.serving(conf, HOST,
+                                agent_endpoint.RecordingAgent()) as agent:
+        device_status.set_status(conf, admin_context, fpga_dev, 'enabled')
+    assert agent.prepared == ['PCI:0000:82:00.0']
     assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
         == 0
     assert db_api.inventory_host_get(admin_context, HOST)['placement_synced']

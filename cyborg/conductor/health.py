@@ -1,0 +1,378 @@
+"""Agents' health reports and the health timers: the conductor's side.
+
+``handle_report`` (``ConductorAPI.report_health``) and the periodic
+``run_timers`` run the pure state machine (``health_machine``) over one
+host's health records:
+
+1. Read the host's device and deployable records (two queries) and apply
+   the readings and the due timers.  Nothing changed (the usual periodic
+   snapshot of a well host): done, no write, no Placement call.
+2. Otherwise, in ONE writer transaction: lock the host row (serialising
+   with the host's inventory reports and other conductors), read again,
+   apply again, write the changed rows with guarded UPDATEs (WHERE the
+   state is still the one read; a lost race is planned again), and collect
+   the notifications.
+3. After commit: send the notifications, ask the agent to re-probe the
+   devices that entered 'probing', and sync Placement for the providers
+   whose schedulability changed (reserved = total and the unhealthy trait
+   while out).  A failed sync leaves the host unsynced for the next report
+   or the reconcile, which compute the same providers from the database.
+
+A device-level reading drives the device's record, a deployable-level one
+that deployable's.  A deployable is scheduled by its EFFECTIVE health, the
+worse of its own and its device's.  A device-level good reading (a probe
+verdict included) also counts for the device's deployables that have no
+fault of their own in the report, so a partition taken out on its own is
+re-admitted by its device's probe.
+"""
+
+import dataclasses
+import time
+
+from oslo_log import log as logging
+from oslo_utils import timeutils
+
+from cyborg.agent import rpcapi as agent_rpcapi
+from cyborg.common import exception
+from cyborg.common import metrics
+from cyborg.common import notify
+from cyborg.common import states
+from cyborg.conductor import health_machine as machine
+from cyborg.conductor import placement_sync
+from cyborg.db import api as db_api
+from cyborg.objects import health as health_objects
+
+LOG = logging.getLogger(__name__)
+
+# Attempts at writing changes that race another conductor (SQLite, which
+# has no row lock for the host).
+MAX_ATTEMPTS = 5
+
+
+class _Raced(Exception):
+    """A guarded health UPDATE found the row already moved on."""
+
+
+# -- entry points -------------------------------------------------------------
+
+def handle_report(conf, context, hostname, report):
+    """Apply a host's health readings (format: ``objects.health``).
+
+    Returns ``{'accepted': <readings about known devices>}``; raises
+    ``Invalid`` for a malformed report (nothing written).  Readings of
+    devices the conductor does not know (not reported yet, or removed)
+    are skipped.
+    """
+    started = time.monotonic()
+    try:
+        readings = parse_report(report)
+        outcome = _apply(conf, context, hostname, readings)
+        return {'accepted': outcome.accepted}
+    finally:
+        metrics.CONDUCTOR_HEALTH_REPORT_SECONDS.observe(
+            time.monotonic() - started)
+
+
+def run_timers(conf, context):
+    """Periodic job (``periodics.JOBS``): the timed steps now due (suspect
+    expiry, end of a hold-down, probe timeout), host by host.  Returns how
+    many records changed."""
+    now = timeutils.utcnow()
+    changed = 0
+    for hostname in db_api.health_due_hosts(context, now):
+        try:
+            changed += len(_apply(conf, context, hostname, [], now).changes)
+        except Exception:
+            LOG.exception('Health timers of host %s failed; they run again '
+                          'at the next tick', hostname)
+    return changed
+
+
+def parse_report(report):
+    """The readings of a health report, or Invalid with the reason."""
+    if not isinstance(report, dict) or not isinstance(
+            report.get('readings'), list):
+        raise exception.Invalid(
+            reason='a health report is an object with a readings list')
+    readings = []
+    # A full snapshot re-states what still holds (a pending row remap,
+    # an error register not yet cleared): it is not a new fault event.
+    restated = bool(report.get('full'))
+    for values in report['readings']:
+        try:
+            reading = health_objects.Reading.from_dict(
+                dict(values, restated=restated))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise exception.Invalid(reason=f'bad health reading: {exc}')
+        if not isinstance(reading.device, str) or not (
+                reading.deployable is None or
+                isinstance(reading.deployable, str)):
+            raise exception.Invalid(
+                reason=f'bad health reading for {reading.device!r}')
+        readings.append(reading)
+    return readings
+
+
+# -- evaluation (no writes) -------------------------------------------------
+
+@dataclasses.dataclass
+class _Change:
+    kind: str                  # 'device' or 'deployable'
+    row: dict                  # the record's row as read
+    device: dict               # its device's row (itself for a device)
+    old: machine.Record
+    new: machine.Record
+
+
+@dataclasses.dataclass
+class _Evaluation:
+    accepted: int = 0
+    changes: list = dataclasses.field(default_factory=list)
+    # Deployable uuid -> (effective health before, after).
+    effective: dict = dataclasses.field(default_factory=dict)
+    touched_providers: set = dataclasses.field(default_factory=set)
+    probe_keys: list = dataclasses.field(default_factory=list)
+    deployables: list = dataclasses.field(default_factory=list)
+    outbox: object = None
+    digest: str = None
+    was_synced: bool = False
+
+
+def device_key(device_row):
+    """The agent's key of a device row (``DriverDevice.key()``)."""
+    return f"{device_row['cpid_type']}:{device_row['cpid_info']}"
+
+
+def evaluate(settings, hostname, devices, deployables, readings, now):
+    """What ``readings`` and the timers do to a host's records (rows as
+    ``db_api.health_host_records`` returns them); writes nothing."""
+    by_key = {device_key(d): d for d in devices}
+    by_name = {d['name']: d for d in deployables}
+    own, accepted = _sort_readings(hostname, by_key, by_name, readings)
+    result = _Evaluation(accepted=accepted, deployables=deployables)
+    new_device = {}
+    for device in devices:
+        old = machine.Record.from_row(device)
+        new = machine.step(old, own.get(('device', device['id']), ()),
+                           now, settings)
+        new_device[device['id']] = new
+        _note(result, 'device', device, device, old, new)
+    devices_by_id = {d['id']: d for d in devices}
+    for dep in deployables:
+        device = devices_by_id[dep['device_id']]
+        dep_readings = _deployable_readings(
+            own.get(('deployable', dep['id']), []),
+            own.get(('device', device['id']), ()))
+        old = machine.Record.from_row(dep)
+        new = machine.step(old, dep_readings, now, settings)
+        _note(result, 'deployable', dep, device, old, new)
+        before = machine.effective(old.health, device['health'])
+        after = machine.effective(new.health,
+                                  new_device[device['id']].health)
+        result.effective[dep['uuid']] = (before, after)
+        if ((before in states.OUT_OF_SCHEDULE) !=
+                (after in states.OUT_OF_SCHEDULE)):
+            result.touched_providers.add(dep['rp_uuid'])
+    return result
+
+
+def _sort_readings(hostname, by_key, by_name, readings):
+    """({('device'|'deployable', row id): [readings]}, accepted count)."""
+    own = {}
+    accepted = 0
+    for reading in readings:
+        device = by_key.get(reading.device)
+        if device is None:
+            LOG.debug('Health reading of unknown device %s of host %s '
+                      'skipped', reading.device, hostname)
+            continue
+        if reading.deployable is None:
+            target = ('device', device['id'])
+        else:
+            dep = by_name.get(reading.deployable)
+            if dep is None or dep['device_id'] != device['id']:
+                LOG.debug('Health reading of unknown deployable %s of %s '
+                          'skipped', reading.deployable, reading.device)
+                continue
+            target = ('deployable', dep['id'])
+        own.setdefault(target, []).append(reading)
+        accepted += 1
+    return own, accepted
+
+
+def _deployable_readings(own, device_readings):
+    """A deployable's readings: its own, then its device's good ones
+    unless it has a fault of its own (a partition's fault outlives its
+    device reading well)."""
+    if any(not r.harmless for r in own):
+        return own
+    return own + [r for r in device_readings if r.severity == states.OK]
+
+
+def _note(result, kind, row, device, old, new):
+    if new == old:
+        return
+    result.changes.append(_Change(kind, row, device, old, new))
+    if machine.needs_probe(old, new):
+        key = device_key(device)
+        if key not in result.probe_keys:
+            result.probe_keys.append(key)
+
+
+# -- applying -----------------------------------------------------------------
+
+def _apply(conf, context, hostname, readings, now=None):
+    now = now or timeutils.utcnow()
+    settings = machine.Settings.from_conf(conf)
+    # Optimistic first look without a lock: most reports change nothing.
+    with db_api.reader.using(context):
+        devices, deployables = db_api.health_host_records(context, hostname)
+    result = evaluate(settings, hostname, devices, deployables, readings,
+                      now)
+    if not result.changes:
+        return result
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            result = _write(conf, context, hostname, readings, now,
+                            settings)
+            break
+        except _Raced:
+            if attempt == MAX_ATTEMPTS:
+                raise
+            LOG.info('Health of host %s changed under us; evaluating '
+                     'again.', hostname)
+    _after_commit(conf, context, hostname, result)
+    return result
+
+
+def _write(conf, context, hostname, readings, now, settings):
+    with db_api.writer.using(context):
+        if not db_api.health_host_lock(context, hostname):
+            return _Evaluation()
+        devices, deployables = db_api.health_host_records(context, hostname)
+        result = evaluate(settings, hostname, devices, deployables,
+                          readings, now)
+        for kind, table in (('device', 'devices'),
+                            ('deployable', 'deployables')):
+            rows = [dict(c.new.columns(since=c.old), uuid=c.row['uuid'],
+                         old_health=c.old.health, old_due_at=c.old.due_at)
+                    for c in result.changes if c.kind == kind]
+            if rows and db_api.health_write(context, table,
+                                            rows) != len(rows):
+                raise _Raced()
+        if result.touched_providers:
+            host = db_api.inventory_host_get(context, hostname)
+            result.digest = host['report_digest']
+            result.was_synced = bool(host['placement_synced'])
+            db_api.inventory_host_update(context, hostname,
+                                         placement_synced=False)
+        result.outbox = _notifications(conf, context, hostname, result)
+        return result
+
+
+def _after_commit(conf, context, hostname, result):
+    for change in result.changes:
+        if change.old.health != change.new.health:
+            metrics.CONDUCTOR_HEALTH_TRANSITIONS.labels(
+                change.kind, change.old.health, change.new.health).inc()
+            LOG.info('Health of %s %s on %s: %s -> %s (%s)', change.kind,
+                     change.row.get('name') or change.row['uuid'], hostname,
+                     change.old.health, change.new.health,
+                     change.new.reason or 'no fault')
+    if result.outbox is not None:
+        result.outbox.send()
+    if result.probe_keys:
+        _ask_probe(conf, context, hostname, result.probe_keys)
+    if result.touched_providers:
+        placement_sync.sync_after_report(
+            conf, context, hostname, _Touched(result.touched_providers),
+            result.digest, trust_memory=result.was_synced)
+
+
+def _ask_probe(conf, context, hostname, device_keys):
+    """Cast the re-probe; if it is lost the probe timeout takes the
+    device back to unhealthy, and the hold-down starts over."""
+    try:
+        agent_rpcapi.AgentAPI(conf).probe_health(context, hostname,
+                                                 device_keys)
+    except Exception as exc:
+        LOG.warning('Could not ask the agent on %s to re-probe %s: %s',
+                    hostname, ', '.join(device_keys), exc)
+
+
+class _Touched:
+    """The part of a plan a Placement sync needs."""
+
+    def __init__(self, providers):
+        self.touched_providers = providers
+        self.removed_providers = ()
+
+
+# -- notifications ------------------------------------------------------------
+
+def _notifications(conf, context, hostname, result):
+    """An Outbox of DEVICE_HEALTH_CHANGE for every state change (None
+    when notifications are off: no payload is built then)."""
+    moved = [c for c in result.changes if c.old.health != c.new.health]
+    if not moved or not notify.enabled(conf):
+        return None
+    outbox = notify.Outbox(conf, context)
+    affected = {id(c): _affected(c, result.deployables) for c in moved}
+    arqs = _bound_arqs(context, [d['id'] for deps in affected.values()
+                                 for d in deps])
+    for change in moved:
+        outbox.add(notify.DEVICE_HEALTH_CHANGE,
+                   _payload(hostname, change, affected[id(change)], arqs,
+                            result.effective),
+                   _priority(change.new.health))
+    return outbox
+
+
+def _affected(change, deployables):
+    if change.kind == 'deployable':
+        return [change.row]
+    return [d for d in deployables if d['device_id'] == change.row['id']]
+
+
+def _bound_arqs(context, deployable_ids):
+    found = {}
+    if deployable_ids:
+        for arq in db_api.health_bound_arqs(context, set(deployable_ids)):
+            found.setdefault(arq.deployable_id, []).append(
+                {'uuid': arq.uuid, 'state': arq.state,
+                 'instance_uuid': arq.instance_uuid,
+                 'project_id': arq.project_id})
+    return found
+
+
+def _payload(hostname, change, affected, arqs, effective):
+    device = change.device
+    bound = [arq for dep in affected for arq in arqs.get(dep['id'], ())]
+    payload = {
+        'host': hostname, 'device_uuid': device['uuid'],
+        'device_key': device_key(device), 'device_type': device['type'],
+        'deployable_uuid': None, 'deployable_name': None,
+        'old_health': change.old.health, 'health': change.new.health,
+        'reason': change.new.reason,
+        'deployables': [
+            {'uuid': d['uuid'], 'name': d['name'], 'rp_uuid': d['rp_uuid'],
+             'health': effective.get(d['uuid'], (None, None))[1]}
+            for d in affected],
+        'arqs': bound,
+        'instance_uuids': sorted({a['instance_uuid'] for a in bound
+                                  if a['instance_uuid']}),
+        'project_ids': sorted({a['project_id'] for a in bound
+                               if a['project_id']}),
+    }
+    if change.kind == 'deployable':
+        payload.update(deployable_uuid=change.row['uuid'],
+                       deployable_name=change.row['name'])
+    return payload
+
+
+def _priority(health):
+    if health in (states.UNHEALTHY, states.LOST):
+        return notify.ERROR
+    if health == states.HEALTHY:
+        return notify.INFO
+    return notify.WARN

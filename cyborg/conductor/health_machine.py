@@ -1,0 +1,248 @@
+"""The health state machine of one device or deployable: pure functions.
+
+No database, no clock, no configuration object: the caller passes the
+stored record, the reading, ``now`` and the ``Settings``.  The conductor
+(``cyborg.conductor.health``) loads records, runs these functions and
+writes what changed.  The vocabulary is ``cyborg.common.states``.
+
+A record (the ``HealthColumns`` of a device or deployable row) moves so::
+
+    healthy --transient--> suspect --(suspect_threshold faults)--> unhealthy
+    suspect --(suspect_window without fault)--> healthy           (timer)
+    any --fatal/gone--> unhealthy
+    unhealthy --first good reading--> hold-down starts (due_at)
+    unhealthy --hold-down over--> probing (+ re-probe request)    (timer)
+    probing --probe verdict ok--> healthy (re-admitted; flaps counted)
+    probing --probe verdict fault, or any fault--> unhealthy
+    probing --no verdict within probe_timeout--> unhealthy        (timer)
+    (deployable) hardware vanished while allocated --> lost
+    lost --came back--> unhealthy ('came back; re-probing')
+
+The hold-down is ``hold_down * 2**flaps`` (at most ``max_hold_down``),
+where flaps counts re-admissions, each within ``flap_window`` of the one
+before: a device that keeps failing soon after coming back stays out
+longer each time.  An application-severity reading (a workload's fault)
+never changes anything.
+"""
+
+import dataclasses
+import datetime
+
+from cyborg.common import states
+
+# A hold-down doubles per flap; past this many doublings it is capped by
+# max_hold_down anyway (and 2**n stays a small integer).
+_MAX_DOUBLINGS = 32
+
+CAME_BACK_REASON = 'came back; re-probing'
+LOST_REASON = 'the hardware vanished while allocations still hold it'
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The [health] options the machine needs, in seconds."""
+
+    suspect_threshold: int = 3
+    suspect_window: int = 300
+    hold_down: int = 60
+    max_hold_down: int = 86400
+    flap_window: int = 3600
+    probe_timeout: int = 60
+
+    @classmethod
+    def from_conf(cls, conf):
+        return cls(**{f.name: conf.health[f.name]
+                      for f in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """The health columns of one row (``models.HealthColumns``)."""
+
+    health: str = states.HEALTHY
+    reason: str = None
+    updated_at: datetime.datetime = None
+    faults: int = 0
+    flaps: int = 0
+    due_at: datetime.datetime = None
+    readmitted_at: datetime.datetime = None
+
+    # Record field -> column name.
+    COLUMNS = {'health': 'health', 'reason': 'health_reason',
+               'updated_at': 'health_updated_at',
+               'faults': 'health_faults', 'flaps': 'health_flaps',
+               'due_at': 'health_due_at',
+               'readmitted_at': 'health_readmitted_at'}
+
+    @classmethod
+    def from_row(cls, row):
+        """The record of a row dict (missing columns: the defaults)."""
+        values = {field: row.get(column)
+                  for field, column in cls.COLUMNS.items()}
+        values['health'] = values['health'] or states.HEALTHY
+        values['faults'] = values['faults'] or 0
+        values['flaps'] = values['flaps'] or 0
+        return cls(**values)
+
+    def columns(self, since=None):
+        """Column values of this record; with ``since`` (an older record),
+        only the columns that differ from it."""
+        return {column: getattr(self, field)
+                for field, column in self.COLUMNS.items()
+                if since is None or getattr(since, field) !=
+                getattr(self, field)}
+
+
+def _moved(record, now, health, reason, **values):
+    """``record`` in ``health``; ``updated_at`` changes with the state."""
+    if health != record.health:
+        values['updated_at'] = now
+    return dataclasses.replace(record, health=health, reason=reason,
+                               **values)
+
+
+def _seconds(value):
+    return datetime.timedelta(seconds=value)
+
+
+def hold_down(record, now, settings):
+    """Seconds an unhealthy ``record`` must read well before its re-probe:
+    doubled per flap, flaps counting only while the last re-admission is
+    within the flap window."""
+    flaps = record.flaps
+    if (record.readmitted_at is None or
+            now - record.readmitted_at > _seconds(settings.flap_window)):
+        flaps = 0
+    seconds = settings.hold_down * 2 ** min(flaps, _MAX_DOUBLINGS)
+    return min(seconds, settings.max_hold_down)
+
+
+# -- readings -----------------------------------------------------------------
+
+def apply_reading(record, reading, now, settings):
+    """The record after ``reading`` (an ``objects.health.Reading``)."""
+    if record.health == states.LOST:
+        # Only the inventory (the hardware coming back) ends 'lost'.
+        return record
+    severity = reading.severity
+    if severity == states.APPLICATION:
+        return record
+    if severity == states.OK:
+        return _good(record, reading, now, settings)
+    if severity == states.TRANSIENT:
+        return _transient(record, reading, now, settings)
+    return _out(record, now, _fault_reason(reading))
+
+
+def _fault_reason(reading):
+    if reading.severity == states.GONE:
+        return ('the device vanished or its driver was unbound' +
+                (f': {reading.reason}' if reading.reason else ''))
+    return reading.reason or f'{reading.severity} fault ({reading.source})'
+
+
+def _out(record, now, reason):
+    """Unhealthy; the hold-down restarts at the next good reading."""
+    return _moved(record, now, states.UNHEALTHY, reason, due_at=None)
+
+
+def _good(record, reading, now, settings):
+    if record.health == states.UNHEALTHY and record.due_at is None:
+        # The hold-down counts from the first good reading.
+        due = now + _seconds(hold_down(record, now, settings))
+        return dataclasses.replace(record, due_at=due)
+    if record.health == states.PROBING and reading.source == 'probe':
+        return _readmitted(record, now, settings)
+    return record
+
+
+def _readmitted(record, now, settings):
+    recent = (record.readmitted_at is not None and
+              now - record.readmitted_at <= _seconds(settings.flap_window))
+    return _moved(record, now, states.HEALTHY, None, faults=0, due_at=None,
+                  flaps=record.flaps + 1 if recent else 1,
+                  readmitted_at=now)
+
+
+def _transient(record, reading, now, settings):
+    reason = reading.reason or f'transient fault ({reading.source})'
+    if record.health == states.SUSPECT and reading.restated:
+        # The condition that made it suspect still holds: not a new fault.
+        return record
+    if record.health in (states.HEALTHY, states.SUSPECT):
+        faults = (record.faults if record.health == states.SUSPECT
+                  else 0) + 1
+        if faults >= settings.suspect_threshold:
+            return _moved(record, now, states.UNHEALTHY,
+                          f'{faults} transient faults within '
+                          f'{settings.suspect_window} s; last: {reason}',
+                          faults=faults, due_at=None)
+        return _moved(record, now, states.SUSPECT, reason, faults=faults,
+                      due_at=now + _seconds(settings.suspect_window))
+    if record.health == states.PROBING:
+        return _out(record, now, reason)
+    # Unhealthy: the device is still not well; start the hold-down again.
+    return dataclasses.replace(record, due_at=None)
+
+
+# -- timers -------------------------------------------------------------------
+
+def apply_timers(record, now, settings):
+    """The record after the timed steps due at ``now``."""
+    if record.due_at is None or now < record.due_at:
+        return record
+    if record.health == states.SUSPECT:
+        return _moved(record, now, states.HEALTHY, None, faults=0,
+                      due_at=None)
+    if record.health == states.UNHEALTHY:
+        return _moved(record, now, states.PROBING, record.reason,
+                      due_at=now + _seconds(settings.probe_timeout))
+    if record.health == states.PROBING:
+        return _out(record, now, f'no re-probe verdict within '
+                                 f'{settings.probe_timeout} s')
+    return record
+
+
+def step(record, readings, now, settings):
+    """The record after ``readings`` (in order), then the timers."""
+    for reading in readings:
+        record = apply_reading(record, reading, now, settings)
+    return apply_timers(record, now, settings)
+
+
+def needs_probe(old, new):
+    """Whether the move from ``old`` to ``new`` asks for a re-probe."""
+    return new.health == states.PROBING and old.health != states.PROBING
+
+
+# -- inventory events (deployables) ----------------------------------------
+
+def lost(record, now):
+    """The hardware vanished while allocated: out, as 'lost'."""
+    return _moved(record, now, states.LOST, LOST_REASON, due_at=None,
+                  faults=0)
+
+
+def came_back(record, now):
+    """Lost hardware is back: unhealthy, re-admitted by the hold-down and
+    a re-probe like any failed device (it may have been swapped or reset;
+    it is not trusted until a probe says it works)."""
+    if record.health != states.LOST:
+        return record
+    return _out(record, now, CAME_BACK_REASON)
+
+
+# -- what the scheduler sees ----------------------------------------------
+
+def effective(own, device):
+    """The health a deployable is scheduled by: the worse of its own and
+    its device's (a fatal fault on the device takes every partition of it
+    out)."""
+    return states.worst(own, device)
+
+
+def schedulable(health, device_status='enabled', gone=False):
+    """Whether a provider in this situation may be scheduled on.  An
+    operator's 'maintaining' wins over any health."""
+    return (device_status != 'maintaining' and not gone and
+            health not in states.OUT_OF_SCHEDULE)

@@ -1,0 +1,531 @@
+"""Health reports and timers end to end: a database, the real (embedded)
+Placement, the conductor's real agent RPC client talking to an agent
+endpoint over fake://, and oslo.messaging's own in-memory notifier."""
+
+import contextlib
+import copy
+import datetime
+import threading
+import time
+import uuid as uuidlib
+
+import oslo_messaging as messaging
+import pytest
+import requests
+import sqlalchemy as sa
+from oslo_messaging.notify import _impl_test as test_notifier
+
+from cyborg.common import exception
+from cyborg.common import metrics
+from cyborg.common import notify
+from cyborg.common import states
+from cyborg.conductor import health, inventory_apply, manager, periodics
+from cyborg.db import api as db_api
+from cyborg.db import models
+from cyborg.objects import inventory
+from cyborg.placement import client as placement_client
+from tests.fixtures import arqs as seed
+from tests.fixtures import conductor as cf
+from tests.fixtures import databases
+from tests.fixtures import placement as pf
+from tests.fixtures.placement import placement  # noqa: F401
+from tests.unit.conductor import agent_endpoint
+
+HOST = 'host1'
+GPU_KEY = 'PCI:0000:81:00.0'
+GPU = 'host1_0000:81:00.0'
+MIG_KEY = 'PCI:0000:3b:00.0'
+MIGS = ('host1_0000:3b:00.0_mig0', 'host1_0000:3b:00.0_mig1')
+
+
+def _mig_device():
+    """A GPU split in two MIG instances: one device, two deployables."""
+    device = cf.device(HOST, '0000:3b:00.0', rc='CUSTOM_MIG_1G_10GB',
+                       suffix='mig0')
+    second = copy.deepcopy(device.deployables[0])
+    second.name = MIGS[1]
+    for handle in second.attach_handles:
+        handle.attach_info = dict(handle.attach_info, function='7')
+    device.deployables.append(second)
+    return device
+
+
+def _devices():
+    return [cf.device(HOST, '0000:81:00.0'), _mig_device()]
+
+
+@pytest.fixture
+def agent(conf):
+    with agent_endpoint.serving(conf, HOST,
+                                agent_endpoint.RecordingAgent()) as served:
+        yield served
+
+
+@pytest.fixture
+def cn(conf, db, admin_context, placement, agent):  # noqa: F811
+    """A reported, synced host; returns its compute node provider uuid."""
+    pf.placement_conf(conf, placement.url)
+    placement_client.reset_clients()
+    conf.set_override('hold_down', 60, group='health')
+    conf.set_override('probe_timeout', 30, group='health')
+    cn_uuid = requests.post(placement.url + '/resource_providers',
+                            json={'name': HOST}, headers=pf.HEADERS,
+                            timeout=10).json()['uuid']
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report(_devices()))
+    return cn_uuid
+
+
+@pytest.fixture
+def notifications(conf):
+    """Notifications through oslo.messaging's in-memory 'test' driver;
+    returns a callable listing (event type, priority, data) sent."""
+    # Making a notification transport registers the options on conf.
+    messaging.get_notification_transport(conf, url='fake:/').cleanup()
+    conf.set_override('transport_url', 'fake:/',
+                      'oslo_messaging_notifications')
+    conf.set_override('driver', ['test'], 'oslo_messaging_notifications')
+    notify.reset()
+    test_notifier.reset()
+    yield lambda: [(n[1]['event_type'], n[2],
+                    n[1]['payload']['cyborg_object.data'])
+                   for n in test_notifier.NOTIFICATIONS]
+    notify.reset()
+    test_notifier.reset()
+
+
+def _reading(device, severity, reason='', deployable=None, source='nvml'):
+    return {'device': device, 'severity': severity, 'reason': reason,
+            'deployable': deployable, 'source': source}
+
+
+def _report(conf, ctx, *readings, full=False):
+    return health.handle_report(conf, ctx, HOST, {
+        'full': full, 'readings': list(readings)})
+
+
+def _provider(placement, name):  # noqa: F811
+    """(reserved of its one inventory, traits) of a provider."""
+    rp = inventory.provider_uuid(name)
+    invs = requests.get(f'{placement.url}/resource_providers/{rp}/'
+                        'inventories', headers=pf.HEADERS,
+                        timeout=10).json()['inventories']
+    traits = requests.get(f'{placement.url}/resource_providers/{rp}/traits',
+                          headers=pf.HEADERS, timeout=10).json()['traits']
+    (inv,) = invs.values()
+    return inv['reserved'], set(traits)
+
+
+def _out(placement, name):  # noqa: F811
+    reserved, traits = _provider(placement, name)
+    return reserved > 0 and states.UNHEALTHY_TRAIT in traits
+
+
+def _in(placement, name):  # noqa: F811
+    reserved, traits = _provider(placement, name)
+    return reserved == 0 and states.UNHEALTHY_TRAIT not in traits
+
+
+def _health(engine, table, **where):
+    t = models.Base.metadata.tables[table]
+    query = sa.select(t.c.health, t.c.health_reason, t.c.health_due_at)
+    for column, value in where.items():
+        query = query.where(t.c[column] == value)
+    with engine.connect() as conn:
+        return conn.execute(query).one()
+
+
+def _device_health(engine, key=GPU_KEY):
+    return _health(engine, 'devices', uuid=inventory.row_uuid(HOST, key))
+
+
+def _deployable_health(engine, name):
+    return _health(engine, 'deployables', name=name)
+
+
+def _age(engine, seconds):
+    """Time passes: every pending health step is ``seconds`` nearer."""
+    delta = datetime.timedelta(seconds=seconds)
+    with engine.begin() as conn:
+        for table in ('devices', 'deployables'):
+            t = models.Base.metadata.tables[table]
+            for row in conn.execute(sa.select(t.c.id, t.c.health_due_at)
+                                    .where(t.c.health_due_at.is_not(None))):
+                conn.execute(sa.update(t).where(t.c.id == row.id).values(
+                    health_due_at=row.health_due_at - delta))
+
+
+@contextlib.contextmanager
+def _statements(engine):
+    seen = []
+
+    def _record(conn, cursor, statement, *args):
+        seen.append(statement)
+    sa.event.listen(engine, 'before_cursor_execute', _record)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(engine, 'before_cursor_execute', _record)
+
+
+def _transitions(kind, old, new):
+    return metrics.REGISTRY.get_sample_value(
+        'cyborg_conductor_health_transitions_total',
+        {'kind': kind, 'from_state': old, 'to_state': new}) or 0
+
+
+# -- out and back in ----------------------------------------------------------
+
+def test_fatal_fault_takes_the_provider_out_and_a_probe_brings_it_back(
+        conf, db, admin_context, cn, placement, agent):  # noqa: F811
+    before = _transitions('device', 'healthy', 'unhealthy')
+    reply = _report(conf, admin_context,
+                    _reading(GPU_KEY, states.FATAL, 'XID 79'))
+    assert reply == {'accepted': 1}
+    assert _device_health(db)[:2] == ('unhealthy', 'XID 79')
+    assert _out(placement, GPU)
+    assert all(_in(placement, name) for name in MIGS)
+    assert _transitions('device', 'healthy', 'unhealthy') == before + 1
+    # Well again: the hold-down starts, still out, no Placement change.
+    _report(conf, admin_context, _reading(GPU_KEY, states.OK))
+    assert _device_health(db).health_due_at is not None
+    assert health.run_timers(conf, admin_context) == 0
+    # The hold-down ends: probing (still out), the agent is asked.
+    _age(db, 61)
+    assert health.run_timers(conf, admin_context) == 1
+    assert _device_health(db).health == 'probing'
+    assert agent.probed.wait(10) and agent.probes == [[GPU_KEY]]
+    assert _out(placement, GPU)
+    # The probe's verdict re-admits it.
+    _report(conf, admin_context,
+            _reading(GPU_KEY, states.OK, source='probe'))
+    assert _device_health(db) == ('healthy', None, None)
+    assert _in(placement, GPU)
+    assert db_api.inventory_host_get(admin_context, HOST)['placement_synced']
+
+
+def test_no_probe_verdict_in_time_means_unhealthy_again(
+        conf, db, admin_context, cn, placement):  # noqa: F811
+    _report(conf, admin_context, _reading(GPU_KEY, states.FATAL, 'x'))
+    _report(conf, admin_context, _reading(GPU_KEY, states.OK))
+    _age(db, 61)
+    health.run_timers(conf, admin_context)
+    _age(db, 31)
+    health.run_timers(conf, admin_context)
+    assert _device_health(db) == (
+        'unhealthy', 'no re-probe verdict within 30 s', None)
+    assert _out(placement, GPU)
+
+
+def test_application_fault_changes_nothing_and_costs_no_write(
+        conf, db, admin_context, cn, placement):  # noqa: F811
+    client = placement_client.get_client(conf)
+    calls = client.calls
+    with _statements(db) as seen:
+        reply = _report(conf, admin_context,
+                        _reading(GPU_KEY, states.APPLICATION, 'XID 13'))
+    assert reply == {'accepted': 1}
+    assert all(s.lstrip().upper().startswith('SELECT') for s in seen), seen
+    assert client.calls == calls
+    assert _device_health(db).health == 'healthy' and _in(placement, GPU)
+
+
+def test_unchanged_readings_cost_no_write_and_no_placement_call(
+        conf, db, admin_context, cn, placement):  # noqa: F811
+    snapshot = [_reading(GPU_KEY, states.FATAL, 'XID 79'),
+                _reading(MIG_KEY, states.OK)]
+    _report(conf, admin_context, *snapshot, full=True)
+    client = placement_client.get_client(conf)
+    calls = client.calls
+    with _statements(db) as seen:
+        assert _report(conf, admin_context, *snapshot,
+                       full=True) == {'accepted': 2}
+    assert len(seen) == 2, seen
+    assert all(s.lstrip().upper().startswith('SELECT') for s in seen)
+    assert client.calls == calls
+
+
+def test_transient_faults_make_a_device_suspect_then_unhealthy(
+        conf, db, admin_context, cn, placement):  # noqa: F811
+    client = placement_client.get_client(conf)
+    calls = client.calls
+    _report(conf, admin_context, _reading(GPU_KEY, states.TRANSIENT, 'e1'))
+    assert _device_health(db).health == 'suspect'
+    # Suspect is still schedulable: Placement was not even asked.
+    assert client.calls == calls and _in(placement, GPU)
+    _report(conf, admin_context,
+            _reading(GPU_KEY, states.TRANSIENT, 'e2'),
+            _reading(GPU_KEY, states.TRANSIENT, 'e3'))
+    assert _device_health(db).health == 'unhealthy' and _out(placement,
+                                                             GPU)
+
+
+def test_suspect_device_is_healthy_after_a_quiet_window(
+        conf, db, admin_context, cn):
+    _report(conf, admin_context, _reading(GPU_KEY, states.TRANSIENT, 'e1'))
+    _age(db, 301)
+    assert health.run_timers(conf, admin_context) == 1
+    assert _device_health(db) == ('healthy', None, None)
+
+
+# -- devices and their deployables ------------------------------------------
+
+def test_device_fault_takes_every_deployable_of_it_out(
+        conf, db, admin_context, cn, placement):  # noqa: F811
+    _report(conf, admin_context, _reading(MIG_KEY, states.FATAL, 'XID 48'))
+    assert all(_out(placement, name) for name in MIGS)
+    assert _in(placement, GPU)
+    # Each deployable's own record stays healthy: the device is the cause.
+    assert _device_health(db, MIG_KEY).health == 'unhealthy'
+    assert {_deployable_health(db, n).health for n in MIGS} == {'healthy'}
+
+
+def test_partition_fault_takes_only_it_out_and_its_device_probe_readmits(
+        conf, db, admin_context, cn, placement, agent):  # noqa: F811
+    conf.set_override('hold_down', 0, group='health')
+    _report(conf, admin_context, _reading(MIG_KEY, states.FATAL, 'XID 95',
+                                          deployable=MIGS[0]))
+    assert _out(placement, MIGS[0]) and _in(placement, MIGS[1])
+    assert _device_health(db, MIG_KEY).health == 'healthy'
+    # A good device-level reading counts for the partition: with no
+    # hold-down it is re-probed at once, through its device.
+    _report(conf, admin_context, _reading(MIG_KEY, states.OK))
+    assert _deployable_health(db, MIGS[0]).health == 'probing'
+    assert agent.probed.wait(10) and agent.probes == [[MIG_KEY]]
+    _report(conf, admin_context,
+            _reading(MIG_KEY, states.OK, source='probe'))
+    assert _deployable_health(db, MIGS[0]).health == 'healthy'
+    assert _in(placement, MIGS[0])
+
+
+def test_partition_still_faulty_is_not_readmitted_by_its_device(
+        conf, db, admin_context, cn, placement):  # noqa: F811
+    conf.set_override('hold_down', 0, group='health')
+    fault = _reading(MIG_KEY, states.FATAL, 'XID 95', deployable=MIGS[0])
+    _report(conf, admin_context, fault)
+    _report(conf, admin_context, fault, _reading(MIG_KEY, states.OK))
+    assert _deployable_health(db, MIGS[0]).health == 'unhealthy'
+    assert _out(placement, MIGS[0])
+
+
+# -- reports ----------------------------------------------------------------
+
+def test_unknown_devices_are_skipped(conf, db, admin_context, cn):
+    reply = _report(conf, admin_context,
+                    _reading('PCI:0000:99:00.0', states.FATAL),
+                    _reading(GPU_KEY, states.FATAL, deployable='nope'),
+                    _reading(GPU_KEY, states.OK))
+    assert reply == {'accepted': 1}
+    assert health.handle_report(conf, admin_context, 'other-host', {
+        'full': True, 'readings': [_reading(GPU_KEY, states.FATAL)]}) == {
+        'accepted': 0}
+    assert _device_health(db).health == 'healthy'
+
+
+@pytest.mark.parametrize('report', [
+    None, {'full': True}, {'readings': 'x'},
+    {'readings': [{'device': GPU_KEY, 'severity': 'bad'}]},
+    {'readings': [{'severity': 'ok'}]},
+    {'readings': [_reading(GPU_KEY, states.FATAL), 7]},
+    {'readings': [{'device': 3, 'severity': 'ok'}]},
+])
+def test_malformed_report_is_invalid_and_writes_nothing(
+        conf, db, admin_context, cn, report):
+    with pytest.raises(exception.Invalid):
+        health.handle_report(conf, admin_context, HOST, report)
+    assert _device_health(db).health == 'healthy'
+
+
+def test_endpoint_answers_and_refuses_quietly(conf, db, admin_context, cn):
+    endpoint = manager.ConductorManager(conf, 'c1')
+    assert endpoint.report_health(admin_context, HOST, {
+        'full': False, 'readings': [_reading(GPU_KEY, states.OK)]}) == {
+        'accepted': 1}
+    with pytest.raises(messaging.ExpectedException):
+        endpoint.report_health(admin_context, HOST, {'readings': None})
+
+
+def test_a_report_of_a_row_moved_on_meanwhile_is_evaluated_again(
+        conf, db, admin_context, cn):
+    # What a second conductor's guarded write meets when the first one
+    # won: the old state is not there any more, nothing is updated.
+    uuid = inventory.row_uuid(HOST, GPU_KEY)
+    with db_api.writer.using(admin_context):
+        assert db_api.health_write(admin_context, 'devices', [
+            {'uuid': uuid, 'old_health': 'suspect', 'old_due_at': None,
+             'health': 'unhealthy'}]) == 0
+        assert db_api.health_write(admin_context, 'devices', [
+            {'uuid': uuid, 'old_health': 'healthy', 'old_due_at': None,
+             'health': 'suspect', 'health_faults': 1}]) == 1
+    assert _device_health(db).health == 'suspect'
+
+
+# -- notifications ------------------------------------------------------------
+
+def _bound_arq(engine, name, instance, project='p1'):
+    profile = seed.seed_profile(engine, [{'resources:PGPU': '1'}])
+    t = models.Base.metadata.tables
+    with engine.begin() as conn:
+        profile_id = conn.execute(
+            sa.select(t['device_profiles'].c.id)
+            .where(t['device_profiles'].c.uuid == profile)).scalar()
+        dep_id = conn.execute(sa.select(t['deployables'].c.id).where(
+            t['deployables'].c.name == name)).scalar()
+        arq = str(uuidlib.uuid4())
+        conn.execute(sa.insert(t['extended_accelerator_requests']).values(
+            uuid=arq, state='Bound', device_profile_id=profile_id,
+            device_profile_group_id=0, project_id=project, hostname=HOST,
+            device_rp_uuid=inventory.provider_uuid(name),
+            instance_uuid=instance, deployable_id=dep_id))
+    return arq
+
+
+def test_health_change_notifies_with_the_instances_concerned(
+        conf, db, admin_context, cn, notifications):
+    instance = str(uuidlib.uuid4())
+    arq = _bound_arq(db, MIGS[1], instance)
+    _report(conf, admin_context, _reading(MIG_KEY, states.FATAL, 'XID 48'))
+    (sent,) = notifications()
+    event, priority, data = sent
+    assert (event, priority) == ('device.health_change', 'ERROR')
+    assert data['host'] == HOST and data['device_key'] == MIG_KEY
+    assert data['device_uuid'] == inventory.row_uuid(HOST, MIG_KEY)
+    assert (data['old_health'], data['health'], data['reason']) == (
+        'healthy', 'unhealthy', 'XID 48')
+    assert data['deployable_uuid'] is None
+    assert [(d['name'], d['health']) for d in data['deployables']] == [
+        (MIGS[0], 'unhealthy'), (MIGS[1], 'unhealthy')]
+    assert [a['uuid'] for a in data['arqs']] == [arq]
+    assert data['instance_uuids'] == [instance]
+    assert data['project_ids'] == ['p1']
+    # Unchanged: nothing more is said.
+    _report(conf, admin_context, _reading(MIG_KEY, states.FATAL, 'XID 48'))
+    assert len(notifications()) == 1
+
+
+def test_nothing_is_notified_when_notifications_are_off(
+        conf, db, admin_context, cn):
+    notify.reset()
+    test_notifier.reset()
+    _report(conf, admin_context, _reading(GPU_KEY, states.FATAL, 'x'))
+    assert test_notifier.NOTIFICATIONS == []
+
+
+# -- the periodic job ---------------------------------------------------------
+
+def test_job_intervals_name_their_option_group(conf):
+    conf.set_override('tick_interval', 0.5, group='health')
+    assert periodics.interval_of(conf, 'health.tick_interval') == 0.5
+    assert periodics.interval_of(conf, 'reconcile_interval') == \
+        conf.conductor.reconcile_interval
+    for _name, option, path in periodics.JOBS:
+        assert periodics.interval_of(conf, option) is not None
+        assert callable(periodics._load(path))
+
+
+def test_periodic_runner_applies_the_health_timers(
+        conf, db, admin_context, cn, placement):  # noqa: F811
+    conf.set_override('tick_interval', 0.1, group='health')
+    _report(conf, admin_context, _reading(GPU_KEY, states.TRANSIENT, 'e'))
+    _age(db, 301)
+    jobs = [job for job in periodics.JOBS if job[0] == 'health_timers']
+    runner = periodics.PeriodicRunner(conf, jobs)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 10
+        while _device_health(db).health != 'healthy':
+            assert time.monotonic() < deadline, 'the timers did not run'
+            time.sleep(0.1)
+    finally:
+        runner.stop()
+
+
+# -- hardware lost and back ---------------------------------------------------
+
+def test_vanished_allocated_hardware_is_lost_and_comes_back_unhealthy(
+        conf, db, admin_context, cn, placement, agent,  # noqa: F811
+        notifications):
+    gpu_rp = inventory.provider_uuid(GPU)
+    pf.hold_allocation(placement.url, pf.PROJECT, {gpu_rp: {'PGPU': 1}})
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report(_devices()[1:]))
+    assert _deployable_health(db, GPU).health == 'lost'
+    assert _out(placement, GPU)
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report(_devices()))
+    assert _deployable_health(db, GPU)[:2] == ('unhealthy',
+                                               'came back; re-probing')
+    assert _out(placement, GPU)
+    assert [(e, d['health']) for e, _p, d in notifications()] == [
+        ('device.health_change', 'lost'),
+        ('device.health_change', 'unhealthy')]
+    # Then it is re-admitted like any failed device: its device's good
+    # reading starts the hold-down, the probe decides.
+    _report(conf, admin_context, _reading(GPU_KEY, states.OK))
+    _age(db, 61)
+    health.run_timers(conf, admin_context)
+    assert agent.probed.wait(10) and agent.probes == [[GPU_KEY]]
+    _report(conf, admin_context,
+            _reading(GPU_KEY, states.OK, source='probe'))
+    assert _deployable_health(db, GPU).health == 'healthy'
+    assert _in(placement, GPU)
+
+
+# -- two conductors -----------------------------------------------------------
+
+def _engine_for(url):
+    from oslo_db.sqlalchemy import exc_filters
+    engine = sa.create_engine(url, poolclass=sa.pool.QueuePool, pool_size=4)
+    exc_filters.register_engine(engine)
+    return engine
+
+
+@pytest.mark.parametrize('kind', ['mysql', 'postgresql'])
+def test_two_conductors_apply_each_step_once(
+        kind, conf, admin_context, placement, agent):  # noqa: F811
+    pf.placement_conf(conf, placement.url)
+    placement_client.reset_clients()
+    requests.post(placement.url + '/resource_providers', json={'name': HOST},
+                  headers=pf.HEADERS, timeout=10)
+    with databases.throwaway_database(kind) as url:
+        databases.create_schema(url)
+        engine = _engine_for(url)
+        undo = db_api.patch_engine(engine)
+        try:
+            inventory_apply.handle_report(conf, admin_context, HOST,
+                                          cf.report(_devices()))
+            fault = _reading(GPU_KEY, states.FATAL, 'XID 79')
+            before = _transitions('device', 'healthy', 'unhealthy')
+            errors = []
+            barrier = threading.Barrier(2, timeout=30)
+
+            def conductor(step):
+                try:
+                    barrier.wait()
+                    step()
+                except Exception as exc:  # noqa: BLE001 (reported below)
+                    errors.append(exc)
+
+            def race(step):
+                threads = [threading.Thread(target=conductor, args=(step,))
+                           for _ in range(2)]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join(60)
+                assert errors == []
+
+            race(lambda: _report(conf, admin_context, fault))
+            assert _transitions('device', 'healthy', 'unhealthy') == \
+                before + 1
+            _report(conf, admin_context, _reading(GPU_KEY, states.OK))
+            _age(engine, 61)
+            probing = _transitions('device', 'unhealthy', 'probing')
+            race(lambda: health.run_timers(conf, admin_context))
+            assert _transitions('device', 'unhealthy', 'probing') == \
+                probing + 1
+            assert _device_health(engine).health == 'probing'
+            assert _out(placement, GPU)
+        finally:
+            undo()
+            engine.dispose()

@@ -1,0 +1,282 @@
+"""health_machine: the pure health state machine, every transition."""
+
+import dataclasses
+import datetime
+
+import pytest
+
+from cyborg.common import states
+from cyborg.conductor import health_machine as m
+from cyborg.objects.health import Reading
+
+T0 = datetime.datetime(2025, 1, 1, 12, 0, 0)
+S = m.Settings(suspect_threshold=3, suspect_window=300, hold_down=60,
+               max_hold_down=600, flap_window=3600, probe_timeout=30)
+DEV = 'PCI:0000:3b:00.0'
+
+
+def at(seconds):
+    return T0 + datetime.timedelta(seconds=seconds)
+
+
+def reading(severity, reason='', source='nvml'):
+    return Reading(device=DEV, severity=severity, reason=reason,
+                   source=source)
+
+
+OK = reading(states.OK)
+PROBE_OK = reading(states.OK, source='probe')
+PROBE_BAD = reading(states.FATAL, 'still broken', source='probe')
+APP = reading(states.APPLICATION, 'XID 13')
+TRANSIENT = reading(states.TRANSIENT, 'XID 63')
+FATAL = reading(states.FATAL, 'XID 79: fallen off the bus')
+GONE = reading(states.GONE, 'driver unbound', source='pci')
+
+
+def rec(health=states.HEALTHY, **values):
+    return m.Record(health=health, **values)
+
+
+def unhealthy_since(seconds=0):
+    return m.apply_reading(rec(), FATAL, at(seconds), S)
+
+
+# -- harmless readings ------------------------------------------------------
+
+def test_ok_keeps_healthy_and_suspect_as_they_are():
+    assert m.apply_reading(rec(), OK, T0, S) == rec()
+    suspect = rec(states.SUSPECT, faults=1, due_at=at(300), reason='x')
+    assert m.apply_reading(suspect, OK, at(10), S) == suspect
+
+
+@pytest.mark.parametrize('health', states.HEALTH_STATES)
+def test_application_reading_never_changes_anything(health):
+    record = rec(health, due_at=at(5), faults=2, reason='r')
+    assert m.apply_reading(record, APP, at(1), S) == record
+    assert m.apply_reading(record, reading(states.APPLICATION,
+                                           source='probe'), at(1),
+                           S) == record
+
+
+def test_first_good_reading_starts_the_hold_down_once():
+    out = unhealthy_since(0)
+    assert out.due_at is None
+    held = m.apply_reading(out, OK, at(10), S)
+    assert held.health == states.UNHEALTHY and held.due_at == at(70)
+    # Later good readings do not push it further.
+    assert m.apply_reading(held, OK, at(20), S) == held
+
+
+def test_non_probe_good_reading_does_not_readmit_a_probing_device():
+    probing = rec(states.PROBING, due_at=at(30), reason='x')
+    assert m.apply_reading(probing, OK, at(1), S) == probing
+
+
+def test_probe_verdict_ok_readmits_and_clears_everything():
+    probing = rec(states.PROBING, due_at=at(30), reason='x', faults=3)
+    back = m.apply_reading(probing, PROBE_OK, at(5), S)
+    assert back == rec(states.HEALTHY, updated_at=at(5), flaps=1,
+                       readmitted_at=at(5))
+
+
+def test_probe_verdict_fault_sends_it_back_out():
+    probing = rec(states.PROBING, due_at=at(30), reason='x')
+    out = m.apply_reading(probing, PROBE_BAD, at(5), S)
+    assert out.health == states.UNHEALTHY and out.due_at is None
+    assert out.reason == 'still broken' and out.updated_at == at(5)
+
+
+# -- transient faults -------------------------------------------------------
+
+def test_transient_makes_healthy_suspect_then_unhealthy_at_threshold():
+    one = m.apply_reading(rec(), TRANSIENT, at(0), S)
+    assert (one.health, one.faults, one.due_at) == (states.SUSPECT, 1,
+                                                    at(300))
+    assert one.reason == 'XID 63' and one.updated_at == at(0)
+    two = m.apply_reading(one, TRANSIENT, at(100), S)
+    assert (two.health, two.faults, two.due_at) == (states.SUSPECT, 2,
+                                                    at(400))
+    assert two.updated_at == at(0)      # same state: not a change of it
+    three = m.apply_reading(two, TRANSIENT, at(200), S)
+    assert (three.health, three.faults, three.due_at) == (
+        states.UNHEALTHY, 3, None)
+    assert '3 transient faults' in three.reason
+
+
+def test_threshold_of_one_takes_a_healthy_device_out_at_once():
+    out = m.apply_reading(rec(), TRANSIENT, T0,
+                          dataclasses.replace(S, suspect_threshold=1))
+    assert out.health == states.UNHEALTHY
+
+
+def test_transient_while_unhealthy_restarts_the_hold_down():
+    held = m.apply_reading(unhealthy_since(0), OK, at(10), S)
+    assert held.due_at is not None
+    again = m.apply_reading(held, TRANSIENT, at(20), S)
+    assert again.health == states.UNHEALTHY and again.due_at is None
+    assert m.apply_reading(again, OK, at(30), S).due_at == at(90)
+
+
+def test_transient_while_probing_is_unhealthy():
+    probing = rec(states.PROBING, due_at=at(30))
+    out = m.apply_reading(probing, TRANSIENT, at(1), S)
+    assert out.health == states.UNHEALTHY and out.due_at is None
+
+
+# -- fatal and gone ---------------------------------------------------------
+
+@pytest.mark.parametrize('health', [states.HEALTHY, states.SUSPECT,
+                                    states.PROBING, states.UNHEALTHY])
+def test_fatal_takes_any_state_out(health):
+    out = m.apply_reading(rec(health, due_at=at(9)), FATAL, at(1), S)
+    assert out.health == states.UNHEALTHY and out.due_at is None
+    assert out.reason == 'XID 79: fallen off the bus'
+
+
+def test_gone_says_the_device_vanished():
+    out = m.apply_reading(rec(), GONE, T0, S)
+    assert out.health == states.UNHEALTHY
+    assert out.reason == ('the device vanished or its driver was unbound: '
+                          'driver unbound')
+
+
+def test_repeated_fatal_changes_nothing():
+    out = unhealthy_since(0)
+    assert m.apply_reading(out, FATAL, at(5), S) == out
+
+
+# -- timers -------------------------------------------------------------------
+
+def test_suspect_expires_to_healthy():
+    suspect = m.apply_reading(rec(), TRANSIENT, T0, S)
+    assert m.apply_timers(suspect, at(299), S) == suspect
+    healthy = m.apply_timers(suspect, at(300), S)
+    assert healthy == rec(states.HEALTHY, updated_at=at(300))
+
+
+def test_end_of_hold_down_probes():
+    held = m.apply_reading(unhealthy_since(0), OK, at(10), S)
+    assert m.apply_timers(held, at(69), S) == held
+    probing = m.apply_timers(held, at(70), S)
+    assert probing.health == states.PROBING and probing.due_at == at(100)
+    assert m.needs_probe(held, probing)
+    assert not m.needs_probe(probing, probing)
+
+
+def test_unhealthy_without_good_reading_is_never_probed():
+    out = unhealthy_since(0)
+    assert m.apply_timers(out, at(10 ** 6), S) == out
+
+
+def test_probe_timeout_sends_it_back_out_and_needs_a_new_good_reading():
+    probing = rec(states.PROBING, due_at=at(30))
+    out = m.apply_timers(probing, at(30), S)
+    assert out.health == states.UNHEALTHY and out.due_at is None
+    assert out.reason == 'no re-probe verdict within 30 s'
+
+
+def test_step_applies_readings_then_timers():
+    suspect = m.apply_reading(rec(), TRANSIENT, T0, S)
+    assert m.step(suspect, [OK], at(301), S).health == states.HEALTHY
+    # A zero hold-down probes at the first good reading.
+    zero = dataclasses.replace(S, hold_down=0)
+    probing = m.step(unhealthy_since(0), [OK], at(5), zero)
+    assert probing.health == states.PROBING
+
+
+# -- flapping -----------------------------------------------------------------
+
+def _outage(record, start, settings=S):
+    """Fail at ``start``, read well, wait out the hold-down, pass the
+    probe; returns (record, hold-down seconds it got)."""
+    out = m.apply_reading(record, FATAL, at(start), settings)
+    held = m.apply_reading(out, OK, at(start + 1), settings)
+    hold = (held.due_at - at(start + 1)).total_seconds()
+    probing = m.apply_timers(held, held.due_at, settings)
+    assert probing.health == states.PROBING
+    back = m.apply_reading(probing, PROBE_OK, probing.due_at, settings)
+    assert back.health == states.HEALTHY
+    return back, hold
+
+
+def test_flapping_device_stays_out_longer_each_time_up_to_the_cap():
+    record, holds, start = rec(), [], 0
+    for _ in range(6):
+        record, hold = _outage(record, start)
+        holds.append(hold)
+        start = (record.readmitted_at - T0).total_seconds() + 10
+    assert holds == [60, 120, 240, 480, 600, 600]
+    assert record.flaps == 6
+
+
+def test_readmission_after_the_flap_window_counts_from_one_again():
+    record, _ = _outage(rec(), 0)
+    record, _ = _outage(record, 100)
+    assert record.flaps == 2
+    late = (record.readmitted_at - T0).total_seconds() + 3601
+    record, hold = _outage(record, late)
+    assert hold == 60 and record.flaps == 1
+
+
+# -- lost -------------------------------------------------------------------
+
+def test_lost_ignores_readings_and_timers_until_it_comes_back():
+    lost = m.lost(rec(states.SUSPECT, faults=1, due_at=at(5)), at(1))
+    assert lost == rec(states.LOST, reason=m.LOST_REASON,
+                       updated_at=at(1))
+    for r in (OK, PROBE_OK, TRANSIENT, FATAL, GONE):
+        assert m.apply_reading(lost, r, at(2), S) == lost
+    assert m.apply_timers(lost, at(10 ** 6), S) == lost
+    back = m.came_back(lost, at(3))
+    assert back.health == states.UNHEALTHY and back.due_at is None
+    assert back.reason == m.CAME_BACK_REASON
+    # ...and follows the hold-down and probe like any failed device.
+    held = m.apply_reading(back, OK, at(4), S)
+    assert m.apply_timers(held, at(64), S).health == states.PROBING
+    assert m.came_back(rec(), at(3)) == rec()
+
+
+# -- effective health and the schedule ---------------------------------------
+
+def test_effective_health_is_the_worse_of_own_and_device():
+    assert m.effective(states.HEALTHY, states.UNHEALTHY) == states.UNHEALTHY
+    assert m.effective(states.LOST, states.SUSPECT) == states.LOST
+    assert m.effective(states.SUSPECT, states.HEALTHY) == states.SUSPECT
+
+
+@pytest.mark.parametrize('health', states.HEALTH_STATES)
+def test_maintaining_wins_over_any_health(health):
+    assert not m.schedulable(health, 'maintaining')
+    assert m.schedulable(health, 'enabled') == (
+        health in (states.HEALTHY, states.SUSPECT))
+    assert not m.schedulable(health, 'enabled', gone=True)
+
+
+def test_columns_since_names_only_what_changed():
+    old = rec()
+    new = m.apply_reading(old, TRANSIENT, T0, S)
+    assert new.columns(since=old) == {
+        'health': states.SUSPECT, 'health_reason': 'XID 63',
+        'health_updated_at': T0, 'health_faults': 1,
+        'health_due_at': at(300)}
+    assert m.Record.from_row(dict(new.columns(), uuid='x')) == new
+
+
+def test_settings_come_from_the_health_options(conf):
+    conf.set_override('hold_down', 7, group='health')
+    assert m.Settings.from_conf(conf).hold_down == 7
+
+
+def test_a_restated_transient_condition_is_not_counted_again():
+    """A full snapshot re-states a pending condition (e.g. a row remap
+    waiting for a reset) at every period: it must not add up to the
+    suspect threshold on its own, while new events still do."""
+    record = m.apply_reading(rec(), TRANSIENT, at(0), S)
+    assert record.health == states.SUSPECT
+    restated = dataclasses.replace(TRANSIENT, restated=True)
+    for second in range(1, 2 * S.suspect_threshold):
+        record = m.apply_reading(record, restated, at(second), S)
+    assert (record.health, record.faults) == (states.SUSPECT, 1)
+    for second in range(10, 10 + S.suspect_threshold - 1):
+        record = m.apply_reading(record, TRANSIENT, at(second), S)
+    assert record.health == states.UNHEALTHY
