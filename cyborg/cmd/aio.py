@@ -30,6 +30,7 @@ from cyborg.cmd import conductor as conductor_cmd
 from cyborg.common import rpc
 from cyborg.common import service
 from cyborg.db import migration
+from cyborg.drivers import fake
 from cyborg.drivers import loader
 from cyborg.placement import embedded
 
@@ -151,6 +152,8 @@ def build_services(conf, state_dir):
         ensure_compute_node(placement_url, conf.host)
         sock = api_cmd.listen('127.0.0.1', conf.port)
         services = [_PlacementService(placement)]
+        # The conductor also serves this process's one metrics registry
+        # (with [metrics]enabled) on [metrics]conductor_port.
         services += conductor_cmd.build_services(conf)
         services += agent_cmd.build_services(conf)
         services.append(api_cmd.APIServer(conf, api_app.build_app(conf),
@@ -170,6 +173,10 @@ def banner(api_url, placement_url, state_dir):
         'Try:',
         '  openstack accelerator device list --os-auth-type none '
         '--os-endpoint %s/v2' % api_url,
+        # The agent watches the fake device's health: this breaks it
+        # (removing the file heals it), see cyborg.drivers.fake.
+        '  echo \'{"severity": "fatal", "reason": "try"}\' > %s'
+        % os.path.join(state_dir, fake.HEALTH_FILE),
         '',
     ])
 

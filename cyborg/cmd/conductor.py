@@ -1,20 +1,35 @@
-"""cyborg-conductor: the RPC endpoints on topic ``cyborg-conductor`` and the
-periodic jobs (Placement reconcile, stuck binds, Nova event retries)."""
+"""cyborg-conductor: the RPC endpoints on topic ``cyborg-conductor``, the
+periodic jobs (Placement reconcile, stuck binds, Nova event retries) and,
+with ``[metrics]enabled``, Prometheus metrics on
+``[metrics]host:conductor_port``."""
 
+from cyborg.common import metrics
 from cyborg.common import service
 from cyborg.conductor import manager as conductor_manager
+from cyborg.conductor import metrics_collector
 from cyborg.conductor import periodics
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db import api as db_api
 
 
 def build_services(conf):
-    """The conductor's services, in start order."""
+    """The conductor's services, in start order; also serves metrics
+    (the all-in-one builds its conductor here too, so it serves once)."""
     db_api.configure(conf)
+    serve_metrics(conf)
     endpoints = [conductor_manager.ConductorManager(conf, conf.host)]
     return [service.RPCService(conf, conductor_rpcapi.TOPIC, conf.host,
                                endpoints),
             periodics.PeriodicRunner(conf)]
+
+
+def serve_metrics(conf):
+    """Register the conductor's scrape-time counts (ARQs by state, Nova
+    events pending, devices by health) and serve the process's registry
+    on ``[metrics]host:conductor_port``; the serving is a no-op unless
+    ``[metrics]enabled``."""
+    metrics_collector.register()
+    metrics.serve(conf, conf.metrics.conductor_port)
 
 
 def main(argv=None):

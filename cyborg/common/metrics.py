@@ -98,6 +98,9 @@ CONDUCTOR_NOTIFICATIONS = prom.Counter(
     'cyborg_notifications_total',
     'Versioned notifications sent, by event type.', ['event_type'],
     registry=REGISTRY)
+# Computed at scrape time from the database by the conductor's collector
+# (cyborg.conductor.metrics_collector): cyborg_conductor_arqs{state},
+# cyborg_conductor_nova_events_pending, cyborg_conductor_devices{health}.
 
 # -- API -------------------------------------------------------------
 

@@ -15,11 +15,21 @@ Rules (CONTRACT.md §5 and deliberate differences 3, 8, 10):
   batch's events go to Nova in one request once all its ARQs are resolved.
 - A conductor that dies mid-bind leaves ARQs in BindStarted; the periodic
   ``fail_stuck`` fails them after ``bind_timeout`` and tells Nova.
+
+Notifications (``cyborg.common.notify``, payload ``ARQPayload``) go out
+after the transaction that made the change has committed, one per ARQ:
+``arq.create``, ``arq.bind.end``, ``arq.bind.error`` (priority error, with
+the reason), ``arq.unbind`` and ``arq.delete`` (carrying the binding the ARQ
+had, and its ``previous_state``; a deleted ARQ's ``state`` is its last one,
+``Deleting``).  A request refused with a 4xx writes nothing and sends
+nothing.  With notifications off (the default) no payload is built.
 """
 
 import datetime
+import functools
 import json
 import threading
+import time
 import uuid as uuidlib
 
 import futurist
@@ -29,6 +39,8 @@ from oslo_utils import timeutils
 
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
+from cyborg.common import metrics
+from cyborg.common import notify
 from cyborg.conductor import nova
 from cyborg.db import api as db_api
 from cyborg.db import models
@@ -58,11 +70,15 @@ class _Lost(Exception):
 
 # -- create ---------------------------------------------------------------
 
-def create(context, device_profile_uuid, project_id):
+def create(context, device_profile_uuid, project_id, conf=None):
     """Make the ARQs of a device profile in one transaction: for group i,
-    n = the sum of its ``resources:*`` amounts ARQs with group id i."""
-    return db_api.write_retrying(context, _create_in, context,
+    n = the sum of its ``resources:*`` amounts ARQs with group id i.
+    With ``conf``, an ``arq.create`` notification per ARQ follows the
+    commit."""
+    arqs = db_api.write_retrying(context, _create_in, context,
                                  device_profile_uuid, project_id)
+    _notify_created(conf, context, arqs)
+    return arqs
 
 
 def _create_in(context, device_profile_uuid, project_id):
@@ -114,13 +130,15 @@ def bind(conf, context, bindings):
 def start_bind(conf, context, bindings):
     """``bind``, returning the future of the background work."""
     now = timeutils.utcnow()
+    started = time.monotonic()
     jobs = db_api.write_retrying(context, _start, conf, context, bindings,
                                  now)
     deadline = now + datetime.timedelta(seconds=conf.bind_timeout)
     worker_context = cyborg_context.RequestContext.from_dict(
         context.to_dict())
     return _executor(conf).submit(_run_batch, conf, worker_context,
-                                  str(uuidlib.uuid4()), jobs, deadline)
+                                  str(uuidlib.uuid4()), jobs, deadline,
+                                  started)
 
 
 def _start(conf, context, bindings, now):
@@ -179,7 +197,8 @@ def _validate(conf, context, bindings):
         group = json.loads(row.profile_json)[
             row.ExtARQ.device_profile_group_id]
         jobs.append(dict(binding, uuid=arq_uuid, group=group,
-                         deployable_id=target.deployable_id))
+                         deployable_id=target.deployable_id,
+                         notice=_bind_notice(row, binding, target)))
     _check_instances(context, jobs)
     _check_allocations(conf, jobs)
     return jobs
@@ -245,17 +264,24 @@ def _check_allocations(conf, jobs):
                            f"{job['device_rp_uuid']}")
 
 
-def _run_batch(conf, context, batch_id, jobs, deadline):
-    """Bind each ARQ of one PATCH, then send the batch's events."""
+def _run_batch(conf, context, batch_id, jobs, deadline, started=None):
+    """Bind each ARQ of one PATCH, then send the batch's events.
+    ``started``: the monotonic time the ARQs entered BindStarted, from
+    which the bind latency metric is measured (binds that were taken from
+    under us, or failed by ``fail_stuck``, have no outcome of ours)."""
     for job in jobs:
         try:
-            _bind_one(conf, context, batch_id, job, deadline)
+            handle = _bind_one(conf, context, batch_id, job, deadline)
         except _Lost:
             LOG.info('Accelerator request %s left BindStarted while it was '
                      'being bound', job['uuid'])
         except Exception as e:
-            _fail(conf, context, batch_id, job['uuid'],
-                  _reason(e, job), deadline)
+            if _fail(conf, context, batch_id, job['uuid'],
+                     _reason(e, job), deadline, job=job):
+                _observe_bind(started, 'failed')
+        else:
+            _observe_bind(started, 'bound')
+            _notify_bound(conf, context, job, handle)
     try:
         nova.deliver_batch(conf, context, batch_id)
     except Exception:
@@ -276,7 +302,14 @@ def _reason(error, job):
     return f'internal error: {error}'
 
 
+def _observe_bind(started, outcome):
+    if started is not None:
+        metrics.CONDUCTOR_BIND_SECONDS.labels(outcome).observe(
+            time.monotonic() - started)
+
+
 def _bind_one(conf, context, batch_id, job, deadline):
+    """Bind one ARQ; returns its attach handle once Bound is committed."""
     finish = None
     if not _needs_programming(job['group']):
         # Nothing slow to do unless the handle is an mdev: take the
@@ -286,13 +319,14 @@ def _bind_one(conf, context, batch_id, job, deadline):
     handle, done = db_api.write_retrying(context, _take_handle_in, context,
                                          job, finish)
     if done:
-        return
+        return handle
     mdev_created = False
     try:
         if _needs_programming(job['group']):
             from cyborg.conductor import programming
             programming.program_for_bind(conf, context, job['deployable_id'],
-                                         job['group'], deadline)
+                                         job['group'], deadline,
+                                         arq_uuid=job['uuid'])
         if handle.attach_type == 'MDEV':
             _mdev_create(conf, context, job['hostname'], handle, deadline)
             mdev_created = True
@@ -302,6 +336,7 @@ def _bind_one(conf, context, batch_id, job, deadline):
         if mdev_created:
             _mdev_remove(conf, context, job['hostname'], handle)
         raise
+    return handle
 
 
 def _finish(conf, context, batch_id, job, handle, deadline):
@@ -346,10 +381,18 @@ def _due(conf, deadline):
         seconds=conf.conductor.nova_event_retry_interval)
 
 
-def _fail(conf, context, batch_id, arq_uuid, reason, deadline):
-    db_api.write_retrying(context, _fail_in, conf, context, batch_id,
-                          arq_uuid, reason, deadline)
+def _fail(conf, context, batch_id, arq_uuid, reason, deadline, job=None):
+    """Move the ARQ from BindStarted to BindFailed, record its event and
+    notify; False when it had already left BindStarted."""
+    row = db_api.write_retrying(context, _fail_in, conf, context, batch_id,
+                                arq_uuid, reason, deadline)
+    if row is None:
+        LOG.info('Accelerator request %s left BindStarted before its '
+                 'failure could be recorded: %s', arq_uuid, reason)
+        return False
     LOG.info('Binding accelerator request %s failed: %s', arq_uuid, reason)
+    _notify_failed(conf, context, arq_uuid, reason, job)
+    return True
 
 
 def _fail_in(conf, context, batch_id, arq_uuid, reason, deadline):
@@ -360,6 +403,7 @@ def _fail_in(conf, context, batch_id, arq_uuid, reason, deadline):
         nova.record(conf, context, batch_id,
                     [(row.instance_uuid, arq_uuid, 'failed')],
                     _due(conf, deadline))
+    return row
 
 
 def _leave(context, arq_uuid, to_state, from_states, values, known=None):
@@ -438,16 +482,23 @@ def unbind(conf, context, arq_uuids):
     if missing:
         raise exception.ARQNotFound(uuid=missing[0])
     _release_mdevs(conf, context, rows)
-    db_api.write_retrying(context, _leave_all, context, rows, 'Unbound',
-                          UNBIND_FROM)
+    moved = db_api.write_retrying(context, _leave_all, context, rows,
+                                  'Unbound', UNBIND_FROM)
+    _notify_left(conf, context, notify.ARQ_UNBIND, rows, moved, 'Unbound')
 
 
 def _leave_all(context, rows, to_state, from_states, delete=False):
+    """Move (and with ``delete`` then delete) the ARQs of ``rows``;
+    returns {uuid: state before} of those that moved."""
+    moved = {}
     for row in rows:
-        _leave(context, row.ExtARQ.uuid, to_state, from_states, _CLEARED,
-               known=row.ExtARQ)
+        before = _leave(context, row.ExtARQ.uuid, to_state, from_states,
+                        _CLEARED, known=row.ExtARQ)
+        if before is not None:
+            moved[row.ExtARQ.uuid] = before.state
     if delete:
         db_api.arq_delete_many(context, [r.ExtARQ.uuid for r in rows])
+    return moved
 
 
 def delete(conf, context, arq_uuids=None, instance_uuid=None):
@@ -463,8 +514,9 @@ def delete(conf, context, arq_uuids=None, instance_uuid=None):
     if not rows:
         return arq_uuids
     _release_mdevs(conf, context, rows)
-    db_api.write_retrying(context, _leave_all, context, rows, 'Deleting',
-                          ANY_STATE, delete=True)
+    moved = db_api.write_retrying(context, _leave_all, context, rows,
+                                  'Deleting', ANY_STATE, delete=True)
+    _notify_left(conf, context, notify.ARQ_DELETE, rows, moved, 'Deleting')
     found = {r.ExtARQ.uuid for r in rows}
     return [u for u in arq_uuids if u not in found]
 
@@ -485,3 +537,128 @@ def fail_stuck(conf, context):
               timeutils.utcnow())
     nova.deliver_batch(conf, context, batch_id)
     return len(stuck)
+
+
+# -- notifications ------------------------------------------------------------
+# Called after the commit of the change they announce.  Each first asks
+# whether notifications are on at all, so that with them off (the default)
+# the hot path builds nothing.
+
+# ARQPayload 1.0: every key is always present (None when not applicable).
+_PAYLOAD_FIELDS = ('uuid', 'device_profile_name', 'device_profile_group_id',
+                   'project_id', 'instance_uuid', 'hostname',
+                   'device_rp_uuid', 'deployable_uuid', 'attach_handle_type',
+                   'attach_handle_uuid', 'attach_handle_info')
+
+
+def _best_effort(notifier):
+    """A notification is never worth failing (or half-finishing) the
+    change it announces: its errors are logged."""
+    @functools.wraps(notifier)
+    def wrapper(*args, **kwargs):
+        try:
+            notifier(*args, **kwargs)
+        except Exception:
+            LOG.exception('Could not build the notification of %s',
+                          notifier.__name__)
+    return wrapper
+
+
+def _outbox(conf, context):
+    """An outbox for this change's notifications, or None when they are
+    off (or the caller has no configuration to tell)."""
+    if conf is None or not notify.enabled(conf):
+        return None
+    return notify.Outbox(conf, context)
+
+
+def _payload(fields, state, previous_state=None, reason=None):
+    data = {name: fields.get(name) for name in _PAYLOAD_FIELDS}
+    data.update(state=state, previous_state=previous_state, reason=reason)
+    return data
+
+
+def _handle_fields(attach_type, handle_uuid, attach_info):
+    if attach_type is None:
+        return {}
+    return {'attach_handle_type': attach_type,
+            'attach_handle_uuid': handle_uuid,
+            'attach_handle_info': json.loads(attach_info or '{}')}
+
+
+def _row_fields(row):
+    """Payload fields of an ``arq_get_many`` row."""
+    arq = row.ExtARQ
+    return dict(_handle_fields(row.attach_type, row.attach_handle_uuid,
+                               row.attach_info),
+                uuid=arq.uuid, device_profile_name=row.device_profile_name,
+                device_profile_group_id=arq.device_profile_group_id,
+                project_id=arq.project_id, instance_uuid=arq.instance_uuid,
+                hostname=arq.hostname, device_rp_uuid=arq.device_rp_uuid,
+                deployable_uuid=row.deployable_uuid)
+
+
+def _bind_notice(row, binding, target):
+    """What a bind's notifications say besides the binding itself (kept
+    on the job: the worker reads nothing more to notify)."""
+    arq = row.ExtARQ
+    return {'device_profile_name': row.device_profile_name,
+            'device_profile_group_id': arq.device_profile_group_id,
+            'project_id': binding.get('project_id') or arq.project_id,
+            'deployable_uuid': target.deployable_uuid}
+
+
+def _job_fields(job):
+    return dict(job.get('notice') or {}, uuid=job['uuid'],
+                hostname=job['hostname'], instance_uuid=job['instance_uuid'],
+                device_rp_uuid=job['device_rp_uuid'])
+
+
+@_best_effort
+def _notify_created(conf, context, arqs):
+    outbox = _outbox(conf, context)
+    if outbox is None:
+        return
+    for arq in arqs:
+        outbox.add(notify.ARQ_CREATE, _payload(arq, arq['state']))
+    outbox.send()
+
+
+@_best_effort
+def _notify_bound(conf, context, job, handle):
+    if not notify.enabled(conf):
+        return
+    fields = dict(_job_fields(job), **_handle_fields(
+        handle.attach_type, handle.uuid, handle.attach_info))
+    notify.send(conf, context, notify.ARQ_BIND_END,
+                _payload(fields, 'Bound', 'BindStarted'))
+
+
+@_best_effort
+def _notify_failed(conf, context, arq_uuid, reason, job=None):
+    """``arq.bind.error``; without the bind's ``job`` (a stuck bind) the
+    ARQ is read back for its binding."""
+    if not notify.enabled(conf):
+        return
+    if job is not None:
+        fields = _job_fields(job)
+    else:
+        rows = db_api.arq_get_many(context, [arq_uuid])
+        fields = _row_fields(rows[0]) if rows else {'uuid': arq_uuid}
+    notify.send(conf, context, notify.ARQ_BIND_ERROR,
+                _payload(fields, 'BindFailed', 'BindStarted', reason),
+                priority=notify.ERROR)
+
+
+@_best_effort
+def _notify_left(conf, context, event, rows, moved, state):
+    """One ``event`` per ARQ of ``rows`` that moved, with the binding it
+    had before."""
+    outbox = _outbox(conf, context)
+    if outbox is None:
+        return
+    for row in rows:
+        previous = moved.get(row.ExtARQ.uuid)
+        if previous is not None:
+            outbox.add(event, _payload(_row_fields(row), state, previous))
+    outbox.send()

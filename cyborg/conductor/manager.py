@@ -4,6 +4,7 @@ client of Placement (see DESIGN.md).
 
 Owners:
   report_inventory            inventory_apply (plan -> transaction -> sync)
+  report_health               health (state machine -> transaction -> sync)
   device_set_status           device_status
   device_profile_*            device_profiles
   attribute_*                 attributes
@@ -20,6 +21,7 @@ from cyborg.conductor import arq_binding
 from cyborg.conductor import attributes
 from cyborg.conductor import device_profiles
 from cyborg.conductor import device_status
+from cyborg.conductor import health
 from cyborg.conductor import inventory_apply
 from cyborg.conductor import programming
 from cyborg.conductor import rpcapi
@@ -55,6 +57,10 @@ class ConductorManager:
                                              report)
 
     @_answer
+    def report_health(self, context, hostname, report):
+        return health.handle_report(self.conf, context, hostname, report)
+
+    @_answer
     def device_set_status(self, context, device_uuid, status):
         return device_status.set_status(self.conf, context, device_uuid,
                                         status)
@@ -78,7 +84,8 @@ class ConductorManager:
 
     @_answer
     def arq_create(self, context, device_profile_uuid, project_id):
-        return arq_binding.create(context, device_profile_uuid, project_id)
+        return arq_binding.create(context, device_profile_uuid, project_id,
+                                  conf=self.conf)
 
     @_answer
     def arq_bind(self, context, bindings):

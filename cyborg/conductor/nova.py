@@ -13,6 +13,10 @@ Nova is reached with keystoneauth from ``[nova]`` (plus a service token
 from ``[service_user]`` when ``send_service_user_token`` is set).  With no
 ``[nova] auth_type`` (all-in-one, standalone use) or ``send_events =
 False`` nothing is recorded or sent, and binding works the same.
+
+Each POST is timed in ``cyborg_conductor_nova_request_seconds``; those
+that leave the events undelivered (Nova unreachable, 5xx, 401/403) count
+in ``cyborg_conductor_nova_errors_total``.
 """
 
 import datetime
@@ -25,6 +29,7 @@ from keystoneauth1 import service_token
 from oslo_log import log as logging
 from oslo_utils import timeutils
 
+from cyborg.common import metrics
 from cyborg.db import api as db_api
 
 LOG = logging.getLogger(__name__)
@@ -130,9 +135,7 @@ def send(conf, events):
     delay = _FIRST_BACKOFF
     for attempt in range(1, _TRIES + 1):
         try:
-            response = _adapter(conf).post(
-                '/os-server-external-events', json=body,
-                microversion=MICROVERSION, raise_exc=False)
+            response = _post(conf, body)
         except (ks_exc.ConnectionError, ks_exc.EndpointNotFound,
                 ks_exc.DiscoveryFailure) as e:
             LOG.warning('Nova unreachable sending %d event(s) (try %d): %s',
@@ -147,6 +150,23 @@ def send(conf, events):
             time.sleep(delay)
             delay *= 2
     return False
+
+
+def _post(conf, body):
+    """One POST of events, timed and counted."""
+    started = time.monotonic()
+    try:
+        response = _adapter(conf).post(
+            '/os-server-external-events', json=body,
+            microversion=MICROVERSION, raise_exc=False)
+    except Exception:
+        metrics.CONDUCTOR_NOVA_ERRORS.inc()
+        raise
+    finally:
+        metrics.CONDUCTOR_NOVA_SECONDS.observe(time.monotonic() - started)
+    if response.status_code >= 500 or response.status_code in (401, 403):
+        metrics.CONDUCTOR_NOVA_ERRORS.inc()
+    return response
 
 
 def _final(status, response, events):

@@ -19,6 +19,12 @@ One programming, in order:
 Programming rewrites the whole device, so it is refused while another
 instance holds one of the deployable's handles, and programmings of one
 deployable are serialised in this conductor.
+
+Notifications (payload ``ProgramPayload``): ``deployable.program.start``
+once the checks have passed (an image already loaded, or a device in use,
+sends nothing), then ``deployable.program.end`` or
+``deployable.program.error`` (priority error, with the reason) once the
+reservation is restored and the new image recorded.
 """
 
 import base64
@@ -26,12 +32,14 @@ import contextlib
 import datetime
 import re
 import threading
+import time
 
 from oslo_log import log as logging
 from oslo_utils import timeutils
 
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
+from cyborg.common import notify
 from cyborg.conductor import glance
 from cyborg.db import api as db_api
 from cyborg.objects import base as objects_base
@@ -73,9 +81,10 @@ def program_deployable(conf, context, deployable_uuid, image_uuid):
                                                            deployable_uuid))
 
 
-def program_for_bind(conf, context, deployable_id, group, deadline):
+def program_for_bind(conf, context, deployable_id, group, deadline,
+                     arq_uuid=None):
     """Program the bound deployable as the profile group asks (the bind
-    has taken one of its handles)."""
+    of ARQ ``arq_uuid`` has taken one of its handles)."""
     bitstream_id = group.get('accel:bitstream_id')
     function_id = group.get('accel:function_id')
     if bitstream_id and function_id:
@@ -89,13 +98,14 @@ def program_for_bind(conf, context, deployable_id, group, deadline):
     if target is None:
         raise exception.BindFailed(reason='the deployable is gone')
     program(conf, context, target, image, deadline, own_handles=1,
-            function_id=function_id)
+            function_id=function_id, arq_uuid=arq_uuid)
 
 
 def program(conf, context, target, image, deadline, own_handles,
-            function_id=None):
+            function_id=None, arq_uuid=None):
     """Steps 2-6 above; returns False when the image was already loaded.
-    ``own_handles``: handles of the deployable the caller holds."""
+    ``own_handles``: handles of the deployable the caller holds;
+    ``arq_uuid``: the ARQ whose bind programs, for the notifications."""
     with _deployable_lock(target.deployable_id):
         current = db_api.deployable_program_target_by_id(
             context, target.deployable_id)
@@ -108,17 +118,59 @@ def program(conf, context, target, image, deadline, own_handles,
             raise exception.InUse(
                 resource='Deployable', id=target.deployable_uuid,
                 reason='another instance uses it with its current bitstream')
-        data = glance.download(conf, image)
         function_id = function_id or image.get(glance.FUNCTION_ID_PROPERTY)
-        with _reserved(conf, target.rp_uuid):
-            _run_agent(conf, context, target, image, data, deadline)
-            trait = function_trait(function_id) if function_id else None
-            db_api.write_retrying(context, _loaded, context,
-                                  target.deployable_id, image['id'], trait)
-            _replace_traits(conf, target.rp_uuid, trait)
+        notice = _Notice(conf, context, target, image, function_id, arq_uuid)
+        try:
+            data = glance.download(conf, image)
+            with _reserved(conf, target.rp_uuid):
+                _run_agent(conf, context, target, image, data, deadline)
+                trait = function_trait(function_id) if function_id else None
+                db_api.write_retrying(context, _loaded, context,
+                                      target.deployable_id, image['id'],
+                                      trait)
+                _replace_traits(conf, target.rp_uuid, trait)
+        except Exception as exc:
+            notice.failed(exc)
+            raise
+        notice.ended()
     LOG.info('Deployable %s programmed with image %s',
              target.deployable_uuid, image['id'])
     return True
+
+
+class _Notice:
+    """The notifications of one programming; sends ``start`` when made.
+    With notifications off it builds and sends nothing."""
+
+    def __init__(self, conf, context, target, image, function_id, arq_uuid):
+        self._conf = conf
+        self._context = context
+        self._started = time.monotonic()
+        self._data = None
+        if not notify.enabled(conf):
+            return
+        self._data = {
+            'host': target.hostname, 'deployable_uuid': target.deployable_uuid,
+            'deployable_name': target.name, 'device_rp_uuid': target.rp_uuid,
+            'image_uuid': image['id'], 'function_id': function_id,
+            'arq_uuid': arq_uuid, 'duration': None, 'reason': None}
+        self._send(notify.PROGRAM_START, notify.INFO)
+
+    def ended(self):
+        self._send(notify.PROGRAM_END, notify.INFO, duration=self._elapsed())
+
+    def failed(self, error):
+        self._send(notify.PROGRAM_ERROR, notify.ERROR,
+                   duration=self._elapsed(),
+                   reason=(str(error) or type(error).__name__)[:1000])
+
+    def _elapsed(self):
+        return round(time.monotonic() - self._started, 3)
+
+    def _send(self, event, priority, **changes):
+        if self._data is not None:
+            notify.send(self._conf, self._context, event,
+                        dict(self._data, **changes), priority=priority)
 
 
 def _loaded(context, deployable_id, image_uuid, trait):

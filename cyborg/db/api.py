@@ -5,8 +5,9 @@ Every function takes a RequestContext first; functions decorated as
 step made of several of them commits once.  Rows come back as model
 instances or plain dicts; this module knows nothing of ``cyborg.objects``.
 
-Sections: engine set-up; inventory (conductor reports); device profiles and
-ARQs; Nova events.  Keep each function short and its query indexed.
+Sections: engine set-up; inventory (conductor reports); health (the
+conductor's health state machine); device profiles and ARQs; Nova events.
+Keep each function short and its query indexed.
 """
 
 import sqlalchemy as sa
@@ -243,13 +244,15 @@ def inventory_host_providers(context, hostname):
     """What a host's provider tree is made from: its deployables (with
     their device's status) and their attributes, in two queries.
 
-    Returns [{deployable columns..., 'device_status', 'device_uuid',
-    'attributes': {key: value}}]."""
+    Returns [{deployable columns... (its own health included),
+    'device_status', 'device_uuid', 'device_health', 'attributes':
+    {key: value}}]."""
     d, dep = models.Device.__table__, models.Deployable.__table__
     a = models.Attribute.__table__
     deployables = _rows(context.session.execute(
         sa.select(dep, d.c.status.label('device_status'),
-                  d.c.uuid.label('device_uuid'))
+                  d.c.uuid.label('device_uuid'),
+                  d.c.health.label('device_health'))
         .join(d, d.c.id == dep.c.device_id)
         .where(d.c.hostname == hostname).order_by(dep.c.id)))
     attributes = {}
@@ -289,6 +292,135 @@ def device_set_status(context, device_uuid, status):
     row = context.session.execute(
         sa.select(d).where(d.c.uuid == device_uuid)).mappings().first()
     return dict(row) if row else None
+
+
+# == health ==================================================================
+# Owned by the conductor's health state machine (cyborg.conductor.health) and
+# device lifecycle (cyborg.conductor.device_status).  A host's health
+# records are read in two queries; changes are guarded UPDATEs (WHERE the
+# state is still the one read), so two conductors never both apply a step.
+
+_HEALTH_COLUMNS = ('health', 'health_reason', 'health_updated_at',
+                   'health_faults', 'health_flaps', 'health_due_at',
+                   'health_readmitted_at')
+# States whose health_due_at means a timed step (see health_machine).
+_TIMED_STATES = ('suspect', 'unhealthy', 'probing')
+
+
+def _health_columns(table):
+    return [table.c[name] for name in _HEALTH_COLUMNS]
+
+
+@writer
+def health_host_lock(context, hostname):
+    """Lock the host's row until the transaction ends (serialising health
+    changes with the host's reports); False when the host is unknown."""
+    h = models.Host.__table__
+    return context.session.execute(
+        sa.select(h.c.hostname).where(h.c.hostname == hostname)
+        .with_for_update()).first() is not None
+
+
+@reader
+def health_host_records(context, hostname):
+    """(devices, deployables) of a host as row dicts with their health
+    columns; devices also carry status, type, vendor, model and their
+    control path (cpid_type, cpid_info), deployables name, device_id,
+    rp_uuid and gone.  Two queries whatever the number of devices."""
+    d, c = models.Device.__table__, models.ControlpathID.__table__
+    dep = models.Deployable.__table__
+    devices = _rows(context.session.execute(
+        sa.select(d.c.id, d.c.uuid, d.c.status, d.c.type, d.c.vendor,
+                  d.c.model, c.c.cpid_type, c.c.cpid_info,
+                  *_health_columns(d))
+        .outerjoin(c, c.c.device_id == d.c.id)
+        .where(d.c.hostname == hostname).order_by(d.c.id)))
+    deployables = _rows(context.session.execute(
+        sa.select(dep.c.id, dep.c.uuid, dep.c.name, dep.c.device_id,
+                  dep.c.rp_uuid, dep.c.gone, *_health_columns(dep))
+        .where(dep.c.device_id.in_([row['id'] for row in devices]))
+        .order_by(dep.c.id)))
+    return devices, deployables
+
+
+@writer
+def health_write(context, table_name, rows):
+    """Write health changes: ``rows`` are {'uuid', 'old_health',
+    'old_due_at', <changed health columns>} for table 'devices' or
+    'deployables'.  Each row is updated only while its health and due
+    time are still the old ones; returns how many rows were updated."""
+    table = _INVENTORY_MODELS[table_name].__table__
+    session = context.session
+    by_columns = {}
+    for row in rows:
+        columns = tuple(sorted(k for k in row
+                               if k not in ('uuid', 'old_health',
+                                            'old_due_at')))
+        by_columns.setdefault(columns, []).append(row)
+    # psycopg2 cannot count the rows of an executemany: one by one there.
+    one_by_one = not session.get_bind().dialect.supports_sane_multi_rowcount
+    updated = 0
+    for columns, group in by_columns.items():
+        query = (sa.update(table)
+                 .where(table.c.uuid == sa.bindparam('b_uuid'),
+                        table.c.health == sa.bindparam('b_old_health'),
+                        table.c.health_due_at.is_not_distinct_from(
+                            sa.bindparam('b_old_due_at', type_=sa.DateTime)))
+                 .values({c: sa.bindparam('b_' + c) for c in columns}))
+        params = [{'b_' + k: v for k, v in row.items()} for row in group]
+        for batch in ([p] for p in params) if one_by_one else [params]:
+            updated += session.execute(query, batch).rowcount
+    return updated
+
+
+@reader
+def health_due_hosts(context, now, limit=100):
+    """Hosts with a device or deployable whose timed health step (suspect
+    expiry, end of hold-down, probe timeout) is due at ``now``."""
+    d, dep = models.Device.__table__, models.Deployable.__table__
+    devices = (sa.select(d.c.hostname)
+               .where(d.c.health.in_(_TIMED_STATES),
+                      d.c.health_due_at <= now))
+    deployables = (sa.select(d.c.hostname)
+                   .join(dep, dep.c.device_id == d.c.id)
+                   .where(dep.c.health.in_(_TIMED_STATES),
+                          dep.c.health_due_at <= now))
+    union = sa.union(devices, deployables).subquery()
+    return list(context.session.scalars(
+        sa.select(union.c.hostname).order_by(union.c.hostname)
+        .limit(limit)))
+
+
+@reader
+def health_bound_arqs(context, deployable_ids):
+    """ARQs binding or bound to these deployables: rows of deployable_id,
+    uuid, state, instance_uuid, project_id."""
+    a = models.ExtARQ.__table__
+    return context.session.execute(
+        sa.select(a.c.deployable_id, a.c.uuid, a.c.state, a.c.instance_uuid,
+                  a.c.project_id)
+        .where(a.c.deployable_id.in_(list(deployable_ids)),
+               a.c.state.in_(('BindStarted', 'Bound')))
+        .order_by(a.c.id)).all()
+
+
+@reader
+def device_lifecycle_target(context, device_uuid):
+    """A device's row (dict) with its control path (cpid_type, cpid_info)
+    and 'deployables': [{uuid, name, rp_uuid}], or None if unknown."""
+    d, c = models.Device.__table__, models.ControlpathID.__table__
+    dep = models.Deployable.__table__
+    row = context.session.execute(
+        sa.select(d, c.c.cpid_type, c.c.cpid_info)
+        .outerjoin(c, c.c.device_id == d.c.id)
+        .where(d.c.uuid == device_uuid)).mappings().first()
+    if row is None:
+        return None
+    found = dict(row)
+    found['deployables'] = _rows(context.session.execute(
+        sa.select(dep.c.uuid, dep.c.name, dep.c.rp_uuid)
+        .where(dep.c.device_id == found['id']).order_by(dep.c.id)))
+    return found
 
 
 # == ARQ writes ==============================================================
@@ -359,14 +491,17 @@ def arq_create_many(context, values):
 @reader
 def arq_get_many(context, uuids=(), instance_uuid=None):
     """ARQ rows, by uuid or by instance (both indexed), with their
-    profile's name and groups and their attach handle's type, uuid and
-    info (None when they hold none)."""
+    profile's name and groups, their attach handle's type, uuid and info
+    and their deployable's uuid (None when they hold none)."""
     a, p, h = models.ExtARQ, models.DeviceProfile, models.AttachHandle
+    d = models.Deployable
     query = (sa.select(a, p.name.label('device_profile_name'),
                        p.profile_json, h.attach_type,
-                       h.uuid.label('attach_handle_uuid'), h.attach_info)
+                       h.uuid.label('attach_handle_uuid'), h.attach_info,
+                       d.uuid.label('deployable_uuid'))
              .join(p, p.id == a.device_profile_id)
-             .outerjoin(h, h.id == a.attach_handle_id))
+             .outerjoin(h, h.id == a.attach_handle_id)
+             .outerjoin(d, d.id == a.deployable_id))
     if instance_uuid is not None:
         query = query.where(a.instance_uuid == instance_uuid)
     else:
@@ -610,24 +745,91 @@ def nova_event_delete_ids(context, ids):
         .execution_options(synchronize_session=False))
 
 
+# == metrics =================================================================
+# Counts the conductor's Prometheus collector reads at scrape time
+# (cyborg.conductor.metrics_collector): one GROUP BY or COUNT each, on
+# indexed columns.
+
+
+@reader
+def metrics_arqs_by_state(context):
+    """{state: number of ARQs} for the states that have any."""
+    a = models.ExtARQ
+    return dict(context.session.execute(
+        sa.select(a.state, sa.func.count()).group_by(a.state)).all())
+
+
+@reader
+def metrics_nova_events_pending(context):
+    """Bind outcomes recorded for Nova and not delivered yet."""
+    return context.session.scalar(
+        sa.select(sa.func.count()).select_from(models.NovaEvent))
+
+
+@reader
+def metrics_devices_by_health(context):
+    """{health state: number of devices} for the states that have any."""
+    dev = models.Device
+    return dict(context.session.execute(
+        sa.select(dev.health, sa.func.count()).group_by(dev.health)).all())
+
+
 # == reads ===================================================================
 # What the API reads (owned by the API).  Each filter is on an indexed or
 # unique column; lists are one query (plus one for their children), never a
 # Python-side scan.  Rows come back as SQLAlchemy Row objects.
 
+def _matchable(*values):
+    """False when a value searched for holds a NUL character: no column
+    stores one (PostgreSQL refuses it even in a query), so it matches
+    nothing and the read answers "none" without asking."""
+    for value in values:
+        if isinstance(value, (list, tuple, set)):
+            if not _matchable(*value):
+                return False
+        elif isinstance(value, str) and '\x00' in value:
+            return False
+    return True
+
+
+def _health_rank(column):
+    """How bad a health column is: its index in HEALTH_STATES (the order
+    ``states.worst`` uses), 0 for anything unknown."""
+    ranks = {state: i for i, state in enumerate(models.HEALTH_STATES)}
+    return sa.case(ranks, value=column, else_=0)
+
+
+def _worse(first, second, column):
+    """SQL: ``column`` of ``second`` when its health ranks strictly worse
+    than ``first``'s, else ``column`` of ``first`` (both models with
+    HealthColumns): with ``first`` NULL (outer join) that is NULL."""
+    return sa.case(
+        (_health_rank(second.health) > _health_rank(first.health),
+         getattr(second, column)),
+        else_=getattr(first, column))
+
+
 def _arq_query():
     # Only the columns the API shows, not ORM entities: a list of 1,000
-    # ARQs must stay cheap (PyMySQL parses every value in Python).
+    # ARQs must stay cheap (PyMySQL parses every value in Python).  The
+    # health of the deployable an ARQ is bound to (the worse of its own
+    # and its device's) is worked out in SQL: two columns, no extra rows.
     a, p, h = models.ExtARQ, models.DeviceProfile, models.AttachHandle
+    d, dev = models.Deployable, models.Device
     return (sa.select(a.uuid, a.state, a.device_profile_group_id,
                       a.project_id, a.hostname, a.device_rp_uuid,
                       a.instance_uuid, a.created_at, a.updated_at,
                       p.name.label('device_profile_name'),
                       h.uuid.label('attach_handle_uuid'),
                       h.attach_type.label('attach_handle_type'),
-                      h.attach_info.label('attach_handle_info'))
+                      h.attach_info.label('attach_handle_info'),
+                      _worse(d, dev, 'health').label('device_health'),
+                      _worse(d, dev, 'health_reason').label(
+                          'device_health_reason'))
             .join(p, p.id == a.device_profile_id)
-            .outerjoin(h, h.id == a.attach_handle_id))
+            .outerjoin(h, h.id == a.attach_handle_id)
+            .outerjoin(d, d.id == a.deployable_id)
+            .outerjoin(dev, dev.id == d.device_id))
 
 
 @reader
@@ -637,6 +839,8 @@ def arq_read(context, uuid, project_id=None):
     ``project_id`` restricts it to that project's ARQs.
     """
     a = models.ExtARQ
+    if not _matchable(uuid, project_id):
+        return None
     query = _arq_query().where(a.uuid == uuid)
     if project_id is not None:
         query = query.where(a.project_id == project_id)
@@ -647,6 +851,8 @@ def arq_read(context, uuid, project_id=None):
 def arq_read_all(context, project_id=None, instance_uuid=None, uuids=None):
     """ARQ rows, optionally of one project, one instance, these uuids."""
     a = models.ExtARQ
+    if not _matchable(project_id, instance_uuid, uuids):
+        return []
     query = _arq_query().order_by(a.id)
     if uuids is not None:
         query = query.where(a.uuid.in_(list(uuids)))
@@ -670,11 +876,15 @@ def _where_equal(model, filters, order=True):
 def _one(context, model, **filters):
     if all(value is None for value in filters.values()):
         return None
+    if not _matchable(*filters.values()):
+        return None
     return context.session.scalars(
         _where_equal(model, filters, order=False)).first()
 
 
 def _all(context, model, **filters):
+    if not _matchable(*filters.values()):
+        return []
     return context.session.scalars(_where_equal(model, filters)).all()
 
 
@@ -688,6 +898,8 @@ def device_profile_read(context, uuid=None, name=None):
 def device_profile_read_all(context, names=None):
     """Device profiles, optionally only those with one of ``names``."""
     p = models.DeviceProfile
+    if not _matchable(names):
+        return []
     query = sa.select(p).order_by(p.id)
     if names is not None:
         query = query.where(p.name.in_(list(names)))
@@ -701,8 +913,13 @@ def device_read(context, uuid):
 
 @reader
 def device_read_all(context, filters=None):
-    """Devices whose columns equal ``filters`` (type, vendor, hostname)."""
-    return _all(context, models.Device, **(filters or {}))
+    """Devices whose columns equal ``filters`` (type, vendor, hostname,
+    health); a type no device can have matches nothing."""
+    filters = dict(filters or {})
+    if filters.get('type') not in (None,) + models.DEVICE_TYPES:
+        # Not a query: PostgreSQL rejects a label its enum does not know.
+        return []
+    return _all(context, models.Device, **filters)
 
 
 @reader
@@ -711,17 +928,46 @@ def deployable_read(context, uuid=None, id=None):
     return _one(context, models.Deployable, uuid=uuid, id=id)
 
 
+def _deployable_query():
+    """Deployables (``row.Deployable``) with their device's health
+    (``row.device_health``, ``_reason``, ``_updated_at``): one join."""
+    d, dev = models.Deployable, models.Device
+    return (sa.select(d, dev.health.label('device_health'),
+                      dev.health_reason.label('device_health_reason'),
+                      dev.health_updated_at.label(
+                          'device_health_updated_at'))
+            .join(dev, dev.id == d.device_id))
+
+
+@reader
+def deployable_read_with_device(context, uuid=None, id=None):
+    """One deployable row of ``_deployable_query`` by uuid or integer id,
+    or None."""
+    d = models.Deployable
+    if (uuid is None and id is None) or not _matchable(uuid):
+        return None
+    query = _deployable_query()
+    if uuid is not None:
+        query = query.where(d.uuid == uuid)
+    if id is not None:
+        query = query.where(d.id == id)
+    return context.session.execute(query).first()
+
+
 @reader
 def deployable_read_all(context, name=None, limit=None, marker=None,
                         sort_key='id', sort_dir='asc'):
-    """A page of deployables, ordered by ``sort_key`` then id.
+    """A page of ``_deployable_query`` rows, ordered by ``sort_key`` then
+    id.
 
     ``marker`` is the uuid of the last deployable of the previous page.
     """
     d = models.Deployable
+    if not _matchable(name, marker):
+        return None if marker is not None else []
     column = getattr(d, sort_key)
     order = sa.desc if sort_dir == 'desc' else sa.asc
-    query = sa.select(d).order_by(order(column), order(d.id))
+    query = _deployable_query().order_by(order(column), order(d.id))
     if name is not None:
         query = query.where(d.name == name)
     if marker is not None:
@@ -736,7 +982,7 @@ def deployable_read_all(context, name=None, limit=None, marker=None,
         query = query.where(after)
     if limit is not None:
         query = query.limit(limit)
-    return context.session.scalars(query).all()
+    return context.session.execute(query).all()
 
 
 @reader

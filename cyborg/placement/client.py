@@ -11,9 +11,14 @@ Every call pins its microversion (``MICROVERSION``); errors become
 the narrower exceptions below, carrying Placement's error code.  Writes that
 carry a provider generation retry a bounded number of times on
 ``placement.concurrent_update``.
+
+Every request is timed in ``cyborg_conductor_placement_request_seconds``;
+5xx answers and unreachable Placement count in
+``cyborg_conductor_placement_errors_total`` (both by HTTP method).
 """
 
 import threading
+import time
 import weakref
 from urllib import parse
 
@@ -24,6 +29,7 @@ from oslo_log import log as logging
 from requests import utils as requests_utils
 
 from cyborg.common import exception
+from cyborg.common import metrics
 from cyborg.placement import embedded
 
 LOG = logging.getLogger(__name__)
@@ -116,11 +122,14 @@ class PlacementClient:
                   'headers': {'Accept': 'application/json'}}
         if body is not None:
             kwargs['json'] = body
+        started = time.monotonic()
         try:
             resp = self._adapter.request(url, method, **kwargs)
         except ks_exc.ClientException as exc:
+            _observe(method, started, failed=True)
             raise exception.PlacementError(
                 reason=f'{method} {url}: {exc}') from exc
+        _observe(method, started, failed=resp.status_code >= 500)
         if resp.status_code in ok or (missing_ok and
                                       resp.status_code == 404):
             return resp
@@ -288,6 +297,13 @@ class PlacementClient:
             self._request('PUT', prefix + name, ok=(201, 204))
             with self._known_lock:
                 known.add(name)
+
+
+def _observe(method, started, failed):
+    metrics.CONDUCTOR_PLACEMENT_SECONDS.labels(method).observe(
+        time.monotonic() - started)
+    if failed:
+        metrics.CONDUCTOR_PLACEMENT_ERRORS.labels(method).inc()
 
 
 def _q(value):

@@ -1,0 +1,114 @@
+"""The conductor's scrape-time metrics: counts read from the database.
+
+Nothing is stored for metrics: each scrape of the conductor's registry runs
+three small queries (one GROUP BY or COUNT each, with an admin context)::
+
+    cyborg_conductor_arqs{state}              ARQs by state
+    cyborg_conductor_nova_events_pending      bind outcomes not yet
+                                              accepted by Nova
+    cyborg_conductor_devices{health}          devices by health state
+
+Every known state is reported, with 0 when no row has it, so a series
+never vanishes when its count drops to nothing.  A database error during a
+scrape drops that metric's sample (logged) instead of failing the scrape:
+the conductor's other metrics still come out.
+
+``register()`` adds the collector to ``cyborg.common.metrics.REGISTRY``
+once per process; the conductor (and the all-in-one) call it at start.
+"""
+
+import threading
+
+from oslo_log import log as logging
+from prometheus_client.core import GaugeMetricFamily
+
+from cyborg.common import context as cyborg_context
+from cyborg.common import metrics
+from cyborg.common import states
+from cyborg.db import api as db_api
+from cyborg.db import models
+
+LOG = logging.getLogger(__name__)
+
+ARQS = ('cyborg_conductor_arqs', 'Accelerator requests by state.')
+NOVA_EVENTS_PENDING = (
+    'cyborg_conductor_nova_events_pending',
+    'Bind outcomes recorded for Nova and not delivered yet.')
+DEVICES = ('cyborg_conductor_devices', 'Devices by health state.')
+
+_REGISTERED = []
+_LOCK = threading.Lock()
+
+
+class ConductorCollector:
+    """A prometheus_client custom collector over the database."""
+
+    def describe(self):
+        """The families without samples: lets the registry check names at
+        registration without touching the database."""
+        return [_arqs({}), _pending(None), _devices({})]
+
+    def collect(self):
+        context = cyborg_context.get_admin_context()
+        counts = _read(db_api.metrics_arqs_by_state, context)
+        if counts is not None:
+            yield _arqs(counts)
+        pending = _read(db_api.metrics_nova_events_pending, context)
+        if pending is not None:
+            yield _pending(pending)
+        health = _read(db_api.metrics_devices_by_health, context)
+        if health is not None:
+            yield _devices(health)
+
+
+def _read(reader, context):
+    """``reader(context)``, or None (logged) when the database fails."""
+    try:
+        return reader(context)
+    except Exception as exc:  # noqa: BLE001 - a scrape never fails on it
+        LOG.warning('Metrics: %s failed: %s', reader.__name__, exc)
+        return None
+
+
+def _arqs(counts):
+    family = GaugeMetricFamily(*ARQS, labels=['state'])
+    for state in _known(models.ARQ_STATES, counts):
+        family.add_metric([state], counts.get(state, 0))
+    return family
+
+
+def _pending(count):
+    family = GaugeMetricFamily(*NOVA_EVENTS_PENDING)
+    if count is not None:
+        family.add_metric([], count)
+    return family
+
+
+def _devices(counts):
+    family = GaugeMetricFamily(*DEVICES, labels=['health'])
+    for health in _known(states.HEALTH_STATES, counts):
+        family.add_metric([health], counts.get(health, 0))
+    return family
+
+
+def _known(vocabulary, counts):
+    """The vocabulary, then any value the database holds beyond it."""
+    return list(vocabulary) + sorted(set(counts) - set(vocabulary))
+
+
+def register():
+    """Add the collector to the process's registry (once); returns it."""
+    with _LOCK:
+        if not _REGISTERED:
+            collector = ConductorCollector()
+            metrics.register_collector(collector)
+            _REGISTERED.append(collector)
+        return _REGISTERED[0]
+
+
+def unregister():
+    """Take the collector out of the registry again (tests)."""
+    with _LOCK:
+        for collector in _REGISTERED:
+            metrics.REGISTRY.unregister(collector)
+        _REGISTERED.clear()
