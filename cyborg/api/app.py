@@ -8,6 +8,7 @@ from oslo_middleware import request_id
 
 from cyborg.api import auth
 from cyborg.api import hooks
+from cyborg.api import metrics as api_metrics
 from cyborg.api import microversion
 from cyborg.api import wsgi_errors
 from cyborg.api.controllers import root
@@ -41,8 +42,11 @@ def _wrap(app, conf):
     - the mount prefix is stripped before auth, so auth's public-path check
       and the app's routing see the same path with or without it;
     - FaultBody gives auth's own errors (401) the §2 error body;
+    - request metrics wrap FaultBody, so they count the status the client
+      gets (auth's 401 included), and sit inside healthcheck and /metrics
+      so that probes and scrapes do not count themselves;
     - healthcheck answers /healthcheck before auth (load balancers have no
-      token);
+      token), and /metrics likewise (Prometheus has none);
     - CORS answers preflight requests before anything else needs a token;
     - request_id comes next so every line logged below carries the id;
     - http_proxy_to_wsgi is outermost: it fixes scheme and host from the
@@ -54,7 +58,9 @@ def _wrap(app, conf):
         app = auth.noauth(app)
     app = _strip_prefix(app)
     app = wsgi_errors.FaultBody(app)
+    app = api_metrics.count_requests(app, MOUNT_PREFIX)
     app = _healthcheck(app, conf)
+    app = api_metrics.serve_metrics(app, conf, MOUNT_PREFIX)
     _cors_defaults(conf)
     app = cors.CORS(app, conf)
     app = request_id.RequestId(app)

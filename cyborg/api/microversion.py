@@ -19,6 +19,7 @@ VERSIONS = [
     '2.1',  # ARQ bind PATCH may carry /project_id (admin only).
     '2.2',  # GET /device_profiles/{name} accepts a name as well as a uuid.
     '2.3',  # Devices show their status ('enabled' | 'maintaining').
+    '2.4',  # Health on devices, deployables and ARQs; GET /devices?health=.
 ]
 
 _FORMAT = re.compile(r'^([1-9]\d*)\.(0|[1-9]\d*)$')

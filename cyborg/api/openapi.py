@@ -6,6 +6,7 @@ import copy
 import re
 
 from cyborg.api import microversion
+from cyborg.common import states
 
 _STRING = {'type': 'string'}
 _NULLABLE_STRING = {'type': ['string', 'null']}
@@ -62,6 +63,35 @@ COMPONENTS = {
 COMPONENTS['Device']['properties']['status'] = {
     'type': 'string', 'enum': ['enabled', 'maintaining'],
     'description': 'Microversion 2.3 and later.'}
+
+_HEALTH = {'type': 'string', 'enum': list(states.HEALTH_STATES)}
+_SINCE_2_4 = 'Microversion 2.4 and later.'
+
+
+def _health_fields(what):
+    return {
+        'health': dict(_HEALTH, description='%s %s' % (what, _SINCE_2_4)),
+        'health_reason': dict(_NULLABLE_STRING,
+                              description='Why, in words. ' + _SINCE_2_4),
+        'health_updated_at': dict(_TIMESTAMP,
+                                  description='When it last changed. '
+                                              + _SINCE_2_4),
+    }
+
+
+COMPONENTS['Device']['properties'].update(
+    _health_fields('The device\'s health.'))
+COMPONENTS['Deployable']['properties'].update(_health_fields(
+    'The effective health: the worse of its own and its device\'s (the '
+    'reason and time are those of the worse).'))
+COMPONENTS['AcceleratorRequest']['properties'].update({
+    'device_health': dict(
+        _HEALTH, type=['string', 'null'], enum=_HEALTH['enum'] + [None],
+        description='The effective health of the deployable the request '
+                    'is bound to; null while unbound. ' + _SINCE_2_4),
+    'device_health_reason': dict(
+        _NULLABLE_STRING, description='Why, in words. ' + _SINCE_2_4),
+})
 
 
 def _ref(name):

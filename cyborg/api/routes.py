@@ -61,11 +61,13 @@ ROUTES = [
     Route('DELETE', '/v2/accelerator_requests', _arq.delete_arqs, 204,
           query=arq_schema.DELETE_QUERY),
     Route('GET', '/v2/accelerator_requests/{uuid}', _arq.show_arq),
+    Route('PATCH', '/v2/accelerator_requests/{uuid}', _arq.bind_or_unbind_arq,
+          202, body=arq_schema.PATCH),
     Route('DELETE', '/v2/accelerator_requests/{uuid}', _arq.delete_arq,
           204),
 
     Route('GET', '/v2/devices', devices.list_devices,
-          query=device_schema.LIST_QUERY),
+          query=device_schema.LIST_QUERY_2_4),
     Route('GET', '/v2/devices/{uuid}', devices.show_device),
     Route('POST', '/v2/devices/{uuid}/disable', devices.disable_device),
     Route('POST', '/v2/devices/{uuid}/enable', devices.enable_device),
@@ -101,6 +103,17 @@ def _match_path(template, segments):
         elif want != got:
             return None
     return found
+
+
+def template(path):
+    """The template of the route(s) ``path`` matches, whatever the method
+    (a 405 belongs to its route too), or None: what metrics label a
+    request with, never the raw path."""
+    segments = _segments(path)
+    for route in ROUTES:
+        if _match_path(route.path, segments) is not None:
+            return route.path
+    return None
 
 
 def match(method, path):

@@ -23,6 +23,10 @@ class AcceleratorRequest:
     attach_handle_info: dict
     created_at: datetime.datetime
     updated_at: datetime.datetime
+    # The health of the deployable the ARQ is bound to (the worse of its
+    # own and its device's) and its reason; None while unbound.
+    device_health: str = None
+    device_health_reason: str = None
 
     @classmethod
     def _from_row(cls, row):

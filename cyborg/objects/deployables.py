@@ -3,6 +3,7 @@
 import dataclasses
 import datetime
 
+from cyborg.common import states
 from cyborg.db import api as db_api
 from cyborg.objects import base
 
@@ -25,27 +26,38 @@ class Deployable:
     created_at: datetime.datetime
     updated_at: datetime.datetime
     attributes: list = dataclasses.field(default_factory=list)
+    # Effective health: the worse of the deployable's own and its
+    # device's, with the reason and time of whichever is worse.
+    health: str = states.HEALTHY
+    health_reason: str = None
+    health_updated_at: datetime.datetime = None
 
     @classmethod
-    def _with_attributes(cls, context, rows):
+    def _from_rows(cls, context, rows):
+        """Objects from ``db_api.deployable_read_*`` rows (a deployable
+        and its device's health), with their attributes."""
         found = db_api.deployable_attributes_read(
-            context, [row.id for row in rows])
-        return [base.from_row(cls, row, attributes=found.get(row.id, []))
+            context, [row.Deployable.id for row in rows])
+        return [base.from_row(cls, row.Deployable,
+                              attributes=found.get(row.Deployable.id, []),
+                              **effective_health(row))
                 for row in rows]
 
     @classmethod
     def get(cls, context, uuid):
-        return cls._one(context, db_api.deployable_read(context, uuid=uuid))
+        return cls._one(context, db_api.deployable_read_with_device(
+            context, uuid=uuid))
 
     @classmethod
     def get_by_id(cls, context, id):
-        return cls._one(context, db_api.deployable_read(context, id=id))
+        return cls._one(context, db_api.deployable_read_with_device(
+            context, id=id))
 
     @classmethod
     def _one(cls, context, row):
         if row is None:
             return None
-        return cls._with_attributes(context, [row])[0]
+        return cls._from_rows(context, [row])[0]
 
     @classmethod
     def list(cls, context, name=None, limit=None, marker=None,
@@ -55,4 +67,25 @@ class Deployable:
                                           sort_key, sort_dir)
         if rows is None:
             return None
-        return cls._with_attributes(context, rows)
+        return cls._from_rows(context, rows)
+
+
+def effective_health(row):
+    """{health, health_reason, health_updated_at} of a deployable row:
+    its own, unless its device's health is strictly worse
+    (``states.worst``), then the device's.  A word outside the vocabulary
+    ranks as healthy, as in the ARQ query: a bad row must not fail a
+    list."""
+    own = row.Deployable
+    mine = _known(own.health)
+    device = _known(row.device_health)
+    if device != mine and states.worst(mine, device) == device:
+        return {'health': row.device_health,
+                'health_reason': row.device_health_reason,
+                'health_updated_at': row.device_health_updated_at}
+    return {'health': own.health, 'health_reason': own.health_reason,
+            'health_updated_at': own.health_updated_at}
+
+
+def _known(health):
+    return health if health in states.HEALTH_STATES else states.HEALTHY

@@ -20,6 +20,9 @@ class Device:
     status: str
     created_at: datetime.datetime
     updated_at: datetime.datetime
+    health: str = None
+    health_reason: str = None
+    health_updated_at: datetime.datetime = None
 
     @classmethod
     def get(cls, context, uuid):
@@ -27,5 +30,6 @@ class Device:
 
     @classmethod
     def list(cls, context, filters=None):
-        """Devices whose type, vendor, hostname equal ``filters``."""
+        """Devices whose type, vendor, hostname, health equal
+        ``filters``."""
         return base.many(cls, db_api.device_read_all(context, filters))

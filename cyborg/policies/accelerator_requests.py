@@ -32,7 +32,8 @@ rules = [
         check_str=base.ADMIN_OR_PROJECT_MEMBER_OR_SERVICE,
         description='Bind or unbind accelerator requests (the request '
                     'must also carry a service token).',
-        operations=[{'path': PATH, 'method': 'PATCH'}],
+        operations=[{'path': PATH, 'method': 'PATCH'},
+                    {'path': PATH + '/{uuid}', 'method': 'PATCH'}],
         scope_types=['project']),
     policy.DocumentedRuleDefault(
         name=PREFIX % 'delete',

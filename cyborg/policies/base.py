@@ -3,6 +3,12 @@
 Roles imply each other in Keystone (admin > manager > member > reader);
 noauth sends roles as given, so the admin alternatives are spelled out.
 ``is_service`` is True for requests carrying a service token (Nova's).
+
+A service is either: a caller holding the ``service`` role (Cyborg's and
+Nova's convention, ``role:service``) or a request with a valid service
+token.  The handlers still ask for the token itself for binding,
+unbinding, deleting a bound ARQ and deleting an instance's ARQs (Nova's
+paths; a role alone does not do them).
 """
 
 from oslo_policy import policy
@@ -11,7 +17,7 @@ ADMIN = 'role:admin'
 PROJECT_READER = 'role:reader and project_id:%(project_id)s'
 PROJECT_MEMBER = 'role:member and project_id:%(project_id)s'
 PROJECT_MANAGER = 'role:manager and project_id:%(project_id)s'
-SERVICE = 'is_service:True'
+SERVICE = 'role:service or is_service:True'
 
 RULE_ADMIN = 'rule:admin'
 
@@ -32,8 +38,9 @@ rules = [
     policy.RuleDefault('project_manager', PROJECT_MANAGER,
                        description='A manager of the target\'s project.'),
     policy.RuleDefault('service', SERVICE,
-                       description='A request carrying a service token '
-                                   'with a service role (Nova\'s).'),
+                       description='A service: a caller with the service '
+                                   'role, or a request carrying a service '
+                                   'token with a service role (Nova\'s).'),
 ]
 
 

@@ -34,10 +34,12 @@ PATCH = {
     'additionalProperties': False,
 }
 
+# ?instance= is searched for: any value, none matching gives [].
+# ?bind_state= chooses what the call does, so only 'resolved' is valid.
 LIST_QUERY = {
     'type': 'object',
     'properties': {
-        'instance': common.UUID,
+        'instance': {'type': 'string'},
         'bind_state': {'type': 'string', 'enum': ['resolved']},
     },
 }

@@ -8,7 +8,7 @@ DEPLOYABLE_REF = {'oneOf': [
     common.UUID,
 ]}
 
-CREATE = {
+BARE = {
     'type': 'object',
     'properties': {
         'deployable_id': DEPLOYABLE_REF,
@@ -20,10 +20,24 @@ CREATE = {
     'additionalProperties': False,
 }
 
+# openstacksdk wraps the attribute in its resource key; Cyborg's client
+# sends it bare.  Both are accepted (the handler validates the shape sent,
+# so errors name the field).
+WRAPPER = 'attribute'
+WRAPPED = {
+    'type': 'object',
+    'properties': {WRAPPER: BARE},
+    'required': [WRAPPER],
+    'additionalProperties': False,
+}
+CREATE = {'oneOf': [BARE, WRAPPED]}
+
+# Filters are searched for, not written: any value is valid, and one that
+# names nothing (no such deployable, an id that is not one) gives [].
 LIST_QUERY = {
     'type': 'object',
     'properties': {
-        'deployable_id': {'oneOf': [common.INT_STRING, common.UUID]},
-        'key': {'type': 'string', 'maxLength': 255},
+        'deployable_id': {'type': 'string'},
+        'key': {'type': 'string'},
     },
 }

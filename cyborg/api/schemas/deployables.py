@@ -6,7 +6,8 @@ from cyborg.objects import deployables
 LIST_QUERY = {
     'type': 'object',
     'properties': {
-        'name': {'type': 'string', 'maxLength': 255},
+        # Searched for, not written: any name, none matching is [].
+        'name': {'type': 'string'},
         'limit': {'type': 'string', 'pattern': '^[1-9][0-9]{0,8}$'},
         'marker': common.UUID,
         'sort_key': {'type': 'string', 'enum': list(deployables.SORT_KEYS)},

@@ -45,9 +45,11 @@ CREATE = {
     },
 }
 
+# Names are searched for, not written: ?name=x,y with none existing (or
+# an empty one) gives [].
 LIST_QUERY = {
     'type': 'object',
-    'properties': {'name': {'type': 'string', 'minLength': 1}},
+    'properties': {'name': {'type': 'string'}},
 }
 
 DELETE_QUERY = {

@@ -1,5 +1,8 @@
 """Views: objects shaped exactly as Cyborg's API shows them (CONTRACT §4)."""
 
+# The microversion from which health is shown (and devices filtered by it).
+HEALTH_VERSION = (2, 4)
+
 
 def timestamp(value):
     """'2020-03-09T11:26:05+00:00' (UTC, no fraction), or None."""
@@ -13,3 +16,13 @@ def links(r, collection, uuid):
     return [{'href': '%s/v2/%s/%s' % (base, collection, uuid), 'rel': 'self'},
             {'href': '%s/%s/%s' % (base, collection, uuid),
              'rel': 'bookmark'}]
+
+
+def add_health(r, body, obj):
+    """From microversion 2.4: ``obj``'s health, reason and when it was
+    last set, added to ``body``."""
+    if r.version.matches(HEALTH_VERSION):
+        body['health'] = obj.health
+        body['health_reason'] = obj.health_reason
+        body['health_updated_at'] = timestamp(obj.health_updated_at)
+    return body

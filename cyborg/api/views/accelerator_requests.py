@@ -2,7 +2,7 @@ from cyborg.api import views
 
 
 def show(r, arq):
-    return {'uuid': arq.uuid,
+    body = {'uuid': arq.uuid,
             'state': arq.state,
             'device_profile_name': arq.device_profile_name,
             'device_profile_group_id': arq.device_profile_group_id,
@@ -16,3 +16,7 @@ def show(r, arq):
             'created_at': views.timestamp(arq.created_at),
             'updated_at': views.timestamp(arq.updated_at),
             'links': views.links(r, 'accelerator_requests', arq.uuid)}
+    if r.version.matches(views.HEALTH_VERSION):
+        body['device_health'] = arq.device_health
+        body['device_health_reason'] = arq.device_health_reason
+    return body

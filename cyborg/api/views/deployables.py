@@ -5,7 +5,7 @@ from cyborg.api import views
 
 def show(r, deployable):
     attributes = [{key: value} for key, value in deployable.attributes]
-    return {'uuid': deployable.uuid,
+    body = {'uuid': deployable.uuid,
             'parent_id': deployable.parent_id,
             'root_id': deployable.root_id,
             'name': deployable.name,
@@ -18,3 +18,4 @@ def show(r, deployable):
             'created_at': views.timestamp(deployable.created_at),
             'updated_at': views.timestamp(deployable.updated_at),
             'links': views.links(r, 'deployables', deployable.uuid)}
+    return views.add_health(r, body, deployable)

@@ -14,4 +14,4 @@ def show(r, device):
             'links': views.links(r, 'devices', device.uuid)}
     if r.version.matches((2, 3)):
         body['status'] = device.status
-    return body
+    return views.add_health(r, body, device)

@@ -4,10 +4,15 @@ Values the YAML needs (seeded uuids) are published as environment
 variables, read there as ``$ENVIRON['NAME']``.
 """
 
+import datetime
 import os
 
 from gabbi import fixture
+import sqlalchemy as sa
+from sqlalchemy import orm
 
+from cyborg.common import states
+from cyborg.db import models
 from tests.fixtures import api as api_fixture
 
 # The app of the running suite; the intercept hands it to gabbi.
@@ -60,6 +65,51 @@ class BindingARQFixture(APIFixture):
         super().seed(service)
         env = api_fixture.seed_binding_arqs(service.engine)
         os.environ.update({'CYBORG_' + k.upper(): v for k, v in env.items()})
+
+
+def set_health(engine, model, uuid, health, reason, at):
+    """Write a health state as the conductor's state machine leaves it on
+    a device or deployable row (``model``)."""
+    with orm.Session(engine) as session, session.begin():
+        session.execute(sa.update(model).where(model.uuid == uuid).values(
+            health=health, health_reason=reason, health_updated_at=at))
+
+
+def bind_to(engine, arq_uuid, deployable_id):
+    """Point an ARQ at the deployable it is bound to (a bind's doing)."""
+    with orm.Session(engine) as session, session.begin():
+        session.execute(sa.update(models.ExtARQ)
+                        .where(models.ExtARQ.uuid == arq_uuid)
+                        .values(deployable_id=deployable_id))
+
+
+class HealthFixture(BindingARQFixture):
+    """BindingARQFixture with health set: the FPGA device suspect and its
+    deployable unhealthy (its own health is the worse); the GPU device
+    unhealthy and its deployable probing (the device's is the worse).
+    The Bound ARQ is bound to the GPU deployable, the BindStarted one to
+    the FPGA deployable."""
+
+    AT = datetime.datetime(2024, 5, 1, 10, 0, 0)
+
+    def seed(self, service):
+        super().seed(service)
+        env, engine = os.environ, service.engine
+        minute = datetime.timedelta(minutes=1)
+        for model, key, health, reason, at in (
+                (models.Device, 'CYBORG_FPGA_DEVICE_UUID', states.SUSPECT,
+                 'corrected AER errors', self.AT),
+                (models.Deployable, 'CYBORG_FPGA_DEPLOYABLE_UUID',
+                 states.UNHEALTHY, 'XID 79', self.AT + minute),
+                (models.Device, 'CYBORG_GPU_DEVICE_UUID', states.UNHEALTHY,
+                 'row remap failure', self.AT + 2 * minute),
+                (models.Deployable, 'CYBORG_GPU_DEPLOYABLE_UUID',
+                 states.PROBING, 'read well again', self.AT + 3 * minute)):
+            set_health(engine, model, env[key], health, reason, at)
+        bind_to(engine, env['CYBORG_BOUND_ARQ'],
+                int(env['CYBORG_GPU_DEPLOYABLE_ID']))
+        bind_to(engine, env['CYBORG_BINDING_ARQ'],
+                int(env['CYBORG_FPGA_DEPLOYABLE_ID']))
 
 
 class PlacementFixture(fixture.GabbiFixture):

@@ -227,3 +227,83 @@ def test_deployable_program_over_http(endpoint):
     assert bad.status_code == 400
     assert 'image_uuid' in json.loads(bad.json()['error_message'])[
         'faultstring']
+
+
+def osc_fails(endpoint, *args):
+    """``openstack <args>`` that must fail; its output and errors."""
+    argv = ['--os-auth-type', 'none', '--os-endpoint', endpoint, *args]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = shell.main(argv)
+    assert status != 0, (argv, out.getvalue())
+    return out.getvalue() + err.getvalue()
+
+
+def _arq_state(endpoint, uuid, wanted):
+    processes.wait_for(
+        lambda: requests.get('%s/accelerator_requests/%s' % (endpoint, uuid),
+                             timeout=5).json()['state'] == wanted,
+        timeout=30, what='ARQ %s %s' % (uuid, wanted))
+
+
+def test_cli_arq_unbind_reaches_the_api(endpoint):
+    """`arq unbind` PATCHes the ARQ's own URL (it was a 405): without a
+    service token, which the CLI cannot send, the API refuses it as it
+    refuses any user's unbind."""
+    osc(endpoint, 'accelerator', 'device', 'profile', 'create', 'unbind-dp',
+        json.dumps([{'resources:FPGA': '1'}]), '-f', 'json')
+    arq = osc(endpoint, 'accelerator', 'arq', 'create', 'unbind-dp',
+              '-f', 'json')
+    try:
+        output = osc_fails(endpoint, 'accelerator', 'arq', 'unbind',
+                           arq['uuid'])
+        assert 'requires a service token' in output, output
+        assert '405' not in output, output
+    finally:
+        osc(endpoint, 'accelerator', 'arq', 'delete', arq['uuid'])
+        osc(endpoint, 'accelerator', 'device', 'profile', 'delete',
+            'unbind-dp')
+
+
+def test_sdk_arq_bind_and_unbind(sdk, endpoint):
+    """openstacksdk's patch_accelerator_request (PATCH on the item URL)
+    binds and unbinds, as a service (the service token it is given)."""
+    sdk.additional_headers = {'X-Service-Token': 'nova'}
+    profile = sdk.create_device_profile(
+        name='sdk-bind-dp', groups=[{'resources:FPGA': '1'}])
+    arq = sdk.create_accelerator_request(device_profile_name='sdk-bind-dp')
+    # The SDK's Deployable has no rp_uuid.
+    rp_uuid = requests.get(endpoint + '/deployables', timeout=10).json()[
+        'deployables'][0]['rp_uuid']
+    instance = 'a7c1f0e2-5b7d-4d8e-9c3a-0e1f2a3b4c5d'
+    try:
+        sdk.patch_accelerator_request(arq.uuid, [
+            {'path': '/hostname', 'op': 'add', 'value': AGENT_HOST},
+            {'path': '/device_rp_uuid', 'op': 'add', 'value': rp_uuid},
+            {'path': '/instance_uuid', 'op': 'add', 'value': instance}])
+        _arq_state(endpoint, arq.uuid, 'Bound')
+        bound = requests.get(
+            '%s/accelerator_requests/%s' % (endpoint, arq.uuid),
+            headers={'OpenStack-API-Version': 'accelerator 2.4'},
+            timeout=10).json()
+        assert bound['device_health'] == 'healthy'
+        sdk.patch_accelerator_request(arq.uuid, [
+            {'path': '/hostname', 'op': 'remove'},
+            {'path': '/device_rp_uuid', 'op': 'remove'},
+            {'path': '/instance_uuid', 'op': 'remove'}])
+        _arq_state(endpoint, arq.uuid, 'Unbound')
+    finally:
+        sdk.delete_accelerator_request(arq.uuid, ignore_missing=False)
+        sdk.delete_device_profile(profile.uuid, ignore_missing=False)
+
+
+def test_sdk_create_attribute(sdk):
+    """openstacksdk wraps the attribute in {"attribute": ...}."""
+    deployable = list(sdk.deployables())[0]
+    created = sdk.create_attribute(deployable_id=deployable.id,
+                                   key='sdk-key', value='sdk-value')
+    try:
+        assert created.key == 'sdk-key'
+        assert sdk.get_attribute(created.uuid).value == 'sdk-value'
+    finally:
+        sdk.delete_attribute(created.uuid, ignore_missing=False)

@@ -22,7 +22,10 @@ def test_one_of_several_services():
     assert str(_version('compute 2.1, accelerator 2.2')) == '2.2'
 
 
-@pytest.mark.parametrize('header', ['accelerator 2.4', 'accelerator 1.0',
+ONE_PAST_MAX = 'accelerator 2.%d' % len(microversion.VERSIONS)
+
+
+@pytest.mark.parametrize('header', [ONE_PAST_MAX, 'accelerator 1.0',
                                     'accelerator 3.0'])
 def test_out_of_range_is_406(header):
     with pytest.raises(exception.NotAcceptable):

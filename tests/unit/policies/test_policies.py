@@ -64,6 +64,19 @@ def _ctx(roles, project='p1', service=False):
     ('cyborg:device:disable', ['manager'], False, False),
     ('cyborg:deployable:program', ['admin'], False, True),
     ('cyborg:attribute:get_one', ['reader'], False, False),
+    # The service role passes the service rule without a service token
+    # (Cyborg's role:service), as a service token does without the role.
+    ('cyborg:arq:get_all', ['service'], False, True),
+    ('cyborg:arq:get_one', ['service'], False, True),
+    ('cyborg:arq:create', ['service'], False, True),
+    ('cyborg:arq:update', ['service'], False, True),
+    ('cyborg:arq:delete', ['service'], False, True),
+    ('cyborg:arq:delete', [], True, True),
+    ('cyborg:device_profile:get_one', ['service'], False, True),
+    ('cyborg:device_profile:create', ['service'], True, False),
+    ('cyborg:device:get_all', ['service'], True, False),
+    ('cyborg:deployable:get_one', ['service'], False, False),
+    ('cyborg:attribute:create', ['service'], True, False),
 ])
 def test_defaults(conf, rule, roles, service, allowed):
     ctx = _ctx(roles, service=service)

@@ -65,7 +65,22 @@ def bind_or_unbind_arqs(r):
     """PATCH {arq uuid: [json patch ops]}: all 'add' binds, all 'remove'
     unbinds; answers 202 once the conductor has taken the work."""
     r.authorize(RULE % 'update')
+    return _bind_or_unbind(r, r.json_body(schema.PATCH))
+
+
+def bind_or_unbind_arq(r, uuid):
+    """PATCH /{uuid} {uuid: [json patch ops]}: the same for one ARQ, on
+    its own URL (what openstacksdk and both CLIs send)."""
+    r.authorize(RULE % 'update')
     patch = r.json_body(schema.PATCH)
+    if [key.lower() for key in patch] != [uuid.lower()]:
+        raise exception.Invalid(
+            reason='the body must patch the accelerator request of the '
+                   'URL, %s, and only it' % uuid)
+    return _bind_or_unbind(r, patch)
+
+
+def _bind_or_unbind(r, patch):
     ops = {op['op'] for ops in patch.values() for op in ops}
     if len(ops) != 1:
         raise exception.Invalid(

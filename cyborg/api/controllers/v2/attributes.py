@@ -3,6 +3,8 @@
 A deployable is named by its integer id (what Cyborg shows) or its uuid.
 """
 
+import re
+
 from cyborg.api.controllers import base
 from cyborg.api.schemas import attributes as schema
 from cyborg.api.views import attributes as view
@@ -12,6 +14,11 @@ from cyborg.objects.deployables import Deployable
 
 RULE = 'cyborg:attribute:%s'
 MAX_ID = 2 ** 31 - 1
+# An integer id as a query string may spell it (ASCII digits; more than
+# ten cannot be a 32-bit id, nor be given to int() unbounded).
+_ID = re.compile(r'[0-9]{1,10}')
+# Any JSON document: a create body is validated once its shape is known.
+ANY_JSON = {}
 
 
 def list_attributes(r):
@@ -34,8 +41,10 @@ def show_attribute(r, uuid):
 
 
 def create_attribute(r):
+    """POST {deployable_id, key, value}, bare or wrapped in "attribute"
+    (what openstacksdk sends)."""
     r.authorize(RULE % 'create')
-    values = r.json_body(schema.CREATE)
+    values = _create_values(r.json_body(ANY_JSON))
     deployable = _deployable(r, values['deployable_id'])
     created = r.conductor.attribute_create(
         r.context, deployable_uuid=deployable.uuid, key=values['key'],
@@ -50,12 +59,24 @@ def delete_attribute(r, uuid):
     return base.empty_response(204)
 
 
+def _create_values(body):
+    """The bare {deployable_id, key, value} of a create body, validated
+    against the shape it was sent in (schema.CREATE is either)."""
+    if isinstance(body, dict) and schema.WRAPPER in body:
+        base.validate(body, schema.WRAPPED)
+        return body[schema.WRAPPER]
+    base.validate(body, schema.BARE)
+    return body
+
+
 def _find(r, uuid):
     return base.require(Attribute.get(r.context, uuid), 'Attribute', uuid)
 
 
 def _deployable(r, ref, missing_ok=False):
-    if isinstance(ref, int) or str(ref).isdigit():
+    """The deployable named by integer id or uuid ``ref``, or (with
+    ``missing_ok``) None when it names none."""
+    if isinstance(ref, int) or _ID.fullmatch(str(ref)):
         # Ids are 32-bit: a larger one names nothing (and must not reach
         # PostgreSQL, which rejects it).
         deployable = None

@@ -1,5 +1,6 @@
 """Devices: list, show; POST /v2/devices/{uuid}/enable and /disable."""
 
+from cyborg.api import views
 from cyborg.api.controllers import base
 from cyborg.api.schemas import devices as schema
 from cyborg.api.views import devices as view
@@ -11,8 +12,13 @@ _FILTERS = ('type', 'vendor', 'hostname')
 
 def list_devices(r):
     r.authorize(RULE % 'get_all')
-    query = r.query(schema.LIST_QUERY)
-    filters = {k: query[k] for k in _FILTERS if k in query}
+    if r.version.matches(views.HEALTH_VERSION):
+        query = r.query(schema.LIST_QUERY_2_4)
+        names = _FILTERS + ('health',)
+    else:
+        query = r.query(schema.LIST_QUERY)
+        names = _FILTERS
+    filters = {k: query[k] for k in names if k in query}
     devices = Device.list(r.context, filters)
     return base.json_response(
         200, {'devices': [view.show(r, d) for d in devices]})

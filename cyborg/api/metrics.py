@@ -1,0 +1,98 @@
+"""API metrics: a middleware that counts and times every request, and the
+``/metrics`` endpoint that serves them.
+
+Every request is labelled with its method and its route *template*
+(``/v2/devices/{uuid}``, from ``cyborg.api.routes``), never the raw path,
+so the number of label values is bounded whatever clients send; a path no
+route matches is ``unmatched``.  ``cyborg_api_requests_total`` also has the
+final status, as the client saw it (authentication's 401 included).
+
+``GET /metrics`` (also ``/accelerator/metrics``) answers only when
+``[metrics]enabled``, without authentication like ``/healthcheck``: expose
+it only to the monitoring network.  Otherwise it is a 404 like any unknown
+path.
+
+Several worker processes (gunicorn, uWSGI, or ``cyborg-api`` with
+``[api]api_workers`` > 1) each have their own registry, so one scrape would
+see one worker's counts.  For them, set the environment variable
+``PROMETHEUS_MULTIPROC_DIR`` to an empty directory writable by the workers
+before the server starts (and empty it on every restart): the workers then
+record into files there and ``/metrics`` reports the sum over all of them
+(prometheus_client's multiprocess collector).  Under gunicorn also call
+``prometheus_client.multiprocess.mark_process_dead(worker.pid)`` from its
+``child_exit`` hook.
+"""
+
+import os
+import time
+
+from cyborg.api import routes
+from cyborg.common import metrics
+
+METRICS_PATH = '/metrics'
+UNMATCHED = 'unmatched'
+MULTIPROC_ENV = 'PROMETHEUS_MULTIPROC_DIR'
+# Methods a label may name; anything else is 'other' (bounded labels).
+METHODS = frozenset(('GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE',
+                     'OPTIONS'))
+
+
+def count_requests(app, prefix):
+    """Wrap ``app`` to record API_REQUESTS and API_REQUEST_SECONDS; paths
+    under ``prefix`` (the mount prefix) count as the same route."""
+
+    def middleware(environ, start_response):
+        method = environ.get('REQUEST_METHOD', '').upper()
+        method = method if method in METHODS else 'other'
+        route = _route(environ.get('PATH_INFO', ''), prefix)
+        status = ['500']
+
+        def recording_start_response(status_line, headers, *exc_info):
+            status[0] = status_line.split(None, 1)[0]
+            return start_response(status_line, headers, *exc_info)
+
+        started = time.monotonic()
+        try:
+            return app(environ, recording_start_response)
+        finally:
+            # Bodies are built before they are returned (webob), so this
+            # is the time of the whole request.
+            metrics.API_REQUEST_SECONDS.labels(method, route).observe(
+                time.monotonic() - started)
+            metrics.API_REQUESTS.labels(method, route, status[0]).inc()
+    return middleware
+
+
+def _route(path, prefix):
+    if path == prefix or path.startswith(prefix + '/'):
+        path = path[len(prefix):] or '/'
+    return routes.template(path) or UNMATCHED
+
+
+def serve_metrics(app, conf, prefix):
+    """Wrap ``app`` to answer ``GET /metrics`` (and under ``prefix``) with
+    the registry when ``[metrics]enabled``; everything else goes to
+    ``app``."""
+    paths = (METRICS_PATH, prefix + METRICS_PATH)
+
+    def middleware(environ, start_response):
+        if (conf.metrics.enabled and environ.get('PATH_INFO') in paths
+                and environ.get('REQUEST_METHOD') in ('GET', 'HEAD')):
+            content_type, body = render()
+            start_response('200 OK', [('Content-Type', content_type),
+                                      ('Content-Length', str(len(body)))])
+            return [body if environ['REQUEST_METHOD'] == 'GET' else b'']
+        return app(environ, start_response)
+    return middleware
+
+
+def render():
+    """(content type, body): this process's registry, or the sum over
+    every worker's files when PROMETHEUS_MULTIPROC_DIR is set."""
+    if not os.environ.get(MULTIPROC_ENV):
+        return metrics.render()
+    import prometheus_client as prom
+    from prometheus_client import multiprocess
+    registry = prom.CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return prom.CONTENT_TYPE_LATEST, prom.generate_latest(registry)

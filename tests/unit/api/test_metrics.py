@@ -1,0 +1,138 @@
+"""API metrics: requests counted by route template, /metrics served only
+when enabled, and summed over worker processes in multiprocess mode."""
+
+import os
+import subprocess
+import sys
+import uuid
+
+from prometheus_client import parser
+import pytest
+import webob
+
+from cyborg.api import app as api_app
+from cyborg.api import metrics as api_metrics
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+
+
+@pytest.fixture
+def app(conf, db):
+    conf.set_override('auth_strategy', 'noauth', group='api')
+    conf.set_override('enabled', True, group='metrics')
+    return api_app.build_app(conf)
+
+
+def _get(app, path, method='GET'):
+    return webob.Request.blank(path, method=method).get_response(app)
+
+
+def _requests(app, route, status, method='GET'):
+    """cyborg_api_requests_total for these labels, as /metrics shows it."""
+    resp = _get(app, '/metrics')
+    assert resp.status_int == 200
+    for family in parser.text_string_to_metric_families(resp.text):
+        for sample in family.samples:
+            if (sample.name == 'cyborg_api_requests_total'
+                    and sample.labels == {'method': method, 'route': route,
+                                          'status': status}):
+                return sample.value
+    return 0
+
+
+def test_a_request_is_counted_under_its_route_template(app):
+    route = '/v2/devices/{uuid}'
+    before = _requests(app, route, '404')
+    device = str(uuid.uuid4())
+    assert _get(app, '/v2/devices/' + device).status_int == 404
+    assert _get(app, '/accelerator/v2/devices/' + device).status_int == 404
+    assert _requests(app, route, '404') == before + 2
+    # The raw path is never a label value (unbounded).
+    assert device not in _get(app, '/metrics').text
+
+
+def test_unknown_paths_are_unmatched(app):
+    before = _requests(app, api_metrics.UNMATCHED, '404')
+    assert _get(app, '/v2/no/such/thing').status_int == 404
+    assert _get(app, '/v2/' + 'x' * 50).status_int == 404
+    assert _requests(app, api_metrics.UNMATCHED, '404') == before + 2
+
+
+def test_wrong_method_counts_under_the_route(app):
+    before = _requests(app, '/v2/devices', '405', method='DELETE')
+    assert _get(app, '/v2/devices', 'DELETE').status_int == 405
+    assert _requests(app, '/v2/devices', '405', method='DELETE') == (
+        before + 1)
+
+
+def test_latency_is_recorded(app):
+    _get(app, '/v2/device_profiles')
+    text = _get(app, '/metrics').text
+    assert ('cyborg_api_request_seconds_count{method="GET",'
+            'route="/v2/device_profiles"}') in text
+
+
+def test_served_under_the_mount_prefix_without_auth(conf, db):
+    conf.set_override('enabled', True, group='metrics')
+    conf.set_override('auth_strategy', 'keystone', group='api')
+    app = api_app.build_app(conf)
+    for path in ('/metrics', '/accelerator/metrics'):
+        resp = _get(app, path)
+        assert resp.status_int == 200, path
+        assert resp.content_type == 'text/plain'
+        assert 'cyborg_api_requests_total' in resp.text
+
+
+def test_scrapes_are_not_counted(app):
+    text = _get(app, '/metrics').text
+    assert 'route="/metrics"' not in text
+    assert 'route="unmatched",status="200"' not in text
+
+
+def test_not_served_when_disabled(conf, db):
+    conf.set_override('auth_strategy', 'noauth', group='api')
+    app = api_app.build_app(conf)
+    resp = _get(app, '/metrics')
+    assert resp.status_int == 404
+    assert 'error_message' in resp.json
+    assert _get(app, '/accelerator/metrics').status_int == 404
+
+
+CHILD = '''
+import sys, webob
+from oslo_config import cfg
+import cyborg.conf
+from cyborg.api import app as api_app
+conf = cfg.ConfigOpts()
+cyborg.conf.register_opts(conf)
+conf([], project='cyborg', default_config_files=[], default_config_dirs=[])
+conf.set_override('auth_strategy', 'noauth', group='api')
+conf.set_override('enabled', True, group='metrics')
+app = api_app.build_app(conf)
+assert webob.Request.blank('/').get_response(app).status_int == 200
+if sys.argv[1] == 'scrape':
+    print(webob.Request.blank('/metrics').get_response(app).text)
+'''
+
+
+def _child(env, what):
+    done = subprocess.run([sys.executable, '-c', CHILD, what], env=env,
+                          capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_multiprocess_dir_sums_every_worker(tmp_path):
+    """With PROMETHEUS_MULTIPROC_DIR, /metrics of one worker reports the
+    requests of all of them (here: two processes, one request each)."""
+    env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    _child(env, 'request')
+    text = _child(env, 'scrape')
+    values = [s.value for f in parser.text_string_to_metric_families(text)
+              for s in f.samples
+              if s.name == 'cyborg_api_requests_total'
+              and s.labels == {'method': 'GET', 'route': '/',
+                               'status': '200'}]
+    assert values == [2.0]
