@@ -81,7 +81,9 @@ def test_api_workers_serve_restart_and_stop(tmp_path):
 def test_aio_shows_the_fake_fpga_to_the_openstack_client(tmp_path):
     port = _free_port()
     state_dir = tmp_path / 'state'
-    config = processes.write_config(tmp_path / 'extra.conf', {})
+    # Short health timers, so that the broken device comes back quickly.
+    config = processes.write_config(tmp_path / 'extra.conf', {
+        'health': {'check_interval': 0.2, 'hold_down': 1}})
     aio = processes.ServiceProcess(
         'cyborg-aio', config, tmp_path / 'aio.out',
         args=['--port', str(port), '--state-dir', str(state_dir)])
@@ -106,6 +108,17 @@ def test_aio_shows_the_fake_fpga_to_the_openstack_client(tmp_path):
                                                              '0xABCD')]
         assert (state_dir / 'cyborg.sqlite').exists()
         assert (state_dir / 'placement.sqlite').exists()
+
+        # A new user breaks the fake device as the banner says, watches it
+        # leave the schedule, heals it and watches it come back.
+        fault = state_dir / 'fake_driver_health.json'
+        assert str(fault) in aio.log()
+        fault.write_text('{"severity": "fatal", "reason": "try"}')
+        processes.wait_for(lambda: _health(url) == ['unhealthy'],
+                           timeout=10, what='the fake device unhealthy')
+        fault.unlink()
+        processes.wait_for(lambda: _health(url) == ['healthy'],
+                           timeout=20, what='the fake device healthy')
         aio.stop()
     finally:
         aio.kill()
@@ -114,6 +127,12 @@ def test_aio_shows_the_fake_fpga_to_the_openstack_client(tmp_path):
 def _devices(url):
     devices = _get(url + '/v2/devices', headers=ADMIN).json()['devices']
     return [(d['type'], d['vendor']) for d in devices]
+
+
+def _health(url):
+    devices = _get(url + '/v2/devices', headers=dict(
+        ADMIN, **{'OpenStack-API-Version': 'accelerator 2.4'})).json()
+    return [d['health'] for d in devices['devices']]
 
 
 def _catches_sigterm(pid):

@@ -1,0 +1,143 @@
+"""Watching devices end to end: real cyborg-conductor, cyborg-agent and
+cyborg-api processes over RabbitMQ and MariaDB, the real Placement, fake
+hardware (sysfs tree + the fake NVML's XID stream, edited while the agent
+runs).
+
+One deployment goes through a device's whole life in order: an
+application XID leaves it alone; a fatal XID takes it out of Placement
+(reserved = total, CUSTOM_ACCEL_UNHEALTHY) within 2 s and the API shows it
+unhealthy; after the hold-down a good re-probe re-admits it; failing again
+right away it stays out twice as long (hysteresis); a fatal XID on a
+MIG-mode GPU takes both its instances out; the notifications are read back
+from RabbitMQ and the metrics endpoints show what happened.
+"""
+
+import time
+
+import pytest
+
+from tests.fixtures import health_deployment as hd
+
+@pytest.fixture(scope='module')
+def env(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp('health')
+    with hd.deployment(tmp, gpus=1, mig_gpus=1) as d:
+        notifications = hd.NotificationLog(d.transport_url).start()
+        d.notifications = notifications
+        try:
+            yield d
+        finally:
+            notifications.stop()
+
+
+def _health(env, address):
+    return env.device(address)['health']
+
+
+def test_an_application_xid_leaves_the_gpu_alone(env):
+    gpu = env.whole[0]
+    name = env.provider_name(gpu)
+    env.nvml.add_xid(gpu, 13)     # Graphics Engine Exception: the app's
+    # The agent saw and classified it...
+    hd.wait(lambda: 'xid="13"' in env.metrics('agent'), 10,
+            'XID 13 counted by the agent')
+    # ...and a few check rounds later nothing changed.
+    time.sleep(1.0)
+    assert env.back(name)
+    assert _health(env, gpu) == 'healthy'
+
+
+def test_a_fatal_xid_takes_the_gpu_out_and_a_good_probe_brings_it_back(env):
+    gpu = env.whole[0]
+    name = env.provider_name(gpu)
+    assert env.back(name)
+
+    started = time.monotonic()
+    env.nvml.add_xid(gpu, 79)     # fallen off the bus
+    hd.wait(lambda: env.out(name), 10, 'the GPU out of Placement',
+            interval=0.02)
+    assert time.monotonic() - started < 2.0
+    device = env.device(gpu)
+    assert device['health'] in ('unhealthy', 'probing')
+    assert 'XID 79' in device['health_reason'] or \
+        '79' in device['health_reason']
+    assert device['health_updated_at']
+    # Older microversions are unchanged.
+    assert 'health' not in env.device(gpu, version='2.3')
+    # The API filters by health.
+    unhealthy = env.api('/devices?health=unhealthy')['devices']
+    probing = env.api('/devices?health=probing')['devices']
+    assert device['uuid'] in {d['uuid'] for d in unhealthy + probing}
+
+    # No new fault: after the hold-down (1 s) the agent re-probes it and
+    # the conductor re-admits it.
+    hd.wait(lambda: env.back(name), 15, 'the GPU re-admitted')
+    assert _health(env, gpu) == 'healthy'
+
+    # The notifications reached a real queue.
+    changes = hd.wait(lambda: [
+        e for e in env.notifications.of_type('device.health_change')
+        if e['payload']['cyborg_object.data'].get('device_uuid') ==
+        device['uuid']], 10, 'device.health_change notifications')
+    data = [e['payload']['cyborg_object.data'] for e in changes]
+    assert {d['health'] for d in data} >= {'unhealthy', 'healthy'}
+    assert all(e['payload']['cyborg_object.namespace'] == 'cyborg'
+               for e in changes)
+    assert all(e['publisher'].startswith('cyborg-conductor:')
+               for e in changes)
+
+    # The metrics endpoints show it.
+    conductor = env.metrics('conductor')
+    assert 'cyborg_conductor_health_transitions_total' in conductor
+    assert 'to_state="unhealthy"' in conductor
+    assert 'xid="79"' in env.metrics('agent')
+
+
+def test_a_flapping_gpu_stays_out_longer(env):
+    gpu = env.whole[0]
+    name = env.provider_name(gpu)
+    hd.wait(lambda: env.back(name), 15, 'the GPU in service')
+
+    # It was re-admitted once already: the next hold-down is 2 s, not 1 s.
+    env.nvml.add_xid(gpu, 79)
+    hd.wait(lambda: env.out(name), 5, 'the GPU out again')
+    out_at = time.monotonic()
+    hd.wait(lambda: env.back(name), 30, 'the GPU re-admitted again')
+    # Seen out from shortly after the fault until 2 s after its first
+    # good reading: well over the first hold-down (1 s).
+    assert time.monotonic() - out_at >= 1.3
+
+    # Flapping again: 4 s now.
+    env.nvml.add_xid(gpu, 79)
+    hd.wait(lambda: env.out(name), 5, 'the GPU out a third time')
+    time.sleep(2.5)
+    assert env.out(name), 'a flapping GPU came back too soon'
+    hd.wait(lambda: env.back(name), 30, 'the GPU re-admitted a third time')
+
+
+def test_a_fatal_fault_on_a_mig_gpu_takes_its_instances_out(env):
+    gpu = env.mig[0]
+    instances = [env.provider_name(gpu, 1), env.provider_name(gpu, 2)]
+    assert all(env.back(n) for n in instances)
+
+    env.nvml.add_xid(gpu, 48)     # double-bit ECC error
+    hd.wait(lambda: all(env.out(n) for n in instances), 5,
+            'both MIG instances out of Placement')
+    deployables = {d['name']: d for d in env.api(
+        '/deployables')['deployables']}
+    assert all(deployables[n]['health'] in ('unhealthy', 'probing')
+               for n in instances)
+    # The other GPU and the fake device are untouched.
+    assert env.back(env.provider_name(env.whole[0]))
+    assert env.back(f'{hd.HOST}_FakeDevice')
+    hd.wait(lambda: all(env.back(n) for n in instances), 15,
+            'the MIG instances re-admitted')
+
+
+def test_the_fake_device_can_be_broken_and_healed(env):
+    name = f'{hd.HOST}_FakeDevice'
+    fault = env.tmp / 'state' / 'fake_driver_health.json'
+    fault.write_text('{"severity": "fatal", "reason": "broken by a test"}')
+    hd.wait(lambda: env.out(name), 5, 'the fake device out')
+    fault.unlink()
+    hd.wait(lambda: env.back(name), 15, 'the fake device back')
