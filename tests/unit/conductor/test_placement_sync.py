@@ -127,7 +127,9 @@ def test_disable_reserves_the_devices_providers_and_enable_frees_them(
          cf.device(HOST, '0000:83:00.0')]))
     assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
         == 4
-    # Enabling runs the driver's preparation step on the agent first.
+    # Where new devices wait for an admin, enabling runs the driver's
+    # preparation step on the agent first.
+    conf.set_override('new_device_status', 'maintaining', group='conductor')
     with agent_endpoint.serving(conf, HOST,
                                 agent_endpoint.RecordingAgent()) as agent:
         device_status.set_status(conf, admin_context, fpga_dev, 'enabled')
@@ -177,3 +179,16 @@ def test_periodic_runner_runs_the_reconcile(
             time.sleep(0.2)
     finally:
         runner.stop()
+
+
+def test_plain_maintenance_enables_without_asking_the_agent(
+        conf, admin_context, reported, placement):  # noqa: F811
+    """With new devices enabled at once (the default), disable/enable is
+    plain maintenance: it works while the host's agent is down."""
+    fpga_dev = inventory.row_uuid(HOST, 'PCI:0000:82:00.0')
+    device_status.set_status(conf, admin_context, fpga_dev, 'maintaining')
+    device = device_status.set_status(conf, admin_context, fpga_dev,
+                                      'enabled')
+    assert device['status'] == 'enabled'
+    assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
+        == 0
