@@ -94,7 +94,8 @@ CONDUCTOR_NOVA_SECONDS = _histogram(
 CONDUCTOR_NOVA_ERRORS = prom.Counter(
     'cyborg_conductor_nova_errors_total',
     'Requests to Nova that failed.', registry=REGISTRY)
-CONDUCTOR_NOTIFICATIONS = prom.Counter(
+# Any process that notifies (the conductor; the agent's telemetry).
+NOTIFICATIONS = prom.Counter(
     'cyborg_notifications_total',
     'Versioned notifications sent, by event type.', ['event_type'],
     registry=REGISTRY)

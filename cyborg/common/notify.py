@@ -122,7 +122,7 @@ def send(conf, context, event, data, priority=INFO, process='conductor',
     except Exception as exc:
         LOG.warning('Could not send notification %s: %s', event_type, exc)
         return False
-    metrics.CONDUCTOR_NOTIFICATIONS.labels(event_type).inc()
+    metrics.NOTIFICATIONS.labels(event_type).inc()
     return True
 
 

@@ -1,4 +1,4 @@
-"""Health vocabulary: the one home of every health word the service uses.
+"""Health and device-status vocabulary: the one home of these words.
 
 The database columns, drivers, the agent, the conductor's state machine,
 the API schemas and the tests import these names; nobody spells them out.
@@ -49,6 +49,16 @@ SEVERITIES = (OK, APPLICATION, TRANSIENT, FATAL, GONE)
 
 # Severities that say nothing is wrong with the device itself.
 HARMLESS = frozenset((OK, APPLICATION))
+
+# States whose ``health_due_at`` is a timed step of the state machine
+# (suspect expiry, end of the hold-down, probe timeout).
+TIMED = (SUSPECT, UNHEALTHY, PROBING)
+
+# Device statuses: an operator's choice, not health.  'maintaining' keeps a
+# device out of the schedule whatever its health.
+ENABLED = 'enabled'
+MAINTAINING = 'maintaining'
+DEVICE_STATUSES = (ENABLED, MAINTAINING)
 
 # The trait an out-of-schedule provider carries in Placement, so operators
 # and request filters can see (and forbid) it.

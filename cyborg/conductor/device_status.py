@@ -23,15 +23,13 @@ from oslo_log import log as logging
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
 from cyborg.common import notify
+from cyborg.common import states
 from cyborg.conductor import placement_sync
 from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.objects import inventory
 
 LOG = logging.getLogger(__name__)
-
-MAINTAINING = 'maintaining'
-ENABLED = 'enabled'
 
 # Longest the agent has to prepare a device, in seconds.
 PREPARE_TIMEOUT = 30
@@ -53,8 +51,9 @@ def set_status(conf, context, device_uuid, status):
     target = db_api.device_lifecycle_target(context, device_uuid)
     if target is None:
         raise exception.ResourceNotFound(resource='Device', id=device_uuid)
-    if (target['status'] == MAINTAINING and status == ENABLED and
-            conf.conductor.new_device_status == MAINTAINING):
+    if (target['status'] == states.MAINTAINING and
+            status == states.ENABLED and
+            conf.conductor.new_device_status == states.MAINTAINING):
         # Devices wait for an admin to be prepared only in this lifecycle;
         # otherwise enable/disable is plain maintenance and must work
         # while the host's agent is down.
@@ -143,16 +142,9 @@ def _sync(conf, context, device, device_uuid, host):
                  for row in db_api.inventory_host_providers(
                      context, device['hostname'])
                  if row['device_uuid'] == device_uuid}
-    plan = _Touched(providers)
+    plan = placement_sync.Touched(providers)
     digest = host['report_digest'] if host else None
     was_synced = bool(host and host['placement_synced'])
     placement_sync.sync_after_report(conf, context, device['hostname'],
                                      plan, digest, trust_memory=was_synced)
 
-
-class _Touched:
-    """The part of a plan a sync needs: which providers to rewrite."""
-
-    def __init__(self, providers):
-        self.touched_providers = providers
-        self.removed_providers = ()

@@ -285,7 +285,8 @@ def _after_commit(conf, context, hostname, result):
         _ask_probe(conf, context, hostname, result.probe_keys)
     if result.touched_providers:
         placement_sync.sync_after_report(
-            conf, context, hostname, _Touched(result.touched_providers),
+            conf, context, hostname,
+            placement_sync.Touched(result.touched_providers),
             result.digest, trust_memory=result.was_synced)
 
 
@@ -298,14 +299,6 @@ def _ask_probe(conf, context, hostname, device_keys):
     except Exception as exc:
         LOG.warning('Could not ask the agent on %s to re-probe %s: %s',
                     hostname, ', '.join(device_keys), exc)
-
-
-class _Touched:
-    """The part of a plan a Placement sync needs."""
-
-    def __init__(self, providers):
-        self.touched_providers = providers
-        self.removed_providers = ()
 
 
 # -- notifications ------------------------------------------------------------

@@ -240,9 +240,3 @@ def effective(own, device):
     out)."""
     return states.worst(own, device)
 
-
-def schedulable(health, device_status='enabled', gone=False):
-    """Whether a provider in this situation may be scheduled on.  An
-    operator's 'maintaining' wins over any health."""
-    return (device_status != 'maintaining' and not gone and
-            health not in states.OUT_OF_SCHEDULE)

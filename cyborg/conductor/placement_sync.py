@@ -57,6 +57,15 @@ def _remembered(client, rp_uuid):
 
 # -- after a report -----------------------------------------------------------
 
+class Touched:
+    """What a sync needs of a plan when no report made one (a status or
+    health change): the providers to rewrite."""
+
+    def __init__(self, providers):
+        self.touched_providers = providers
+        self.removed_providers = ()
+
+
 def sync_after_report(conf, context, hostname, plan, digest, rp_name=None,
                       trust_memory=True):
     """Sync the host after its report was written; True when Placement

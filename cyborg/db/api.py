@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from oslo_db.sqlalchemy import enginefacade
 from oslo_utils import timeutils
 
+from cyborg.common import states
 from cyborg.db import models  # noqa: F401  (used by the sections below)
 
 context_manager = enginefacade.transaction_context()
@@ -303,9 +304,6 @@ def device_set_status(context, device_uuid, status):
 _HEALTH_COLUMNS = ('health', 'health_reason', 'health_updated_at',
                    'health_faults', 'health_flaps', 'health_due_at',
                    'health_readmitted_at')
-# States whose health_due_at means a timed step (see health_machine).
-_TIMED_STATES = ('suspect', 'unhealthy', 'probing')
-
 
 def _health_columns(table):
     return [table.c[name] for name in _HEALTH_COLUMNS]
@@ -379,11 +377,11 @@ def health_due_hosts(context, now, limit=100):
     expiry, end of hold-down, probe timeout) is due at ``now``."""
     d, dep = models.Device.__table__, models.Deployable.__table__
     devices = (sa.select(d.c.hostname)
-               .where(d.c.health.in_(_TIMED_STATES),
+               .where(d.c.health.in_(states.TIMED),
                       d.c.health_due_at <= now))
     deployables = (sa.select(d.c.hostname)
                    .join(dep, dep.c.device_id == d.c.id)
-                   .where(dep.c.health.in_(_TIMED_STATES),
+                   .where(dep.c.health.in_(states.TIMED),
                           dep.c.health_due_at <= now))
     union = sa.union(devices, deployables).subquery()
     return list(context.session.scalars(

@@ -16,7 +16,7 @@ from cyborg.common import states
 ARQ_STATES = ('Initial', 'BindStarted', 'Bound', 'Unbound', 'BindFailed',
               'UnbindFailed', 'Deleting')
 DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
-DEVICE_STATUSES = ('enabled', 'maintaining')
+DEVICE_STATUSES = states.DEVICE_STATUSES
 ATTACH_TYPES = ('PCI', 'MDEV', 'TEST_PCI')
 CPID_TYPES = ('PCI',)
 HEALTH_STATES = states.HEALTH_STATES

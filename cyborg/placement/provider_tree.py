@@ -22,7 +22,6 @@ from cyborg.common import states
 from cyborg.objects import inventory
 
 OWNER_TRAIT = 'OWNER_CYBORG'
-MAINTAINING = 'maintaining'
 
 # The inventory fields we set and compare; Placement fills in the rest.
 INVENTORY_FIELDS = ('total', 'reserved', 'min_unit', 'max_unit',
@@ -50,8 +49,8 @@ def provider_for(deployable, attributes, device_status, parent_uuid,
     name = deployable['name']
     total = int(deployable['num_accelerators'])
     unhealthy = health in states.OUT_OF_SCHEDULE
-    blocked = (device_status == MAINTAINING or bool(deployable.get('gone'))
-               or unhealthy)
+    blocked = (device_status == states.MAINTAINING or unhealthy or
+               bool(deployable.get('gone')))
     inventories = {}
     rc = attributes.get('rc')
     if rc and total > 0:

@@ -244,14 +244,6 @@ def test_effective_health_is_the_worse_of_own_and_device():
     assert m.effective(states.SUSPECT, states.HEALTHY) == states.SUSPECT
 
 
-@pytest.mark.parametrize('health', states.HEALTH_STATES)
-def test_maintaining_wins_over_any_health(health):
-    assert not m.schedulable(health, 'maintaining')
-    assert m.schedulable(health, 'enabled') == (
-        health in (states.HEALTHY, states.SUSPECT))
-    assert not m.schedulable(health, 'enabled', gone=True)
-
-
 def test_columns_since_names_only_what_changed():
     old = rec()
     new = m.apply_reading(old, TRANSIENT, T0, S)
