@@ -116,7 +116,9 @@ def parse_report(report):
 # -- evaluation (no writes) -------------------------------------------------
 
 @dataclasses.dataclass
-class _Change:
+class Change:
+    """One record's move, as the notifications describe it."""
+
     kind: str                  # 'device' or 'deployable'
     row: dict                  # the record's row as read
     device: dict               # its device's row (itself for a device)
@@ -212,7 +214,7 @@ def _deployable_readings(own, device_readings):
 def _note(result, kind, row, device, old, new):
     if new == old:
         return
-    result.changes.append(_Change(kind, row, device, old, new))
+    result.changes.append(Change(kind, row, device, old, new))
     if machine.needs_probe(old, new):
         key = device_key(device)
         if key not in result.probe_keys:
@@ -310,15 +312,26 @@ def _notifications(conf, context, hostname, result):
     if not moved or not notify.enabled(conf):
         return None
     outbox = notify.Outbox(conf, context)
-    affected = {id(c): _affected(c, result.deployables) for c in moved}
+    add_notifications(outbox, context, hostname, moved, result.deployables,
+                      result.effective)
+    return outbox
+
+
+def add_notifications(outbox, context, hostname, changes, deployables,
+                      effective):
+    """Add a DEVICE_HEALTH_CHANGE per ``Change`` to ``outbox``, with the
+    deployables it affects (among ``deployables``, rows of the host), their
+    effective health after it (``effective``: {deployable uuid: (before,
+    after)}) and the ARQs bound to them: one shape whoever moved the
+    health (readings, timers, or hardware lost and back)."""
+    affected = {id(c): _affected(c, deployables) for c in changes}
     arqs = _bound_arqs(context, [d['id'] for deps in affected.values()
                                  for d in deps])
-    for change in moved:
+    for change in changes:
         outbox.add(notify.DEVICE_HEALTH_CHANGE,
                    _payload(hostname, change, affected[id(change)], arqs,
-                            result.effective),
+                            effective),
                    _priority(change.new.health))
-    return outbox
 
 
 def _affected(change, deployables):

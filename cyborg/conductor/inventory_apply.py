@@ -20,6 +20,7 @@ deterministic row uuids make a racing insert fail on a unique key, in
 which case the report is planned again from the new state.
 """
 
+import dataclasses
 import time
 
 from oslo_db import exception as db_exc
@@ -28,6 +29,8 @@ from oslo_utils import timeutils
 
 from cyborg.common import metrics
 from cyborg.common import notify
+from cyborg.common import states
+from cyborg.conductor import health, health_machine
 from cyborg.conductor import inventory_plan, placement_sync
 from cyborg.db import api as db_api
 
@@ -175,7 +178,7 @@ def _notifications(conf, context, hostname, plan, stored):
         outbox.add(notify.DEVICE_REMOVE, _device_payload(
             hostname, row, _children(stored, 'controlpath_ids', row),
             _children(stored, 'deployables', row)))
-    _lost_or_back(outbox, hostname, stored, health_moves)
+    _lost_or_back(outbox, context, hostname, stored, health_moves)
     return outbox
 
 
@@ -197,21 +200,26 @@ def _device_payload(hostname, row, cpids, deployables):
                             for d in deployables]}
 
 
-def _lost_or_back(outbox, hostname, stored, moves):
+def _lost_or_back(outbox, context, hostname, stored, moves):
     """DEVICE_HEALTH_CHANGE for deployables whose hardware vanished under
-    an allocation (lost) or came back (unhealthy until re-probed)."""
+    an allocation (lost) or came back (unhealthy until re-probed), in the
+    shape the health state machine sends (``health.add_notifications``)."""
     deployables = {r['uuid']: r for r in stored.get('deployables', ())}
     devices = {r['id']: r for r in stored.get('devices', ())}
+    cpids = {r['device_id']: r for r in stored.get('controlpath_ids', ())}
+    changes, effective = [], {}
     for move in moves:
         dep = deployables[move['uuid']]
-        device = devices[dep['device_id']]
-        outbox.add(notify.DEVICE_HEALTH_CHANGE, {
-            'host': hostname, 'device_uuid': device['uuid'],
-            'device_type': device['type'], 'deployable_uuid': dep['uuid'],
-            'deployable_name': dep['name'],
-            'old_health': dep.get('health'), 'health': move['health'],
-            'reason': move.get('health_reason'),
-            'deployables': [{'uuid': dep['uuid'], 'name': dep['name'],
-                             'rp_uuid': dep['rp_uuid'],
-                             'health': move['health']}]},
-            notify.ERROR if move['health'] == 'lost' else notify.WARN)
+        cpid = cpids.get(dep['device_id'], {})
+        device = dict(devices[dep['device_id']],
+                      cpid_type=cpid.get('cpid_type'),
+                      cpid_info=cpid.get('cpid_info'))
+        old = health_machine.Record.from_row(dep)
+        new = dataclasses.replace(old, health=move['health'],
+                                  reason=move.get('health_reason'))
+        changes.append(health.Change('deployable', dep, device, old, new))
+        effective[dep['uuid']] = tuple(
+            states.worst(h, device.get('health'))
+            for h in (old.health, new.health))
+    health.add_notifications(outbox, context, hostname, changes,
+                             list(deployables.values()), effective)

@@ -469,6 +469,15 @@ def test_vanished_allocated_hardware_is_lost_and_comes_back_unhealthy(
             _reading(GPU_KEY, states.OK, source='probe'))
     assert _deployable_health(db, GPU).health == 'healthy'
     assert _in(placement, GPU)
+    # Lost and back are told in the shape every health change has.
+    changes = [d for e, _p, d in notifications()
+               if e == 'device.health_change']
+    assert len({frozenset(d) for d in changes}) == 1, changes
+    lost = changes[0]
+    assert (lost['device_key'], lost['deployable_name'],
+            lost['old_health'], lost['health']) == (GPU_KEY, GPU, 'healthy',
+                                                    'lost')
+    assert [d['health'] for d in lost['deployables']] == ['lost']
 
 
 # -- two conductors -----------------------------------------------------------
