@@ -4,7 +4,13 @@
 - ``db``: an in-memory SQLite database with the schema, patched into the
   enginefacade for the test's duration.
 - ``admin_context``: a RequestContext for the service's own work.
+
+Every API this suite starts, in this process or as a child process,
+checks its responses against their declared schemas: oslo.config reads
+``[api]validate_responses`` from the environment.
 """
+
+import os
 
 import pytest
 import sqlalchemy as sa
@@ -14,6 +20,8 @@ import cyborg.conf
 from cyborg.common import context as cyborg_context
 from cyborg.db import api as db_api
 from cyborg.db import models
+
+os.environ.setdefault('OS_API__VALIDATE_RESPONSES', 'true')
 
 
 @pytest.fixture

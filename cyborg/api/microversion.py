@@ -22,6 +22,12 @@ VERSIONS = [
     '2.4',  # Health on devices, deployables and ARQs; GET /devices?health=.
 ]
 
+# The microversions code branches on, named by what they brought.
+BIND_PROJECT_ID = (2, 1)
+PROFILE_BY_NAME = (2, 2)
+DEVICE_STATUS = (2, 3)
+HEALTH = (2, 4)
+
 _FORMAT = re.compile(r'^([1-9]\d*)\.(0|[1-9]\d*)$')
 
 

@@ -1,192 +1,150 @@
-"""The OpenAPI 3 document of the API, built from the route table and the
-JSON schemas the handlers validate with (served at /v2/openapi.json and
-committed as doc/api/openapi.json; a test keeps the copy current)."""
+"""The OpenAPI 3.1 document of the API, generated from the operations'
+declarations (``cyborg.api.routes``): served at /v2/openapi.json and
+committed as doc/api/openapi.json (a test keeps the copy current).
+
+A schema that changes with the microversion is documented as ``anyOf`` its
+variants, each titled with the microversions it applies to; the
+dispatcher itself checks the exact variant of each request's version.
+"""
 
 import copy
 import re
 
 from cyborg.api import microversion
-from cyborg.common import states
+from cyborg.api import schemas
+from cyborg.api.schemas import common
 
-_STRING = {'type': 'string'}
-_NULLABLE_STRING = {'type': ['string', 'null']}
-_TIMESTAMP = {'type': ['string', 'null'], 'format': 'date-time'}
-_LINKS = {'type': 'array', 'items': {
-    'type': 'object',
-    'properties': {'href': _STRING, 'rel': _STRING}}}
-
-
-def _object(**properties):
-    return {'type': 'object', 'properties': properties,
-            'required': sorted(properties)}
-
-
-# What the views show (CONTRACT.md §4).
-COMPONENTS = {
-    'DeviceProfile': _object(
-        uuid=_STRING, name=_STRING, description=_NULLABLE_STRING,
-        groups={'type': 'array', 'items': {
-            'type': 'object', 'additionalProperties': _STRING}},
-        created_at=_TIMESTAMP, updated_at=_TIMESTAMP, links=_LINKS),
-    'AcceleratorRequest': _object(
-        uuid=_STRING, state=_STRING, device_profile_name=_STRING,
-        device_profile_group_id={'type': 'integer'},
-        hostname=_NULLABLE_STRING, device_rp_uuid=_NULLABLE_STRING,
-        instance_uuid=_NULLABLE_STRING, project_id=_NULLABLE_STRING,
-        attach_handle_type=_STRING, attach_handle_uuid=_NULLABLE_STRING,
-        attach_handle_info={'type': 'object'},
-        created_at=_TIMESTAMP, updated_at=_TIMESTAMP, links=_LINKS),
-    'Device': dict(_object(
-        uuid=_STRING, type=_STRING, vendor=_STRING, model=_STRING,
-        std_board_info=_NULLABLE_STRING, vendor_board_info=_NULLABLE_STRING,
-        hostname=_STRING, created_at=_TIMESTAMP, updated_at=_TIMESTAMP,
-        links=_LINKS)),
-    'Deployable': _object(
-        uuid=_STRING, parent_id={'type': ['integer', 'null']},
-        root_id={'type': ['integer', 'null']}, name=_STRING,
-        num_accelerators={'type': 'integer'},
-        device_id={'type': 'integer'}, attributes_list=_STRING,
-        rp_uuid=_NULLABLE_STRING, driver_name=_NULLABLE_STRING,
-        bitstream_id=_NULLABLE_STRING, created_at=_TIMESTAMP,
-        updated_at=_TIMESTAMP, links=_LINKS),
-    'Attribute': _object(
-        uuid=_STRING, deployable_id={'type': 'integer'}, key=_STRING,
-        value=_STRING, created_at=_TIMESTAMP, updated_at=_TIMESTAMP,
-        links=_LINKS),
-    'Error': {
-        'type': 'object',
-        'description': 'error_message is a JSON string of {faultcode, '
-                       'faultstring, debuginfo}.',
-        'properties': {'error_message': _STRING},
-        'required': ['error_message']},
+_ERROR_TEXT = {
+    400: 'Invalid input (body, query string or microversion).',
+    401: 'No valid token.',
+    403: 'Denied by policy, or a service token is needed.',
+    404: 'Not found (or not available at this microversion).',
+    406: 'Microversion not supported.',
+    409: 'Conflict with the current state.',
+    423: 'Accelerator requests of the instance are still binding.',
+    503: 'A backing service (database, conductor) is unavailable.',
 }
-COMPONENTS['Device']['properties']['status'] = {
-    'type': 'string', 'enum': ['enabled', 'maintaining'],
-    'description': 'Microversion 2.3 and later.'}
 
-_HEALTH = {'type': 'string', 'enum': list(states.HEALTH_STATES)}
-_SINCE_2_4 = 'Microversion 2.4 and later.'
-
-
-def _health_fields(what):
-    return {
-        'health': dict(_HEALTH, description='%s %s' % (what, _SINCE_2_4)),
-        'health_reason': dict(_NULLABLE_STRING,
-                              description='Why, in words. ' + _SINCE_2_4),
-        'health_updated_at': dict(_TIMESTAMP,
-                                  description='When it last changed. '
-                                              + _SINCE_2_4),
-    }
-
-
-COMPONENTS['Device']['properties'].update(
-    _health_fields('The device\'s health.'))
-COMPONENTS['Deployable']['properties'].update(_health_fields(
-    'The effective health: the worse of its own and its device\'s (the '
-    'reason and time are those of the worse).'))
-COMPONENTS['AcceleratorRequest']['properties'].update({
-    'device_health': dict(
-        _HEALTH, type=['string', 'null'], enum=_HEALTH['enum'] + [None],
-        description='The effective health of the deployable the request '
-                    'is bound to; null while unbound. ' + _SINCE_2_4),
-    'device_health_reason': dict(
-        _NULLABLE_STRING, description='Why, in words. ' + _SINCE_2_4),
-})
+ERROR = {
+    'type': 'object',
+    'description': 'error_message is a JSON string of {faultcode, '
+                   'faultstring, debuginfo}.',
+    'properties': {'error_message': common.STRING},
+    'required': ['error_message'],
+}
 
 
 def _ref(name):
     return {'$ref': '#/components/schemas/%s' % name}
 
 
-def _list_of(key, name):
-    return {'type': 'object', 'properties': {
-        key: {'type': 'array', 'items': _ref(name)}}, 'required': [key]}
+def _version_text(version):
+    return '%d.%d' % tuple(version)
 
 
-_COLLECTIONS = {
-    'device_profiles': ('DeviceProfile', 'device_profiles'),
-    'accelerator_requests': ('AcceleratorRequest', 'arqs'),
-    'devices': ('Device', 'devices'),
-    'deployables': ('Deployable', 'deployables'),
-    'attributes': ('Attribute', 'attributes'),
-}
+def _ranges(schema):
+    """[(title, schema)] of the variants of ``schema``: 'from 2.0 to 2.2'."""
+    found = schemas.variants(schema)
+    out = []
+    for i, (since, variant) in enumerate(found):
+        if i + 1 < len(found):
+            first, last = _version_text(since), _before(found[i + 1][0])
+            title = ('Microversion %s' % first if first == last else
+                     'Microversions %s to %s' % (first, last))
+        else:
+            title = 'Microversion %s and later' % _version_text(since)
+        out.append((title, variant))
+    return out
 
 
-def _success_schema(route):
-    parts = route.path.strip('/').split('/')
-    if len(parts) < 2 or parts[1] not in _COLLECTIONS or route.status in (
-            202, 204):
-        return {'type': 'object'}
-    name, key = _COLLECTIONS[parts[1]]
-    if len(parts) == 2:
-        if route.method == 'GET' or key == 'arqs':
-            return _list_of(key, name)
-        return _ref(name)
-    if key == 'device_profiles':
-        return {'type': 'object', 'properties': {'device_profile':
-                                                 _ref(name)}}
-    return _ref(name)
+def _before(version):
+    """The microversion just before ``version`` in the list."""
+    texts = microversion.VERSIONS
+    return texts[texts.index(_version_text(version)) - 1]
 
 
-_ERRORS = {'400': 'Invalid input.', '403': 'Denied by policy.',
-           '404': 'Not found.', '406': 'Microversion not supported.',
-           '409': 'Conflict.', '423': 'Instance ARQs still binding.',
-           '503': 'A backing service is unavailable.'}
+def _document_schema(schema):
+    variants = _ranges(schema)
+    if len(variants) == 1:
+        return copy.deepcopy(variants[0][1])
+    return {'anyOf': [dict(copy.deepcopy(v), title=title)
+                      for title, v in variants]}
 
 
-def _responses(route):
+def _responses(operation):
     ok = {'description': 'Success.'}
-    if route.status != 204 and route.status != 202:
+    if operation.response is not None and operation.status not in (202, 204):
         ok['content'] = {'application/json': {
-            'schema': _success_schema(route)}}
-    responses = {str(route.status): ok}
-    for code, text in _ERRORS.items():
-        responses[code] = {'description': text, 'content': {
+            'schema': _document_schema(operation.response)}}
+    responses = {str(operation.status): ok}
+    for code in operation.errors:
+        responses[str(code)] = {'description': _ERROR_TEXT[code], 'content': {
             'application/json': {'schema': _ref('Error')}}}
     return responses
 
 
-def _parameters(route):
-    params = []
-    for name in re.findall(r'{(\w+)}', route.path):
-        schema = {'type': 'string', 'minLength': 1}
-        params.append({'name': name, 'in': 'path', 'required': True,
-                       'schema': schema})
-    query = route.query or {}
-    required = set(query.get('required', []))
-    for name, schema in sorted(query.get('properties', {}).items()):
-        params.append({'name': name, 'in': 'query',
-                       'required': name in required,
-                       'schema': copy.deepcopy(schema)})
-    if route.path.startswith('/v2'):
+def _query_parameters(operation):
+    """Every parameter of any variant; those a variant adds say since."""
+    merged = {}
+    required = None
+    for _title, variant in _ranges(operation.query or {}):
+        for name, schema in variant.get('properties', {}).items():
+            merged.setdefault(name, schema)
+        names = set(variant.get('required', []))
+        required = names if required is None else required & names
+    return [{'name': name, 'in': 'query',
+             'required': name in (required or ()),
+             'schema': copy.deepcopy(schema)}
+            for name, schema in sorted(merged.items())]
+
+
+def _parameters(operation):
+    params = [{'name': name, 'in': 'path', 'required': True,
+               'schema': {'type': 'string', 'minLength': 1}}
+              for name in re.findall(r'{(\w+)}', operation.path)]
+    params += _query_parameters(operation)
+    if operation.path.startswith('/v2'):
+        versions = [v for v in microversion.VERSIONS
+                    if operation.available_at(
+                        microversion.APIVersion.parse(v).as_tuple())]
         params.append({
             'name': microversion.HEADER, 'in': 'header', 'required': False,
             'description': '"accelerator 2.N" or "accelerator latest"; '
                            'none means 2.0.',
             'schema': {'type': 'string', 'enum': [
-                'accelerator %s' % v for v in microversion.VERSIONS]}})
+                'accelerator %s' % v for v in versions]}})
     return params
 
 
-def _operation(route):
-    doc = (route.handler.__doc__ or route.handler.__name__).strip()
-    operation = {'operationId': route.handler.__name__,
-                 'summary': doc.splitlines()[0],
-                 'parameters': _parameters(route),
-                 'responses': _responses(route)}
-    if route.body is not None:
-        operation['requestBody'] = {'required': True, 'content': {
-            'application/json': {'schema': copy.deepcopy(route.body)}}}
-    return operation
+def _operation(operation):
+    doc = (operation.handler.__doc__ or operation.name).strip()
+    lines = doc.splitlines()
+    out = {'operationId': operation.name,
+           'summary': lines[0],
+           'parameters': _parameters(operation),
+           'responses': _responses(operation),
+           'x-openstack-microversions': {
+               'min': _version_text(operation.min_version),
+               'max': (_version_text(operation.max_version)
+                       if operation.max_version else None)}}
+    if len(lines) > 1:
+        out['description'] = ' '.join(line.strip() for line in lines)
+    if operation.policy is not None:
+        out['x-openstack-policy'] = operation.policy
+    if operation.body is not None:
+        out['requestBody'] = {'required': True, 'content': {
+            'application/json': {
+                'schema': _document_schema(operation.body)}}}
+    return out
 
 
 def document():
     """The OpenAPI 3.1 document (a JSON-able dict)."""
     from cyborg.api import routes
     paths = {}
-    for route in routes.ROUTES:
-        paths.setdefault(route.path, {})[route.method.lower()] = (
-            _operation(route))
+    for operation in routes.OPERATIONS:
+        paths.setdefault(operation.path, {})[operation.method.lower()] = (
+            _operation(operation))
     return {
         'openapi': '3.1.0',
         'info': {'title': 'OpenStack Cyborg API (accelerator)',
@@ -196,5 +154,5 @@ def document():
                                     microversion.MIN_VERSION,
                                     microversion.MAX_VERSION)},
         'paths': paths,
-        'components': {'schemas': copy.deepcopy(COMPONENTS)},
+        'components': {'schemas': {'Error': copy.deepcopy(ERROR)}},
     }

@@ -1,91 +1,158 @@
-"""Every route of the API in one table, and the matcher pecan routes with.
+"""Every operation of the API, each declared once, and the matcher that
+finds the operation of a request.
+
+An operation's declaration is all there is to know about it: method and
+path, handler, policy rule (a constant of ``cyborg.policies``), the schemas
+of its query string, body and success response (``Versioned`` where they
+change with the microversion), its success status, the microversions it
+exists in and the error statuses it may answer.  The dispatcher
+(``cyborg.api.dispatch``) enforces it, the OpenAPI document
+(``cyborg.api.openapi``) and the policy reference (``cyborg.policies``) are
+generated from it.
 
 A path template's ``{name}`` matches one path segment and is passed to the
-handler as a keyword argument.  The OpenAPI document is built from this
-table too (``cyborg.api.openapi``).
+handler as a keyword argument.
 """
 
-import collections
+import dataclasses
 
 from cyborg.api.controllers import root
-from cyborg.api.controllers.v2 import accelerator_requests
+from cyborg.api.controllers.v2 import accelerator_requests as arqs
 from cyborg.api.controllers.v2 import attributes
 from cyborg.api.controllers.v2 import deployables
 from cyborg.api.controllers.v2 import device_profiles
 from cyborg.api.controllers.v2 import devices
-
 from cyborg.api.schemas import accelerator_requests as arq_schema
 from cyborg.api.schemas import attributes as attribute_schema
 from cyborg.api.schemas import deployables as deployable_schema
 from cyborg.api.schemas import device_profiles as profile_schema
 from cyborg.api.schemas import devices as device_schema
+from cyborg.api.schemas import versions as version_schema
+from cyborg.policies import accelerator_requests as arq_policy
+from cyborg.policies import attributes as attribute_policy
+from cyborg.policies import deployables as deployable_policy
+from cyborg.policies import device_profiles as profile_policy
+from cyborg.policies import devices as device_policy
+
+# Errors any /v2 operation may answer: a malformed microversion or body,
+# no valid token, refused by policy, a missing resource, an unsupported
+# microversion, and a backing service (database, conductor) unreachable.
+ERRORS = (400, 401, 403, 404, 406, 503)
+# ...and those that write may conflict with the state of things.
+WRITE_ERRORS = ERRORS + (409,)
 
 
-class Route(collections.namedtuple(
-        'Route', 'method path handler status query body')):
-    """One route: its success status and the schemas of its query string
-    and body (for validation they are used by the handler itself; here
-    they document the route in the OpenAPI document)."""
+@dataclasses.dataclass(frozen=True)
+class Operation:
+    method: str
+    path: str
+    handler: object
+    # The policy rule checked (with the caller's project as target) before
+    # anything else; None only for the public version documents.
+    policy: str | None
+    response: object = None          # schema of the success body
+    status: int = 200
+    query: object = None             # schema of the query string
+    body: object = None              # schema of the request body
+    min_version: tuple = (2, 0)
+    max_version: tuple | None = None
+    errors: tuple = ERRORS
 
-    def __new__(cls, method, path, handler, status=200, query=None,
-                body=None):
-        return super().__new__(cls, method, path, handler, status, query,
-                               body)
+    @property
+    def name(self):
+        """The operationId: the handler's name."""
+        return self.handler.__name__
+
+    def available_at(self, version):
+        """True when the operation exists at ``version`` (a tuple)."""
+        version = tuple(version)
+        if version < tuple(self.min_version):
+            return False
+        return self.max_version is None or version <= tuple(
+            self.max_version)
 
 
-_arq = accelerator_requests
-ROUTES = [
-    Route('GET', '/', root.root_versions),
-    Route('GET', '/v2', root.v2_version),
-    Route('GET', '/v2/openapi.json', root.openapi_document),
+_ARQS = '/v2/accelerator_requests'
+_PROFILES = '/v2/device_profiles'
 
-    Route('GET', '/v2/device_profiles', device_profiles.list_device_profiles,
-          query=profile_schema.LIST_QUERY),
-    Route('POST', '/v2/device_profiles',
-          device_profiles.create_device_profile, 201,
-          body=profile_schema.CREATE),
-    Route('DELETE', '/v2/device_profiles',
-          device_profiles.delete_device_profiles, 204,
-          query=profile_schema.DELETE_QUERY),
-    Route('GET', '/v2/device_profiles/{name_or_uuid}',
-          device_profiles.show_device_profile),
-    Route('DELETE', '/v2/device_profiles/{name_or_uuid}',
-          device_profiles.delete_device_profile, 204),
+OPERATIONS = [
+    Operation('GET', '/', root.root_versions, None,
+              response=version_schema.ROOT, errors=()),
+    Operation('GET', '/v2', root.v2_version, None,
+              response=version_schema.V2, errors=(400, 406)),
+    Operation('GET', '/v2/openapi.json', root.openapi_document, None,
+              response={'type': 'object'}, errors=(400, 406)),
 
-    Route('GET', '/v2/accelerator_requests', _arq.list_arqs,
-          query=arq_schema.LIST_QUERY),
-    Route('POST', '/v2/accelerator_requests', _arq.create_arqs, 201,
-          body=arq_schema.CREATE),
-    Route('PATCH', '/v2/accelerator_requests', _arq.bind_or_unbind_arqs,
-          202, body=arq_schema.PATCH),
-    Route('DELETE', '/v2/accelerator_requests', _arq.delete_arqs, 204,
-          query=arq_schema.DELETE_QUERY),
-    Route('GET', '/v2/accelerator_requests/{uuid}', _arq.show_arq),
-    Route('PATCH', '/v2/accelerator_requests/{uuid}', _arq.bind_or_unbind_arq,
-          202, body=arq_schema.PATCH),
-    Route('DELETE', '/v2/accelerator_requests/{uuid}', _arq.delete_arq,
-          204),
+    Operation('GET', _PROFILES, device_profiles.list_device_profiles,
+              profile_policy.GET_ALL, profile_schema.PROFILE_LIST,
+              query=profile_schema.LIST_QUERY),
+    Operation('POST', _PROFILES, device_profiles.create_device_profile,
+              profile_policy.CREATE, profile_schema.PROFILE, 201,
+              body=profile_schema.CREATE, errors=WRITE_ERRORS),
+    Operation('DELETE', _PROFILES, device_profiles.delete_device_profiles,
+              profile_policy.DELETE, status=204,
+              query=profile_schema.DELETE_QUERY, errors=WRITE_ERRORS),
+    Operation('GET', _PROFILES + '/{name_or_uuid}',
+              device_profiles.show_device_profile, profile_policy.GET_ONE,
+              profile_schema.PROFILE_WRAPPED),
+    Operation('DELETE', _PROFILES + '/{name_or_uuid}',
+              device_profiles.delete_device_profile, profile_policy.DELETE,
+              status=204, errors=WRITE_ERRORS),
 
-    Route('GET', '/v2/devices', devices.list_devices,
-          query=device_schema.LIST_QUERY_2_4),
-    Route('GET', '/v2/devices/{uuid}', devices.show_device),
-    Route('POST', '/v2/devices/{uuid}/disable', devices.disable_device),
-    Route('POST', '/v2/devices/{uuid}/enable', devices.enable_device),
+    Operation('GET', _ARQS, arqs.list_arqs, arq_policy.GET_ALL,
+              arq_schema.ARQ_LIST, query=arq_schema.LIST_QUERY,
+              errors=ERRORS + (423,)),
+    Operation('POST', _ARQS, arqs.create_arqs, arq_policy.CREATE,
+              arq_schema.ARQ_LIST, 201, body=arq_schema.CREATE,
+              errors=WRITE_ERRORS),
+    Operation('PATCH', _ARQS, arqs.bind_or_unbind_arqs, arq_policy.UPDATE,
+              status=202, body=arq_schema.PATCH, errors=WRITE_ERRORS),
+    Operation('DELETE', _ARQS, arqs.delete_arqs, arq_policy.DELETE,
+              status=204, query=arq_schema.DELETE_QUERY,
+              errors=WRITE_ERRORS),
+    Operation('GET', _ARQS + '/{uuid}', arqs.show_arq, arq_policy.GET_ONE,
+              arq_schema.ARQ),
+    Operation('PATCH', _ARQS + '/{uuid}', arqs.bind_or_unbind_arq,
+              arq_policy.UPDATE, status=202, body=arq_schema.PATCH,
+              errors=WRITE_ERRORS),
+    Operation('DELETE', _ARQS + '/{uuid}', arqs.delete_arq,
+              arq_policy.DELETE, status=204, errors=WRITE_ERRORS),
 
-    Route('GET', '/v2/deployables', deployables.list_deployables,
-          query=deployable_schema.LIST_QUERY),
-    Route('GET', '/v2/deployables/{uuid}', deployables.show_deployable),
-    Route('PATCH', '/v2/deployables/{uuid}/program',
-          deployables.program_deployable, body=deployable_schema.PROGRAM),
+    Operation('GET', '/v2/devices', devices.list_devices,
+              device_policy.GET_ALL, device_schema.DEVICE_LIST,
+              query=device_schema.LIST_QUERY),
+    Operation('GET', '/v2/devices/{uuid}', devices.show_device,
+              device_policy.GET_ONE, device_schema.DEVICE),
+    Operation('POST', '/v2/devices/{uuid}/disable', devices.disable_device,
+              device_policy.DISABLE, device_schema.DEVICE,
+              errors=WRITE_ERRORS),
+    Operation('POST', '/v2/devices/{uuid}/enable', devices.enable_device,
+              device_policy.ENABLE, device_schema.DEVICE,
+              errors=WRITE_ERRORS),
 
-    Route('GET', '/v2/attributes', attributes.list_attributes,
-          query=attribute_schema.LIST_QUERY),
-    Route('POST', '/v2/attributes', attributes.create_attribute, 201,
-          body=attribute_schema.CREATE),
-    Route('GET', '/v2/attributes/{uuid}', attributes.show_attribute),
-    Route('DELETE', '/v2/attributes/{uuid}', attributes.delete_attribute,
-          204),
+    Operation('GET', '/v2/deployables', deployables.list_deployables,
+              deployable_policy.GET_ALL, deployable_schema.DEPLOYABLE_LIST,
+              query=deployable_schema.LIST_QUERY),
+    Operation('GET', '/v2/deployables/{uuid}', deployables.show_deployable,
+              deployable_policy.GET_ONE, deployable_schema.DEPLOYABLE),
+    Operation('PATCH', '/v2/deployables/{uuid}/program',
+              deployables.program_deployable, deployable_policy.PROGRAM,
+              deployable_schema.DEPLOYABLE, body=deployable_schema.PROGRAM,
+              errors=WRITE_ERRORS),
+
+    Operation('GET', '/v2/attributes', attributes.list_attributes,
+              attribute_policy.GET_ALL, attribute_schema.ATTRIBUTE_LIST,
+              query=attribute_schema.LIST_QUERY),
+    Operation('POST', '/v2/attributes', attributes.create_attribute,
+              attribute_policy.CREATE, attribute_schema.ATTRIBUTE, 201,
+              body=attribute_schema.CREATE, errors=WRITE_ERRORS),
+    Operation('GET', '/v2/attributes/{uuid}', attributes.show_attribute,
+              attribute_policy.GET_ONE, attribute_schema.ATTRIBUTE),
+    Operation('DELETE', '/v2/attributes/{uuid}', attributes.delete_attribute,
+              attribute_policy.DELETE, status=204, errors=WRITE_ERRORS),
 ]
+# What earlier code and tests called them.
+ROUTES = OPERATIONS
 
 
 def _segments(path):
@@ -106,31 +173,35 @@ def _match_path(template, segments):
 
 
 def template(path):
-    """The template of the route(s) ``path`` matches, whatever the method
-    (a 405 belongs to its route too), or None: what metrics label a
+    """The template of the operation(s) ``path`` matches, whatever the
+    method (a 405 belongs to its path too), or None: what metrics label a
     request with, never the raw path."""
     segments = _segments(path)
-    for route in ROUTES:
-        if _match_path(route.path, segments) is not None:
-            return route.path
+    for operation in OPERATIONS:
+        if _match_path(operation.path, segments) is not None:
+            return operation.path
     return None
 
 
-def match(method, path):
-    """(handler, path variables, allowed methods) for a request.
+def match(method, path, version=None):
+    """(operation, path variables, allowed methods) for a request.
 
-    handler is None when nothing matches; allowed methods are empty when
-    the path itself is unknown (404) and not when only the method is (405).
+    operation is None when nothing matches; allowed methods are empty when
+    the path itself is unknown (404) and not when only the method is
+    (405).  With ``version`` (a tuple), operations that do not exist at
+    that microversion do not match: their path is unknown (404) there.
     """
     segments = _segments(path)
     if method == 'HEAD':
         method = 'GET'      # the server sends the headers only
     allowed = []
-    for route in ROUTES:
-        found = _match_path(route.path, segments)
+    for operation in OPERATIONS:
+        if version is not None and not operation.available_at(version):
+            continue
+        found = _match_path(operation.path, segments)
         if found is None:
             continue
-        if route.method == method:
-            return route.handler, found, [route.method]
-        allowed.append(route.method)
+        if operation.method == method:
+            return operation, found, [operation.method]
+        allowed.append(operation.method)
     return None, {}, allowed

@@ -27,6 +27,12 @@ opts = [
                help='How API requests are authenticated.'),
     cfg.IntOpt('max_limit', default=1000, min=1,
                help='Largest number of items a list call returns at once.'),
+    cfg.BoolOpt('validate_responses', default=False, advanced=True,
+                help='Check every success response against the schema its '
+                     'operation declares, and answer 500 (logging why) '
+                     'when it does not match. For tests and debugging: it '
+                     'costs time on every request. The test suite sets it '
+                     'through the environment (OS_API__VALIDATE_RESPONSES).'),
 ]
 
 

@@ -1,50 +1,28 @@
 """Policies for accelerator requests (ARQs): read by the project, written by
-its members or by the service (Nova)."""
+its members or by the service (Nova).
 
-from oslo_policy import policy
+The names are imported by the operations that use them
+(``cyborg.api.routes``), which also document where each applies."""
 
 from cyborg.policies import base
 
-PREFIX = 'cyborg:arq:%s'
-PATH = '/v2/accelerator_requests'
+GET_ALL = 'cyborg:arq:get_all'
+GET_ONE = 'cyborg:arq:get_one'
+CREATE = 'cyborg:arq:create'
+UPDATE = 'cyborg:arq:update'
+DELETE = 'cyborg:arq:delete'
 
 rules = [
-    policy.DocumentedRuleDefault(
-        name=PREFIX % 'get_all',
-        check_str=base.ADMIN_OR_PROJECT_READER_OR_SERVICE,
-        description='List accelerator requests.',
-        operations=[{'path': PATH, 'method': 'GET'}],
-        scope_types=['project']),
-    policy.DocumentedRuleDefault(
-        name=PREFIX % 'get_one',
-        check_str=base.ADMIN_OR_PROJECT_READER_OR_SERVICE,
-        description='Show an accelerator request.',
-        operations=[{'path': PATH + '/{uuid}', 'method': 'GET'}],
-        scope_types=['project']),
-    policy.DocumentedRuleDefault(
-        name=PREFIX % 'create',
-        check_str=base.ADMIN_OR_PROJECT_MEMBER_OR_SERVICE,
-        description='Create accelerator requests from a device profile.',
-        operations=[{'path': PATH, 'method': 'POST'}],
-        scope_types=['project']),
-    policy.DocumentedRuleDefault(
-        name=PREFIX % 'update',
-        check_str=base.ADMIN_OR_PROJECT_MEMBER_OR_SERVICE,
-        description='Bind or unbind accelerator requests (the request '
-                    'must also carry a service token).',
-        operations=[{'path': PATH, 'method': 'PATCH'},
-                    {'path': PATH + '/{uuid}', 'method': 'PATCH'}],
-        scope_types=['project']),
-    policy.DocumentedRuleDefault(
-        name=PREFIX % 'delete',
-        check_str=base.ADMIN_OR_PROJECT_MEMBER_OR_SERVICE,
-        description='Delete accelerator requests (bound ones and by '
-                    'instance need a service token).',
-        operations=[{'path': PATH, 'method': 'DELETE'},
-                    {'path': PATH + '/{uuid}', 'method': 'DELETE'}],
-        scope_types=['project']),
+    base.Rule(GET_ALL, base.ADMIN_OR_PROJECT_READER_OR_SERVICE,
+              'List accelerator requests.'),
+    base.Rule(GET_ONE, base.ADMIN_OR_PROJECT_READER_OR_SERVICE,
+              'Show an accelerator request.'),
+    base.Rule(CREATE, base.ADMIN_OR_PROJECT_MEMBER_OR_SERVICE,
+              'Create accelerator requests from a device profile.'),
+    base.Rule(UPDATE, base.ADMIN_OR_PROJECT_MEMBER_OR_SERVICE,
+              'Bind or unbind accelerator requests (the request must also '
+              'carry a service token).'),
+    base.Rule(DELETE, base.ADMIN_OR_PROJECT_MEMBER_OR_SERVICE,
+              'Delete accelerator requests (bound ones and by instance need '
+              'a service token).'),
 ]
-
-
-def list_rules():
-    return rules

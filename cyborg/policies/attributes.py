@@ -1,40 +1,23 @@
 """Policies for deployable attributes: read by project managers, written by
-admins."""
+admins.
 
-from oslo_policy import policy
+The names are imported by the operations that use them
+(``cyborg.api.routes``), which also document where each applies."""
 
 from cyborg.policies import base
 
-PREFIX = 'cyborg:attribute:%s'
-PATH = '/v2/attributes'
+GET_ALL = 'cyborg:attribute:get_all'
+GET_ONE = 'cyborg:attribute:get_one'
+CREATE = 'cyborg:attribute:create'
+DELETE = 'cyborg:attribute:delete'
 
 rules = [
-    policy.DocumentedRuleDefault(
-        name=PREFIX % 'get_all',
-        check_str=base.ADMIN_OR_PROJECT_MANAGER,
-        description='List attributes.',
-        operations=[{'path': PATH, 'method': 'GET'}],
-        scope_types=['project']),
-    policy.DocumentedRuleDefault(
-        name=PREFIX % 'get_one',
-        check_str=base.ADMIN_OR_PROJECT_MANAGER,
-        description='Show an attribute.',
-        operations=[{'path': PATH + '/{uuid}', 'method': 'GET'}],
-        scope_types=['project']),
-    policy.DocumentedRuleDefault(
-        name=PREFIX % 'create',
-        check_str=base.RULE_ADMIN,
-        description='Add an attribute to a deployable.',
-        operations=[{'path': PATH, 'method': 'POST'}],
-        scope_types=['project']),
-    policy.DocumentedRuleDefault(
-        name=PREFIX % 'delete',
-        check_str=base.RULE_ADMIN,
-        description='Delete an attribute.',
-        operations=[{'path': PATH + '/{uuid}', 'method': 'DELETE'}],
-        scope_types=['project']),
+    base.Rule(GET_ALL, base.ADMIN_OR_PROJECT_MANAGER,
+              'List attributes.'),
+    base.Rule(GET_ONE, base.ADMIN_OR_PROJECT_MANAGER,
+              'Show an attribute.'),
+    base.Rule(CREATE, base.RULE_ADMIN,
+              'Add an attribute to a deployable.'),
+    base.Rule(DELETE, base.RULE_ADMIN,
+              'Delete an attribute.'),
 ]
-
-
-def list_rules():
-    return rules

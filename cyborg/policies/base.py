@@ -11,6 +11,8 @@ unbinding, deleting a bound ARQ and deleting an instance's ARQs (Nova's
 paths; a role alone does not do them).
 """
 
+import collections
+
 from oslo_policy import policy
 
 ADMIN = 'role:admin'
@@ -27,6 +29,10 @@ ADMIN_OR_PROJECT_READER_OR_SERVICE = ('rule:admin or rule:project_reader '
 ADMIN_OR_PROJECT_MEMBER_OR_SERVICE = ('rule:admin or rule:project_member '
                                       'or rule:service')
 ADMIN_OR_PROJECT_MANAGER = 'rule:admin or rule:project_manager'
+
+# One operation rule of a noun: the API documents where it applies (the
+# operations that name it) when the rules are listed.
+Rule = collections.namedtuple('Rule', 'name check_str description')
 
 rules = [
     policy.RuleDefault('admin', ADMIN,

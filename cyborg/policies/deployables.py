@@ -1,33 +1,19 @@
-"""Policies for deployables: read by project managers, programmed by admins."""
+"""Policies for deployables: read by project managers, programmed by admins.
 
-from oslo_policy import policy
+The names are imported by the operations that use them
+(``cyborg.api.routes``), which also document where each applies."""
 
 from cyborg.policies import base
 
-PREFIX = 'cyborg:deployable:%s'
-PATH = '/v2/deployables'
+GET_ALL = 'cyborg:deployable:get_all'
+GET_ONE = 'cyborg:deployable:get_one'
+PROGRAM = 'cyborg:deployable:program'
 
 rules = [
-    policy.DocumentedRuleDefault(
-        name=PREFIX % 'get_all',
-        check_str=base.ADMIN_OR_PROJECT_MANAGER,
-        description='List deployables.',
-        operations=[{'path': PATH, 'method': 'GET'}],
-        scope_types=['project']),
-    policy.DocumentedRuleDefault(
-        name=PREFIX % 'get_one',
-        check_str=base.ADMIN_OR_PROJECT_MANAGER,
-        description='Show a deployable.',
-        operations=[{'path': PATH + '/{uuid}', 'method': 'GET'}],
-        scope_types=['project']),
-    policy.DocumentedRuleDefault(
-        name=PREFIX % 'program',
-        check_str=base.RULE_ADMIN,
-        description='Program an FPGA deployable with a Glance image.',
-        operations=[{'path': PATH + '/{uuid}/program', 'method': 'PATCH'}],
-        scope_types=['project']),
+    base.Rule(GET_ALL, base.ADMIN_OR_PROJECT_MANAGER,
+              'List deployables.'),
+    base.Rule(GET_ONE, base.ADMIN_OR_PROJECT_MANAGER,
+              'Show a deployable.'),
+    base.Rule(PROGRAM, base.RULE_ADMIN,
+              'Program an FPGA deployable with a Glance image.'),
 ]
-
-
-def list_rules():
-    return rules

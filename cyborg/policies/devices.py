@@ -1,39 +1,22 @@
-"""Policies for devices: read by project managers, maintained by admins."""
+"""Policies for devices: read by project managers, maintained by admins.
 
-from oslo_policy import policy
+The names are imported by the operations that use them
+(``cyborg.api.routes``), which also document where each applies."""
 
 from cyborg.policies import base
 
-PREFIX = 'cyborg:device:%s'
-PATH = '/v2/devices'
+GET_ALL = 'cyborg:device:get_all'
+GET_ONE = 'cyborg:device:get_one'
+ENABLE = 'cyborg:device:enable'
+DISABLE = 'cyborg:device:disable'
 
 rules = [
-    policy.DocumentedRuleDefault(
-        name=PREFIX % 'get_all',
-        check_str=base.ADMIN_OR_PROJECT_MANAGER,
-        description='List devices.',
-        operations=[{'path': PATH, 'method': 'GET'}],
-        scope_types=['project']),
-    policy.DocumentedRuleDefault(
-        name=PREFIX % 'get_one',
-        check_str=base.ADMIN_OR_PROJECT_MANAGER,
-        description='Show a device.',
-        operations=[{'path': PATH + '/{uuid}', 'method': 'GET'}],
-        scope_types=['project']),
-    policy.DocumentedRuleDefault(
-        name=PREFIX % 'enable',
-        check_str=base.RULE_ADMIN,
-        description='Put a device back in service.',
-        operations=[{'path': PATH + '/{uuid}/enable', 'method': 'POST'}],
-        scope_types=['project']),
-    policy.DocumentedRuleDefault(
-        name=PREFIX % 'disable',
-        check_str=base.RULE_ADMIN,
-        description='Take a device out of service (maintaining).',
-        operations=[{'path': PATH + '/{uuid}/disable', 'method': 'POST'}],
-        scope_types=['project']),
+    base.Rule(GET_ALL, base.ADMIN_OR_PROJECT_MANAGER,
+              'List devices.'),
+    base.Rule(GET_ONE, base.ADMIN_OR_PROJECT_MANAGER,
+              'Show a device.'),
+    base.Rule(ENABLE, base.RULE_ADMIN,
+              'Put a device back in service.'),
+    base.Rule(DISABLE, base.RULE_ADMIN,
+              'Take a device out of service (maintaining).'),
 ]
-
-
-def list_rules():
-    return rules

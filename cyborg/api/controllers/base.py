@@ -1,16 +1,16 @@
-"""What every handler uses: the request, JSON in and out, links, policy.
+"""What every handler uses: the request, JSON out, links, policy.
 
-A handler is ``verb_noun(r, **path_vars)`` and does four things: check
-policy, validate input against a schema, read through ``cyborg.objects`` or
-write through the conductor RPC API, and shape the response with a view.
+A handler is ``verb_noun(r, **path_vars)``: by the time it runs, the
+dispatcher has checked the operation's policy rule and validated
+``r.query`` and ``r.body``.  It reads through ``cyborg.objects`` or writes
+through the conductor RPC API and returns the body to answer, shaped by a
+view (or None for 202 and 204).
 """
 
 import json
 
-import jsonschema
 import webob
 
-from cyborg.api import schemas
 from cyborg.common import exception
 from cyborg.common import policy
 
@@ -29,10 +29,9 @@ class ApiRequest:
         if not base:
             base = req.host_url + req.script_name
         self.base_url = base.rstrip('/')
-
-    @property
-    def params(self):
-        return self.req.GET
+        # Set by the dispatcher, validated against the operation's schemas.
+        self.query = {}
+        self.body = None
 
     def url(self, *parts):
         """An absolute link: [api]public_endpoint or the request's URL."""
@@ -41,39 +40,6 @@ class ApiRequest:
     def authorize(self, rule, target=None):
         """Raise 403 unless policy allows ``rule`` on ``target``."""
         policy.authorize(self.conf, self.context, rule, target)
-
-    def json_body(self, schema):
-        """The request body parsed as JSON and validated against ``schema``."""
-        try:
-            data = json.loads(self.req.body or b'null')
-        except ValueError as e:
-            raise exception.Invalid(reason='malformed JSON body: %s' % e)
-        validate(data, schema)
-        return data
-
-    def query(self, schema):
-        """The query string as a {name: last value} dict, validated."""
-        values = {k: v for k, v in self.req.GET.items()}
-        validate(values, schema)
-        return values
-
-
-def validate(data, schema):
-    """Raise 400 naming the field when ``data`` does not match ``schema``."""
-    try:
-        schemas.validator(schema).validate(data)
-    except jsonschema.ValidationError as e:
-        raise exception.Invalid(reason=_explain(e))
-
-
-def _explain(error):
-    where = '/'.join(str(p) for p in error.absolute_path)
-    message = error.message
-    if len(message) > 300:
-        message = message[:300] + '...'
-    if where:
-        return '%s: %s' % (where, message)
-    return message
 
 
 def require(obj, resource, id):

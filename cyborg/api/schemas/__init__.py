@@ -1,9 +1,80 @@
-"""JSON schemas of request bodies and query strings, one module per noun."""
+"""JSON schemas of what each operation takes and answers, one module per
+noun, and the tools to declare and check them.
+
+A schema that changes with the microversion is a ``Versioned``: the
+variants it has had, each with the microversion it appeared in.  The
+dispatcher validates a request against the variant of the request's
+version, and (with ``[api]validate_responses``, which the tests turn on)
+the response too; the OpenAPI document lists every variant.
+"""
 
 import functools
 import json
 
 import jsonschema
+from jsonschema import exceptions as jsonschema_exceptions
+
+from cyborg.common import exception
+
+# Reasons are cut here, after the field name, so they stay readable.
+MAX_REASON = 300
+MAX_VALUE = 60
+
+
+class Versioned:
+    """A schema with variants by microversion, oldest first.
+
+    ``Versioned(((2, 0), schema_a), ((2, 4), schema_b))`` is ``schema_a``
+    from 2.0 and ``schema_b`` from 2.4 on.
+    """
+
+    def __init__(self, *variants):
+        if not variants or variants[0][0] != (2, 0):
+            raise ValueError('the first variant must start at 2.0')
+        self.variants = tuple((tuple(v), s) for v, s in variants)
+
+    def at(self, version):
+        """The variant a request at ``version`` (a tuple) gets."""
+        chosen = self.variants[0][1]
+        for since, schema in self.variants:
+            if tuple(version) >= since:
+                chosen = schema
+        return chosen
+
+    def map(self, fn):
+        """The same breakpoints, each variant passed through ``fn``."""
+        return Versioned(*((since, fn(s)) for since, s in self.variants))
+
+
+def at(schema, version):
+    """``schema`` as a request at ``version`` sees it (None stays None)."""
+    if isinstance(schema, Versioned):
+        return schema.at(version)
+    return schema
+
+
+def variants(schema):
+    """[(since, schema)] of a plain or versioned schema."""
+    if isinstance(schema, Versioned):
+        return list(schema.variants)
+    return [((2, 0), schema)]
+
+
+def strict_object(properties, optional=()):
+    """An object with exactly ``properties``, all required but
+    ``optional``."""
+    return {'type': 'object', 'properties': properties,
+            'required': sorted(set(properties) - set(optional)),
+            'additionalProperties': False}
+
+
+def list_of(key, item):
+    """{key: [item, ...]}, for a plain or versioned item schema."""
+    def wrap(schema):
+        return strict_object({key: {'type': 'array', 'items': schema}})
+    if isinstance(item, Versioned):
+        return item.map(wrap)
+    return wrap(item)
 
 
 @functools.lru_cache(maxsize=None)
@@ -16,3 +87,31 @@ def _cached(schema_text):
 def validator(schema):
     """A (cached) validator for ``schema``."""
     return _cached(json.dumps(schema, sort_keys=True))
+
+
+def first_error(data, schema):
+    """The most relevant way ``data`` fails ``schema``, in words, or None.
+
+    Within ``oneOf``/``anyOf`` the error of the branch that came closest
+    is reported, so the reason names the field, not the combinator.
+    """
+    error = jsonschema_exceptions.best_match(
+        validator(schema).iter_errors(data))
+    if error is None:
+        return None
+    where = '/'.join(str(p) for p in error.absolute_path)
+    message = error.message
+    shown = repr(error.instance)
+    if len(shown) > MAX_VALUE:
+        # "'xxxx...' is too long": keep the reason, not the whole value.
+        message = message.replace(shown, shown[:MAX_VALUE] + '...')
+    if len(message) > MAX_REASON:
+        message = message[:MAX_REASON] + '...'
+    return '%s: %s' % (where, message) if where else message
+
+
+def validate(data, schema):
+    """Raise 400 naming the field when ``data`` does not match ``schema``."""
+    reason = first_error(data, schema)
+    if reason is not None:
+        raise exception.Invalid(reason=reason)

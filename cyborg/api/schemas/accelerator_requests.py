@@ -1,11 +1,18 @@
-"""ARQ input (CONTRACT.md §3, §5)."""
+"""ARQ input and what ARQs look like."""
 
+from cyborg.api import microversion
 from cyborg.api.schemas import common
+from cyborg.api.schemas import health
+from cyborg.api.schemas import list_of
+from cyborg.api.schemas import strict_object
+from cyborg.api.schemas import Versioned
+from cyborg.db import models
 
 CREATE = {
     'type': 'object',
     'properties': {'device_profile_name': common.NAME},
     'required': ['device_profile_name'],
+    'additionalProperties': False,
 }
 
 # The paths a bind (op add) or unbind (op remove) may name.
@@ -52,3 +59,32 @@ DELETE_QUERY = {
     },
     'oneOf': [{'required': ['arqs']}, {'required': ['instance']}],
 }
+
+_ARQ = common.resource(
+    state={'type': 'string', 'enum': list(models.ARQ_STATES)},
+    device_profile_name=common.STRING,
+    device_profile_group_id=common.INTEGER,
+    hostname=common.NULLABLE_STRING, device_rp_uuid=common.NULLABLE_STRING,
+    instance_uuid=common.NULLABLE_STRING, project_id=common.NULLABLE_STRING,
+    attach_handle_type=dict(common.STRING, description='Empty until '
+                            'bound.'),
+    attach_handle_uuid=common.NULLABLE_STRING,
+    attach_handle_info={'type': 'object',
+                        'additionalProperties': common.STRING})
+_DEVICE_HEALTH = {
+    'device_health': dict(
+        health.STATE, type=['string', 'null'],
+        enum=health.STATE['enum'] + [None],
+        description=common.since(
+            microversion.HEALTH, 'The effective health of the deployable '
+            'the request is bound to; null while unbound.')),
+    'device_health_reason': dict(
+        common.NULLABLE_STRING,
+        description=common.since(microversion.HEALTH, 'Why, in words.')),
+}
+
+ARQ = Versioned(
+    ((2, 0), strict_object(_ARQ)),
+    (microversion.HEALTH, strict_object(dict(_ARQ, **_DEVICE_HEALTH))),
+)
+ARQ_LIST = list_of('arqs', ARQ)

@@ -1,6 +1,8 @@
 """Attribute input: a deployable is named by its integer id or uuid."""
 
 from cyborg.api.schemas import common
+from cyborg.api.schemas import list_of
+from cyborg.api.schemas import strict_object
 
 DEPLOYABLE_REF = {'oneOf': [
     {'type': 'integer', 'minimum': 1, 'maximum': 2 ** 31 - 1},
@@ -21,8 +23,8 @@ BARE = {
 }
 
 # openstacksdk wraps the attribute in its resource key; Cyborg's client
-# sends it bare.  Both are accepted (the handler validates the shape sent,
-# so errors name the field).
+# sends it bare.  Both are accepted, and the shape sent decides which is
+# checked, so errors name the field.
 WRAPPER = 'attribute'
 WRAPPED = {
     'type': 'object',
@@ -30,7 +32,8 @@ WRAPPED = {
     'required': [WRAPPER],
     'additionalProperties': False,
 }
-CREATE = {'oneOf': [BARE, WRAPPED]}
+CREATE = {'if': {'type': 'object', 'required': [WRAPPER]},
+          'then': WRAPPED, 'else': BARE}
 
 # Filters are searched for, not written: any value is valid, and one that
 # names nothing (no such deployable, an id that is not one) gives [].
@@ -41,3 +44,7 @@ LIST_QUERY = {
         'key': {'type': 'string'},
     },
 }
+
+ATTRIBUTE = strict_object(common.resource(
+    deployable_id=common.INTEGER, key=common.STRING, value=common.STRING))
+ATTRIBUTE_LIST = list_of('attributes', ATTRIBUTE)

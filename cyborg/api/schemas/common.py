@@ -1,4 +1,4 @@
-"""Schema fragments several nouns use."""
+"""Schema fragments several nouns use, in requests and in responses."""
 
 UUID_PATTERN = ('^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?'
                 '[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$')
@@ -7,3 +7,29 @@ NAME = {'type': 'string', 'minLength': 1, 'maxLength': 255}
 # Integer ids of rows (deployables' ids in attributes), sent as strings in
 # query strings and as numbers or strings in bodies.
 INT_STRING = {'type': 'string', 'pattern': '^[0-9]{1,10}$'}
+
+# -- in responses ---------------------------------------------------------
+
+STRING = {'type': 'string'}
+NULLABLE_STRING = {'type': ['string', 'null']}
+INTEGER = {'type': 'integer'}
+NULLABLE_INTEGER = {'type': ['integer', 'null']}
+# '2020-03-09T11:26:05+00:00' (views.timestamp), or null.
+TIMESTAMP = {'type': ['string', 'null'], 'format': 'date-time'}
+LINKS = {'type': 'array', 'minItems': 2, 'maxItems': 2, 'items': {
+    'type': 'object',
+    'properties': {'href': STRING, 'rel': {'enum': ['self', 'bookmark']}},
+    'required': ['href', 'rel'],
+    'additionalProperties': False}}
+
+
+def resource(**properties):
+    """The fields every shown resource has, plus ``properties``."""
+    return dict(properties, uuid=STRING, created_at=TIMESTAMP,
+                updated_at=TIMESTAMP, links=LINKS)
+
+
+def since(version, description=''):
+    """'Microversion 2.N and later.' for a field's description."""
+    text = 'Microversion %d.%d and later.' % version
+    return '%s %s' % (description, text) if description else text

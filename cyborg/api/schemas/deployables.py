@@ -1,6 +1,12 @@
-"""Deployable query strings and the program patch."""
+"""Deployable query strings, the program patch and what deployables look
+like."""
 
+from cyborg.api import microversion
 from cyborg.api.schemas import common
+from cyborg.api.schemas import health
+from cyborg.api.schemas import list_of
+from cyborg.api.schemas import strict_object
+from cyborg.api.schemas import Versioned
 from cyborg.objects import deployables
 
 LIST_QUERY = {
@@ -37,3 +43,20 @@ PROGRAM = {
         'additionalProperties': False,
     },
 }
+
+_DEPLOYABLE = common.resource(
+    parent_id=common.NULLABLE_INTEGER, root_id=common.NULLABLE_INTEGER,
+    name=common.STRING, num_accelerators=common.INTEGER,
+    device_id=common.INTEGER,
+    attributes_list=dict(common.STRING, description='A JSON list of '
+                         '{key: value} objects, as text.'),
+    rp_uuid=common.NULLABLE_STRING, driver_name=common.NULLABLE_STRING,
+    bitstream_id=common.NULLABLE_STRING)
+
+DEPLOYABLE = Versioned(
+    ((2, 0), strict_object(_DEPLOYABLE)),
+    (microversion.HEALTH, strict_object(dict(_DEPLOYABLE, **health.fields(
+        'The effective health: the worse of its own and its device\'s '
+        '(the reason and time are those of the worse).')))),
+)
+DEPLOYABLE_LIST = list_of('deployables', DEPLOYABLE)

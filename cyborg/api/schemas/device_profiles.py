@@ -1,8 +1,10 @@
-"""Device profile input (CONTRACT.md §4)."""
+"""Device profile input and what profiles look like."""
 
 import os_resource_classes
 
 from cyborg.api.schemas import common
+from cyborg.api.schemas import list_of
+from cyborg.api.schemas import strict_object
 
 NAME_PATTERN = '^[a-zA-Z0-9-_]+$'
 # What the profile_json TEXT column holds on every engine (MySQL: 64 KiB).
@@ -57,3 +59,11 @@ DELETE_QUERY = {
     'properties': {'value': {'type': 'string', 'minLength': 1}},
     'required': ['value'],
 }
+
+PROFILE = strict_object(common.resource(
+    name=common.STRING, description=common.NULLABLE_STRING,
+    groups={'type': 'array', 'items': {
+        'type': 'object', 'additionalProperties': common.STRING}}))
+PROFILE_LIST = list_of('device_profiles', PROFILE)
+# GET /device_profiles/{name_or_uuid} wraps it; POST answers it bare.
+PROFILE_WRAPPED = strict_object({'device_profile': PROFILE})

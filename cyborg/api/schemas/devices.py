@@ -1,27 +1,45 @@
-"""Device query strings.
+"""Device query strings and what devices look like."""
 
-Filter values are searched for, not written: any string is valid, and one
-that matches nothing (an unknown type included) gives an empty list.
-"""
-
+from cyborg.api import microversion
+from cyborg.api.schemas import common
+from cyborg.api.schemas import health
+from cyborg.api.schemas import strict_object
+from cyborg.api.schemas import Versioned
+from cyborg.api.schemas import list_of
 from cyborg.common import states
+from cyborg.db import models
 
-LIST_QUERY = {
-    'type': 'object',
-    'properties': {
-        'type': {'type': 'string'},
-        'vendor': {'type': 'string'},
-        'hostname': {'type': 'string'},
-    },
+# Filter values are searched for, not written: any string is valid, and
+# one that matches nothing (an unknown type included) gives an empty list.
+_FILTERS = {
+    'type': {'type': 'string'},
+    'vendor': {'type': 'string'},
+    'hostname': {'type': 'string'},
 }
 
 # Microversion 2.4 adds ?health=; below it the parameter is ignored, as
 # every parameter a version does not know.  Its value is a word of the
 # health vocabulary, so a misspelt one is a 400, not a silent empty list.
-LIST_QUERY_2_4 = {
-    'type': 'object',
-    'properties': dict(
-        LIST_QUERY['properties'],
-        health={'type': 'string', 'enum': list(states.HEALTH_STATES),
-                'description': 'Microversion 2.4 and later.'}),
-}
+LIST_QUERY = Versioned(
+    ((2, 0), {'type': 'object', 'properties': _FILTERS}),
+    (microversion.HEALTH, {'type': 'object', 'properties': dict(
+        _FILTERS, health=dict(health.STATE, description=common.since(
+            microversion.HEALTH)))}),
+)
+
+_DEVICE = common.resource(
+    type={'type': 'string', 'enum': list(models.DEVICE_TYPES)},
+    vendor=common.STRING, model=common.STRING,
+    std_board_info=common.NULLABLE_STRING,
+    vendor_board_info=common.NULLABLE_STRING,
+    hostname=common.STRING)
+_STATUS = {'status': {'type': 'string', 'enum': list(states.DEVICE_STATUSES),
+                      'description': common.since(microversion.DEVICE_STATUS)}}
+
+DEVICE = Versioned(
+    ((2, 0), strict_object(_DEVICE)),
+    (microversion.DEVICE_STATUS, strict_object(dict(_DEVICE, **_STATUS))),
+    (microversion.HEALTH, strict_object(dict(
+        _DEVICE, **_STATUS, **health.fields('The device\'s health.')))),
+)
+DEVICE_LIST = list_of('devices', DEVICE)

@@ -1,7 +1,7 @@
-"""Views: objects shaped exactly as Cyborg's API shows them (CONTRACT §4)."""
+"""Views: objects shaped exactly as Cyborg's API shows them (the response
+schemas in ``cyborg.api.schemas`` declare the same shapes)."""
 
-# The microversion from which health is shown (and devices filtered by it).
-HEALTH_VERSION = (2, 4)
+from cyborg.api import microversion
 
 
 def timestamp(value):
@@ -21,7 +21,7 @@ def links(r, collection, uuid):
 def add_health(r, body, obj):
     """From microversion 2.4: ``obj``'s health, reason and when it was
     last set, added to ``body``."""
-    if r.version.matches(HEALTH_VERSION):
+    if r.version.matches(microversion.HEALTH):
         body['health'] = obj.health
         body['health_reason'] = obj.health_reason
         body['health_updated_at'] = timestamp(obj.health_updated_at)

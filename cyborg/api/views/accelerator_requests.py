@@ -1,3 +1,4 @@
+from cyborg.api import microversion
 from cyborg.api import views
 
 
@@ -16,7 +17,7 @@ def show(r, arq):
             'created_at': views.timestamp(arq.created_at),
             'updated_at': views.timestamp(arq.updated_at),
             'links': views.links(r, 'accelerator_requests', arq.uuid)}
-    if r.version.matches(views.HEALTH_VERSION):
+    if r.version.matches(microversion.HEALTH):
         body['device_health'] = arq.device_health
         body['device_health_reason'] = arq.device_health_reason
     return body

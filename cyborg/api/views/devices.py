@@ -1,3 +1,4 @@
+from cyborg.api import microversion
 from cyborg.api import views
 
 
@@ -12,6 +13,6 @@ def show(r, device):
             'created_at': views.timestamp(device.created_at),
             'updated_at': views.timestamp(device.updated_at),
             'links': views.links(r, 'devices', device.uuid)}
-    if r.version.matches((2, 3)):
+    if r.version.matches(microversion.DEVICE_STATUS):
         body['status'] = device.status
     return views.add_health(r, body, device)

@@ -1,6 +1,10 @@
 """Fuzzing: schemathesis drives every operation of /v2/openapi.json against
-the in-process API (real database, real conductor on fake://) and no
-request may answer 5xx.  About 2,500 requests in all.
+the in-process API (real database, real conductor on fake://).  No request
+may answer 5xx, and every response must conform to the document: a status
+the operation declares, JSON, and a body matching the declared schema
+(the document is generated from the operations' declarations, so this
+checks the declarations against what the code answers).  About 2,500
+requests in all.
 
 (schemathesis' own pytest plugin does not run on pytest 9, so the
 operations are driven through their hypothesis strategies here.)
@@ -13,10 +17,15 @@ from hypothesis import HealthCheck
 from hypothesis import settings
 import schemathesis
 from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi import checks as openapi_checks
 
 from tests.fixtures import api as api_fixture
 
 EXAMPLES_PER_OPERATION = 100
+CHECKS = [not_a_server_error,
+          openapi_checks.status_code_conformance,
+          openapi_checks.content_type_conformance,
+          openapi_checks.response_schema_conformance]
 
 
 def _fuzz(operation):
@@ -29,7 +38,7 @@ def _fuzz(operation):
               derandomize=True)
     def run(case):
         try:
-            case.call_and_validate(checks=[not_a_server_error])
+            case.call_and_validate(checks=CHECKS)
         except Exception as e:  # noqa: BLE001 - reported below
             failures.append('%s %s: %s' % (operation.method.upper(),
                                            operation.path, e))
@@ -42,7 +51,7 @@ def _fuzz(operation):
     return failures[-1:] if failures else []
 
 
-def test_no_server_errors():
+def test_no_server_errors_and_responses_conform():
     with api_fixture.api_service() as service:
         api_fixture.seed_device(service.engine, 'host1', 'host1_FakeDevice')
         api_fixture.seed_binding_arqs(service.engine)

@@ -8,14 +8,15 @@ services (Nova's service token) only.
 
 from oslo_utils import uuidutils
 
+from cyborg.api import microversion
 from cyborg.api.controllers import base
 from cyborg.api.schemas import accelerator_requests as schema
 from cyborg.api.views import accelerator_requests as view
 from cyborg.common import exception
 from cyborg.objects.accelerator_requests import AcceleratorRequest
 from cyborg.objects.device_profiles import DeviceProfile
+from cyborg.policies import accelerator_requests as policy
 
-RULE = 'cyborg:arq:%s'
 # States in which an ARQ's binding has come to an end, one way or another.
 RESOLVED_STATES = ('Bound', 'BindFailed', 'Deleting')
 # States a user may not delete from without a service token.
@@ -23,8 +24,7 @@ BOUND_STATES = ('BindStarted', 'Bound')
 
 
 def list_arqs(r):
-    r.authorize(RULE % 'get_all')
-    query = r.query(schema.LIST_QUERY)
+    query = r.query
     if 'bind_state' in query and 'instance' not in query:
         raise exception.Invalid(reason='bind_state: needs instance')
     arqs = AcceleratorRequest.list(r.context, _owner(r),
@@ -36,48 +36,43 @@ def list_arqs(r):
                 reason='accelerator requests of instance %s are still '
                        'binding: %s' % (query['instance'],
                                         ', '.join(pending)))
-    return base.json_response(200, {'arqs': [view.show(r, a) for a in arqs]})
+    return {'arqs': [view.show(r, a) for a in arqs]}
 
 
 def show_arq(r, uuid):
-    r.authorize(RULE % 'get_one')
-    return base.json_response(200, view.show(r, _find(r, uuid)))
+    return view.show(r, _find(r, uuid))
 
 
 def create_arqs(r):
     """POST {"device_profile_name": n}: ARQs for every unit of every group,
     owned by the caller's project (the user's, when Nova asks)."""
-    r.authorize(RULE % 'create')
-    body = r.json_body(schema.CREATE)
-    profile = DeviceProfile.get_by_name(r.context, body['device_profile_name'])
+    name = r.body['device_profile_name']
+    profile = DeviceProfile.get_by_name(r.context, name)
     if profile is None:
-        raise exception.DeviceProfileNotFound(
-            name=body['device_profile_name'])
+        raise exception.DeviceProfileNotFound(name=name)
     created = r.conductor.arq_create(r.context,
                                      device_profile_uuid=profile.uuid,
                                      project_id=r.context.project_id)
     uuids = [item['uuid'] for item in created]
     arqs = AcceleratorRequest.list(r.context, uuids=uuids)
-    return base.json_response(201, {'arqs': [view.show(r, a) for a in arqs]})
+    return {'arqs': [view.show(r, a) for a in arqs]}
 
 
 def bind_or_unbind_arqs(r):
     """PATCH {arq uuid: [json patch ops]}: all 'add' binds, all 'remove'
     unbinds; answers 202 once the conductor has taken the work."""
-    r.authorize(RULE % 'update')
-    return _bind_or_unbind(r, r.json_body(schema.PATCH))
+    _bind_or_unbind(r, r.body)
 
 
 def bind_or_unbind_arq(r, uuid):
     """PATCH /{uuid} {uuid: [json patch ops]}: the same for one ARQ, on
     its own URL (what openstacksdk and both CLIs send)."""
-    r.authorize(RULE % 'update')
-    patch = r.json_body(schema.PATCH)
+    patch = r.body
     if [key.lower() for key in patch] != [uuid.lower()]:
         raise exception.Invalid(
             reason='the body must patch the accelerator request of the '
                    'URL, %s, and only it' % uuid)
-    return _bind_or_unbind(r, patch)
+    _bind_or_unbind(r, patch)
 
 
 def _bind_or_unbind(r, patch):
@@ -98,30 +93,27 @@ def _bind_or_unbind(r, patch):
         r.conductor.arq_bind(r.context, bindings=bindings)
     else:
         r.conductor.arq_unbind(r.context, arq_uuids=uuids)
-    return base.empty_response(202)
 
 
 def delete_arqs(r):
     """DELETE ?arqs=u1,u2 or ?instance=I."""
-    r.authorize(RULE % 'delete')
-    query = r.query(schema.DELETE_QUERY)
+    query = r.query
     if 'instance' in query:
         _require_service(r, 'Deleting the accelerator requests of an '
                             'instance')
         r.conductor.arq_delete(r.context, instance_uuid=query['instance'])
-        return base.empty_response(204)
+        return
     uuids = base.split_csv(query['arqs'])
     if not uuids:
         raise exception.Invalid(reason='arqs: no accelerator request named')
     for uuid in uuids:
         if not uuidutils.is_uuid_like(uuid):
             raise exception.Invalid(reason='arqs: %s is not a uuid' % uuid)
-    return _delete(r, uuids)
+    _delete(r, uuids)
 
 
 def delete_arq(r, uuid):
-    r.authorize(RULE % 'delete')
-    return _delete(r, [uuid])
+    _delete(r, [uuid])
 
 
 def _delete(r, uuids):
@@ -137,7 +129,6 @@ def _delete(r, uuids):
         missing.update(not_found or [])
     if missing:
         raise exception.ARQNotFound(uuid=', '.join(sorted(missing)))
-    return base.empty_response(204)
 
 
 def _owner(r):
@@ -173,12 +164,12 @@ def _check_project_path(r, patch):
                 for ops in patch.values() for op in ops)
     if not named:
         return
-    if not r.version.matches((2, 1)):
+    if not r.version.matches(microversion.BIND_PROJECT_ID):
         raise exception.NotAcceptable(
             reason='/project_id in a bind needs microversion 2.1 or later')
     if not r.context.is_admin:
         raise exception.PolicyNotAuthorized(
-            action=RULE % 'update' + ' (/project_id)')
+            action=policy.UPDATE + ' (/project_id)')
 
 
 def _binding(uuid, changes):

@@ -11,62 +11,42 @@ from cyborg.api.views import attributes as view
 from cyborg.common import exception
 from cyborg.objects.attributes import Attribute
 from cyborg.objects.deployables import Deployable
-
-RULE = 'cyborg:attribute:%s'
 MAX_ID = 2 ** 31 - 1
 # An integer id as a query string may spell it (ASCII digits; more than
 # ten cannot be a 32-bit id, nor be given to int() unbounded).
 _ID = re.compile(r'[0-9]{1,10}')
-# Any JSON document: a create body is validated once its shape is known.
-ANY_JSON = {}
 
 
 def list_attributes(r):
-    r.authorize(RULE % 'get_all')
-    query = r.query(schema.LIST_QUERY)
+    query = r.query
     deployable_id = None
     if 'deployable_id' in query:
         deployable = _deployable(r, query['deployable_id'], missing_ok=True)
         if deployable is None:
-            return base.json_response(200, {'attributes': []})
+            return {'attributes': []}
         deployable_id = deployable.id
     attributes = Attribute.list(r.context, deployable_id, query.get('key'))
-    return base.json_response(
-        200, {'attributes': [view.show(r, a) for a in attributes]})
+    return {'attributes': [view.show(r, a) for a in attributes]}
 
 
 def show_attribute(r, uuid):
-    r.authorize(RULE % 'get_one')
-    return base.json_response(200, view.show(r, _find(r, uuid)))
+    return view.show(r, _find(r, uuid))
 
 
 def create_attribute(r):
     """POST {deployable_id, key, value}, bare or wrapped in "attribute"
     (what openstacksdk sends)."""
-    r.authorize(RULE % 'create')
-    values = _create_values(r.json_body(ANY_JSON))
+    values = r.body.get(schema.WRAPPER, r.body)
     deployable = _deployable(r, values['deployable_id'])
     created = r.conductor.attribute_create(
         r.context, deployable_uuid=deployable.uuid, key=values['key'],
         value=values['value'])
-    return base.json_response(201, view.show(r, _find(r, created['uuid'])))
+    return view.show(r, _find(r, created['uuid']))
 
 
 def delete_attribute(r, uuid):
-    r.authorize(RULE % 'delete')
     _find(r, uuid)
     r.conductor.attribute_delete(r.context, attribute_uuid=uuid)
-    return base.empty_response(204)
-
-
-def _create_values(body):
-    """The bare {deployable_id, key, value} of a create body, validated
-    against the shape it was sent in (schema.CREATE is either)."""
-    if isinstance(body, dict) and schema.WRAPPER in body:
-        base.validate(body, schema.WRAPPED)
-        return body[schema.WRAPPER]
-    base.validate(body, schema.BARE)
-    return body
 
 
 def _find(r, uuid):

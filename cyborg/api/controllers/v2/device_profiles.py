@@ -4,65 +4,56 @@ import json
 
 from oslo_utils import uuidutils
 
+from cyborg.api import microversion
 from cyborg.api.controllers import base
 from cyborg.api.schemas import device_profiles as schema
 from cyborg.api.views import device_profiles as view
 from cyborg.common import exception
 from cyborg.objects.device_profiles import DeviceProfile
 
-RULE = 'cyborg:device_profile:%s'
-
 
 def list_device_profiles(r):
-    r.authorize(RULE % 'get_all')
-    query = r.query(schema.LIST_QUERY)
-    names = base.split_csv(query['name']) if 'name' in query else None
+    names = None
+    if 'name' in r.query:
+        names = base.split_csv(r.query['name'])
     profiles = DeviceProfile.list(r.context, names)
-    return base.json_response(
-        200, {'device_profiles': [view.show(r, p) for p in profiles]})
+    return {'device_profiles': [view.show(r, p) for p in profiles]}
 
 
 def show_device_profile(r, name_or_uuid):
-    r.authorize(RULE % 'get_one')
     if not uuidutils.is_uuid_like(name_or_uuid) and not r.version.matches(
-            (2, 2)):
+            microversion.PROFILE_BY_NAME):
         raise exception.NotAcceptable(
             reason='showing a device profile by name needs microversion '
                    '2.2 or later')
     profile = _find(r, name_or_uuid)
-    return base.json_response(200, {'device_profile': view.show(r, profile)})
+    return {'device_profile': view.show(r, profile)}
 
 
 def create_device_profile(r):
-    r.authorize(RULE % 'create')
-    values = r.json_body(schema.CREATE)[0]
+    values = r.body[0]
     if len(json.dumps(values['groups']).encode()) > schema.MAX_GROUPS_BYTES:
         raise exception.Invalid(reason='0/groups: longer than %d bytes as '
                                        'JSON' % schema.MAX_GROUPS_BYTES)
     created = r.conductor.device_profile_create(r.context, values=values)
     profile = DeviceProfile.get_by_uuid(r.context, created['uuid'])
-    return base.json_response(201, view.show(r, profile))
+    return view.show(r, profile)
 
 
 def delete_device_profile(r, name_or_uuid):
     """DELETE /device_profiles/{name_or_uuid} (Cyborg takes names here at
     every microversion; the clients rely on it)."""
-    r.authorize(RULE % 'delete')
     profile = _find(r, name_or_uuid)
     r.conductor.device_profile_delete(r.context, uuids=[profile.uuid])
-    return base.empty_response(204)
 
 
 def delete_device_profiles(r):
     """DELETE /device_profiles?value=n1,n2: all of them or none."""
-    r.authorize(RULE % 'delete')
-    query = r.query(schema.DELETE_QUERY)
-    wanted = base.split_csv(query['value'])
+    wanted = base.split_csv(r.query['value'])
     if not wanted:
         raise exception.Invalid(reason='value: no device profile named')
     uuids = sorted({_find(r, item).uuid for item in wanted})
     r.conductor.device_profile_delete(r.context, uuids=uuids)
-    return base.empty_response(204)
 
 
 def _find(r, name_or_uuid):

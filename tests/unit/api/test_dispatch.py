@@ -1,0 +1,182 @@
+"""Every operation is declared once and the dispatcher enforces the
+declaration: policy first, then the query and body schemas of the
+request's microversion, the declared status, the microversion range, and
+(in tests) the response schema."""
+
+import ast
+import dataclasses
+import inspect
+import json
+
+import pytest
+import webob
+
+from cyborg.api import routes
+from cyborg.api.schemas import strict_object
+from cyborg.api.schemas import Versioned
+from cyborg import policies
+from cyborg.policies import devices as device_policy
+from tests.fixtures import api as api_fixture
+
+OLD, NEW = 'accelerator 2.3', 'accelerator 2.4'
+
+
+def _call(app, method, path, body=None, version=None, roles=None):
+    req = webob.Request.blank(path, method=method)
+    if version:
+        req.headers['OpenStack-API-Version'] = version
+    if roles:
+        req.headers.update({'X-Roles': roles, 'X-Project-Id': 'p1',
+                            'X-User-Id': 'u1'})
+    if body is not None:
+        req.body = body if isinstance(body, bytes) else json.dumps(
+            body).encode()
+        req.content_type = 'application/json'
+    resp = req.get_response(app)
+    return resp.status_int, resp.json if resp.body else None
+
+
+def _reason(body):
+    return json.loads(body['error_message'])['faultstring']
+
+
+@pytest.fixture(scope='module')
+def service():
+    with api_fixture.api_service() as service:
+        api_fixture.seed_device(service.engine, 'host1', 'host1_FakeDevice')
+        yield service
+
+
+def _with_operation(monkeypatch, **fields):
+    """OPERATIONS plus one test operation at GET /v2/test_only."""
+    fields.setdefault('policy', device_policy.GET_ALL)
+    op = routes.Operation('GET', '/v2/test_only', **fields)
+    monkeypatch.setattr(routes, 'OPERATIONS', routes.OPERATIONS + [op])
+    return op
+
+
+def test_response_that_breaks_its_declaration_is_a_500(service, monkeypatch):
+    def show_thing(r):
+        return {'name': 'x', 'undeclared': 1}
+    _with_operation(monkeypatch, handler=show_thing,
+                    response=strict_object({'name': {'type': 'string'}}))
+    assert service.conf.api.validate_responses     # the suite turns it on
+    status, body = _call(service.app, 'GET', '/v2/test_only')
+    assert status == 500
+    assert 'show_thing' in _reason(body)
+    assert 'undeclared' in _reason(body)
+
+    service.conf.set_override('validate_responses', False, group='api')
+    try:
+        status, body = _call(service.app, 'GET', '/v2/test_only')
+    finally:
+        service.conf.clear_override('validate_responses', group='api')
+    assert status == 200 and body == {'name': 'x', 'undeclared': 1}
+
+
+def test_response_schema_of_the_requests_microversion(service, monkeypatch):
+    def show_thing(r):
+        return {'name': 'x'}
+    _with_operation(monkeypatch, handler=show_thing, response=Versioned(
+        ((2, 0), strict_object({'name': {'type': 'string'}})),
+        ((2, 4), strict_object({'name': {'type': 'string'},
+                                'new': {'type': 'string'}}))))
+    assert _call(service.app, 'GET', '/v2/test_only', version=OLD)[0] == 200
+    # At 2.4 the handler forgot the field its declaration promises.
+    assert _call(service.app, 'GET', '/v2/test_only', version=NEW)[0] == 500
+
+
+def test_operation_outside_its_microversions_is_not_found(service,
+                                                           monkeypatch):
+    _with_operation(monkeypatch, handler=lambda r: {}, min_version=(2, 4),
+                    response={'type': 'object'})
+    assert _call(service.app, 'GET', '/v2/test_only', version=OLD)[0] == 404
+    assert _call(service.app, 'GET', '/v2/test_only', version=NEW)[0] == 200
+
+
+def test_declared_status_is_answered(service, monkeypatch):
+    _with_operation(monkeypatch, handler=lambda r: None, status=204)
+    status, body = _call(service.app, 'GET', '/v2/test_only')
+    assert (status, body) == (204, None)
+
+
+def test_policy_is_checked_before_the_body(service):
+    # A reader may not create profiles: 403 even for a body that is not
+    # JSON at all (the body is never read).
+    status, body = _call(service.app, 'POST', '/v2/device_profiles',
+                         body=b'{not json', roles='reader')
+    assert status == 403
+    assert 'cyborg:device_profile:create' in _reason(body)
+
+
+def test_query_schema_of_the_requests_microversion(service):
+    # ?health= is a 2.4 parameter: ignored below, a word of the health
+    # vocabulary from there on.
+    status, body = _call(service.app, 'GET', '/v2/devices?health=bogus',
+                         version=OLD)
+    assert status == 200 and len(body['devices']) == 1
+    status, body = _call(service.app, 'GET', '/v2/devices?health=bogus',
+                         version=NEW)
+    assert status == 400 and 'health' in _reason(body)
+    status, body = _call(service.app, 'GET', '/v2/devices?health=healthy',
+                         version=NEW)
+    assert status == 200 and len(body['devices']) == 1
+
+
+@pytest.mark.parametrize('body', [
+    {'deployable_id': 1, 'key': 'k', 'value': 7},
+    {'attribute': {'deployable_id': 1, 'key': 'k', 'value': 7}},
+])
+def test_errors_name_the_field_in_either_attribute_shape(service, body):
+    status, error = _call(service.app, 'POST', '/v2/attributes', body=body)
+    assert status == 400
+    assert 'value' in _reason(error) and 'not of type' in _reason(error)
+
+
+def test_too_long_keeps_the_reason(service):
+    status, error = _call(service.app, 'POST', '/v2/accelerator_requests',
+                          body={'device_profile_name': 'x' * 5000})
+    assert status == 400
+    reason = _reason(error)
+    assert reason.startswith('Invalid input: device_profile_name: ')
+    assert reason.endswith('is too long') and len(reason) < 200
+
+
+def test_unknown_fields_in_an_arq_create_are_refused(service):
+    status, error = _call(service.app, 'POST', '/v2/accelerator_requests',
+                          body={'device_profile_name': 'p', 'extra': 1})
+    assert status == 400 and 'extra' in _reason(error)
+
+
+def test_every_operation_declares_a_policy_rule_of_ours():
+    names = {rule.name for rule in policies.operation_rules()}
+    for op in routes.OPERATIONS:
+        if op.path.startswith('/v2/') and op.path != '/v2/openapi.json':
+            assert op.policy in names, op
+    declared = {op.policy for op in routes.OPERATIONS}
+    assert names <= declared, names - declared
+
+
+def test_policy_reference_documents_the_declared_operations():
+    documented = {rule.name: rule.operations for rule in policies.list_rules()
+                  if hasattr(rule, 'operations')}
+    for op in routes.OPERATIONS:
+        if op.policy:
+            assert {'path': op.path, 'method': op.method} in (
+                documented[op.policy])
+
+
+def test_handlers_return_bodies_not_responses():
+    """Status and serialisation belong to the dispatcher."""
+    for op in routes.OPERATIONS:
+        tree = ast.parse(inspect.getsource(inspect.getmodule(op.handler)))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                assert node.attr not in ('json_response', 'empty_response',
+                                         'authorize'), (op.name, node.attr)
+
+
+def test_operations_are_unique():
+    keys = [(op.method, op.path) for op in routes.OPERATIONS]
+    assert len(keys) == len(set(keys))
+    assert all(dataclasses.is_dataclass(op) for op in routes.OPERATIONS)
