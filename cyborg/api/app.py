@@ -41,7 +41,7 @@ def _wrap(app, conf):
     - auth sits right outside the app so only the app sees identities;
     - the mount prefix is stripped before auth, so auth's public-path check
       and the app's routing see the same path with or without it;
-    - FaultBody gives auth's own errors (401) the §2 error body;
+    - FaultBody gives auth's own errors (401) the error body;
     - request metrics wrap FaultBody, so they count the status the client
       gets (auth's 401 included), and sit inside healthcheck and /metrics
       so that probes and scrapes do not count themselves;

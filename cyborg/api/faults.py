@@ -1,4 +1,5 @@
-"""The error body of CONTRACT.md §2, for every error the API answers.
+"""The error body of every error the API answers (doc/source/contract.rst,
+"Errors").
 
 ``{"error_message": "<JSON of {faultcode, faultstring, debuginfo}>"}``:
 clients (python-cyborgclient, openstacksdk, Nova) parse exactly this.

@@ -58,7 +58,8 @@ def _context(environ):
 
 
 class ErrorHook(hooks.PecanHook):
-    """Every exception becomes the error body of CONTRACT.md §2."""
+    """Every exception becomes the error body (doc/source/contract.rst,
+    "Errors")."""
 
     priority = 20
 

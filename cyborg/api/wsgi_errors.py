@@ -1,4 +1,5 @@
-"""WSGI middleware giving every error response the body of CONTRACT.md §2.
+"""WSGI middleware giving every error response the error body
+(doc/source/contract.rst, "Errors").
 
 The app's own errors already have it; this catches those made by pecan's
 routing and by the middleware outside the app (auth_token's 401, ...).
