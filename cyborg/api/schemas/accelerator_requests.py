@@ -8,9 +8,21 @@ from cyborg.api.schemas import strict_object
 from cyborg.api.schemas import Versioned
 from cyborg.db import models
 
+# python-cyborgclient's `arq create` also sends device_profile_group_id
+# and image_uuid (null unless given); like Cyborg, ARQs are made for every
+# group of the profile whatever they say, but they must be well formed.
 CREATE = {
     'type': 'object',
-    'properties': {'device_profile_name': common.NAME},
+    'properties': {
+        'device_profile_name': common.NAME,
+        'device_profile_group_id': {
+            'type': ['integer', 'null'], 'minimum': 0,
+            'maximum': 2 ** 31 - 1,
+            'description': 'Accepted and ignored (every group gets ARQs).'},
+        'image_uuid': {
+            'oneOf': [common.UUID, {'type': 'null'}],
+            'description': 'Accepted and ignored.'},
+    },
     'required': ['device_profile_name'],
     'additionalProperties': False,
 }

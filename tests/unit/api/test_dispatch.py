@@ -142,10 +142,28 @@ def test_too_long_keeps_the_reason(service):
     assert reason.endswith('is too long') and len(reason) < 200
 
 
-def test_unknown_fields_in_an_arq_create_are_refused(service):
+@pytest.mark.parametrize('extra, field', [
+    ({'extra': 1}, 'extra'),
+    ({'device_profile_group_id': 'one'}, 'device_profile_group_id'),
+    ({'device_profile_group_id': -1}, 'device_profile_group_id'),
+    ({'image_uuid': 'not-a-uuid'}, 'image_uuid'),
+])
+def test_arq_create_refuses_unknown_or_malformed_fields(service, extra,
+                                                        field):
+    body = dict({'device_profile_name': 'p'}, **extra)
     status, error = _call(service.app, 'POST', '/v2/accelerator_requests',
-                          body={'device_profile_name': 'p', 'extra': 1})
-    assert status == 400 and 'extra' in _reason(error)
+                          body=body)
+    assert status == 400 and field in _reason(error)
+
+
+def test_arq_create_takes_what_python_cyborgclient_sends(service):
+    # `openstack accelerator arq create` (python-cyborgclient) sends the
+    # group id and image uuid, null unless given: accepted, ignored.
+    status, error = _call(service.app, 'POST', '/v2/accelerator_requests',
+                          body={'device_profile_name': 'nope',
+                                'device_profile_group_id': None,
+                                'image_uuid': None})
+    assert status == 404 and 'nope' in _reason(error)
 
 
 def test_every_operation_declares_a_policy_rule_of_ours():
