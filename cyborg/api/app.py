@@ -1,17 +1,15 @@
-"""The WSGI application: the pecan app and its middleware, in one place."""
+"""The WSGI application: the dispatcher and its middleware, in one place."""
 
-import pecan
 from oslo_middleware import cors
 from oslo_middleware import healthcheck
 from oslo_middleware import http_proxy_to_wsgi
 from oslo_middleware import request_id
 
 from cyborg.api import auth
-from cyborg.api import hooks
+from cyborg.api import dispatch
 from cyborg.api import metrics as api_metrics
 from cyborg.api import microversion
 from cyborg.api import wsgi_errors
-from cyborg.api.controllers import root
 
 # The API is also mounted under this prefix (devstack serves it there).
 MOUNT_PREFIX = '/accelerator'
@@ -24,13 +22,7 @@ def build_app(conf, conductor=None):
     ``conductor`` is the conductor RPC client; by default one is made on
     the configured transport when the first write needs it.
     """
-    app = pecan.make_app(
-        root.RootController(),
-        hooks=[hooks.RequestStateHook(conf, _LazyConductor(conf, conductor)),
-               hooks.ErrorHook(),
-               hooks.VersionHeadersHook()],
-        force_canonical=False,
-        guess_content_type_from_ext=False)
+    app = dispatch.Application(conf, _LazyConductor(conf, conductor))
     return _wrap(app, conf)
 
 
@@ -41,6 +33,9 @@ def _wrap(app, conf):
     - auth sits right outside the app so only the app sees identities;
     - the mount prefix is stripped before auth, so auth's public-path check
       and the app's routing see the same path with or without it;
+    - the body size limit ([oslo_middleware]max_request_body_size) sits
+      inside FaultBody, so its 413 gets the error body, and refuses a
+      larger body before anyone reads it;
     - FaultBody gives auth's own errors (401) the error body;
     - request metrics wrap FaultBody, so they count the status the client
       gets (auth's 401 included), and sit inside healthcheck and /metrics
@@ -57,6 +52,7 @@ def _wrap(app, conf):
     else:
         app = auth.noauth(app)
     app = _strip_prefix(app)
+    app = wsgi_errors.limit_body(app, conf)
     app = wsgi_errors.FaultBody(app)
     app = api_metrics.count_requests(app, MOUNT_PREFIX)
     app = _healthcheck(app, conf)
@@ -112,7 +108,13 @@ def _strip_prefix(app):
 
 
 class _LazyConductor:
-    """The conductor RPC client, made on first use (reads need none)."""
+    """The conductor RPC client, made on first use (reads need none).
+
+    A request waits for the conductor at most ``[api]conductor_timeout``
+    seconds and tries to reach the broker ``[api]broker_retries`` more
+    times, so that a write answers 503 while the conductor or RabbitMQ is
+    away instead of holding a request thread (and the client) for minutes.
+    """
 
     def __init__(self, conf, client=None):
         self._conf = conf
@@ -121,5 +123,7 @@ class _LazyConductor:
     def __getattr__(self, name):
         if self._client is None:
             from cyborg.conductor import rpcapi
-            self._client = rpcapi.ConductorAPI(self._conf)
+            self._client = rpcapi.ConductorAPI(
+                self._conf, timeout=self._conf.api.conductor_timeout,
+                retry=self._conf.api.broker_retries)
         return getattr(self._client, name)

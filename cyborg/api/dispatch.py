@@ -1,25 +1,87 @@
-"""Serving a request by its operation's declaration (``cyborg.api.routes``).
+"""The API application: each request served by its operation's
+declaration (``cyborg.api.routes``).
 
-For every request the dispatcher: finds the operation of the method, path
-and microversion (404, or 405 with ``Allow``); checks the declared policy
+For every request the dispatcher: parses the microversion (so that even an
+unknown /v2 path answers 406 for a bad one, as Cyborg does) and the
+caller's identity; finds the operation of the method, path and
+microversion (404, or 405 with ``Allow``); checks the declared policy
 rule; validates the query string and the body against the declared
 schemas of the request's microversion; calls the handler, which returns
 the body to send (or None); answers with the declared status; and, with
-``[api]validate_responses``, checks the body against the declared
-response schema.  Handlers hold only what is particular to them.
+``[api]validate_responses``, checks the body against the declared response
+schema.  Any exception becomes the error body (doc/source/contract.rst,
+"Errors"), and every /v2 response names its microversion.  Handlers hold
+only what is particular to them.
 """
 
+import codecs
 import json
 
+from oslo_db import exception as db_exc
 from oslo_log import log as logging
+import oslo_messaging as messaging
+import webob.dec
 from webob import exc as webob_exc
 
+from cyborg.api import auth
+from cyborg.api import faults
+from cyborg.api import microversion
 from cyborg.api import schemas
 from cyborg.api.controllers import base
+from cyborg.common import context as cyborg_context
 from cyborg.common import exception
 
 LOG = logging.getLogger(__name__)
+
 NO_CONTENT = (202, 204)
+V2_PREFIX = '/v2'
+# Project ids are opaque, but stored in 255 characters.
+MAX_PROJECT_ID = 255
+# No body of the API nests deeper than a handful of levels; a deeper one
+# is refused before anything walks it recursively.
+MAX_DEPTH = 32
+_UTF8 = codecs.lookup('utf-8').name
+
+
+class Application:
+    """The WSGI app inside the middleware (``cyborg.api.app``)."""
+
+    def __init__(self, conf, conductor):
+        self.conf = conf
+        self.conductor = conductor
+
+    @webob.dec.wsgify
+    def __call__(self, req):
+        req.conf = self.conf
+        req.conductor = self.conductor
+        req.version = microversion.MIN_VERSION
+        try:
+            if is_v2(req.path_info):
+                req.version = microversion.from_headers(req.headers)
+            req.cyborg_context = _context(req.environ)
+            resp = call(req, *find(req))
+        except Exception as exc:  # noqa: BLE001 - every error has a body
+            resp = error_response(req, exc)
+        if is_v2(req.path_info):
+            for name, value in microversion.response_headers(req.version):
+                resp.headers[name] = value
+        if req.method == 'HEAD':
+            resp.body = b''
+        return resp
+
+
+def is_v2(path):
+    return path == V2_PREFIX or path.startswith(V2_PREFIX + '/')
+
+
+def _context(environ):
+    ctx = cyborg_context.RequestContext.from_environ(
+        environ, is_service=environ.get(auth.IS_SERVICE, False))
+    ctx.is_admin = 'admin' in (r.lower() for r in ctx.roles)
+    if ctx.project_id and len(ctx.project_id) > MAX_PROJECT_ID:
+        raise exception.Invalid(reason='project id longer than %d '
+                                       'characters' % MAX_PROJECT_ID)
+    return ctx
 
 
 def find(request):
@@ -44,9 +106,10 @@ def call(request, operation, path_vars):
     if operation.query is not None:
         # The last value of a repeated parameter wins.
         r.query = dict(request.GET.items())
+        _check_query_names(operation, version, r.query)
         schemas.validate(r.query, schemas.at(operation.query, version))
     if operation.body is not None:
-        r.body = _json(request)
+        r.body = json_body(request)
         schemas.validate(r.body, schemas.at(operation.body, version))
     result = operation.handler(r, **path_vars)
     if operation.status in NO_CONTENT:
@@ -56,11 +119,81 @@ def call(request, operation, path_vars):
     return base.json_response(operation.status, result)
 
 
-def _json(request):
+def _check_query_names(operation, version, query):
+    """400 naming any parameter the operation does not take at
+    ``version``, rather than ignoring it."""
+    known = schemas.at(operation.query, version).get('properties', {})
+    unknown = sorted(set(query) - set(known))
+    if not unknown:
+        return
+    later = {}
+    for since, variant in schemas.variants(operation.query):
+        for name in variant.get('properties', {}):
+            later.setdefault(name, since)
+    name = unknown[0]
+    if name in later:
+        reason = '%s: needs microversion %d.%d or later' % (
+            (name,) + later[name])
+    else:
+        reason = '%s: unknown query parameter; %s takes %s' % (
+            name, operation.name, ', '.join(sorted(known)) or 'none')
+    raise exception.Invalid(reason=reason[:schemas.MAX_REASON])
+
+
+def json_body(request):
+    """The request's body as JSON: UTF-8, not compressed, not nested
+    deeper than MAX_DEPTH; 400 with the reason otherwise."""
+    encoding = request.headers.get('Content-Encoding', 'identity').strip()
+    if encoding.lower() not in ('', 'identity'):
+        raise exception.Invalid(
+            reason='Content-Encoding %s is not supported: send the JSON '
+                   'body uncompressed' % encoding[:40])
+    charset = request.content_type and request.charset
+    if charset and _codec_name(charset) != _UTF8:
+        raise exception.Invalid(
+            reason='charset %s is not supported: send UTF-8' % charset[:40])
     try:
-        return json.loads(request.body or b'null')
+        text = request.body.decode('utf-8')
+    except UnicodeDecodeError as e:
+        raise exception.Invalid(reason='the body is not valid UTF-8: %s'
+                                       % e)
+    try:
+        data = json.loads(text or 'null')
+    except RecursionError:
+        data = _TOO_DEEP
     except ValueError as e:
         raise exception.Invalid(reason='malformed JSON body: %s' % e)
+    if data is _TOO_DEEP or _depth(data) > MAX_DEPTH:
+        raise exception.Invalid(reason='the body nests deeper than %d '
+                                       'levels' % MAX_DEPTH)
+    return data
+
+
+_TOO_DEEP = object()
+
+
+def _codec_name(charset):
+    try:
+        return codecs.lookup(charset).name
+    except LookupError:
+        return None
+
+
+def _depth(data):
+    """How deeply ``data`` nests (a scalar is 0), without recursion."""
+    deepest = 0
+    stack = [(data, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            level += 1
+            deepest = max(deepest, level)
+            if deepest > MAX_DEPTH:
+                break
+            stack.extend((child, level) for child in item)
+    return deepest
 
 
 def _check_response(operation, version, body):
@@ -73,3 +206,29 @@ def _check_response(operation, version, body):
         raise exception.CyborgException(
             message='response of %s does not match its schema: %s' % (
                 operation.name, reason))
+
+
+def error_response(req, exc):
+    """The error response for any exception a request raised."""
+    if isinstance(exc, webob_exc.HTTPException):
+        # Routing's own 404 and 405.
+        allow = exc.headers.get('Allow')
+        return faults.response(exc.status_int, exc.title,
+                               [('Allow', allow)] if allow else None)
+    known = faults.as_cyborg_exception(exc)
+    if known is not None:
+        if known.code >= 500:
+            LOG.warning('Request failed: %s', known)
+        return faults.from_exception(known)
+    if isinstance(exc, messaging.MessagingTimeout):
+        return faults.from_exception(exception.ServiceUnavailable(
+            reason='the conductor did not answer in time'))
+    if isinstance(exc, messaging.MessagingException):
+        return faults.from_exception(exception.ServiceUnavailable(
+            reason='the conductor cannot be reached'))
+    if isinstance(exc, (db_exc.DBConnectionError,
+                        db_exc.CantStartEngineError)):
+        return faults.from_exception(exception.ServiceUnavailable(
+            reason='the database is unreachable'))
+    LOG.exception('Unexpected error serving %s %s', req.method, req.path)
+    return faults.response(500, 'Internal server error.')

@@ -30,7 +30,9 @@ def is_fault(text):
 
 def response(status, message, headers=None):
     resp = webob.Response(status=status, content_type='application/json',
-                          charset='utf-8', headerlist=list(headers or []))
+                          charset='utf-8')
+    for name, value in headers or ():
+        resp.headers[name] = value
     resp.text = body(status, message)
     return resp
 

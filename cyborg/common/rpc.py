@@ -80,12 +80,16 @@ def register_messaging_opts(conf):
                        group='oslo_messaging_tracing')
 
 
-def get_client(conf, topic, version, server=None, timeout=None):
+def get_client(conf, topic, version, server=None, timeout=None, retry=None):
+    """An RPC client; ``timeout`` bounds the wait for a reply (None: the
+    transport's ``rpc_response_timeout``), ``retry`` the attempts to reach
+    the broker (None: forever)."""
     target = messaging.Target(topic=topic, version=version, server=server)
     transport = get_transport(conf)
     register_messaging_opts(transport.conf)
     return messaging.get_rpc_client(transport, target,
-                                    serializer=_serializer(), timeout=timeout)
+                                    serializer=_serializer(), timeout=timeout,
+                                    retry=retry)
 
 
 def get_server(conf, topic, server, endpoints):

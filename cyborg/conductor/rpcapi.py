@@ -20,9 +20,9 @@ RPC_API_VERSION = '1.1'
 class ConductorAPI:
     """Conductor RPC client.  Calls block until the conductor answers."""
 
-    def __init__(self, conf, timeout=None):
+    def __init__(self, conf, timeout=None, retry=None):
         self._client = rpc.get_client(conf, TOPIC, RPC_API_VERSION,
-                                      timeout=timeout)
+                                      timeout=timeout, retry=retry)
 
     def _call(self, context, version, method, **kwargs):
         cctxt = self._client.prepare(version=version)

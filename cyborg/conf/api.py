@@ -27,6 +27,17 @@ opts = [
                help='How API requests are authenticated.'),
     cfg.IntOpt('max_limit', default=1000, min=1,
                help='Largest number of items a list call returns at once.'),
+    cfg.IntOpt('conductor_timeout', default=20, min=1,
+               help='Seconds a request waits for the conductor before it '
+                    'answers 503. Keep it below the WSGI server\'s own '
+                    'request timeout (gunicorn\'s --timeout defaults to 30 '
+                    's, uWSGI\'s harakiri is often 60 s), or the server '
+                    'kills the worker first and the client gets an HTML '
+                    'error instead of a JSON 503.'),
+    cfg.IntOpt('broker_retries', default=2, min=0,
+               help='How many more times a request tries to reach the '
+                    'message broker (about a second apart) before it '
+                    'answers 503.'),
     cfg.BoolOpt('validate_responses', default=False, advanced=True,
                 help='Check every success response against the schema its '
                      'operation declares, and answer 500 (logging why) '

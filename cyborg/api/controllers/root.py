@@ -1,8 +1,5 @@
-"""The root controller (pecan's entry point) and the version documents."""
+"""The version documents: GET /, GET /v2 and the OpenAPI document."""
 
-import pecan
-
-from cyborg.api import dispatch
 from cyborg.api import microversion
 
 DESCRIPTION = ('Cyborg (previously known as Nomad) is an OpenStack project '
@@ -39,16 +36,3 @@ def openapi_document(r):
     from cyborg.api import openapi
     return openapi.document()
 
-
-class RootController:
-    """Hands every request to the operation it matches
-    (``cyborg.api.dispatch``)."""
-
-    @pecan.expose()
-    def _route(self, args, request):
-        request.cyborg_operation = dispatch.find(request)
-        return self.dispatch, []
-
-    @pecan.expose(content_type='application/json')
-    def dispatch(self, *_args, **_params):
-        return dispatch.call(pecan.request, *pecan.request.cyborg_operation)

@@ -17,9 +17,9 @@ _FILTERS = {
     'hostname': {'type': 'string'},
 }
 
-# Microversion 2.4 adds ?health=; below it the parameter is ignored, as
-# every parameter a version does not know.  Its value is a word of the
-# health vocabulary, so a misspelt one is a 400, not a silent empty list.
+# Microversion 2.4 adds ?health= (below, it is refused as unknown).  Its
+# value is a word of the health vocabulary, so a misspelt one is a 400,
+# not a silent empty list.
 LIST_QUERY = Versioned(
     ((2, 0), {'type': 'object', 'properties': _FILTERS}),
     (microversion.HEALTH, {'type': 'object', 'properties': dict(

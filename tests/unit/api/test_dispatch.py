@@ -110,17 +110,30 @@ def test_policy_is_checked_before_the_body(service):
 
 
 def test_query_schema_of_the_requests_microversion(service):
-    # ?health= is a 2.4 parameter: ignored below, a word of the health
-    # vocabulary from there on.
-    status, body = _call(service.app, 'GET', '/v2/devices?health=bogus',
+    # ?health= is a 2.4 parameter: refused below, naming the version, and
+    # a word of the health vocabulary from there on.
+    status, body = _call(service.app, 'GET', '/v2/devices?health=healthy',
                          version=OLD)
-    assert status == 200 and len(body['devices']) == 1
+    assert status == 400
+    assert 'health: needs microversion 2.4 or later' in _reason(body)
     status, body = _call(service.app, 'GET', '/v2/devices?health=bogus',
                          version=NEW)
     assert status == 400 and 'health' in _reason(body)
     status, body = _call(service.app, 'GET', '/v2/devices?health=healthy',
                          version=NEW)
     assert status == 200 and len(body['devices']) == 1
+
+
+@pytest.mark.parametrize('path, name', [
+    ('/v2/deployables?foo=1', 'foo'),
+    ('/v2/devices?type=GPU&hostnam=h1', 'hostnam'),
+    ('/v2/accelerator_requests?instances=x', 'instances'),
+])
+def test_unknown_query_parameters_are_refused(service, path, name):
+    status, body = _call(service.app, 'GET', path)
+    assert status == 400
+    assert _reason(body).startswith(
+        'Invalid input: %s: unknown query parameter' % name)
 
 
 @pytest.mark.parametrize('body', [

@@ -1,21 +1,16 @@
 """Devices: list, show; POST /v2/devices/{uuid}/enable and /disable."""
 
-from cyborg.api import microversion
 from cyborg.api.controllers import base
 from cyborg.api.views import devices as view
 from cyborg.common import states
 from cyborg.objects.devices import Device
 
-# The query parameters that filter; ?health= too from 2.4 (below, it is
-# ignored like any parameter a version does not know).
-_FILTERS = ('type', 'vendor', 'hostname')
+# The query parameters that filter (?health= exists from 2.4).
+_FILTERS = ('type', 'vendor', 'hostname', 'health')
 
 
 def list_devices(r):
-    names = _FILTERS
-    if r.version.matches(microversion.HEALTH):
-        names += ('health',)
-    filters = {k: r.query[k] for k in names if k in r.query}
+    filters = {k: r.query[k] for k in _FILTERS if k in r.query}
     devices = Device.list(r.context, filters)
     return {'devices': [view.show(r, d) for d in devices]}
 
