@@ -21,8 +21,9 @@ def _run(*argv, timeout=300):
 
 
 def _sphinx(source, out):
-    result = _run(sys.executable, '-m', 'sphinx', '-W', '--keep-going', '-q', '-b', 'html',
-                  '-d', str(out / 'doctrees'), source, str(out / 'html'))
+    result = _run(sys.executable, '-m', 'sphinx', '-W', '--keep-going',
+                  '-q', '-b', 'html', '-d', str(out / 'doctrees'), source,
+                  str(out / 'html'))
     assert result.returncode == 0, (
         'sphinx-build of %s failed (warnings are errors):\n%s%s'
         % (source, result.stdout, result.stderr))
