@@ -16,6 +16,7 @@ gets ordinary sections, tables and code blocks.
 import http
 import json
 import os
+import re
 
 from docutils import nodes
 from docutils import statemachine
@@ -59,14 +60,14 @@ def _describe_schema(schema):
     kind = schema.get('type', 'any')
     if isinstance(kind, list):
         kind = ' or '.join(str(k) for k in kind)
+    if schema.get('format'):
+        kind += ' (%s)' % schema['format']
     words = [kind]
     if 'enum' in schema:
         words.append('one of ' + ', '.join(
             '``%s``' % v for v in schema['enum'] if v is not None))
     if 'pattern' in schema:
         words.append('matching ``%s``' % schema['pattern'])
-    if schema.get('format'):
-        words.append('(%s)' % schema['format'])
     text = ', '.join(words)
     if schema.get('description'):
         text += '. ' + schema['description']
@@ -154,14 +155,35 @@ def _summary(operation):
     return summary
 
 
+def _versions(operation):
+    """The microversions an operation exists in, in words, or None when it
+    exists in all of them."""
+    declared = operation.get('x-openstack-microversions') or {}
+    low, high = declared.get('min'), declared.get('max')
+    if high:
+        return '%s to %s' % (low or '2.0', high)
+    if low and low != '2.0':
+        return '%s and later' % low
+    return None
+
+
 def _operation_lines(path, method, operation, samples, location):
     lines = _title('%s %s' % (method.upper(), path), '-')
     lines += [_summary(operation), '']
-    success = sorted(code for code in operation.get('responses', {})
-                     if code.startswith('2'))
-    if success:
-        lines += [':Success: ' + ', '.join(
-            '``%s``' % _status_line(int(c)) for c in success), '']
+    fields = []
+    code, _response = _success(operation)
+    if code:
+        fields.append(':Success: ``%s``' % _status_line(int(code)))
+    errors = sorted(c for c in operation.get('responses', {})
+                    if c[:1] in ('4', '5'))
+    if errors:
+        fields.append(':Errors: ' + ', '.join(errors))
+    if operation.get('x-openstack-policy'):
+        fields.append(':Policy: ``%s``' % operation['x-openstack-policy'])
+    if _versions(operation):
+        fields.append(':Microversions: ' + _versions(operation))
+    if fields:
+        lines += fields + ['']
     parameters = [p for p in operation.get('parameters', [])
                   if p['name'] not in COMMON_PARAMETERS]
     if parameters:
@@ -174,11 +196,94 @@ def _operation_lines(path, method, operation, samples, location):
     return lines
 
 
-def _fields_lines(schema):
-    rows = [['``%s``' % name, _describe_schema(field)]
-            for name, field in sorted(schema.get('properties', {}).items())]
+def _resolve(schema, components):
+    """``schema`` with a ``$ref`` to ``components`` followed."""
+    ref = (schema or {}).get('$ref')
+    if ref:
+        return components.get(ref.rsplit('/', 1)[-1], {})
+    return schema or {}
+
+
+def _alternatives(schema, components):
+    """The objects a response schema allows, oldest microversion first:
+    the branches of an ``anyOf`` (each titled with its microversions) or
+    the schema itself; a list or a wrapper around the resource (``{"arqs":
+    [...]}``, ``{"device_profile": {...}}``) is unwrapped."""
+    schema = _resolve(schema, components)
+    branches = schema.get('anyOf') or schema.get('oneOf') or [schema]
+    found = []
+    for branch in branches:
+        branch = _resolve(branch, components)
+        inner = _unwrap(branch, components)
+        if inner is not branch and (inner.get('anyOf') or
+                                    inner.get('oneOf')):
+            found += _alternatives(inner, components)
+        else:
+            found.append(dict(inner, title=branch.get('title',
+                                                      inner.get('title'))))
+    return found
+
+
+def _unwrap(obj, components):
+    properties = obj.get('properties', {})
+    if len(properties) != 1:
+        return obj
+    only = _resolve(next(iter(properties.values())), components)
+    if only.get('type') == 'array' and 'items' in only:
+        return _resolve(only['items'], components)
+    if only.get('properties') or only.get('anyOf') or only.get('oneOf'):
+        return only
+    return obj
+
+
+def _since(title):
+    """'Microversion 2.3' or 'Microversions 2.4 to 2.5' -> '2.3'."""
+    match = re.search(r'(\d+\.\d+)', title or '')
+    return match.group(1) if match else None
+
+
+def _fields_lines(schema, components):
+    """A table of the resource's fields, each with the microversion that
+    added it when that is not the first."""
+    fields = {}
+    for index, branch in enumerate(_alternatives(schema, components)):
+        for name, field in branch.get('properties', {}).items():
+            if name in fields:
+                continue
+            text = _describe_schema(field)
+            since = _since(branch.get('title')) if index else None
+            if since and 'icroversion' not in text:
+                text += '. Microversion %s and later.' % since
+            fields[name] = text
+    if not fields:
+        return []
+    rows = [['``%s``' % name, text] for name, text in sorted(fields.items())]
     return ['Fields of the resource:', ''] + _table(['Field', 'Description'],
                                                     rows)
+
+
+def _success(operation):
+    """(status, response) of the operation's first 2xx answer."""
+    for code, response in sorted(operation.get('responses', {}).items()):
+        if code.startswith('2'):
+            return code, response
+    return None, {}
+
+
+def _show_schema(entries):
+    """The success schema of the group's ``GET /v2/<noun>/{id}``, else of
+    its list: what the group's resource looks like."""
+    ranked = sorted(entries, key=lambda e: (e[1] != 'get',
+                                            e[0].count('/') != 3,
+                                            '{' not in e[0]))
+    for path, method, operation in ranked:
+        if method != 'get':
+            break
+        _code, response = _success(operation)
+        content = response.get('content', {}).get('application/json')
+        if content:
+            return content.get('schema')
+    return None
 
 
 def render(document, samples, location):
@@ -196,7 +301,11 @@ def render(document, samples, location):
             continue
         lines += _title(title, '=')
         if component in components:
-            lines += _fields_lines(components[component])
+            schema = {'$ref': '#/components/schemas/' + component}
+        else:
+            schema = _show_schema(entries) if component else None
+        if schema:
+            lines += _fields_lines(schema, components)
         entries.sort(key=lambda e: (e[0], METHOD_ORDER.index(e[1])
                                     if e[1] in METHOD_ORDER else 99))
         for path, method, operation in entries:
