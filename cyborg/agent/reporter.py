@@ -12,7 +12,8 @@ Report format (interface 4, ``ConductorAPI.report_inventory``)::
 The host name reported is ``[DEFAULT]host`` (Nova's compute service host):
 the conductor names devices by it.  It finds the compute node provider by
 ``resource_provider_name`` ([agent]resource_provider_name, else this
-host's FQDN, CONTRACT.md §6), falling back to the host name.
+host's FQDN; doc/source/contract.rst, "Placement"), falling back to the
+host name.
 
 The reply is ``{'digest': ..., 'need_full': bool}``; ``need_full`` makes the
 reporter send a full snapshot at once.  Only an acknowledged report moves

@@ -1,7 +1,8 @@
 """Cyborg's exceptions. Each carries the HTTP status the API answers with.
 
-The API turns a CyborgException into the error body of CONTRACT.md §2 with
-``code`` as the status; anything else becomes a 500.
+The API turns a CyborgException into the error body described in
+doc/source/contract.rst ("Errors") with ``code`` as the status; anything
+else becomes a 500.
 """
 
 

@@ -1,6 +1,8 @@
 """The accelerator request (ARQ) state machine: create, bind, unbind, delete.
 
-Rules (CONTRACT.md §5 and deliberate differences 3, 8, 10):
+Rules (doc/source/contract.rst, "ARQ states and binding", and the
+differences "A bind must agree with Placement", "A refused request writes
+nothing" and "Every bind outcome reaches Nova"):
 
 - Every state change is a guarded ``UPDATE ... WHERE state IN (allowed)``
   whose row count is checked (``db_api.arq_transition``); nothing reads a

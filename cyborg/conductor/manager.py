@@ -1,6 +1,7 @@
 """Conductor RPC endpoints: thin, each delegating to the module that owns
 the work.  The conductor is the only writer of the database and the only
-client of Placement (see DESIGN.md).
+client of Placement (doc/source/architecture.rst, "The conductor owns
+every write").
 
 Owners:
   report_inventory            inventory_apply (plan -> transaction -> sync)

@@ -1,6 +1,7 @@
 """Telling Nova how binds ended: ``accelerator-request-bound`` events.
 
-Delivery is at least once (CONTRACT.md, difference 10): the bind state
+Delivery is at least once (doc/source/contract.rst, "Every bind outcome
+reaches Nova"): the bind state
 machine records an event row in the SAME transaction as the ARQ's final
 state (``record``), then asks for the batch to be delivered
 (``deliver_batch``): one ``POST /os-server-external-events`` (compute

@@ -150,7 +150,7 @@ def _compute_node_tree(client, context, host, name):
                      'looking it up by name again.', cn_uuid,
                      host['hostname'])
     # The agent's name for it first (configured, else its FQDN), then the
-    # host name, as CONTRACT.md §6 orders them.
+    # host name, in the order of doc/source/contract.rst ("Placement").
     found = None
     for candidate in dict.fromkeys(n for n in (name, host['hostname']) if n):
         found = client.get_provider_by_name(candidate)

@@ -691,7 +691,8 @@ def deployable_set_function_trait(context, deployable_id, key, trait):
 
 
 # == Nova events =============================================================
-# Bind outcomes Nova has not accepted yet (CONTRACT.md, difference 10).
+# Bind outcomes Nova has not accepted yet (doc/source/contract.rst, "Every
+# bind outcome reaches Nova").
 
 
 @writer

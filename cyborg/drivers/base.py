@@ -15,7 +15,7 @@ Programmable)`` instead of calling and catching:
 - ``HealthReporting``: devices that can say whether they are healthy;
 - ``Preparable``: devices with a preparation step before first use.
 
-Naming rules every driver follows (CONTRACT.md §6):
+Naming rules every driver follows (doc/source/contract.rst, "Placement"):
 
 - a deployable, hence its Placement provider, is named ``<host>_<PCI
   address>``, plus ``_<suffix>`` for a partition of the device (a vGPU type,

@@ -1,4 +1,5 @@
-"""The fake driver: exactly the fake device of CONTRACT.md §6.
+"""The fake driver: exactly the fake device of doc/source/contract.rst
+("Placement").
 
 Other projects' tests (and ours) schedule and bind against it without
 hardware: device type FPGA, vendor ``0xABCD``, one deployable

@@ -31,7 +31,8 @@ class AcceleratorRequest:
     @classmethod
     def _from_row(cls, row):
         # A handle's info is a JSON text column; a bad one must not make
-        # the whole list fail (CONTRACT.md, difference 8).
+        # the whole list fail (doc/source/contract.rst, "A refused request
+        # writes nothing").
         info = {}
         if row.attach_handle_info:
             try:

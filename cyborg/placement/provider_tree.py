@@ -1,7 +1,7 @@
 """The provider tree Placement should hold for a host, computed from rows.
 
 One provider per deployable, nested under the host's compute node provider
-(CONTRACT.md §6): named after the deployable, uuid
+(doc/source/contract.rst, "Placement"): named after the deployable, uuid
 ``inventory.provider_uuid(name)`` (so providers OpenStack Cyborg made are
 adopted), inventory ``{rc: {total: n, max_unit: n, reserved: r}}`` from the
 ``rc`` attribute and ``num_accelerators``, traits from the ``trait*``

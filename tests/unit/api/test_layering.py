@@ -1,5 +1,6 @@
 """The API reads through cyborg.objects and writes only through the
-conductor RPC API (DESIGN.md, "Who may import whom")."""
+conductor RPC API (doc/source/architecture.rst, "Who may import
+whom")."""
 
 import ast
 import os

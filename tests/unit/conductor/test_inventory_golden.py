@@ -1,5 +1,6 @@
 """Every golden host inventory of the drivers (tests/unit/drivers/golden)
-lands in the real Placement as CONTRACT.md §6 says."""
+lands in the real Placement as doc/source/contract.rst ("Placement")
+says."""
 
 import pytest
 import requests

@@ -10,7 +10,7 @@ def _driver(conf, tmp_path, host='node1'):
     return loader.load_driver(conf, host, 'fake_driver')
 
 
-def test_fake_device_is_contract_section_6(conf, tmp_path):
+def test_fake_device_is_the_documented_one(conf, tmp_path):
     devices = _driver(conf, tmp_path).discover()
     assert len(devices) == 1
     device = devices[0]
