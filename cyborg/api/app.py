@@ -6,6 +6,7 @@ from oslo_middleware import http_proxy_to_wsgi
 from oslo_middleware import request_id
 
 from cyborg.api import auth
+from cyborg.api import conductor_client
 from cyborg.api import dispatch
 from cyborg.api import metrics as api_metrics
 from cyborg.api import microversion
@@ -22,7 +23,8 @@ def build_app(conf, conductor=None):
     ``conductor`` is the conductor RPC client; by default one is made on
     the configured transport when the first write needs it.
     """
-    app = dispatch.Application(conf, _LazyConductor(conf, conductor))
+    app = dispatch.Application(
+        conf, conductor_client.ConductorClient(conf, conductor))
     return _wrap(app, conf)
 
 
@@ -106,24 +108,3 @@ def _strip_prefix(app):
         return app(environ, start_response)
     return middleware
 
-
-class _LazyConductor:
-    """The conductor RPC client, made on first use (reads need none).
-
-    A request waits for the conductor at most ``[api]conductor_timeout``
-    seconds and tries to reach the broker ``[api]broker_retries`` more
-    times, so that a write answers 503 while the conductor or RabbitMQ is
-    away instead of holding a request thread (and the client) for minutes.
-    """
-
-    def __init__(self, conf, client=None):
-        self._conf = conf
-        self._client = client
-
-    def __getattr__(self, name):
-        if self._client is None:
-            from cyborg.conductor import rpcapi
-            self._client = rpcapi.ConductorAPI(
-                self._conf, timeout=self._conf.api.conductor_timeout,
-                retry=self._conf.api.broker_retries)
-        return getattr(self._client, name)
