@@ -14,6 +14,8 @@ answers 503 within seconds and reads keep being served.
   ``broker_retries`` + 1 seconds with nothing sent.
 - A connection refused below oslo.messaging is a 503 like any messaging
   failure, never a 500.
+- It reconnects to a broker that came back at most a second apart
+  (``cyborg.common.rpc.reconnect_fast``).
 """
 
 import threading
@@ -22,24 +24,9 @@ from kombu import exceptions as kombu_exceptions
 from oslo_log import log as logging
 
 from cyborg.common import exception
+from cyborg.common import rpc
 
 LOG = logging.getLogger(__name__)
-
-RABBIT_GROUP = 'oslo_messaging_rabbit'
-# Reconnect to a broker that came back within a second (the API has few
-# connections; agents keep oslo.messaging's own backoff).
-API_RABBIT_DEFAULTS = {'rabbit_interval_max': 1}
-
-
-def set_messaging_defaults(conf):
-    """The API's defaults for oslo.messaging's options (a config file
-    still wins)."""
-    import oslo_messaging.opts
-    for group, opts in oslo_messaging.opts.list_opts():
-        if group == RABBIT_GROUP:
-            conf.register_opts(opts, group=group)
-    for name, value in API_RABBIT_DEFAULTS.items():
-        conf.set_default(name, value, group=RABBIT_GROUP)
 
 
 class ConductorClient:
@@ -65,7 +52,7 @@ class ConductorClient:
         with self._lock:
             if self._client is None:
                 from cyborg.conductor import rpcapi
-                set_messaging_defaults(self._conf)
+                rpc.reconnect_fast(self._conf)
                 self._client = rpcapi.ConductorAPI(
                     self._conf, timeout=self._conf.api.conductor_timeout,
                     retry=self._conf.api.broker_retries)

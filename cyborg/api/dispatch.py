@@ -17,7 +17,6 @@ only what is particular to them.
 import codecs
 import json
 
-from oslo_db import exception as db_exc
 from oslo_log import log as logging
 import oslo_messaging as messaging
 import webob.dec
@@ -226,8 +225,7 @@ def error_response(req, exc):
     if isinstance(exc, messaging.MessagingException):
         return faults.from_exception(exception.ServiceUnavailable(
             reason='the conductor cannot be reached'))
-    if isinstance(exc, (db_exc.DBConnectionError,
-                        db_exc.CantStartEngineError)):
+    if isinstance(exc, exception.DB_OUTAGES):
         return faults.from_exception(exception.ServiceUnavailable(
             reason='the database is unreachable'))
     LOG.exception('Unexpected error serving %s %s', req.method, req.path)

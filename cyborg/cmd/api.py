@@ -100,7 +100,7 @@ def _serve_worker(conf, sock, parent=None):
     if parent is not None:
         threading.Thread(target=_stop_when_orphaned,
                          args=(launcher, parent), daemon=True).start()
-    db_api.configure(conf)
+    db_api.configure(conf, wait_for_database=False)
     launcher.add(APIServer(conf, api_app.build_app(conf), sock))
     return launcher.run()
 

@@ -4,6 +4,7 @@ with ``[metrics]enabled``, Prometheus metrics on
 ``[metrics]host:conductor_port``."""
 
 from cyborg.common import metrics
+from cyborg.common import rpc
 from cyborg.common import service
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import metrics_collector
@@ -16,6 +17,7 @@ def build_services(conf):
     """The conductor's services, in start order; also serves metrics
     (the all-in-one builds its conductor here too, so it serves once)."""
     db_api.configure(conf)
+    rpc.reconnect_fast(conf)
     serve_metrics(conf)
     endpoints = [conductor_manager.ConductorManager(conf, conf.host)]
     return [service.RPCService(conf, conductor_rpcapi.TOPIC, conf.host,

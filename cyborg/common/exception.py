@@ -5,6 +5,16 @@ doc/source/contract.rst ("Errors") with ``code`` as the status; anything
 else becomes a 500.
 """
 
+from oslo_db import exception as db_exc
+import sqlalchemy.exc
+
+# The database being unreachable: an expected outage (a 503 and one log
+# line), not a bug.  oslo.db does not recognise every driver's way of
+# saying so (libpq's "connection to server ... failed" comes through as
+# SQLAlchemy's OperationalError, which oslo.db passes on as it is).
+DB_OUTAGES = (db_exc.DBConnectionError, db_exc.CantStartEngineError,
+              sqlalchemy.exc.OperationalError)
+
 
 class CyborgException(Exception):
     """Base exception: subclasses set ``message`` (a format) and ``code``."""

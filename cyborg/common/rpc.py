@@ -44,6 +44,25 @@ def _serializer():
     return RequestContextSerializer(JsonPayloadSerializer())
 
 
+RABBIT_GROUP = 'oslo_messaging_rabbit'
+# How the control-plane processes (API, conductor) reconnect to a broker
+# that came back: at most a second apart, instead of backing off up to
+# 30 s (plus a second more for the consumers).  They are few; agents keep
+# oslo.messaging's own backoff.
+FAST_RECONNECT = {'rabbit_interval_max': 1, 'kombu_reconnect_delay': 0.1}
+
+
+def reconnect_fast(conf):
+    """Make FAST_RECONNECT ``conf``'s defaults (a config file still wins);
+    call before the transport is made."""
+    import oslo_messaging.opts
+    for group, opts in oslo_messaging.opts.list_opts():
+        if group == RABBIT_GROUP:
+            conf.register_opts(opts, group=group)
+    for name, value in FAST_RECONNECT.items():
+        conf.set_default(name, value, group=RABBIT_GROUP)
+
+
 def get_transport(conf):
     """The process-wide RPC transport for ``conf.transport_url``."""
     global _TRANSPORT

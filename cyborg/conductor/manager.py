@@ -15,6 +15,7 @@ Owners:
 
 import functools
 
+from oslo_log import log as logging
 import oslo_messaging as messaging
 
 from cyborg.common import exception
@@ -27,17 +28,27 @@ from cyborg.conductor import inventory_apply
 from cyborg.conductor import programming
 from cyborg.conductor import rpcapi
 
+LOG = logging.getLogger(__name__)
+
 
 def _answer(func):
     """Send a 4xx CyborgException back as an answer, not a conductor fault:
-    the dispatcher logs no traceback for it.  Anything else (a 5xx such as
-    Placement being down, or a bug) is logged where it happened."""
+    the dispatcher logs no traceback for it.  An expected outage (the
+    database or Placement unreachable: a 503) is answered the same way
+    after one WARNING line.  Anything else (a bug) is logged with its
+    traceback where it happened."""
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
-            return func(*args, **kwargs)
+            try:
+                return func(*args, **kwargs)
+            except exception.DB_OUTAGES as exc:
+                raise exception.ServiceUnavailable(
+                    reason='the database is unreachable') from exc
         except exception.CyborgException as exc:
-            if exc.code >= 500:
+            if isinstance(exc, exception.ServiceUnavailable):
+                LOG.warning('%s: %s', func.__name__, exc)
+            elif exc.code >= 500:
                 raise
             raise messaging.ExpectedException()
     return wrapper

@@ -19,6 +19,7 @@ import threading
 from oslo_log import log as logging
 
 from cyborg.common import context as cyborg_context
+from cyborg.common import exception
 
 LOG = logging.getLogger(__name__)
 
@@ -92,6 +93,15 @@ def run_job(conf, name, path):
     """Run one job once, logging (not raising) what goes wrong."""
     try:
         _load(path)(conf, cyborg_context.get_admin_context())
+    except exception.DB_OUTAGES + (exception.ServiceUnavailable,) as e:
+        # An expected outage: one line, not a traceback every tick.
+        LOG.warning('Periodic job %s skipped (%s); it runs again next '
+                    'time', name, _first_line(e))
     except Exception:
         LOG.exception('Periodic job %s failed; it runs again next time',
                       name)
+
+
+def _first_line(exc):
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__

@@ -26,7 +26,7 @@ def init_application(argv=None):
     conf(argv if argv is not None else [], project='cyborg',
          default_config_files=files or None)
     log.setup(conf, 'cyborg')
-    db_api.configure(conf)
+    db_api.configure(conf, wait_for_database=False)
     return api_app.build_app(conf)
 
 

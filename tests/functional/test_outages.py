@@ -1,0 +1,97 @@
+"""RabbitMQ or the database taken away from a running API and conductor
+(through TCP proxies: the servers themselves are shared) and brought back.
+
+While one is away the processes stay up and log one line per failure,
+not tracebacks; reads that do not need it are served at once; requests
+that need it answer 503 within seconds (never 500, never a hang) and write
+nothing.  When it is back, everything works again within seconds, without
+a restart: a write sent after the broker's return succeeds within 4 s of
+it (one already waiting at that moment may take up to 5 s more: the reply
+consumer's poll), a read within 1 s of the database's.
+"""
+
+import concurrent.futures
+import time
+
+from tests.fixtures import outages
+
+WRITES_DURING_OUTAGE = 20       # more than [api]threads lets wait at once
+BROKER_RECOVERY = 4.0
+DATABASE_RECOVERY = 1.0
+
+
+def _writes_refused(deployment, also_read=('/', '/v2/devices')):
+    """WRITES_DURING_OUTAGE concurrent writes all answer 503 within 10 s
+    while ``also_read`` paths are served in under a second."""
+    with concurrent.futures.ThreadPoolExecutor(WRITES_DURING_OUTAGE) as pool:
+        writes = [pool.submit(deployment.create_profile)
+                  for _ in range(WRITES_DURING_OUTAGE)]
+        time.sleep(0.3)
+        for path in also_read:
+            resp, took = deployment.request('GET', path)
+            assert resp.status_code == 200 and took < 1.0, (path, took)
+        results = [w.result() for w in writes]
+    assert {resp.status_code for resp, _ in results} == {503}, [
+        r.text for r, _ in results]
+    assert max(took for _, took in results) < 10, results
+    assert deployment.all_up()
+
+
+def test_broker_lost_and_back(tmp_path):
+    with outages.deployment(tmp_path) as d:
+        assert d.create_profile()[0].status_code == 201
+        before = d.profiles()
+        d.broker.cut()
+        _writes_refused(d, also_read=('/', '/v2/devices',
+                                      '/v2/device_profiles'))
+        assert d.profiles() == before           # nothing written
+        time.sleep(3)
+        d.broker.restore()
+        assert outages.recovers_for_fresh_requests(
+            time.monotonic(), d.create_profile) < BROKER_RECOVERY
+        d.logs_without_tracebacks()
+
+
+def test_broker_away_before_the_first_write(tmp_path):
+    """The API cannot open its reply queue: writes still answer 503 in
+    seconds, and work once the broker is back."""
+    with outages.deployment(tmp_path, db_kind='postgresql') as d:
+        d.broker.cut()
+        _writes_refused(d)
+        d.broker.restore()
+        assert outages.recovers_for_fresh_requests(
+            time.monotonic(), d.create_profile) < BROKER_RECOVERY
+        d.logs_without_tracebacks()
+
+
+def test_database_lost_and_back(tmp_path):
+    with outages.deployment(tmp_path) as d:
+        assert d.create_profile()[0].status_code == 201
+        d.database.cut()
+        resp, took = d.request('GET', '/v2/devices')
+        assert resp.status_code == 503 and took < 1.0, (resp.text, took)
+        assert 'database' in resp.text
+        _writes_refused(d, also_read=('/',))
+        time.sleep(2)       # the conductor's periodic jobs meet it too
+        d.database.restore()
+        assert outages.recovers(
+            d, time.monotonic(), lambda: d.request('GET', '/v2/devices'),
+        ) < DATABASE_RECOVERY
+        assert d.create_profile()[0].status_code == 201
+        assert d.profiles() == 2                # the refused wrote nothing
+        d.logs_without_tracebacks()
+
+
+def test_api_started_while_the_database_is_away(tmp_path):
+    """The API's first use of the database does not wait out oslo.db's
+    start-up retries (100 s by default): 503 at once."""
+    with outages.deployment(tmp_path, db_kind='postgresql') as d:
+        d.database.cut()
+        d.restart_api()
+        resp, took = d.request('GET', '/v2/devices')
+        assert resp.status_code == 503 and took < 2.0, (resp.text, took)
+        d.database.restore()
+        assert outages.recovers(
+            d, time.monotonic(), lambda: d.request('GET', '/v2/devices'),
+        ) < DATABASE_RECOVERY
+        d.logs_without_tracebacks()
