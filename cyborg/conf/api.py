@@ -27,6 +27,11 @@ opts = [
                help='How API requests are authenticated.'),
     cfg.IntOpt('max_limit', default=1000, min=1,
                help='Largest number of items a list call returns at once.'),
+    cfg.IntOpt('max_request_body_size', default=1048576, min=1024,
+               help='Largest request body in bytes; a larger one is '
+                    'refused with 413 before it is read. Bodies are read '
+                    'whole before a request is handled, so a client that '
+                    'disconnects while sending one is logged in one line.'),
 ]
 
 
