@@ -86,7 +86,7 @@ setup_venv() {
         "$VENV/bin/pip" install -q --upgrade pip
         "$VENV/bin/pip" install -q -r requirements.txt \
             -r test-requirements.txt
-        "$VENV/bin/pip" install -q -e .
+        "$VENV/bin/pip" install -q -e ".[aio,demo]"
         rm -f "$VENV"/.cyborg-installed-*
         touch "$stamp"
     fi
