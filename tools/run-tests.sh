@@ -29,8 +29,8 @@ port_open() {
 }
 
 wait_port() {
-    local port=$1 name=$2 i
-    for i in $(seq 1 60); do
+    local port=$1 name=$2
+    for _ in $(seq 1 60); do
         port_open "$port" && return 0
         sleep 1
     done
