@@ -5,10 +5,13 @@ them; no option is read at import time.
 
 Where configuration comes from: the ``--config-file`` and ``--config-dir``
 arguments; without them, the files named in ``OS_CYBORG_CONFIG`` (comma
-separated); without that, ``/etc/cyborg/cyborg.conf`` and the ``*.conf``
-files of ``/etc/cyborg/cyborg.conf.d``.  Nothing else: unlike oslo.config's
-default search, never the home directory or ``/etc/cyborg.conf``, so a
-container that mounts ``/etc/cyborg`` sees exactly what it was given.
+separated); without that, ``cyborg.conf`` and the ``*.conf`` files of
+``cyborg.conf.d`` in the configuration directory: ``OS_CYBORG_CONFIG_DIR``,
+by default ``/etc/cyborg``.  Nothing else: unlike oslo.config's default
+search, never the home directory or ``/etc/cyborg.conf``, so a container
+that mounts ``/etc/cyborg`` sees exactly what it was given.  The policy
+file (``[oslo_policy]policy_file``, ``policy.yaml``) is looked up beside
+the config files read.
 """
 
 import os
@@ -32,6 +35,7 @@ CONF = cfg.CONF
 
 CONFIG_DIR = '/etc/cyborg'
 CONFIG_ENV = 'OS_CYBORG_CONFIG'
+CONFIG_DIR_ENV = 'OS_CYBORG_CONFIG_DIR'
 
 _MODULES = (default, api, conductor, database, agent, placement, nova,
             glance, service_user, health, metrics, privsep)
@@ -53,7 +57,7 @@ def default_config_files(environ=None):
     if named:
         # A missing one is an error (oslo.config says which), not skipped.
         return named
-    path = os.path.join(CONFIG_DIR, 'cyborg.conf')
+    path = os.path.join(config_dir(environ), 'cyborg.conf')
     return [path] if os.path.isfile(path) else []
 
 
@@ -62,8 +66,14 @@ def default_config_dirs(environ=None):
     environ = os.environ if environ is None else environ
     if environ.get(CONFIG_ENV, '').strip():
         return []
-    path = os.path.join(CONFIG_DIR, 'cyborg.conf.d')
+    path = os.path.join(config_dir(environ), 'cyborg.conf.d')
     return [path] if os.path.isdir(path) else []
+
+
+def config_dir(environ=None):
+    """``OS_CYBORG_CONFIG_DIR``, else ``/etc/cyborg``."""
+    environ = os.environ if environ is None else environ
+    return environ.get(CONFIG_DIR_ENV, '').strip() or CONFIG_DIR
 
 
 def parse_args(conf, argv, prog=None):

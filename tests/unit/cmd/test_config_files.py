@@ -29,6 +29,7 @@ def _prepare(tmp_path, args=(), env=None):
         path.write_text('[DEFAULT]\nhost = from-%s\n' % path.parent.name)
     environ = dict(os.environ, HOME=str(home))
     environ.pop(cyborg.conf.CONFIG_ENV, None)
+    environ.pop(cyborg.conf.CONFIG_DIR_ENV, None)
     environ.update(env or {})
     done = subprocess.run([sys.executable, '-c', CHILD, *args],
                           capture_output=True, text=True, timeout=60,
@@ -90,3 +91,14 @@ def test_tools_do_not_read_the_home_directory(tmp_path, script):
     # cyborg-status: 2 = a failed check (the empty database), not 255.
     assert done.returncode in (0, 2), done.stdout + done.stderr
     assert 'not ini' not in done.stdout + done.stderr
+
+
+def test_os_cyborg_config_dir_moves_the_directory(tmp_path):
+    etc = tmp_path / 'etc-cyborg'
+    (etc / 'cyborg.conf.d').mkdir(parents=True)
+    (etc / 'cyborg.conf').write_text('[DEFAULT]\nhost = from-dir\n')
+    (etc / 'cyborg.conf.d' / 'zz.conf').write_text(
+        '[DEFAULT]\nhost = from-drop-in\n')
+    found = _prepare(tmp_path, env={cyborg.conf.CONFIG_DIR_ENV: str(etc)})
+    assert found == {'host': 'from-drop-in',
+                     'files': [str(etc / 'cyborg.conf')]}
