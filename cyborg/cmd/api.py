@@ -236,9 +236,9 @@ def main(argv=None):
                   ' (set another [api]port)'
                   if exc.errno == errno.EADDRINUSE else '')
         service.exit_process(1)
-    LOG.info('cyborg-api %s listening on %s with %d worker(s) of %d '
-             'threads', version.version_string(), url_of(sock),
-             conf.api.api_workers, conf.api.threads)
+    LOG.info('cyborg-api listening on %s with %d worker(s) of %d threads '
+             '(cyborg %s)', url_of(sock), conf.api.api_workers,
+             conf.api.threads, version.version_string())
     if conf.api.api_workers == 1:
         service.exit_process(_serve_worker(conf, sock))
     sys.exit(WorkerPool(conf, sock, conf.api.api_workers).run())
