@@ -11,6 +11,10 @@ Two process-wide choices are made here, before anything else is imported:
   imports oslo.messaging (whose server module resolves the oslo.service
   backend at import time and would otherwise load eventlet): no cyborg
   process or test runs eventlet.
+- stevedore (which finds drivers and plugins for us, oslo.messaging and
+  keystoneauth) writes no entry-point cache into the home directory
+  (``~/.cache/python-entrypoints``): a cyborg process writes only under
+  ``[DEFAULT]state_path``, so it runs with a read-only root filesystem.
 """
 
 import os
@@ -41,3 +45,8 @@ except _oslo_service_backend.exceptions.BackendAlreadySelected:
     # Imported by a tool that loaded oslo.messaging first (the config and
     # policy generators): it runs no cyborg service, so it does not matter.
     pass
+
+from stevedore import _cache as _stevedore_cache  # noqa: E402
+
+# Reads of a cache someone else wrote still work; we only never write one.
+_stevedore_cache._c._disable_caching = True

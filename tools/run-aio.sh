@@ -3,9 +3,12 @@
 #
 #   tools/run-aio.sh [--port 6666] [--state-dir ~/.local/state/cyborg]
 #
-# Creates (or reuses) .venv, installs the project into it and runs
-# cyborg-aio: API, conductor, agent and Placement in one process, SQLite
-# in the state directory.  Ctrl-C stops it.
+# Creates (or reuses) .venv, installs the project into it with its "aio"
+# extra (the real Placement and the openstack client with its accelerator
+# commands) and runs cyborg-aio: API, conductor, agent and Placement in
+# one process, SQLite in the state directory.  It prints the openstack
+# command to try.  When port 6666 is taken it says so: pass --port N.
+# Ctrl-C stops it.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -26,7 +29,7 @@ if [ ! -e "$stamp" ]; then
     echo "==> installing cyborg into $VENV" >&2
     "$VENV/bin/pip" install -q --upgrade pip
     "$VENV/bin/pip" install -q -r requirements.txt
-    "$VENV/bin/pip" install -q -e .
+    "$VENV/bin/pip" install -q -e ".[aio]"
     rm -f "$VENV"/.cyborg-aio-*
     touch "$stamp"
 fi

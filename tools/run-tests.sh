@@ -29,8 +29,8 @@ port_open() {
 }
 
 wait_port() {
-    local port=$1 name=$2 i
-    for i in $(seq 1 60); do
+    local port=$1 name=$2
+    for _ in $(seq 1 60); do
         port_open "$port" && return 0
         sleep 1
     done
@@ -86,7 +86,7 @@ setup_venv() {
         "$VENV/bin/pip" install -q --upgrade pip
         "$VENV/bin/pip" install -q -r requirements.txt \
             -r test-requirements.txt
-        "$VENV/bin/pip" install -q -e .
+        "$VENV/bin/pip" install -q -e ".[aio,demo]"
         rm -f "$VENV"/.cyborg-installed-*
         touch "$stamp"
     fi

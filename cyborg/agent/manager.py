@@ -156,8 +156,12 @@ class _bitstream_file:
                 raise exception.Invalid(
                     reason=f'bitstream data is not base64: {exc}')
             _verify(data, bitstream.get('checksum'))
+            # Under the state directory, the one place the agent writes
+            # (a container may have no writable /tmp).
+            os.makedirs(self._conf.state_path, exist_ok=True)
             fd, self._tmp = tempfile.mkstemp(prefix='cyborg-bitstream-',
-                                             suffix='.bin')
+                                             suffix='.bin',
+                                             dir=self._conf.state_path)
             with os.fdopen(fd, 'wb') as f:
                 f.write(data)
             return self._tmp

@@ -180,9 +180,13 @@ class Reporter:
     def _send(self, report):
         report['resource_provider_name'] = self.resource_provider_name
         context = cyborg_context.get_admin_context()
-        LOG.debug('Reporting inventory of %s: full=%s, %d device(s), %d '
-                  'removed', self.host, report['full'],
-                  len(report['devices']), len(report['removed']))
+        # An unchanged report (the periodic heartbeat) is DEBUG; one that
+        # carries something is the one line an operator looks for.
+        changed = (report['full'] or report['devices'] or report['removed'])
+        LOG.log(logging.INFO if changed else logging.DEBUG,
+                'Reporting the inventory of %s: %s, %d device(s) sent, %d '
+                'removed', self.host, 'full' if report['full'] else 'delta',
+                len(report['devices']), len(report['removed']))
         self.last_report_started = time.monotonic()
         reply = self._conductor.report_inventory(context, self.host, report)
         self.last_report = report

@@ -11,6 +11,7 @@ from cyborg.api import dispatch
 from cyborg.api import metrics as api_metrics
 from cyborg.api import microversion
 from cyborg.api import wsgi_errors
+from cyborg.wsgi import middleware
 
 # The API is also mounted under this prefix (devstack serves it there).
 MOUNT_PREFIX = '/accelerator'
@@ -35,9 +36,10 @@ def _wrap(app, conf):
     - auth sits right outside the app so only the app sees identities;
     - the mount prefix is stripped before auth, so auth's public-path check
       and the app's routing see the same path with or without it;
-    - the body size limit ([oslo_middleware]max_request_body_size) sits
-      inside FaultBody, so its 413 gets the error body, and refuses a
-      larger body before anyone reads it;
+    - the body is read whole before auth and the app, at most
+      [oslo_middleware]max_request_body_size bytes (a client gone
+      mid-body is one INFO line, not an error deep in the app);
+      inside FaultBody, so its 413 has the error body clients parse;
     - FaultBody gives auth's own errors (401) the error body;
     - request metrics wrap FaultBody, so they count the status the client
       gets (auth's 401 included), and sit inside healthcheck and /metrics
@@ -46,15 +48,16 @@ def _wrap(app, conf):
       token), and /metrics likewise (Prometheus has none);
     - CORS answers preflight requests before anything else needs a token;
     - request_id comes next so every line logged below carries the id;
-    - http_proxy_to_wsgi is outermost: it fixes scheme and host from the
-      proxy's headers before anyone builds a link.
+    - http_proxy_to_wsgi fixes scheme and host from the proxy's headers
+      before anyone builds a link;
+    - the access log is outermost: it times and counts everything.
     """
     if conf.api.auth_strategy == 'keystone':
         app = auth.keystone(app, conf)
     else:
         app = auth.noauth(app)
     app = _strip_prefix(app)
-    app = wsgi_errors.limit_body(app, conf)
+    app = middleware.read_body(app, conf)
     app = wsgi_errors.FaultBody(app)
     app = api_metrics.count_requests(app, MOUNT_PREFIX)
     app = _healthcheck(app, conf)
@@ -63,6 +66,7 @@ def _wrap(app, conf):
     app = cors.CORS(app, conf)
     app = request_id.RequestId(app)
     app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
+    app = middleware.access_log(app)
     return app
 
 

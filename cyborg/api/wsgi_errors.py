@@ -1,17 +1,16 @@
 """WSGI middleware giving every error response the error body
-(doc/source/contract.rst, "Errors"), and the body size limit.
+(doc/source/contract.rst, "Errors").
 
 The app's own errors already have the body; this catches those made by
-the middleware outside the app (auth_token's 401, ...).
+the middleware outside the app (auth_token's 401, the body limit's 413,
+...).
 """
 
-from oslo_middleware import sizelimit
 import webob
 import webob.dec
 
 from cyborg.api import faults
 
-SIZE_GROUP = 'oslo_middleware'
 
 
 class FaultBody:
@@ -48,24 +47,3 @@ def _detail(resp):
         return ''
     return text.splitlines()[-1][:300]
 
-
-def limit_body(app, conf):
-    """413 for a body larger than ``[oslo_middleware]
-    max_request_body_size``, before the app reads any of it (a chunked
-    body is read up to the limit only)."""
-    conf.register_opts(sizelimit.OPTS, group=SIZE_GROUP)
-
-    @webob.dec.wsgify
-    def middleware(req):
-        limit = conf.oslo_middleware.max_request_body_size
-        length = req.content_length
-        if length is None and req.is_body_readable:
-            data = req.body_file.read(limit + 1)
-            length = len(data)
-            req.body = data
-        if length is not None and length > limit:
-            return faults.response(
-                413, 'Request body larger than %d bytes '
-                     '([oslo_middleware]max_request_body_size).' % limit)
-        return req.get_response(app)
-    return middleware

@@ -12,8 +12,10 @@ for this host.  Ctrl-C or SIGTERM stops everything.  Extra options may come
 from ``--config-file``; the settings above win over them.
 """
 
+import errno
 import importlib.metadata
 import os
+import shutil
 import sys
 import uuid
 
@@ -23,6 +25,7 @@ import oslo_messaging as messaging
 import requests
 
 import cyborg.conf
+from cyborg import version
 from cyborg.api import app as api_app
 from cyborg.cmd import agent as agent_cmd
 from cyborg.cmd import api as api_cmd
@@ -52,6 +55,7 @@ def parse(argv):
     conf.register_cli_opts(cli_opts)
     logging.register_options(conf)
     conf(argv, project='cyborg', prog='cyborg-aio',
+         version=version.version_string(),
          default_config_files=[], default_config_dirs=[])
     state_dir = os.path.abspath(os.path.expanduser(conf.state_dir))
     os.makedirs(state_dir, exist_ok=True)
@@ -141,16 +145,22 @@ class _PlacementService:
 
 
 def build_services(conf, state_dir):
+    # The port first: when it is taken, say so before anything else.
+    sock = listen_or_exit(conf.port)
     placement = embedded.EmbeddedPlacement(
         _sqlite(state_dir, 'placement.sqlite'))
-    placement_url = placement.start()
+    try:
+        placement_url = placement.start()
+    except ImportError as exc:
+        sys.exit('cyborg-aio needs the real Placement (%s): install cyborg '
+                 'with its "aio" extra, e.g. pip install -e ".[aio]", or '
+                 'run tools/run-aio.sh' % exc)
     try:
         configure(conf, state_dir, placement_url)
         # Everyone in this process shares one in-memory transport.
         rpc.set_transport(messaging.get_rpc_transport(conf, url='fake://'))
         migration.upgrade(conf)
         ensure_compute_node(placement_url, conf.host)
-        sock = api_cmd.listen('127.0.0.1', conf.port)
         services = [_PlacementService(placement)]
         # The conductor also serves this process's one metrics registry
         # (with [metrics]enabled) on [metrics]conductor_port.
@@ -164,15 +174,38 @@ def build_services(conf, state_dir):
     return services, api_cmd.url_of(sock), placement_url
 
 
+def listen_or_exit(port):
+    """The API's socket on 127.0.0.1:``port``, or exit with a hint."""
+    try:
+        return api_cmd.listen('127.0.0.1', port)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            sys.exit('cyborg-aio cannot start: port %d on 127.0.0.1 is '
+                     'taken (another cyborg-aio?); choose another with '
+                     '--port, e.g. --port %d' % (port, port + 1))
+        sys.exit('cyborg-aio cannot listen on 127.0.0.1:%d: %s'
+                 % (port, exc))
+
+
+def openstack_command():
+    """``openstack``, or its full path when the one installed beside
+    cyborg (the "aio" extra) is not what the shell would find."""
+    beside = os.path.join(os.path.dirname(sys.executable), 'openstack')
+    if os.path.exists(beside) and shutil.which('openstack') != beside:
+        return beside
+    return 'openstack'
+
+
 def banner(api_url, placement_url, state_dir):
     return '\n'.join([
-        'cyborg-aio is running (Ctrl-C stops it).',
+        'cyborg-aio is running (cyborg %s; Ctrl-C stops it).'
+        % version.version_string(),
         '  API:       %s' % api_url,
         '  Placement: %s' % placement_url,
         '  State:     %s (log: cyborg-aio.log)' % state_dir,
         'Try:',
-        '  openstack accelerator device list --os-auth-type none '
-        '--os-endpoint %s/v2' % api_url,
+        '  %s accelerator device list --os-auth-type none '
+        '--os-endpoint %s/v2' % (openstack_command(), api_url),
         # The agent watches the fake device's health: this breaks it
         # (removing the file heals it), see cyborg.drivers.fake.
         '  echo \'{"severity": "fatal", "reason": "try"}\' > %s'

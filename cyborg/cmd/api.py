@@ -10,6 +10,7 @@ them survives a fork.
 """
 
 import errno
+import logging
 import os
 import signal
 import socket
@@ -18,13 +19,17 @@ import threading
 import time
 
 from cheroot import wsgi
-from oslo_log import log as logging
+from oslo_log import log
 
+from cyborg import version
 from cyborg.api import app as api_app
 from cyborg.common import service
 from cyborg.db import api as db_api
 
-LOG = logging.getLogger(__name__)
+LOG = log.getLogger(__name__)
+
+# Errors that only say the client closed its connection.
+_CLIENT_GONE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 # A worker dying sooner than this after its start is not restarted at
 # once, so a worker that cannot start does not make a fork loop.
@@ -40,6 +45,15 @@ class _SharedSocketServer(wsgi.Server):
 
     def bind(self, family, type, proto=0):
         self.socket = self._shared_socket
+
+    def error_log(self, msg='', level=logging.INFO, traceback=False):
+        # cheroot writes these to stderr, tracebacks included; a client
+        # that went away mid-request is no error of ours.
+        exc = sys.exc_info()[1]
+        if isinstance(exc, _CLIENT_GONE):
+            LOG.info('Client connection closed early: %s', exc)
+            return
+        LOG.log(level, 'HTTP server: %s', msg, exc_info=traceback)
 
 
 class APIServer:
@@ -214,9 +228,17 @@ def _describe(status):
 
 def main(argv=None):
     conf = service.prepare(argv, prog='cyborg-api')
-    sock = listen(conf.api.host_ip, conf.api.port)
-    LOG.info('cyborg-api listening on %s with %d worker(s) of %d threads',
-             url_of(sock), conf.api.api_workers, conf.api.threads)
+    try:
+        sock = listen(conf.api.host_ip, conf.api.port)
+    except OSError as exc:
+        LOG.error('cyborg-api cannot listen on %s:%d: %s%s',
+                  conf.api.host_ip, conf.api.port, exc,
+                  ' (set another [api]port)'
+                  if exc.errno == errno.EADDRINUSE else '')
+        service.exit_process(1)
+    LOG.info('cyborg-api listening on %s with %d worker(s) of %d threads '
+             '(cyborg %s)', url_of(sock), conf.api.api_workers,
+             conf.api.threads, version.version_string())
     if conf.api.api_workers == 1:
         service.exit_process(_serve_worker(conf, sock))
     sys.exit(WorkerPool(conf, sock, conf.api.api_workers).run())

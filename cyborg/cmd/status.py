@@ -80,5 +80,8 @@ def main(argv=None):
     # The policy options, so the checks can find [oslo_policy]policy_file.
     common_checks.policy_opts.set_defaults(conf)
     argv = sys.argv[1:] if argv is None else argv
-    sys.exit(upgradecheck.main(conf, project='cyborg',
-                               upgrade_command=Checks(conf), argv=argv))
+    # upgradecheck.main() would parse with oslo.config's default search
+    # (home directory included); parse like every cyborg command instead.
+    upgradecheck.register_cli_options(conf, Checks(conf))
+    cyborg.conf.parse_args(conf, argv, prog='cyborg-status')
+    sys.exit(upgradecheck.run(conf))

@@ -31,6 +31,7 @@ import time
 from oslo_log import log as logging
 
 import cyborg.conf
+from cyborg import version
 from cyborg.common import rpc
 
 LOG = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ def prepare(argv=None, conf=None, prog=None):
     logging.set_defaults(default_log_levels=logging.get_default_log_levels()
                          + ['stevedore=WARN', 'cheroot=WARN'])
     argv = sys.argv[1:] if argv is None else argv
-    conf(argv, project='cyborg', prog=prog)
+    cyborg.conf.parse_args(conf, argv, prog=prog)
     logging.setup(conf, 'cyborg')
     return conf
 
@@ -223,7 +224,8 @@ def run_process(prog, build_services, argv=None):
     launcher = Launcher(cyborg.conf.CONF, prog)
     launcher.install_signal_handlers()
     conf = prepare(argv, prog=prog)
-    LOG.info('%s starting on host %s', prog, conf.host)
+    LOG.info('%s %s starting on host %s', prog, version.version_string(),
+             conf.host)
     try:
         for service in build_services(conf):
             launcher.add(service)

@@ -283,6 +283,10 @@ def _run_batch(conf, context, batch_id, jobs, deadline, started=None):
                 _observe_bind(started, 'failed')
         else:
             _observe_bind(started, 'bound')
+            LOG.info('Accelerator request %s bound on %s (provider %s, '
+                     '%s handle) for instance %s', job['uuid'],
+                     job['hostname'], job['device_rp_uuid'],
+                     handle.attach_type, job['instance_uuid'])
             _notify_bound(conf, context, job, handle)
     try:
         nova.deliver_batch(conf, context, batch_id)

@@ -67,6 +67,7 @@ def handle_report(conf, context, hostname, report):
         if _looks_unchanged(report) and db_api.inventory_host_touch(
                 context, hostname, report['digest']):
             kind = 'unchanged'
+            LOG.debug('Report of %s: unchanged', hostname)
             return {'digest': report['digest'], 'need_full': False}
         return _handle_changed(conf, context, hostname, report, devices,
                                removed)
@@ -86,12 +87,22 @@ def _handle_changed(conf, context, hostname, report, devices, removed):
                  'for a full report.', hostname, report.get('base_digest'),
                  outcome.digest)
         return {'digest': outcome.digest, 'need_full': True}
+    _log_stored(hostname, report, outcome.plan)
     if not outcome.synced:
         placement_sync.sync_after_report(
             conf, context, hostname, outcome.plan, digest,
             rp_name=report.get('resource_provider_name'),
             trust_memory=outcome.was_synced)
     return {'digest': digest, 'need_full': False}
+
+
+def _log_stored(hostname, report, plan):
+    """One line per stored report (an unchanged one is DEBUG above)."""
+    LOG.info('Report of %s stored (%s): %d device(s) added, %d updated, %d '
+             'removed; %d row(s) written', hostname,
+             'full' if report['full'] else 'delta',
+             len(plan.add['devices']), len(plan.update['devices']),
+             len(plan.delete['devices']), plan.statement_count())
 
 
 def _looks_unchanged(report):

@@ -23,6 +23,7 @@ Placement still reports is unchanged, anything else (an edit by hand,
 another conductor, an allocation) makes it compare inventories and traits.
 """
 
+import collections
 import threading
 import weakref
 
@@ -124,19 +125,34 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     client.ensure_resource_classes(rcs)
     client.ensure_traits(traits)
     failures = []
+    done = collections.Counter()
     for provider in desired:
         try:
-            _sync_provider(client, provider, actual.get(provider.uuid),
-                           touched, trust_memory)
+            done[_sync_provider(client, provider, actual.get(provider.uuid),
+                                touched, trust_memory)] += 1
         except exception.PlacementError as exc:
             failures.append(exc)
     unwanted = (set(removed) | owned) - {p.uuid for p in desired} - {cn_uuid}
     for rp_uuid in sorted(unwanted):
         if rp_uuid in actual:
             _remove_provider(client, rp_uuid)
+            done['removed'] += 1
+    _log_sync(hostname, done, failures)
     if failures:
         raise failures[0]
     return True
+
+
+def _log_sync(hostname, done, failures):
+    """One line per sync: INFO when it wrote something or failed, DEBUG
+    when Placement already matched (the reconcile checks every host)."""
+    wrote = done['created'] + done['updated'] + done['removed']
+    LOG.log(logging.INFO if wrote or failures else logging.DEBUG,
+            'Placement sync of host %s: %d provider(s) created, %d '
+            'updated, %d removed, %d unchanged%s', hostname,
+            done['created'], done['updated'], done['removed'],
+            done['unchanged'],
+            ', %d failed' % len(failures) if failures else '')
 
 
 def _compute_node_tree(client, context, host, name):
@@ -170,21 +186,27 @@ def _by_uuid(providers):
 
 
 def _sync_provider(client, provider, actual, touched, trust_memory):
+    """Make one provider right; says what it took: ``created``,
+    ``updated`` or ``unchanged``."""
     if actual is None:
         created = client.create_provider(provider.uuid, provider.name,
                                          provider.parent_uuid)
         _write_provider(client, provider, created['generation'])
-        return
+        return 'created'
     if (actual['name'] != provider.name or
             actual['parent_provider_uuid'] != provider.parent_uuid):
         actual = client.update_provider(provider.uuid, provider.name,
                                         provider.parent_uuid)
         _check_provider(client, provider)
-    elif touched is not None and provider.uuid in touched:
+        return 'updated'
+    if touched is not None and provider.uuid in touched:
         _write_provider(client, provider, actual['generation'])
-    elif (not trust_memory or
-          _remembered(client, provider.uuid) != actual['generation']):
-        _check_provider(client, provider)
+        return 'updated'
+    if (not trust_memory or
+            _remembered(client, provider.uuid) != actual['generation']):
+        return 'updated' if _check_provider(client, provider) \
+            else 'unchanged'
+    return 'unchanged'
 
 
 def _write_provider(client, provider, generation):
@@ -196,20 +218,25 @@ def _write_provider(client, provider, generation):
 
 
 def _check_provider(client, provider):
-    """Read inventories and traits; write only what differs."""
+    """Read inventories and traits; write only what differs.  True when
+    something was written."""
+    wrote = False
     generation, inventories = client.get_inventories(provider.uuid)
     if provider_tree.inventories_differ(provider.inventories, inventories):
         LOG.info('Repairing the inventory of provider %s (%s)',
                  provider.name, provider.uuid)
         generation = client.set_inventories(provider.uuid,
                                             provider.inventories, generation)
+        wrote = True
     generation, traits = client.get_traits(provider.uuid)
     if traits != set(provider.traits):
         LOG.info('Repairing the traits of provider %s (%s)', provider.name,
                  provider.uuid)
         generation = client.set_traits(provider.uuid, provider.traits,
                                        generation)
+        wrote = True
     _remember(client, provider.uuid, generation)
+    return wrote
 
 
 def _remove_provider(client, rp_uuid):

@@ -2,7 +2,19 @@
 
 Code receives ``CONF`` (or a ConfigOpts) and reads options when it needs
 them; no option is read at import time.
+
+Where configuration comes from: the ``--config-file`` and ``--config-dir``
+arguments; without them, the files named in ``OS_CYBORG_CONFIG`` (comma
+separated); without that, ``cyborg.conf`` and the ``*.conf`` files of
+``cyborg.conf.d`` in the configuration directory: ``OS_CYBORG_CONFIG_DIR``,
+by default ``/etc/cyborg``.  Nothing else: unlike oslo.config's default
+search, never the home directory or ``/etc/cyborg.conf``, so a container
+that mounts ``/etc/cyborg`` sees exactly what it was given.  The policy
+file (``[oslo_policy]policy_file``, ``policy.yaml``) is looked up beside
+the config files read.
 """
+
+import os
 
 from oslo_config import cfg
 
@@ -16,12 +28,17 @@ from cyborg.conf import health
 from cyborg.conf import metrics
 from cyborg.conf import nova
 from cyborg.conf import placement
+from cyborg.conf import privsep
 from cyborg.conf import service_user
 
 CONF = cfg.CONF
 
+CONFIG_DIR = '/etc/cyborg'
+CONFIG_ENV = 'OS_CYBORG_CONFIG'
+CONFIG_DIR_ENV = 'OS_CYBORG_CONFIG_DIR'
+
 _MODULES = (default, api, conductor, database, agent, placement, nova,
-            glance, service_user, health, metrics)
+            glance, service_user, health, metrics, privsep)
 
 
 def register_opts(conf):
@@ -30,3 +47,41 @@ def register_opts(conf):
 
 
 register_opts(CONF)
+
+
+def default_config_files(environ=None):
+    """The config files read when the command line names none."""
+    environ = os.environ if environ is None else environ
+    named = [f.strip() for f in environ.get(CONFIG_ENV, '').split(',')
+             if f.strip()]
+    if named:
+        # A missing one is an error (oslo.config says which), not skipped.
+        return named
+    path = os.path.join(config_dir(environ), 'cyborg.conf')
+    return [path] if os.path.isfile(path) else []
+
+
+def default_config_dirs(environ=None):
+    """The config directories read when the command line names none."""
+    environ = os.environ if environ is None else environ
+    if environ.get(CONFIG_ENV, '').strip():
+        return []
+    path = os.path.join(config_dir(environ), 'cyborg.conf.d')
+    return [path] if os.path.isdir(path) else []
+
+
+def config_dir(environ=None):
+    """``OS_CYBORG_CONFIG_DIR``, else ``/etc/cyborg``."""
+    environ = os.environ if environ is None else environ
+    return environ.get(CONFIG_DIR_ENV, '').strip() or CONFIG_DIR
+
+
+def parse_args(conf, argv, prog=None):
+    """Parse ``argv`` and the config files into ``conf``; ``--version``
+    prints cyborg's version."""
+    from cyborg import version
+    conf(argv, project='cyborg', prog=prog,
+         version=version.version_string(),
+         default_config_files=default_config_files(),
+         default_config_dirs=default_config_dirs())
+    return conf

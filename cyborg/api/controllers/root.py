@@ -1,5 +1,6 @@
 """The version documents: GET /, GET /v2 and the OpenAPI document."""
 
+from cyborg import version as cyborg_version
 from cyborg.api import microversion
 
 DESCRIPTION = ('Cyborg (previously known as Nomad) is an OpenStack project '
@@ -18,12 +19,18 @@ def _v2(r, doc_id):
 
 
 def root_versions(r):
-    """GET / : the versions this API serves."""
+    """GET / : the versions this API serves.
+
+    Cyborg's document (name, description, versions, default_version) plus
+    ``service_version``, the release of this server: clients read only
+    the keys they know (keystoneauth's discovery reads ``versions``).
+    """
     version = _v2(r, 'v2')
     return {'name': 'OpenStack Cyborg API',
             'description': DESCRIPTION,
             'versions': [version],
-            'default_version': version}
+            'default_version': version,
+            'service_version': cyborg_version.version_string()}
 
 
 def v2_version(r):

@@ -19,4 +19,6 @@ ROOT = strict_object({
     'description': common.STRING,
     'versions': {'type': 'array', 'items': V2},
     'default_version': V2,
+    'service_version': dict(common.STRING, description='The release of '
+                            'this server (ours; not in Cyborg\'s document).'),
 })

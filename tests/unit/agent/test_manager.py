@@ -135,3 +135,26 @@ def test_request_report_asks_for_a_full_one(conf, tmp_path, admin_context):
     manager, _tree, requests = _manager(conf, tmp_path)
     manager.request_report(admin_context)
     assert requests.full == 1
+
+
+def test_inline_bitstream_goes_under_the_state_path_only(conf, tmp_path,
+                                                         admin_context):
+    manager, _tree, _requests = _manager(conf, tmp_path)
+    driver = manager.drivers['fake_driver']
+    seen = []
+    program = driver.program
+
+    def observing(controlpath_id, image_path, image_uuid):
+        seen.append((image_path, os.path.exists(image_path)))
+        return program(controlpath_id, image_path, image_uuid)
+
+    driver.program = observing
+    data = b'\x00bitstream'
+    manager.fpga_program(admin_context, '0000:0c:00.0',
+                         {'image_uuid': 'img-8',
+                          'data': base64.b64encode(data).decode()},
+                         'fake_driver')
+    [(path, existed)] = seen
+    assert existed
+    assert os.path.dirname(path) == conf.state_path
+    assert not os.path.exists(path)

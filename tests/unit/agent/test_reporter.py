@@ -192,3 +192,23 @@ def test_resource_provider_name_defaults_to_the_fqdn(conf, host, conductor):
     reporter.report_now()
     assert reporter.last_report['resource_provider_name'] == \
         socket.getfqdn()
+
+
+def test_a_report_that_carries_something_is_one_info_line(conf, host,
+                                                          conductor, caplog):
+    caplog.set_level('DEBUG', logger='cyborg.agent')
+    reporter = _reporter(conf)
+
+    def lines(level):
+        return [r.getMessage() for r in caplog.records
+                if r.name == 'cyborg.agent.reporter'
+                and r.levelname == level]
+
+    reporter.report_now()
+    assert lines('INFO') == ['Reporting the inventory of %s: full, 2 '
+                             'device(s) sent, 0 removed' % HOST]
+    caplog.clear()
+    reporter.report_now()
+    assert lines('INFO') == []
+    assert lines('DEBUG') == ['Reporting the inventory of %s: delta, 0 '
+                              'device(s) sent, 0 removed' % HOST]

@@ -29,7 +29,7 @@ def _post(service, body, content_type='application/json', headers=None,
     if chunked:
         del req.headers['Content-Length']
         req.environ.pop('CONTENT_LENGTH', None)
-        req.is_body_readable = True
+        req.headers['Transfer-Encoding'] = 'chunked'
     resp = req.get_response(service.app)
     fault = json.loads(json.loads(resp.text)['error_message'])
     return resp.status_int, fault['faultstring']
@@ -56,7 +56,7 @@ JUST_TOO_DEEP = b'[{"name": "p", "groups": [' + b'[' * 40 + b']' * 40 + b']}]'
      'charset=utf-16', {}, 400, 'charset utf-16 is not supported'),
     (b'\xff\xfe' + json.dumps(PROFILE).encode(), 'application/json', {},
      400, 'not valid UTF-8'),
-    (gzip.compress(json.dumps(PROFILE).encode()), 'application/json',
+    (gzip.compress(json.dumps(PROFILE).encode(), mtime=0), 'application/json',
      {'Content-Encoding': 'gzip'}, 400, 'Content-Encoding gzip'),
     (b'[' + b' ' * LIMIT + b']', 'application/json', {}, 413,
      'larger than %d bytes' % LIMIT),

@@ -38,3 +38,34 @@ def test_sample_has_the_groups_operators_set():
                    '#enabled_drivers =', '#resource_provider_name =',
                    '#sysfs_root =', '#graceful_shutdown_timeout ='):
         assert option in sample, option
+
+
+def _sample_sections():
+    with open(SAMPLE) as f:
+        return [line.strip()[1:-1] for line in f
+                if line.startswith('[') and line.strip().endswith(']')]
+
+
+def test_sample_documents_the_section_the_agent_reads_for_privsep():
+    from cyborg.agent import privileged
+    sections = _sample_sections()
+    assert privileged.default.cfg_section in sections
+    # oslo.privsep's own default section name is read by nobody here.
+    assert 'privsep' not in sections
+
+
+def test_sample_shows_the_real_database_default():
+    from oslo_config import cfg
+
+    import cyborg.conf
+    with open(SAMPLE) as f:
+        documented = [line.split('=', 1)[1].strip() for line in f
+                      if line.startswith('#connection =')]
+    conf = cfg.ConfigOpts()
+    cyborg.conf.register_opts(conf)
+    conf([], project='cyborg', default_config_files=[],
+         default_config_dirs=[])
+    assert documented[0] == 'sqlite:///$state_path/cyborg.sqlite'
+    assert conf.database.connection == 'sqlite:////var/lib/cyborg/cyborg.sqlite'
+    conf.set_override('state_path', '/srv/cyborg')
+    assert conf.database.connection == 'sqlite:////srv/cyborg/cyborg.sqlite'

@@ -308,3 +308,18 @@ def test_no_nova_configured_binds_without_events(conf, db, ctx, device,
     assert _state(db, uuid).state == 'Bound'
     assert fake_nova.requests == []
     assert not nova.enabled(conf)
+
+
+def test_a_bind_is_one_info_line(aconf, db, ctx, device, fake_nova, caplog):
+    caplog.set_level('INFO', logger='cyborg')
+    uuids = _create(db, ctx, [{'resources:FPGA': '2'}])
+    instance = str(uuidlib.uuid4())
+    _bind(aconf, ctx, {u: _binding(device, instance) for u in uuids})
+    lines = [r.getMessage() for r in caplog.records
+             if r.name == 'cyborg.conductor.arq_binding'
+             and r.levelname == 'INFO']
+    assert len(lines) == 2
+    for uuid, line in zip(sorted(uuids), sorted(lines)):
+        assert line.startswith('Accelerator request %s bound on %s'
+                               % (uuid, device.hostname))
+        assert instance in line and device.rp_uuid in line

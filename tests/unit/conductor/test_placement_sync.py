@@ -192,3 +192,46 @@ def test_plain_maintenance_enables_without_asking_the_agent(
     assert device['status'] == 'enabled'
     assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
         == 0
+
+
+def test_report_and_sync_are_one_info_line_each(conf, db, admin_context,
+                                                placement,  # noqa: F811
+                                                caplog):
+    pf.placement_conf(conf, placement.url)
+    requests.post(placement.url + '/resource_providers', json={'name': HOST},
+                  headers=pf.HEADERS, timeout=10)
+    devices = [cf.device(HOST, '0000:81:00.0'),
+               cf.device(HOST, '0000:82:00.0', dev_type='FPGA', rc='FPGA')]
+    caplog.set_level('DEBUG', logger='cyborg')
+
+    def info_lines():
+        lines = [r.getMessage() for r in caplog.records
+                 if r.name.startswith('cyborg.conductor')
+                 and r.levelname == 'INFO']
+        caplog.clear()
+        return lines
+
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report(devices))
+    stored, synced = info_lines()
+    assert stored.startswith('Report of host1 stored (full): 2 device(s) '
+                             'added, 0 updated, 0 removed; ')
+    assert synced == ('Placement sync of host host1: 2 provider(s) '
+                      'created, 0 updated, 0 removed, 0 unchanged')
+
+    # The heartbeat and a reconcile that finds Placement right: DEBUG.
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.unchanged(devices))
+    placement_sync.reconcile_all(conf, admin_context)
+    assert info_lines() == []
+
+    inventory_apply.handle_report(
+        conf, admin_context, HOST,
+        cf.report(devices[:1], base_digest=cf.unchanged(devices)['digest'],
+                  full=False, changed=[],
+                  removed=[devices[1].key()]))
+    stored, synced = info_lines()
+    assert stored.startswith('Report of host1 stored (delta): 0 device(s) '
+                             'added, 0 updated, 1 removed; ')
+    assert synced.startswith('Placement sync of host host1: 0 provider(s) '
+                             'created, 0 updated, 1 removed')

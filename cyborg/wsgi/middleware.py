@@ -1,0 +1,187 @@
+"""WSGI middleware about the HTTP exchange itself, whatever the server:
+
+- ``access_log``: one INFO line per request on the ``cyborg.api.access``
+  logger (method, path, status, bytes sent, duration, request id), logged
+  when the response is finished, so the duration includes sending it.
+  ``/healthcheck`` probes are logged at DEBUG: a load balancer asks every
+  few seconds.
+- ``read_body``: reads the request body before anything else looks at it,
+  so that a client that goes away while sending it costs one INFO line
+  instead of an ERROR with a traceback from deep inside the framework;
+  a body over ``[oslo_middleware]max_request_body_size`` bytes is refused
+  with 413 without being read (a chunked one is read up to the limit).
+"""
+
+import io
+import time
+
+from oslo_context import context as oslo_context
+from oslo_log import log as logging
+from oslo_middleware import request_id as oslo_request_id
+from oslo_middleware import sizelimit
+import webob
+import webob.exc
+
+ACCESS_LOG = logging.getLogger('cyborg.api.access')
+LOG = logging.getLogger(__name__)
+
+QUIET_PATHS = ('/healthcheck',)
+SIZE_GROUP = 'oslo_middleware'
+_CHUNK = 65536
+
+
+def _context(environ):
+    # The request's own id, never the thread's last context (a request
+    # that auth refused made none).
+    return oslo_context.RequestContext(
+        request_id=environ.get(oslo_request_id.ENV_REQUEST_ID),
+        overwrite=False)
+
+
+def access_log(app):
+    """Log one line per request once its response is sent."""
+    def middleware(environ, start_response):
+        started = time.monotonic()
+        seen = {'status': None}
+
+        def recording_start_response(status, headers, exc_info=None):
+            seen['status'] = status.split(' ', 1)[0]
+            return start_response(status, headers, exc_info)
+
+        try:
+            body = app(environ, recording_start_response)
+        except Exception:
+            seen['status'] = seen['status'] or '500'
+            _log(environ, seen['status'], 0, started)
+            raise
+        return _LoggedBody(body, environ, seen, started)
+    return middleware
+
+
+class _LoggedBody:
+    """The response body, counted as it is sent; logs once, when the
+    server asks for more after the last chunk or closes it (a client gone
+    mid-response: what was sent until then)."""
+
+    def __init__(self, body, environ, seen, started):
+        self._body = body
+        self._environ = environ
+        self._seen = seen
+        self._started = started
+        self._sent = 0
+        self._logged = False
+
+    def __iter__(self):
+        for chunk in self._body:
+            self._sent += len(chunk)
+            yield chunk
+        self._log_once()
+
+    def close(self):
+        try:
+            if hasattr(self._body, 'close'):
+                self._body.close()
+        finally:
+            self._log_once()
+
+    def _log_once(self):
+        if not self._logged:
+            self._logged = True
+            _log(self._environ, self._seen['status'], self._sent,
+                 self._started)
+
+
+def _log(environ, status, sent, started):
+    path = (environ.get('SCRIPT_NAME', '') + environ.get('PATH_INFO', '')
+            or '/')
+    if environ.get('QUERY_STRING'):
+        path += '?' + environ['QUERY_STRING']
+    level = (logging.DEBUG if environ.get('PATH_INFO') in QUIET_PATHS
+             else logging.INFO)
+    ACCESS_LOG.log(
+        level, '%(remote)s "%(method)s %(path)s" status: %(status)s '
+        'len: %(len)d time: %(time).4f request_id: %(request_id)s',
+        {'remote': environ.get('REMOTE_ADDR', '-'),
+         'method': environ.get('REQUEST_METHOD', '-'), 'path': path,
+         'status': status or '-', 'len': sent,
+         'time': time.monotonic() - started,
+         'request_id': environ.get(oslo_request_id.ENV_REQUEST_ID, '-')},
+        context=_context(environ))
+
+
+def read_body(app, conf):
+    """Read the whole request body first (at most
+    ``[oslo_middleware]max_request_body_size`` bytes)."""
+    conf.register_opts(sizelimit.OPTS, group=SIZE_GROUP)
+
+    def middleware(environ, start_response):
+        limit = conf.oslo_middleware.max_request_body_size
+        length = _content_length(environ)
+        chunked = 'chunked' in environ.get('HTTP_TRANSFER_ENCODING',
+                                           '').lower()
+        if length is None and not chunked:
+            return app(environ, start_response)
+        if length is not None and length > limit:
+            return _too_large(limit)(environ, start_response)
+        try:
+            body = _read(environ['wsgi.input'], length, limit)
+        except _ClientGone as exc:
+            LOG.info('Client went away while sending the body of %s %s: '
+                     '%s', environ.get('REQUEST_METHOD'),
+                     environ.get('PATH_INFO'), exc,
+                     context=_context(environ))
+            return webob.exc.HTTPBadRequest(
+                'The client disconnected while sending the body.')(
+                    environ, start_response)
+        except _TooLarge:
+            return _too_large(limit)(environ, start_response)
+        environ['wsgi.input'] = io.BytesIO(body)
+        environ['CONTENT_LENGTH'] = str(len(body))
+        environ.pop('HTTP_TRANSFER_ENCODING', None)
+        return app(environ, start_response)
+    return middleware
+
+
+def _too_large(limit):
+    return webob.exc.HTTPRequestEntityTooLarge(
+        'The request body is larger than %d bytes '
+        '([oslo_middleware]max_request_body_size).' % limit)
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _content_length(environ):
+    value = environ.get('CONTENT_LENGTH')
+    if value in (None, ''):
+        return None
+    try:
+        return max(0, int(value))
+    except ValueError:
+        return None
+
+
+def _read(stream, length, limit):
+    """``length`` bytes from ``stream`` (up to EOF when None)."""
+    want = limit + 1 if length is None else length
+    parts = []
+    got = 0
+    while got < want:
+        try:
+            chunk = stream.read(min(_CHUNK, want - got))
+        except OSError as exc:
+            raise _ClientGone(exc) from exc
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    if length is None and got > limit:
+        raise _TooLarge()
+    if length is not None and got < length:
+        raise _ClientGone('%d of %d bytes received' % (got, length))
+    return b''.join(parts)

@@ -1,0 +1,126 @@
+"""Placement (a whole service) and the clients come with the "aio"
+extra only; every other command works without them, and cyborg-aio
+says what to install, or which --port to take when its port is busy."""
+
+import configparser
+import os
+import socket
+import subprocess
+import sys
+
+ROOT = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
+                    os.pardir)
+
+BLOCK_PLACEMENT = '''
+import importlib.abc, sys
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == 'placement' or name.startswith('placement.'):
+            raise ModuleNotFoundError("No module named 'placement'",
+                                      name='placement')
+        return None
+
+sys.meta_path.insert(0, Block())
+'''
+
+
+def _requirements(text):
+    return {line.split('>')[0].split('=')[0].split('<')[0].strip().lower()
+            for line in text.splitlines()
+            if line.strip() and not line.strip().startswith('#')}
+
+
+def test_placement_is_only_in_the_aio_extra():
+    with open(os.path.join(ROOT, 'requirements.txt')) as f:
+        assert 'openstack-placement' not in _requirements(f.read())
+    parser = configparser.ConfigParser()
+    parser.read(os.path.join(ROOT, 'setup.cfg'))
+    aio = _requirements(parser['extras']['aio'])
+    assert {'openstack-placement', 'python-openstackclient',
+            'python-cyborgclient'} <= aio
+
+
+def test_the_scripts_install_what_they_use():
+    with open(os.path.join(ROOT, 'tools', 'run-aio.sh')) as f:
+        assert '.[aio]' in f.read()
+    with open(os.path.join(ROOT, 'test-requirements.txt')) as f:
+        assert 'openstack-placement' in _requirements(f.read())
+
+
+def test_services_start_without_placement_installed():
+    child = BLOCK_PLACEMENT + '''
+import cyborg.cmd.api, cyborg.cmd.conductor, cyborg.cmd.agent
+import cyborg.cmd.dbsync, cyborg.cmd.status, cyborg.wsgi.api
+import cyborg.conductor.placement_sync, cyborg.placement.client
+try:
+    import placement
+except ImportError:
+    print('imports ok')
+'''
+    done = subprocess.run([sys.executable, '-c', child], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == 'imports ok'
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def test_aio_without_placement_names_the_extra(tmp_path):
+    child = BLOCK_PLACEMENT + '''
+from cyborg.cmd import aio
+aio.main(sys.argv[1:])
+'''
+    done = subprocess.run(
+        [sys.executable, '-c', child, '--port', str(_free_port()),
+         '--state-dir', str(tmp_path)],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert '".[aio]"' in done.stderr, done.stderr
+    assert 'Traceback' not in done.stderr
+
+
+def test_aio_on_a_busy_port_suggests_another(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(('127.0.0.1', 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run(
+            [os.path.join(sys.prefix, 'bin', 'cyborg-aio'), '--port',
+             str(port), '--state-dir', str(tmp_path)],
+            capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert 'port %d on 127.0.0.1 is taken' % port in done.stderr
+    assert '--port %d' % (port + 1) in done.stderr
+    assert 'Traceback' not in done.stderr
+
+
+def test_api_on_a_busy_port_says_which_option(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(('127.0.0.1', 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        conf = tmp_path / 'c.conf'
+        conf.write_text('[api]\nhost_ip = 127.0.0.1\nport = %d\n' % port)
+        done = subprocess.run(
+            [os.path.join(sys.prefix, 'bin', 'cyborg-api'), '--config-file',
+             str(conf)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    output = done.stdout + done.stderr
+    assert 'set another [api]port' in output
+    assert 'Traceback' not in output
+
+
+def test_the_banner_names_an_openstack_command_that_exists(monkeypatch):
+    from cyborg.cmd import aio
+    monkeypatch.setenv('PATH', '/usr/bin:/bin')
+    command = aio.openstack_command()
+    # The client the "aio" extra installed, even off the PATH.
+    assert os.path.isabs(command) and os.access(command, os.X_OK)
+    assert command in aio.banner('http://127.0.0.1:1', 'http://p', '/s')
+    monkeypatch.setenv('PATH', os.path.dirname(command))
+    assert aio.openstack_command() == 'openstack'

@@ -1,0 +1,164 @@
+"""The access log line, bodies read first (a client gone mid-body is one
+INFO line, not an ERROR with a traceback), and the body size limit."""
+
+import io
+import logging
+import os
+import socket
+import struct
+import time
+
+import webob
+
+from cyborg.api import app as api_app
+from tests.fixtures import api as api_fixture
+from tests.fixtures import databases
+from tests.fixtures import processes
+
+ADMIN = {'X-Roles': 'admin', 'X-Project-Id': 'p1'}
+
+
+def _app(max_request_body_size=None):
+    conf = api_fixture.make_conf()
+    app = api_app.build_app(conf)
+    if max_request_body_size is not None:
+        conf.set_override('max_request_body_size', max_request_body_size,
+                          group='oslo_middleware')
+    return app
+
+
+def _records(caplog, name):
+    return [r for r in caplog.records if r.name == name]
+
+
+def test_one_access_line_per_request(caplog):
+    app = _app()
+    caplog.set_level(logging.INFO)
+    resp = webob.Request.blank('/accelerator/v2?x=1').get_response(app)
+    assert resp.status_int == 200
+    body = resp.body  # the line is logged once the body is sent
+    lines = _records(caplog, 'cyborg.api.access')
+    assert len(lines) == 1
+    message = lines[0].getMessage()
+    assert lines[0].levelno == logging.INFO
+    assert '"GET /accelerator/v2?x=1"' in message
+    assert 'status: 200' in message
+    assert 'len: %d' % len(body) in message
+    assert 'time: ' in message
+    assert resp.headers['x-openstack-request-id'] in message
+
+
+def test_health_probes_are_logged_at_debug(caplog):
+    app = _app()
+    caplog.set_level(logging.DEBUG)
+    resp = webob.Request.blank('/healthcheck').get_response(app)
+    assert resp.status_int == 200 and resp.body is not None
+    lines = _records(caplog, 'cyborg.api.access')
+    assert [r.levelno for r in lines] == [logging.DEBUG]
+
+
+class _GoneInput:
+    """A request body whose client resets the connection."""
+
+    def read(self, size=-1):
+        raise ConnectionResetError(104, 'Connection reset by peer')
+
+
+def test_client_gone_while_sending_the_body_is_not_an_error(caplog):
+    app = _app()
+    caplog.set_level(logging.DEBUG)
+    req = webob.Request.blank('/v2/device_profiles', method='POST',
+                              headers=dict(ADMIN, **{
+                                  'Content-Type': 'application/json'}))
+    req.environ['wsgi.input'] = _GoneInput()
+    req.environ['CONTENT_LENGTH'] = '100'
+    resp = req.get_response(app)
+    assert resp.status_int == 400
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any('Client went away' in r.getMessage() for r in caplog.records)
+
+
+def test_short_body_is_a_client_gone(caplog):
+    app = _app()
+    caplog.set_level(logging.INFO)
+    req = webob.Request.blank('/v2/device_profiles', method='POST',
+                              headers=ADMIN)
+    req.environ['wsgi.input'] = io.BytesIO(b'[{"na')
+    req.environ['CONTENT_LENGTH'] = '100'
+    assert req.get_response(app).status_int == 400
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_body_over_the_limit_is_413_with_the_error_body():
+    app = _app(max_request_body_size=2048)
+    body = b'[' + b' ' * 4096 + b']'
+    resp = webob.Request.blank('/v2/device_profiles', method='POST',
+                               headers=ADMIN, body=body).get_response(app)
+    assert resp.status_int == 413
+    assert 'error_message' in resp.json
+    # Chunked, without a length: counted while read.
+    req = webob.Request.blank('/v2/device_profiles', method='POST',
+                              headers=dict(ADMIN, **{
+                                  'Transfer-Encoding': 'chunked'}))
+    req.environ['wsgi.input'] = io.BytesIO(body)
+    req.environ.pop('CONTENT_LENGTH', None)
+    assert req.get_response(app).status_int == 413
+
+
+def test_a_body_within_the_limit_reaches_the_app_whole():
+    app = _app()
+    body = b'[{"name": "bad name!", "groups": [{"resources:FPGA": "1"}]}]'
+    resp = webob.Request.blank('/v2/device_profiles', method='POST',
+                               headers=dict(ADMIN, **{
+                                   'Content-Type': 'application/json'}),
+                               body=body).get_response(app)
+    # The app's schema saw the name: the body arrived intact.
+    assert resp.status_int == 400
+    assert "'bad name!' does not match" in resp.text
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def _reset(sock):
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                    struct.pack('ii', 1, 0))
+    sock.close()
+
+
+def test_cyborg_api_logs_no_traceback_when_clients_vanish(tmp_path):
+    db = 'sqlite:///%s' % (tmp_path / 'cyborg.sqlite')
+    databases.create_schema(db)
+    port = _free_port()
+    config = processes.write_config(tmp_path / 'cyborg.conf', {
+        'DEFAULT': {'host': 'vanish'},
+        'database': {'connection': db},
+        'api': {'auth_strategy': 'noauth', 'host_ip': '127.0.0.1',
+                'port': port},
+    })
+    api = processes.ServiceProcess('cyborg-api', config,
+                                   tmp_path / 'api.log')
+    api.start()
+    try:
+        api.wait_for_log('worker %d started' % api.pid, timeout=60)
+        head = ('POST /v2/device_profiles HTTP/1.1\r\nHost: x\r\n'
+                'Content-Type: application/json\r\nX-Roles: admin\r\n'
+                'X-Project-Id: p\r\nContent-Length: 1000\r\n\r\n[{"na')
+        for close in (_reset, socket.socket.close):
+            sock = socket.create_connection(('127.0.0.1', port))
+            sock.sendall(head.encode())
+            time.sleep(0.3)
+            close(sock)
+        api.wait_for_log('5 of 1000 bytes received', timeout=20)
+        api.wait_for_log('status: 400', timeout=20)
+        api.stop()
+    finally:
+        api.kill()
+    log = api.log()
+    assert 'Client went away' in log
+    assert 'Traceback' not in log
+    assert ' ERROR ' not in log
+    assert os.path.getsize(tmp_path / 'api.log') > 0

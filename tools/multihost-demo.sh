@@ -1,0 +1,302 @@
+#!/bin/bash
+# Three compute hosts on one machine: the real Placement and cyborg-api
+# under gunicorn, one cyborg-conductor and three cyborg-agents, each agent
+# its own host (its own [DEFAULT]host, fake sysfs tree and state
+# directory), over the local RabbitMQ and MariaDB.  It ends by showing
+# "openstack accelerator device list" with the devices of all three.
+#
+#   tools/multihost-demo.sh [--no-wait] [--workdir DIR]
+#
+# --no-wait   stop and clean up right after showing the devices (default:
+#             keep running until Ctrl-C, then clean up)
+# --workdir   where configs, fake sysfs trees, state and logs go (kept
+#             afterwards); default a new temporary directory, removed
+#
+# Environment:
+#   VENV              virtualenv to use (default .venv; created, and the
+#                     "demo" extra installed into it, when it lacks them)
+#   CYBORG_DEMO_NAME  name of the MariaDB databases (<name> and
+#                     <name>_placement) and of the RabbitMQ vhost
+#                     (default cyborg_demo); dropped again at the end
+#   CYBORG_DEMO_DB_URL  MariaDB account that may create databases
+#                     (default mysql+pymysql://root@127.0.0.1)
+#   CYBORG_DEMO_RABBIT  user:password on the local RabbitMQ (guest:guest);
+#                     the vhost is made with rabbitmqctl (needs root)
+#
+# What runs, with its log in <workdir>/logs:
+#   placement     gunicorn placement.wsgi.api:application (noauth2)
+#   cyborg-api    gunicorn cyborg.wsgi.api:application (noauth)
+#   conductor     cyborg-conductor
+#   demo-host-N   cyborg-agent with the fake FPGA plus the fake hardware
+#                 of one test scenario (QAT, Intel FPGA, AMD GPU)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VENV=${VENV:-$ROOT/.venv}
+NAME=${CYBORG_DEMO_NAME:-cyborg_demo}
+DB_URL=${CYBORG_DEMO_DB_URL:-mysql+pymysql://root@127.0.0.1}
+RABBIT=${CYBORG_DEMO_RABBIT:-guest:guest}
+HOSTS=(demo-host-1 demo-host-2 demo-host-3)
+SCENARIOS=(qat intel_fpga amd_gpu)
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'multihost-demo: %s\n' "$*" >&2; exit 1; }
+
+WAIT=1
+WORK=
+while [ $# -gt 0 ]; do
+    case $1 in
+        --no-wait) WAIT= ;;
+        --workdir) [ $# -ge 2 ] || die "--workdir needs a directory"
+                   WORK=$2; shift ;;
+        -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument $1 (see --help)" ;;
+    esac
+    shift
+done
+[[ $NAME =~ ^[a-z][a-z0-9_]{0,40}$ ]] ||
+    die "CYBORG_DEMO_NAME must be lower-case letters, digits and _"
+
+# -- the virtualenv -------------------------------------------------------
+
+if [ ! -x "$VENV/bin/python" ]; then
+    log "creating $VENV"
+    "${PYTHON:-$(command -v python3.11 || command -v python3)}" -m venv "$VENV"
+fi
+PY=$VENV/bin/python
+if ! "$PY" -c 'import cyborg, placement, gunicorn, cyborgclient' \
+        2>/dev/null || [ ! -x "$VENV/bin/openstack" ]; then
+    log "installing cyborg with its demo extra into $VENV"
+    "$VENV/bin/pip" install -q -r requirements.txt
+    "$VENV/bin/pip" install -q -e ".[demo]"
+fi
+
+# -- clean-up, whatever happens ---------------------------------------------
+
+REMOVE_WORK=
+if [ -z "$WORK" ]; then
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/cyborg-demo.XXXXXX")
+    REMOVE_WORK=1
+fi
+mkdir -p "$WORK/logs"
+WORK=$(cd "$WORK" && pwd)
+PIDS=()
+MADE_DB=
+MADE_VHOST=
+
+sql() {
+    "$PY" - "$DB_URL" "$1" <<'EOF'
+import sys
+import sqlalchemy as sa
+engine = sa.create_engine(sys.argv[1], isolation_level='AUTOCOMMIT')
+with engine.connect() as connection:
+    connection.execute(sa.text(sys.argv[2]))
+EOF
+}
+
+cleanup() {
+    set +e
+    trap - EXIT INT TERM
+    if [ ${#PIDS[@]} -gt 0 ]; then
+        log "stopping ${#PIDS[@]} processes"
+        kill -TERM "${PIDS[@]}" 2>/dev/null
+        for _ in $(seq 1 50); do
+            kill -0 "${PIDS[@]}" 2>/dev/null || break
+            sleep 0.2
+        done
+        kill -KILL "${PIDS[@]}" 2>/dev/null
+        wait 2>/dev/null
+    fi
+    if [ -n "$MADE_DB" ]; then
+        sql "DROP DATABASE IF EXISTS $NAME"
+        sql "DROP DATABASE IF EXISTS ${NAME}_placement"
+    fi
+    [ -z "$MADE_VHOST" ] || rabbitmqctl -q delete_vhost "$NAME" >/dev/null
+    if [ -n "$REMOVE_WORK" ]; then
+        rm -rf "$WORK"
+    else
+        log "configs and logs kept in $WORK"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start NAME COMMAND...: run in the background, log to logs/NAME.log.
+start() {
+    local name=$1
+    shift
+    "$@" >"$WORK/logs/$name.log" 2>&1 </dev/null &
+    PIDS+=($!)
+    echo "$name $!" >>"$WORK/pids"
+}
+
+free_port() {
+    "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_for WHAT SECONDS PYTHON-EXPRESSION (true when ready); the
+# expression sees requests as r.
+wait_for() {
+    local what=$1 seconds=$2 check=$3
+    if ! "$PY" - "$seconds" "$check" <<'EOF'; then
+import sys, time
+import requests as r
+deadline = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < deadline:
+    try:
+        if eval(sys.argv[2]):
+            sys.exit(0)
+    except (r.RequestException, OSError, ValueError, KeyError):
+        pass
+    time.sleep(0.5)
+sys.exit(1)
+EOF
+        tail -n 20 "$WORK"/logs/*.log >&2
+        die "$what did not come up within $2 s (logs above, in $WORK/logs)"
+    fi
+}
+
+# -- database and message queue --------------------------------------------
+
+log "databases $NAME and ${NAME}_placement, RabbitMQ vhost $NAME"
+MADE_DB=1
+sql "CREATE DATABASE $NAME CHARACTER SET utf8mb4"
+sql "CREATE DATABASE ${NAME}_placement CHARACTER SET utf8mb4"
+command -v rabbitmqctl >/dev/null ||
+    die "rabbitmqctl not found: the demo makes its vhost with it (as root)"
+MADE_VHOST=1
+rabbitmqctl -q add_vhost "$NAME" >/dev/null
+rabbitmqctl -q set_permissions -p "$NAME" "${RABBIT%%:*}" '.*' '.*' '.*' \
+    >/dev/null
+
+# -- Placement -------------------------------------------------------------
+
+PLACEMENT_PORT=$(free_port)
+PLACEMENT_URL=http://127.0.0.1:$PLACEMENT_PORT
+mkdir -p "$WORK/placement"
+cat >"$WORK/placement/placement.conf" <<EOF
+[api]
+# No Keystone in this demo: Placement trusts the token "admin".
+auth_strategy = noauth2
+
+[placement_database]
+connection = $DB_URL/${NAME}_placement?charset=utf8mb4
+EOF
+log "Placement on $PLACEMENT_URL"
+"$VENV/bin/placement-manage" --config-file "$WORK/placement/placement.conf" \
+    db sync >"$WORK/logs/placement-db-sync.log" 2>&1
+OS_PLACEMENT_CONFIG_DIR=$WORK/placement start placement \
+    "$VENV/bin/gunicorn" --no-control-socket --workers 1 --threads 4 \
+    --bind "127.0.0.1:$PLACEMENT_PORT" placement.wsgi.api:application
+wait_for Placement 60 "r.get('$PLACEMENT_URL/').status_code == 200"
+
+# Nova's compute service makes each host's compute node provider; here
+# the demo makes them.
+"$PY" - "$PLACEMENT_URL" "${HOSTS[@]}" <<'EOF'
+import sys
+import requests
+url, hosts = sys.argv[1], sys.argv[2:]
+headers = {'X-Auth-Token': 'admin',
+           'OpenStack-API-Version': 'placement 1.20'}
+for host in hosts:
+    requests.post(url + '/resource_providers', json={'name': host},
+                  headers=headers, timeout=30).raise_for_status()
+EOF
+
+# -- cyborg ------------------------------------------------------------------
+
+API_PORT=$(free_port)
+API_URL=http://127.0.0.1:$API_PORT
+cat >"$WORK/cyborg.conf" <<EOF
+[DEFAULT]
+transport_url = rabbit://$RABBIT@127.0.0.1:5672/$NAME
+
+[database]
+connection = $DB_URL/$NAME?charset=utf8mb4
+
+[api]
+# No Keystone in this demo: identities come from headers.
+auth_strategy = noauth
+
+[placement]
+auth_type = none
+endpoint_override = $PLACEMENT_URL
+
+[nova]
+# No Nova to tell about binds.
+send_events = false
+EOF
+"$VENV/bin/cyborg-dbsync" --config-file "$WORK/cyborg.conf" upgrade \
+    >"$WORK/logs/cyborg-dbsync.log" 2>&1
+
+cat >"$WORK/conductor.conf" <<EOF
+[DEFAULT]
+host = demo-conductor
+state_path = $WORK/conductor
+EOF
+log "cyborg-conductor"
+start conductor "$VENV/bin/cyborg-conductor" \
+    --config-file "$WORK/cyborg.conf" --config-file "$WORK/conductor.conf"
+# An agent's first report to a conductor not yet listening would wait for
+# the RPC timeout (a minute) before it is sent again.
+wait_for cyborg-conductor 120 \
+    "'cyborg-conductor started' in open('$WORK/logs/conductor.log').read()"
+
+log "cyborg-api on $API_URL"
+OS_CYBORG_CONFIG=$WORK/cyborg.conf start cyborg-api \
+    "$VENV/bin/gunicorn" --no-control-socket --workers 2 \
+    --bind "127.0.0.1:$API_PORT" cyborg.wsgi.api:application
+
+for i in "${!HOSTS[@]}"; do
+    host=${HOSTS[$i]}
+    scenario=${SCENARIOS[$i]}
+    mkdir -p "$WORK/$host/state"
+    drivers=$(PYTHONPATH=$ROOT "$PY" - "$scenario" "$WORK/$host/sys" <<'EOF'
+import sys
+from tests.fixtures import sysfs
+_tree, options = sysfs.build(sys.argv[1], sys.argv[2])
+print(','.join(['fake_driver'] + options['enabled_drivers']))
+EOF
+)
+    cat >"$WORK/$host/agent.conf" <<EOF
+[DEFAULT]
+host = $host
+state_path = $WORK/$host/state
+
+[agent]
+enabled_drivers = $drivers
+sysfs_root = $WORK/$host/sys
+resource_provider_name = $host
+# The fake trees get no udev events.
+hotplug = false
+EOF
+    log "cyborg-agent $host: $drivers on a fake $scenario host"
+    start "$host" "$VENV/bin/cyborg-agent" \
+        --config-file "$WORK/cyborg.conf" --config-file "$WORK/$host/agent.conf"
+done
+
+wait_for "the devices of ${HOSTS[*]}" 180 "({d['hostname'] for d in r.get(
+    '$API_URL/v2/devices', timeout=10,
+    headers={'X-Roles': 'admin', 'X-Project-Id': 'demo'}).json()['devices']}
+    >= set('${HOSTS[*]}'.split()))"
+
+echo
+echo "\$ openstack accelerator device list --os-auth-type none" \
+     "--os-endpoint $API_URL/v2"
+"$VENV/bin/openstack" accelerator device list --os-auth-type none \
+    --os-endpoint "$API_URL/v2"
+echo
+
+if [ -n "$WAIT" ]; then
+    cat <<EOF
+Running: Placement $PLACEMENT_URL, cyborg-api $API_URL, logs in $WORK/logs.
+Try (with $VENV/bin on your PATH):
+  openstack accelerator deployable list --os-auth-type none --os-endpoint $API_URL/v2
+Ctrl-C stops everything and drops the databases and the vhost.
+EOF
+    while kill -0 "${PIDS[@]}" 2>/dev/null; do
+        sleep 1
+    done
+    die "a process exited; see $WORK/logs"
+fi
