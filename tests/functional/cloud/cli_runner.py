@@ -4,12 +4,14 @@ Started with the python of a CLI plugin's own virtualenv (it imports
 nothing of cyborg's), it reads JSON requests, one per line, and answers
 each with one JSON line on stdout:
 
-- ``{"argv": [...], "service_token": null}``: ``openstack <argv>`` through
+- ``{"argv": [...], "identity": "...", "service_token": null}``:
+  ``openstack <argv>`` through
   python-openstackclient's own ``shell.main``, the code of the console
   script, with its output captured -> ``{"status", "stdout", "stderr",
   "seconds"}``.  A ``service_token`` is added as ``X-Service-Token`` to
   every request the command makes (no ``openstack`` option sends one,
   but Nova's requests carry one: this shows what a service could do).
+  ``identity`` names who the auth options in ``argv`` make the caller.
 - ``{"op": "commands"}``: the accelerator commands this virtualenv's
   plugins declare (entry point group ``openstack.accelerator.v2``) ->
   ``{"commands": [{"name", "value", "dist"}]}``.
@@ -32,6 +34,7 @@ from openstackclient import shell
 
 GROUP = 'openstack.accelerator.v2'
 SERVICE_TOKEN = {'value': None}
+CALLER = {'value': None}
 _request = ks_session.Session.request
 
 
@@ -49,17 +52,21 @@ ks_session.Session.request = _request_with_service_token
 def _forget_clients():
     """python-openstackclient keeps each plugin's client in a descriptor
     on the ClientManager class, made once per process: the first
-    command's user would be every later command's.  Forget them, as a new
-    process would."""
+    command's user would be every later command's.  Forget them when the
+    caller changes, as a new process would (and keep them while it does
+    not: no new token, no new version discovery)."""
     for cls in clientmanager.ClientManager.__mro__:
         for value in vars(cls).values():
             if hasattr(value, '_handle') and hasattr(value, 'factory'):
                 value._handle = None
 
 
-def run(argv, service_token=None):
+def run(argv, identity=None, service_token=None):
+    caller = (identity, service_token)
+    if caller != CALLER['value'] or identity is None:
+        _forget_clients()
+        CALLER['value'] = caller
     SERVICE_TOKEN['value'] = service_token
-    _forget_clients()
     out, err = io.StringIO(), io.StringIO()
     started = time.monotonic()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -89,7 +96,8 @@ def main():
         if request.get('op') == 'commands':
             result = commands()
         else:
-            result = run(request['argv'], request.get('service_token'))
+            result = run(request['argv'], request.get('identity'),
+                         request.get('service_token'))
         answer.write(json.dumps(result) + '\n')
         answer.flush()
 

@@ -94,7 +94,7 @@ class Cli:
     def __call__(self, *args, user='demo-admin', service_token=None):
         argv = self.auth_args(user) + ['accelerator'] + list(args)
         started = time.monotonic()
-        result = Result(args, self._ask({'argv': argv,
+        result = Result(args, self._ask({'argv': argv, 'identity': user,
                                          'service_token': service_token}))
         self.seconds.append(time.monotonic() - started)
         return result
