@@ -4,10 +4,15 @@ Nova's service tokens, and the service token we send Nova ourselves."""
 import json
 import uuid as uuidlib
 
+from oslo_config import cfg
+import pytest
 import requests
 
+import cyborg.conf
+from cyborg.conductor import nova as nova_events
 from tests.fixtures import deployment as deployment_fixture
 from tests.fixtures import processes
+from tests.fixtures import recording_http
 
 
 def call(cloud, method, path, token=None, service_token=None, body=None,
@@ -150,3 +155,32 @@ def test_nova_binds_with_its_service_token_and_hears_back(cloud, keystone,
     assert service['project']['name'] == 'service'
     assert 'service' in {r['name'] for r in service['roles']}
     assert user['user']['name'] == 'cyborg'
+
+
+@pytest.mark.parametrize('send_service_token', [True, False])
+def test_service_user_decides_the_service_token_we_send(tmp_path, keystone,
+                                                        send_service_token):
+    """[service_user]send_service_user_token alone decides whether our
+    events to Nova carry a service token, which Keystone then accepts."""
+    with recording_http.FakeNova() as fake:
+        config = processes.write_config(tmp_path / 'conductor.conf', {
+            'nova': dict(keystone.client_options('cyborg'),
+                         endpoint_override=fake.url),
+            'service_user': dict(
+                keystone.client_options('cyborg'),
+                send_service_user_token=str(send_service_token).lower())})
+        conf = cfg.ConfigOpts()
+        cyborg.conf.register_opts(conf)
+        conf(['--config-file', str(config)], project='cyborg',
+             default_config_files=[], default_config_dirs=[])
+        instance, arq = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+        assert nova_events.send(conf, [(instance, arq, 'completed')])
+        post, = fake.event_posts()
+    headers = {k.lower(): v for k, v in post.headers.items()}
+    assert keystone.validate(headers['x-auth-token'])['user']['name'] == \
+        'cyborg'
+    if send_service_token:
+        service = keystone.validate(headers['x-service-token'])
+        assert 'service' in {r['name'] for r in service['roles']}
+    else:
+        assert 'x-service-token' not in headers
