@@ -62,6 +62,11 @@ PERSONAS = collections.OrderedDict([
     ('anonymous', (None, None, None)),
 ])
 
+# Shown with a failure while the server fix is pending (see ARQ_READ).
+PENDING = ('\n(SERVER FIX PENDING: "service" on ARQs of another project '
+           'answers hidden until accelerator_requests._owner() counts the '
+           'service role)')
+
 # Requests in flight at once (the API process has 16 threads).
 PARALLEL = 6
 
@@ -352,5 +357,5 @@ def test_every_route_has_a_row():
 @pytest.mark.parametrize('mode', [conftest.NEW, conftest.LEGACY])
 def test_policy_matrix(cloud, keystone, glance, mode):
     wrong = run_matrix(Context(cloud, keystone, glance, mode))
-    assert not wrong, '%d cell(s) differ under %s defaults:\n%s' % (
-        len(wrong), mode, '\n'.join(wrong))
+    assert not wrong, '%d cell(s) differ under %s defaults:\n%s%s' % (
+        len(wrong), mode, '\n'.join(wrong), PENDING)
