@@ -256,6 +256,12 @@ def test_arqs_bind_and_unbind(cli, cloud, keystone, nova):
                                                    **member)
     assert _state(cloud, keystone, arq['uuid']) == 'Initial'
     nova_token = keystone.token('nova')
+    if cli.plugin == 'osc':
+        # The server is looked up in Nova first.
+        no_server = str(uuidlib.uuid4())
+        unknown = cli.fails(*bind[:4], no_server, rp, catalog=True,
+                            service_token=nova_token, **member)
+        assert 'No Server found for %s' % no_server in unknown, unknown
     bound = cli(*bind, service_token=nova_token, catalog=True, **member)
     assert bound.status == 0, bound
     processes.wait_for(lambda: _state(cloud, keystone, arq['uuid']) ==
