@@ -64,8 +64,9 @@ PERSONAS = collections.OrderedDict([
 
 # Shown with a failure while the server fix is pending (see ARQ_READ).
 PENDING = ('\n(SERVER FIX PENDING: "service" on ARQs of another project '
-           'answers hidden until accelerator_requests._owner() counts the '
-           'service role)')
+           'answers hidden until the ownership rule counts the service '
+           'role: api/controllers/v2/accelerator_requests.py _owner() and '
+           'conductor/arq_binding.py _visible())')
 
 # Requests in flight at once (the API process has 16 threads).
 PARALLEL = 6
@@ -77,8 +78,9 @@ HARDWARE_READ = 'ok ok deny deny deny deny deny deny deny deny 401'
 # SERVER FIX PENDING: 'service' below (the service role, no service token)
 # fails today with 'hidden': the handlers count only a service *token* as
 # a service when deciding whose ARQs a caller sees, while the policy (and
-# its documentation) counts the role too.  The fix belongs in
-# cyborg/api/controllers/v2/accelerator_requests.py, _owner().
+# its documentation) counts the role too.  The rule is spelled twice:
+# cyborg/api/controllers/v2/accelerator_requests.py _owner() (reads) and
+# cyborg/conductor/arq_binding.py _visible() (deletes); both need it.
 ARQ_READ = 'ok ok ok ok hidden hidden ok ok deny deny 401'
 ARQ_CREATE = 'ok ok ok deny ok deny ok ok deny deny 401'
 ARQ_DELETE = 'ok ok ok deny hidden deny ok ok deny deny 401'
