@@ -156,6 +156,12 @@ def test_nova_binds_with_its_service_token_and_hears_back(cloud, keystone,
     assert 'service' in {r['name'] for r in service['roles']}
     assert user['user']['name'] == 'cyborg'
 
+    # Free the handle: programming the device needs all of them free.
+    deleted = call(cloud, 'DELETE', '/accelerator_requests/' + arq,
+                   keystone.token('demo-member'),
+                   service_token=keystone.token('nova'))
+    assert deleted.status_code == 204, deleted.text
+
 
 @pytest.mark.parametrize('send_service_token', [True, False])
 def test_service_user_decides_the_service_token_we_send(tmp_path, keystone,
