@@ -1,0 +1,363 @@
+"""Who may do what, route by route, with real Keystone tokens.
+
+Every route of ``cyborg.api.routes.ROUTES`` has a row in ``MATRIX`` (a
+test fails when a route has none, or a row names no route), and every row
+is tried by every persona against both API processes of the cloud: one
+with the new policy defaults, one with ``enforce_new_defaults = false``
+(and ``enforce_scope = false``, which the oslo.policy we run no longer
+reads: scope is always checked).
+
+The expectations are written by hand, from the rules as documented
+(``etc/cyborg/policy.yaml.sample``, ``doc/source``), Cyborg's own
+defaults and Nova's service-role conventions, never computed from our
+policy code:
+
+- reads of profiles and ARQs: the project's readers, admins, services;
+  ARQ writes: the project's members, admins, services; hardware
+  (devices, deployables, attributes) is read by project managers and
+  admins, and changed by admins only;
+- binding, unbinding, deleting by instance: a service *request* (Nova's
+  service token), never a role alone;
+- ARQs belong to their project: another project's ARQ is not found; an
+  admin or a service sees every project's;
+- every rule is for project-scoped tokens: a system-scoped token, even
+  the system admin's, is refused (as Cyborg and Nova do today);
+- legacy defaults change nothing: our rules carry no deprecated defaults
+  to fall back to (secure RBAC is enforced, a deliberate difference from
+  Cyborg, whose legacy defaults let any project user delete a profile).
+
+Outcomes: ``ok`` the route's success status (for a list: with the target
+in it); ``deny`` 403 from policy; ``token`` 403 because a service token is
+required; ``hidden`` 404 (for a list: 200 without the target); ``401`` no
+token.  Allowed requests are made to succeed: each persona gets a fresh
+target where the request would consume one (a profile or ARQ to delete,
+an ARQ to bind), and what a success changed is put back.
+"""
+
+import collections
+from concurrent import futures
+import json
+import uuid as uuidlib
+
+import pytest
+import requests
+
+from cyborg.api import routes
+from tests.fixtures import deployment as deployment_fixture
+from tests.fixtures import processes
+from tests.functional.cloud import conftest
+
+# persona: (user, scope, user whose token goes in X-Service-Token)
+PERSONAS = collections.OrderedDict([
+    ('admin', ('demo-admin', None, None)),
+    ('manager', ('demo-manager', None, None)),
+    ('member', ('demo-member', None, None)),
+    ('reader', ('demo-reader', None, None)),
+    ('alt-member', ('alt-member', None, None)),
+    ('alt-reader', ('alt-reader', None, None)),
+    ('service', ('service-user', None, None)),
+    ('nova', ('demo-member', None, 'nova')),
+    ('sys-admin', ('system-admin', 'system', None)),
+    ('sys-reader', ('system-reader', 'system', None)),
+    ('anonymous', (None, None, None)),
+])
+
+# Shown with a failure while the server fix is pending (see ARQ_READ).
+PENDING = ('\n(SERVER FIX PENDING: "service" on ARQs of another project '
+           'answers hidden until the ownership rule counts the service '
+           'role: api/controllers/v2/accelerator_requests.py _owner() and '
+           'conductor/arq_binding.py _visible())')
+
+# Requests in flight at once (the API process has 16 threads).
+PARALLEL = 6
+
+ALL_OK = 'ok ok ok ok ok ok ok ok ok ok ok'
+PROFILE_READ = 'ok ok ok ok ok ok ok ok deny deny 401'
+ADMIN_ONLY = 'ok deny deny deny deny deny deny deny deny deny 401'
+HARDWARE_READ = 'ok ok deny deny deny deny deny deny deny deny 401'
+# SERVER FIX PENDING: 'service' below (the service role, no service token)
+# fails today with 'hidden': the handlers count only a service *token* as
+# a service when deciding whose ARQs a caller sees, while the policy (and
+# its documentation) counts the role too.  The rule is spelled twice:
+# cyborg/api/controllers/v2/accelerator_requests.py _owner() (reads) and
+# cyborg/conductor/arq_binding.py _visible() (deletes); both need it.
+ARQ_READ = 'ok ok ok ok hidden hidden ok ok deny deny 401'
+ARQ_CREATE = 'ok ok ok deny ok deny ok ok deny deny 401'
+ARQ_DELETE = 'ok ok ok deny hidden deny ok ok deny deny 401'
+SERVICE_REQUEST = 'token token token deny token deny token ok deny deny 401'
+
+
+class Row:
+    """One request of the matrix: ``route`` (method, path template) and
+    what each persona gets (``expected``, in PERSONAS order).
+
+    ``target(ctx)`` returns the values the request is made of (a fresh
+    object where it consumes one); ``build(ctx, target)`` returns (path
+    variables, query, body); ``undo(ctx, target, response)`` puts back
+    what a success changed.  ``listed`` names, for a list, the key of the
+    items and the target's uuid that must be among them."""
+
+    def __init__(self, method, path, status, expected, build=None,
+                 target=None, undo=None, listed=None, note=''):
+        self.route = (method, path)
+        self.status = status
+        self.expected = dict(zip(PERSONAS, expected.split()))
+        assert len(self.expected) == len(PERSONAS), (path, expected)
+        self.build = build or (lambda ctx, t: ({}, None, None))
+        self.target = target or (lambda ctx: None)
+        self.undo = undo
+        self.listed = listed
+        self.note = note
+
+    def __repr__(self):
+        return '%s %s%s' % (self.route[0], self.route[1],
+                            ' (%s)' % self.note if self.note else '')
+
+
+# -- what the rows are made of ---------------------------------------------
+
+def _new_profile(ctx):
+    name = 'm-%s' % uuidlib.uuid4().hex[:10]
+    body = ctx.admin('POST', '/device_profiles', [{
+        'name': name, 'groups': [{'resources:FPGA': '1'}]}])
+    return {'name': name, 'uuid': body['uuid']}
+
+
+def _new_arq(ctx):
+    body = ctx.call('member', 'POST', '/accelerator_requests',
+                    body={'device_profile_name': ctx.profile['name']})
+    return {'uuid': body['arqs'][0]['uuid'],
+            'instance': str(uuidlib.uuid4())}
+
+
+def _bind(ctx, arq):
+    return {arq['uuid']: [
+        {'path': '/hostname', 'op': 'add',
+         'value': deployment_fixture.AGENT_HOST},
+        {'path': '/device_rp_uuid', 'op': 'add', 'value': ctx.rp_uuid},
+        {'path': '/instance_uuid', 'op': 'add', 'value': arq['instance']}]}
+
+
+def _release(ctx, arq, response):
+    """A bind that went through: wait for its end, free the handle."""
+    if response.status_code != 202:
+        return
+    processes.wait_for(
+        lambda: ctx.call('nova', 'GET', '/accelerator_requests/' +
+                         arq['uuid'])['state'] in ('Bound', 'BindFailed'),
+        timeout=30, what='the bind to end')
+    ctx.call('nova', 'DELETE', '/accelerator_requests/' + arq['uuid'])
+
+
+def _enable_again(ctx, _target, response):
+    if response.status_code == 200:
+        ctx.admin('POST', '/devices/%s/enable' % ctx.device)
+
+
+def _new_attribute(ctx):
+    body = ctx.admin('POST', '/attributes', {
+        'deployable_id': ctx.deployable, 'key': 'm-%s' % uuidlib.uuid4().hex,
+        'value': 'v'})
+    return body['uuid']
+
+
+def _new_key(ctx):
+    return 'm-%s' % uuidlib.uuid4().hex
+
+
+def _new_name(ctx):
+    return 'm-%s' % uuidlib.uuid4().hex[:10]
+
+
+MATRIX = [
+    Row('GET', '/', 200, ALL_OK),
+    Row('GET', '/v2', 200, ALL_OK),
+    Row('GET', '/v2/openapi.json', 200, ALL_OK),
+
+    Row('GET', '/v2/device_profiles', 200, PROFILE_READ,
+        listed=('device_profiles', lambda ctx, t: ctx.profile['uuid'])),
+    Row('POST', '/v2/device_profiles', 201, ADMIN_ONLY, target=_new_name,
+        build=lambda ctx, name: ({}, None, [{
+            'name': name, 'groups': [{'resources:FPGA': '1'}]}])),
+    Row('DELETE', '/v2/device_profiles', 204, ADMIN_ONLY,
+        target=_new_profile,
+        build=lambda ctx, p: ({}, {'value': p['name']}, None)),
+    Row('GET', '/v2/device_profiles/{name_or_uuid}', 200, PROFILE_READ,
+        build=lambda ctx, t: ({'name_or_uuid': ctx.profile['uuid']}, None,
+                              None)),
+    Row('DELETE', '/v2/device_profiles/{name_or_uuid}', 204, ADMIN_ONLY,
+        target=_new_profile,
+        build=lambda ctx, p: ({'name_or_uuid': p['name']}, None, None)),
+
+    Row('GET', '/v2/accelerator_requests', 200, ARQ_READ,
+        listed=('arqs', lambda ctx, t: ctx.arq['uuid'])),
+    Row('POST', '/v2/accelerator_requests', 201, ARQ_CREATE,
+        build=lambda ctx, t: ({}, None, {
+            'device_profile_name': ctx.profile['name']})),
+    Row('PATCH', '/v2/accelerator_requests', 202, SERVICE_REQUEST,
+        target=_new_arq, build=lambda ctx, arq: ({}, None, _bind(ctx, arq)),
+        undo=_release, note='bind'),
+    Row('DELETE', '/v2/accelerator_requests', 204, ARQ_DELETE,
+        target=_new_arq,
+        build=lambda ctx, arq: ({}, {'arqs': arq['uuid']}, None),
+        note='?arqs='),
+    Row('DELETE', '/v2/accelerator_requests', 204, SERVICE_REQUEST,
+        target=_new_arq,
+        build=lambda ctx, arq: ({}, {'instance': arq['instance']}, None),
+        note='?instance='),
+    Row('GET', '/v2/accelerator_requests/{uuid}', 200, ARQ_READ,
+        build=lambda ctx, t: ({'uuid': ctx.arq['uuid']}, None, None)),
+    Row('PATCH', '/v2/accelerator_requests/{uuid}', 202, SERVICE_REQUEST,
+        target=_new_arq,
+        build=lambda ctx, arq: ({'uuid': arq['uuid']}, None,
+                                _bind(ctx, arq)),
+        undo=_release, note='bind'),
+    Row('DELETE', '/v2/accelerator_requests/{uuid}', 204, ARQ_DELETE,
+        target=_new_arq,
+        build=lambda ctx, arq: ({'uuid': arq['uuid']}, None, None)),
+
+    Row('GET', '/v2/devices', 200, HARDWARE_READ,
+        listed=('devices', lambda ctx, t: ctx.device)),
+    Row('GET', '/v2/devices/{uuid}', 200, HARDWARE_READ,
+        build=lambda ctx, t: ({'uuid': ctx.device}, None, None)),
+    Row('POST', '/v2/devices/{uuid}/disable', 200, ADMIN_ONLY,
+        build=lambda ctx, t: ({'uuid': ctx.device}, None, None),
+        undo=_enable_again),
+    Row('POST', '/v2/devices/{uuid}/enable', 200, ADMIN_ONLY,
+        build=lambda ctx, t: ({'uuid': ctx.device}, None, None)),
+
+    Row('GET', '/v2/deployables', 200, HARDWARE_READ,
+        listed=('deployables', lambda ctx, t: ctx.deployable)),
+    Row('GET', '/v2/deployables/{uuid}', 200, HARDWARE_READ,
+        build=lambda ctx, t: ({'uuid': ctx.deployable}, None, None)),
+    Row('PATCH', '/v2/deployables/{uuid}/program', 200, ADMIN_ONLY,
+        build=lambda ctx, t: ({'uuid': ctx.deployable}, None, [{
+            'path': '/program', 'op': 'replace',
+            'value': [{'image_uuid': ctx.image}]}])),
+
+    Row('GET', '/v2/attributes', 200, HARDWARE_READ,
+        listed=('attributes', lambda ctx, t: ctx.attribute)),
+    Row('POST', '/v2/attributes', 201, ADMIN_ONLY, target=_new_key,
+        build=lambda ctx, key: ({}, None, {
+            'deployable_id': ctx.deployable, 'key': key, 'value': 'v'})),
+    Row('GET', '/v2/attributes/{uuid}', 200, HARDWARE_READ,
+        build=lambda ctx, t: ({'uuid': ctx.attribute}, None, None)),
+    Row('DELETE', '/v2/attributes/{uuid}', 204, ADMIN_ONLY,
+        target=_new_attribute,
+        build=lambda ctx, uuid: ({'uuid': uuid}, None, None)),
+]
+
+
+# -- running it ------------------------------------------------------------
+
+class Context:
+    """One API process, the personas' tokens and the shared targets."""
+
+    def __init__(self, cloud, keystone, glance, mode):
+        self.base = cloud.url(mode).rsplit('/v2', 1)[0]
+        self.keystone = keystone
+        self.headers = {}
+        for persona, (user, scope, service) in PERSONAS.items():
+            headers = {}
+            if user:
+                headers['X-Auth-Token'] = keystone.token(user, scope)
+            if service:
+                headers['X-Service-Token'] = keystone.token(service)
+            self.headers[persona] = headers
+        self.profile = _new_profile(self)
+        self.arq = _new_arq(self)
+        self.device = self.admin('GET', '/devices')['devices'][0]['uuid']
+        deployable = self.admin('GET', '/deployables')['deployables'][0]
+        self.deployable = deployable['uuid']
+        self.rp_uuid = deployable['rp_uuid']
+        self.attribute = _new_attribute(self)
+        self.image = glance.add_image(b'matrix-bitstream' * 64)
+
+    def request(self, persona, method, path, query=None, body=None):
+        return requests.request(method, self.base + path, params=query,
+                                json=body, headers=self.headers[persona],
+                                timeout=60)
+
+    def call(self, persona, method, path, body=None):
+        """A request that must succeed; its JSON body or None."""
+        response = self.request(persona, method, '/v2' + path, body=body)
+        assert response.status_code < 300, (persona, method, path,
+                                            response.status_code,
+                                            response.text)
+        return response.json() if response.content else None
+
+    def admin(self, method, path, body=None):
+        return self.call('admin', method, path, body)
+
+
+def _fault(response):
+    try:
+        return json.loads(response.json()['error_message'])['faultstring']
+    except (ValueError, KeyError, TypeError):
+        return response.text
+
+
+def outcome(row, ctx, target, response):
+    status = response.status_code
+    if status == 401:
+        return '401'
+    if status == 403:
+        message = _fault(response)
+        if 'requires a service token' in message:
+            return 'token'
+        if message.startswith('Access was denied'):
+            return 'deny'
+        return '403: %s' % message[:80]
+    if status == 404:
+        return 'hidden'
+    if status == row.status:
+        if row.listed is not None:
+            key, wanted = row.listed
+            uuids = {item['uuid'] for item in response.json()[key]}
+            return 'ok' if wanted(ctx, target) in uuids else 'hidden'
+        return 'ok'
+    return '%d: %s' % (status, _fault(response)[:80])
+
+
+def try_cell(ctx, row, persona):
+    """What ``persona`` gets doing ``row``."""
+    method, template = row.route
+    target = row.target(ctx)
+    variables, query, body = row.build(ctx, target)
+    response = ctx.request(persona, method, template.format(**variables),
+                           query, body)
+    got = outcome(row, ctx, target, response)
+    if row.undo is not None:
+        row.undo(ctx, target, response)
+    return got
+
+
+def run_matrix(ctx):
+    """Every row by every persona; the cells that differ.  The personas
+    of one row go at once (each has its own target; only one of them
+    changes shared state, and puts it back), the rows one after another."""
+    wrong = []
+    with futures.ThreadPoolExecutor(PARALLEL) as pool:
+        for row in MATRIX:
+            cells = {persona: pool.submit(try_cell, ctx, row, persona)
+                     for persona in row.expected}
+            for persona, cell in cells.items():
+                got, expected = cell.result(), row.expected[persona]
+                if got != expected:
+                    wrong.append('%-52s %-11s expected %-7s got %s'
+                                 % (row, persona, expected, got))
+    return wrong
+
+
+def test_every_route_has_a_row():
+    declared = {(r.method, r.path) for r in routes.ROUTES}
+    covered = {row.route for row in MATRIX}
+    assert covered - declared == set(), 'rows for routes that do not exist'
+    assert declared - covered == set(), 'routes without a row in MATRIX'
+
+
+@pytest.mark.parametrize('mode', [conftest.NEW, conftest.LEGACY])
+def test_policy_matrix(cloud, keystone, glance, mode):
+    wrong = run_matrix(Context(cloud, keystone, glance, mode))
+    assert not wrong, '%d cell(s) differ under %s defaults:\n%s%s' % (
+        len(wrong), mode, '\n'.join(wrong), PENDING)
