@@ -151,8 +151,6 @@ OPERATIONS = [
     Operation('DELETE', '/v2/attributes/{uuid}', attributes.delete_attribute,
               attribute_policy.DELETE, status=204, errors=WRITE_ERRORS),
 ]
-# What earlier code and tests called them.
-ROUTES = OPERATIONS
 
 
 def _segments(path):

@@ -2,6 +2,8 @@
 
 from oslo_context import context as oslo_context
 
+SERVICE_ROLE = 'service'
+
 
 class RequestContext(oslo_context.RequestContext):
     """oslo.context's RequestContext plus whether a service made the call.
@@ -17,6 +19,15 @@ class RequestContext(oslo_context.RequestContext):
     def __init__(self, is_service=False, **kwargs):
         super().__init__(**kwargs)
         self.is_service = is_service
+
+    @property
+    def sees_every_project(self):
+        """Whether the caller sees and changes every project's ARQs: an
+        admin, or a service (the ``service`` role, as the policy's
+        ``service`` rule has it, or a service token).  Anyone else sees
+        only its own project's."""
+        return (self.is_admin or self.is_service
+                or SERVICE_ROLE in (r.lower() for r in self.roles))
 
     def to_dict(self):
         values = super().to_dict()

@@ -214,8 +214,9 @@ def _field(binding, name):
 
 
 def _visible(context, arq):
-    """The API's ownership rule again: admins and services see all."""
-    return (context.is_admin or context.is_service or not context.project_id
+    """The ownership rule the API applies too (RequestContext's
+    ``sees_every_project``)."""
+    return (context.sees_every_project or not context.project_id
             or arq.project_id == context.project_id)
 
 

@@ -1,6 +1,6 @@
 """Who may do what, route by route, with real Keystone tokens.
 
-Every route of ``cyborg.api.routes.ROUTES`` has a row in ``MATRIX`` (a
+Every route of ``cyborg.api.routes.OPERATIONS`` has a row in ``MATRIX`` (a
 test fails when a route has none, or a row names no route), and every row
 is tried by every persona against both API processes of the cloud: one
 with the new policy defaults, one with ``enforce_new_defaults = false``
@@ -62,11 +62,6 @@ PERSONAS = collections.OrderedDict([
     ('anonymous', (None, None, None)),
 ])
 
-# Shown with a failure while the server fix is pending (see ARQ_READ).
-PENDING = ('\n(SERVER FIX PENDING: "service" on ARQs of another project '
-           'answers hidden until the ownership rule counts the service '
-           'role: api/controllers/v2/accelerator_requests.py _owner() and '
-           'conductor/arq_binding.py _visible())')
 
 # Requests in flight at once (the API process has 16 threads).
 PARALLEL = 6
@@ -75,12 +70,9 @@ ALL_OK = 'ok ok ok ok ok ok ok ok ok ok ok'
 PROFILE_READ = 'ok ok ok ok ok ok ok ok deny deny 401'
 ADMIN_ONLY = 'ok deny deny deny deny deny deny deny deny deny 401'
 HARDWARE_READ = 'ok ok deny deny deny deny deny deny deny deny 401'
-# SERVER FIX PENDING: 'service' below (the service role, no service token)
-# fails today with 'hidden': the handlers count only a service *token* as
-# a service when deciding whose ARQs a caller sees, while the policy (and
-# its documentation) counts the role too.  The rule is spelled twice:
-# cyborg/api/controllers/v2/accelerator_requests.py _owner() (reads) and
-# cyborg/conductor/arq_binding.py _visible() (deletes); both need it.
+# 'service' (the service role, no service token) sees every project's
+# ARQs, as the policy's service rule counts the role too (a regression:
+# it once saw only its own project's; RequestContext.sees_every_project).
 ARQ_READ = 'ok ok ok ok hidden hidden ok ok deny deny 401'
 ARQ_CREATE = 'ok ok ok deny ok deny ok ok deny deny 401'
 ARQ_DELETE = 'ok ok ok deny hidden deny ok ok deny deny 401'
@@ -350,7 +342,7 @@ def run_matrix(ctx):
 
 
 def test_every_route_has_a_row():
-    declared = {(r.method, r.path) for r in routes.ROUTES}
+    declared = {(r.method, r.path) for r in routes.OPERATIONS}
     covered = {row.route for row in MATRIX}
     assert covered - declared == set(), 'rows for routes that do not exist'
     assert declared - covered == set(), 'routes without a row in MATRIX'
@@ -359,5 +351,5 @@ def test_every_route_has_a_row():
 @pytest.mark.parametrize('mode', [conftest.NEW, conftest.LEGACY])
 def test_policy_matrix(cloud, keystone, glance, mode):
     wrong = run_matrix(Context(cloud, keystone, glance, mode))
-    assert not wrong, '%d cell(s) differ under %s defaults:\n%s%s' % (
-        len(wrong), mode, '\n'.join(wrong), PENDING)
+    assert not wrong, '%d cell(s) differ under %s defaults:\n%s' % (
+        len(wrong), mode, '\n'.join(wrong))

@@ -133,7 +133,7 @@ def _delete(r, uuids):
 
 def _owner(r):
     """The project whose ARQs the caller may see; None for all."""
-    if r.context.is_admin or r.context.is_service:
+    if r.context.sees_every_project:
         return None
     return r.context.project_id
 
