@@ -15,7 +15,7 @@ import time
 
 from tests.fixtures import outages
 
-WRITES_DURING_OUTAGE = 20       # more than [api]threads lets wait at once
+WRITES_DURING_OUTAGE = 12       # more than [api]threads lets wait at once (8)
 BROKER_RECOVERY = 4.0
 DATABASE_RECOVERY = 1.0
 
