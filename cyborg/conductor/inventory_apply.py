@@ -33,6 +33,8 @@ from cyborg.common import states
 from cyborg.conductor import health, health_machine
 from cyborg.conductor import inventory_plan, placement_sync
 from cyborg.db import api as db_api
+from cyborg.db.api import hosts as host_db
+from cyborg.db.api import inventory as inventory_db
 
 LOG = logging.getLogger(__name__)
 
@@ -64,7 +66,7 @@ def handle_report(conf, context, hostname, report):
         else 'delta'
     try:
         devices, removed = inventory_plan.parse_report(report)
-        if _looks_unchanged(report) and db_api.inventory_host_touch(
+        if _looks_unchanged(report) and host_db.touch(
                 context, hostname, report['digest']):
             kind = 'unchanged'
             return {'digest': report['digest'], 'need_full': False}
@@ -113,7 +115,7 @@ def _write_with_retries(conf, context, hostname, report, devices, removed):
 
 def _write(conf, context, hostname, report, devices, removed):
     with db_api.writer.using(context):
-        host = db_api.inventory_host_lock(context, hostname)
+        host = host_db.lock_or_create(context, hostname)
         stored_digest = host['report_digest']
         if not report['full'] and (stored_digest is None or
                                    report.get('base_digest') !=
@@ -121,13 +123,13 @@ def _write(conf, context, hostname, report, devices, removed):
             return _Outcome(stored_digest, need_full=True)
         plan, stored = _plan(conf, context, hostname, report['full'],
                              devices, removed)
-        db_api.inventory_write(context, plan.add, plan.update, plan.delete)
+        inventory_db.write(context, plan.add, plan.update, plan.delete)
         outbox = _notifications(conf, context, hostname, plan, stored)
         was_synced = bool(host['placement_synced'])
         synced = was_synced and plan.empty
-        db_api.inventory_host_update(
-            context, hostname, report_digest=report['digest'],
-            placement_synced=synced, last_report_at=timeutils.utcnow())
+        host_db.update(context, hostname, report_digest=report['digest'],
+                       placement_synced=synced,
+                       last_report_at=timeutils.utcnow())
         return _Outcome(report['digest'], plan=plan, synced=synced,
                         was_synced=was_synced, outbox=outbox)
 
@@ -138,7 +140,7 @@ def _plan(conf, context, hostname, full, devices, removed):
     else:
         uuids = [inventory_plan.device_uuid(hostname, key) for key in
                  [d.key() for d in devices] + list(removed)]
-    stored = db_api.inventory_load(context, hostname, uuids)
+    stored = inventory_db.load(context, hostname, uuids)
     options = {'new_device_status': conf.conductor.new_device_status,
                'now': timeutils.utcnow()}
     plan = inventory_plan.make_plan(hostname, stored, devices, removed, full,

@@ -30,7 +30,8 @@ from oslo_log import log as logging
 
 from cyborg.common import exception
 from cyborg.conductor import health_machine
-from cyborg.db import api as db_api
+from cyborg.db.api import hosts as host_db
+from cyborg.db.api import inventory as inventory_db
 from cyborg.placement import client as placement_client
 from cyborg.placement import provider_tree
 
@@ -81,8 +82,8 @@ def sync_after_report(conf, context, hostname, plan, digest, rp_name=None,
                     hostname, exc)
         return False
     if done:
-        db_api.inventory_host_update(context, hostname, digest=digest,
-                                     placement_synced=True)
+        host_db.update(context, hostname, digest=digest,
+                       placement_synced=True)
     return done
 
 
@@ -101,7 +102,7 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     Raises PlacementError after trying every provider if any failed.
     """
     client = placement_client.get_client(conf)
-    host = db_api.inventory_host_get(context, hostname)
+    host = host_db.get(context, hostname)
     if host is None:
         return True
     cn_uuid, actual = _compute_node_tree(client, context, host, rp_name)
@@ -119,7 +120,7 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
                    row, row['attributes'], row['device_status'], cn_uuid,
                    health_machine.effective(row['health'],
                                             row['device_health']))
-               for row in db_api.inventory_host_providers(context, hostname)]
+               for row in inventory_db.host_providers(context, hostname)]
     rcs, traits = provider_tree.custom_names(desired)
     client.ensure_resource_classes(rcs)
     client.ensure_traits(traits)
@@ -158,8 +159,7 @@ def _compute_node_tree(client, context, host, name):
             break
     new_uuid = found['uuid'] if found else None
     if new_uuid != cn_uuid:
-        db_api.inventory_host_update(context, host['hostname'],
-                                     compute_rp_uuid=new_uuid)
+        host_db.update(context, host['hostname'], compute_rp_uuid=new_uuid)
     if new_uuid is None:
         return None, {}
     return new_uuid, _by_uuid(client.list_tree(new_uuid))
@@ -246,7 +246,7 @@ def held_providers(conf, rp_uuids):
 def reconcile_all(conf, context):
     """Periodic job: repair every host's providers (see periodics)."""
     repaired = 0
-    for host in db_api.inventory_hosts(context):
+    for host in host_db.list_all(context):
         try:
             reconcile_host(conf, context, host['hostname'],
                            host['report_digest'],
@@ -263,18 +263,18 @@ def reconcile_host(conf, context, hostname, digest=None,
     """Drop gone deployables whose allocations ended, then check every
     provider of the host and delete orphans.  True when in sync."""
     client = placement_client.get_client(conf)
-    rows = db_api.inventory_host_providers(context, hostname)
+    rows = inventory_db.host_providers(context, hostname)
     released = [row['uuid'] for row in rows if row['gone'] and
                 not client.get_allocations(row['rp_uuid'])]
     removed = set()
     if released:
-        deleted = set(db_api.inventory_delete_gone(context, released))
+        deleted = set(inventory_db.delete_gone(context, released))
         removed = {row['rp_uuid'] for row in rows if row['uuid'] in deleted}
         LOG.info('Removed %d deployable(s) of host %s whose hardware went '
                  'away and whose allocations ended.', len(deleted), hostname)
     done = sync_host(conf, context, hostname, touched=None, removed=removed,
                      remove_orphans=True, trust_memory=trust_memory)
     if done:
-        db_api.inventory_host_update(context, hostname, digest=digest,
-                                     placement_synced=True)
+        host_db.update(context, hostname, digest=digest,
+                       placement_synced=True)
     return done
