@@ -44,7 +44,7 @@ MAX_ATTEMPTS = 5
 
 class _Outcome:
     def __init__(self, digest, need_full=False, plan=None, synced=False,
-                 was_synced=False, outbox=None):
+                 was_synced=False, outbox=None, host=None):
         self.digest = digest
         self.need_full = need_full
         self.plan = plan
@@ -53,6 +53,8 @@ class _Outcome:
         self.was_synced = was_synced
         # Notifications to send once committed (None: none to send).
         self.outbox = outbox
+        # The host's row as locked (what the sync needs of it).
+        self.host = host
 
 
 def handle_report(conf, context, hostname, report):
@@ -92,7 +94,7 @@ def _handle_changed(conf, context, hostname, report, devices, removed):
         placement_sync.sync_after_report(
             conf, context, hostname, outcome.plan, digest,
             rp_name=report.get('resource_provider_name'),
-            trust_memory=outcome.was_synced)
+            trust_memory=outcome.was_synced, host=outcome.host)
     return {'digest': digest, 'need_full': False}
 
 
@@ -115,7 +117,12 @@ def _write_with_retries(conf, context, hostname, report, devices, removed):
 
 def _write(conf, context, hostname, report, devices, removed):
     with db_api.writer.using(context):
-        host = host_db.lock_or_create(context, hostname)
+        if report['full']:
+            host = host_db.lock_or_create(context, hostname)
+        else:
+            host = host_db.lock(context, hostname)
+            if host is None:
+                return _Outcome(None, need_full=True)
         stored_digest = host['report_digest']
         if not report['full'] and (stored_digest is None or
                                    report.get('base_digest') !=
@@ -131,7 +138,7 @@ def _write(conf, context, hostname, report, devices, removed):
                        placement_synced=synced,
                        last_report_at=timeutils.utcnow())
         return _Outcome(report['digest'], plan=plan, synced=synced,
-                        was_synced=was_synced, outbox=outbox)
+                        was_synced=was_synced, outbox=outbox, host=host)
 
 
 def _plan(conf, context, hostname, full, devices, removed):

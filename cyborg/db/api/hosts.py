@@ -21,7 +21,7 @@ def touch(context, hostname, digest):
     """Record an unchanged report in one UPDATE.  True when the host is
     known with this digest and in sync with Placement."""
     h = _HOST
-    result = context.session.execute(
+    result = _sql.connection(context).execute(
         sa.update(h).where(h.c.hostname == hostname,
                            h.c.report_digest == digest,
                            h.c.placement_synced.is_(True))
@@ -30,35 +30,40 @@ def touch(context, hostname, digest):
 
 
 @writer
-def lock_or_create(context, hostname):
-    """The host's row (dict), locked until the transaction ends; inserted
-    when new (a racing insert raises DBDuplicateEntry: retry)."""
+def lock(context, hostname):
+    """The host's row (dict), locked until the transaction ends
+    (serialising a change with the host's reports); None when unknown."""
     h = _HOST
-    query = sa.select(h).where(h.c.hostname == hostname).with_for_update()
-    row = context.session.execute(query).mappings().first()
-    if row is None:
-        context.session.execute(sa.insert(h).values(
-            hostname=hostname, placement_synced=False,
-            created_at=timeutils.utcnow()))
-        row = context.session.execute(query).mappings().first()
-    return dict(row)
+    row = _sql.connection(context).execute(
+        sa.select(h).where(h.c.hostname == hostname).with_for_update()
+    ).mappings().first()
+    return dict(row) if row is not None else None
 
 
 @writer
-def lock(context, hostname):
-    """Lock a known host's row until the transaction ends (serialising a
-    change with the host's reports); False when the host is unknown."""
+def lock_or_create(context, hostname):
+    """The host's row (dict), locked until the transaction ends; inserted
+    when new, which locks it too (a racing insert of the same host raises
+    DBDuplicateEntry: retry).
+
+    Whether it exists is read first without a lock: a locking read of a
+    missing row takes a gap lock (MariaDB, MySQL), and first reports of
+    new hosts, whose names share that gap, would then deadlock on their
+    inserts."""
     h = _HOST
-    return context.session.execute(
-        sa.select(h.c.hostname).where(h.c.hostname == hostname)
-        .with_for_update()).first() is not None
+    if get(context, hostname) is not None:
+        return lock(context, hostname)
+    values = {'hostname': hostname, 'placement_synced': False,
+              'created_at': timeutils.utcnow()}
+    _sql.connection(context).execute(sa.insert(h).values(**values))
+    return dict({c.name: None for c in h.c if c.name != 'id'}, **values)
 
 
 @reader
 def get(context, hostname):
     """The host's row (dict), or None."""
     h = _HOST
-    row = context.session.execute(
+    row = _sql.connection(context).execute(
         sa.select(h).where(h.c.hostname == hostname)).mappings().first()
     return dict(row) if row else None
 
@@ -67,7 +72,7 @@ def get(context, hostname):
 def list_all(context):
     """[{hostname, compute_rp_uuid, placement_synced, report_digest}]."""
     h = _HOST
-    return _sql.rows(context.session.execute(
+    return _sql.rows(_sql.connection(context).execute(
         sa.select(h.c.hostname, h.c.compute_rp_uuid, h.c.placement_synced,
                   h.c.report_digest).order_by(h.c.hostname)))
 
@@ -80,4 +85,5 @@ def update(context, hostname, digest=None, **values):
     query = sa.update(h).where(h.c.hostname == hostname)
     if digest is not None:
         query = query.where(h.c.report_digest == digest)
-    return context.session.execute(query.values(**values)).rowcount == 1
+    result = _sql.connection(context).execute(query.values(**values))
+    return result.rowcount == 1

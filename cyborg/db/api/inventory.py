@@ -26,31 +26,36 @@ TABLES = {'devices': models.Device,
 def load(context, hostname, device_uuids=None):
     """The stored rows of a host's devices (all, or these uuids) as
     {table: [row dicts]}: five queries whatever the number of devices."""
-    s = context.session
+    s = _sql.connection(context)
     d = models.Device.__table__
     query = sa.select(d).where(d.c.hostname == hostname)
     if device_uuids is not None:
         query = query.where(d.c.uuid.in_(list(device_uuids)))
     found = {'devices': _sql.rows(s.execute(query))}
     device_ids = [row['id'] for row in found['devices']]
-    for table, column in (('controlpath_ids', 'device_id'),
-                          ('deployables', 'device_id')):
-        t = TABLES[table].__table__
-        found[table] = _sql.rows(s.execute(
-            sa.select(t).where(t.c[column].in_(device_ids))))
+    for table in ('controlpath_ids', 'deployables'):
+        found[table] = _children(s, table, 'device_id', device_ids)
     deployable_ids = [row['id'] for row in found['deployables']]
     for table in ('attributes', 'attach_handles'):
-        t = TABLES[table].__table__
-        found[table] = _sql.rows(s.execute(
-            sa.select(t).where(t.c.deployable_id.in_(deployable_ids))))
+        found[table] = _children(s, table, 'deployable_id', deployable_ids)
     return found
+
+
+def _children(session, table, column, parent_ids):
+    """The rows of ``table`` whose ``column`` is one of ``parent_ids`` (no
+    query when there is none: a new host's first report)."""
+    if not parent_ids:
+        return []
+    t = TABLES[table].__table__
+    return _sql.rows(session.execute(
+        sa.select(t).where(t.c[column].in_(parent_ids))))
 
 
 @writer
 def write(context, add, update, delete):
     """Apply a plan's rows (see cyborg.conductor.inventory_plan.Plan):
     deletes, then updates, then inserts parent tables first."""
-    s = context.session
+    s = _sql.connection(context)
     for table in ('attach_handles', 'attributes'):
         if delete.get(table):
             t = TABLES[table].__table__
@@ -60,6 +65,10 @@ def write(context, add, update, delete):
     for table, rows in update.items():
         _update_by_uuid(s, TABLES[table].__table__, rows)
     ids = {}
+    # Where the database hands back the ids of an executemany INSERT
+    # (MariaDB, PostgreSQL, SQLite), children learn their parents' ids from
+    # it; elsewhere (MySQL) from one SELECT per parent table.
+    returning = s.dialect.insert_executemany_returning
     for table, parents in (('devices', ()),
                            ('controlpath_ids', ('device',)),
                            ('deployables', ('device',)),
@@ -72,8 +81,16 @@ def write(context, add, update, delete):
         for parent in parents:
             _resolve_ids(s, ids, parent, rows)
         now = timeutils.utcnow()
-        s.execute(sa.insert(TABLES[table].__table__),
-                  [_without_refs(r, parents, ids, now) for r in rows])
+        t = TABLES[table].__table__
+        values = [_without_refs(r, parents, ids, now) for r in rows]
+        parent = _PARENT_OF.get(table)
+        if parent and returning:
+            known = ids.setdefault(parent, {})
+            for row in s.execute(sa.insert(t).returning(t.c.uuid, t.c.id),
+                                 values):
+                known[row.uuid] = row.id
+        else:
+            s.execute(sa.insert(t), values)
 
 
 def _ids_of(session, table, delete):
@@ -108,6 +125,7 @@ def _delete_with_children(session, deployable_ids, device_ids):
 
 _PARENT_TABLES = {'device': 'devices', 'deployable': 'deployables',
                   'controlpath': 'controlpath_ids'}
+_PARENT_OF = {table: parent for parent, table in _PARENT_TABLES.items()}
 _PARENT_COLUMNS = {'device': 'device_id', 'deployable': 'deployable_id',
                    'controlpath': 'cpid_id'}
 
@@ -153,19 +171,22 @@ def host_providers(context, hostname):
     """What a host's provider tree is made from: its deployables (with
     their device's status) and their attributes, in two queries.
 
-    Returns [{deployable columns... (its own health included),
-    'device_status', 'device_uuid', 'device_health', 'attributes':
-    {key: value}}]."""
+    Returns [{'id', 'uuid', 'name', 'num_accelerators', 'rp_uuid', 'gone',
+    'health' (the deployable's own), 'device_status', 'device_uuid',
+    'device_health', 'attributes': {key: value}}]."""
     d, dep = models.Device.__table__, models.Deployable.__table__
     a = models.Attribute.__table__
-    deployables = _sql.rows(context.session.execute(
-        sa.select(dep, d.c.status.label('device_status'),
+    s = _sql.connection(context)
+    deployables = _sql.rows(s.execute(
+        sa.select(dep.c.id, dep.c.uuid, dep.c.name, dep.c.num_accelerators,
+                  dep.c.rp_uuid, dep.c.gone, dep.c.health,
+                  d.c.status.label('device_status'),
                   d.c.uuid.label('device_uuid'),
                   d.c.health.label('device_health'))
         .join(d, d.c.id == dep.c.device_id)
         .where(d.c.hostname == hostname).order_by(dep.c.id)))
     attributes = {}
-    for row in context.session.execute(
+    for row in s.execute(
             sa.select(a.c.deployable_id, a.c.key, a.c.value)
             .where(a.c.deployable_id.in_([r['id'] for r in deployables]))):
         attributes.setdefault(row.deployable_id, {})[row.key] = row.value
@@ -178,7 +199,7 @@ def host_providers(context, hostname):
 def delete_gone(context, deployable_uuids):
     """Delete these deployables if still gone, and the devices left with
     no deployable; returns the uuids deleted."""
-    s = context.session
+    s = _sql.connection(context)
     dep = models.Deployable.__table__
     rows = s.execute(sa.select(dep.c.id, dep.c.uuid, dep.c.device_id).where(
         dep.c.uuid.in_(list(deployable_uuids)), dep.c.gone.is_(True))).all()

@@ -103,6 +103,33 @@ def test_first_report_builds_rows_and_provider_tree(
     assert host['placement_synced'] and host['compute_rp_uuid'] == cn
 
 
+@pytest.mark.parametrize('returning', [True, False])
+def test_first_report_links_rows_with_or_without_returning(
+        conf, db, admin_context, cn, monkeypatch, returning):
+    # MariaDB, PostgreSQL and SQLite hand back the ids of an executemany
+    # INSERT; MySQL does not, and its children look their parents up.
+    monkeypatch.setattr(db.dialect, 'insert_executemany_returning',
+                        returning)
+    with _statements(db) as seen:
+        _report(conf, admin_context, cf.report(_devices()))
+    lookups = [s for s in seen if s.lstrip().upper().startswith('SELECT')
+               and 'WHERE' in s and '.uuid IN' in s]
+    assert bool(lookups) is not returning
+    h, dep = models.AttachHandle, models.Deployable
+    d, c = models.Device, models.ControlpathID
+    with db.connect() as conn:
+        rows = conn.execute(
+            sa.select(h.attach_info, dep.name, d.hostname, c.cpid_info)
+            .join(dep, dep.id == h.deployable_id)
+            .join(d, d.id == dep.device_id)
+            .join(c, c.id == h.cpid_id)
+            .where(c.device_id == d.id)).all()
+    assert len(rows) == 5
+    assert {(r.name, r.cpid_info) for r in rows} == {
+        ('host1_0000:81:00.0', '0000:81:00.0'),
+        ('host1_0000:82:00.0', '0000:82:00.0')}
+
+
 def test_unchanged_report_costs_two_statements_and_no_placement_call(
         conf, db, admin_context, cn):
     _report(conf, admin_context, cf.report(_devices()))
