@@ -13,9 +13,13 @@ for the digest it started from.
 
 The compute node provider is looked up once by name (the report's
 ``resource_provider_name`` if the agent sent one and it exists, else the
-host name) and remembered in ``hosts.compute_rp_uuid``.  While it does not
-exist (nova-compute not started yet) the report is kept and the host stays
-unsynced.
+host name) and remembered in ``hosts.compute_rp_uuid`` with the sync that
+found it.  While it does not exist (nova-compute not started yet) the
+report is kept and the host stays unsynced.
+
+A host's first sync makes its providers: a create each, a trait PUT each,
+then one reshape for all their inventories and one listing to learn their
+generations (``_fill_new``): two calls per provider plus three.
 
 To keep an unchanged tree cheap, this process remembers each provider's
 generation after it last wrote or checked it: a provider whose generation

@@ -37,6 +37,7 @@ from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
 from keystoneauth1 import noauth
 from oslo_log import log as logging
+from requests import certs as requests_certs
 from requests import utils as requests_utils
 
 from cyborg.common import exception
@@ -58,6 +59,8 @@ NOAUTH_ROLES = 'admin,service'
 PROVIDER_IN_USE = 'placement.resource_provider.inuse'
 INVENTORY_IN_USE = 'placement.inventory.inuse'
 GENERATION_RETRIES = 5
+# Of the calls made over our own connections (``_KeepAlive``).
+USER_AGENT = 'cyborg-placement-client'
 
 
 class GenerationConflict(exception.PlacementError):
@@ -396,7 +399,7 @@ class _KeepAlive:
             return None
         headers = {'Accept': 'application/json',
                    'OpenStack-API-Version': f'placement {MICROVERSION}',
-                   'User-Agent': 'cyborg-placement-client'}
+                   'User-Agent': USER_AGENT}
         headers.update(self._session.get_auth_headers(self._auth) or {})
         data = None
         if body is not None:
@@ -467,8 +470,10 @@ class _KeepAlive:
         """An SSL context from the session's verify and cert options."""
         if self._ssl is None:
             verify, cert = self._session.verify, self._session.cert
+            # The CA bundle requests would trust, unless one is configured.
             context = ssl.create_default_context(
-                cafile=verify if isinstance(verify, str) else None)
+                cafile=verify if isinstance(verify, str) else
+                requests_certs.where())
             if verify is False:
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE

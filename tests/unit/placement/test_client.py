@@ -180,3 +180,61 @@ def test_an_unauthorized_answer_goes_through_keystoneauth(conf):
             client.get_provider_by_name('cn')
     assert [(r.method, r.path) for r in refusing.requests] == [
         ('GET', '/resource_providers')] * 2
+
+
+def _self_signed(folder):
+    """A certificate and key for 127.0.0.1 (PEM files)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    import ipaddress
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, '127.0.0.1')])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(1)
+            .not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address('127.0.0.1'))]),
+                critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None),
+                           critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = folder / 'cert.pem', folder / 'key.pem'
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    return str(cert_path), str(key_path)
+
+
+def test_https_placement_is_verified_with_the_configured_ca(conf, tmp_path):
+    import ssl
+
+    cert, key = _self_signed(tmp_path)
+    server = recording_http.RecordingServer(
+        lambda request: (200, {}, {'resource_providers': []}))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server._server.socket = context.wrap_socket(server._server.socket,
+                                                server_side=True)
+    with server:
+        url = server.url.replace('http://', 'https://')
+        placement_fixture.placement_conf(conf, url)
+        conf.set_override('cafile', cert, group='placement')
+        client = placement_client.PlacementClient(conf)
+        assert client.get_provider_by_name('cn') is None
+        assert client.get_provider_by_name('cn') is None
+        # Both carried by the client's own TLS connection, not handed to
+        # keystoneauth after a failure.
+        assert [r.headers['User-Agent'] for r in server.requests] == [
+            placement_client.USER_AGENT] * 2
+        # Without the CA, the certificate is refused.
+        conf.clear_override('cafile', group='placement')
+        with pytest.raises(exception.PlacementError):
+            placement_client.PlacementClient(conf).get_provider_by_name('cn')
