@@ -40,9 +40,19 @@ writer = context_manager.writer
 _WRITE_TRIES = 8
 
 
-def configure(conf):
-    """Point the enginefacade at ``conf.database`` (call once per process)."""
-    context_manager.configure(**dict(conf.database.items()))
+def configure(conf, wait_for_database=True):
+    """Point the enginefacade at ``conf.database`` (call once per process).
+
+    The engine starts on first use and, by default, waits for the database
+    as ``[database]max_retries`` and ``retry_interval`` say (100 s with
+    oslo.db's defaults).  A process serving requests passes
+    ``wait_for_database=False``: a request made while the database is away
+    answers 503 at once, and the next one connects afresh.
+    """
+    options = dict(conf.database.items())
+    if not wait_for_database:
+        options['max_retries'] = 0
+    context_manager.configure(**options)
 
 
 def get_engine():

@@ -1,6 +1,7 @@
-"""Bind outcomes Nova has not accepted yet (owned by cyborg.conductor.nova):
-recorded in the transaction that gives an ARQ its final state, deleted
-once Nova has them, re-sent by a periodic until then."""
+"""Bind outcomes Nova has not accepted yet (owned by cyborg.conductor.nova;
+doc/source/contract.rst, "Every bind outcome reaches Nova"): recorded in
+the transaction that gives an ARQ its final state, deleted once Nova has
+them, re-sent by a periodic until then."""
 
 import sqlalchemy as sa
 
