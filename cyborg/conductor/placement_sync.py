@@ -27,6 +27,7 @@ Placement still reports is unchanged, anything else (an edit by hand,
 another conductor, an allocation) makes it compare inventories and traits.
 """
 
+import collections
 import threading
 import weakref
 
@@ -142,21 +143,41 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     client.ensure_resource_classes(rcs)
     client.ensure_traits(traits)
     failures, made = [], []
+    done = collections.Counter()
     for provider in desired:
         try:
-            if _sync_provider(client, provider, actual.get(provider.uuid),
-                              touched, trust_memory):
-                made.append(provider)
+            outcome = _sync_provider(client, provider,
+                                     actual.get(provider.uuid), touched,
+                                     trust_memory)
         except exception.PlacementError as exc:
             failures.append(exc)
+            continue
+        if outcome == 'made':
+            made.append(provider)
+            outcome = 'created'
+        done[outcome] += 1
     failures += _fill_new(client, cn_uuid, made)
     unwanted = (set(removed) | owned) - {p.uuid for p in desired} - {cn_uuid}
     for rp_uuid in sorted(unwanted):
         if rp_uuid in actual:
             _remove_provider(client, rp_uuid)
+            done['removed'] += 1
+    _log_sync(hostname, done, failures)
     if failures:
         raise failures[0]
     return cn_uuid
+
+
+def _log_sync(hostname, done, failures):
+    """One line per sync: INFO when it wrote something or failed, DEBUG
+    when Placement already matched (the reconcile checks every host)."""
+    wrote = done['created'] + done['updated'] + done['removed']
+    LOG.log(logging.INFO if wrote or failures else logging.DEBUG,
+            'Placement sync of host %s: %d provider(s) created, %d '
+            'updated, %d removed, %d unchanged%s', hostname,
+            done['created'], done['updated'], done['removed'],
+            done['unchanged'],
+            ', %d failed' % len(failures) if failures else '')
 
 
 def _compute_node_tree(client, host, name, need_tree):
@@ -175,7 +196,7 @@ def _compute_node_tree(client, host, name, need_tree):
                      'looking it up by name again.', cn_uuid,
                      host['hostname'])
     # The agent's name for it first (configured, else its FQDN), then the
-    # host name, as CONTRACT.md §6 orders them.
+    # host name, in the order of doc/source/contract.rst ("Placement").
     found = None
     for candidate in dict.fromkeys(n for n in (name, host['hostname']) if n):
         found = client.get_provider_by_name(candidate)
@@ -193,28 +214,32 @@ def _by_uuid(providers):
 
 
 def _sync_provider(client, provider, actual, touched, trust_memory):
-    """Bring one provider in line; True when it was just made and is
-    still empty, for ``_fill_new`` to fill."""
+    """Make one provider right; says what it took: ``made`` (just created
+    and still empty, for ``_fill_new`` to fill), ``created``, ``updated``
+    or ``unchanged``."""
     if actual is None:
         created = client.create_provider(provider.uuid, provider.name,
                                          provider.parent_uuid)
         if created['generation'] == 0:
             # Every write to a provider (inventory, traits, allocations)
             # moves its generation on: at 0 it holds nothing yet.
-            return True
+            return 'made'
         _write_provider(client, provider, created['generation'])
-        return False
+        return 'created'
     if (actual['name'] != provider.name or
             actual['parent_provider_uuid'] != provider.parent_uuid):
         actual = client.update_provider(provider.uuid, provider.name,
                                         provider.parent_uuid)
         _check_provider(client, provider)
-    elif touched is not None and provider.uuid in touched:
+        return 'updated'
+    if touched is not None and provider.uuid in touched:
         _write_provider(client, provider, actual['generation'])
-    elif (not trust_memory or
-          _remembered(client, provider.uuid) != actual['generation']):
-        _check_provider(client, provider)
-    return False
+        return 'updated'
+    if (not trust_memory or
+            _remembered(client, provider.uuid) != actual['generation']):
+        return 'updated' if _check_provider(client, provider) \
+            else 'unchanged'
+    return 'unchanged'
 
 
 def _fill_new(client, cn_uuid, made):
@@ -283,20 +308,25 @@ def _write_provider(client, provider, generation):
 
 
 def _check_provider(client, provider):
-    """Read inventories and traits; write only what differs."""
+    """Read inventories and traits; write only what differs.  True when
+    something was written."""
+    wrote = False
     generation, inventories = client.get_inventories(provider.uuid)
     if provider_tree.inventories_differ(provider.inventories, inventories):
         LOG.info('Repairing the inventory of provider %s (%s)',
                  provider.name, provider.uuid)
         generation = client.set_inventories(provider.uuid,
                                             provider.inventories, generation)
+        wrote = True
     generation, traits = client.get_traits(provider.uuid)
     if traits != set(provider.traits):
         LOG.info('Repairing the traits of provider %s (%s)', provider.name,
                  provider.uuid)
         generation = client.set_traits(provider.uuid, provider.traits,
                                        generation)
+        wrote = True
     _remember(client, provider.uuid, generation)
+    return wrote
 
 
 def _remove_provider(client, rp_uuid):
