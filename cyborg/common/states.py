@@ -1,7 +1,18 @@
-"""Health and device-status vocabulary: the one home of these words.
+"""The vocabulary of states: the one home of these words.
 
-The database columns, drivers, the agent, the conductor's state machine,
+The database columns, drivers, the agent, the conductor's state machines,
 the API schemas and the tests import these names; nobody spells them out.
+
+Accelerator request (ARQ) states, as Nova and the clients see them::
+
+    Initial       made from a device profile, not bound
+    BindStarted   a bind is under way (it holds a deployable, and soon a
+                  handle)
+    Bound         bound to an instance through an attach handle
+    Unbound       unbound again; may be bound anew
+    BindFailed    the bind failed (the reason is kept)
+    UnbindFailed  kept for Cyborg's wire compatibility; never entered
+    Deleting      being deleted
 
 Health states (``devices.health``, ``deployables.health``), in order of
 how bad they are::
@@ -25,6 +36,24 @@ or a condition that still holds)::
                  failure, fatal AER, fallen off the bus): unhealthy at once
     gone         the function disappeared or its kernel driver unbound
 """
+
+INITIAL = 'Initial'
+BIND_STARTED = 'BindStarted'
+BOUND = 'Bound'
+UNBOUND = 'Unbound'
+BIND_FAILED = 'BindFailed'
+UNBIND_FAILED = 'UnbindFailed'
+DELETING = 'Deleting'
+
+ARQ_STATES = (INITIAL, BIND_STARTED, BOUND, UNBOUND, BIND_FAILED,
+              UNBIND_FAILED, DELETING)
+
+# ARQs that hold (or are taking) a deployable and its handle.
+ARQ_HOLDING = (BIND_STARTED, BOUND)
+
+# ARQs whose bind is over, one way or the other: what
+# ``GET /accelerator_requests?bind_state=resolved`` waits for.
+ARQ_RESOLVED = (BOUND, BIND_FAILED, DELETING)
 
 HEALTHY = 'healthy'
 SUSPECT = 'suspect'

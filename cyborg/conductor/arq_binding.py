@@ -5,7 +5,7 @@ differences "A bind must agree with Placement", "A refused request writes
 nothing" and "Every bind outcome reaches Nova"):
 
 - Every state change is a guarded ``UPDATE ... WHERE state IN (allowed)``
-  whose row count is checked (``db_api.arq_transition``); nothing reads a
+  whose row count is checked (``arq_db.transition``); nothing reads a
   state and then writes it.  Whoever moves an ARQ out of a handle-holding
   state releases its attach handle in the same transaction, guarded on the
   handle id it read, so a handle is released exactly once.
@@ -43,19 +43,25 @@ from cyborg.common import context as cyborg_context
 from cyborg.common import exception
 from cyborg.common import metrics
 from cyborg.common import notify
+from cyborg.common import states
 from cyborg.conductor import nova
 from cyborg.db import api as db_api
-from cyborg.db import models
+from cyborg.db.api import arqs as arq_db
+from cyborg.db.api import attach_handles as handle_db
+from cyborg.db.api import deployables as deployable_db
+from cyborg.db.api import device_profiles as profile_db
 from cyborg.objects import accelerator_requests
 from cyborg.objects import base as objects_base
 
 LOG = logging.getLogger(__name__)
 
-BIND_FROM = ('Initial', 'Unbound')
-BOUND_FROM = ('BindStarted',)
-UNBIND_FROM = ('Initial', 'BindStarted', 'Bound', 'BindFailed')
-FAIL_FROM = ('BindStarted', 'Bound')
-ANY_STATE = models.ARQ_STATES
+# The states each transition may start from: the guards of the UPDATEs.
+BIND_FROM = (states.INITIAL, states.UNBOUND)
+BOUND_FROM = (states.BIND_STARTED,)
+UNBIND_FROM = (states.INITIAL, states.BIND_STARTED, states.BOUND,
+               states.BIND_FAILED)
+FAIL_FROM = states.ARQ_HOLDING
+ANY_STATE = states.ARQ_STATES
 BIND_FIELDS = ('hostname', 'device_rp_uuid', 'instance_uuid')
 
 _CLEARED = {'hostname': None, 'device_rp_uuid': None, 'instance_uuid': None,
@@ -84,19 +90,20 @@ def create(context, device_profile_uuid, project_id, conf=None):
 
 
 def _create_in(context, device_profile_uuid, project_id):
-    profile = db_api.arq_profile_get(context, device_profile_uuid)
+    profile = profile_db.get_groups(context, device_profile_uuid)
     if profile is None:
         raise exception.DeviceProfileNotFound(name=device_profile_uuid)
     now = timeutils.utcnow()
     rows = []
     for group_id, group in enumerate(json.loads(profile.profile_json)):
         for _ in range(_group_size(group)):
-            rows.append({'uuid': str(uuidlib.uuid4()), 'state': 'Initial',
+            rows.append({'uuid': str(uuidlib.uuid4()),
+                         'state': states.INITIAL,
                          'device_profile_id': profile.id,
                          'device_profile_group_id': group_id,
                          'project_id': project_id, 'created_at': now})
     if rows:
-        db_api.arq_create_many(context, rows)
+        arq_db.create_many(context, rows)
     return [arq_dict(row, profile.name) for row in rows]
 
 
@@ -155,9 +162,9 @@ def _start(conf, context, bindings, now):
                   'bind_started_at': now, 'bind_failure_reason': None}
         if job.get('project_id'):
             values['project_id'] = job['project_id']
-        if not db_api.arq_transition(context, job['uuid'], 'BindStarted',
-                                     BIND_FROM, values,
-                                     where={'attach_handle_id': None}):
+        if not arq_db.transition(context, job['uuid'], states.BIND_STARTED,
+                                 BIND_FROM, values,
+                                 where={'attach_handle_id': None}):
             # Another PATCH got there first; the rollback undoes the ARQs
             # this one already moved.
             raise exception.Conflict(
@@ -182,22 +189,20 @@ def _validate(conf, context, bindings):
     ARQs of another request."""
     if not isinstance(bindings, dict) or not bindings:
         raise exception.Invalid(reason='no accelerator request to bind')
-    rows = {r.ExtARQ.uuid: r for r in
-            db_api.arq_get_many(context, list(bindings))}
-    targets = db_api.arq_bind_targets(
+    rows = {r.uuid: r for r in arq_db.get_to_change(context, list(bindings))}
+    targets = deployable_db.bind_targets(
         context, {_field(b, 'device_rp_uuid') for b in bindings.values()})
     jobs = []
     for arq_uuid, binding in bindings.items():
         row = rows.get(arq_uuid)
-        if row is None or not _visible(context, row.ExtARQ):
+        if row is None or not _visible(context, row):
             raise exception.ARQNotFound(uuid=arq_uuid)
-        if row.ExtARQ.state not in BIND_FROM:
+        if row.state not in BIND_FROM:
             raise exception.Conflict(
-                reason=f'accelerator request {arq_uuid} is '
-                       f'{row.ExtARQ.state}, it cannot be bound')
+                reason=f'accelerator request {arq_uuid} is {row.state}, it '
+                       f'cannot be bound')
         target = _check_target(targets, binding)
-        group = json.loads(row.profile_json)[
-            row.ExtARQ.device_profile_group_id]
+        group = json.loads(row.profile_json)[row.device_profile_group_id]
         jobs.append(dict(binding, uuid=arq_uuid, group=group,
                          deployable_id=target.deployable_id,
                          notice=_bind_notice(row, binding, target)))
@@ -231,7 +236,7 @@ def _check_target(targets, binding):
     if target.hostname != hostname:
         raise exception.BindFailed(
             reason=f'resource provider {rp_uuid} is not on host {hostname}')
-    if target.status != 'enabled':
+    if target.status != states.ENABLED:
         raise exception.BindFailed(
             reason=f'the device of resource provider {rp_uuid} is in '
                    f'maintenance')
@@ -240,8 +245,8 @@ def _check_target(targets, binding):
 
 def _check_instances(context, jobs):
     instances = {job['instance_uuid'] for job in jobs}
-    others = db_api.arq_bound_elsewhere(context, instances,
-                                        [job['uuid'] for job in jobs])
+    others = arq_db.bound_elsewhere(context, instances,
+                                    [job['uuid'] for job in jobs])
     if others:
         raise exception.BindFailed(
             reason=f'instance {others[0].instance_uuid} already has '
@@ -348,8 +353,8 @@ def _bind_one(conf, context, batch_id, job, deadline):
 
 def _finish(conf, context, batch_id, job, handle, deadline):
     """Bound, and its event, in one transaction."""
-    if not db_api.arq_transition(context, job['uuid'], 'Bound', BOUND_FROM,
-                                 where={'attach_handle_id': handle.id}):
+    if not arq_db.transition(context, job['uuid'], states.BOUND, BOUND_FROM,
+                             where={'attach_handle_id': handle.id}):
         raise _Lost()
     nova.record(conf, context, batch_id,
                 [(job['instance_uuid'], job['uuid'], 'completed')],
@@ -363,12 +368,12 @@ def _take_handle(context, job):
 def _take_handle_in(context, job, finish=None):
     """(handle, done): ``finish(handle)`` ends the bind in the same
     transaction unless the handle is an mdev still to be created."""
-    handle = db_api.attach_handle_take(context, job['deployable_id'])
+    handle = handle_db.take(context, job['deployable_id'])
     if handle is None:
         raise exception.BindFailed(
             reason=f"no free attach handle on resource provider "
                    f"{job['device_rp_uuid']}")
-    if not db_api.arq_set_attach_handle(context, job['uuid'], handle.id):
+    if not arq_db.set_attach_handle(context, job['uuid'], handle.id):
         raise _Lost()  # rolls the take back
     if finish is not None and handle.attach_type != 'MDEV':
         finish(handle)
@@ -403,7 +408,9 @@ def _fail(conf, context, batch_id, arq_uuid, reason, deadline, job=None):
 
 
 def _fail_in(conf, context, batch_id, arq_uuid, reason, deadline):
-    row = _leave(context, arq_uuid, 'BindFailed', ('BindStarted',),
+    # Only a bind still in progress fails here (a Bound ARQ stays Bound).
+    row = _leave(context, arq_uuid, states.BIND_FAILED,
+                 (states.BIND_STARTED,),
                  {'bind_failure_reason': reason[:4000],
                   'attach_handle_id': None})
     if row is not None:
@@ -418,14 +425,14 @@ def _leave(context, arq_uuid, to_state, from_states, values, known=None):
     transaction.  Returns the row as it was, or None if not moved.
     ``known``: the ARQ as just read, tried first to save a query."""
     for _ in range(3):
-        row, known = known or db_api.arq_handle_state(context, arq_uuid), None
+        row, known = known or arq_db.handle_state(context, arq_uuid), None
         if row is None or row.state not in from_states:
             return None
-        if db_api.arq_transition(context, arq_uuid, to_state, from_states,
-                                 values, where={'attach_handle_id':
-                                                row.attach_handle_id}):
+        if arq_db.transition(context, arq_uuid, to_state, from_states,
+                             values, where={'attach_handle_id':
+                                            row.attach_handle_id}):
             if row.attach_handle_id is not None:
-                db_api.attach_handle_release(context, row.attach_handle_id)
+                handle_db.release(context, row.attach_handle_id)
             return row
         # The bind worker took a handle between our read and write.
     return None
@@ -472,9 +479,9 @@ def _release_mdevs(conf, context, rows):
     """Remove the mdevs of MDEV handles before the handles are freed (a
     freed handle's mdev uuid may be taken again at once)."""
     for row in rows:
-        if row.attach_type == 'MDEV' and row.ExtARQ.hostname:
-            _remove_mdev(conf, context, row.ExtARQ.hostname,
-                         row.attach_info, row.attach_handle_uuid)
+        if row.attach_handle_type == 'MDEV' and row.hostname:
+            _remove_mdev(conf, context, row.hostname,
+                         row.attach_handle_info, row.attach_handle_uuid)
 
 
 # -- unbind and delete ------------------------------------------------------
@@ -482,16 +489,17 @@ def _release_mdevs(conf, context, rows):
 def unbind(conf, context, arq_uuids):
     """Free the ARQs' handles (removing mdevs) and clear their binding;
     ARQs already unbound are left alone."""
-    rows = [r for r in db_api.arq_get_many(context, arq_uuids)
-            if _visible(context, r.ExtARQ)]
-    found = {r.ExtARQ.uuid for r in rows}
+    rows = [r for r in arq_db.get_to_change(context, arq_uuids)
+            if _visible(context, r)]
+    found = {r.uuid for r in rows}
     missing = [u for u in arq_uuids if u not in found]
     if missing:
         raise exception.ARQNotFound(uuid=missing[0])
     _release_mdevs(conf, context, rows)
     moved = db_api.write_retrying(context, _leave_all, context, rows,
-                                  'Unbound', UNBIND_FROM)
-    _notify_left(conf, context, notify.ARQ_UNBIND, rows, moved, 'Unbound')
+                                  states.UNBOUND, UNBIND_FROM)
+    _notify_left(conf, context, notify.ARQ_UNBIND, rows, moved,
+                 states.UNBOUND)
 
 
 def _leave_all(context, rows, to_state, from_states, delete=False):
@@ -499,12 +507,12 @@ def _leave_all(context, rows, to_state, from_states, delete=False):
     returns {uuid: state before} of those that moved."""
     moved = {}
     for row in rows:
-        before = _leave(context, row.ExtARQ.uuid, to_state, from_states,
-                        _CLEARED, known=row.ExtARQ)
+        before = _leave(context, row.uuid, to_state, from_states, _CLEARED,
+                        known=row)
         if before is not None:
-            moved[row.ExtARQ.uuid] = before.state
+            moved[row.uuid] = before.state
     if delete:
-        db_api.arq_delete_many(context, [r.ExtARQ.uuid for r in rows])
+        arq_db.delete_many(context, [r.uuid for r in rows])
     return moved
 
 
@@ -515,16 +523,17 @@ def delete(conf, context, arq_uuids=None, instance_uuid=None):
     Deleting by instance is idempotent.
     """
     arq_uuids = list(arq_uuids or [])
-    rows = [r for r in db_api.arq_get_many(context, arq_uuids,
-                                           instance_uuid=instance_uuid or None)
-            if _visible(context, r.ExtARQ)]
+    rows = [r for r in arq_db.get_to_change(
+                context, arq_uuids, instance_uuid=instance_uuid or None)
+            if _visible(context, r)]
     if not rows:
         return arq_uuids
     _release_mdevs(conf, context, rows)
     moved = db_api.write_retrying(context, _leave_all, context, rows,
-                                  'Deleting', ANY_STATE, delete=True)
-    _notify_left(conf, context, notify.ARQ_DELETE, rows, moved, 'Deleting')
-    found = {r.ExtARQ.uuid for r in rows}
+                                  states.DELETING, ANY_STATE, delete=True)
+    _notify_left(conf, context, notify.ARQ_DELETE, rows, moved,
+                 states.DELETING)
+    found = {r.uuid for r in rows}
     return [u for u in arq_uuids if u not in found]
 
 
@@ -534,7 +543,7 @@ def fail_stuck(conf, context):
     """Periodic: fail ARQs in BindStarted for longer than bind_timeout
     (their conductor died, or their work hung) and tell Nova."""
     timeout = datetime.timedelta(seconds=conf.bind_timeout)
-    stuck = db_api.arq_stuck(context, timeutils.utcnow() - timeout)
+    stuck = arq_db.stuck(context, timeutils.utcnow() - timeout)
     if not stuck:
         return 0
     batch_id = str(uuidlib.uuid4())
@@ -594,24 +603,23 @@ def _handle_fields(attach_type, handle_uuid, attach_info):
 
 
 def _row_fields(row):
-    """Payload fields of an ``arq_get_many`` row."""
-    arq = row.ExtARQ
-    return dict(_handle_fields(row.attach_type, row.attach_handle_uuid,
-                               row.attach_info),
-                uuid=arq.uuid, device_profile_name=row.device_profile_name,
-                device_profile_group_id=arq.device_profile_group_id,
-                project_id=arq.project_id, instance_uuid=arq.instance_uuid,
-                hostname=arq.hostname, device_rp_uuid=arq.device_rp_uuid,
+    """Payload fields of an ``arq_db.get_to_change`` row."""
+    return dict(_handle_fields(row.attach_handle_type,
+                               row.attach_handle_uuid,
+                               row.attach_handle_info),
+                uuid=row.uuid, device_profile_name=row.device_profile_name,
+                device_profile_group_id=row.device_profile_group_id,
+                project_id=row.project_id, instance_uuid=row.instance_uuid,
+                hostname=row.hostname, device_rp_uuid=row.device_rp_uuid,
                 deployable_uuid=row.deployable_uuid)
 
 
 def _bind_notice(row, binding, target):
     """What a bind's notifications say besides the binding itself (kept
     on the job: the worker reads nothing more to notify)."""
-    arq = row.ExtARQ
     return {'device_profile_name': row.device_profile_name,
-            'device_profile_group_id': arq.device_profile_group_id,
-            'project_id': binding.get('project_id') or arq.project_id,
+            'device_profile_group_id': row.device_profile_group_id,
+            'project_id': binding.get('project_id') or row.project_id,
             'deployable_uuid': target.deployable_uuid}
 
 
@@ -638,7 +646,7 @@ def _notify_bound(conf, context, job, handle):
     fields = dict(_job_fields(job), **_handle_fields(
         handle.attach_type, handle.uuid, handle.attach_info))
     notify.send(conf, context, notify.ARQ_BIND_END,
-                _payload(fields, 'Bound', 'BindStarted'))
+                _payload(fields, states.BOUND, states.BIND_STARTED))
 
 
 @_best_effort
@@ -650,10 +658,11 @@ def _notify_failed(conf, context, arq_uuid, reason, job=None):
     if job is not None:
         fields = _job_fields(job)
     else:
-        rows = db_api.arq_get_many(context, [arq_uuid])
+        rows = arq_db.get_to_change(context, [arq_uuid])
         fields = _row_fields(rows[0]) if rows else {'uuid': arq_uuid}
     notify.send(conf, context, notify.ARQ_BIND_ERROR,
-                _payload(fields, 'BindFailed', 'BindStarted', reason),
+                _payload(fields, states.BIND_FAILED, states.BIND_STARTED,
+                         reason),
                 priority=notify.ERROR)
 
 
@@ -665,7 +674,7 @@ def _notify_left(conf, context, event, rows, moved, state):
     if outbox is None:
         return
     for row in rows:
-        previous = moved.get(row.ExtARQ.uuid)
+        previous = moved.get(row.uuid)
         if previous is not None:
             outbox.add(event, _payload(_row_fields(row), state, previous))
     outbox.send()

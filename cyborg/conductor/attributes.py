@@ -5,17 +5,19 @@ from oslo_utils import uuidutils
 
 from cyborg.common import exception
 from cyborg.db import api as db_api
+from cyborg.db.api import attributes as attribute_db
+from cyborg.db.api import deployables as deployable_db
 
 
 def create(conf, context, deployable_uuid, key, value):
     """Add ``key`` = ``value`` to a deployable; 409 if it has that key."""
     try:
         with db_api.writer.using(context):
-            deployable = db_api.deployable_read(context, uuid=deployable_uuid)
+            deployable = deployable_db.get(context, uuid=deployable_uuid)
             if deployable is None:
                 raise exception.ResourceNotFound(resource='Deployable',
                                                  id=deployable_uuid)
-            row = db_api.attribute_insert(
+            row = attribute_db.insert(
                 context, {'uuid': uuidutils.generate_uuid(),
                           'deployable_id': deployable.id,
                           'key': key, 'value': value})
@@ -31,7 +33,7 @@ def create(conf, context, deployable_uuid, key, value):
 
 def delete(conf, context, attribute_uuid):
     with db_api.writer.using(context):
-        if not db_api.attribute_delete(context, attribute_uuid):
+        if not attribute_db.delete(context, attribute_uuid):
             raise exception.ResourceNotFound(resource='Attribute',
                                              id=attribute_uuid)
 

@@ -10,6 +10,7 @@ from oslo_utils import uuidutils
 
 from cyborg.common import exception
 from cyborg.db import api as db_api
+from cyborg.db.api import device_profiles as profile_db
 
 
 def create(context, values):
@@ -25,7 +26,7 @@ def create(context, values):
                   'profile_json': json.dumps(values['groups'])}
     try:
         with db_api.writer.using(context):
-            row = db_api.device_profile_insert(context, row_values)
+            row = profile_db.insert(context, row_values)
             return _as_dict(row)
     except db_exc.DBDuplicateEntry as e:
         if 'name' in (e.columns or []):
@@ -41,10 +42,10 @@ def delete(context, uuids):
     uuids = sorted(set(uuids))
     try:
         with db_api.writer.using(context):
-            used = db_api.device_profile_users(context, uuids)
+            used = profile_db.in_use(context, uuids)
             if used:
                 raise _in_use(used)
-            deleted = db_api.device_profile_delete_many(context, uuids)
+            deleted = profile_db.delete_many(context, uuids)
             if deleted != len(uuids):
                 # Rolls back the ones that were there.
                 raise exception.ResourceNotFound(resource='Device profile',

@@ -26,7 +26,9 @@ from cyborg.common import notify
 from cyborg.common import states
 from cyborg.conductor import placement_sync
 from cyborg.db import api as db_api
-from cyborg.db import models
+from cyborg.db.api import devices as device_db
+from cyborg.db.api import hosts as host_db
+from cyborg.db.api import inventory as inventory_db
 from cyborg.objects import inventory
 
 LOG = logging.getLogger(__name__)
@@ -44,11 +46,11 @@ def set_status(conf, context, device_uuid, status):
     device's columns as a dict.  The database change stands even if
     Placement cannot be reached: the host is left unsynced and the next
     report or the reconcile applies it."""
-    if status not in models.DEVICE_STATUSES:
+    if status not in states.DEVICE_STATUSES:
         raise exception.Invalid(
             reason=f'device status must be one of '
-                   f'{", ".join(models.DEVICE_STATUSES)}, not {status!r}')
-    target = db_api.device_lifecycle_target(context, device_uuid)
+                   f'{", ".join(states.DEVICE_STATUSES)}, not {status!r}')
+    target = device_db.lifecycle_target(context, device_uuid)
     if target is None:
         raise exception.ResourceNotFound(resource='Device', id=device_uuid)
     if (target['status'] == states.MAINTAINING and
@@ -59,13 +61,12 @@ def set_status(conf, context, device_uuid, status):
         # while the host's agent is down.
         _prepare(conf, context, target)
     with db_api.writer.using(context):
-        device = db_api.device_set_status(context, device_uuid, status)
+        device = device_db.set_status(context, device_uuid, status)
         if device is None:
             raise exception.ResourceNotFound(resource='Device',
                                              id=device_uuid)
-        host = db_api.inventory_host_get(context, device['hostname'])
-        db_api.inventory_host_update(context, device['hostname'],
-                                     placement_synced=False)
+        host = host_db.get(context, device['hostname'])
+        host_db.update(context, device['hostname'], placement_synced=False)
     if target['status'] != status:
         _notify(conf, context, target, status)
     _sync(conf, context, device, device_uuid, host)
@@ -139,7 +140,7 @@ def _notify(conf, context, target, status):
 
 def _sync(conf, context, device, device_uuid, host):
     providers = {row['rp_uuid'] or inventory.provider_uuid(row['name'])
-                 for row in db_api.inventory_host_providers(
+                 for row in inventory_db.host_providers(
                      context, device['hostname'])
                  if row['device_uuid'] == device_uuid}
     plan = placement_sync.Touched(providers)

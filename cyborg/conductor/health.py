@@ -40,6 +40,9 @@ from cyborg.common import states
 from cyborg.conductor import health_machine as machine
 from cyborg.conductor import placement_sync
 from cyborg.db import api as db_api
+from cyborg.db.api import arqs as arq_db
+from cyborg.db.api import health as health_db
+from cyborg.db.api import hosts as host_db
 from cyborg.objects import health as health_objects
 
 LOG = logging.getLogger(__name__)
@@ -79,7 +82,7 @@ def run_timers(conf, context):
     many records changed."""
     now = timeutils.utcnow()
     changed = 0
-    for hostname in db_api.health_due_hosts(context, now):
+    for hostname in health_db.due_hosts(context, now):
         try:
             changed += len(_apply(conf, context, hostname, [], now).changes)
         except Exception:
@@ -147,7 +150,7 @@ def device_key(device_row):
 
 def evaluate(settings, hostname, devices, deployables, readings, now):
     """What ``readings`` and the timers do to a host's records (rows as
-    ``db_api.health_host_records`` returns them); writes nothing."""
+    ``health_db.records`` returns them); writes nothing."""
     by_key = {device_key(d): d for d in devices}
     by_name = {d['name']: d for d in deployables}
     own, accepted = _sort_readings(hostname, by_key, by_name, readings)
@@ -228,7 +231,7 @@ def _apply(conf, context, hostname, readings, now=None):
     settings = machine.Settings.from_conf(conf)
     # Optimistic first look without a lock: most reports change nothing.
     with db_api.reader.using(context):
-        devices, deployables = db_api.health_host_records(context, hostname)
+        devices, deployables = health_db.records(context, hostname)
     result = evaluate(settings, hostname, devices, deployables, readings,
                       now)
     if not result.changes:
@@ -249,9 +252,9 @@ def _apply(conf, context, hostname, readings, now=None):
 
 def _write(conf, context, hostname, readings, now, settings):
     with db_api.writer.using(context):
-        if not db_api.health_host_lock(context, hostname):
+        if not host_db.lock(context, hostname):
             return _Evaluation()
-        devices, deployables = db_api.health_host_records(context, hostname)
+        devices, deployables = health_db.records(context, hostname)
         result = evaluate(settings, hostname, devices, deployables,
                           readings, now)
         for kind, table in (('device', 'devices'),
@@ -259,15 +262,14 @@ def _write(conf, context, hostname, readings, now, settings):
             rows = [dict(c.new.columns(since=c.old), uuid=c.row['uuid'],
                          old_health=c.old.health, old_due_at=c.old.due_at)
                     for c in result.changes if c.kind == kind]
-            if rows and db_api.health_write(context, table,
+            if rows and health_db.write(context, table,
                                             rows) != len(rows):
                 raise _Raced()
         if result.touched_providers:
-            host = db_api.inventory_host_get(context, hostname)
+            host = host_db.get(context, hostname)
             result.digest = host['report_digest']
             result.was_synced = bool(host['placement_synced'])
-            db_api.inventory_host_update(context, hostname,
-                                         placement_synced=False)
+            host_db.update(context, hostname, placement_synced=False)
         result.outbox = _notifications(conf, context, hostname, result)
         return result
 
@@ -343,7 +345,7 @@ def _affected(change, deployables):
 def _bound_arqs(context, deployable_ids):
     found = {}
     if deployable_ids:
-        for arq in db_api.health_bound_arqs(context, set(deployable_ids)):
+        for arq in arq_db.holding(context, set(deployable_ids)):
             found.setdefault(arq.deployable_id, []).append(
                 {'uuid': arq.uuid, 'state': arq.state,
                  'instance_uuid': arq.instance_uuid,

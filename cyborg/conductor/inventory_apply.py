@@ -33,6 +33,8 @@ from cyborg.common import states
 from cyborg.conductor import health, health_machine
 from cyborg.conductor import inventory_plan, placement_sync
 from cyborg.db import api as db_api
+from cyborg.db.api import hosts as host_db
+from cyborg.db.api import inventory as inventory_db
 
 LOG = logging.getLogger(__name__)
 
@@ -42,7 +44,7 @@ MAX_ATTEMPTS = 5
 
 class _Outcome:
     def __init__(self, digest, need_full=False, plan=None, synced=False,
-                 was_synced=False, outbox=None):
+                 was_synced=False, outbox=None, host=None):
         self.digest = digest
         self.need_full = need_full
         self.plan = plan
@@ -51,6 +53,8 @@ class _Outcome:
         self.was_synced = was_synced
         # Notifications to send once committed (None: none to send).
         self.outbox = outbox
+        # The host's row as locked (what the sync needs of it).
+        self.host = host
 
 
 def handle_report(conf, context, hostname, report):
@@ -64,7 +68,7 @@ def handle_report(conf, context, hostname, report):
         else 'delta'
     try:
         devices, removed = inventory_plan.parse_report(report)
-        if _looks_unchanged(report) and db_api.inventory_host_touch(
+        if _looks_unchanged(report) and host_db.touch(
                 context, hostname, report['digest']):
             kind = 'unchanged'
             LOG.debug('Report of %s: unchanged', hostname)
@@ -92,7 +96,7 @@ def _handle_changed(conf, context, hostname, report, devices, removed):
         placement_sync.sync_after_report(
             conf, context, hostname, outcome.plan, digest,
             rp_name=report.get('resource_provider_name'),
-            trust_memory=outcome.was_synced)
+            trust_memory=outcome.was_synced, host=outcome.host)
     return {'digest': digest, 'need_full': False}
 
 
@@ -124,7 +128,12 @@ def _write_with_retries(conf, context, hostname, report, devices, removed):
 
 def _write(conf, context, hostname, report, devices, removed):
     with db_api.writer.using(context):
-        host = db_api.inventory_host_lock(context, hostname)
+        if report['full']:
+            host = host_db.lock_or_create(context, hostname)
+        else:
+            host = host_db.lock(context, hostname)
+            if host is None:
+                return _Outcome(None, need_full=True)
         stored_digest = host['report_digest']
         if not report['full'] and (stored_digest is None or
                                    report.get('base_digest') !=
@@ -132,15 +141,15 @@ def _write(conf, context, hostname, report, devices, removed):
             return _Outcome(stored_digest, need_full=True)
         plan, stored = _plan(conf, context, hostname, report['full'],
                              devices, removed)
-        db_api.inventory_write(context, plan.add, plan.update, plan.delete)
+        inventory_db.write(context, plan.add, plan.update, plan.delete)
         outbox = _notifications(conf, context, hostname, plan, stored)
         was_synced = bool(host['placement_synced'])
         synced = was_synced and plan.empty
-        db_api.inventory_host_update(
-            context, hostname, report_digest=report['digest'],
-            placement_synced=synced, last_report_at=timeutils.utcnow())
+        host_db.update(context, hostname, report_digest=report['digest'],
+                       placement_synced=synced,
+                       last_report_at=timeutils.utcnow())
         return _Outcome(report['digest'], plan=plan, synced=synced,
-                        was_synced=was_synced, outbox=outbox)
+                        was_synced=was_synced, outbox=outbox, host=host)
 
 
 def _plan(conf, context, hostname, full, devices, removed):
@@ -149,7 +158,7 @@ def _plan(conf, context, hostname, full, devices, removed):
     else:
         uuids = [inventory_plan.device_uuid(hostname, key) for key in
                  [d.key() for d in devices] + list(removed)]
-    stored = db_api.inventory_load(context, hostname, uuids)
+    stored = inventory_db.load(context, hostname, uuids)
     options = {'new_device_status': conf.conductor.new_device_status,
                'now': timeutils.utcnow()}
     plan = inventory_plan.make_plan(hostname, stored, devices, removed, full,

@@ -29,6 +29,7 @@ import dataclasses
 import json
 
 from cyborg.common import exception
+from cyborg.common import states
 from cyborg.conductor import health_machine
 from cyborg.db import models
 from cyborg.objects import inventory
@@ -117,7 +118,7 @@ def _group(rows, key):
 
 
 def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
-              held_providers=frozenset(), new_device_status='enabled',
+              held_providers=frozenset(), new_device_status=states.ENABLED,
               now=None):
     """The changes that make the stored rows match the report.
 

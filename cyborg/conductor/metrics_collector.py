@@ -25,8 +25,9 @@ from prometheus_client.core import GaugeMetricFamily
 from cyborg.common import context as cyborg_context
 from cyborg.common import metrics
 from cyborg.common import states
-from cyborg.db import api as db_api
-from cyborg.db import models
+from cyborg.db.api import arqs as arq_db
+from cyborg.db.api import devices as device_db
+from cyborg.db.api import nova_events as event_db
 
 LOG = logging.getLogger(__name__)
 
@@ -50,13 +51,13 @@ class ConductorCollector:
 
     def collect(self):
         context = cyborg_context.get_admin_context()
-        counts = _read(db_api.metrics_arqs_by_state, context)
+        counts = _read(arq_db.count_by_state, context)
         if counts is not None:
             yield _arqs(counts)
-        pending = _read(db_api.metrics_nova_events_pending, context)
+        pending = _read(event_db.count_pending, context)
         if pending is not None:
             yield _pending(pending)
-        health = _read(db_api.metrics_devices_by_health, context)
+        health = _read(device_db.count_by_health, context)
         if health is not None:
             yield _devices(health)
 
@@ -72,7 +73,7 @@ def _read(reader, context):
 
 def _arqs(counts):
     family = GaugeMetricFamily(*ARQS, labels=['state'])
-    for state in _known(models.ARQ_STATES, counts):
+    for state in _known(states.ARQ_STATES, counts):
         family.add_metric([state], counts.get(state, 0))
     return family
 

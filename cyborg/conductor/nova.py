@@ -32,6 +32,7 @@ from oslo_utils import timeutils
 
 from cyborg.common import metrics
 from cyborg.db import api as db_api
+from cyborg.db.api import nova_events as event_db
 
 LOG = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ def record(conf, context, batch_id, events, due_at):
              'next_attempt_at': due_at}
             for instance_uuid, arq_uuid, status in events if instance_uuid]
     if rows and enabled(conf):
-        db_api.nova_event_create_many(context, rows)
+        event_db.create_many(context, rows)
 
 
 def deliver_batch(conf, context, batch_id):
@@ -88,15 +89,15 @@ def deliver_batch(conf, context, batch_id):
     Nova has answered, else postpone them for the periodic."""
     if not enabled(conf):
         return True
-    rows = db_api.nova_event_get_batch(context, batch_id)
+    rows = event_db.get_batch(context, batch_id)
     if not rows:
         return True
     if send(conf, [(r.instance_uuid, r.arq_uuid, r.status) for r in rows]):
-        db_api.write_retrying(context, db_api.nova_event_delete_ids,
+        db_api.write_retrying(context, event_db.delete_ids,
                               context, [r.id for r in rows])
         return True
     attempts = max(r.attempts for r in rows)
-    db_api.write_retrying(context, db_api.nova_event_postpone_batch,
+    db_api.write_retrying(context, event_db.postpone_batch,
                           context, batch_id, _next_attempt(conf, attempts))
     return False
 
@@ -106,11 +107,11 @@ def resend_due(conf, context):
     if not enabled(conf):
         return
     now = timeutils.utcnow()
-    for batch_id in db_api.nova_event_due_batches(context, now):
+    for batch_id in event_db.due_batches(context, now):
         # Claiming pushes the due time forward so that another
         # conductor's periodic does not send the same batch now.
         claimed = db_api.write_retrying(
-            context, db_api.nova_event_claim_batch, context, batch_id, now,
+            context, event_db.claim_batch, context, batch_id, now,
             _next_attempt(conf, 0))
         if claimed:
             deliver_batch(conf, context, batch_id)

@@ -13,9 +13,13 @@ for the digest it started from.
 
 The compute node provider is looked up once by name (the report's
 ``resource_provider_name`` if the agent sent one and it exists, else the
-host name) and remembered in ``hosts.compute_rp_uuid``.  While it does not
-exist (nova-compute not started yet) the report is kept and the host stays
-unsynced.
+host name) and remembered in ``hosts.compute_rp_uuid`` with the sync that
+found it.  While it does not exist (nova-compute not started yet) the
+report is kept and the host stays unsynced.
+
+A host's first sync makes its providers: a create each, a trait PUT each,
+then one reshape for all their inventories and one listing to learn their
+generations (``_fill_new``): two calls per provider plus three.
 
 To keep an unchanged tree cheap, this process remembers each provider's
 generation after it last wrote or checked it: a provider whose generation
@@ -31,7 +35,8 @@ from oslo_log import log as logging
 
 from cyborg.common import exception
 from cyborg.conductor import health_machine
-from cyborg.db import api as db_api
+from cyborg.db.api import hosts as host_db
+from cyborg.db.api import inventory as inventory_db
 from cyborg.placement import client as placement_client
 from cyborg.placement import provider_tree
 
@@ -68,27 +73,36 @@ class Touched:
 
 
 def sync_after_report(conf, context, hostname, plan, digest, rp_name=None,
-                      trust_memory=True):
+                      trust_memory=True, host=None):
     """Sync the host after its report was written; True when Placement
     now matches.  Failures are logged, not raised: the report is stored
-    and the next report or the reconcile finishes the job."""
+    and the next report or the reconcile finishes the job.  ``host``: the
+    host's row, when the caller has just read it."""
     try:
-        done = sync_host(conf, context, hostname,
-                         touched=plan.touched_providers if plan else set(),
-                         removed=plan.removed_providers if plan else (),
-                         rp_name=rp_name, trust_memory=trust_memory)
+        cn_uuid = sync_host(conf, context, hostname,
+                            touched=plan.touched_providers if plan else set(),
+                            removed=plan.removed_providers if plan else (),
+                            rp_name=rp_name, trust_memory=trust_memory,
+                            host=host)
     except exception.PlacementError as exc:
         LOG.warning('Placement sync of host %s failed, will retry: %s',
                     hostname, exc)
         return False
-    if done:
-        db_api.inventory_host_update(context, hostname, digest=digest,
-                                     placement_synced=True)
-    return done
+    return _mark_synced(context, hostname, digest, cn_uuid)
+
+
+def _mark_synced(context, hostname, digest, cn_uuid):
+    """Record a completed sync (and the compute node provider it found)
+    in one UPDATE, unless a later report changed the digest meanwhile."""
+    if cn_uuid:
+        host_db.update(context, hostname, digest=digest,
+                       placement_synced=True, compute_rp_uuid=cn_uuid)
+    return bool(cn_uuid)
 
 
 def sync_host(conf, context, hostname, touched=None, removed=(),
-              rp_name=None, remove_orphans=False, trust_memory=True):
+              rp_name=None, remove_orphans=False, trust_memory=True,
+              host=None):
     """Make the host's providers in Placement match the database.
 
     ``touched``: providers known to have changed (written without reading
@@ -97,19 +111,23 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     with OWNER_CYBORG under the compute node that no deployable explains.
     ``trust_memory``: a provider whose generation is the one we last saw
     is taken as right; pass False when the database may have changed
-    since (a sync failed), so every provider is compared.
-    Returns False when the compute node provider does not exist yet.
+    since (a sync failed), so every provider is compared.  ``host``: the
+    host's row if the caller has it.
+    Returns the compute node provider's uuid once Placement matches, for
+    the caller to record with the sync; None when that provider does not
+    exist yet (or the host is unknown).
     Raises PlacementError after trying every provider if any failed.
     """
     client = placement_client.get_client(conf)
-    host = db_api.inventory_host_get(context, hostname)
+    host = host or host_db.get(context, hostname)
     if host is None:
-        return True
-    cn_uuid, actual = _compute_node_tree(client, context, host, rp_name)
+        return None
+    cn_uuid, actual = _compute_node_tree(client, host, rp_name,
+                                         bool(removed) or remove_orphans)
     if cn_uuid is None:
         LOG.info('No compute node provider for host %s in Placement yet; '
                  'its devices are synced once it appears.', hostname)
-        return False
+        return None
     owned = set()
     if remove_orphans:
         # Listed before the rows are read, so a provider that a report
@@ -120,18 +138,25 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
                    row, row['attributes'], row['device_status'], cn_uuid,
                    health_machine.effective(row['health'],
                                             row['device_health']))
-               for row in db_api.inventory_host_providers(context, hostname)]
+               for row in inventory_db.host_providers(context, hostname)]
     rcs, traits = provider_tree.custom_names(desired)
     client.ensure_resource_classes(rcs)
     client.ensure_traits(traits)
-    failures = []
+    failures, made = [], []
     done = collections.Counter()
     for provider in desired:
         try:
-            done[_sync_provider(client, provider, actual.get(provider.uuid),
-                                touched, trust_memory)] += 1
+            outcome = _sync_provider(client, provider,
+                                     actual.get(provider.uuid), touched,
+                                     trust_memory)
         except exception.PlacementError as exc:
             failures.append(exc)
+            continue
+        if outcome == 'made':
+            made.append(provider)
+            outcome = 'created'
+        done[outcome] += 1
+    failures += _fill_new(client, cn_uuid, made)
     unwanted = (set(removed) | owned) - {p.uuid for p in desired} - {cn_uuid}
     for rp_uuid in sorted(unwanted):
         if rp_uuid in actual:
@@ -140,7 +165,7 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     _log_sync(hostname, done, failures)
     if failures:
         raise failures[0]
-    return True
+    return cn_uuid
 
 
 def _log_sync(hostname, done, failures):
@@ -155,8 +180,13 @@ def _log_sync(hostname, done, failures):
             ', %d failed' % len(failures) if failures else '')
 
 
-def _compute_node_tree(client, context, host, name):
-    """(compute node provider uuid, {uuid: provider} of its tree)."""
+def _compute_node_tree(client, host, name, need_tree):
+    """(compute node provider uuid, {uuid: provider} of its tree).
+
+    A compute node found by name (the host's first sync, or its provider
+    was replaced) with no ``need_tree`` (nothing to delete under it) is not
+    listed: its providers are made by creating them, and any that exists
+    already answers the create with a conflict and is adopted."""
     cn_uuid = host.get('compute_rp_uuid')
     if cn_uuid:
         try:
@@ -172,13 +202,11 @@ def _compute_node_tree(client, context, host, name):
         found = client.get_provider_by_name(candidate)
         if found:
             break
-    new_uuid = found['uuid'] if found else None
-    if new_uuid != cn_uuid:
-        db_api.inventory_host_update(context, host['hostname'],
-                                     compute_rp_uuid=new_uuid)
-    if new_uuid is None:
+    if found is None:
         return None, {}
-    return new_uuid, _by_uuid(client.list_tree(new_uuid))
+    if not need_tree:
+        return found['uuid'], {}
+    return found['uuid'], _by_uuid(client.list_tree(found['uuid']))
 
 
 def _by_uuid(providers):
@@ -186,11 +214,16 @@ def _by_uuid(providers):
 
 
 def _sync_provider(client, provider, actual, touched, trust_memory):
-    """Make one provider right; says what it took: ``created``,
-    ``updated`` or ``unchanged``."""
+    """Make one provider right; says what it took: ``made`` (just created
+    and still empty, for ``_fill_new`` to fill), ``created``, ``updated``
+    or ``unchanged``."""
     if actual is None:
         created = client.create_provider(provider.uuid, provider.name,
                                          provider.parent_uuid)
+        if created['generation'] == 0:
+            # Every write to a provider (inventory, traits, allocations)
+            # moves its generation on: at 0 it holds nothing yet.
+            return 'made'
         _write_provider(client, provider, created['generation'])
         return 'created'
     if (actual['name'] != provider.name or
@@ -207,6 +240,63 @@ def _sync_provider(client, provider, actual, touched, trust_memory):
         return 'updated' if _check_provider(client, provider) \
             else 'unchanged'
     return 'unchanged'
+
+
+def _fill_new(client, cn_uuid, made):
+    """Give providers just made (at generation 0: empty) their traits, one
+    PUT each, and their inventories in ONE reshape, then read their
+    generations back with one listing of the tree: 2 calls per provider
+    plus 2.  Where Placement will not reshape, one inventory PUT each.
+    Returns the errors met."""
+    failures, stocked = [], []
+    for provider in made:
+        generation = 0
+        try:
+            if provider.traits:
+                generation = client.set_traits(provider.uuid,
+                                               provider.traits, generation)
+        except exception.PlacementError as exc:
+            failures.append(exc)
+            continue
+        if provider.inventories:
+            stocked.append((provider, generation))
+        else:
+            _remember(client, provider.uuid, generation)
+    if not stocked:
+        return failures
+    try:
+        batched = client.reshape_inventories(
+            {p.uuid: (g, p.inventories) for p, g in stocked})
+    except exception.PlacementError as exc:
+        LOG.info('Setting the inventories of %d new providers at once '
+                 'failed (%s); setting them one by one.', len(stocked), exc)
+        batched = False
+        # Their generations are read again.
+        stocked = [(p, None) for p, _g in stocked]
+    if batched:
+        _remember_tree(client, cn_uuid, [p.uuid for p, _g in stocked])
+        return failures
+    for provider, generation in stocked:
+        try:
+            _remember(client, provider.uuid, client.set_inventories(
+                provider.uuid, provider.inventories, generation))
+        except exception.PlacementError as exc:
+            failures.append(exc)
+    return failures
+
+
+def _remember_tree(client, cn_uuid, rp_uuids):
+    """Remember the generations of ``rp_uuids`` as the tree lists them; if
+    it cannot be listed they stay unknown (checked at their next sync)."""
+    try:
+        generations = _by_uuid(client.list_tree(cn_uuid))
+    except exception.PlacementError as exc:
+        LOG.info('Could not read back the providers of %s: %s', cn_uuid,
+                 exc)
+        generations = {}
+    for rp_uuid in rp_uuids:
+        _remember(client, rp_uuid,
+                  generations.get(rp_uuid, {}).get('generation'))
 
 
 def _write_provider(client, provider, generation):
@@ -273,7 +363,7 @@ def held_providers(conf, rp_uuids):
 def reconcile_all(conf, context):
     """Periodic job: repair every host's providers (see periodics)."""
     repaired = 0
-    for host in db_api.inventory_hosts(context):
+    for host in host_db.list_all(context):
         try:
             reconcile_host(conf, context, host['hostname'],
                            host['report_digest'],
@@ -290,18 +380,16 @@ def reconcile_host(conf, context, hostname, digest=None,
     """Drop gone deployables whose allocations ended, then check every
     provider of the host and delete orphans.  True when in sync."""
     client = placement_client.get_client(conf)
-    rows = db_api.inventory_host_providers(context, hostname)
+    rows = inventory_db.host_providers(context, hostname)
     released = [row['uuid'] for row in rows if row['gone'] and
                 not client.get_allocations(row['rp_uuid'])]
     removed = set()
     if released:
-        deleted = set(db_api.inventory_delete_gone(context, released))
+        deleted = set(inventory_db.delete_gone(context, released))
         removed = {row['rp_uuid'] for row in rows if row['uuid'] in deleted}
         LOG.info('Removed %d deployable(s) of host %s whose hardware went '
                  'away and whose allocations ended.', len(deleted), hostname)
-    done = sync_host(conf, context, hostname, touched=None, removed=removed,
-                     remove_orphans=True, trust_memory=trust_memory)
-    if done:
-        db_api.inventory_host_update(context, hostname, digest=digest,
-                                     placement_synced=True)
-    return done
+    cn_uuid = sync_host(conf, context, hostname, touched=None,
+                        removed=removed, remove_orphans=True,
+                        trust_memory=trust_memory)
+    return _mark_synced(context, hostname, digest, cn_uuid)

@@ -42,6 +42,8 @@ from cyborg.common import exception
 from cyborg.common import notify
 from cyborg.conductor import glance
 from cyborg.db import api as db_api
+from cyborg.db.api import attach_handles as handle_db
+from cyborg.db.api import deployables as deployable_db
 from cyborg.objects import base as objects_base
 from cyborg.objects import deployables
 
@@ -65,7 +67,7 @@ def function_trait(function_id):
 def program_deployable(conf, context, deployable_uuid, image_uuid):
     """Admin programming: load Glance image ``image_uuid`` onto the
     deployable; returns the deployable.  A no-op when it is loaded."""
-    target = db_api.deployable_program_target(context, deployable_uuid)
+    target = deployable_db.program_target(context, deployable_uuid)
     if target is None:
         raise exception.ResourceNotFound(resource='Deployable',
                                          id=deployable_uuid)
@@ -94,7 +96,7 @@ def program_for_bind(conf, context, deployable_id, group, deadline,
         image = glance.get_image(conf, bitstream_id)
     else:
         image = glance.find_by_function_id(conf, function_id)
-    target = db_api.deployable_program_target_by_id(context, deployable_id)
+    target = deployable_db.program_target_by_id(context, deployable_id)
     if target is None:
         raise exception.BindFailed(reason='the deployable is gone')
     program(conf, context, target, image, deadline, own_handles=1,
@@ -107,13 +109,13 @@ def program(conf, context, target, image, deadline, own_handles,
     ``own_handles``: handles of the deployable the caller holds;
     ``arq_uuid``: the ARQ whose bind programs, for the notifications."""
     with _deployable_lock(target.deployable_id):
-        current = db_api.deployable_program_target_by_id(
+        current = deployable_db.program_target_by_id(
             context, target.deployable_id)
         if current.bitstream_id == image['id']:
             LOG.info('Deployable %s already runs image %s',
                      target.deployable_uuid, image['id'])
             return False
-        in_use = db_api.attach_handles_in_use(context, target.deployable_id)
+        in_use = handle_db.count_in_use(context, target.deployable_id)
         if in_use > own_handles:
             raise exception.InUse(
                 resource='Deployable', id=target.deployable_uuid,
@@ -174,8 +176,8 @@ class _Notice:
 
 
 def _loaded(context, deployable_id, image_uuid, trait):
-    db_api.deployable_set_bitstream(context, deployable_id, image_uuid)
-    db_api.deployable_set_function_trait(context, deployable_id,
+    deployable_db.set_bitstream(context, deployable_id, image_uuid)
+    deployable_db.set_function_trait(context, deployable_id,
                                          TRAIT_ATTRIBUTE, trait)
 
 

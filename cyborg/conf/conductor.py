@@ -2,6 +2,8 @@
 
 from oslo_config import cfg
 
+from cyborg.common import states
+
 GROUP = 'conductor'
 
 opts = [
@@ -19,9 +21,9 @@ opts = [
     cfg.IntOpt('nova_event_retry_interval', default=10, min=1,
                help='Seconds between two attempts to deliver pending '
                     'accelerator-request-bound events to Nova.'),
-    cfg.StrOpt('new_device_status', default='enabled',
-               choices=[('enabled', 'new devices are offered at once'),
-                        ('maintaining', 'new devices wait, out of the '
+    cfg.StrOpt('new_device_status', default=states.ENABLED,
+               choices=[(states.ENABLED, 'new devices are offered at once'),
+                        (states.MAINTAINING, 'new devices wait, out of the '
                          'schedule, until an admin enables them; the '
                          'driver\'s preparation step runs then')],
                help='Status a newly discovered device starts in. A device '

@@ -13,12 +13,13 @@ from oslo_utils import timeutils
 
 from cyborg.common import states
 
-ARQ_STATES = ('Initial', 'BindStarted', 'Bound', 'Unbound', 'BindFailed',
-              'UnbindFailed', 'Deleting')
 DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
-DEVICE_STATUSES = states.DEVICE_STATUSES
 ATTACH_TYPES = ('PCI', 'MDEV', 'TEST_PCI')
 CPID_TYPES = ('PCI',)
+# The state vocabularies of the enum columns, spelled in cyborg.common.states
+# (named here too for code that reads them with the models).
+ARQ_STATES = states.ARQ_STATES
+DEVICE_STATUSES = states.DEVICE_STATUSES
 HEALTH_STATES = states.HEALTH_STATES
 
 # Long enough for any UUID, host name, project id (opaque) and PCI address.
@@ -98,7 +99,7 @@ class Device(HealthColumns, Base):
     vendor_board_info = sa.Column(sa.Text, nullable=True)
     hostname = sa.Column(NAME, nullable=False)
     status = sa.Column(sa.Enum(*DEVICE_STATUSES, name='device_status'),
-                       nullable=False, default='enabled')
+                       nullable=False, default=states.ENABLED)
 
 
 class ControlpathID(Base):
@@ -221,7 +222,7 @@ class ExtARQ(Base):
 
     uuid = sa.Column(UUID, nullable=False)
     state = sa.Column(sa.Enum(*ARQ_STATES, name='arq_state'),
-                      nullable=False, default='Initial')
+                      nullable=False, default=states.INITIAL)
     device_profile_id = sa.Column(sa.Integer,
                                   sa.ForeignKey('device_profiles.id',
                                                 ondelete='RESTRICT'),

@@ -4,7 +4,7 @@ import dataclasses
 import datetime
 import json
 
-from cyborg.db import api as db_api
+from cyborg.db.api import arqs as arq_db
 from cyborg.objects import base
 
 
@@ -47,10 +47,10 @@ class AcceleratorRequest:
     @classmethod
     def get(cls, context, uuid, project_id=None):
         """The ARQ, or None (also when it belongs to another project)."""
-        row = db_api.arq_read(context, uuid, project_id)
+        row = arq_db.get(context, uuid, project_id)
         return None if row is None else cls._from_row(row)
 
     @classmethod
     def list(cls, context, project_id=None, instance_uuid=None, uuids=None):
-        rows = db_api.arq_read_all(context, project_id, instance_uuid, uuids)
+        rows = arq_db.get_all(context, project_id, instance_uuid, uuids)
         return [cls._from_row(row) for row in rows]

@@ -3,7 +3,7 @@
 import dataclasses
 import datetime
 
-from cyborg.db import api as db_api
+from cyborg.db.api import attributes as attribute_db
 from cyborg.objects import base
 
 
@@ -19,9 +19,9 @@ class Attribute:
 
     @classmethod
     def get(cls, context, uuid):
-        return base.one(cls, db_api.attribute_read(context, uuid))
+        return base.one(cls, attribute_db.get(context, uuid))
 
     @classmethod
     def list(cls, context, deployable_id=None, key=None):
-        return base.many(cls, db_api.attribute_read_all(
+        return base.many(cls, attribute_db.get_all(
             context, deployable_id, key))

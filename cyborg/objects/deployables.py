@@ -4,7 +4,7 @@ import dataclasses
 import datetime
 
 from cyborg.common import states
-from cyborg.db import api as db_api
+from cyborg.db.api import deployables as deployable_db
 from cyborg.objects import base
 
 SORT_KEYS = ('id', 'uuid', 'name', 'num_accelerators', 'created_at',
@@ -34,9 +34,10 @@ class Deployable:
 
     @classmethod
     def _from_rows(cls, context, rows):
-        """Objects from ``db_api.deployable_read_*`` rows (a deployable
-        and its device's health), with their attributes."""
-        found = db_api.deployable_attributes_read(
+        """Objects from ``deployable_db.get_with_device`` or ``get_page``
+        rows (a deployable and its device's health), with their
+        attributes."""
+        found = deployable_db.attribute_lists(
             context, [row.Deployable.id for row in rows])
         return [base.from_row(cls, row.Deployable,
                               attributes=found.get(row.Deployable.id, []),
@@ -45,12 +46,12 @@ class Deployable:
 
     @classmethod
     def get(cls, context, uuid):
-        return cls._one(context, db_api.deployable_read_with_device(
+        return cls._one(context, deployable_db.get_with_device(
             context, uuid=uuid))
 
     @classmethod
     def get_by_id(cls, context, id):
-        return cls._one(context, db_api.deployable_read_with_device(
+        return cls._one(context, deployable_db.get_with_device(
             context, id=id))
 
     @classmethod
@@ -63,8 +64,8 @@ class Deployable:
     def list(cls, context, name=None, limit=None, marker=None,
              sort_key='id', sort_dir='asc'):
         """A page of deployables; None when ``marker`` names none."""
-        rows = db_api.deployable_read_all(context, name, limit, marker,
-                                          sort_key, sort_dir)
+        rows = deployable_db.get_page(context, name, limit, marker, sort_key,
+                                      sort_dir)
         if rows is None:
             return None
         return cls._from_rows(context, rows)

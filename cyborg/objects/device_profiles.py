@@ -4,7 +4,7 @@ import dataclasses
 import datetime
 import json
 
-from cyborg.db import api as db_api
+from cyborg.db.api import device_profiles as profile_db
 from cyborg.objects import base
 
 
@@ -25,12 +25,12 @@ class DeviceProfile:
 
     @classmethod
     def get_by_uuid(cls, context, uuid):
-        return base.one(cls, db_api.device_profile_read(context, uuid=uuid))
+        return base.one(cls, profile_db.get(context, uuid=uuid))
 
     @classmethod
     def get_by_name(cls, context, name):
-        return base.one(cls, db_api.device_profile_read(context, name=name))
+        return base.one(cls, profile_db.get(context, name=name))
 
     @classmethod
     def list(cls, context, names=None):
-        return base.many(cls, db_api.device_profile_read_all(context, names))
+        return base.many(cls, profile_db.get_all(context, names))

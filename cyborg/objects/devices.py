@@ -3,7 +3,7 @@
 import dataclasses
 import datetime
 
-from cyborg.db import api as db_api
+from cyborg.db.api import devices as device_db
 from cyborg.objects import base
 
 
@@ -26,10 +26,10 @@ class Device:
 
     @classmethod
     def get(cls, context, uuid):
-        return base.one(cls, db_api.device_read(context, uuid))
+        return base.one(cls, device_db.get(context, uuid))
 
     @classmethod
     def list(cls, context, filters=None):
         """Devices whose type, vendor, hostname, health equal
         ``filters``."""
-        return base.many(cls, db_api.device_read_all(context, filters))
+        return base.many(cls, device_db.get_all(context, filters))

@@ -69,16 +69,19 @@ class EmbeddedPlacement:
     """The real Placement API on ``http://host:port`` with its own DB.
 
     ``threads`` request threads serve it, except on SQLite, which is served
-    one request at a time (see ``_serve``).
+    one request at a time (see ``_serve``).  With ``reuse_port``, several
+    processes may serve one port (SO_REUSEPORT: the kernel spreads the
+    connections), as Placement's workers do in a deployment.
     """
 
     def __init__(self, db_connection='sqlite://', host='127.0.0.1', port=0,
-                 threads=8):
+                 threads=8, reuse_port=False):
         self.db_connection = db_connection
         self.host = host
         self.requested_port = port
         self.port = None
         self.threads = threads
+        self.reuse_port = reuse_port
         self.url = None
         self._server = None
         self._thread = None
@@ -132,7 +135,8 @@ class EmbeddedPlacement:
             threads = 1
         self._server = cheroot_wsgi.Server((self.host, self.requested_port),
                                            app, numthreads=threads,
-                                           server_name='placement')
+                                           server_name='placement',
+                                           reuse_port=self.reuse_port)
         # How often the serve loop looks at its stop flag (default 0.5 s).
         self._server.expiration_interval = 0.05
         self._server.prepare()
@@ -182,12 +186,16 @@ def main(argv=None):
     parser.add_argument('--db-connection', default='sqlite://',
                         help='SQLAlchemy URL of the Placement database '
                              '(created if its tables are missing).')
+    parser.add_argument('--reuse-port', action='store_true',
+                        help='Share the port with other processes started '
+                             'with this flag (SO_REUSEPORT).')
     args = parser.parse_args(argv)
 
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     signal.signal(signal.SIGINT, lambda *_: stopped.set())
-    placement = EmbeddedPlacement(args.db_connection, args.host, args.port)
+    placement = EmbeddedPlacement(args.db_connection, args.host, args.port,
+                                  reuse_port=args.reuse_port)
     print(placement.start(), flush=True)
     try:
         stopped.wait()

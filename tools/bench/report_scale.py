@@ -7,29 +7,49 @@ PostgreSQL, against the real Placement served as a separate process.  The
 simulated agents are RPC clients on threads of this process.
 
 Phases: ``first`` (each host's first, full report: rows and providers
-made), ``unchanged`` (the periodic report of a host with no change),
-``changed`` (a delta with one device changed).  For each it prints:
+made; with ``--hosts 1000`` this is a boot storm of 1,000 new hosts
+reporting at once), ``unchanged`` (the periodic report of a host with no
+change), ``changed`` (a delta with one device changed),
+``unchanged_after_change``.  For each it prints:
 
-- reports_per_s: reports answered per second of wall time;
+- wall_s, reports_per_s: reports answered per second of wall time;
 - conductor_cpu_s_per_report: CPU seconds of the conductor threads that
   handled the reports (``time.thread_time`` around each handling), and
   process_cpu_s_per_report: this whole process (conductor, simulated
   agents and messaging) from ``resource.getrusage``;
+- placement_server_cpu_s_per_report: CPU of the Placement processes
+  (``--placement-workers`` of them, serving one port; they run beside, on
+  the same machine);
 - db_statements_per_report: SQL statements sent (an engine event listener);
-- placement_calls_per_report: HTTP calls to Placement.
+- placement_calls_per_report and placement_calls_per_device: HTTP calls
+  to Placement.
+
+With ``--runs N`` the whole benchmark runs N times on fresh databases and
+the JSON also holds each phase's medians and whether they meet the targets
+of issue #12 (a first report: <= 2 Placement calls per device plus a
+constant, <= 20 ms of conductor CPU, 1,000 hosts in < 60 s; an unchanged
+report: <= 0.94 ms, 1 statement, no Placement call).  The load average
+before and after says how busy the machine was.
 
 Usage (from the repository root; needs the local RabbitMQ and database)::
 
     .venv/bin/python tools/bench/report_scale.py --hosts 1000 --devices 8
+    # the boot storm alone, three times:
+    .venv/bin/python tools/bench/report_scale.py --hosts 1000 \
+        --phases first,unchanged --runs 3
 
 Prints one JSON document.  A benchmark, not a test.
 """
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import os
 import resource
+import socket
+import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -111,12 +131,29 @@ def changed_report(before, after):
             'full': False, 'devices': [after[0].to_dict()], 'removed': []}
 
 
+def process_cpu(pids):
+    """CPU seconds processes ``pids`` have used (Linux), or None."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f'/proc/{pid}/stat') as f:
+                fields = f.read().rsplit(')', 1)[1].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf(
+            'SC_CLK_TCK')
+    return total
+
+
 class Bench:
-    def __init__(self, conf, manager, engine, senders):
+    def __init__(self, conf, manager, engine, senders, placement_pids=(),
+                 devices=1):
         self.conf = conf
         self.manager = manager
         self.statements = 0
         self.senders = senders
+        self.placement_pids = placement_pids
+        self.devices = devices
         self.api = conductor_rpcapi.ConductorAPI(conf, timeout=120)
         self.context = cyborg_context.get_admin_context()
         sa.event.listen(engine, 'before_cursor_execute', self._count)
@@ -129,6 +166,7 @@ class Bench:
         client = placement_client.get_client(self.conf)
         calls, statements = client.calls, self.statements
         cpu, usage = self.manager.cpu, resource.getrusage(resource.RUSAGE_SELF)
+        placement_cpu = process_cpu(self.placement_pids)
         started = time.monotonic()
 
         def send(item):
@@ -143,17 +181,23 @@ class Bench:
         after = resource.getrusage(resource.RUSAGE_SELF)
         n = len(reports)
         print(f'{name}: {n} reports in {wall:.1f} s', file=sys.stderr)
-        process_cpu = (after.ru_utime + after.ru_stime - usage.ru_utime -
-                       usage.ru_stime)
+        own_cpu = (after.ru_utime + after.ru_stime - usage.ru_utime -
+                   usage.ru_stime)
+        placement_after = process_cpu(self.placement_pids)
+        calls = client.calls - calls
         return {'phase': name, 'reports': n, 'wall_s': round(wall, 3),
                 'reports_per_s': round(n / wall, 1),
                 'conductor_cpu_s_per_report': round(
                     (self.manager.cpu - cpu) / n, 5),
-                'process_cpu_s_per_report': round(process_cpu / n, 5),
+                'process_cpu_s_per_report': round(own_cpu / n, 5),
+                'placement_server_cpu_s_per_report': None
+                if placement_cpu is None else round(
+                    (placement_after - placement_cpu) / n, 5),
                 'db_statements_per_report': round(
                     (self.statements - statements) / n, 2),
-                'placement_calls_per_report': round(
-                    (client.calls - calls) / n, 2)}
+                'placement_calls_per_report': round(calls / n, 2),
+                'placement_calls_per_device': round(
+                    calls / n / self.devices, 3)}
 
 
 def make_conf(db_url, transport_url, placement_url, workers):
@@ -184,46 +228,130 @@ def make_compute_nodes(url, hosts):
 
 
 def run(args):
+    """One run of the chosen phases on fresh databases: [phase results]."""
     hosts = [f'bench-{i:05d}' for i in range(args.hosts)]
     with databases.throwaway_database(args.db) as db_url, \
             databases.throwaway_database(args.db) as placement_db, \
             rabbit.throwaway_vhost() as transport_url, \
-            placement_fixture.PlacementProcess(placement_db) as url:
-        databases.create_schema(db_url)
-        make_compute_nodes(url, hosts)
-        conf = make_conf(db_url, transport_url, url, args.workers)
-        db_api.configure(conf)
-        rpc.get_transport(conf)
-        manager = MeasuredManager(conf, 'bench-conductor')
-        server = rpc.get_server(conf, conductor_rpcapi.TOPIC,
-                                'bench-conductor', [manager])
-        server.start()
-        try:
-            bench = Bench(conf, manager, db_api.get_engine(), args.senders)
-            before = {h: host_devices(h, args.devices) for h in hosts}
-            after = {h: host_devices(h, args.devices, 1) for h in hosts}
-            changed = hosts[:args.changed_hosts or len(hosts)]
-            results = [
-                bench.phase('first', {h: full_report(before[h])
-                                      for h in hosts}),
-                bench.phase('unchanged', {h: unchanged_report(before[h])
-                                          for h in hosts}),
-                bench.phase('changed', {h: changed_report(before[h],
-                                                          after[h])
-                                        for h in changed}),
-                bench.phase('unchanged_after_change', {
-                    h: unchanged_report(after[h] if h in changed else
-                                        before[h]) for h in hosts}),
-            ]
-        finally:
-            server.stop()
-            server.wait()
-            rpc.cleanup()
-            db_api.context_manager.dispose_pool()
-    return {'hosts': args.hosts, 'devices_per_host': args.devices,
-            'db': args.db, 'conductor_workers': args.workers,
-            'senders': args.senders, 'cpus': os.cpu_count(),
-            'phases': results}
+            contextlib.ExitStack() as stack:
+        # Placement's workers: processes sharing one port and database,
+        # started one after the other (each syncs the schema first).
+        shared = args.placement_workers > 1
+        port = free_port() if shared else 0
+        workers = []
+        for _ in range(args.placement_workers):
+            workers.append(placement_fixture.PlacementProcess(
+                placement_db, port=port, reuse_port=shared))
+            url = stack.enter_context(workers[-1])
+        return _run(args, hosts, db_url, transport_url, url,
+                    [w._proc.pid for w in workers])
+
+
+def free_port():
+    """A port nothing listens on now (SO_REUSEPORT cannot share port 0)."""
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def _run(args, hosts, db_url, transport_url, url, placement_pids):
+    databases.create_schema(db_url)
+    make_compute_nodes(url, hosts + [WARM_UP])
+    conf = make_conf(db_url, transport_url, url, args.workers)
+    db_api.configure(conf)
+    rpc.get_transport(conf)
+    manager = MeasuredManager(conf, 'bench-conductor')
+    server = rpc.get_server(conf, conductor_rpcapi.TOPIC,
+                            'bench-conductor', [manager])
+    server.start()
+    try:
+        bench = Bench(conf, manager, db_api.get_engine(), args.senders,
+                      placement_pids, args.devices)
+        # Not measured: what a conductor does once (custom traits and
+        # classes made, connections opened) and Placement's first requests.
+        bench.api.report_inventory(bench.context, WARM_UP, full_report(
+            host_devices(WARM_UP, args.devices)))
+        before = {h: host_devices(h, args.devices) for h in hosts}
+        after = {h: host_devices(h, args.devices, 1) for h in hosts}
+        changed = hosts[:args.changed_hosts or len(hosts)]
+        reports = {
+            'first': lambda: {h: full_report(before[h]) for h in hosts},
+            'unchanged': lambda: {h: unchanged_report(before[h])
+                                  for h in hosts},
+            'changed': lambda: {h: changed_report(before[h], after[h])
+                                for h in changed},
+            'unchanged_after_change': lambda: {
+                h: unchanged_report(after[h] if h in changed else
+                                    before[h]) for h in hosts},
+        }
+        return [bench.phase(name, reports[name]())
+                for name in PHASES if name in args.phases]
+    finally:
+        server.stop()
+        server.wait()
+        rpc.cleanup()
+        db_api.context_manager.dispose_pool()
+
+
+PHASES = ('first', 'unchanged', 'changed', 'unchanged_after_change')
+WARM_UP = 'bench-warm-up'
+
+
+
+def medians(runs):
+    """{phase: {metric: median over the runs}}."""
+    found = {}
+    for phases in runs:
+        for result in phases:
+            for key, value in result.items():
+                if isinstance(value, (int, float)) and key != 'reports':
+                    found.setdefault(result['phase'], {}).setdefault(
+                        key, []).append(value)
+    return {phase: {key: statistics.median(values)
+                    for key, values in metrics.items()}
+            for phase, metrics in found.items()}
+
+
+def targets(median, hosts, devices):
+    """Issue #12's targets, checked on the medians."""
+    met = {}
+    first = median.get('first')
+    if first:
+        per_1000 = first['wall_s'] * 1000 / hosts
+        met['first_wall_s_for_1000_hosts'] = {
+            'value': round(per_1000, 1), 'target': '< 60',
+            'met': per_1000 < 60,
+            'extrapolated': hosts != 1000}
+        met['first_conductor_cpu_s'] = {
+            'value': first['conductor_cpu_s_per_report'],
+            'target': '<= 0.020',
+            'met': first['conductor_cpu_s_per_report'] <= 0.020}
+        calls = first['placement_calls_per_report']
+        met['first_placement_calls'] = {
+            'value': calls, 'target': f'<= 2 x {devices} devices + 3',
+            'met': calls <= 2 * devices + 3}
+    unchanged = median.get('unchanged')
+    if unchanged:
+        met['unchanged_conductor_cpu_s'] = {
+            'value': unchanged['conductor_cpu_s_per_report'],
+            'target': '<= 0.00094',
+            'met': unchanged['conductor_cpu_s_per_report'] <= 0.00094}
+        met['unchanged_statements'] = {
+            'value': unchanged['db_statements_per_report'],
+            'target': '<= 1',
+            'met': unchanged['db_statements_per_report'] <= 1}
+        met['unchanged_placement_calls'] = {
+            'value': unchanged['placement_calls_per_report'],
+            'target': '0',
+            'met': unchanged['placement_calls_per_report'] == 0}
+    return met
+
+
+def _run_apart(argv):
+    argv = list(sys.argv[1:] if argv is None else argv) + ['--runs', '1']
+    out = subprocess.run([sys.executable, os.path.abspath(__file__)] + argv,
+                         check=True, stdout=subprocess.PIPE).stdout
+    return json.loads(out)['runs'][0]
 
 
 def main(argv=None):
@@ -238,8 +366,36 @@ def main(argv=None):
                         help='simulated agents reporting at once')
     parser.add_argument('--changed-hosts', type=int, default=0,
                         help='hosts sending a changed report (0: all)')
+    parser.add_argument('--phases', default=','.join(PHASES),
+                        type=lambda v: v.split(','),
+                        help='comma-separated phases to run, in order '
+                             f'(of {", ".join(PHASES)})')
+    parser.add_argument('--placement-workers', type=int, default=1,
+                        help='Placement processes serving one port, as a '
+                             "deployment's API workers do")
+    parser.add_argument('--runs', type=int, default=1,
+                        help='times to run it all, each on fresh databases')
     args = parser.parse_args(argv)
-    print(json.dumps(run(args), indent=1))
+    unknown = set(args.phases) - set(PHASES)
+    if unknown:
+        parser.error(f'unknown phase(s): {", ".join(sorted(unknown))}')
+    load_before = os.getloadavg()
+    if args.runs == 1:
+        runs = [run(args)]
+    else:
+        # Each run in a process of its own: the engine facade, the RPC
+        # transport and the configuration are process globals.
+        runs = [_run_apart(argv) for _ in range(args.runs)]
+    median = medians(runs)
+    print(json.dumps({
+        'hosts': args.hosts, 'devices_per_host': args.devices,
+        'db': args.db, 'conductor_workers': args.workers,
+        'senders': args.senders, 'cpus': os.cpu_count(),
+        'placement_workers': args.placement_workers,
+        'load_average_before': [round(v, 2) for v in load_before],
+        'load_average_after': [round(v, 2) for v in os.getloadavg()],
+        'runs': runs, 'median': median,
+        'targets': targets(median, args.hosts, args.devices)}, indent=1))
 
 
 if __name__ == '__main__':

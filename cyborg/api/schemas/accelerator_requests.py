@@ -6,7 +6,7 @@ from cyborg.api.schemas import health
 from cyborg.api.schemas import list_of
 from cyborg.api.schemas import strict_object
 from cyborg.api.schemas import Versioned
-from cyborg.db import models
+from cyborg.common import states
 
 # python-cyborgclient's `arq create` also sends device_profile_group_id
 # and image_uuid (null unless given); like Cyborg, ARQs are made for every
@@ -73,7 +73,7 @@ DELETE_QUERY = {
 }
 
 _ARQ = common.resource(
-    state={'type': 'string', 'enum': list(models.ARQ_STATES)},
+    state={'type': 'string', 'enum': list(states.ARQ_STATES)},
     device_profile_name=common.STRING,
     device_profile_group_id=common.INTEGER,
     hostname=common.NULLABLE_STRING, device_rp_uuid=common.NULLABLE_STRING,

@@ -10,6 +10,7 @@ import pytest
 from cyborg.agent import privileged
 from cyborg.common import context as cyborg_context
 from cyborg.conductor import arq_binding
+from cyborg.db.api import attach_handles as handle_db
 from cyborg.placement import client as placement_client
 from tests.fixtures import arqs as seed
 from tests.fixtures import placement as placement_fixture
@@ -69,8 +70,7 @@ def test_mdev_created_at_bind_and_removed_at_unbind(vconf, db, agent, tree):
     arq, row = _bind_vgpu(vconf, db, ctx, VGPU_TYPE)
     assert row.state == 'Bound', row.bind_failure_reason
     # The mdev is named after the attach handle.
-    handle_uuid = arq_binding.db_api.attach_handle_get(
-        ctx, row.attach_handle_id).uuid
+    handle_uuid = handle_db.get(ctx, row.attach_handle_id).uuid
     assert _create_file(tree) == handle_uuid
 
     tree.add_mdev(GPU, handle_uuid, VGPU_TYPE)  # what the kernel does

@@ -151,7 +151,7 @@ def test_collector_counts_arqs_events_and_devices(populated):
     registry = _collected()
     arqs = {state: registry.get_sample_value('cyborg_conductor_arqs',
                                              {'state': state})
-            for state in models.ARQ_STATES}
+            for state in states.ARQ_STATES}
     assert arqs == {'Initial': 2, 'BindStarted': 0, 'Bound': 1,
                     'Unbound': 0, 'BindFailed': 1, 'UnbindFailed': 0,
                     'Deleting': 0}

@@ -21,6 +21,8 @@ from cyborg.common import notify
 from cyborg.common import states
 from cyborg.conductor import health, inventory_apply, manager, periodics
 from cyborg.db import api as db_api
+from cyborg.db.api import health as health_db
+from cyborg.db.api import hosts as host_db
 from cyborg.db import models
 from cyborg.objects import inventory
 from cyborg.placement import client as placement_client
@@ -201,7 +203,7 @@ def test_fatal_fault_takes_the_provider_out_and_a_probe_brings_it_back(
             _reading(GPU_KEY, states.OK, source='probe'))
     assert _device_health(db) == ('healthy', None, None)
     assert _in(placement, GPU)
-    assert db_api.inventory_host_get(admin_context, HOST)['placement_synced']
+    assert host_db.get(admin_context, HOST)['placement_synced']
 
 
 def test_no_probe_verdict_in_time_means_unhealthy_again(
@@ -351,10 +353,10 @@ def test_a_report_of_a_row_moved_on_meanwhile_is_evaluated_again(
     # won: the old state is not there any more, nothing is updated.
     uuid = inventory.row_uuid(HOST, GPU_KEY)
     with db_api.writer.using(admin_context):
-        assert db_api.health_write(admin_context, 'devices', [
+        assert health_db.write(admin_context, 'devices', [
             {'uuid': uuid, 'old_health': 'suspect', 'old_due_at': None,
              'health': 'unhealthy'}]) == 0
-        assert db_api.health_write(admin_context, 'devices', [
+        assert health_db.write(admin_context, 'devices', [
             {'uuid': uuid, 'old_health': 'healthy', 'old_due_at': None,
              'health': 'suspect', 'health_faults': 1}]) == 1
     assert _device_health(db).health == 'suspect'

@@ -10,6 +10,8 @@ import sqlalchemy as sa
 from cyborg.common import exception
 from cyborg.conductor import inventory_apply, placement_sync
 from cyborg.db import api as db_api
+from cyborg.db.api import hosts as host_db
+from cyborg.db.api import inventory as inventory_db
 from cyborg.db import models
 from cyborg.objects import inventory
 from cyborg.placement import client as placement_client
@@ -97,8 +99,35 @@ def test_first_report_builds_rows_and_provider_tree(
         'host1_0000:82:00.0': ({'FPGA': (4, 4, 0)},
                                {'CUSTOM_FPGA_X', 'OWNER_CYBORG'}),
     }
-    host = db_api.inventory_host_get(admin_context, HOST)
+    host = host_db.get(admin_context, HOST)
     assert host['placement_synced'] and host['compute_rp_uuid'] == cn
+
+
+@pytest.mark.parametrize('returning', [True, False])
+def test_first_report_links_rows_with_or_without_returning(
+        conf, db, admin_context, cn, monkeypatch, returning):
+    # MariaDB, PostgreSQL and SQLite hand back the ids of an executemany
+    # INSERT; MySQL does not, and its children look their parents up.
+    monkeypatch.setattr(db.dialect, 'insert_executemany_returning',
+                        returning)
+    with _statements(db) as seen:
+        _report(conf, admin_context, cf.report(_devices()))
+    lookups = [s for s in seen if s.lstrip().upper().startswith('SELECT')
+               and 'WHERE' in s and '.uuid IN' in s]
+    assert bool(lookups) is not returning
+    h, dep = models.AttachHandle, models.Deployable
+    d, c = models.Device, models.ControlpathID
+    with db.connect() as conn:
+        rows = conn.execute(
+            sa.select(h.attach_info, dep.name, d.hostname, c.cpid_info)
+            .join(dep, dep.id == h.deployable_id)
+            .join(d, d.id == dep.device_id)
+            .join(c, c.id == h.cpid_id)
+            .where(c.device_id == d.id)).all()
+    assert len(rows) == 5
+    assert {(r.name, r.cpid_info) for r in rows} == {
+        ('host1_0000:81:00.0', '0000:81:00.0'),
+        ('host1_0000:82:00.0', '0000:82:00.0')}
 
 
 def test_unchanged_report_costs_two_statements_and_no_placement_call(
@@ -150,7 +179,7 @@ def test_report_kept_until_compute_node_appears(
         conf, db, admin_context, placement):  # noqa: F811
     pf.placement_conf(conf, placement.url)
     _report(conf, admin_context, cf.report(_devices()))
-    host = db_api.inventory_host_get(admin_context, HOST)
+    host = host_db.get(admin_context, HOST)
     assert _count(db, 'devices') == 2 and not host['placement_synced']
     cn = requests.post(placement.url + '/resource_providers',
                        json={'name': HOST}, headers=pf.HEADERS,
@@ -158,7 +187,7 @@ def test_report_kept_until_compute_node_appears(
     # The agent's next periodic (unchanged) report finishes the job.
     _report(conf, admin_context, cf.unchanged(_devices()))
     assert len(_tree(placement, cn)) == 2
-    assert db_api.inventory_host_get(admin_context, HOST)['placement_synced']
+    assert host_db.get(admin_context, HOST)['placement_synced']
 
 
 def test_removed_device_with_allocation_is_kept_reserved_until_released(
@@ -172,7 +201,7 @@ def test_removed_device_with_allocation_is_kept_reserved_until_released(
     _report(conf, admin_context, delta)
     assert _tree(placement, cn)['host1_0000:82:00.0'][0] == {
         'FPGA': (4, 4, 4)}
-    rows = db_api.inventory_host_providers(admin_context, HOST)
+    rows = inventory_db.host_providers(admin_context, HOST)
     assert [r['name'] for r in rows if r['gone']] == ['host1_0000:82:00.0']
     # Still allocated: the reconcile keeps it.
     placement_sync.reconcile_host(conf, admin_context, HOST)
@@ -239,8 +268,8 @@ def test_two_conductors_on_the_same_reports_agree(
             assert _count(engine, 'deployables') == 6
             assert _count(engine, 'attach_handles') == 6
             for host in hosts:
-                cn_uuid = db_api.inventory_host_get(
-                    admin_context, host)['compute_rp_uuid']
+                cn_uuid = host_db.get(admin_context,
+                                      host)['compute_rp_uuid']
                 assert set(_tree(placement, cn_uuid)) == {
                     f'{host}_0000:81:00.0', f'{host}_0000:82:00.0'}
         finally:
@@ -274,8 +303,7 @@ def test_compute_node_found_by_reported_name_else_by_host_name(
     report = cf.report(_devices())
     report['resource_provider_name'] = 'host1.example.org'
     _report(conf, admin_context, report)
-    assert db_api.inventory_host_get(
-        admin_context, HOST)['compute_rp_uuid'] == cn
+    assert host_db.get(admin_context, HOST)['compute_rp_uuid'] == cn
     assert len(_tree(placement, cn)) == 2
 
 
@@ -289,7 +317,7 @@ def test_compute_node_named_by_the_agent_wins_over_the_host_name(
     report = cf.report(_devices())
     report['resource_provider_name'] = 'host1.example.org'
     _report(conf, admin_context, report)
-    assert db_api.inventory_host_get(
-        admin_context, HOST)['compute_rp_uuid'] == fqdn_uuid
+    assert host_db.get(admin_context,
+                       HOST)['compute_rp_uuid'] == fqdn_uuid
     assert len(_tree(placement, fqdn_uuid)) == 2
     assert _tree(placement, cn) == {}

@@ -9,7 +9,7 @@ import requests
 from cyborg.common import exception
 from cyborg.conductor import (device_status, inventory_apply, periodics,
                               placement_sync)
-from cyborg.db import api as db_api
+from cyborg.db.api import hosts as host_db
 from cyborg.objects import inventory
 from tests.fixtures import conductor as cf
 from tests.fixtures import placement as pf
@@ -136,7 +136,7 @@ def test_disable_reserves_the_devices_providers_and_enable_frees_them(
     assert agent.prepared == ['PCI:0000:82:00.0']
     assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
         == 0
-    assert db_api.inventory_host_get(admin_context, HOST)['placement_synced']
+    assert host_db.get(admin_context, HOST)['placement_synced']
 
 
 def test_bad_status_and_unknown_device_are_refused(
@@ -157,8 +157,7 @@ def test_status_change_while_placement_is_down_is_applied_later(
     device = device_status.set_status(conf, admin_context, gpu_dev,
                                       'maintaining')
     assert device['status'] == 'maintaining'
-    assert not db_api.inventory_host_get(admin_context,
-                                         HOST)['placement_synced']
+    assert not host_db.get(admin_context, HOST)['placement_synced']
     pf.placement_conf(conf, url)
     placement_sync.reconcile_all(conf, admin_context)
     assert _inventory(placement, GPU)['inventories']['PGPU']['reserved'] == 1

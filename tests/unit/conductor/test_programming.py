@@ -13,7 +13,8 @@ from oslo_utils import timeutils
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
 from cyborg.conductor import arq_binding, programming
-from cyborg.db import api as db_api
+from cyborg.db.api import deployables as deployable_db
+from cyborg.db.api import inventory as inventory_db
 from cyborg.db import models
 from cyborg.drivers import fake
 from cyborg.placement import client as placement_client
@@ -89,7 +90,7 @@ def _loaded(driver):
 
 
 def _bitstream(ctx, device):
-    return db_api.deployable_program_target_by_id(
+    return deployable_db.program_target_by_id(
         ctx, device.deployable_id).bitstream_id
 
 
@@ -109,7 +110,7 @@ def test_function_id_programs_at_bind_and_replaces_traits(
                                    models.Attribute.value).where(
             models.Attribute.deployable_id == device.deployable_id)).all() \
             == [('trait_fpga_function_id', 'CUSTOM_FPGA_FUNCTION_ID_F_NEW_1')]
-    row, = [r for r in db_api.inventory_host_providers(ctx, HOST)
+    row, = [r for r in inventory_db.host_providers(ctx, HOST)
             if r['uuid'] == device.deployable_uuid]
     desired = provider_tree.provider_for(row, row['attributes'], 'enabled',
                                          None)
@@ -225,8 +226,7 @@ def test_provider_is_reserved_while_programming(pconf, ctx, db, device,
         image = glance.add_image(b'watch' * 10)
         deadline = timeutils.utcnow() + datetime.timedelta(
             minutes=1)
-        target = db_api.deployable_program_target(ctx,
-                                                  device.deployable_uuid)
+        target = deployable_db.program_target(ctx, device.deployable_uuid)
         assert programming.program(pconf, ctx, target,
                                    {'id': image, **glance.images[image]},
                                    deadline, own_handles=0)

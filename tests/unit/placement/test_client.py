@@ -1,12 +1,15 @@
 """The Placement client against the real (embedded) Placement."""
 
+import socket
 import uuid
 
 import pytest
 
 from cyborg.common import exception
 from cyborg.placement import client as placement_client
+from cyborg.placement import embedded
 from tests.fixtures import placement as placement_fixture
+from tests.fixtures import recording_http
 
 
 @pytest.fixture
@@ -99,3 +102,139 @@ def test_get_client_follows_the_configured_endpoint(conf, placement):
     assert placement_client.get_client(conf) is first
     placement_fixture.placement_conf(conf, 'http://127.0.0.1:9')
     assert placement_client.get_client(conf) is not first
+
+
+def test_reshape_sets_the_inventories_of_several_providers(client):
+    cn = client.create_provider(_new_uuid(), 'cn', None)['uuid']
+    kids = [client.create_provider(_new_uuid(), f'cn_{i}', cn)
+            for i in range(3)]
+    assert client.reshape_inventories({
+        kid['uuid']: (kid['generation'], {'FPGA': {'total': i + 1}})
+        for i, kid in enumerate(kids)})
+    for i, kid in enumerate(kids):
+        assert client.get_inventories(kid['uuid'])[1]['FPGA']['total'] == \
+            i + 1
+    # A stale generation writes nothing and says why.
+    with pytest.raises(exception.PlacementError) as err:
+        client.reshape_inventories({
+            kids[0]['uuid']: (kids[0]['generation'], {'FPGA': {'total': 9}}),
+            kids[1]['uuid']: (client.get_inventories(kids[1]['uuid'])[0],
+                              {'FPGA': {'total': 9}})})
+    assert err.value.placement_code == placement_client.CONCURRENT_UPDATE
+    assert client.get_inventories(kids[1]['uuid'])[1]['FPGA']['total'] == 2
+
+
+def test_reshape_refused_by_policy_is_asked_once(conf, placement,
+                                                 monkeypatch):
+    # An admin that is not a service: Placement's policy says no.
+    monkeypatch.setattr(placement_client, 'NOAUTH_ROLES', 'admin')
+    placement_fixture.placement_conf(conf, placement.url)
+    client = placement_client.PlacementClient(conf)
+    rp = client.create_provider(_new_uuid(), 'cn', None)
+    inventories = {rp['uuid']: (rp['generation'], {'FPGA': {'total': 1}})}
+    calls = client.calls
+    assert client.reshape_inventories(inventories) is False
+    assert client.reshape_inventories(inventories) is False
+    assert client.calls == calls + 1
+    assert client.get_inventories(rp['uuid'])[1] == {}
+
+
+def test_a_connection_placement_closed_is_replaced(conf):
+    # Placement restarted on its port: the kept-alive connection is dead,
+    # and the next call makes a new one instead of failing.
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        port = sock.getsockname()[1]
+    # Sharing the port lets the second bind while the first one's closed
+    # connection lingers.
+    first = embedded.EmbeddedPlacement('sqlite://', port=port,
+                                       reuse_port=True)
+    first.start()
+    placement_fixture.placement_conf(conf, first.url)
+    client = placement_client.PlacementClient(conf)
+    try:
+        assert client.get_provider_by_name('cn') is None
+        first.stop()
+        second = embedded.EmbeddedPlacement('sqlite://', port=port,
+                                            reuse_port=True)
+        second.start()
+        try:
+            assert client.get_provider_by_name('cn') is None
+            client.create_provider(_new_uuid(), 'cn', None)
+            assert client.get_provider_by_name('cn')['name'] == 'cn'
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+
+
+def test_an_unauthorized_answer_goes_through_keystoneauth(conf):
+    # A 401 asks for a new token: the call is made again through the
+    # keystoneauth adapter (which re-authenticates), then reported.
+    refusing = recording_http.RecordingServer(
+        lambda request: (401, {}, {'errors': [{'detail': 'who?'}]}))
+    with refusing:
+        placement_fixture.placement_conf(conf, refusing.url)
+        client = placement_client.PlacementClient(conf)
+        with pytest.raises(exception.PlacementError, match='401'):
+            client.get_provider_by_name('cn')
+    assert [(r.method, r.path) for r in refusing.requests] == [
+        ('GET', '/resource_providers')] * 2
+
+
+def _self_signed(folder):
+    """A certificate and key for 127.0.0.1 (PEM files)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    import ipaddress
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, '127.0.0.1')])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(1)
+            .not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address('127.0.0.1'))]),
+                critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None),
+                           critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = folder / 'cert.pem', folder / 'key.pem'
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    return str(cert_path), str(key_path)
+
+
+def test_https_placement_is_verified_with_the_configured_ca(conf, tmp_path):
+    import ssl
+
+    cert, key = _self_signed(tmp_path)
+    server = recording_http.RecordingServer(
+        lambda request: (200, {}, {'resource_providers': []}))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server._server.socket = context.wrap_socket(server._server.socket,
+                                                server_side=True)
+    with server:
+        url = server.url.replace('http://', 'https://')
+        placement_fixture.placement_conf(conf, url)
+        conf.set_override('cafile', cert, group='placement')
+        client = placement_client.PlacementClient(conf)
+        assert client.get_provider_by_name('cn') is None
+        assert client.get_provider_by_name('cn') is None
+        # Both carried by the client's own TLS connection, not handed to
+        # keystoneauth after a failure.
+        assert [r.headers['User-Agent'] for r in server.requests] == [
+            placement_client.USER_AGENT] * 2
+        # Without the CA, the certificate is refused.
+        conf.clear_override('cafile', group='placement')
+        with pytest.raises(exception.PlacementError):
+            placement_client.PlacementClient(conf).get_provider_by_name('cn')

@@ -13,14 +13,11 @@ from cyborg.api.controllers import base
 from cyborg.api.schemas import accelerator_requests as schema
 from cyborg.api.views import accelerator_requests as view
 from cyborg.common import exception
+from cyborg.common import states
 from cyborg.objects.accelerator_requests import AcceleratorRequest
 from cyborg.objects.device_profiles import DeviceProfile
 from cyborg.policies import accelerator_requests as policy
 
-# States in which an ARQ's binding has come to an end, one way or another.
-RESOLVED_STATES = ('Bound', 'BindFailed', 'Deleting')
-# States a user may not delete from without a service token.
-BOUND_STATES = ('BindStarted', 'Bound')
 
 
 def list_arqs(r):
@@ -30,7 +27,7 @@ def list_arqs(r):
     arqs = AcceleratorRequest.list(r.context, _owner(r),
                                    instance_uuid=query.get('instance'))
     if 'bind_state' in query:
-        pending = [a.uuid for a in arqs if a.state not in RESOLVED_STATES]
+        pending = [a.uuid for a in arqs if a.state not in states.ARQ_RESOLVED]
         if pending:
             raise exception.Locked(
                 reason='accelerator requests of instance %s are still '
@@ -120,7 +117,7 @@ def _delete(r, uuids):
     """Delete the caller's ARQs among ``uuids``; 404 (after deleting the
     others) when any is missing or not the caller's."""
     visible = AcceleratorRequest.list(r.context, _owner(r), uuids=uuids)
-    if any(a.state in BOUND_STATES for a in visible):
+    if any(a.state in states.ARQ_HOLDING for a in visible):
         _require_service(r, 'Deleting a bound accelerator request')
     missing = set(uuids) - {a.uuid for a in visible}
     if visible:

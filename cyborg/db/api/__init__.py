@@ -1,0 +1,103 @@
+"""Database access: small reader/writer functions, one module per noun.
+
+This package holds the transaction machinery (one enginefacade for the
+process, ``reader``/``writer``, ``write_retrying``); the functions that
+read and write rows live in the module of the noun they touch:
+
+  hosts            the hosts table (a report's digest, Placement sync flag)
+  inventory        a host's devices, control paths, deployables, attributes
+                   and attach handles read and written in bulk by a report
+  devices          one device: read, list, status, lifecycle target
+  deployables      one deployable: read, list, bind and program targets
+  attributes       deployable attributes (the API's attribute resource)
+  attach_handles   taking and releasing a handle for a bind
+  health           the health state machine's columns of a host
+  device_profiles  device profiles
+  arqs             accelerator requests: every ARQ read goes through
+                   ``arqs.select``; every state change is a guarded UPDATE
+  nova_events      bind outcomes Nova has not accepted yet
+
+Callers import the module they need (``from cyborg.db.api import arqs as
+arq_db``).  Every function takes a RequestContext first; functions
+decorated as ``reader``/``writer`` nest into the caller's transaction, so a
+conductor step made of several of them commits once.  Rows come back as
+SQLAlchemy rows, model instances or plain dicts; nothing here knows
+``cyborg.objects``.  Keep each function short and its query indexed.
+"""
+
+import random
+import time
+
+import sqlalchemy as sa
+from oslo_db import exception as db_exc
+from oslo_db.sqlalchemy import enginefacade
+
+context_manager = enginefacade.transaction_context()
+reader = context_manager.reader
+writer = context_manager.writer
+
+# Attempts of one transaction that lost a lock conflict.
+_WRITE_TRIES = 8
+
+
+def configure(conf, wait_for_database=True):
+    """Point the enginefacade at ``conf.database`` (call once per process).
+
+    The engine starts on first use and, by default, waits for the database
+    as ``[database]max_retries`` and ``retry_interval`` say (100 s with
+    oslo.db's defaults).  A process serving requests passes
+    ``wait_for_database=False``: a request made while the database is away
+    answers 503 at once, and the next one connects afresh.
+    """
+    options = dict(conf.database.items())
+    if not wait_for_database:
+        options['max_retries'] = 0
+    context_manager.configure(**options)
+
+
+def get_engine():
+    return context_manager.writer.get_engine()
+
+
+def patch_engine(engine):
+    """Use ``engine`` (tests); returns a callable that undoes it."""
+    if not context_manager._factory._started:
+        # patch_engine starts the factory; make sure it never opens the
+        # configured (production) database while doing so.
+        context_manager.configure(connection='sqlite://')
+    return context_manager.patch_engine(engine)
+
+
+def write_retrying(context, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` in one writer transaction of its own, run
+    again (with a short random pause) when it loses a lock conflict.
+    ``fn`` must be safe to repeat: a lost attempt is rolled back."""
+    for attempt in range(1, _WRITE_TRIES + 1):
+        try:
+            with writer.using(context):
+                _sqlite_write_lock(context)
+                return fn(*args, **kwargs)
+        except (db_exc.DBDeadlock, db_exc.DBError,
+                sa.exc.OperationalError) as e:
+            if attempt == _WRITE_TRIES or not _lock_conflict(e):
+                raise
+            time.sleep(random.uniform(0.002, 0.02) * attempt)
+
+
+def _lock_conflict(error):
+    """A deadlock (MariaDB, PostgreSQL, via oslo.db) or SQLite's 'database
+    is locked': two deferred transactions that read and then write."""
+    if isinstance(error, db_exc.DBDeadlock):
+        return True
+    text = str(getattr(error, 'orig', error))
+    return ('database is locked' in text or 'deadlock' in text.lower()
+            or 'could not serialize' in text)
+
+
+def _sqlite_write_lock(context):
+    """On SQLite, take the write lock before the first read: a deferred
+    transaction that reads and then writes fails at once ('database is
+    locked', not even waiting) when another writer is ahead of it."""
+    if context.session.get_bind().dialect.name == 'sqlite':
+        context.session.execute(
+            sa.text('UPDATE nova_events SET id = id WHERE 0'))

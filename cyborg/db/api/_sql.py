@@ -1,0 +1,55 @@
+"""Query helpers the noun modules share (not an API of their own)."""
+
+import sqlalchemy as sa
+
+
+def connection(context):
+    """The transaction's connection, for Core statements on plain columns:
+    it skips the ORM session's work per statement (a report's handful of
+    statements are most of its database cost)."""
+    return context.session.connection()
+
+
+def rows(result):
+    """A result's rows as plain dicts of columns."""
+    return [dict(row) for row in result.mappings()]
+
+
+def matchable(*values):
+    """False when a value searched for holds a NUL character: no column
+    stores one (PostgreSQL refuses it even in a query), so it matches
+    nothing and the read answers "none" without asking."""
+    for value in values:
+        if isinstance(value, (list, tuple, set)):
+            if not matchable(*value):
+                return False
+        elif isinstance(value, str) and '\x00' in value:
+            return False
+    return True
+
+
+def where_equal(model, filters, order=True):
+    """SELECT model WHERE column = value for each non-None filter."""
+    query = sa.select(model)
+    for column, value in filters.items():
+        if value is not None:
+            query = query.where(getattr(model, column) == value)
+    return query.order_by(model.id) if order else query
+
+
+def one(context, model, **filters):
+    """The first ``model`` row whose columns equal ``filters``, or None
+    (also when every filter is None)."""
+    if all(value is None for value in filters.values()):
+        return None
+    if not matchable(*filters.values()):
+        return None
+    return context.session.scalars(
+        where_equal(model, filters, order=False)).first()
+
+
+def every(context, model, **filters):
+    """The ``model`` rows whose columns equal the non-None ``filters``."""
+    if not matchable(*filters.values()):
+        return []
+    return context.session.scalars(where_equal(model, filters)).all()

@@ -1,0 +1,233 @@
+"""Accelerator requests (ARQs).
+
+Reads: every ARQ read, the API's and the conductor's, is built by
+``select``, which joins an ARQ to exactly the tables the columns asked for
+come from: its device profile (an inner join: every ARQ has one), its
+attach handle, and its deployable (alone, or with that deployable's
+device for the health the API shows, as ONE outer join: only an ARQ that
+is binding or bound has either).  ``VIEW`` is what the API shows,
+``CHANGE`` what the state machine needs to change ARQs and announce it.
+Reads run as Core statements: plain columns, no ORM entities, so a list
+of 1,000 ARQs stays cheap.
+
+Writes are owned by the ARQ state machine (cyborg.conductor.arq_binding):
+every state change is a guarded ``UPDATE ... WHERE state IN (...)`` whose
+row count the caller checks, never read-then-write.
+"""
+
+import sqlalchemy as sa
+from sqlalchemy.sql import visitors
+
+from cyborg.common import states
+from cyborg.db import models
+from cyborg.db.api import _sql
+from cyborg.db.api import reader, writer
+
+_ARQ = models.ExtARQ.__table__
+_PROFILE = models.DeviceProfile.__table__
+_HANDLE = models.AttachHandle.__table__
+_DEPLOYABLE = models.Deployable.__table__
+_DEVICE = models.Device.__table__
+
+
+def _health_rank(column):
+    """How bad a health column is: its index in HEALTH_STATES (the order
+    ``states.worst`` uses), 0 for anything unknown."""
+    ranks = {state: i for i, state in enumerate(states.HEALTH_STATES)}
+    return sa.case(ranks, value=column, else_=0)
+
+
+def _worse(column):
+    """SQL: the device's ``column`` when its health ranks strictly worse
+    than its deployable's, else the deployable's: the effective health of
+    the deployable an ARQ is bound to, worked out in SQL (NULL while the
+    ARQ holds none)."""
+    return sa.case(
+        (_health_rank(_DEVICE.c.health) > _health_rank(_DEPLOYABLE.c.health),
+         _DEVICE.c[column]),
+        else_=_DEPLOYABLE.c[column])
+
+
+# What an ARQ is and where it is bound, with its profile's name and its
+# attach handle: the columns every reader of whole ARQs gets.
+_COMMON = (_ARQ.c.uuid, _ARQ.c.state, _ARQ.c.device_profile_group_id,
+           _ARQ.c.project_id, _ARQ.c.hostname, _ARQ.c.device_rp_uuid,
+           _ARQ.c.instance_uuid, _ARQ.c.created_at, _ARQ.c.updated_at,
+           _PROFILE.c.name.label('device_profile_name'),
+           _HANDLE.c.uuid.label('attach_handle_uuid'),
+           _HANDLE.c.attach_type.label('attach_handle_type'),
+           _HANDLE.c.attach_info.label('attach_handle_info'))
+
+# What the API shows: plus the effective health of the bound deployable.
+VIEW = _COMMON + (_worse('health').label('device_health'),
+                  _worse('health_reason').label('device_health_reason'))
+
+# What the state machine reads before changing ARQs: plus the handle id a
+# guarded update checks, the profile's groups and the deployable's uuid
+# (for notifications).
+CHANGE = _COMMON + (_ARQ.c.attach_handle_id, _PROFILE.c.profile_json,
+                    _DEPLOYABLE.c.uuid.label('deployable_uuid'))
+
+
+def _tables(columns):
+    return {element.table for column in columns
+            for element in visitors.iterate(column)
+            if isinstance(element, sa.Column)}
+
+
+def select(*columns):
+    """``SELECT columns FROM`` ARQs joined to just the tables the columns
+    come from (see the module's docstring); the caller adds its WHERE,
+    ORDER BY, GROUP BY."""
+    tables = _tables(columns)
+    source = _ARQ
+    if _PROFILE in tables:
+        source = source.join(_PROFILE,
+                             _PROFILE.c.id == _ARQ.c.device_profile_id)
+    if _HANDLE in tables:
+        source = source.outerjoin(_HANDLE,
+                                  _HANDLE.c.id == _ARQ.c.attach_handle_id)
+    if _DEVICE in tables:
+        source = source.outerjoin(
+            _DEPLOYABLE.join(_DEVICE,
+                             _DEVICE.c.id == _DEPLOYABLE.c.device_id),
+            _DEPLOYABLE.c.id == _ARQ.c.deployable_id)
+    elif _DEPLOYABLE in tables:
+        source = source.outerjoin(_DEPLOYABLE,
+                                  _DEPLOYABLE.c.id == _ARQ.c.deployable_id)
+    return sa.select(*columns).select_from(source)
+
+
+def _execute(context, query):
+    # Core execution: no ORM result processing for plain columns.
+    return context.session.connection().execute(query)
+
+
+# -- reads ------------------------------------------------------------------
+
+@reader
+def get(context, uuid, project_id=None):
+    """One ARQ as the API shows it (``VIEW``), or None.
+
+    ``project_id`` restricts it to that project's ARQs.
+    """
+    if not _sql.matchable(uuid, project_id):
+        return None
+    query = select(*VIEW).where(_ARQ.c.uuid == uuid)
+    if project_id is not None:
+        query = query.where(_ARQ.c.project_id == project_id)
+    return _execute(context, query).first()
+
+
+@reader
+def get_all(context, project_id=None, instance_uuid=None, uuids=None):
+    """ARQs as the API shows them (``VIEW``), optionally of one project,
+    one instance, these uuids."""
+    if not _sql.matchable(project_id, instance_uuid, uuids):
+        return []
+    query = select(*VIEW).order_by(_ARQ.c.id)
+    if uuids is not None:
+        query = query.where(_ARQ.c.uuid.in_(list(uuids)))
+    if project_id is not None:
+        query = query.where(_ARQ.c.project_id == project_id)
+    if instance_uuid is not None:
+        query = query.where(_ARQ.c.instance_uuid == instance_uuid)
+    return _execute(context, query).all()
+
+
+@reader
+def get_to_change(context, uuids=(), instance_uuid=None):
+    """ARQs by uuid or by instance (both indexed) with what changing them
+    needs (``CHANGE``)."""
+    query = select(*CHANGE)
+    if instance_uuid is not None:
+        query = query.where(_ARQ.c.instance_uuid == instance_uuid)
+    else:
+        query = query.where(_ARQ.c.uuid.in_(list(uuids)))
+    return _execute(context, query).all()
+
+
+@reader
+def handle_state(context, uuid):
+    """(state, attach_handle_id, instance_uuid) of one ARQ, or None."""
+    return _execute(context, select(
+        _ARQ.c.state, _ARQ.c.attach_handle_id, _ARQ.c.instance_uuid)
+        .where(_ARQ.c.uuid == uuid)).first()
+
+
+@reader
+def bound_elsewhere(context, instance_uuids, exclude_uuids):
+    """ARQs binding or bound to these instances that are not in
+    ``exclude_uuids``: (instance_uuid, uuid) rows."""
+    return _execute(context, select(_ARQ.c.instance_uuid, _ARQ.c.uuid)
+                    .where(_ARQ.c.instance_uuid.in_(list(instance_uuids)),
+                           _ARQ.c.state.in_(states.ARQ_HOLDING),
+                           _ARQ.c.uuid.not_in(list(exclude_uuids)))).all()
+
+
+@reader
+def holding(context, deployable_ids):
+    """ARQs binding or bound to these deployables: rows of deployable_id,
+    uuid, state, instance_uuid, project_id."""
+    return _execute(context, select(
+        _ARQ.c.deployable_id, _ARQ.c.uuid, _ARQ.c.state,
+        _ARQ.c.instance_uuid, _ARQ.c.project_id)
+        .where(_ARQ.c.deployable_id.in_(list(deployable_ids)),
+               _ARQ.c.state.in_(states.ARQ_HOLDING))
+        .order_by(_ARQ.c.id)).all()
+
+
+@reader
+def stuck(context, started_before, limit=100):
+    """Uuids of ARQs in BindStarted since before ``started_before``."""
+    return list(_execute(context, select(_ARQ.c.uuid)
+                         .where(_ARQ.c.state == states.BIND_STARTED,
+                                _ARQ.c.bind_started_at < started_before)
+                         .order_by(_ARQ.c.id).limit(limit)).scalars())
+
+
+@reader
+def count_by_state(context):
+    """{state: number of ARQs} for the states that have any (one GROUP BY
+    on an indexed column)."""
+    return dict(_execute(context, select(_ARQ.c.state, sa.func.count())
+                         .group_by(_ARQ.c.state)).all())
+
+
+# -- writes -----------------------------------------------------------------
+
+@writer
+def create_many(context, values):
+    """Insert ARQ rows, one dict of column values each."""
+    context.session.execute(sa.insert(_ARQ), values)
+
+
+@writer
+def transition(context, uuid, to_state, from_states, values=None,
+               where=None):
+    """Move one ARQ to ``to_state`` if it is in ``from_states`` (and the
+    extra ``where`` column values hold); returns the row count (0 or 1)."""
+    conditions = [_ARQ.c.uuid == uuid, _ARQ.c.state.in_(from_states)]
+    conditions += [_ARQ.c[k] == v for k, v in (where or {}).items()]
+    result = context.session.execute(
+        sa.update(_ARQ).where(*conditions)
+        .values(state=to_state, updated_at=models._now(), **(values or {})))
+    return result.rowcount
+
+
+@writer
+def set_attach_handle(context, uuid, handle_id):
+    """Record the handle on an ARQ still in BindStarted with none."""
+    result = context.session.execute(
+        sa.update(_ARQ).where(_ARQ.c.uuid == uuid,
+                              _ARQ.c.state == states.BIND_STARTED,
+                              _ARQ.c.attach_handle_id.is_(None))
+        .values(attach_handle_id=handle_id, updated_at=models._now()))
+    return result.rowcount
+
+
+@writer
+def delete_many(context, uuids):
+    """Delete ARQ rows (their handles must have been released)."""
+    context.session.execute(
+        sa.delete(_ARQ).where(_ARQ.c.uuid.in_(list(uuids))))

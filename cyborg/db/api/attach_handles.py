@@ -1,0 +1,67 @@
+"""Attach handles as a bind takes and releases them (owned by the ARQ
+state machine, cyborg.conductor.arq_binding, and FPGA programming, which
+must know whether a deployable is in use).  A report writes its host's
+handles in bulk (``inventory``)."""
+
+import sqlalchemy as sa
+
+from cyborg.db import models
+from cyborg.db.api import reader, writer
+
+# Handles a bind races for before giving up on a deployable.
+_TAKE_TRIES = 5
+
+
+@writer
+def take(context, deployable_id):
+    """Mark one free handle of the deployable in use and return its row,
+    or None when none is free.
+    FOR UPDATE SKIP LOCKED lets concurrent binds on MariaDB/PostgreSQL
+    pass each other's candidates; SQLite renders no lock clause (its
+    writers are serialised), so the guarded UPDATE with its row count is
+    what makes the take atomic on every engine.
+    """
+    h = models.AttachHandle
+    for _ in range(_TAKE_TRIES):
+        row = context.session.execute(
+            sa.select(h.id, h.uuid, h.attach_type, h.attach_info)
+            .where(h.deployable_id == deployable_id, h.in_use.is_(False))
+            .order_by(h.id).limit(1)
+            .with_for_update(skip_locked=True)).first()
+        if row is None:
+            return None
+        taken = context.session.execute(
+            sa.update(h).where(h.id == row.id, h.in_use.is_(False))
+            .values(in_use=True, updated_at=models._now())
+            .execution_options(synchronize_session=False)).rowcount
+        if taken:
+            return row
+    return None
+
+
+@writer
+def release(context, handle_id):
+    """Mark the handle free again."""
+    h = models.AttachHandle
+    context.session.execute(
+        sa.update(h).where(h.id == handle_id)
+        .values(in_use=False, updated_at=models._now())
+        .execution_options(synchronize_session=False))
+
+
+@reader
+def get(context, handle_id):
+    """(id, uuid, attach_type, attach_info, cpid_info) of a handle."""
+    h, c = models.AttachHandle, models.ControlpathID
+    return context.session.execute(
+        sa.select(h.id, h.uuid, h.attach_type, h.attach_info, c.cpid_info)
+        .join(c, c.id == h.cpid_id).where(h.id == handle_id)).first()
+
+
+@reader
+def count_in_use(context, deployable_id):
+    """How many of the deployable's handles are taken."""
+    h = models.AttachHandle
+    return context.session.scalar(
+        sa.select(sa.func.count()).select_from(h)
+        .where(h.deployable_id == deployable_id, h.in_use.is_(True)))

@@ -1,0 +1,151 @@
+"""Deployables, one at a time: what the API reads (with their device's
+health), the targets of a bind (cyborg.conductor.arq_binding) and of FPGA
+programming (cyborg.conductor.programming), and what programming records.
+A host's deployables as a whole are read and written by its reports
+(``inventory``)."""
+
+import uuid as uuidlib
+
+import sqlalchemy as sa
+
+from cyborg.db import models
+from cyborg.db.api import _sql
+from cyborg.db.api import reader, writer
+
+
+@reader
+def get(context, uuid=None, id=None):
+    """One deployable by uuid or integer id, or None."""
+    return _sql.one(context, models.Deployable, uuid=uuid, id=id)
+
+
+def _deployable_query():
+    """Deployables (``row.Deployable``) with their device's health
+    (``row.device_health``, ``_reason``, ``_updated_at``): one join."""
+    d, dev = models.Deployable, models.Device
+    return (sa.select(d, dev.health.label('device_health'),
+                      dev.health_reason.label('device_health_reason'),
+                      dev.health_updated_at.label(
+                          'device_health_updated_at'))
+            .join(dev, dev.id == d.device_id))
+
+
+@reader
+def get_with_device(context, uuid=None, id=None):
+    """One deployable row of ``_deployable_query`` by uuid or integer id,
+    or None."""
+    d = models.Deployable
+    if (uuid is None and id is None) or not _sql.matchable(uuid):
+        return None
+    query = _deployable_query()
+    if uuid is not None:
+        query = query.where(d.uuid == uuid)
+    if id is not None:
+        query = query.where(d.id == id)
+    return context.session.execute(query).first()
+
+
+@reader
+def get_page(context, name=None, limit=None, marker=None, sort_key='id',
+             sort_dir='asc'):
+    """A page of ``_deployable_query`` rows, ordered by ``sort_key`` then
+    id.
+
+    ``marker`` is the uuid of the last deployable of the previous page.
+    """
+    d = models.Deployable
+    if not _sql.matchable(name, marker):
+        return None if marker is not None else []
+    column = getattr(d, sort_key)
+    order = sa.desc if sort_dir == 'desc' else sa.asc
+    query = _deployable_query().order_by(order(column), order(d.id))
+    if name is not None:
+        query = query.where(d.name == name)
+    if marker is not None:
+        last = context.session.execute(
+            sa.select(column.label('key'), d.id).where(d.uuid == marker)
+        ).first()
+        if last is None:
+            return None
+        after = (sa.tuple_(column, d.id) > sa.tuple_(last.key, last.id)
+                 if sort_dir != 'desc' else
+                 sa.tuple_(column, d.id) < sa.tuple_(last.key, last.id))
+        query = query.where(after)
+    if limit is not None:
+        query = query.limit(limit)
+    return context.session.execute(query).all()
+
+
+@reader
+def attribute_lists(context, deployable_ids):
+    """{deployable id: [(key, value), ...]} for these deployables."""
+    a = models.Attribute
+    rows = context.session.execute(
+        sa.select(a.deployable_id, a.key, a.value)
+        .where(a.deployable_id.in_(list(deployable_ids))).order_by(a.id))
+    found = {}
+    for row in rows:
+        found.setdefault(row.deployable_id, []).append((row.key, row.value))
+    return found
+
+
+@reader
+def bind_targets(context, rp_uuids):
+    """{rp_uuid: row} for the deployables providing ``rp_uuids``, each
+    row carrying the deployable and its device's host and status."""
+    d, dev = models.Deployable, models.Device
+    query = (sa.select(d.id.label('deployable_id'),
+                       d.uuid.label('deployable_uuid'), d.rp_uuid, d.gone,
+                       d.driver_name, d.bitstream_id, d.device_id,
+                       dev.hostname, dev.status)
+             .join(dev, dev.id == d.device_id)
+             .where(d.rp_uuid.in_(list(rp_uuids))))
+    return {row.rp_uuid: row for row in context.session.execute(query)}
+
+
+@reader
+def program_target(context, deployable_uuid):
+    """The deployable with its device's host, status and control path."""
+    d, dev, c = models.Deployable, models.Device, models.ControlpathID
+    return context.session.execute(
+        sa.select(d.id.label('deployable_id'),
+                  d.uuid.label('deployable_uuid'), d.rp_uuid, d.gone,
+                  d.driver_name, d.bitstream_id, d.device_id, d.name,
+                  dev.hostname, dev.status, dev.type.label('device_type'),
+                  c.cpid_info)
+        .join(dev, dev.id == d.device_id)
+        .join(c, c.device_id == dev.id)
+        .where(d.uuid == deployable_uuid)).first()
+
+
+@reader
+def program_target_by_id(context, deployable_id):
+    """``program_target`` of the deployable with this integer id."""
+    d = models.Deployable
+    uuid = context.session.scalar(
+        sa.select(d.uuid).where(d.id == deployable_id))
+    return None if uuid is None else program_target(context, uuid)
+
+
+@writer
+def set_bitstream(context, deployable_id, bitstream_id):
+    d = models.Deployable
+    context.session.execute(
+        sa.update(d).where(d.id == deployable_id)
+        .values(bitstream_id=bitstream_id, updated_at=models._now())
+        .execution_options(synchronize_session=False))
+
+
+@writer
+def set_function_trait(context, deployable_id, key, trait):
+    """Keep (or with ``trait`` None drop) the deployable's FPGA function
+    trait as attribute ``key``; its uuid is not derived from the host, so
+    reports leave it alone and the Placement sync advertises it."""
+    at = models.Attribute
+    context.session.execute(
+        sa.delete(at).where(at.deployable_id == deployable_id, at.key == key)
+        .execution_options(synchronize_session=False))
+    if trait:
+        context.session.execute(sa.insert(at).values(
+            uuid=str(uuidlib.uuid4()), deployable_id=deployable_id, key=key,
+            value=trait, created_at=models._now()))

@@ -1,0 +1,66 @@
+"""Devices, one at a time: what the API reads, the status an operator
+sets (cyborg.conductor.device_status) and the count the conductor's
+metrics collector reads at scrape time.  A host's devices as a whole are
+read and written by its reports (``inventory``)."""
+
+import sqlalchemy as sa
+
+from cyborg.db import models
+from cyborg.db.api import _sql
+from cyborg.db.api import reader, writer
+
+
+@reader
+def get(context, uuid):
+    """One device (model instance), or None."""
+    return _sql.one(context, models.Device, uuid=uuid)
+
+
+@reader
+def get_all(context, filters=None):
+    """Devices whose columns equal ``filters`` (type, vendor, hostname,
+    health); a type no device can have matches nothing."""
+    filters = dict(filters or {})
+    if filters.get('type') not in (None,) + models.DEVICE_TYPES:
+        # Not a query: PostgreSQL rejects a label its enum does not know.
+        return []
+    return _sql.every(context, models.Device, **filters)
+
+
+@writer
+def set_status(context, device_uuid, status):
+    """Set a device's status; returns its row (dict) or None if unknown."""
+    d = models.Device.__table__
+    context.session.execute(sa.update(d).where(d.c.uuid == device_uuid)
+                            .values(status=status))
+    row = context.session.execute(
+        sa.select(d).where(d.c.uuid == device_uuid)).mappings().first()
+    return dict(row) if row else None
+
+
+@reader
+def lifecycle_target(context, device_uuid):
+    """A device's row (dict) with its control path (cpid_type, cpid_info)
+    and 'deployables': [{uuid, name, rp_uuid}], or None if unknown."""
+    d, c = models.Device.__table__, models.ControlpathID.__table__
+    dep = models.Deployable.__table__
+    row = context.session.execute(
+        sa.select(d, c.c.cpid_type, c.c.cpid_info)
+        .outerjoin(c, c.c.device_id == d.c.id)
+        .where(d.c.uuid == device_uuid)).mappings().first()
+    if row is None:
+        return None
+    found = dict(row)
+    found['deployables'] = _sql.rows(context.session.execute(
+        sa.select(dep.c.uuid, dep.c.name, dep.c.rp_uuid)
+        .where(dep.c.device_id == found['id']).order_by(dep.c.id)))
+    return found
+
+
+@reader
+def count_by_health(context):
+    """{health state: number of devices} for the states that have any
+    (one GROUP BY on an indexed column)."""
+    dev = models.Device
+    return dict(context.session.execute(
+        sa.select(dev.health, sa.func.count()).group_by(dev.health)).all())

@@ -1,0 +1,213 @@
+"""A host's inventory rows, read and written in bulk by its reports.
+
+Owned by the conductor's report handling (cyborg.conductor.inventory_apply,
+placement_sync, device_status).  A host's rows are read with one query per
+table and written with one executemany per table and kind of change, so
+the cost of a report does not grow with round trips per device.  Rows
+travel as plain dicts of columns.
+"""
+
+import sqlalchemy as sa
+from oslo_utils import timeutils
+
+from cyborg.db import models
+from cyborg.db.api import _sql
+from cyborg.db.api import reader, writer
+
+# The tables of a host's inventory, by the names a plan uses.
+TABLES = {'devices': models.Device,
+          'controlpath_ids': models.ControlpathID,
+          'deployables': models.Deployable,
+          'attributes': models.Attribute,
+          'attach_handles': models.AttachHandle}
+
+
+@reader
+def load(context, hostname, device_uuids=None):
+    """The stored rows of a host's devices (all, or these uuids) as
+    {table: [row dicts]}: five queries whatever the number of devices."""
+    s = _sql.connection(context)
+    d = models.Device.__table__
+    query = sa.select(d).where(d.c.hostname == hostname)
+    if device_uuids is not None:
+        query = query.where(d.c.uuid.in_(list(device_uuids)))
+    found = {'devices': _sql.rows(s.execute(query))}
+    device_ids = [row['id'] for row in found['devices']]
+    for table in ('controlpath_ids', 'deployables'):
+        found[table] = _children(s, table, 'device_id', device_ids)
+    deployable_ids = [row['id'] for row in found['deployables']]
+    for table in ('attributes', 'attach_handles'):
+        found[table] = _children(s, table, 'deployable_id', deployable_ids)
+    return found
+
+
+def _children(session, table, column, parent_ids):
+    """The rows of ``table`` whose ``column`` is one of ``parent_ids`` (no
+    query when there is none: a new host's first report)."""
+    if not parent_ids:
+        return []
+    t = TABLES[table].__table__
+    return _sql.rows(session.execute(
+        sa.select(t).where(t.c[column].in_(parent_ids))))
+
+
+@writer
+def write(context, add, update, delete):
+    """Apply a plan's rows (see cyborg.conductor.inventory_plan.Plan):
+    deletes, then updates, then inserts parent tables first."""
+    s = _sql.connection(context)
+    for table in ('attach_handles', 'attributes'):
+        if delete.get(table):
+            t = TABLES[table].__table__
+            s.execute(sa.delete(t).where(t.c.uuid.in_(delete[table])))
+    _delete_with_children(s, _ids_of(s, 'deployables', delete),
+                          _ids_of(s, 'devices', delete))
+    for table, rows in update.items():
+        _update_by_uuid(s, TABLES[table].__table__, rows)
+    ids = {}
+    # Where the database hands back the ids of an executemany INSERT
+    # (MariaDB, PostgreSQL, SQLite), children learn their parents' ids from
+    # it; elsewhere (MySQL) from one SELECT per parent table.
+    returning = s.dialect.insert_executemany_returning
+    for table, parents in (('devices', ()),
+                           ('controlpath_ids', ('device',)),
+                           ('deployables', ('device',)),
+                           ('attributes', ('deployable',)),
+                           ('attach_handles', ('deployable',
+                                               'controlpath'))):
+        rows = add.get(table) or []
+        if not rows:
+            continue
+        for parent in parents:
+            _resolve_ids(s, ids, parent, rows)
+        now = timeutils.utcnow()
+        t = TABLES[table].__table__
+        values = [_without_refs(r, parents, ids, now) for r in rows]
+        parent = _PARENT_OF.get(table)
+        if parent and returning:
+            known = ids.setdefault(parent, {})
+            for row in s.execute(sa.insert(t).returning(t.c.uuid, t.c.id),
+                                 values):
+                known[row.uuid] = row.id
+        else:
+            s.execute(sa.insert(t), values)
+
+
+def _ids_of(session, table, delete):
+    if not delete.get(table):
+        return []
+    t = TABLES[table].__table__
+    return list(session.scalars(sa.select(t.c.id)
+                                .where(t.c.uuid.in_(delete[table]))))
+
+
+def _delete_with_children(session, deployable_ids, device_ids):
+    """Delete deployables and devices with every row hanging off them,
+    without relying on ON DELETE CASCADE (SQLite enforces foreign keys only
+    when asked to)."""
+    dep = models.Deployable.__table__
+    deployable_ids = set(deployable_ids)
+    if device_ids:
+        deployable_ids.update(session.scalars(
+            sa.select(dep.c.id).where(dep.c.device_id.in_(device_ids))))
+    if deployable_ids:
+        for model in (models.AttachHandle, models.Attribute):
+            t = model.__table__
+            session.execute(sa.delete(t).where(
+                t.c.deployable_id.in_(deployable_ids)))
+        session.execute(sa.delete(dep).where(dep.c.id.in_(deployable_ids)))
+    if device_ids:
+        cp = models.ControlpathID.__table__
+        session.execute(sa.delete(cp).where(cp.c.device_id.in_(device_ids)))
+        d = models.Device.__table__
+        session.execute(sa.delete(d).where(d.c.id.in_(device_ids)))
+
+
+_PARENT_TABLES = {'device': 'devices', 'deployable': 'deployables',
+                  'controlpath': 'controlpath_ids'}
+_PARENT_OF = {table: parent for parent, table in _PARENT_TABLES.items()}
+_PARENT_COLUMNS = {'device': 'device_id', 'deployable': 'deployable_id',
+                   'controlpath': 'cpid_id'}
+
+
+def _resolve_ids(session, ids, parent, rows):
+    """Fill ``ids[parent]`` with {uuid: id} for the parents ``rows`` name."""
+    known = ids.setdefault(parent, {})
+    wanted = {r[parent + '_uuid'] for r in rows} - set(known)
+    if wanted:
+        t = TABLES[_PARENT_TABLES[parent]].__table__
+        for row in session.execute(sa.select(t.c.uuid, t.c.id)
+                                   .where(t.c.uuid.in_(wanted))):
+            known[row.uuid] = row.id
+
+
+def _without_refs(row, parents, ids, now):
+    values = {k: v for k, v in row.items() if not k.endswith('_uuid')}
+    values['uuid'] = row['uuid']
+    if 'rp_uuid' in row:
+        values['rp_uuid'] = row['rp_uuid']
+    for parent in parents:
+        values[_PARENT_COLUMNS[parent]] = ids[parent][row[parent + '_uuid']]
+    values['created_at'] = now
+    return values
+
+
+def _update_by_uuid(session, table, rows):
+    """One executemany UPDATE per set of changed columns."""
+    by_columns = {}
+    for row in rows:
+        columns = tuple(sorted(k for k in row if k != 'uuid'))
+        by_columns.setdefault(columns, []).append(row)
+    for columns, group in by_columns.items():
+        query = (sa.update(table)
+                 .where(table.c.uuid == sa.bindparam('b_uuid'))
+                 .values({c: sa.bindparam('b_' + c) for c in columns}))
+        session.execute(query, [{'b_' + k: v for k, v in row.items()}
+                                for row in group])
+
+
+@reader
+def host_providers(context, hostname):
+    """What a host's provider tree is made from: its deployables (with
+    their device's status) and their attributes, in two queries.
+
+    Returns [{'id', 'uuid', 'name', 'num_accelerators', 'rp_uuid', 'gone',
+    'health' (the deployable's own), 'device_status', 'device_uuid',
+    'device_health', 'attributes': {key: value}}]."""
+    d, dep = models.Device.__table__, models.Deployable.__table__
+    a = models.Attribute.__table__
+    s = _sql.connection(context)
+    deployables = _sql.rows(s.execute(
+        sa.select(dep.c.id, dep.c.uuid, dep.c.name, dep.c.num_accelerators,
+                  dep.c.rp_uuid, dep.c.gone, dep.c.health,
+                  d.c.status.label('device_status'),
+                  d.c.uuid.label('device_uuid'),
+                  d.c.health.label('device_health'))
+        .join(d, d.c.id == dep.c.device_id)
+        .where(d.c.hostname == hostname).order_by(dep.c.id)))
+    attributes = {}
+    for row in s.execute(
+            sa.select(a.c.deployable_id, a.c.key, a.c.value)
+            .where(a.c.deployable_id.in_([r['id'] for r in deployables]))):
+        attributes.setdefault(row.deployable_id, {})[row.key] = row.value
+    for row in deployables:
+        row['attributes'] = attributes.get(row['id'], {})
+    return deployables
+
+
+@writer
+def delete_gone(context, deployable_uuids):
+    """Delete these deployables if still gone, and the devices left with
+    no deployable; returns the uuids deleted."""
+    s = _sql.connection(context)
+    dep = models.Deployable.__table__
+    rows = s.execute(sa.select(dep.c.id, dep.c.uuid, dep.c.device_id).where(
+        dep.c.uuid.in_(list(deployable_uuids)), dep.c.gone.is_(True))).all()
+    if not rows:
+        return []
+    ids = {r.id for r in rows}
+    device_ids = {r.device_id for r in rows}
+    still_used = set(s.scalars(sa.select(dep.c.device_id).where(
+        dep.c.device_id.in_(device_ids), dep.c.id.not_in(ids))))
+    _delete_with_children(s, ids, device_ids - still_used)
+    return [r.uuid for r in rows]
