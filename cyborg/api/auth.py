@@ -35,11 +35,34 @@ def noauth(app):
     return middleware
 
 
-def keystone(app, conf):
-    """auth_token, skipped for the public version documents."""
-    group = auth_token.list_opts()[0][0]
+def register_keystone_opts(conf):
+    """keystonemiddleware's options; returns its group's name."""
     for grp, opts in auth_token.list_opts():
         conf.register_opts(opts, group=grp)
+    return auth_token.list_opts()[0][0]
+
+
+def keystone_config_problem(conf):
+    """Why ``auth_strategy = keystone`` cannot work with ``conf``, or None.
+
+    Without credentials of its own auth_token cannot validate any token,
+    and every request would fail with a 500."""
+    if conf.api.auth_strategy != 'keystone':
+        return None
+    group = register_keystone_opts(conf)
+    section = conf[group]
+    if not (getattr(section, 'auth_type', None)
+            or getattr(section, 'auth_section', None)):
+        return ('[api]auth_strategy is keystone but [%s] has no auth_type '
+                '(and the credentials it goes with): set them, as the '
+                'install guide shows, or use auth_strategy = noauth to try '
+                'cyborg out' % group)
+    return None
+
+
+def keystone(app, conf):
+    """auth_token, skipped for the public version documents."""
+    group = register_keystone_opts(conf)
     protected = auth_token.AuthProtocol(_ServiceMarker(app, conf, group),
                                         {'oslo_config_config': conf})
 

@@ -23,6 +23,7 @@ from oslo_log import log
 
 from cyborg import version
 from cyborg.api import app as api_app
+from cyborg.api import auth
 from cyborg.common import service
 from cyborg.db import api as db_api
 
@@ -228,6 +229,9 @@ def _describe(status):
 
 def main(argv=None):
     conf = service.prepare(argv, prog='cyborg-api')
+    problem = auth.keystone_config_problem(conf)
+    if problem:
+        service.config_error('cyborg-api', problem)
     try:
         sock = listen(conf.api.host_ip, conf.api.port)
     except OSError as exc:

@@ -23,11 +23,13 @@ status 0, without a traceback.  SIGHUP re-reads the mutable options
 """
 
 import os
+import re
 import signal
 import sys
 import threading
 import time
 
+from oslo_config import cfg
 from oslo_log import log as logging
 
 import cyborg.conf
@@ -50,9 +52,26 @@ def prepare(argv=None, conf=None, prog=None):
     logging.set_defaults(default_log_levels=logging.get_default_log_levels()
                          + ['stevedore=WARN', 'cheroot=WARN'])
     argv = sys.argv[1:] if argv is None else argv
-    cyborg.conf.parse_args(conf, argv, prog=prog)
+    try:
+        cyborg.conf.parse_args(conf, argv, prog=prog)
+    except cfg.Error as exc:
+        config_error(prog, exc)
     logging.setup(conf, 'cyborg')
     return conf
+
+
+# oslo.config names where a bad value came from as a LocationInfo repr.
+_LOCATION = re.compile(r"LocationInfo\(location=<[^>]*>, detail='([^']*)'\)")
+
+
+def config_error(prog, problem):
+    """Say what is wrong with the configuration in one line and exit 2
+    (no traceback: nothing is wrong with the program)."""
+    text = _LOCATION.sub(r'\1', str(problem))
+    sys.stderr.write('%s: configuration error: %s\n' % (
+        prog or 'cyborg', text))
+    sys.stderr.flush()
+    sys.exit(2)
 
 
 class RPCService:

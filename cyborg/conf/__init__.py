@@ -78,10 +78,29 @@ def config_dir(environ=None):
 
 def parse_args(conf, argv, prog=None):
     """Parse ``argv`` and the config files into ``conf``; ``--version``
-    prints cyborg's version."""
+    prints cyborg's version.
+
+    Every value of cyborg's options is checked here, so a bad one (a port
+    out of range, an unknown choice) fails at start, not on first use;
+    oslo.config's ``cfg.Error`` says which (see ``check_values``).
+    """
     from cyborg import version
     conf(argv, project='cyborg', prog=prog,
          version=version.version_string(),
          default_config_files=default_config_files(),
          default_config_dirs=default_config_dirs())
+    check_values(conf)
     return conf
+
+
+def check_values(conf):
+    """Read every cyborg option once: oslo.config checks a value (type,
+    range, choices) only when it is read."""
+    from cyborg.conf import opts as cyborg_opts
+    for group, group_opts in cyborg_opts.list_opts():
+        section = conf if group == 'DEFAULT' else conf[group]
+        for opt in group_opts:
+            try:
+                getattr(section, opt.dest)
+            except cfg.NoSuchOptError:
+                pass    # listed for the sample, registered where used

@@ -22,6 +22,7 @@ from oslo_log import log
 import cyborg.conf
 from cyborg import version
 from cyborg.api import app as api_app
+from cyborg.api import auth
 from cyborg.db import api as db_api
 
 LOG = log.getLogger(__name__)
@@ -41,6 +42,11 @@ def init_application(argv=None):
     cyborg.conf.parse_args(conf, [] if argv is None else list(argv),
                            prog='cyborg-wsgi-api')
     log.setup(conf, 'cyborg')
+    problem = auth.keystone_config_problem(conf)
+    if problem:
+        # A WSGI server shows this (and refuses to load the app).
+        raise RuntimeError('cyborg-wsgi-api: configuration error: '
+                           + problem)
     LOG.info('cyborg-wsgi-api %s loaded its configuration from %s',
              version.version_string(),
              ', '.join(conf.config_file) or 'no file')

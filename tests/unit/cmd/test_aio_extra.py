@@ -105,7 +105,8 @@ def test_api_on_a_busy_port_says_which_option(tmp_path):
         busy.listen()
         port = busy.getsockname()[1]
         conf = tmp_path / 'c.conf'
-        conf.write_text('[api]\nhost_ip = 127.0.0.1\nport = %d\n' % port)
+        conf.write_text('[api]\nhost_ip = 127.0.0.1\nport = %d\n'
+                        'auth_strategy = noauth\n' % port)
         done = subprocess.run(
             [os.path.join(sys.prefix, 'bin', 'cyborg-api'), '--config-file',
              str(conf)], capture_output=True, text=True, timeout=120)
