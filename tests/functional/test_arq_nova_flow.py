@@ -7,7 +7,6 @@ Also: the conductor SIGKILLed in the middle of a bind; once it is back the
 ARQ ends BindFailed and Nova is told.
 """
 
-import socket
 import time
 import uuid as uuidlib
 
@@ -26,12 +25,6 @@ NOVA = {'X-Project-Id': 'tenant-a', 'X-User-Id': 'nova-user',
         'X-Roles': 'member,reader', 'X-Service-Token': 'nova-service-token'}
 ADMIN = {'X-Project-Id': 'admin', 'X-User-Id': 'admin',
          'X-Roles': 'admin,member,reader'}
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def _placement(url, method, path, body=None):
@@ -56,7 +49,7 @@ def _wait(check, timeout, what):
 class Deployment:
     def __init__(self, tmp, transport_url, db_url, placement_url, nova,
                  glance):
-        self.api_url = f'http://127.0.0.1:{_free_port()}'
+        self.api_url = f'http://127.0.0.1:{processes.free_port()}'
         self.placement_url = placement_url
         self.nova = nova
         self.glance = glance

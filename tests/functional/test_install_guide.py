@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -70,12 +69,6 @@ def test_every_block_is_marked():
     assert all(arg.startswith('(') and len(arg) > 5 for arg in skipped)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 def _local(text):
     # /opt/cyborg/bin is where the guide installs; here, this virtualenv.
     return text.replace('/opt/cyborg/bin', BIN)
@@ -106,8 +99,8 @@ class _Guide:
             CYBORG_RABBIT_VHOST=self.names['vhost'],
             CYBORG_RABBIT_PASSWORD='rabbit-%s' % tag,
             CYBORG_KEYSTONE_PASSWORD='keystone-%s' % tag,
-            CYBORG_API_PORT=str(_free_port()),
-            PLACEMENT_PORT=str(_free_port()),
+            CYBORG_API_PORT=str(processes.free_port()),
+            PLACEMENT_PORT=str(processes.free_port()),
             OS_CYBORG_CONFIG_DIR=str(tmp_path / 'etc' / 'cyborg'),
             CYBORG_STATE_DIR=str(tmp_path / 'var' / 'lib' / 'cyborg'),
             PATH=BIN + os.pathsep + os.environ.get('PATH', ''),

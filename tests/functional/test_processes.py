@@ -5,7 +5,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,12 +17,6 @@ from tests.fixtures import databases
 from tests.fixtures import processes
 
 ADMIN = {'X-Roles': 'admin', 'X-Project-Id': 'functional'}
-
-
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
 
 
 def _get(url, timeout=30.0, **kwargs):
@@ -39,7 +32,7 @@ def _get(url, timeout=30.0, **kwargs):
 
 
 def test_api_workers_serve_restart_and_stop(tmp_path):
-    port = _free_port()
+    port = processes.free_port()
     with databases.throwaway_database('sqlite') as db_url:
         databases.create_schema(db_url)
         config = processes.write_config(tmp_path / 'api.conf', {
@@ -79,7 +72,7 @@ def test_api_workers_serve_restart_and_stop(tmp_path):
 
 
 def test_aio_shows_the_fake_fpga_to_the_openstack_client(tmp_path):
-    port = _free_port()
+    port = processes.free_port()
     state_dir = tmp_path / 'state'
     # Short health timers, so that the broken device comes back quickly.
     config = processes.write_config(tmp_path / 'extra.conf', {
@@ -145,7 +138,7 @@ def test_sigterm_while_starting_is_a_clean_exit(tmp_path):
     config = processes.write_config(tmp_path / 'any.conf', {
         'DEFAULT': {'state_path': tmp_path,
                     'transport_url': 'rabbit://guest:guest@127.0.0.1:1/'},
-        'api': {'host_ip': '127.0.0.1', 'port': _free_port()},
+        'api': {'host_ip': '127.0.0.1', 'port': processes.free_port()},
         'agent': {'enabled_drivers': 'fake_driver', 'hotplug': False},
     })
     started = [processes.ServiceProcess(script, config,

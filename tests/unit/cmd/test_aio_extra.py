@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 
+from tests.fixtures import processes
+
 ROOT = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
                     os.pardir)
 
@@ -64,19 +66,13 @@ except ImportError:
     assert done.stdout.strip() == 'imports ok'
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 def test_aio_without_placement_names_the_extra(tmp_path):
     child = BLOCK_PLACEMENT + '''
 from cyborg.cmd import aio
 aio.main(sys.argv[1:])
 '''
     done = subprocess.run(
-        [sys.executable, '-c', child, '--port', str(_free_port()),
+        [sys.executable, '-c', child, '--port', str(processes.free_port()),
          '--state-dir', str(tmp_path)],
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 1

@@ -1,7 +1,6 @@
 """The conductor's metrics: bind latency, Placement and Nova requests, and
 the scrape-time counts read from a real (SQLite) database."""
 
-import socket
 import uuid as uuidlib
 
 import prometheus_client as prom
@@ -20,6 +19,7 @@ from cyborg.placement import client as placement_client
 from tests.fixtures import arqs as seed
 from tests.fixtures import placement as placement_fixture
 from tests.fixtures import recording_http
+from tests.fixtures import processes
 
 placement_url = seed.placement_url
 fake_nova = recording_http.fake_nova
@@ -97,7 +97,7 @@ def test_placement_5xx_and_unreachable_count_as_errors(conf):
         with pytest.raises(exception.PlacementError):
             placement_client.get_client(conf).ensure_traits(['CUSTOM_X'])
     assert _value(errors, {'method': 'PUT'}) == puts + 1
-    placement_fixture.placement_conf(conf, f'http://127.0.0.1:{_free_port()}')
+    placement_fixture.placement_conf(conf, f'http://127.0.0.1:{processes.free_port()}')
     placement_client.reset_clients()
     with pytest.raises(exception.PlacementError):
         placement_client.get_client(conf).get_provider(str(uuidlib.uuid4()))
@@ -195,14 +195,8 @@ def test_registry_renders_the_counts_beside_the_histograms(populated,
     assert 'cyborg_conductor_bind_seconds_count{outcome="bound"}' in text
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 def test_the_conductor_process_serves_its_registry(conf, db, ctx):
-    port = _free_port()
+    port = processes.free_port()
     conf.set_override('enabled', True, group='metrics')
     conf.set_override('conductor_port', port, group='metrics')
     try:
