@@ -10,6 +10,7 @@ dispatcher itself checks the exact variant of each request's version.
 import copy
 import re
 
+from cyborg.api import dispatch
 from cyborg.api import microversion
 from cyborg.api import schemas
 from cyborg.api.schemas import common
@@ -73,7 +74,8 @@ def _document_schema(schema):
 
 def _responses(operation):
     ok = {'description': 'Success.'}
-    if operation.response is not None and operation.status not in (202, 204):
+    if (operation.response is not None
+            and operation.status not in dispatch.NO_CONTENT):
         ok['content'] = {'application/json': {
             'schema': _document_schema(operation.response)}}
     responses = {str(operation.status): ok}
