@@ -25,6 +25,7 @@ from oslo_log import log as logging
 
 from cyborg.common import exception
 from cyborg.common import rpc
+from cyborg.common import timing
 
 LOG = logging.getLogger(__name__)
 
@@ -64,9 +65,10 @@ class ConductorClient:
             raise exception.ServiceUnavailable(
                 reason='too many requests are waiting for the conductor')
         try:
-            if self._reply_queue is not None:
-                self._reply_queue.wait(self._conf.api.broker_retries + 1)
-            return method(*args, **kwargs)
+            with timing.phase(timing.RPC):
+                if self._reply_queue is not None:
+                    self._reply_queue.wait(self._conf.api.broker_retries + 1)
+                return method(*args, **kwargs)
         except (OSError, kombu_exceptions.KombuError) as e:
             # Connection errors from below oslo.messaging (kombu, sockets).
             LOG.warning('Calling the conductor (%s) failed: %s', name, e)

@@ -29,6 +29,7 @@ from cyborg.api import schemas
 from cyborg.api.controllers import base
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
+from cyborg.common import timing
 
 LOG = logging.getLogger(__name__)
 
@@ -101,21 +102,25 @@ def call(request, operation, path_vars):
     r = base.ApiRequest(request)
     version = request.version.as_tuple()
     if operation.policy is not None:
-        r.authorize(operation.policy)
-    if operation.query is not None:
-        # The last value of a repeated parameter wins.
-        r.query = dict(request.GET.items())
-        _check_query_names(operation, version, r.query)
-        schemas.validate(r.query, schemas.at(operation.query, version))
-    if operation.body is not None:
-        r.body = json_body(request)
-        schemas.validate(r.body, schemas.at(operation.body, version))
-    result = operation.handler(r, **path_vars)
+        with timing.phase(timing.POLICY):
+            r.authorize(operation.policy)
+    with timing.phase(timing.VALIDATE):
+        if operation.query is not None:
+            # The last value of a repeated parameter wins.
+            r.query = dict(request.GET.items())
+            _check_query_names(operation, version, r.query)
+            schemas.validate(r.query, schemas.at(operation.query, version))
+        if operation.body is not None:
+            r.body = json_body(request)
+            schemas.validate(r.body, schemas.at(operation.body, version))
+    with timing.phase(timing.HANDLER):
+        result = operation.handler(r, **path_vars)
     if operation.status in NO_CONTENT:
         return base.empty_response(operation.status)
-    if request.conf.api.validate_responses:
-        _check_response(operation, version, result)
-    return base.json_response(operation.status, result)
+    with timing.phase(timing.RENDER):
+        if request.conf.api.validate_responses:
+            _check_response(operation, version, result)
+        return base.json_response(operation.status, result)
 
 
 def _check_query_names(operation, version, query):

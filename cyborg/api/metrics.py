@@ -28,6 +28,7 @@ import time
 
 from cyborg.api import routes
 from cyborg.common import metrics
+from cyborg.common import timing
 
 METRICS_PATH = '/metrics'
 UNMATCHED = 'unmatched'
@@ -52,15 +53,26 @@ def count_requests(app, prefix):
             return start_response(status_line, headers, *exc_info)
 
         started = time.monotonic()
-        try:
-            return app(environ, recording_start_response)
-        finally:
-            # Bodies are built before they are returned (webob), so this
-            # is the time of the whole request.
-            metrics.API_REQUEST_SECONDS.labels(method, route).observe(
-                time.monotonic() - started)
-            metrics.API_REQUESTS.labels(method, route, status[0]).inc()
+        with timing.measure() as timings:
+            try:
+                return app(environ, recording_start_response)
+            finally:
+                # Bodies are built before they are returned (webob), so
+                # this is the time of the whole request.
+                metrics.API_REQUEST_SECONDS.labels(method, route).observe(
+                    time.monotonic() - started)
+                metrics.API_REQUESTS.labels(method, route, status[0]).inc()
+                _record_phases(method, route, timings)
     return middleware
+
+
+def _record_phases(method, route, timings):
+    for phase, seconds in timings.seconds.items():
+        metrics.API_PHASE_SECONDS.labels(method, route, phase).observe(
+            seconds)
+    if timings.statements:
+        metrics.API_DB_STATEMENTS.labels(method, route).inc(
+            timings.statements)
 
 
 def _route(path, prefix):

@@ -81,6 +81,18 @@ CONDUCTOR_HEALTH_TRANSITIONS = prom.Counter(
 CONDUCTOR_BIND_SECONDS = _histogram(
     'cyborg_conductor_bind_seconds',
     'Time from BindStarted to the bind\'s outcome.', ['outcome'])
+CONDUCTOR_RPC_SECONDS = prom.Summary(
+    'cyborg_conductor_rpc_seconds',
+    'Time to serve an RPC call, by method (background bind work as '
+    'arq_bind_work).', ['method'], registry=REGISTRY)
+CONDUCTOR_RPC_PHASE_SECONDS = prom.Summary(
+    'cyborg_conductor_rpc_phase_seconds',
+    'Time of an RPC call spent in each phase (cyborg.common.timing: db, '
+    'commit), by method.', ['method', 'phase'], registry=REGISTRY)
+CONDUCTOR_DB_STATEMENTS = prom.Counter(
+    'cyborg_conductor_rpc_db_statements_total',
+    'SQL statements run serving RPC calls, by method.', ['method'],
+    registry=REGISTRY)
 CONDUCTOR_PLACEMENT_SECONDS = _histogram(
     'cyborg_conductor_placement_request_seconds',
     'Placement request latency by method.', ['method'])
@@ -113,6 +125,16 @@ API_REQUEST_SECONDS = _histogram(
     'cyborg_api_request_seconds',
     'API request latency by method and route template.',
     ['method', 'route'])
+API_PHASE_SECONDS = prom.Summary(
+    'cyborg_api_request_phase_seconds',
+    'Time of a request spent in each phase (cyborg.common.timing: '
+    'policy, validate, handler, render, rpc, db), by method and route '
+    'template; phases nest.', ['method', 'route', 'phase'],
+    registry=REGISTRY)
+API_DB_STATEMENTS = prom.Counter(
+    'cyborg_api_request_db_statements_total',
+    'SQL statements run serving requests, by method and route template.',
+    ['method', 'route'], registry=REGISTRY)
 
 
 def register_collector(collector):

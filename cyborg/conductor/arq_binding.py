@@ -44,6 +44,7 @@ from cyborg.common import exception
 from cyborg.common import metrics
 from cyborg.common import notify
 from cyborg.common import states
+from cyborg.common import timing
 from cyborg.conductor import nova
 from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
@@ -272,6 +273,7 @@ def _check_allocations(conf, jobs):
                            f"{job['device_rp_uuid']}")
 
 
+@timing.rpc_served('arq_bind_work')
 def _run_batch(conf, context, batch_id, jobs, deadline, started=None):
     """Bind each ARQ of one PATCH, then send the batch's events.
     ``started``: the monotonic time the ARQs entered BindStarted, from

@@ -19,6 +19,7 @@ from oslo_log import log as logging
 import oslo_messaging as messaging
 
 from cyborg.common import exception
+from cyborg.common import timing
 from cyborg.conductor import arq_binding
 from cyborg.conductor import attributes
 from cyborg.conductor import device_profiles
@@ -41,7 +42,8 @@ def _answer(func):
     def wrapper(*args, **kwargs):
         try:
             try:
-                return func(*args, **kwargs)
+                with timing.rpc_served(func.__name__):
+                    return func(*args, **kwargs)
             except exception.DB_OUTAGES as exc:
                 raise exception.ServiceUnavailable(
                     reason='the database is unreachable') from exc

@@ -31,6 +31,7 @@ from oslo_log import log as logging
 from oslo_utils import timeutils
 
 from cyborg.common import metrics
+from cyborg.common import timing
 from cyborg.db import api as db_api
 from cyborg.db.api import nova_events as event_db
 
@@ -165,7 +166,9 @@ def _post(conf, body):
         metrics.CONDUCTOR_NOVA_ERRORS.inc()
         raise
     finally:
-        metrics.CONDUCTOR_NOVA_SECONDS.observe(time.monotonic() - started)
+        seconds = time.monotonic() - started
+        metrics.CONDUCTOR_NOVA_SECONDS.observe(seconds)
+        timing.add(timing.NOVA, seconds)
     if response.status_code >= 500 or response.status_code in (401, 403):
         metrics.CONDUCTOR_NOVA_ERRORS.inc()
     return response

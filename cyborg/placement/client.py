@@ -42,6 +42,7 @@ from requests import utils as requests_utils
 
 from cyborg.common import exception
 from cyborg.common import metrics
+from cyborg.common import timing
 from cyborg.placement import embedded
 
 LOG = logging.getLogger(__name__)
@@ -498,8 +499,9 @@ def _closed_by_peer(conn):
 
 
 def _observe(method, started, failed):
-    metrics.CONDUCTOR_PLACEMENT_SECONDS.labels(method).observe(
-        time.monotonic() - started)
+    seconds = time.monotonic() - started
+    metrics.CONDUCTOR_PLACEMENT_SECONDS.labels(method).observe(seconds)
+    timing.add(timing.PLACEMENT, seconds)
     if failed:
         metrics.CONDUCTOR_PLACEMENT_ERRORS.labels(method).inc()
 

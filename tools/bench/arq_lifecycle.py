@@ -16,6 +16,16 @@ provider (the deployable with the most accelerators; its host is the
 device whose hostname prefixes its name).  Each lifecycle uses a fresh
 instance uuid.  Prints JSON: lifecycles/s and p50/p99 latency (ms) per call
 and concurrency level.  A benchmark, not a test.
+
+Per-hop breakdown: with ``[metrics]enabled`` on the API (``/metrics``; under
+several workers with ``PROMETHEUS_MULTIPROC_DIR``) and ``--conductor-metrics
+URL`` (the conductor's metrics endpoint), each level also carries
+``breakdown``: for every API route and conductor RPC method it served, the
+mean milliseconds per call of each phase (``cyborg.common.timing``), the
+statements per call, and what is left: ``wsgi_and_routing`` (the request
+less the dispatcher's phases), ``handler_own`` (the handler less its RPC
+round trip and database time), ``messaging`` (the RPC round trip less the
+conductor's time serving it).
 """
 
 import argparse
@@ -158,6 +168,94 @@ def run(client, profile, host, rp_uuid, count, concurrency, wait_bound):
     }
 
 
+# -- per-hop breakdown -------------------------------------------------------
+
+API_PHASES = ('policy', 'validate', 'handler', 'render')
+
+
+def scrape(url):
+    """{(sample name, sorted label items): value} of a metrics endpoint."""
+    from prometheus_client import parser
+
+    text = requests.get(url, timeout=30).text
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in parser.text_string_to_metric_families(text)
+            for sample in family.samples}
+
+
+def _deltas(before, after, name, key):
+    """{key(labels): after - before} of the samples called ``name``."""
+    found = {}
+    for (sample, labels), value in after.items():
+        if sample == name:
+            delta = value - before.get((sample, labels), 0.0)
+            if delta:
+                labels = dict(labels)
+                found[key(labels)] = found.get(key(labels), 0.0) + delta
+    return found
+
+
+def _route(labels):
+    return f"{labels['method']} {labels['route']}"
+
+
+def _method(labels):
+    return labels['method']
+
+
+def _means(scrapes, prefix, key):
+    """{call: {'calls', 'statements', 'ms': {phase: mean}}} of the
+    ``<prefix>_seconds``, ``<prefix>_phase_seconds`` and
+    ``<prefix>_db_statements_total`` samples between two scrapes."""
+    before, after = scrapes
+    calls = _deltas(before, after, prefix + '_seconds_count', key)
+    total = _deltas(before, after, prefix + '_seconds_sum', key)
+    phases = _deltas(before, after, prefix + '_phase_seconds_sum',
+                     lambda labels: (key(labels), labels['phase']))
+    statements = _deltas(before, after, prefix + '_db_statements_total',
+                         key)
+    means = {}
+    for name, n in calls.items():
+        ms = {phase: 1000 * seconds / n
+              for (call, phase), seconds in phases.items() if call == name}
+        ms['total'] = 1000 * total.get(name, 0.0) / n
+        means[name] = {'calls': int(n),
+                       'statements': round(statements.get(name, 0) / n, 2),
+                       'ms': ms}
+    return means
+
+
+def breakdown(api, conductor):
+    """Mean ms per call of each phase, from (before, after) scrapes."""
+    result = {'api': _means(api, 'cyborg_api_request', _route) if api
+              else {},
+              'conductor': _means(conductor, 'cyborg_conductor_rpc',
+                                  _method) if conductor else {}}
+    for call in result['api'].values():
+        ms = call['ms']
+        ms['wsgi_and_routing'] = ms['total'] - sum(
+            ms.get(phase, 0.0) for phase in API_PHASES)
+        ms['handler_own'] = (ms.get('handler', 0.0) - ms.get('rpc', 0.0)
+                             - ms.get('db', 0.0))
+    for route, method in _RPC_OF.items():
+        api_call = result['api'].get(route)
+        served = result['conductor'].get(method)
+        if api_call and served and 'rpc' in api_call['ms']:
+            api_call['ms']['messaging'] = (api_call['ms']['rpc']
+                                           - served['ms']['total'])
+    for side in result.values():
+        for call in side.values():
+            call['ms'] = {k: round(v, 3) for k, v in sorted(
+                call['ms'].items())}
+    return result
+
+
+# The conductor method each API route calls.
+_RPC_OF = {'POST /v2/accelerator_requests': 'arq_create',
+           'PATCH /v2/accelerator_requests': 'arq_bind',
+           'DELETE /v2/accelerator_requests': 'arq_delete'}
+
+
 def _percentiles(values):
     if not values:
         return None
@@ -186,6 +284,11 @@ def main(argv=None):
     parser.add_argument('--service-token', help='Keystone service token')
     parser.add_argument('--warmup', type=int, default=5,
                         help='lifecycles run first and not measured')
+    parser.add_argument('--no-api-metrics', action='store_true',
+                        help='do not read the API\'s /metrics')
+    parser.add_argument('--conductor-metrics',
+                        help='URL of the conductor\'s metrics endpoint, '
+                             'e.g. http://127.0.0.1:9102/metrics')
     args = parser.parse_args(argv)
 
     client = Client(args.endpoint, args.token, args.service_token)
@@ -193,9 +296,23 @@ def main(argv=None):
     host, rp_uuid = find_target(client)
     if args.warmup:
         run(client, profile, host, rp_uuid, args.warmup, 1, args.wait_bound)
-    results = [run(client, profile, host, rp_uuid, args.count, int(level),
-                   args.wait_bound)
-               for level in args.concurrency.split(',')]
+    api_metrics = None
+    if not args.no_api_metrics:
+        api_metrics = args.endpoint.rstrip('/') + '/metrics'
+        if requests.get(api_metrics, timeout=30).status_code != 200:
+            api_metrics = None  # [metrics]enabled is off
+    results = []
+    for level in args.concurrency.split(','):
+        api_before = api_metrics and scrape(api_metrics)
+        conductor_before = (args.conductor_metrics
+                            and scrape(args.conductor_metrics))
+        results.append(run(client, profile, host, rp_uuid, args.count,
+                           int(level), args.wait_bound))
+        if api_metrics or args.conductor_metrics:
+            results[-1]['breakdown'] = breakdown(
+                api_metrics and (api_before, scrape(api_metrics)),
+                args.conductor_metrics and (conductor_before,
+                                            scrape(args.conductor_metrics)))
     print(json.dumps({'endpoint': args.endpoint, 'device_profile': profile,
                       'hostname': host, 'device_rp_uuid': rp_uuid,
                       'wait_bound': args.wait_bound, 'results': results},

@@ -136,3 +136,32 @@ def test_multiprocess_dir_sums_every_worker(tmp_path):
               and s.labels == {'method': 'GET', 'route': '/',
                                'status': '200'}]
     assert values == [2.0]
+
+
+def _sample(app, name, **labels):
+    resp = _get(app, '/metrics')
+    for family in parser.text_string_to_metric_families(resp.text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return 0
+
+
+def test_a_request_records_where_its_time_went(app):
+    """The per-hop breakdown the ARQ benchmark reads: each phase of a
+    request (policy, validation, handler, rendering, database) is a
+    summary under the route, and its statements are counted."""
+    labels = {'method': 'GET', 'route': '/v2/devices'}
+    phases = 'cyborg_api_request_phase_seconds'
+    statements = 'cyborg_api_request_db_statements_total'
+    before = {phase: _sample(app, phases + '_count', phase=phase, **labels)
+              for phase in ('policy', 'handler', 'render', 'db')}
+    ran = _sample(app, statements, **labels)
+    resp = webob.Request.blank('/v2/devices', headers={
+        'X-Roles': 'admin', 'X-Project-Id': 'p'}).get_response(app)
+    assert resp.status_int == 200
+    for phase, count in before.items():
+        assert _sample(app, phases + '_count', phase=phase,
+                       **labels) == count + 1, phase
+    assert _sample(app, phases + '_sum', phase='handler', **labels) > 0
+    assert _sample(app, statements, **labels) >= ran + 1
