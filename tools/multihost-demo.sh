@@ -5,12 +5,24 @@
 # directory), over the local RabbitMQ and MariaDB.  It ends by showing
 # "openstack accelerator device list" with the devices of all three.
 #
-#   tools/multihost-demo.sh [--no-wait] [--workdir DIR]
+#   tools/multihost-demo.sh [--no-wait] [--workdir DIR] [--hosts N]
+#                           [--fake-only] [--metrics] [--nova-url URL]
 #
 # --no-wait   stop and clean up right after showing the devices (default:
 #             keep running until Ctrl-C, then clean up)
 # --workdir   where configs, fake sysfs trees, state and logs go (kept
 #             afterwards); default a new temporary directory, removed
+# --hosts N   run N agents, demo-host-1..N (default 3)
+# --fake-only the agents run only the fake driver (16 FPGA handles each),
+#             not the fake hardware of the test scenarios
+# --metrics   serve Prometheus metrics: the API's /metrics summed over its
+#             workers, the conductor's on a port of its own
+# --nova-url  send bind outcomes to this Nova (no authentication), e.g. a
+#             recording endpoint; by default no events are sent
+#
+# The benchmarks (doc/source/scaling.rst) deploy with
+# "--hosts 1 --fake-only --metrics" and read <workdir>/endpoints once it
+# exists: lines "placement URL", "api URL", "conductor_metrics URL".
 #
 # Environment:
 #   VENV              virtualenv to use (default .venv; created, and the
@@ -37,8 +49,11 @@ VENV=${VENV:-$ROOT/.venv}
 NAME=${CYBORG_DEMO_NAME:-cyborg_demo}
 DB_URL=${CYBORG_DEMO_DB_URL:-mysql+pymysql://root@127.0.0.1}
 RABBIT=${CYBORG_DEMO_RABBIT:-guest:guest}
-HOSTS=(demo-host-1 demo-host-2 demo-host-3)
 SCENARIOS=(qat intel_fpga amd_gpu)
+HOST_COUNT=3
+FAKE_ONLY=
+METRICS=
+NOVA_URL=
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'multihost-demo: %s\n' "$*" >&2; exit 1; }
@@ -50,11 +65,20 @@ while [ $# -gt 0 ]; do
         --no-wait) WAIT= ;;
         --workdir) [ $# -ge 2 ] || die "--workdir needs a directory"
                    WORK=$2; shift ;;
-        -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --hosts) [[ ${2:-} =~ ^[1-9][0-9]?$ ]] ||
+                     die "--hosts needs a number from 1 to 99"
+                 HOST_COUNT=$2; shift ;;
+        --fake-only) FAKE_ONLY=1 ;;
+        --metrics) METRICS=1 ;;
+        --nova-url) [ $# -ge 2 ] || die "--nova-url needs a URL"
+                    NOVA_URL=$2; shift ;;
+        -h|--help) sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
     shift
 done
+HOSTS=()
+for i in $(seq 1 "$HOST_COUNT"); do HOSTS+=("demo-host-$i"); done
 [[ $NAME =~ ^[a-z][a-z0-9_]{0,40}$ ]] ||
     die "CYBORG_DEMO_NAME must be lower-case letters, digits and _"
 
@@ -223,10 +247,36 @@ auth_strategy = noauth
 auth_type = none
 endpoint_override = $PLACEMENT_URL
 
+EOF
+if [ -n "$NOVA_URL" ]; then
+    cat >>"$WORK/cyborg.conf" <<EOF
+
+[nova]
+auth_type = none
+endpoint_override = $NOVA_URL
+EOF
+else
+    cat >>"$WORK/cyborg.conf" <<EOF
+
 [nova]
 # No Nova to tell about binds.
 send_events = false
 EOF
+fi
+CONDUCTOR_METRICS_PORT=
+API_ENV=()
+if [ -n "$METRICS" ]; then
+    CONDUCTOR_METRICS_PORT=$(free_port)
+    cat >>"$WORK/cyborg.conf" <<EOF
+
+[metrics]
+enabled = true
+conductor_port = $CONDUCTOR_METRICS_PORT
+EOF
+    # The API's workers record into files there; /metrics sums them.
+    mkdir -p "$WORK/api-metrics"
+    API_ENV=(PROMETHEUS_MULTIPROC_DIR="$WORK/api-metrics")
+fi
 "$VENV/bin/cyborg-dbsync" --config-file "$WORK/cyborg.conf" upgrade \
     >"$WORK/logs/cyborg-dbsync.log" 2>&1
 
@@ -244,21 +294,26 @@ wait_for cyborg-conductor 120 \
     "'cyborg-conductor started' in open('$WORK/logs/conductor.log').read()"
 
 log "cyborg-api on $API_URL"
-OS_CYBORG_CONFIG=$WORK/cyborg.conf start cyborg-api \
+start cyborg-api env OS_CYBORG_CONFIG="$WORK/cyborg.conf" "${API_ENV[@]}" \
     "$VENV/bin/gunicorn" --no-control-socket --workers 2 \
     --bind "127.0.0.1:$API_PORT" cyborg.wsgi.api:application
 
 for i in "${!HOSTS[@]}"; do
     host=${HOSTS[$i]}
-    scenario=${SCENARIOS[$i]}
-    mkdir -p "$WORK/$host/state"
-    drivers=$(PYTHONPATH=$ROOT "$PY" - "$scenario" "$WORK/$host/sys" <<'EOF'
+    scenario=${SCENARIOS[$((i % ${#SCENARIOS[@]}))]}
+    mkdir -p "$WORK/$host/state" "$WORK/$host/sys"
+    if [ -n "$FAKE_ONLY" ]; then
+        scenario=no
+        drivers=fake_driver
+    else
+        drivers=$(PYTHONPATH=$ROOT "$PY" - "$scenario" "$WORK/$host/sys" <<'EOF'
 import sys
 from tests.fixtures import sysfs
 _tree, options = sysfs.build(sys.argv[1], sys.argv[2])
 print(','.join(['fake_driver'] + options['enabled_drivers']))
 EOF
 )
+    fi
     cat >"$WORK/$host/agent.conf" <<EOF
 [DEFAULT]
 host = $host
@@ -280,6 +335,14 @@ wait_for "the devices of ${HOSTS[*]}" 180 "({d['hostname'] for d in r.get(
     '$API_URL/v2/devices', timeout=10,
     headers={'X-Roles': 'admin', 'X-Project-Id': 'demo'}).json()['devices']}
     >= set('${HOSTS[*]}'.split()))"
+
+{
+    echo "placement $PLACEMENT_URL"
+    echo "api $API_URL"
+    [ -z "$CONDUCTOR_METRICS_PORT" ] ||
+        echo "conductor_metrics http://127.0.0.1:$CONDUCTOR_METRICS_PORT/metrics"
+} >"$WORK/endpoints.tmp"
+mv "$WORK/endpoints.tmp" "$WORK/endpoints"
 
 echo
 echo "\$ openstack accelerator device list --os-auth-type none" \

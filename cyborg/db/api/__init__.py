@@ -53,6 +53,10 @@ def configure(conf, wait_for_database=True):
     answers 503 at once, and the next one connects afresh.
     """
     options = dict(conf.database.items())
+    # oslo.db's sleep(0) on every connection check-in lets greenthreads
+    # run; we use OS threads (doc/source/decisions.rst), for which it is
+    # only a forced context switch on every request.
+    options['thread_checkin'] = False
     if not wait_for_database:
         options['max_retries'] = 0
     context_manager.configure(**options)
