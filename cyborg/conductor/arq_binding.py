@@ -94,7 +94,9 @@ def _create_in(context, device_profile_uuid, project_id):
     profile = profile_db.get_groups(context, device_profile_uuid)
     if profile is None:
         raise exception.DeviceProfileNotFound(name=device_profile_uuid)
-    now = timeutils.utcnow()
+    # Whole seconds: what is returned now is what a later read shows, on
+    # every engine (a DATETIME column may round a fraction).
+    now = timeutils.utcnow().replace(microsecond=0)
     rows = []
     for group_id, group in enumerate(json.loads(profile.profile_json)):
         for _ in range(_group_size(group)):

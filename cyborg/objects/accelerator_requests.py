@@ -45,6 +45,17 @@ class AcceleratorRequest:
                              attach_handle_info=info)
 
     @classmethod
+    def from_dict(cls, values):
+        """An ARQ from ``base.to_dict`` of one, as it arrives over RPC (the
+        timestamps as ISO strings): what the conductor returns is rendered
+        without reading it back."""
+        values = dict(values)
+        for name in ('created_at', 'updated_at'):
+            if isinstance(values.get(name), str):
+                values[name] = datetime.datetime.fromisoformat(values[name])
+        return cls(**values)
+
+    @classmethod
     def get(cls, context, uuid, project_id=None):
         """The ARQ, or None (also when it belongs to another project)."""
         row = arq_db.get(context, uuid, project_id)

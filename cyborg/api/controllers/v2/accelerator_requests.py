@@ -50,9 +50,9 @@ def create_arqs(r):
     created = r.conductor.arq_create(r.context,
                                      device_profile_uuid=profile.uuid,
                                      project_id=r.context.project_id)
-    uuids = [item['uuid'] for item in created]
-    arqs = AcceleratorRequest.list(r.context, uuids=uuids)
-    return {'arqs': [view.show(r, a) for a in arqs]}
+    # The conductor returns the rows it wrote: rendered, not read again.
+    return {'arqs': [view.show(r, AcceleratorRequest.from_dict(item))
+                     for item in created]}
 
 
 def bind_or_unbind_arqs(r):
