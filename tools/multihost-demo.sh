@@ -303,7 +303,6 @@ for i in "${!HOSTS[@]}"; do
     scenario=${SCENARIOS[$((i % ${#SCENARIOS[@]}))]}
     mkdir -p "$WORK/$host/state" "$WORK/$host/sys"
     if [ -n "$FAKE_ONLY" ]; then
-        scenario=no
         drivers=fake_driver
     else
         drivers=$(PYTHONPATH=$ROOT "$PY" - "$scenario" "$WORK/$host/sys" <<'EOF'
@@ -326,7 +325,11 @@ resource_provider_name = $host
 # The fake trees get no udev events.
 hotplug = false
 EOF
-    log "cyborg-agent $host: $drivers on a fake $scenario host"
+    if [ -n "$FAKE_ONLY" ]; then
+        log "cyborg-agent $host: $drivers"
+    else
+        log "cyborg-agent $host: $drivers on a fake $scenario host"
+    fi
     start "$host" "$VENV/bin/cyborg-agent" \
         --config-file "$WORK/cyborg.conf" --config-file "$WORK/$host/agent.conf"
 done
