@@ -3,7 +3,6 @@
 from oslo_middleware import cors
 from oslo_middleware import healthcheck
 from oslo_middleware import http_proxy_to_wsgi
-from oslo_middleware import request_id
 
 from cyborg.api import auth
 from cyborg.api import conductor_client
@@ -39,17 +38,24 @@ def _wrap(app, conf):
     - the body is read whole before auth and the app, at most
       [oslo_middleware]max_request_body_size bytes (a client gone
       mid-body is one INFO line, not an error deep in the app);
-      inside FaultBody, so its 413 has the error body clients parse;
-    - FaultBody gives auth's own errors (401) the error body;
-    - request metrics wrap FaultBody, so they count the status the client
+      inside fault_body, so its 413 has the error body clients parse;
+    - fault_body gives auth's own errors (401) the error body;
+    - request metrics wrap fault_body, so they count the status the client
       gets (auth's 401 included), and sit inside healthcheck and /metrics
       so that probes and scrapes do not count themselves;
     - healthcheck answers /healthcheck before auth (load balancers have no
       token), and /metrics likewise (Prometheus has none);
-    - CORS answers preflight requests before anything else needs a token;
+    - CORS answers preflight requests before anything else needs a token
+      (only when [cors]allowed_origin names an origin: otherwise it has
+      nothing to do);
     - request_id comes next so every line logged below carries the id;
     - http_proxy_to_wsgi fixes scheme and host from the proxy's headers
-      before anyone builds a link;
+      before anyone builds a link (only with
+      [oslo_middleware]enable_proxy_headers_parsing, as it does nothing
+      otherwise);
+    - each layer is plain WSGI where it can be: building request and
+      response objects in every layer cost more than the rest of a small
+      read;
     - the access log is outermost: it times and counts everything.
     """
     if conf.api.auth_strategy == 'keystone':
@@ -58,14 +64,17 @@ def _wrap(app, conf):
         app = auth.noauth(app)
     app = _strip_prefix(app)
     app = middleware.read_body(app, conf)
-    app = wsgi_errors.FaultBody(app)
+    app = wsgi_errors.fault_body(app)
     app = api_metrics.count_requests(app, MOUNT_PREFIX)
     app = _healthcheck(app, conf)
     app = api_metrics.serve_metrics(app, conf, MOUNT_PREFIX)
     _cors_defaults(conf)
-    app = cors.CORS(app, conf)
-    app = request_id.RequestId(app)
-    app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
+    if conf.cors.allowed_origin:
+        app = cors.CORS(app, conf)
+    app = middleware.request_id(app)
+    conf.register_opts(http_proxy_to_wsgi.OPTS, group='oslo_middleware')
+    if conf.oslo_middleware.enable_proxy_headers_parsing:
+        app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
     app = middleware.access_log(app)
     return app
 

@@ -7,7 +7,6 @@ instance-wide delete paths require.
 """
 
 from keystonemiddleware import auth_token
-import webob.dec
 
 # Version documents answer without a token (clients discover with them).
 PUBLIC_PATHS = ('/', '/v2', '/v2/', '/v2/openapi.json')
@@ -22,16 +21,14 @@ def noauth(app):
     A request naming no identity at all is the admin of project 'admin'
     (the all-in-one's operator); one with X-Service-Token is a service's.
     """
-    @webob.dec.wsgify
-    def middleware(req):
-        env = req.environ
+    def middleware(env, start_response):
         if not any(env.get(h) for h in _IDENTITY_HEADERS):
             env['HTTP_X_PROJECT_ID'] = 'admin'
             env['HTTP_X_USER_ID'] = 'admin'
             env['HTTP_X_ROLES'] = 'admin,manager,member,reader'
         env['HTTP_X_IDENTITY_STATUS'] = 'Confirmed'
         env[IS_SERVICE] = bool(env.get('HTTP_X_SERVICE_TOKEN'))
-        return req.get_response(app)
+        return app(env, start_response)
     return middleware
 
 
@@ -66,12 +63,11 @@ def keystone(app, conf):
     protected = auth_token.AuthProtocol(_ServiceMarker(app, conf, group),
                                         {'oslo_config_config': conf})
 
-    @webob.dec.wsgify
-    def middleware(req):
-        if req.path_info in PUBLIC_PATHS:
-            req.environ[IS_SERVICE] = False
-            return req.get_response(app)
-        return req.get_response(protected)
+    def middleware(environ, start_response):
+        if environ.get('PATH_INFO', '') in PUBLIC_PATHS:
+            environ[IS_SERVICE] = False
+            return app(environ, start_response)
+        return protected(environ, start_response)
     return middleware
 
 

@@ -5,6 +5,7 @@
   when the response is finished, so the duration includes sending it.
   ``/healthcheck`` probes are logged at DEBUG: a load balancer asks every
   few seconds.
+- ``request_id``: the request id every log line and the response carry.
 - ``read_body``: reads the request body before anything else looks at it,
   so that a client that goes away while sending it costs one INFO line
   instead of an ERROR with a traceback from deep inside the framework;
@@ -13,6 +14,7 @@
 """
 
 import io
+import re
 import time
 
 from oslo_context import context as oslo_context
@@ -26,6 +28,9 @@ ACCESS_LOG = logging.getLogger('cyborg.api.access')
 LOG = logging.getLogger(__name__)
 
 QUIET_PATHS = ('/healthcheck',)
+_INBOUND_REQUEST_ID = 'HTTP_X_OPENSTACK_REQUEST_ID'
+_RESPONSE_REQUEST_ID = oslo_request_id.HTTP_RESP_HEADER_REQUEST_ID
+_REQUEST_ID_FORMAT = re.compile(oslo_request_id.ID_FORMAT)
 SIZE_GROUP = 'oslo_middleware'
 _CHUNK = 65536
 
@@ -107,6 +112,28 @@ def _log(environ, status, sent, started):
          'time': time.monotonic() - started,
          'request_id': environ.get(oslo_request_id.ENV_REQUEST_ID, '-')},
         context=_context(environ))
+
+
+def request_id(app):
+    """Give each request an id (``openstack.request_id`` in the environ, the
+    ``x-openstack-request-id`` response header) and keep a well-formed
+    global request id sent by the caller (``openstack.global_request_id``),
+    as oslo.middleware's RequestId does, without building request and
+    response objects for it."""
+    def middleware(environ, start_response):
+        inbound = environ.get(_INBOUND_REQUEST_ID, '')
+        if inbound and _REQUEST_ID_FORMAT.match(inbound):
+            environ[oslo_request_id.GLOBAL_REQ_ID] = inbound
+        req_id = oslo_context.generate_request_id()
+        environ[oslo_request_id.ENV_REQUEST_ID] = req_id
+
+        def adding_start_response(status, headers, exc_info=None):
+            if not any(name.lower() == _RESPONSE_REQUEST_ID
+                       for name, _value in headers):
+                headers = list(headers) + [(_RESPONSE_REQUEST_ID, req_id)]
+            return start_response(status, headers, exc_info)
+        return app(environ, adding_start_response)
+    return middleware
 
 
 def read_body(app, conf):

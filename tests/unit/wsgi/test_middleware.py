@@ -162,3 +162,56 @@ def test_cyborg_api_logs_no_traceback_when_clients_vanish(tmp_path):
     assert 'Traceback' not in log
     assert ' ERROR ' not in log
     assert os.path.getsize(tmp_path / 'api.log') > 0
+
+
+def test_every_response_carries_a_request_id_and_a_global_one_is_kept():
+    from oslo_middleware import request_id as oslo_request_id
+
+    seen = {}
+
+    def app(environ, start_response):
+        seen.update(environ)
+        start_response('200 OK', [('Content-Type', 'text/plain')])
+        return [b'ok']
+
+    from cyborg.wsgi import middleware
+    wrapped = middleware.request_id(app)
+    caller = 'req-12345678-1234-1234-1234-123456789abc'
+    resp = webob.Request.blank('/', headers={
+        'X-OpenStack-Request-ID': caller}).get_response(wrapped)
+    ours = resp.headers['x-openstack-request-id']
+    assert ours.startswith('req-') and ours != caller
+    assert seen[oslo_request_id.ENV_REQUEST_ID] == ours
+    assert seen[oslo_request_id.GLOBAL_REQ_ID] == caller
+    # A malformed one is not passed on; two requests get two ids.
+    seen.clear()
+    again = webob.Request.blank('/', headers={
+        'X-OpenStack-Request-ID': 'not-an-id'}).get_response(wrapped)
+    assert oslo_request_id.GLOBAL_REQ_ID not in seen
+    assert again.headers['x-openstack-request-id'] != ours
+    assert len(again.headers.getall('x-openstack-request-id')) == 1
+
+
+def test_error_bodies_are_added_to_errors_made_outside_the_app():
+    from cyborg.api import faults
+    from cyborg.api import wsgi_errors
+
+    def app(environ, start_response):
+        if environ['PATH_INFO'] == '/lazy':
+            def lazy():
+                start_response('401 Unauthorized', [
+                    ('Content-Type', 'text/plain; charset=UTF-8'),
+                    ('WWW-Authenticate', 'Keystone uri="x"')])
+                yield b'Authentication required'
+            return lazy()
+        start_response('200 OK', [('Content-Type', 'text/plain')])
+        return [b'fine']
+
+    wrapped = wsgi_errors.fault_body(app)
+    ok = webob.Request.blank('/').get_response(wrapped)
+    assert (ok.status_int, ok.body) == (200, b'fine')
+    denied = webob.Request.blank('/lazy').get_response(wrapped)
+    assert denied.status_int == 401
+    assert faults.is_fault(denied.body)
+    assert 'Authentication required' in denied.text
+    assert denied.headers['WWW-Authenticate'] == 'Keystone uri="x"'
