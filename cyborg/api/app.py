@@ -46,8 +46,8 @@ def _wrap(app, conf):
     - healthcheck answers /healthcheck before auth (load balancers have no
       token), and /metrics likewise (Prometheus has none);
     - CORS answers preflight requests before anything else needs a token
-      (only when [cors]allowed_origin names an origin: otherwise it has
-      nothing to do);
+      (only requests with an Origin header go through it: it does nothing
+      to the others);
     - request_id comes next so every line logged below carries the id;
     - http_proxy_to_wsgi fixes scheme and host from the proxy's headers
       before anyone builds a link (only with
@@ -69,8 +69,7 @@ def _wrap(app, conf):
     app = _healthcheck(app, conf)
     app = api_metrics.serve_metrics(app, conf, MOUNT_PREFIX)
     _cors_defaults(conf)
-    if conf.cors.allowed_origin:
-        app = cors.CORS(app, conf)
+    app = _cors(app, conf)
     app = middleware.request_id(app)
     conf.register_opts(http_proxy_to_wsgi.OPTS, group='oslo_middleware')
     if conf.oslo_middleware.enable_proxy_headers_parsing:
@@ -96,6 +95,18 @@ def _cors_defaults(conf):
     }
     for name, value in defaults.items():
         conf.set_default(name, value, group='cors')
+
+
+def _cors(app, conf):
+    """oslo.middleware's CORS for requests that name an Origin (browsers'
+    requests), straight to ``app`` for the rest."""
+    cors_app = cors.CORS(app, conf)
+
+    def middleware(environ, start_response):
+        if 'HTTP_ORIGIN' in environ:
+            return cors_app(environ, start_response)
+        return app(environ, start_response)
+    return middleware
 
 
 def _healthcheck(app, conf):

@@ -98,9 +98,39 @@ def select(*columns):
     return sa.select(*columns).select_from(source)
 
 
-def _execute(context, query):
+def _execute(context, query, params=None):
     # Core execution: no ORM result processing for plain columns.
-    return context.session.connection().execute(query)
+    return context.session.connection().execute(query, params)
+
+
+# The conditions the hot reads filter on, as bind parameters.
+_FILTERS = {
+    'uuid': _ARQ.c.uuid == sa.bindparam('uuid'),
+    'uuids': _ARQ.c.uuid.in_(sa.bindparam('uuids', expanding=True)),
+    'project_id': _ARQ.c.project_id == sa.bindparam('project_id'),
+    'instance_uuid': _ARQ.c.instance_uuid == sa.bindparam('instance_uuid'),
+}
+_PREPARED = {}
+
+
+def _filtered(context, columns, order=False, **params):
+    """Run ``SELECT columns`` of the ARQs matching every param that is not
+    None (names from ``_FILTERS``).  The statement is built once for each
+    set of params and reused: SQLAlchemy works a statement's cache key out
+    once per statement object, and a query built anew on every request
+    cost more than running it."""
+    given = tuple(sorted(name for name, value in params.items()
+                         if value is not None))
+    key = (columns, order, given)
+    query = _PREPARED.get(key)
+    if query is None:
+        query = select(*columns).where(*(_FILTERS[name] for name in given))
+        if order:
+            query = query.order_by(_ARQ.c.id)
+        _PREPARED[key] = query
+    return _execute(context, query, {
+        name: list(params[name]) if name == 'uuids' else params[name]
+        for name in given})
 
 
 # -- reads ------------------------------------------------------------------
@@ -113,10 +143,8 @@ def get(context, uuid, project_id=None):
     """
     if not _sql.matchable(uuid, project_id):
         return None
-    query = select(*VIEW).where(_ARQ.c.uuid == uuid)
-    if project_id is not None:
-        query = query.where(_ARQ.c.project_id == project_id)
-    return _execute(context, query).first()
+    return _filtered(context, VIEW, uuid=uuid,
+                     project_id=project_id).first()
 
 
 @reader
@@ -125,26 +153,19 @@ def get_all(context, project_id=None, instance_uuid=None, uuids=None):
     one instance, these uuids."""
     if not _sql.matchable(project_id, instance_uuid, uuids):
         return []
-    query = select(*VIEW).order_by(_ARQ.c.id)
-    if uuids is not None:
-        query = query.where(_ARQ.c.uuid.in_(list(uuids)))
-    if project_id is not None:
-        query = query.where(_ARQ.c.project_id == project_id)
-    if instance_uuid is not None:
-        query = query.where(_ARQ.c.instance_uuid == instance_uuid)
-    return _execute(context, query).all()
+    return _filtered(context, VIEW, order=True, uuids=uuids,
+                     project_id=project_id,
+                     instance_uuid=instance_uuid).all()
 
 
 @reader
 def get_to_change(context, uuids=(), instance_uuid=None):
     """ARQs by uuid or by instance (both indexed) with what changing them
     needs (``CHANGE``)."""
-    query = select(*CHANGE)
     if instance_uuid is not None:
-        query = query.where(_ARQ.c.instance_uuid == instance_uuid)
-    else:
-        query = query.where(_ARQ.c.uuid.in_(list(uuids)))
-    return _execute(context, query).all()
+        return _filtered(context, CHANGE,
+                         instance_uuid=instance_uuid).all()
+    return _filtered(context, CHANGE, uuids=uuids).all()
 
 
 @reader

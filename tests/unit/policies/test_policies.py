@@ -5,6 +5,7 @@ with secure-RBAC defaults, and the committed sample kept current."""
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -121,3 +122,29 @@ def test_sample_file_is_current(tmp_path):
                    capture_output=True)
     with open(os.path.join(ROOT, 'etc/cyborg/policy.yaml.sample')) as f:
         assert f.read() == out.read_text()
+
+
+def test_a_changed_policy_file_takes_effect_within_the_reload_check(
+        conf, tmp_path, monkeypatch):
+    """Policy files are looked at no more than once per
+    RELOAD_CHECK_SECONDS, and a change is picked up after that, without a
+    restart."""
+    monkeypatch.setattr(policy, 'RELOAD_CHECK_SECONDS', 0.2)
+    policy_file = tmp_path / 'policy.yaml'
+    policy_file.write_text('"cyborg:device:get_all": "role:admin"\n')
+    policy.reset()
+    policy.get_enforcer(conf)  # registers [oslo_policy]
+    conf.set_override('policy_file', str(policy_file), group='oslo_policy')
+    policy.reset()
+    reader = _ctx(['reader'], 'p1')
+    with pytest.raises(exception.PolicyNotAuthorized):
+        policy.authorize(conf, reader, 'cyborg:device:get_all')
+    policy_file.write_text('"cyborg:device:get_all": "role:reader"\n')
+    # Make sure the modification time differs, however coarse the clock.
+    stat = os.stat(policy_file)
+    os.utime(policy_file, (stat.st_atime, stat.st_mtime + 5))
+    with pytest.raises(exception.PolicyNotAuthorized):
+        policy.authorize(conf, reader, 'cyborg:device:get_all')
+    time.sleep(0.3)
+    policy.authorize(conf, reader, 'cyborg:device:get_all')
+    policy.reset()
