@@ -2,10 +2,15 @@
 
 The migration scripts live in the top-level ``alembic/`` directory of the
 source tree; an installed (non-editable) package carries a copy under
-``<prefix>/share/cyborg/alembic`` (see setup.cfg data_files).  The alembic
-configuration is built here, so no alembic.ini has to be found on disk.
+``share/cyborg/alembic`` of its install scheme's data directory (see
+setup.cfg data_files): ``sys.prefix`` in a virtualenv or the python.org
+images, but ``/usr/local`` for a root ``pip install`` on Debian's python3
+and ``~/.local`` for ``pip install --user``, so the installed package's own
+file list says where.  The alembic configuration is built here, so no
+alembic.ini has to be found on disk.
 """
 
+from importlib import metadata
 import os
 import sys
 
@@ -16,21 +21,41 @@ from alembic import script as alembic_script
 import sqlalchemy as sa
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_CANDIDATES = (
+_DATA_ENV_PY = ('share', 'cyborg', 'alembic', 'env.py')
+
+
+def _installed_location():
+    """Where the installed distribution's RECORD puts the alembic scripts
+    (None for a source tree or an editable install, which list none)."""
+    try:
+        files = metadata.distribution('cyborg').files or ()
+    except metadata.PackageNotFoundError:
+        return None
+    for record in files:
+        if tuple(record.parts[-len(_DATA_ENV_PY):]) == _DATA_ENV_PY:
+            return os.path.dirname(str(record.locate()))
+    return None
+
+
+def _candidates():
     # Source checkout or editable install: <repo>/alembic.
-    os.path.join(_HERE, os.pardir, os.pardir, 'alembic'),
-    # Installed package: pbr data_files.
-    os.path.join(sys.prefix, 'share', 'cyborg', 'alembic'),
-)
+    candidates = [os.path.join(_HERE, os.pardir, os.pardir, 'alembic')]
+    # Installed package: pbr data_files, wherever the scheme put them.
+    installed = _installed_location()
+    if installed:
+        candidates.append(installed)
+    candidates.append(os.path.join(sys.prefix, *_DATA_ENV_PY[:-1]))
+    return candidates
 
 
 def script_location():
     """The directory holding env.py and versions/."""
-    for path in _CANDIDATES:
+    candidates = _candidates()
+    for path in candidates:
         if os.path.isfile(os.path.join(path, 'env.py')):
             return os.path.normpath(path)
     raise RuntimeError('cyborg alembic scripts not found in any of: %s'
-                       % ', '.join(os.path.normpath(p) for p in _CANDIDATES))
+                       % ', '.join(os.path.normpath(p) for p in candidates))
 
 
 def _config(url, connection=None):

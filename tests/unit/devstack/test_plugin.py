@@ -17,7 +17,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir,
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = ['devstack/plugin.sh', 'devstack/lib/cyborg', 'devstack/settings',
            'tools/run-aio.sh', 'tools/run-tests.sh', 'tools/gen-samples.sh',
-           'tools/multihost-demo.sh', 'tests/unit/devstack/stubs.sh']
+           'tools/multihost-demo.sh', 'tools/build-image.sh',
+           'tests/unit/devstack/stubs.sh']
 
 
 def _shellcheck():
