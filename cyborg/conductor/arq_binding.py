@@ -625,7 +625,9 @@ def recover(conf, context, started_at):
         LOG.warning('Failed %d bind(s) this conductor left unfinished when '
                     'it stopped', failed)
         nova.deliver_batch(conf, context, batch_id)
-    nova.resend_owned(conf, context, started_at)
+    resent = nova.resend_owned(conf, context, started_at)
+    LOG.info('Start-up recovery of %s done: %d bind(s) failed, %d Nova '
+             'event(s) re-sent', conf.host, failed, resent)
     return failed
 
 

@@ -137,12 +137,15 @@ def current(context, rows):
 
 def resend_owned(conf, context, started_at):
     """At start-up: re-send now the events this conductor recorded before
-    ``started_at`` (its previous run died before delivering them)."""
+    ``started_at`` (its previous run died before delivering them);
+    returns how many there were."""
     if not enabled(conf):
-        return
-    if db_api.write_retrying(context, event_db.make_owned_due, context,
-                             conf.host, started_at, timeutils.utcnow()):
+        return 0
+    due = db_api.write_retrying(context, event_db.make_owned_due, context,
+                                conf.host, started_at, timeutils.utcnow())
+    if due:
         resend_due(conf, context)
+    return due
 
 
 def resend_due(conf, context):
