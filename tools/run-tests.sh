@@ -7,7 +7,9 @@
 # test requirements and the project into it, makes sure RabbitMQ, MariaDB
 # and PostgreSQL answer on 127.0.0.1 (installing them with apt-get when
 # they are absent and we are root; starting them only when they are not
-# running), then runs pytest.  Exits non-zero when a test fails.
+# running), then runs pytest: with no arguments in two stages, every test
+# but the fault matrix (tests/faults) and then the fault matrix; with
+# arguments, pytest with those.  Exits non-zero when a test fails.
 #
 # Environment: PYTHON (default python3.11, else python3), VENV (default
 # .venv), PYTEST_WORKERS (default 2), CYBORG_SKIP_SERVICES=1 to leave the
@@ -157,6 +159,23 @@ if [ -z "${CYBORG_SKIP_SERVICES:-}" ]; then
     setup_postgresql
 fi
 
-log "running the tests (unit + functional) with $PYTEST_WORKERS workers"
-exec "$VENV/bin/python" -m pytest -n "$PYTEST_WORKERS" -p no:cacheprovider \
-    "${@:-tests}"
+run_pytest() {
+    "$VENV/bin/python" -m pytest -n "$PYTEST_WORKERS" -p no:cacheprovider \
+        "$@"
+}
+
+if [ $# -gt 0 ]; then
+    log "running pytest $* with $PYTEST_WORKERS workers"
+    exec "$VENV/bin/python" -m pytest -n "$PYTEST_WORKERS" \
+        -p no:cacheprovider "$@"
+fi
+
+# Two stages: the suite, then the fault matrix (tests/faults: processes
+# killed, services taken away; each test with a hard time bound).  The
+# second runs even when the first failed; either failing fails the run.
+status=0
+log "stage 1: unit + functional tests with $PYTEST_WORKERS workers"
+run_pytest tests --ignore=tests/faults || status=1
+log "stage 2: the fault matrix (tests/faults) with $PYTEST_WORKERS workers"
+run_pytest tests/faults || status=1
+exit "$status"

@@ -1,7 +1,10 @@
 """cyborg-conductor: the RPC endpoints on topic ``cyborg-conductor``, the
-periodic jobs (Placement reconcile, stuck binds, Nova event retries) and,
+periodic jobs (Placement reconcile, stuck binds, Nova event retries), the
+start-up recovery of the binds and events its previous run left and,
 with ``[metrics]enabled``, Prometheus metrics on
 ``[metrics]host:conductor_port``."""
+
+from oslo_utils import timeutils
 
 from cyborg.common import metrics
 from cyborg.common import rpc
@@ -16,11 +19,18 @@ from cyborg.db import api as db_api
 def build_services(conf):
     """The conductor's services, in start order; also serves metrics
     (the all-in-one builds its conductor here too, so it serves once)."""
+    started_at = timeutils.utcnow()
     db_api.configure(conf)
     rpc.reconnect_fast(conf)
     serve_metrics(conf)
     endpoints = [conductor_manager.ConductorManager(conf, conf.host)]
-    return [service.RPCService(conf, conductor_rpcapi.TOPIC, conf.host,
+    # First, on its own thread: it needs no broker, and binds this run
+    # takes meanwhile are newer than ``started_at``, so it leaves them be.
+    recovery = periodics.AtStart(conf, 'recover_binds',
+                                 'cyborg.conductor.arq_binding:recover',
+                                 started_at)
+    return [recovery,
+            service.RPCService(conf, conductor_rpcapi.TOPIC, conf.host,
                                endpoints),
             periodics.PeriodicRunner(conf)]
 

@@ -11,7 +11,9 @@ Accelerator request (ARQ) states, as Nova and the clients see them::
     Bound         bound to an instance through an attach handle
     Unbound       unbound again; may be bound anew
     BindFailed    the bind failed (the reason is kept)
-    UnbindFailed  kept for Cyborg's wire compatibility; never entered
+    UnbindFailed  the agent could not release its handle (an mdev it could
+                  not remove); it keeps the handle, and the reason, until
+                  unbound again or deleted
     Deleting      being deleted
 
 Health states (``devices.health``, ``deployables.health``), in order of
@@ -49,7 +51,7 @@ ARQ_STATES = (INITIAL, BIND_STARTED, BOUND, UNBOUND, BIND_FAILED,
               UNBIND_FAILED, DELETING)
 
 # ARQs that hold (or are taking) a deployable and its handle.
-ARQ_HOLDING = (BIND_STARTED, BOUND)
+ARQ_HOLDING = (BIND_STARTED, BOUND, UNBIND_FAILED)
 
 # ARQs whose bind is over, one way or the other: what
 # ``GET /accelerator_requests?bind_state=resolved`` waits for.

@@ -15,8 +15,23 @@ nothing" and "Every bind outcome reaches Nova"):
   creation) runs on a thread pool with ``[DEFAULT]bind_timeout``.
 - An ARQ's final state and its Nova event are committed together; the
   batch's events go to Nova in one request once all its ARQs are resolved.
-- A conductor that dies mid-bind leaves ARQs in BindStarted; the periodic
-  ``fail_stuck`` fails them after ``bind_timeout`` and tells Nova.
+- Each bind records its conductor (``bind_owner``, ``[DEFAULT]host``).
+  A conductor that dies mid-bind leaves ARQs in BindStarted: when it
+  starts again, ``recover`` fails at once the binds it owned (never those
+  of another conductor, which may be running them) and re-sends the Nova
+  events its previous run left undelivered.  A conductor that does not
+  come back is covered by the periodic ``fail_stuck``, which fails any
+  bind older than ``bind_timeout`` and tells Nova.
+- The bind's ``hostname`` is the compute node's name as Nova has it (its
+  hypervisor host name): the device's host, or the name of that host's
+  compute node provider in Placement.  The agent is always asked by the
+  device's host.
+- Serving ARQs does not depend on Placement: when Placement cannot be
+  asked about the instance's allocations, that check is skipped with one
+  WARNING line.
+- An unbind whose mdev the agent could not remove ends in UnbindFailed
+  with the reason; the ARQ keeps its handle (the mdev may still be in
+  use) until an unbind succeeds or the ARQ is deleted.
 
 Notifications (``cyborg.common.notify``, payload ``ARQPayload``) go out
 after the transaction that made the change has committed, one per ARQ:
@@ -60,7 +75,9 @@ LOG = logging.getLogger(__name__)
 BIND_FROM = (states.INITIAL, states.UNBOUND)
 BOUND_FROM = (states.BIND_STARTED,)
 UNBIND_FROM = (states.INITIAL, states.BIND_STARTED, states.BOUND,
-               states.BIND_FAILED)
+               states.BIND_FAILED, states.UNBIND_FAILED)
+UNBIND_FAILED_FROM = (states.BIND_STARTED, states.BOUND,
+                      states.UNBIND_FAILED)
 FAIL_FROM = states.ARQ_HOLDING
 ANY_STATE = states.ARQ_STATES
 BIND_FIELDS = ('hostname', 'device_rp_uuid', 'instance_uuid')
@@ -162,7 +179,8 @@ def _start(conf, context, bindings, now):
                   'device_rp_uuid': job['device_rp_uuid'],
                   'instance_uuid': job['instance_uuid'],
                   'deployable_id': job['deployable_id'],
-                  'bind_started_at': now, 'bind_failure_reason': None}
+                  'bind_started_at': now, 'bind_owner': conf.host,
+                  'bind_failure_reason': None}
         if job.get('project_id'):
             values['project_id'] = job['project_id']
         if not arq_db.transition(context, job['uuid'], states.BIND_STARTED,
@@ -208,6 +226,7 @@ def _validate(conf, context, bindings):
         group = json.loads(row.profile_json)[row.device_profile_group_id]
         jobs.append(dict(binding, uuid=arq_uuid, group=group,
                          deployable_id=target.deployable_id,
+                         agent_host=target.hostname,
                          notice=_bind_notice(row, binding, target)))
     _check_instances(context, jobs)
     _check_allocations(conf, jobs)
@@ -236,7 +255,9 @@ def _check_target(targets, binding):
     if target is None or target.gone:
         raise exception.BindFailed(
             reason=f'no device provides resource provider {rp_uuid}')
-    if target.hostname != hostname:
+    # Nova names the compute node (its hypervisor host name), which may
+    # differ from the service host the agent reports under.
+    if hostname not in (target.hostname, target.compute_node_name):
         raise exception.BindFailed(
             reason=f'resource provider {rp_uuid} is not on host {hostname}')
     if target.status != states.ENABLED:
@@ -258,12 +279,22 @@ def _check_instances(context, jobs):
 
 def _check_allocations(conf, jobs):
     """When Placement holds allocations for the instance, they must cover
-    the device's provider (deliberate difference 3)."""
+    the device's provider (deliberate difference 3).  Binding does not
+    depend on Placement: while it cannot be asked, the check is skipped
+    (Nova's scheduler made the allocation the bind names) with one
+    WARNING line."""
     from cyborg.placement import client as placement_client
 
     placement = placement_client.get_client(conf)
-    for instance_uuid in {job['instance_uuid'] for job in jobs}:
-        allocated = placement.get_allocations_for_consumer(instance_uuid)
+    for instance_uuid in sorted({job['instance_uuid'] for job in jobs}):
+        try:
+            allocated = placement.get_allocations_for_consumer(
+                instance_uuid)
+        except exception.PlacementError as exc:
+            LOG.warning('Binding for instance %s without checking its '
+                        'allocations: Placement cannot be asked (%s)',
+                        instance_uuid, _first_line(exc))
+            continue
         if not allocated:
             continue
         for job in jobs:
@@ -273,6 +304,11 @@ def _check_allocations(conf, jobs):
                     reason=f'instance {instance_uuid} holds no '
                            f'allocation against resource provider '
                            f"{job['device_rp_uuid']}")
+
+
+def _first_line(exc):
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__
 
 
 @timing.rpc_served('arq_bind_work')
@@ -344,13 +380,13 @@ def _bind_one(conf, context, batch_id, job, deadline):
                                          job['group'], deadline,
                                          arq_uuid=job['uuid'])
         if handle.attach_type == 'MDEV':
-            _mdev_create(conf, context, job['hostname'], handle, deadline)
+            _mdev_create(conf, context, job['agent_host'], handle, deadline)
             mdev_created = True
         db_api.write_retrying(context, _finish, conf, context, batch_id, job,
                               handle, deadline)
     except Exception:
         if mdev_created:
-            _mdev_remove(conf, context, job['hostname'], handle)
+            _mdev_remove(conf, context, job['agent_host'], handle)
         raise
     return handle
 
@@ -467,6 +503,8 @@ def _mdev_remove(conf, context, hostname, handle):
 
 
 def _remove_mdev(conf, context, hostname, attach_info, mdev_uuid):
+    """Ask the agent to remove the mdev; None when it did, else why not
+    (logged)."""
     from cyborg.agent import rpcapi as agent_rpcapi
     from cyborg.objects import inventory
 
@@ -474,36 +512,67 @@ def _remove_mdev(conf, context, hostname, attach_info, mdev_uuid):
     try:
         agent_rpcapi.AgentAPI(conf, timeout=30).remove_vgpu_mdev(
             context, hostname, inventory.pci_address(info), mdev_uuid)
-    except Exception as e:  # noqa: BLE001 - any failure is only logged
-        LOG.warning('Could not remove mdev %s on %s: %s', mdev_uuid,
-                    hostname, e)
+    except Exception as e:  # noqa: BLE001 - any failure is only reported
+        if isinstance(e, messaging.MessagingTimeout):
+            reason = (f'the agent on {hostname} did not answer when asked '
+                      f'to remove mdev {mdev_uuid}')
+        else:
+            detail = (f'{e.exc_type}: {e.value}'
+                      if isinstance(e, messaging.RemoteError) else str(e))
+            reason = (f'the agent on {hostname} could not remove mdev '
+                      f'{mdev_uuid}: {_first_line(detail)}')
+        LOG.warning('%s', reason)
+        return reason
+    return None
 
 
 def _release_mdevs(conf, context, rows):
     """Remove the mdevs of MDEV handles before the handles are freed (a
-    freed handle's mdev uuid may be taken again at once)."""
+    freed handle's mdev uuid may be taken again at once); returns {ARQ
+    uuid: reason} of those the agent could not remove."""
+    failed = {}
     for row in rows:
-        if row.attach_handle_type == 'MDEV' and row.hostname:
-            _remove_mdev(conf, context, row.hostname,
-                         row.attach_handle_info, row.attach_handle_uuid)
+        if row.attach_handle_type == 'MDEV' and row.device_hostname:
+            reason = _remove_mdev(conf, context, row.device_hostname,
+                                  row.attach_handle_info,
+                                  row.attach_handle_uuid)
+            if reason is not None:
+                failed[row.uuid] = reason
+    return failed
 
 
 # -- unbind and delete ------------------------------------------------------
 
 def unbind(conf, context, arq_uuids):
     """Free the ARQs' handles (removing mdevs) and clear their binding;
-    ARQs already unbound are left alone."""
+    ARQs already unbound are left alone.  An ARQ whose mdev the agent
+    could not remove ends in UnbindFailed with the reason, keeping its
+    handle; unbinding it again, or deleting it, ends that."""
     rows = [r for r in arq_db.get_to_change(context, arq_uuids)
             if _visible(context, r)]
     found = {r.uuid for r in rows}
     missing = [u for u in arq_uuids if u not in found]
     if missing:
         raise exception.ARQNotFound(uuid=missing[0])
-    _release_mdevs(conf, context, rows)
-    moved = db_api.write_retrying(context, _leave_all, context, rows,
+    failed = _release_mdevs(conf, context, rows)
+    freed = [r for r in rows if r.uuid not in failed]
+    moved = db_api.write_retrying(context, _leave_all, context, freed,
                                   states.UNBOUND, UNBIND_FROM)
-    _notify_left(conf, context, notify.ARQ_UNBIND, rows, moved,
+    if failed:
+        db_api.write_retrying(context, _unbind_failed_in, context, failed)
+    _notify_left(conf, context, notify.ARQ_UNBIND, freed, moved,
                  states.UNBOUND)
+
+
+def _unbind_failed_in(context, failed):
+    """UnbindFailed, with the reason, for {ARQ uuid: reason}; the handle
+    stays taken (its mdev may still serve the instance)."""
+    for arq_uuid, reason in failed.items():
+        if arq_db.transition(context, arq_uuid, states.UNBIND_FAILED,
+                             UNBIND_FAILED_FROM,
+                             {'bind_failure_reason': reason[:4000]}):
+            LOG.warning('Unbinding accelerator request %s failed: %s',
+                        arq_uuid, reason)
 
 
 def _leave_all(context, rows, to_state, from_states, delete=False):
@@ -539,6 +608,31 @@ def delete(conf, context, arq_uuids=None, instance_uuid=None):
                  states.DELETING)
     found = {r.uuid for r in rows}
     return [u for u in arq_uuids if u not in found]
+
+
+# -- a conductor starting again -----------------------------------------------
+
+def recover(conf, context, started_at):
+    """At start-up: fail at once the binds this conductor
+    (``[DEFAULT]host``) started before ``started_at`` and left in
+    BindStarted (it died in the middle), tell Nova, and re-send the events
+    its previous run recorded and did not deliver.  Binds and events of
+    other conductors are left to them.  Returns the binds failed."""
+    owned = arq_db.owned_binding(context, conf.host, started_at)
+    batch_id = str(uuidlib.uuid4())
+    failed = 0
+    for arq_uuid in owned:
+        failed += _fail(conf, context, batch_id, arq_uuid,
+                        f'the conductor {conf.host} restarted while the bind '
+                        f'was under way', timeutils.utcnow())
+    if failed:
+        LOG.warning('Failed %d bind(s) this conductor left unfinished when '
+                    'it stopped', failed)
+        nova.deliver_batch(conf, context, batch_id)
+    resent = nova.resend_owned(conf, context, started_at)
+    LOG.info('Start-up recovery of %s done: %d bind(s) failed, %d Nova '
+             'event(s) re-sent', conf.host, failed, resent)
+    return failed
 
 
 # -- the stuck-bind periodic -------------------------------------------------

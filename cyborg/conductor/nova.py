@@ -8,7 +8,16 @@ state (``record``), then asks for the batch to be delivered
 microversion 2.82) per PATCH, retried with backoff on 5xx and connection
 errors.  Rows are deleted once Nova answers; rows left behind (Nova down,
 conductor killed between commit and POST) are re-sent by the periodic
-``resend_due``.
+``resend_due``, and at once by their conductor (``owner``) when it starts
+again (``resend_owned``).
+
+What is sent is exactly how each bind ended: an event goes out only while
+its ARQ still exists, is still bound to the event's instance and is still
+in the state the event reports (Bound for ``completed``, BindFailed for
+``failed``).  An event re-sent after the process died between Nova's
+answer and the row's delete, for an ARQ deleted since (the instance is
+gone), or for a binding undone since, is dropped with its row; the same
+event recorded twice goes out once.
 
 Nova is reached with keystoneauth from ``[nova]`` (plus a service token
 from ``[service_user]`` when ``send_service_user_token`` is set).  With no
@@ -31,8 +40,10 @@ from oslo_log import log as logging
 from oslo_utils import timeutils
 
 from cyborg.common import metrics
+from cyborg.common import states
 from cyborg.common import timing
 from cyborg.db import api as db_api
+from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import nova_events as event_db
 
 LOG = logging.getLogger(__name__)
@@ -44,6 +55,9 @@ _TRIES = 3
 _FIRST_BACKOFF = 0.5
 # Longest wait between two periodic attempts of one batch.
 _MAX_POSTPONE = 300
+
+# The ARQ state each event status reports.
+_OUTCOME = {'completed': states.BOUND, 'failed': states.BIND_FAILED}
 
 _ADAPTERS = {}
 _ADAPTERS_LOCK = threading.Lock()
@@ -79,7 +93,7 @@ def record(conf, context, batch_id, events, due_at):
     them if ``deliver_batch`` has not delivered them by then."""
     rows = [{'batch_id': batch_id, 'instance_uuid': instance_uuid,
              'arq_uuid': arq_uuid, 'status': status, 'attempts': 0,
-             'next_attempt_at': due_at}
+             'next_attempt_at': due_at, 'owner': conf.host}
             for instance_uuid, arq_uuid, status in events if instance_uuid]
     if rows and enabled(conf):
         event_db.create_many(context, rows)
@@ -93,7 +107,8 @@ def deliver_batch(conf, context, batch_id):
     rows = event_db.get_batch(context, batch_id)
     if not rows:
         return True
-    if send(conf, [(r.instance_uuid, r.arq_uuid, r.status) for r in rows]):
+    events = current(context, rows)
+    if not events or send(conf, events):
         db_api.write_retrying(context, event_db.delete_ids,
                               context, [r.id for r in rows])
         return True
@@ -101,6 +116,37 @@ def deliver_batch(conf, context, batch_id):
     db_api.write_retrying(context, event_db.postpone_batch,
                           context, batch_id, _next_attempt(conf, attempts))
     return False
+
+
+def current(context, rows):
+    """[(instance, arq, status)] of the event ``rows`` that still say how
+    their ARQ's bind ended (see the module's docstring), once each."""
+    arqs = arq_db.outcomes(context, {r.arq_uuid for r in rows})
+    events, dropped = [], 0
+    for row in rows:
+        event = (row.instance_uuid, row.arq_uuid, row.status)
+        if arqs.get(row.arq_uuid) != (_OUTCOME[row.status],
+                                      row.instance_uuid):
+            dropped += 1
+        elif event not in events:
+            events.append(event)
+    if dropped:
+        LOG.info('Dropped %d accelerator event(s) whose request was deleted '
+                 'or changed since', dropped)
+    return events
+
+
+def resend_owned(conf, context, started_at):
+    """At start-up: re-send now the events this conductor recorded before
+    ``started_at`` (its previous run died before delivering them);
+    returns how many there were."""
+    if not enabled(conf):
+        return 0
+    due = db_api.write_retrying(context, event_db.make_owned_due, context,
+                                conf.host, started_at, timeutils.utcnow())
+    if due:
+        resend_due(conf, context)
+    return due
 
 
 def resend_due(conf, context):

@@ -83,6 +83,56 @@ class PeriodicRunner:
             run_job(self.conf, name, path)
 
 
+class AtStart:
+    """Runs ``'module:function'`` once, as ``function(conf, context,
+    started_at)``, on a thread of its own as the conductor starts (so an
+    absent database never holds up the other services), trying again
+    every ``retry`` seconds while the database is unreachable.
+    ``started_at``: when this process started (whole seconds, rounded
+    down: the database may keep no fractions), so that the job leaves
+    alone what this run has done since."""
+
+    def __init__(self, conf, name, path, started_at, retry=2.0):
+        self.conf = conf
+        self.name = name
+        self.path = path
+        self.started_at = started_at.replace(microsecond=0)
+        self.retry = retry
+        self._stop = threading.Event()
+        self._thread = None
+
+    def start(self):
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run,
+                                        name=f'at-start-{self.name}',
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self):
+        # Not joined: the job is idempotent, and a run cut short by the
+        # process's exit is done again by the next start.
+        self._stop.set()
+
+    def __str__(self):
+        return f'start-up job {self.name}'
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                _load(self.path)(self.conf,
+                                 cyborg_context.get_admin_context(),
+                                 self.started_at)
+                return
+            except exception.DB_OUTAGES + (exception.ServiceUnavailable,) \
+                    as e:
+                LOG.warning('Start-up job %s waits for the database (%s)',
+                            self.name, _first_line(e))
+            except Exception:
+                LOG.exception('Start-up job %s failed', self.name)
+                return
+            self._stop.wait(self.retry)
+
+
 def interval_of(conf, option):
     """The value of a job's interval option (see the table's format)."""
     group, _sep, name = option.rpartition('.')

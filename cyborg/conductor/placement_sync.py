@@ -14,8 +14,10 @@ for the digest it started from.
 The compute node provider is looked up once by name (the report's
 ``resource_provider_name`` if the agent sent one and it exists, else the
 host name) and remembered in ``hosts.compute_rp_uuid`` with the sync that
-found it.  While it does not exist (nova-compute not started yet) the
-report is kept and the host stays unsynced.
+found it; its name goes to ``hosts.compute_node_name``, for binds that name
+the compute node as Nova does (after the hypervisor's host name, which may
+differ from the service host).  While it does not exist (nova-compute
+not started yet) the report is kept and the host stays unsynced.
 
 A host's first sync makes its providers: a create each, a trait PUT each,
 then one reshape for all their inventories and one listing to learn their
@@ -122,12 +124,14 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     host = host or host_db.get(context, hostname)
     if host is None:
         return None
-    cn_uuid, actual = _compute_node_tree(client, host, rp_name,
-                                         bool(removed) or remove_orphans)
+    cn_uuid, cn_name, actual = _compute_node_tree(
+        client, host, rp_name, bool(removed) or remove_orphans)
     if cn_uuid is None:
         LOG.info('No compute node provider for host %s in Placement yet; '
                  'its devices are synced once it appears.', hostname)
         return None
+    if cn_name and cn_name != host.get('compute_node_name'):
+        host_db.update(context, hostname, compute_node_name=cn_name)
     owned = set()
     if remove_orphans:
         # Listed before the rows are read, so a provider that a report
@@ -181,7 +185,8 @@ def _log_sync(hostname, done, failures):
 
 
 def _compute_node_tree(client, host, name, need_tree):
-    """(compute node provider uuid, {uuid: provider} of its tree).
+    """(compute node provider uuid, its name when read, {uuid: provider}
+    of its tree).
 
     A compute node found by name (the host's first sync, or its provider
     was replaced) with no ``need_tree`` (nothing to delete under it) is not
@@ -190,7 +195,8 @@ def _compute_node_tree(client, host, name, need_tree):
     cn_uuid = host.get('compute_rp_uuid')
     if cn_uuid:
         try:
-            return cn_uuid, _by_uuid(client.list_tree(cn_uuid))
+            tree = _by_uuid(client.list_tree(cn_uuid))
+            return cn_uuid, tree.get(cn_uuid, {}).get('name'), tree
         except placement_client.ProviderNotFound:
             LOG.info('Compute node provider %s of host %s is gone; '
                      'looking it up by name again.', cn_uuid,
@@ -203,10 +209,11 @@ def _compute_node_tree(client, host, name, need_tree):
         if found:
             break
     if found is None:
-        return None, {}
+        return None, None, {}
     if not need_tree:
-        return found['uuid'], {}
-    return found['uuid'], _by_uuid(client.list_tree(found['uuid']))
+        return found['uuid'], found['name'], {}
+    return (found['uuid'], found['name'],
+            _by_uuid(client.list_tree(found['uuid'])))
 
 
 def _by_uuid(providers):

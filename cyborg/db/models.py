@@ -54,6 +54,9 @@ class Host(Base):
     report_digest = sa.Column(sa.String(64), nullable=True)
     # The compute node provider, once found in Placement.
     compute_rp_uuid = sa.Column(UUID, nullable=True)
+    # Its name (Nova's hypervisor host name, which may differ from
+    # ``hostname``): a bind naming it is a bind on this host.
+    compute_node_name = sa.Column(NAME, nullable=True)
     # False while Placement still lags the database for this host.
     placement_synced = sa.Column(sa.Boolean, nullable=False, default=False)
     last_report_at = sa.Column(sa.DateTime, nullable=True)
@@ -218,6 +221,7 @@ class ExtARQ(Base):
         sa.Index('extended_arqs_project_id_idx', 'project_id'),
         sa.Index('extended_arqs_state_idx', 'state'),
         sa.Index('extended_arqs_device_profile_id_idx', 'device_profile_id'),
+        sa.Index('extended_arqs_bind_owner_idx', 'bind_owner'),
     )
 
     uuid = sa.Column(UUID, nullable=False)
@@ -241,9 +245,12 @@ class ExtARQ(Base):
                               sa.ForeignKey('deployables.id',
                                             ondelete='SET NULL'),
                               nullable=True)
-    # Ours: when binding began (for the stuck-bind periodic) and why a
-    # bind failed.
+    # Ours: when binding began (for the stuck-bind periodic), the
+    # conductor ([DEFAULT]host) carrying the bind through (a restarted one
+    # fails its own leftovers at once), and why a bind (BindFailed) or an
+    # unbind (UnbindFailed) failed.
     bind_started_at = sa.Column(sa.DateTime, nullable=True)
+    bind_owner = sa.Column(NAME, nullable=True)
     bind_failure_reason = sa.Column(sa.Text, nullable=True)
 
 
@@ -253,6 +260,7 @@ class NovaEvent(Base):
     __tablename__ = 'nova_events'
     __table_args__ = (
         sa.Index('nova_events_next_attempt_at_idx', 'next_attempt_at'),
+        sa.Index('nova_events_owner_idx', 'owner'),
     )
 
     # Events of one PATCH share a batch and reach Nova in one request.
@@ -263,3 +271,6 @@ class NovaEvent(Base):
                                name='nova_event_status'), nullable=False)
     attempts = sa.Column(sa.Integer, nullable=False, default=0)
     next_attempt_at = sa.Column(sa.DateTime, nullable=True)
+    # The conductor ([DEFAULT]host) that recorded it and delivers its
+    # batch; restarted, it re-sends its own batches at once.
+    owner = sa.Column(NAME, nullable=True)

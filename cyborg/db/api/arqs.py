@@ -63,10 +63,12 @@ VIEW = _COMMON + (_worse('health').label('device_health'),
                   _worse('health_reason').label('device_health_reason'))
 
 # What the state machine reads before changing ARQs: plus the handle id a
-# guarded update checks, the profile's groups and the deployable's uuid
-# (for notifications).
+# guarded update checks, the profile's groups, the deployable's uuid (for
+# notifications) and its device's host (the agent to ask: the ARQ's own
+# ``hostname`` is the compute node's name, which may differ).
 CHANGE = _COMMON + (_ARQ.c.attach_handle_id, _PROFILE.c.profile_json,
-                    _DEPLOYABLE.c.uuid.label('deployable_uuid'))
+                    _DEPLOYABLE.c.uuid.label('deployable_uuid'),
+                    _DEVICE.c.hostname.label('device_hostname'))
 
 
 def _tables(columns):
@@ -205,6 +207,29 @@ def stuck(context, started_before, limit=100):
                          .where(_ARQ.c.state == states.BIND_STARTED,
                                 _ARQ.c.bind_started_at < started_before)
                          .order_by(_ARQ.c.id).limit(limit)).scalars())
+
+
+@reader
+def owned_binding(context, owner, started_before, limit=1000):
+    """Uuids of ARQs in BindStarted whose bind conductor ``owner``
+    started before ``started_before``."""
+    return list(_execute(context, select(_ARQ.c.uuid)
+                         .where(_ARQ.c.bind_owner == owner,
+                                _ARQ.c.state == states.BIND_STARTED,
+                                _ARQ.c.bind_started_at < started_before)
+                         .order_by(_ARQ.c.id).limit(limit)).scalars())
+
+
+@reader
+def outcomes(context, uuids):
+    """{uuid: (state, instance_uuid)} of the ARQs among ``uuids`` that
+    still exist."""
+    if not uuids:
+        return {}
+    rows = _execute(context, select(_ARQ.c.uuid, _ARQ.c.state,
+                                    _ARQ.c.instance_uuid)
+                    .where(_ARQ.c.uuid.in_(list(uuids)))).all()
+    return {row.uuid: (row.state, row.instance_uuid) for row in rows}
 
 
 @reader

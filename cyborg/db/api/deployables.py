@@ -92,13 +92,15 @@ def attribute_lists(context, deployable_ids):
 @reader
 def bind_targets(context, rp_uuids):
     """{rp_uuid: row} for the deployables providing ``rp_uuids``, each
-    row carrying the deployable and its device's host and status."""
-    d, dev = models.Deployable, models.Device
+    row carrying the deployable, its device's host and status, and the
+    name of that host's compute node provider once a sync found it."""
+    d, dev, h = models.Deployable, models.Device, models.Host
     query = (sa.select(d.id.label('deployable_id'),
                        d.uuid.label('deployable_uuid'), d.rp_uuid, d.gone,
                        d.driver_name, d.bitstream_id, d.device_id,
-                       dev.hostname, dev.status)
+                       dev.hostname, dev.status, h.compute_node_name)
              .join(dev, dev.id == d.device_id)
+             .outerjoin(h, h.hostname == dev.hostname)
              .where(d.rp_uuid.in_(list(rp_uuids))))
     return {row.rp_uuid: row for row in context.session.execute(query)}
 

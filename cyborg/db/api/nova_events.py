@@ -54,6 +54,17 @@ def postpone_batch(context, batch_id, next_attempt_at):
 
 
 @writer
+def make_owned_due(context, owner, created_before, now):
+    """Make the events ``owner`` recorded before ``created_before`` due
+    now (a restarted conductor re-sends what its previous run left)."""
+    e = models.NovaEvent
+    return context.session.execute(
+        sa.update(e).where(e.owner == owner, e.created_at < created_before)
+        .values(next_attempt_at=now)
+        .execution_options(synchronize_session=False)).rowcount
+
+
+@writer
 def delete_ids(context, ids):
     """Forget delivered events."""
     e = models.NovaEvent

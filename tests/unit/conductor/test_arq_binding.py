@@ -323,3 +323,85 @@ def test_a_bind_is_one_info_line(aconf, db, ctx, device, fake_nova, caplog):
         assert line.startswith('Accelerator request %s bound on %s'
                                % (uuid, device.hostname))
         assert instance in line and device.rp_uuid in line
+
+
+def _left_binding(db, uuid, owner, started_at, handle_id=None):
+    """What a conductor killed mid-bind leaves: BindStarted, owned."""
+    with db.begin() as c:
+        c.execute(sa.update(models.ExtARQ).where(
+            models.ExtARQ.uuid == uuid).values(
+            state='BindStarted', bind_started_at=started_at,
+            bind_owner=owner, attach_handle_id=handle_id))
+        if handle_id is not None:
+            c.execute(sa.update(models.AttachHandle).where(
+                models.AttachHandle.id == handle_id).values(in_use=True))
+
+
+def test_restarted_conductor_fails_its_own_binds_at_once(aconf, db, ctx,
+                                                         device, fake_nova):
+    """Killed after committing BindStarted (one before taking a handle,
+    one after): the restarted conductor fails both at once, frees the
+    handle and tells Nova; another conductor's bind, and a bind this run
+    started, are left alone."""
+    aconf.set_override('host', 'conductor-a')
+    before_handle, after_handle, theirs, this_run = _create(
+        db, ctx, [{'resources:FPGA': '4'}])
+    instance = str(uuidlib.uuid4())
+    arq_binding._start(aconf, ctx, {u: _binding(device, instance) for u in
+                                    (before_handle, after_handle)},
+                       timeutils.utcnow())
+    handle = arq_binding._take_handle(ctx, {
+        'uuid': after_handle, 'deployable_id': device.deployable_id,
+        'device_rp_uuid': device.rp_uuid})
+    started_at = timeutils.utcnow() + datetime.timedelta(seconds=1)
+    earlier = started_at - datetime.timedelta(seconds=5)
+    _left_binding(db, theirs, 'conductor-b', earlier)
+    _left_binding(db, this_run, 'conductor-a',
+                  started_at + datetime.timedelta(seconds=1))
+
+    assert arq_binding.recover(aconf, ctx, started_at) == 2
+    rows = seed.arq_rows(db)
+    assert rows[before_handle].state == rows[after_handle].state == (
+        'BindFailed')
+    assert 'conductor-a restarted' in rows[after_handle].bind_failure_reason
+    assert rows[after_handle].attach_handle_id is None
+    assert handle.id not in {r.attach_handle_id for r in rows.values()}
+    assert seed.handles_in_use(db) == 0
+    assert rows[theirs].state == rows[this_run].state == 'BindStarted'
+    assert sorted((e['tag'], e['status']) for e in fake_nova.events) == (
+        sorted([(before_handle, 'failed'), (after_handle, 'failed')]))
+    assert arq_binding.recover(aconf, ctx, started_at) == 0
+
+
+def test_bind_while_placement_is_down_skips_the_check(aconf, db, ctx,
+                                                      device, caplog):
+    """One WARNING line, no traceback, and the bind ends Bound."""
+    with recording_http.FakeNova() as gone:
+        url = gone.url  # a port nothing listens on any more
+    placement_fixture.placement_conf(aconf, url)
+    placement_client.reset_clients()
+    uuid, = _create(db, ctx)
+    _bind(aconf, ctx, {uuid: _binding(device)})
+    assert _state(db, uuid).state == 'Bound'
+    warnings = [r for r in caplog.records if 'without checking' in
+                r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelname == 'WARNING'
+    assert warnings[0].exc_info is None
+    assert 'Traceback' not in caplog.text
+
+
+def test_bind_names_the_compute_node_as_nova_does(aconf, db, ctx, device):
+    """Nova's hostname is the hypervisor's (the compute node provider's
+    name), which may differ from the service host the agent reports."""
+    node = device.hostname + '.cloud.example.org'
+    with db.begin() as c:
+        c.execute(sa.insert(models.Host).values(
+            hostname=device.hostname, compute_node_name=node,
+            placement_synced=True))
+    uuid, other = _create(db, ctx, [{'resources:FPGA': '2'}])
+    _bind(aconf, ctx, {uuid: dict(_binding(device), hostname=node)})
+    assert _state(db, uuid).state == 'Bound'
+    assert _state(db, uuid).hostname == node
+    with pytest.raises(exception.BindFailed, match='not on host'):
+        arq_binding.start_bind(aconf, ctx, {other: dict(
+            _binding(device), hostname='elsewhere.example.org')})

@@ -89,3 +89,41 @@ def test_mdev_creation_failure_fails_the_bind(vconf, db, agent, tree):
     assert row.state == 'BindFailed'
     assert 'nvidia-999' in row.bind_failure_reason
     assert seed.handles_in_use(db) == 0
+
+
+def test_mdev_removal_failure_ends_unbind_failed(vconf, db, agent, tree):
+    """The agent cannot remove the mdev: UnbindFailed with the reason, the
+    handle kept (the mdev may still serve the instance); an unbind that
+    works ends it, and an UnbindFailed ARQ can always be deleted."""
+    ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
+    arq, row = _bind_vgpu(vconf, db, ctx, VGPU_TYPE)
+    handle_uuid = handle_db.get(ctx, row.attach_handle_id).uuid
+    tree.add_mdev(GPU, handle_uuid, VGPU_TYPE)
+    remove = os.path.join(tree.root, 'bus', 'mdev', 'devices', handle_uuid,
+                          'remove')
+    os.remove(remove)
+    os.mkdir(remove)  # writing '1' to it fails, even as root
+
+    arq_binding.unbind(vconf, ctx, [arq])
+    row = seed.arq_rows(db)[arq]
+    assert row.state == 'UnbindFailed'
+    assert handle_uuid in row.bind_failure_reason
+    assert f'agent on {HOST} could not remove' in row.bind_failure_reason
+    assert seed.handles_in_use(db) == 1
+
+    os.rmdir(remove)
+    open(remove, 'w').close()
+    arq_binding.unbind(vconf, ctx, [arq])
+    assert seed.arq_rows(db)[arq].state == 'Unbound'
+    assert seed.handles_in_use(db) == 0
+
+    # Failed again, then deleted: the row and the handle go.
+    arq, row = _bind_vgpu(vconf, db, ctx, VGPU_TYPE)
+    handle_uuid = handle_db.get(ctx, row.attach_handle_id).uuid
+    os.makedirs(os.path.join(tree.root, 'bus', 'mdev', 'devices',
+                             handle_uuid, 'remove'), exist_ok=True)
+    arq_binding.unbind(vconf, ctx, [arq])
+    assert seed.arq_rows(db)[arq].state == 'UnbindFailed'
+    assert arq_binding.delete(vconf, ctx, [arq]) == []
+    assert arq not in seed.arq_rows(db)
+    assert seed.handles_in_use(db) == 0

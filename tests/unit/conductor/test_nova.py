@@ -1,5 +1,7 @@
 """Event delivery to a recording Nova endpoint: retries, 207s, a Nova that
-is down, the periodic re-send."""
+is down, the periodic re-send, the re-send of a restarted conductor, and
+events that no longer say how their ARQ's bind ended (the ARQ deleted or
+changed since) dropped.  Events are recorded for real ARQ rows."""
 
 import datetime
 import uuid as uuidlib
@@ -11,6 +13,7 @@ from oslo_utils import timeutils
 from cyborg.conductor import nova
 from cyborg.db import api as db_api
 from cyborg.db import models
+from tests.fixtures import arqs as seed
 from tests.fixtures import recording_http
 
 
@@ -25,10 +28,34 @@ def nconf(conf, db, fake_nova):
     return conf
 
 
-def _record(conf, ctx, count=2, due_at=None):
+_STATE = {'completed': 'Bound', 'failed': 'BindFailed'}
+
+
+def _arq(db, instance_uuid, state):
+    """An ARQ row in ``state`` for ``instance_uuid``; its uuid."""
+    profile = seed.seed_profile(db, [{'resources:FPGA': '1'}])
+    arq_uuid = str(uuidlib.uuid4())
+    with db.begin() as c:
+        profile_id = c.scalar(sa.select(models.DeviceProfile.id).where(
+            models.DeviceProfile.uuid == profile))
+        c.execute(sa.insert(models.ExtARQ.__table__).values(
+            uuid=arq_uuid, state=state, device_profile_id=profile_id,
+            device_profile_group_id=0, project_id='p1',
+            instance_uuid=instance_uuid, hostname='host1'))
+    return arq_uuid
+
+
+def _record(conf, ctx, count=2, due_at=None, status='completed',
+            events=None, db=None):
+    """Record ``events``, or ``count`` events of new ARQs in the state
+    ``status`` reports."""
     batch = str(uuidlib.uuid4())
-    events = [(str(uuidlib.uuid4()), str(uuidlib.uuid4()), 'completed')
-              for _ in range(count)]
+    if events is None:
+        events = []
+        for _ in range(count):
+            instance = str(uuidlib.uuid4())
+            events.append((instance, _arq(db, instance, _STATE[status]),
+                           status))
     with db_api.writer.using(ctx):
         nova.record(conf, ctx, batch, events,
                     due_at or timeutils.utcnow() + datetime.timedelta(
@@ -44,7 +71,7 @@ def _pending(db):
 def test_batch_goes_in_one_request_and_is_forgotten(nconf, db,
                                                     admin_context,
                                                     fake_nova):
-    batch, events = _record(nconf, admin_context, count=3)
+    batch, events = _record(nconf, admin_context, db=db, count=3)
     assert nova.deliver_batch(nconf, admin_context, batch)
     posts = fake_nova.event_posts()
     assert len(posts) == 1
@@ -55,7 +82,7 @@ def test_batch_goes_in_one_request_and_is_forgotten(nconf, db,
 
 def test_5xx_is_retried_with_backoff(nconf, db, admin_context, fake_nova):
     fake_nova.statuses = [500, 503]
-    batch, _ = _record(nconf, admin_context)
+    batch, _ = _record(nconf, admin_context, db=db)
     assert nova.deliver_batch(nconf, admin_context, batch)
     assert len(fake_nova.event_posts()) == 3
     assert len(fake_nova.events) == 2
@@ -65,7 +92,7 @@ def test_5xx_is_retried_with_backoff(nconf, db, admin_context, fake_nova):
 def test_207_with_every_instance_gone_is_delivered(nconf, db, admin_context,
                                                    fake_nova):
     fake_nova.statuses = [207]
-    batch, _ = _record(nconf, admin_context)
+    batch, _ = _record(nconf, admin_context, db=db)
     assert nova.deliver_batch(nconf, admin_context, batch)
     assert len(fake_nova.event_posts()) == 1
     assert _pending(db) == []
@@ -74,7 +101,7 @@ def test_207_with_every_instance_gone_is_delivered(nconf, db, admin_context,
 def test_nova_down_keeps_events_until_the_periodic_delivers(
         nconf, db, admin_context, fake_nova):
     fake_nova.statuses = [502, 502, 502]
-    batch, events = _record(nconf, admin_context)
+    batch, events = _record(nconf, admin_context, db=db)
     assert not nova.deliver_batch(nconf, admin_context, batch)
     rows = _pending(db)
     assert len(rows) == 2
@@ -96,7 +123,7 @@ def test_unreachable_nova_keeps_events(conf, db, admin_context):
         url = gone.url
     conf.set_override('auth_type', 'none', group='nova')
     conf.set_override('endpoint_override', url, group='nova')
-    batch, _ = _record(conf, admin_context, count=1)
+    batch, _ = _record(conf, admin_context, db=db, count=1)
     assert not nova.deliver_batch(conf, admin_context, batch)
     assert len(_pending(db)) == 1
 
@@ -105,7 +132,7 @@ def test_recorded_events_become_due_for_the_periodic(nconf, db,
                                                      admin_context,
                                                      fake_nova):
     """A conductor killed between commit and POST: the periodic sends."""
-    _record(nconf, admin_context,
+    _record(nconf, admin_context, db=db,
             due_at=timeutils.utcnow() - datetime.timedelta(seconds=1))
     nova.resend_due(nconf, admin_context)
     assert len(fake_nova.event_posts()) == 1
@@ -115,9 +142,87 @@ def test_recorded_events_become_due_for_the_periodic(nconf, db,
 
 def test_nothing_recorded_or_sent_without_nova(conf, db, admin_context):
     assert not nova.enabled(conf)
-    batch, _ = _record(conf, admin_context)
+    batch, _ = _record(conf, admin_context, db=db)
     assert _pending(db) == []
     assert nova.deliver_batch(conf, admin_context, batch)
     conf.set_override('auth_type', 'none', group='nova')
     conf.set_override('send_events', False, group='nova')
     assert not nova.enabled(conf)
+
+
+def _delete_arqs(db, uuids):
+    with db.begin() as c:
+        c.execute(sa.delete(models.ExtARQ).where(
+            models.ExtARQ.uuid.in_(uuids)))
+
+
+def test_resent_event_of_a_deleted_arq_is_dropped(nconf, db, admin_context,
+                                                  fake_nova):
+    """The process died between Nova's answer and the row's delete; by the
+    re-send the instance was deleted, and its ARQ with it."""
+    batch, events = _record(nconf, admin_context, db=db, count=2,
+                            due_at=timeutils.utcnow())
+    _delete_arqs(db, [events[0][1]])
+    nova.resend_due(nconf, admin_context)
+    assert [e['tag'] for e in fake_nova.events] == [events[1][1]]
+    assert _pending(db) == []
+
+    # All of a batch's ARQs gone: nothing is sent, the rows go.
+    batch, events = _record(nconf, admin_context, db=db, count=2)
+    _delete_arqs(db, [e[1] for e in events])
+    assert nova.deliver_batch(nconf, admin_context, batch)
+    assert len(fake_nova.event_posts()) == 1
+    assert _pending(db) == []
+
+
+def test_event_of_a_binding_undone_since_is_dropped(nconf, db,
+                                                    admin_context,
+                                                    fake_nova):
+    instance = str(uuidlib.uuid4())
+    unbound = _arq(db, None, 'Unbound')
+    rebound = _arq(db, str(uuidlib.uuid4()), 'Bound')
+    failed_now = _arq(db, instance, 'BindFailed')
+    kept = _arq(db, instance, 'Bound')
+    batch, _ = _record(nconf, admin_context, events=[
+        (instance, unbound, 'completed'), (instance, rebound, 'completed'),
+        (instance, failed_now, 'completed'), (instance, kept, 'completed')])
+    assert nova.deliver_batch(nconf, admin_context, batch)
+    assert fake_nova.events == [{
+        'name': 'accelerator-request-bound', 'server_uuid': instance,
+        'tag': kept, 'status': 'completed'}]
+    assert _pending(db) == []
+
+
+def test_the_same_event_recorded_twice_goes_once(nconf, db, admin_context,
+                                                 fake_nova):
+    instance = str(uuidlib.uuid4())
+    failed = _arq(db, instance, 'BindFailed')
+    event = (instance, failed, 'failed')
+    batch, _ = _record(nconf, admin_context, events=[event, event])
+    assert nova.deliver_batch(nconf, admin_context, batch)
+    assert [e['tag'] for e in fake_nova.events] == [failed]
+    assert _pending(db) == []
+
+
+def test_restarted_conductor_resends_its_own_events_at_once(
+        nconf, db, admin_context, fake_nova):
+    """Events its previous run recorded (due only minutes later) go at
+    start-up; another conductor's, and this run's, wait their turn."""
+    nconf.set_override('host', 'conductor-b')
+    _b, theirs = _record(nconf, admin_context, db=db, count=1)
+    nconf.set_override('host', 'conductor-a')
+    _old, before = _record(nconf, admin_context, db=db, count=2)
+    _new, since = _record(nconf, admin_context, db=db, count=1)
+    started_at = timeutils.utcnow().replace(
+        microsecond=0) + datetime.timedelta(seconds=1)
+    # The second batch was recorded by this run, after it started.
+    with db.begin() as c:
+        c.execute(sa.update(models.NovaEvent).where(
+            models.NovaEvent.batch_id == _new).values(
+            created_at=started_at + datetime.timedelta(seconds=1)))
+    nova.resend_owned(nconf, admin_context, started_at)
+    assert len(fake_nova.event_posts()) == 1
+    assert sorted(e['tag'] for e in fake_nova.events) == sorted(
+        e[1] for e in before)
+    assert {r.arq_uuid for r in _pending(db)} == {theirs[0][1], since[0][1]}
+    assert {r.owner for r in _pending(db)} == {'conductor-a', 'conductor-b'}

@@ -1,0 +1,42 @@
+"""Bind ownership, Nova event ownership and the compute node's name
+
+Revision ID: 8d4e2b6f1a37
+Revises: 5c1f0a7e9b21
+Create Date: 2026-11-30 10:00:00
+
+- ``extended_accelerator_requests.bind_owner``: the conductor
+  (``[DEFAULT]host``) carrying a bind through, so that a conductor that
+  restarts fails at once the binds it left in BindStarted, and never those
+  another conductor is running (cyborg.conductor.arq_binding, "recover").
+- ``nova_events.owner``: the conductor that recorded an event and delivers
+  its batch; a restarted one re-sends its own batches at once instead of
+  waiting for them to fall due.
+- ``hosts.compute_node_name``: the name of the compute node provider the
+  sync found (Nova names it after the hypervisor's host name, which may
+  differ from the service host); a bind naming that node is on the host.
+- ``extended_accelerator_requests.bind_failure_reason`` now also holds why
+  an unbind failed (state UnbindFailed); no change to the column.
+"""
+
+from alembic import op
+import sqlalchemy as sa
+
+
+revision = '8d4e2b6f1a37'
+down_revision = '5c1f0a7e9b21'
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    with op.batch_alter_table('extended_accelerator_requests') as batch:
+        batch.add_column(sa.Column('bind_owner', sa.String(length=255),
+                                   nullable=True))
+        batch.create_index('extended_arqs_bind_owner_idx', ['bind_owner'])
+    with op.batch_alter_table('nova_events') as batch:
+        batch.add_column(sa.Column('owner', sa.String(length=255),
+                                   nullable=True))
+        batch.create_index('nova_events_owner_idx', ['owner'])
+    with op.batch_alter_table('hosts') as batch:
+        batch.add_column(sa.Column('compute_node_name',
+                                   sa.String(length=255), nullable=True))
