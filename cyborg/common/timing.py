@@ -34,6 +34,8 @@ DB = 'db'
 COMMIT = 'commit'
 PLACEMENT = 'placement'
 NOVA = 'nova'
+# The conductor's bind: the binds it ends before the PATCH is answered.
+QUICK_BINDS = 'quick_binds'
 
 _local = threading.local()
 

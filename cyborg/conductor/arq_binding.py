@@ -10,9 +10,11 @@ nothing" and "Every bind outcome reaches Nova"):
   state releases its attach handle in the same transaction, guarded on the
   handle id it read, so a handle is released exactly once.
 - A bind PATCH is validated completely before anything is written; a 4xx
-  writes nothing.  The ARQs then move to BindStarted in one transaction
-  and the PATCH returns; the work (taking a handle, FPGA programming, mdev
-  creation) runs on a thread pool with ``[DEFAULT]bind_timeout``.
+  writes nothing.  The ARQs then move to BindStarted in one transaction.
+  An ARQ with nothing slow to do takes its handle and ends Bound (or
+  BindFailed) before the PATCH returns; the slow work (FPGA programming,
+  mdev creation) runs on a thread pool with ``[DEFAULT]bind_timeout``, as
+  do the batch's Nova events.
 - An ARQ's final state and its Nova event are committed together; the
   batch's events go to Nova in one request once all its ARQs are resolved.
 - Each bind records its conductor (``bind_owner``, ``[DEFAULT]host``).
@@ -163,11 +165,19 @@ def start_bind(conf, context, bindings):
     jobs = db_api.write_retrying(context, _start, conf, context, bindings,
                                  now)
     deadline = now + datetime.timedelta(seconds=conf.bind_timeout)
+    batch_id = str(uuidlib.uuid4())
+    # A bind with nothing slow to do (no programming, no mdev to make) ends
+    # here, before the PATCH is answered, so that Nova's first read finds
+    # it resolved.  The rest, and the batch's Nova events, go on in the
+    # background.
+    with timing.phase(timing.QUICK_BINDS):
+        pending = [job for job in jobs
+                   if not _resolve(conf, context, batch_id, job, deadline,
+                                   started, quick=True)]
     worker_context = cyborg_context.RequestContext.from_dict(
         context.to_dict())
     return _executor(conf).submit(_run_batch, conf, worker_context,
-                                  str(uuidlib.uuid4()), jobs, deadline,
-                                  started)
+                                  batch_id, pending, deadline, started)
 
 
 def _start(conf, context, bindings, now):
@@ -318,27 +328,40 @@ def _run_batch(conf, context, batch_id, jobs, deadline, started=None):
     which the bind latency metric is measured (binds that were taken from
     under us, or failed by ``fail_stuck``, have no outcome of ours)."""
     for job in jobs:
-        try:
-            handle = _bind_one(conf, context, batch_id, job, deadline)
-        except _Lost:
-            LOG.info('Accelerator request %s left BindStarted while it was '
-                     'being bound', job['uuid'])
-        except Exception as e:
-            if _fail(conf, context, batch_id, job['uuid'],
-                     _reason(e, job), deadline, job=job):
-                _observe_bind(started, 'failed')
-        else:
-            _observe_bind(started, 'bound')
-            LOG.info('Accelerator request %s bound on %s (provider %s, '
-                     '%s handle) for instance %s', job['uuid'],
-                     job['hostname'], job['device_rp_uuid'],
-                     handle.attach_type, job['instance_uuid'])
-            _notify_bound(conf, context, job, handle)
+        _resolve(conf, context, batch_id, job, deadline, started)
     try:
         nova.deliver_batch(conf, context, batch_id)
     except Exception:
         LOG.exception('Could not deliver the events of batch %s; the '
                       'periodic re-sends them', batch_id)
+
+
+def _resolve(conf, context, batch_id, job, deadline, started, quick=False):
+    """Bind one ARQ and record how it ended.  With ``quick``, only when
+    nothing slow is needed: False (nothing recorded) when programming or an
+    mdev is left to do, or when something unexpected stopped it, for the
+    background work to carry on; True when the ARQ is resolved."""
+    try:
+        handle = _bind_one(conf, context, batch_id, job, deadline, quick)
+    except _Lost:
+        LOG.info('Accelerator request %s left BindStarted while it was '
+                 'being bound', job['uuid'])
+        return True
+    except Exception as e:
+        if quick and not isinstance(e, exception.CyborgException):
+            return False  # the background tries again, and reports
+        if _fail(conf, context, batch_id, job['uuid'], _reason(e, job),
+                 deadline, job=job):
+            _observe_bind(started, 'failed')
+        return True
+    if handle is None:
+        return False
+    _observe_bind(started, 'bound')
+    LOG.info('Accelerator request %s bound on %s (provider %s, %s handle) '
+             'for instance %s', job['uuid'], job['hostname'],
+             job['device_rp_uuid'], handle.attach_type, job['instance_uuid'])
+    _notify_bound(conf, context, job, handle)
+    return True
 
 
 def _reason(error, job):
@@ -360,18 +383,27 @@ def _observe_bind(started, outcome):
             time.monotonic() - started)
 
 
-def _bind_one(conf, context, batch_id, job, deadline):
-    """Bind one ARQ; returns its attach handle once Bound is committed."""
-    finish = None
-    if not _needs_programming(job['group']):
-        # Nothing slow to do unless the handle is an mdev: take the
-        # handle and end Bound in one transaction.
-        def finish(handle):
-            _finish(conf, context, batch_id, job, handle, deadline)
-    handle, done = db_api.write_retrying(context, _take_handle_in, context,
-                                         job, finish)
-    if done:
-        return handle
+def _bind_one(conf, context, batch_id, job, deadline, quick=False):
+    """Bind one ARQ; returns its attach handle once Bound is committed.
+    With ``quick``, None where something slow is left to do (the handle
+    taken so far stays in ``job``)."""
+    if quick and _needs_programming(job['group']):
+        return None
+    handle = job.pop('handle', None)
+    if handle is None:
+        finish = None
+        if not _needs_programming(job['group']):
+            # Nothing slow to do unless the handle is an mdev: take the
+            # handle and end Bound in one transaction.
+            def finish(handle):
+                _finish(conf, context, batch_id, job, handle, deadline)
+        handle, done = db_api.write_retrying(
+            context, _take_handle_in, context, job, finish)
+        if done:
+            return handle
+        if quick:
+            job['handle'] = handle
+            return None
     mdev_created = False
     try:
         if _needs_programming(job['group']):
