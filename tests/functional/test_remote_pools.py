@@ -11,6 +11,7 @@ host and the pool's provider, DELETE by instance, then the allocation
 deleted (doc/source/remote-pools.rst).
 """
 
+import os
 import time
 import uuid as uuidlib
 
@@ -127,6 +128,7 @@ def _compute_node(d, name, aggregates):
 @pytest.fixture(scope='module')
 def deployment(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('remote-pools')
+    (tmp / 'fabric').mkdir()
     with rabbit.throwaway_vhost() as transport_url, \
             databases.throwaway_database('mysql') as db_url, \
             placement_fixture.PlacementProcess(
@@ -314,3 +316,84 @@ def test_remote_pool_allocated_bound_and_released(deployment):
                       ok=False).status_code == 404
     assert d.call('GET', '/remote_pools/nvme-pool',
                   headers=ADMIN).status_code == 404
+
+
+def test_refused_registrations_leave_nothing(deployment):
+    d = deployment
+    unknown = d.call('POST', '/remote_pools', headers=ADMIN, json={
+        'name': 'no-driver', 'resource_class': RC, 'aggregates': [AGGREGATE],
+        'fabric_driver': 'no-such-fabric',
+        'handles': [{'fabric_address': 'x'}]})
+    assert unknown.status_code == 400, unknown.text
+    assert 'no fabric driver named' in unknown.text
+    twice = d.call('POST', '/remote_pools', headers=ADMIN, json={
+        'name': 'twice', 'resource_class': RC, 'aggregates': [AGGREGATE],
+        'fabric_driver': 'fake',
+        'handles': [{'fabric_address': 'x'}, {'fabric_address': 'x'}]})
+    assert twice.status_code == 400, twice.text
+    # A standard trait Placement does not know: refused by Placement, and
+    # the provider made before it is removed again.
+    bad_trait = d.call('POST', '/remote_pools', headers=ADMIN, json={
+        'name': 'bad-trait', 'resource_class': RC, 'traits': ['HW_NO_SUCH'],
+        'aggregates': [AGGREGATE], 'fabric_driver': 'fake',
+        'handles': [{'fabric_address': 'x'}]})
+    assert bad_trait.status_code == 400, bad_trait.text
+    assert d.call('GET', '/remote_pools', headers=ADMIN).json() == {
+        'remote_pools': []}
+    providers = _placement(d.placement_url, 'GET', '/resource_providers?'
+                           'name=remote_pool_bad-trait').json()
+    assert providers['resource_providers'] == []
+
+    assert _register(d, 'dup').status_code == 201
+    again = _register(d, 'dup')
+    assert again.status_code == 409, again.text
+    assert d.call('DELETE', '/remote_pools/dup',
+                  headers=ADMIN).status_code == 204
+
+
+def test_fabric_refusing_to_attach_fails_the_bind(deployment):
+    d = deployment
+    pool = _register(d, 'flaky', ['nqn.2026-01.org.example:flaky:1'])
+    assert pool.status_code == 201, pool.text
+    rp = pool.json()['resource_provider_uuid']
+    response = d.call('POST', '/device_profiles', headers=ADMIN, json=[{
+        'name': 'flaky-nvme', 'groups': [{f'resources:{RC}': '1'}]}])
+    assert response.status_code == 201, response.text
+    host = IN_AGGREGATE[0]
+    instance = str(uuidlib.uuid4())
+    _claim(d, instance, host, rp)
+    arq = _new_arq(d, 'flaky-nvme')
+    flag = os.path.join(d.fabric_dir, fake_fabric.FAIL_ATTACH)
+    with open(flag, 'w'):
+        pass
+    try:
+        assert _bind(d, arq['uuid'], host, rp, instance).status_code == 202
+        event, = _wait(lambda: [e for e in d.nova.events
+                                if e['tag'] == arq['uuid']], 30,
+                       'the failed event')
+    finally:
+        os.unlink(flag)
+    assert event['status'] == 'failed'
+    got = d.call('GET', '/accelerator_requests/' + arq['uuid']).json()
+    assert got['state'] == 'BindFailed'
+    assert got['attach_handle_type'] == ''
+    # The failed attach was undone, and the handle is free again.
+    ops = [(e['op'], e['instance_uuid']) for e in d.journal()
+           if e['pool'] == 'flaky']
+    assert ops == [('attach', instance), ('detach', instance)]
+    assert [h['in_use'] for h in _pool(d, 'flaky')['handles']] == [False]
+
+    # Bound again once the fabric accepts.
+    unbound = d.call('PATCH', '/accelerator_requests', json={arq['uuid']: [
+        {'path': '/hostname', 'op': 'remove'},
+        {'path': '/device_rp_uuid', 'op': 'remove'},
+        {'path': '/instance_uuid', 'op': 'remove'}]})
+    assert unbound.status_code == 202, unbound.text
+    assert _bind(d, arq['uuid'], host, rp, instance).status_code == 202
+    _wait(lambda: d.call('GET', '/accelerator_requests/' + arq['uuid'])
+          .json()['state'] == 'Bound', 30, 'the second bind')
+    assert d.call('DELETE', '/accelerator_requests?instance=' +
+                  instance).status_code == 204
+    _placement(d.placement_url, 'DELETE', f'/allocations/{instance}')
+    assert d.call('DELETE', '/remote_pools/flaky',
+                  headers=ADMIN).status_code == 204
