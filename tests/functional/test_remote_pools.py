@@ -1,8 +1,9 @@
 """Remote (fabric-attached) accelerator pools, end to end, over HTTP
 against real processes (cyborg-api and cyborg-conductor over RabbitMQ, on
-MariaDB) and the real Placement; a recording endpoint stands in for
-Nova's os-server-external-events, the fake fabric driver records what the
-conductor asks of the fabric in a directory this test reads.
+MariaDB and on PostgreSQL) and the real Placement; a recording endpoint
+stands in for Nova's os-server-external-events, the fake fabric driver
+records what the conductor asks of the fabric in a directory this test
+reads.
 
 Nova's part is played as Nova plays it: Placement's allocation candidates
 for the flavor plus the profile's request group, the first candidate for
@@ -125,12 +126,14 @@ def _compute_node(d, name, aggregates):
     d.nodes[name] = node
 
 
-@pytest.fixture(scope='module')
-def deployment(tmp_path_factory):
+# On both database servers: the ARQ reads join a remote handle in SQL
+# (a CASE over an enum on PostgreSQL) and binds lock the pool's row.
+@pytest.fixture(scope='module', params=['mysql', 'postgresql'])
+def deployment(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp('remote-pools')
     (tmp / 'fabric').mkdir()
     with rabbit.throwaway_vhost() as transport_url, \
-            databases.throwaway_database('mysql') as db_url, \
+            databases.throwaway_database(request.param) as db_url, \
             placement_fixture.PlacementProcess(
                 log_path=tmp / 'placement.log') as placement_url, \
             recording_http.FakeNova() as nova:
