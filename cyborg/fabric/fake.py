@@ -7,8 +7,8 @@ and appends every call to ``journal.jsonl``, one JSON object a line
 ``hostname``, ``instance_uuid``, ``pool``), so a test in another process
 can check what the conductor asked of the fabric.  Like a real fabric it
 refuses to attach an address that is attached to another host.  A file
-named ``fail_attach`` in the directory makes every attach fail (to test
-failed binds).
+named ``fail_attach`` (``fail_detach``) in the directory makes every
+attach (detach) fail, to test what follows a fabric's refusal.
 """
 
 import json
@@ -20,6 +20,7 @@ from cyborg.fabric import base
 JOURNAL = 'journal.jsonl'
 ATTACHED = 'attached.json'
 FAIL_ATTACH = 'fail_attach'
+FAIL_DETACH = 'fail_detach'
 
 
 class FakeFabricError(Exception):
@@ -63,6 +64,9 @@ class FakeFabricDriver(base.FabricDriver):
         path = self._dir()
         with self._lock:
             self._journal(path, 'detach', handle, hostname, instance_uuid)
+            if os.path.exists(os.path.join(path, FAIL_DETACH)):
+                raise FakeFabricError('the fake fabric refused to detach '
+                                      '%s' % handle.fabric_address)
             attached = self._read(path)
             now = attached.get(handle.fabric_address)
             if now is not None and now['hostname'] == hostname:
