@@ -118,6 +118,14 @@ def call(request, operation, path_vars):
     if operation.status in NO_CONTENT:
         return base.empty_response(operation.status)
     with timing.phase(timing.RENDER):
+        if isinstance(result, base.Text):
+            # A document in another format (text/plain, YAML): its content
+            # is checked by its own tests, not by a JSON schema.
+            if result.content_type not in operation.media_types:
+                raise exception.CyborgException(
+                    message='%s answered %s, which it does not declare' % (
+                        operation.name, result.content_type))
+            return base.text_response(operation.status, result)
         if request.conf.api.validate_responses:
             _check_response(operation, version, result)
         return base.json_response(operation.status, result)

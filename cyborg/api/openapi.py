@@ -76,8 +76,11 @@ def _responses(operation):
     ok = {'description': 'Success.'}
     if (operation.response is not None
             and operation.status not in dispatch.NO_CONTENT):
-        ok['content'] = {'application/json': {
-            'schema': _document_schema(operation.response)}}
+        ok['content'] = {
+            media: {'schema': _document_schema(operation.response)
+                    if media == 'application/json' else
+                    copy.deepcopy(operation.response)}
+            for media in operation.media_types}
     responses = {str(operation.status): ok}
     for code in operation.errors:
         responses[str(code)] = {'description': _ERROR_TEXT[code], 'content': {

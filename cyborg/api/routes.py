@@ -22,17 +22,24 @@ from cyborg.api.controllers.v2 import attributes
 from cyborg.api.controllers.v2 import deployables
 from cyborg.api.controllers.v2 import device_profiles
 from cyborg.api.controllers.v2 import devices
+from cyborg.api.controllers.v2 import exports
+from cyborg.api.controllers.v2 import remote_pools
 from cyborg.api.schemas import accelerator_requests as arq_schema
 from cyborg.api.schemas import attributes as attribute_schema
 from cyborg.api.schemas import deployables as deployable_schema
 from cyborg.api.schemas import device_profiles as profile_schema
 from cyborg.api.schemas import devices as device_schema
+from cyborg.api.schemas import exports as export_schema
+from cyborg.api.schemas import remote_pools as pool_schema
+from cyborg.api import microversion
 from cyborg.api.schemas import versions as version_schema
 from cyborg.policies import accelerator_requests as arq_policy
 from cyborg.policies import attributes as attribute_policy
 from cyborg.policies import deployables as deployable_policy
 from cyborg.policies import device_profiles as profile_policy
 from cyborg.policies import devices as device_policy
+from cyborg.policies import exports as export_policy
+from cyborg.policies import remote_pools as pool_policy
 
 # Errors any /v2 operation may answer: a malformed microversion or body,
 # no valid token, refused by policy, a missing resource, an unsupported
@@ -57,6 +64,9 @@ class Operation:
     min_version: tuple = (2, 0)
     max_version: tuple | None = None
     errors: tuple = ERRORS
+    # The media types of the success body: JSON (checked against
+    # ``response``) unless the handler returns a ``base.Text`` of another.
+    media_types: tuple = ('application/json',)
 
     @property
     def name(self):
@@ -74,6 +84,7 @@ class Operation:
 
 _ARQS = '/v2/accelerator_requests'
 _PROFILES = '/v2/device_profiles'
+_POOLS = '/v2/remote_pools'
 
 OPERATIONS = [
     Operation('GET', '/', root.root_versions, None,
@@ -150,6 +161,34 @@ OPERATIONS = [
               attribute_policy.GET_ONE, attribute_schema.ATTRIBUTE),
     Operation('DELETE', '/v2/attributes/{uuid}', attributes.delete_attribute,
               attribute_policy.DELETE, status=204, errors=WRITE_ERRORS),
+
+    Operation('GET', _POOLS, remote_pools.list_remote_pools,
+              pool_policy.GET_ALL, pool_schema.POOL_LIST,
+              query=pool_schema.LIST_QUERY,
+              min_version=microversion.REMOTE_POOLS),
+    Operation('POST', _POOLS, remote_pools.create_remote_pool,
+              pool_policy.CREATE, pool_schema.POOL, 201,
+              body=pool_schema.CREATE, min_version=microversion.REMOTE_POOLS,
+              errors=WRITE_ERRORS),
+    Operation('GET', _POOLS + '/{name_or_uuid}',
+              remote_pools.show_remote_pool, pool_policy.GET_ONE,
+              pool_schema.POOL, min_version=microversion.REMOTE_POOLS),
+    Operation('DELETE', _POOLS + '/{name_or_uuid}',
+              remote_pools.delete_remote_pool, pool_policy.DELETE,
+              status=204, min_version=microversion.REMOTE_POOLS,
+              errors=WRITE_ERRORS),
+
+    Operation('GET', '/v2/exports/resourceslices',
+              exports.export_resource_slices,
+              export_policy.RESOURCE_SLICES, export_schema.SLICE_LIST,
+              query=export_schema.SLICES_QUERY,
+              min_version=microversion.EXPORTS,
+              media_types=('application/json', 'application/yaml')),
+    Operation('GET', '/v2/exports/gres.conf', exports.export_gres_conf,
+              export_policy.GRES_CONF, export_schema.GRES_CONF,
+              query=export_schema.GRES_QUERY,
+              min_version=microversion.EXPORTS,
+              media_types=('text/plain',)),
 ]
 
 

@@ -102,3 +102,21 @@ def worst(*states):
     if not present:
         return HEALTHY
     return max(present, key=HEALTH_STATES.index)
+
+
+# Remote (fabric-attached) pools (``remote_pools.state``): registered by
+# an admin, served through a fabric driver (cyborg.fabric), shared with
+# the compute nodes of Placement aggregates.  'deleting' refuses new binds
+# while the pool's Placement provider is being removed.
+POOL_ACTIVE = 'active'
+POOL_DELETING = 'deleting'
+POOL_STATES = (POOL_ACTIVE, POOL_DELETING)
+
+# The attach type an ARQ bound to a remote pool shows: its handle is a
+# fabric address, attached to the instance's host by the pool's fabric
+# driver (not a PCI function of the host).
+FABRIC = 'FABRIC'
+
+# The trait that makes a Placement provider share its inventory with the
+# providers of its aggregates (os-traits).
+SHARES_VIA_AGGREGATE = 'MISC_SHARES_VIA_AGGREGATE'

@@ -44,6 +44,7 @@ had, and its ``previous_state``; a deleted ARQ's ``state`` is its last one,
 nothing.  With notifications off (the default) no payload is built.
 """
 
+import collections
 import datetime
 import functools
 import json
@@ -63,11 +64,13 @@ from cyborg.common import notify
 from cyborg.common import states
 from cyborg.common import timing
 from cyborg.conductor import nova
+from cyborg.conductor import remote_pools
 from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import attach_handles as handle_db
 from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import device_profiles as profile_db
+from cyborg.db.api import remote_pools as pool_db
 from cyborg.objects import accelerator_requests
 from cyborg.objects import base as objects_base
 
@@ -86,7 +89,13 @@ BIND_FIELDS = ('hostname', 'device_rp_uuid', 'instance_uuid')
 
 _CLEARED = {'hostname': None, 'device_rp_uuid': None, 'instance_uuid': None,
             'deployable_id': None, 'attach_handle_id': None,
+            'remote_pool_id': None, 'remote_handle_id': None,
             'bind_started_at': None, 'bind_failure_reason': None}
+
+# A remote pool's handle once attached, as a bound handle is logged and
+# announced.
+_RemoteBound = collections.namedtuple('_RemoteBound',
+                                      'uuid attach_type attach_info')
 
 _EXECUTOR = None
 _EXECUTOR_LOCK = threading.Lock()
@@ -189,13 +198,20 @@ def _start(conf, context, bindings, now):
                   'device_rp_uuid': job['device_rp_uuid'],
                   'instance_uuid': job['instance_uuid'],
                   'deployable_id': job['deployable_id'],
+                  'remote_pool_id': job.get('remote_pool_id'),
                   'bind_started_at': now, 'bind_owner': conf.host,
                   'bind_failure_reason': None}
         if job.get('project_id'):
             values['project_id'] = job['project_id']
+        if (job.get('remote_pool_id') is not None
+                and not pool_db.hold(context, job['remote_pool_id'])):
+            raise exception.Conflict(
+                reason=f"remote pool {job['remote']['pool_name']} is being "
+                       f"deleted")
         if not arq_db.transition(context, job['uuid'], states.BIND_STARTED,
                                  BIND_FROM, values,
-                                 where={'attach_handle_id': None}):
+                                 where={'attach_handle_id': None,
+                                        'remote_handle_id': None}):
             # Another PATCH got there first; the rollback undoes the ARQs
             # this one already moved.
             raise exception.Conflict(
@@ -217,12 +233,14 @@ def _validate(conf, context, bindings):
     """The bind jobs of a PATCH, or a 4xx: ARQs exist and are the caller's,
     are bindable, their provider is an enabled deployable on the host that
     Placement allocated to the instance, and the instance has no bound
-    ARQs of another request."""
+    ARQs of another request.  A provider may also be a remote pool's: the
+    host must then be in one of the pool's aggregates."""
     if not isinstance(bindings, dict) or not bindings:
         raise exception.Invalid(reason='no accelerator request to bind')
     rows = {r.uuid: r for r in arq_db.get_to_change(context, list(bindings))}
-    targets = deployable_db.bind_targets(
-        context, {_field(b, 'device_rp_uuid') for b in bindings.values()})
+    rp_uuids = {_field(b, 'device_rp_uuid') for b in bindings.values()}
+    targets = deployable_db.bind_targets(context, rp_uuids)
+    pools = pool_db.by_rp_uuids(context, rp_uuids - set(targets))
     jobs = []
     for arq_uuid, binding in bindings.items():
         row = rows.get(arq_uuid)
@@ -232,13 +250,24 @@ def _validate(conf, context, bindings):
             raise exception.Conflict(
                 reason=f'accelerator request {arq_uuid} is {row.state}, it '
                        f'cannot be bound')
-        target = _check_target(targets, binding)
         group = json.loads(row.profile_json)[row.device_profile_group_id]
+        pool = pools.get(binding['device_rp_uuid'])
+        if pool is not None:
+            _check_pool(pool, binding, group)
+            jobs.append(dict(binding, uuid=arq_uuid, group=group,
+                             deployable_id=None, remote_pool_id=pool.id,
+                             remote={'pool_name': pool.name,
+                                     'fabric_driver': pool.fabric_driver},
+                             notice=_bind_notice(row, binding, None)))
+            continue
+        target = _check_target(targets, binding)
         jobs.append(dict(binding, uuid=arq_uuid, group=group,
                          deployable_id=target.deployable_id,
                          agent_host=target.hostname,
-                         notice=_bind_notice(row, binding, target)))
+                         notice=_bind_notice(row, binding,
+                                             target.deployable_uuid)))
     _check_instances(context, jobs)
+    _check_pool_hosts(conf, pools, jobs)
     _check_allocations(conf, jobs)
     return jobs
 
@@ -275,6 +304,31 @@ def _check_target(targets, binding):
             reason=f'the device of resource provider {rp_uuid} is in '
                    f'maintenance')
     return target
+
+
+def _check_pool(pool, binding, group):
+    for name in BIND_FIELDS:
+        _field(binding, name)
+    if pool.state != states.POOL_ACTIVE:
+        raise exception.Conflict(
+            reason=f'remote pool {pool.name} is being deleted')
+    if _needs_programming(group):
+        raise exception.BindFailed(
+            reason=f'remote pool {pool.name} cannot be programmed '
+                   f'(accel:bitstream_id, accel:function_id)')
+
+
+def _check_pool_hosts(conf, pools, jobs):
+    """Each host bound to a remote pool is a compute node of one of the
+    pool's aggregates (asked of Placement once per pair)."""
+    checked = set()
+    by_id = {pool.id: pool for pool in pools.values()}
+    for job in jobs:
+        pool = by_id.get(job.get('remote_pool_id'))
+        if pool is None or (pool.id, job['hostname']) in checked:
+            continue
+        remote_pools.check_host(conf, pool, job['hostname'])
+        checked.add((pool.id, job['hostname']))
 
 
 def _check_instances(context, jobs):
@@ -386,9 +440,13 @@ def _observe_bind(started, outcome):
 def _bind_one(conf, context, batch_id, job, deadline, quick=False):
     """Bind one ARQ; returns its attach handle once Bound is committed.
     With ``quick``, None where something slow is left to do (the handle
-    taken so far stays in ``job``)."""
-    if quick and _needs_programming(job['group']):
+    taken so far stays in ``job``): programming, an mdev, a fabric
+    attach."""
+    remote = job.get('remote_pool_id') is not None
+    if quick and (remote or _needs_programming(job['group'])):
         return None
+    if remote:
+        return _bind_remote(conf, context, batch_id, job, deadline)
     handle = job.pop('handle', None)
     if handle is None:
         finish = None
@@ -421,6 +479,62 @@ def _bind_one(conf, context, batch_id, job, deadline, quick=False):
             _mdev_remove(conf, context, job['agent_host'], handle)
         raise
     return handle
+
+
+def _bind_remote(conf, context, batch_id, job, deadline):
+    """Bind one ARQ to a remote pool: take a free handle (committed, so a
+    concurrent unbind finds and detaches it), attach it to the host through
+    the pool's fabric driver, then end Bound with the driver's answer.
+    An attach that fails, or a bind lost meanwhile, is detached again."""
+    handle = db_api.write_retrying(context, _take_remote_in, context, job)
+    try:
+        info = remote_pools.attach(conf, job, handle)
+        db_api.write_retrying(context, _finish_remote, conf, context,
+                              batch_id, job, handle, info, deadline)
+    except Exception:
+        _detach_quietly(conf, job, handle)
+        raise
+    return _RemoteBound(handle.uuid, states.FABRIC, json.dumps(info))
+
+
+def _take_remote_in(context, job):
+    handle = pool_db.take(context, job['remote_pool_id'])
+    if handle is None:
+        raise exception.BindFailed(
+            reason=f"no free handle in remote pool "
+                   f"{job['remote']['pool_name']}")
+    if not arq_db.set_remote_handle(context, job['uuid'], handle.id):
+        raise _Lost()  # rolls the take back
+    return handle
+
+
+def _finish_remote(conf, context, batch_id, job, handle, info, deadline):
+    """Bound, the handle's attachment and the event in one transaction."""
+    if not arq_db.transition(context, job['uuid'], states.BOUND, BOUND_FROM,
+                             where={'remote_handle_id': handle.id}):
+        raise _Lost()
+    pool_db.set_attached(context, handle.id, job['hostname'],
+                         json.dumps(info))
+    nova.record(conf, context, batch_id,
+                [(job['instance_uuid'], job['uuid'], 'completed')],
+                _due(conf, deadline))
+
+
+def _detach_quietly(conf, job, handle):
+    """Undo an attach whose bind did not end Bound (the driver's detach
+    is idempotent; a failure is only logged: the handle was never the
+    instance's)."""
+    from cyborg.fabric import base as fabric_base
+    from cyborg.fabric import loader as fabric_loader
+
+    try:
+        fabric_loader.get(conf, job['remote']['fabric_driver']).detach(
+            fabric_base.FabricHandle(handle.uuid, handle.fabric_address,
+                                     job['remote']['pool_name']),
+            job['hostname'], job['instance_uuid'])
+    except Exception as e:  # noqa: BLE001 - logged, see above
+        LOG.warning('Could not detach %s from %s after a failed bind: %s',
+                    handle.fabric_address, job['hostname'], e)
 
 
 def _finish(conf, context, batch_id, job, handle, deadline):
@@ -465,11 +579,13 @@ def _due(conf, deadline):
         seconds=conf.conductor.nova_event_retry_interval)
 
 
-def _fail(conf, context, batch_id, arq_uuid, reason, deadline, job=None):
+def _fail(conf, context, batch_id, arq_uuid, reason, deadline, job=None,
+          kept=()):
     """Move the ARQ from BindStarted to BindFailed, record its event and
-    notify; False when it had already left BindStarted."""
+    notify; False when it had already left BindStarted.  ``kept``: remote
+    handles whose detach failed (kept out of use)."""
     row = db_api.write_retrying(context, _fail_in, conf, context, batch_id,
-                                arq_uuid, reason, deadline)
+                                arq_uuid, reason, deadline, kept)
     if row is None:
         LOG.info('Accelerator request %s left BindStarted before its '
                  'failure could be recorded: %s', arq_uuid, reason)
@@ -479,12 +595,13 @@ def _fail(conf, context, batch_id, arq_uuid, reason, deadline, job=None):
     return True
 
 
-def _fail_in(conf, context, batch_id, arq_uuid, reason, deadline):
+def _fail_in(conf, context, batch_id, arq_uuid, reason, deadline, kept=()):
     # Only a bind still in progress fails here (a Bound ARQ stays Bound).
     row = _leave(context, arq_uuid, states.BIND_FAILED,
                  (states.BIND_STARTED,),
                  {'bind_failure_reason': reason[:4000],
-                  'attach_handle_id': None})
+                  'attach_handle_id': None, 'remote_pool_id': None,
+                  'remote_handle_id': None}, kept=kept)
     if row is not None:
         nova.record(conf, context, batch_id,
                     [(row.instance_uuid, arq_uuid, 'failed')],
@@ -492,22 +609,38 @@ def _fail_in(conf, context, batch_id, arq_uuid, reason, deadline):
     return row
 
 
-def _leave(context, arq_uuid, to_state, from_states, values, known=None):
+def _leave(context, arq_uuid, to_state, from_states, values, known=None,
+           kept=()):
     """Move an ARQ and release the handle it held, in the caller's
     transaction.  Returns the row as it was, or None if not moved.
-    ``known``: the ARQ as just read, tried first to save a query."""
+    ``known``: the ARQ as just read, tried first to save a query.
+    ``kept``: remote handles whose fabric detach failed: unlinked from the
+    ARQ but kept out of use, marked for the reconcile to retry."""
     for _ in range(3):
         row, known = known or arq_db.handle_state(context, arq_uuid), None
         if row is None or row.state not in from_states:
             return None
         if arq_db.transition(context, arq_uuid, to_state, from_states,
-                             values, where={'attach_handle_id':
-                                            row.attach_handle_id}):
+                             values, where={
+                                 'attach_handle_id': row.attach_handle_id,
+                                 'remote_handle_id': row.remote_handle_id}):
             if row.attach_handle_id is not None:
                 handle_db.release(context, row.attach_handle_id)
+            if row.remote_handle_id in kept:
+                _keep_out(context, row)
+            elif row.remote_handle_id is not None:
+                pool_db.release(context, row.remote_handle_id)
             return row
         # The bind worker took a handle between our read and write.
     return None
+
+
+def _keep_out(context, row):
+    handle = pool_db.get_handle(context, row.remote_handle_id)
+    if handle is not None:
+        pool_db.set_attach_info(context, handle.id,
+                                remote_pools.quarantine_info(
+                                    row, handle.attach_info))
 
 
 # -- mdevs ----------------------------------------------------------------
@@ -588,8 +721,9 @@ def unbind(conf, context, arq_uuids):
         raise exception.ARQNotFound(uuid=missing[0])
     failed = _release_mdevs(conf, context, rows)
     freed = [r for r in rows if r.uuid not in failed]
+    kept = remote_pools.detach_for_release(conf, context, freed)
     moved = db_api.write_retrying(context, _leave_all, context, freed,
-                                  states.UNBOUND, UNBIND_FROM)
+                                  states.UNBOUND, UNBIND_FROM, kept=kept)
     if failed:
         db_api.write_retrying(context, _unbind_failed_in, context, failed)
     _notify_left(conf, context, notify.ARQ_UNBIND, freed, moved,
@@ -607,13 +741,14 @@ def _unbind_failed_in(context, failed):
                         arq_uuid, reason)
 
 
-def _leave_all(context, rows, to_state, from_states, delete=False):
+def _leave_all(context, rows, to_state, from_states, delete=False,
+               kept=()):
     """Move (and with ``delete`` then delete) the ARQs of ``rows``;
     returns {uuid: state before} of those that moved."""
     moved = {}
     for row in rows:
         before = _leave(context, row.uuid, to_state, from_states, _CLEARED,
-                        known=row)
+                        known=row, kept=kept)
         if before is not None:
             moved[row.uuid] = before.state
     if delete:
@@ -634,8 +769,10 @@ def delete(conf, context, arq_uuids=None, instance_uuid=None):
     if not rows:
         return arq_uuids
     _release_mdevs(conf, context, rows)
+    kept = remote_pools.detach_for_release(conf, context, rows)
     moved = db_api.write_retrying(context, _leave_all, context, rows,
-                                  states.DELETING, ANY_STATE, delete=True)
+                                  states.DELETING, ANY_STATE, delete=True,
+                                  kept=kept)
     _notify_left(conf, context, notify.ARQ_DELETE, rows, moved,
                  states.DELETING)
     found = {r.uuid for r in rows}
@@ -677,10 +814,14 @@ def fail_stuck(conf, context):
     if not stuck:
         return 0
     batch_id = str(uuidlib.uuid4())
+    # A remote handle a dead conductor may have attached is detached
+    # before it is freed.
+    kept = remote_pools.detach_for_release(
+        conf, context, arq_db.get_to_change(context, stuck))
     for arq_uuid in stuck:
         _fail(conf, context, batch_id, arq_uuid,
               f'bind did not finish within {conf.bind_timeout} seconds',
-              timeutils.utcnow())
+              timeutils.utcnow(), kept=kept)
     nova.deliver_batch(conf, context, batch_id)
     return len(stuck)
 
@@ -744,13 +885,13 @@ def _row_fields(row):
                 deployable_uuid=row.deployable_uuid)
 
 
-def _bind_notice(row, binding, target):
+def _bind_notice(row, binding, deployable_uuid):
     """What a bind's notifications say besides the binding itself (kept
     on the job: the worker reads nothing more to notify)."""
     return {'device_profile_name': row.device_profile_name,
             'device_profile_group_id': row.device_profile_group_id,
             'project_id': binding.get('project_id') or row.project_id,
-            'deployable_uuid': target.deployable_uuid}
+            'deployable_uuid': deployable_uuid}
 
 
 def _job_fields(job):

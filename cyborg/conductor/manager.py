@@ -11,6 +11,7 @@ Owners:
   attribute_*                 attributes
   arq_*                       arq_binding
   deployable_program          programming
+  remote_pool_*               remote_pools
 """
 
 import functools
@@ -27,6 +28,7 @@ from cyborg.conductor import device_status
 from cyborg.conductor import health
 from cyborg.conductor import inventory_apply
 from cyborg.conductor import programming
+from cyborg.conductor import remote_pools
 from cyborg.conductor import rpcapi
 
 LOG = logging.getLogger(__name__)
@@ -118,3 +120,11 @@ class ConductorManager:
     def deployable_program(self, context, deployable_uuid, image_uuid):
         return programming.program_deployable(self.conf, context,
                                               deployable_uuid, image_uuid)
+
+    @_answer
+    def remote_pool_create(self, context, values):
+        return remote_pools.create(self.conf, context, values)
+
+    @_answer
+    def remote_pool_delete(self, context, pool_uuid):
+        return remote_pools.delete(self.conf, context, pool_uuid)

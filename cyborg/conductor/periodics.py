@@ -27,6 +27,10 @@ JOBS = (
     # Repair Placement drift and finish syncs a failed report left behind.
     ('reconcile_placement', 'reconcile_interval',
      'cyborg.conductor.placement_sync:reconcile_all'),
+    # Re-sync remote pools' sharing providers and retry the fabric
+    # detaches that failed.
+    ('reconcile_remote_pools', 'reconcile_interval',
+     'cyborg.conductor.remote_pools:reconcile'),
     # Fail ARQs left in BindStarted past [DEFAULT]bind_timeout (a conductor
     # died mid-bind) and tell Nova.
     ('fail_stuck_arqs', 'stuck_arq_check_interval',

@@ -9,12 +9,14 @@ added method or argument, pin the version each call needs):
     1.0 - Initial version: report_inventory, request handling for device
           profiles, ARQs, devices, deployables and attributes.
     1.1 - Added report_health (agents' health readings).
+    1.5 - Added remote_pool_create and remote_pool_delete (remote,
+          fabric-attached accelerator pools).
 """
 
 from cyborg.common import rpc
 
 TOPIC = 'cyborg-conductor'
-RPC_API_VERSION = '1.1'
+RPC_API_VERSION = '1.5'
 
 
 class ConductorAPI:
@@ -82,6 +84,19 @@ class ConductorAPI:
         """
         return self._call(context, '1.0', 'arq_delete', arq_uuids=arq_uuids,
                           instance_uuid=instance_uuid)
+
+    # -- remote pools ------------------------------------------------------
+
+    def remote_pool_create(self, context, values):
+        """Register a remote pool from validated ``values``; returns its
+        uuid once Placement holds its provider."""
+        return self._call(context, '1.5', 'remote_pool_create',
+                          values=values)
+
+    def remote_pool_delete(self, context, pool_uuid):
+        """Delete a remote pool and its provider; 409 while in use."""
+        return self._call(context, '1.5', 'remote_pool_delete',
+                          pool_uuid=pool_uuid)
 
     # -- devices, deployables, attributes --------------------------------
 

@@ -23,6 +23,7 @@ from cyborg.conf import api
 from cyborg.conf import conductor
 from cyborg.conf import database
 from cyborg.conf import default
+from cyborg.conf import fabric
 from cyborg.conf import glance
 from cyborg.conf import health
 from cyborg.conf import metrics
@@ -38,7 +39,7 @@ CONFIG_ENV = 'OS_CYBORG_CONFIG'
 CONFIG_DIR_ENV = 'OS_CYBORG_CONFIG_DIR'
 
 _MODULES = (default, api, conductor, database, agent, placement, nova,
-            glance, service_user, health, metrics, privsep)
+            glance, service_user, health, metrics, privsep, fabric)
 
 
 def register_opts(conf):

@@ -5,6 +5,7 @@ from cyborg.conf import api
 from cyborg.conf import conductor
 from cyborg.conf import database
 from cyborg.conf import default
+from cyborg.conf import fabric
 from cyborg.conf import glance
 from cyborg.conf import health
 from cyborg.conf import metrics
@@ -14,7 +15,7 @@ from cyborg.conf import privsep
 from cyborg.conf import service_user
 
 _MODULES = (default, api, conductor, database, agent, placement, nova,
-            glance, service_user, health, metrics, privsep)
+            glance, service_user, health, metrics, privsep, fabric)
 
 
 def list_opts():

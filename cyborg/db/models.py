@@ -222,6 +222,10 @@ class ExtARQ(Base):
         sa.Index('extended_arqs_state_idx', 'state'),
         sa.Index('extended_arqs_device_profile_id_idx', 'device_profile_id'),
         sa.Index('extended_arqs_bind_owner_idx', 'bind_owner'),
+        sa.UniqueConstraint('remote_handle_id',
+                            name='uniq_extended_accelerator_requests0'
+                                 'remote_handle_id'),
+        sa.Index('extended_arqs_remote_pool_id_idx', 'remote_pool_id'),
     )
 
     uuid = sa.Column(UUID, nullable=False)
@@ -245,6 +249,17 @@ class ExtARQ(Base):
                               sa.ForeignKey('deployables.id',
                                             ondelete='SET NULL'),
                               nullable=True)
+    # Ours: the remote pool an ARQ binding or bound to a remote
+    # (fabric-attached) accelerator holds, and its fabric handle, in place
+    # of deployable_id and attach_handle_id.
+    remote_pool_id = sa.Column(sa.Integer,
+                               sa.ForeignKey('remote_pools.id',
+                                             ondelete='SET NULL'),
+                               nullable=True)
+    remote_handle_id = sa.Column(sa.Integer,
+                                 sa.ForeignKey('remote_pool_handles.id',
+                                               ondelete='SET NULL'),
+                                 nullable=True)
     # Ours: when binding began (for the stuck-bind periodic), the
     # conductor ([DEFAULT]host) carrying the bind through (a restarted one
     # fails its own leftovers at once), and why a bind (BindFailed) or an
@@ -252,6 +267,67 @@ class ExtARQ(Base):
     bind_started_at = sa.Column(sa.DateTime, nullable=True)
     bind_owner = sa.Column(NAME, nullable=True)
     bind_failure_reason = sa.Column(sa.Text, nullable=True)
+
+
+class RemotePool(Base):
+    """Ours: a pool of remote (fabric-attached) accelerators that no agent
+    discovers, registered by an admin (cyborg.conductor.remote_pools).
+
+    Placement holds it as a sharing provider (``rp_uuid``, trait
+    MISC_SHARES_VIA_AGGREGATE) in ``aggregates`` (a JSON list of aggregate
+    uuids), with ``resource_class`` inventory of one unit per handle and
+    ``traits`` (a JSON list).  ``fabric_driver`` names the entry point of
+    ``cyborg.fabric.driver`` that attaches its handles to hosts.
+    """
+
+    __tablename__ = 'remote_pools'
+    __table_args__ = (
+        sa.UniqueConstraint('uuid', name='uniq_remote_pools0uuid'),
+        sa.UniqueConstraint('name', name='uniq_remote_pools0name'),
+        sa.UniqueConstraint('rp_uuid', name='uniq_remote_pools0rp_uuid'),
+    )
+
+    uuid = sa.Column(UUID, nullable=False)
+    name = sa.Column(NAME, nullable=False)
+    description = sa.Column(sa.Text, nullable=True)
+    resource_class = sa.Column(NAME, nullable=False)
+    traits = sa.Column(sa.Text, nullable=False)
+    aggregates = sa.Column(sa.Text, nullable=False)
+    fabric_driver = sa.Column(NAME, nullable=False)
+    rp_uuid = sa.Column(UUID, nullable=False)
+    # A word of states.POOL_STATES (a string, not an enum: see the health
+    # columns).
+    state = sa.Column(sa.String(16), nullable=False,
+                      default=states.POOL_ACTIVE,
+                      server_default=states.POOL_ACTIVE)
+    # False until Placement is known to hold the provider as described.
+    placement_synced = sa.Column(sa.Boolean, nullable=False, default=False)
+
+
+class RemotePoolHandle(Base):
+    """Ours: one remote accelerator of a pool, known by its fabric address
+    (an NVMe-oF NQN, a fabric manager's device id...).  While in use,
+    ``hostname`` is the host it is attached to and ``attach_info`` (JSON)
+    what the fabric driver answered, plus the address."""
+
+    __tablename__ = 'remote_pool_handles'
+    __table_args__ = (
+        sa.UniqueConstraint('uuid', name='uniq_remote_pool_handles0uuid'),
+        sa.UniqueConstraint('pool_id', 'fabric_address',
+                            name='uniq_remote_pool_handles0pool_id0'
+                                 'fabric_address'),
+        sa.Index('remote_pool_handles_pool_id_in_use_idx',
+                 'pool_id', 'in_use'),
+    )
+
+    uuid = sa.Column(UUID, nullable=False)
+    pool_id = sa.Column(sa.Integer,
+                        sa.ForeignKey('remote_pools.id', ondelete='CASCADE'),
+                        nullable=False)
+    fabric_address = sa.Column(NAME, nullable=False)
+    in_use = sa.Column(sa.Boolean, nullable=False, default=False)
+    hostname = sa.Column(NAME, nullable=True)
+    attach_info = sa.Column(sa.Text, nullable=False)
 
 
 class NovaEvent(Base):

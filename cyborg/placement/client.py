@@ -335,6 +335,18 @@ class PlacementClient:
             generation = None
         raise GenerationConflict(uuid=uuid, attempts=GENERATION_RETRIES)
 
+    def get_aggregates(self, uuid):
+        """``(generation, set of aggregate uuids)`` of the provider."""
+        generation, aggregates = self._get_generational(uuid, 'aggregates')
+        return generation, set(aggregates)
+
+    def set_aggregates(self, uuid, aggregates, generation=None):
+        """Replace the provider's aggregates; returns the new generation."""
+        url = f'/resource_providers/{uuid}/aggregates'
+        return self._put_generational(
+            uuid, url, {'aggregates': sorted(aggregates)}, generation,
+            lambda: self.get_aggregates(uuid)[0])
+
     # -- custom resource classes and traits ----------------------------------
 
     def ensure_resource_classes(self, names):

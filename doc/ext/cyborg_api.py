@@ -141,6 +141,8 @@ def _example_lines(operation_id, samples, location):
         response['status']), '']
     if 'body' in response:
         lines += _code('json', _json_text(response['body']))
+    elif 'text' in response:
+        lines += _code('text', response['text'])
     elif response.get('body_omitted'):
         lines += [response['body_omitted'], '']
     return lines

@@ -60,6 +60,22 @@ def json_response(status, body=None):
     return resp
 
 
+class Text:
+    """A handler's answer in a format other than JSON: ``text`` sent as
+    ``content_type`` (UTF-8)."""
+
+    def __init__(self, content_type, text):
+        self.content_type = content_type
+        self.text = text
+
+
+def text_response(status, answer):
+    resp = webob.Response(status=status, content_type=answer.content_type,
+                          charset='utf-8')
+    resp.text = answer.text
+    return resp
+
+
 def empty_response(status):
     return json_response(status, None)
 

@@ -3,10 +3,11 @@
 Reads: every ARQ read, the API's and the conductor's, is built by
 ``select``, which joins an ARQ to exactly the tables the columns asked for
 come from: its device profile (an inner join: every ARQ has one), its
-attach handle, and its deployable (alone, or with that deployable's
-device for the health the API shows, as ONE outer join: only an ARQ that
-is binding or bound has either).  ``VIEW`` is what the API shows,
-``CHANGE`` what the state machine needs to change ARQs and announce it.
+attach handle or remote pool handle, and its deployable (alone, or with
+that deployable's device for the health the API shows, as ONE outer
+join: only an ARQ that is binding or bound has either).  ``VIEW`` is
+what the API shows, ``CHANGE`` what the state machine needs to change
+ARQs and announce it.
 Reads run as Core statements: plain columns, no ORM entities, so a list
 of 1,000 ARQs stays cheap.
 
@@ -28,6 +29,7 @@ _PROFILE = models.DeviceProfile.__table__
 _HANDLE = models.AttachHandle.__table__
 _DEPLOYABLE = models.Deployable.__table__
 _DEVICE = models.Device.__table__
+_REMOTE = models.RemotePoolHandle.__table__
 
 
 def _health_rank(column):
@@ -48,25 +50,36 @@ def _worse(column):
         else_=_DEPLOYABLE.c[column])
 
 
+# An ARQ's handle is an attach handle of a host's deployable, or a
+# remote pool's fabric handle (type FABRIC): one of the two outer joins
+# finds it.  The enum is cast so both branches are strings (PostgreSQL).
+_HANDLE_TYPE = sa.case(
+    (_REMOTE.c.id.is_not(None), sa.literal(states.FABRIC, sa.String)),
+    else_=sa.cast(_HANDLE.c.attach_type, sa.String))
+
 # What an ARQ is and where it is bound, with its profile's name and its
 # attach handle: the columns every reader of whole ARQs gets.
 _COMMON = (_ARQ.c.uuid, _ARQ.c.state, _ARQ.c.device_profile_group_id,
            _ARQ.c.project_id, _ARQ.c.hostname, _ARQ.c.device_rp_uuid,
            _ARQ.c.instance_uuid, _ARQ.c.created_at, _ARQ.c.updated_at,
            _PROFILE.c.name.label('device_profile_name'),
-           _HANDLE.c.uuid.label('attach_handle_uuid'),
-           _HANDLE.c.attach_type.label('attach_handle_type'),
-           _HANDLE.c.attach_info.label('attach_handle_info'))
+           sa.func.coalesce(_HANDLE.c.uuid, _REMOTE.c.uuid)
+           .label('attach_handle_uuid'),
+           _HANDLE_TYPE.label('attach_handle_type'),
+           sa.func.coalesce(_HANDLE.c.attach_info, _REMOTE.c.attach_info)
+           .label('attach_handle_info'))
 
 # What the API shows: plus the effective health of the bound deployable.
 VIEW = _COMMON + (_worse('health').label('device_health'),
                   _worse('health_reason').label('device_health_reason'))
 
 # What the state machine reads before changing ARQs: plus the handle id a
-# guarded update checks, the profile's groups, the deployable's uuid (for
-# notifications) and its device's host (the agent to ask: the ARQ's own
-# ``hostname`` is the compute node's name, which may differ).
-CHANGE = _COMMON + (_ARQ.c.attach_handle_id, _PROFILE.c.profile_json,
+# guarded update checks (and the remote handle, for a remote pool's ARQ),
+# the profile's groups, the deployable's uuid (for notifications) and its
+# device's host (the agent to ask: the ARQ's own ``hostname`` is the
+# compute node's name, which may differ).
+CHANGE = _COMMON + (_ARQ.c.attach_handle_id, _ARQ.c.remote_handle_id,
+                    _PROFILE.c.profile_json,
                     _DEPLOYABLE.c.uuid.label('deployable_uuid'),
                     _DEVICE.c.hostname.label('device_hostname'))
 
@@ -89,6 +102,9 @@ def select(*columns):
     if _HANDLE in tables:
         source = source.outerjoin(_HANDLE,
                                   _HANDLE.c.id == _ARQ.c.attach_handle_id)
+    if _REMOTE in tables:
+        source = source.outerjoin(_REMOTE,
+                                  _REMOTE.c.id == _ARQ.c.remote_handle_id)
     if _DEVICE in tables:
         source = source.outerjoin(
             _DEPLOYABLE.join(_DEVICE,
@@ -172,9 +188,11 @@ def get_to_change(context, uuids=(), instance_uuid=None):
 
 @reader
 def handle_state(context, uuid):
-    """(state, attach_handle_id, instance_uuid) of one ARQ, or None."""
+    """(state, attach_handle_id, remote_handle_id, instance_uuid) of one
+    ARQ, or None."""
     return _execute(context, select(
-        _ARQ.c.state, _ARQ.c.attach_handle_id, _ARQ.c.instance_uuid)
+        _ARQ.c.state, _ARQ.c.attach_handle_id, _ARQ.c.remote_handle_id,
+        _ARQ.c.instance_uuid)
         .where(_ARQ.c.uuid == uuid)).first()
 
 
@@ -269,6 +287,18 @@ def set_attach_handle(context, uuid, handle_id):
                               _ARQ.c.state == states.BIND_STARTED,
                               _ARQ.c.attach_handle_id.is_(None))
         .values(attach_handle_id=handle_id, updated_at=models._now()))
+    return result.rowcount
+
+
+@writer
+def set_remote_handle(context, uuid, handle_id):
+    """Record a remote pool's handle on an ARQ still in BindStarted with
+    none."""
+    result = context.session.execute(
+        sa.update(_ARQ).where(_ARQ.c.uuid == uuid,
+                              _ARQ.c.state == states.BIND_STARTED,
+                              _ARQ.c.remote_handle_id.is_(None))
+        .values(remote_handle_id=handle_id, updated_at=models._now()))
     return result.rowcount
 
 

@@ -27,6 +27,14 @@ def get_all(context, filters=None):
     return _sql.every(context, models.Device, **filters)
 
 
+@reader
+def hostnames(context):
+    """The hosts that have devices, sorted."""
+    d = models.Device
+    return list(context.session.scalars(
+        sa.select(d.hostname).distinct().order_by(d.hostname)))
+
+
 @writer
 def set_status(context, device_uuid, status):
     """Set a device's status; returns its row (dict) or None if unknown."""

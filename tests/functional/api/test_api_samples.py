@@ -69,6 +69,7 @@ BODY_OMITTED = {'openapi_document': 'The OpenAPI document: '
 _UUID = re.compile(r'[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-'
                    r'[0-9a-fA-F]{4}-[0-9a-fA-F]{12}')
 SAMPLE_VERSION = '1.0.0'
+SAMPLE_GENERATION = 1714557600
 _TIMESTAMP = re.compile(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00')
 _FIXED_TIME = '2024-05-01T10:00:00+00:00'
 
@@ -94,7 +95,12 @@ class Recorder:
                                       method=method, headers=sent,
                                       POST=raw)
         response = request.get_response(self.app)
-        answer = response.json if response.body else None
+        text = None
+        if response.body and response.content_type != 'application/json':
+            # A document of another format (gres.conf, YAML) as it is.
+            text, answer = response.text, None
+        else:
+            answer = response.json if response.body else None
         if status is not None:
             assert response.status_int == status, (
                 method, path, response.status, response.text)
@@ -108,6 +114,8 @@ class Recorder:
                 result['body_omitted'] = BODY_OMITTED[operation]
             elif answer is not None:
                 result['body'] = answer
+            elif text is not None:
+                result['text'] = text
             self.exchanges.append((operation, example, result))
         return answer
 
@@ -212,6 +220,29 @@ def _scenario(r, placement_url):
     r.call('DELETE', '/v2/device_profiles?value=gpu-small,gpu-large',
            admin, status=204, operation='delete_device_profiles')
 
+    # Exports of the host's inventory for Kubernetes and Slurm.
+    r.call('GET', '/v2/exports/resourceslices?hostname=' + HOST, admin,
+           status=200, operation='export_resource_slices')
+    r.call('GET', '/v2/exports/gres.conf?hostname=' + HOST, admin,
+           status=200, operation='export_gres_conf')
+
+    # A remote pool: registered, listed, shown, deleted.
+    aggregate = '5b3f1c2d-7e8a-4b9c-8d0e-1f2a3b4c5d6e'
+    pool = r.call('POST', '/v2/remote_pools', admin, {
+        'name': 'nvme-rack-1', 'description': 'NVMe-oF namespaces of rack 1',
+        'resource_class': 'CUSTOM_REMOTE_NVME',
+        'traits': ['CUSTOM_NVMEOF_TCP'], 'aggregates': [aggregate],
+        'fabric_driver': 'fake',
+        'handles': [{'fabric_address': 'nqn.2024-05.org.example:rack1:ns1'},
+                    {'fabric_address': 'nqn.2024-05.org.example:rack1:ns2'}]},
+        status=201, operation='create_remote_pool')
+    r.call('GET', '/v2/remote_pools', admin, status=200,
+           operation='list_remote_pools')
+    r.call('GET', '/v2/remote_pools/nvme-rack-1', admin, status=200,
+           operation='show_remote_pool')
+    r.call('DELETE', '/v2/remote_pools/' + pool['uuid'], admin, status=204,
+           operation='delete_remote_pool')
+
 
 def _wait_for(check, what, timeout=20):
     deadline = time.monotonic() + timeout
@@ -247,6 +278,9 @@ class Normaliser:
             if 'service_version' in value:
                 # The release changes with every commit.
                 value = dict(value, service_version=SAMPLE_VERSION)
+            if 'resourceSliceCount' in value:
+                # A ResourceSlice pool's generation is a time in seconds.
+                value = dict(value, generation=SAMPLE_GENERATION)
             return {self(k): self(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self(v) for v in value]

@@ -31,6 +31,11 @@ DOCUMENTED_RULES = {
 } | {
     'cyborg:attribute:%s' % a for a in ('get_all', 'get_one', 'create',
                                          'delete')
+} | {
+    'cyborg:remote_pool:%s' % a for a in ('get_all', 'get_one', 'create',
+                                           'delete')
+} | {
+    'cyborg:export:%s' % a for a in ('resource_slices', 'gres_conf')
 }
 
 

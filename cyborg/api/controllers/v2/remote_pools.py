@@ -1,0 +1,38 @@
+"""Remote (fabric-attached) accelerator pools (microversion 2.8):
+GET/POST /v2/remote_pools, GET/DELETE /v2/remote_pools/{name_or_uuid}."""
+
+from oslo_utils import uuidutils
+
+from cyborg.api.controllers import base
+from cyborg.api.views import remote_pools as view
+from cyborg.objects.remote_pools import RemotePool
+
+
+def list_remote_pools(r):
+    pools = RemotePool.list(r.context, name=r.query.get('name'))
+    return {'remote_pools': [view.show(r, p) for p in pools]}
+
+
+def show_remote_pool(r, name_or_uuid):
+    return view.show(r, _find(r, name_or_uuid))
+
+
+def create_remote_pool(r):
+    """Register the pool; answered once Placement holds its provider."""
+    uuid = r.conductor.remote_pool_create(r.context, values=r.body)
+    return view.show(r, _find(r, uuid))
+
+
+def delete_remote_pool(r, name_or_uuid):
+    """Delete a pool nothing uses (409 otherwise)."""
+    pool = _find(r, name_or_uuid)
+    r.conductor.remote_pool_delete(r.context, pool_uuid=pool.uuid)
+
+
+def _find(r, name_or_uuid):
+    pool = None
+    if uuidutils.is_uuid_like(name_or_uuid):
+        pool = RemotePool.get_by_uuid(r.context, name_or_uuid)
+    if pool is None:
+        pool = RemotePool.get_by_name(r.context, name_or_uuid)
+    return base.require(pool, 'Remote pool', name_or_uuid)

@@ -1,0 +1,310 @@
+"""Remote (fabric-attached) accelerator pools: registration, deletion,
+their Placement providers, and the fabric side of binding and releasing
+one of their handles.
+
+A pool is accelerators that no agent discovers (NVMe-oF namespaces, GPUs
+behind a composable-infrastructure fabric manager), registered by an admin
+(``POST /v2/remote_pools``, microversion 2.8).  Placement holds it as one
+*sharing* provider (doc/source/remote-pools.rst):
+
+- a root provider named ``remote_pool_<name>``, uuid derived from that
+  name (so a registration retried after a failure adopts its provider);
+- inventory of the pool's resource class, one unit per handle;
+- the pool's traits plus ``MISC_SHARES_VIA_AGGREGATE`` and
+  ``OWNER_CYBORG``;
+- membership of the pool's aggregates, so that Placement offers it in
+  allocation candidates to every compute node of those aggregates.
+
+Binding (cyborg.conductor.arq_binding) takes a free handle of the pool
+and calls the pool's fabric driver (cyborg.fabric) to attach it to the
+instance's host; unbinding and deleting the ARQ detach it before the
+handle is freed.  A detach the fabric refuses leaves the handle out of use
+(``detach_failed`` in its attach_info) until the periodic
+``reconcile_remote_pools`` succeeds in detaching it.
+
+Like every Placement write of the conductor, none happens inside a
+database transaction: registration writes the rows, syncs the provider,
+then records the sync; deletion marks the pool ``deleting`` (no new binds)
+while its provider goes.
+"""
+
+import json
+import uuid as uuidlib
+
+from oslo_db import exception as db_exc
+from oslo_log import log as logging
+
+from cyborg.common import exception
+from cyborg.common import states
+from cyborg.db import api as db_api
+from cyborg.db.api import remote_pools as pool_db
+from cyborg.fabric import base as fabric_base
+from cyborg.fabric import loader as fabric_loader
+from cyborg.objects import inventory
+from cyborg.placement import client as placement_client
+from cyborg.placement import provider_tree
+
+LOG = logging.getLogger(__name__)
+
+PROVIDER_PREFIX = 'remote_pool_'
+# What attach_info says of a handle whose detach the fabric refused.
+DETACH_FAILED = 'detach_failed'
+
+
+def provider_name(pool_name):
+    return PROVIDER_PREFIX + pool_name
+
+
+# -- registration and deletion -----------------------------------------
+
+def create(conf, context, values):
+    """Register a pool from validated ``values`` (the API's body): write
+    it, then make Placement hold its provider.  Returns its uuid.
+
+    400 for an unknown fabric driver, a repeated fabric address or what
+    Placement refuses (an unknown standard trait); 409 for a name or uuid
+    taken.  When Placement cannot be written the rows are removed again:
+    a refused registration leaves nothing behind.
+    """
+    fabric_loader.get(conf, values['fabric_driver'])
+    addresses = [h['fabric_address'] for h in values['handles']]
+    repeated = sorted({a for a in addresses if addresses.count(a) > 1})
+    if repeated:
+        raise exception.Invalid(reason='handles: fabric address %s is '
+                                       'given twice' % repeated[0])
+    pool_values = {
+        'uuid': values.get('uuid') or str(uuidlib.uuid4()),
+        'name': values['name'], 'description': values.get('description'),
+        'resource_class': values['resource_class'],
+        'traits': json.dumps(sorted(set(values.get('traits', ())))),
+        'aggregates': json.dumps(sorted(set(values['aggregates']))),
+        'fabric_driver': values['fabric_driver'],
+        'rp_uuid': inventory.provider_uuid(provider_name(values['name'])),
+        'state': states.POOL_ACTIVE, 'placement_synced': False}
+    handle_values = [{'uuid': h.get('uuid') or str(uuidlib.uuid4()),
+                      'fabric_address': h['fabric_address'], 'in_use': False,
+                      'attach_info': pool_db.resting_info(
+                          h['fabric_address'])}
+                     for h in values['handles']]
+    try:
+        pool = db_api.write_retrying(context, pool_db.insert, context,
+                                     pool_values, handle_values)
+    except db_exc.DBDuplicateEntry as e:
+        raise exception.Conflict(
+            reason='a remote pool (or handle) with this %s already exists'
+                   % ', '.join(e.columns or ['name or uuid']))
+    try:
+        sync(conf, context, pool)
+    except exception.PlacementError as e:
+        _undo_create(conf, context, pool)
+        if getattr(e, 'status_code', None) == 400:
+            raise exception.Invalid(reason='Placement refused the pool: %s'
+                                           % e)
+        raise
+    LOG.info('Remote pool %s (%s) registered: %d %s handles, fabric '
+             'driver %s, aggregates %s', pool.name, pool.uuid,
+             len(handle_values), pool.resource_class, pool.fabric_driver,
+             pool.aggregates)
+    return pool.uuid
+
+
+def _undo_create(conf, context, pool):
+    try:
+        placement_client.get_client(conf).delete_provider(pool.rp_uuid)
+    except exception.PlacementError as e:
+        LOG.warning('Could not remove the provider %s of the remote pool %s '
+                    'that could not be registered: %s', pool.rp_uuid,
+                    pool.name, e)
+    db_api.write_retrying(context, pool_db.delete, context, pool.id)
+
+
+def delete(conf, context, pool_uuid):
+    """Delete a pool that nothing uses: 409 while an ARQ binds or holds
+    one of its handles, a handle awaits its detach, or Placement still
+    holds allocations against its provider (Nova's, until it deletes
+    them)."""
+    pool = pool_db.get(context, uuid=pool_uuid)
+    if pool is None:
+        raise exception.ResourceNotFound(resource='Remote pool',
+                                         id=pool_uuid)
+    busy = [h.uuid for h in pool_db.handles(context, [pool.id]) if h.in_use]
+    if busy or not db_api.write_retrying(context, pool_db.start_deleting,
+                                         context, pool.id):
+        raise exception.InUse(
+            resource='Remote pool', id=pool.name,
+            reason='accelerator requests hold or are binding its handles')
+    try:
+        placement_client.get_client(conf).delete_provider(pool.rp_uuid)
+    except placement_client.ProviderInUse as e:
+        db_api.write_retrying(context, pool_db.set_state, context, pool.id,
+                              states.POOL_ACTIVE)
+        raise exception.InUse(resource='Remote pool', id=pool.name,
+                              reason='Placement holds allocations against '
+                                     'its provider: %s' % e)
+    except exception.PlacementError:
+        db_api.write_retrying(context, pool_db.set_state, context, pool.id,
+                              states.POOL_ACTIVE)
+        raise
+    db_api.write_retrying(context, pool_db.delete, context, pool.id)
+    LOG.info('Remote pool %s (%s) deleted', pool.name, pool.uuid)
+
+
+# -- Placement ---------------------------------------------------------
+
+def desired_traits(pool):
+    return (set(json.loads(pool.traits)) |
+            {states.SHARES_VIA_AGGREGATE, provider_tree.OWNER_TRAIT})
+
+
+def sync(conf, context, pool):
+    """Make Placement hold the pool's provider as the database describes
+    it (idempotent; each write only when it differs), then record the
+    sync.  Raises PlacementError when Placement cannot be written."""
+    client = placement_client.get_client(conf)
+    traits = desired_traits(pool)
+    client.ensure_resource_classes([pool.resource_class])
+    client.ensure_traits(traits)
+    client.create_provider(pool.rp_uuid, provider_name(pool.name), None)
+    total = len(pool_db.handles(context, [pool.id]))
+    want = {pool.resource_class: {'total': total, 'max_unit': total,
+                                  'min_unit': 1, 'step_size': 1,
+                                  'reserved': 0, 'allocation_ratio': 1.0}}
+    generation, have = client.get_inventories(pool.rp_uuid)
+    fields = want[pool.resource_class]
+    if {rc: {k: inv.get(k) for k in fields}
+            for rc, inv in have.items()} != want:
+        generation = client.set_inventories(pool.rp_uuid, want, generation)
+    _generation, have_traits = client.get_traits(pool.rp_uuid)
+    if have_traits != traits:
+        client.set_traits(pool.rp_uuid, traits)
+    aggregates = set(json.loads(pool.aggregates))
+    _generation, have_aggregates = client.get_aggregates(pool.rp_uuid)
+    if have_aggregates != aggregates:
+        client.set_aggregates(pool.rp_uuid, aggregates)
+    db_api.write_retrying(context, pool_db.set_synced, context, pool.id,
+                          True)
+
+
+def reconcile(conf, context):
+    """Periodic: re-sync every active pool's provider (drift made by hand
+    is repaired, a registration's sync cut short is finished) and retry
+    the detaches the fabric refused.  Returns the number of pools
+    synced."""
+    synced = 0
+    for pool in pool_db.get_all(context):
+        if pool.state != states.POOL_ACTIVE:
+            continue
+        try:
+            sync(conf, context, pool)
+            synced += 1
+        except exception.PlacementError as e:
+            LOG.warning('Remote pool %s: Placement sync failed: %s',
+                        pool.name, e)
+        _retry_detaches(conf, context, pool)
+    return synced
+
+
+def _retry_detaches(conf, context, pool):
+    for handle in pool_db.handles(context, [pool.id]):
+        info = json.loads(handle.attach_info or '{}')
+        if not handle.in_use or not info.get(DETACH_FAILED):
+            continue
+        try:
+            detach(conf, pool, handle.uuid, handle.fabric_address,
+                   handle.hostname, info.get('instance_uuid'))
+        except Exception as e:  # noqa: BLE001 - retried next time
+            LOG.warning('Remote pool %s: detaching %s from %s failed '
+                        'again: %s', pool.name, handle.fabric_address,
+                        handle.hostname, e)
+            continue
+        db_api.write_retrying(context, pool_db.release, context, handle.id)
+        LOG.info('Remote pool %s: %s detached from %s at last and free',
+                 pool.name, handle.fabric_address, handle.hostname)
+
+
+# -- binding -----------------------------------------------------------
+
+def check_host(conf, pool, hostname):
+    """BindFailed unless the compute node provider named ``hostname`` is
+    in one of the pool's aggregates: the sharing provider's counterpart of
+    "the device's provider lies on the host"."""
+    client = placement_client.get_client(conf)
+    node = client.get_provider_by_name(hostname)
+    if node is None:
+        raise exception.BindFailed(
+            reason=f'no compute node provider named {hostname} in '
+                   f'Placement')
+    _generation, aggregates = client.get_aggregates(node['uuid'])
+    if not aggregates & set(json.loads(pool.aggregates)):
+        raise exception.BindFailed(
+            reason=f'host {hostname} is in no aggregate of remote pool '
+                   f'{pool.name}')
+
+
+def _handle(pool_name, handle_uuid, fabric_address):
+    return fabric_base.FabricHandle(uuid=handle_uuid,
+                                    fabric_address=fabric_address,
+                                    pool_name=pool_name)
+
+
+def attach(conf, job, handle):
+    """Attach a taken ``handle`` (id, uuid, fabric_address) for the bind
+    ``job``; returns the handle's new attach_info (a dict: the address,
+    the instance, and what the driver answered)."""
+    remote = job['remote']
+    driver = fabric_loader.get(conf, remote['fabric_driver'])
+    answer = driver.attach(
+        _handle(remote['pool_name'], handle.uuid, handle.fabric_address),
+        job['hostname'], job['instance_uuid'])
+    info = {str(k): str(v) for k, v in (answer or {}).items()}
+    info.update(fabric_address=handle.fabric_address,
+                instance_uuid=job['instance_uuid'])
+    return info
+
+
+def detach(conf, pool, handle_uuid, fabric_address, hostname,
+           instance_uuid):
+    """Detach a handle through the pool's driver (raises when the fabric
+    refuses)."""
+    driver = fabric_loader.get(conf, pool.fabric_driver)
+    driver.detach(_handle(pool.name, handle_uuid, fabric_address), hostname,
+                  instance_uuid)
+
+
+def detach_for_release(conf, context, rows):
+    """Before ARQs of ``rows`` (``arqs.get_to_change`` rows) leave their
+    remote handles: detach each.  Returns the ids of handles the fabric
+    refused to detach: they must stay out of use (the caller unlinks them
+    from their ARQ without freeing them)."""
+    failed = set()
+    pools = {}
+    for row in rows:
+        if row.remote_handle_id is None:
+            continue
+        handle = pool_db.get_handle(context, row.remote_handle_id)
+        if handle is None:
+            continue
+        pool = pools.get(handle.pool_id)
+        if pool is None:
+            pool = pools[handle.pool_id] = pool_db.get(context,
+                                                       id=handle.pool_id)
+        host = handle.hostname or row.hostname
+        try:
+            detach(conf, pool, handle.uuid, handle.fabric_address, host,
+                   row.instance_uuid)
+        except Exception as e:  # noqa: BLE001 - kept out of use, retried
+            LOG.warning('Remote pool %s: detaching %s from %s failed (%s); '
+                        'the handle stays out of use until a retry '
+                        'succeeds', pool.name, handle.fabric_address, host,
+                        e)
+            failed.add(handle.id)
+    return failed
+
+
+def quarantine_info(row, handle_attach_info):
+    """The attach_info of a handle whose detach failed: what it was, plus
+    ``detach_failed`` and the instance (for the retry)."""
+    info = json.loads(handle_attach_info or '{}')
+    info.update({DETACH_FAILED: 'true',
+                 'instance_uuid': row.instance_uuid or ''})
+    return json.dumps(info)

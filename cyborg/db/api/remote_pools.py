@@ -1,0 +1,207 @@
+"""Remote (fabric-attached) pools and their handles: read by the API and
+by binds, written by cyborg.conductor.remote_pools (registration,
+deletion, Placement sync) and by the ARQ state machine
+(cyborg.conductor.arq_binding: taking, attaching and releasing a handle).
+"""
+
+import json
+
+import sqlalchemy as sa
+
+from cyborg.common import states
+from cyborg.db import models
+from cyborg.db.api import _sql
+from cyborg.db.api import reader, writer
+
+_POOL = models.RemotePool
+_HANDLE = models.RemotePoolHandle
+_ARQ = models.ExtARQ
+# Handles a bind races for before giving up on a pool.
+_TAKE_TRIES = 5
+
+
+# -- reads ------------------------------------------------------------------
+
+@reader
+def get(context, uuid=None, name=None, id=None, rp_uuid=None):
+    """One pool (model instance) by uuid, name, id or provider, or None."""
+    return _sql.one(context, _POOL, uuid=uuid, name=name, id=id,
+                    rp_uuid=rp_uuid)
+
+
+@reader
+def get_all(context, name=None):
+    """Every pool (model instances), optionally only the one named."""
+    return _sql.every(context, _POOL, name=name)
+
+
+@reader
+def by_rp_uuids(context, rp_uuids):
+    """{rp_uuid: pool} of the pools whose providers are among
+    ``rp_uuids``: the targets a bind may name besides deployables."""
+    if not _sql.matchable(rp_uuids):
+        return {}
+    pools = context.session.scalars(
+        sa.select(_POOL).where(_POOL.rp_uuid.in_(list(rp_uuids)))).all()
+    return {pool.rp_uuid: pool for pool in pools}
+
+
+@reader
+def handles(context, pool_ids):
+    """The handles of these pools (model instances), in order."""
+    return context.session.scalars(
+        sa.select(_HANDLE).where(_HANDLE.pool_id.in_(list(pool_ids)))
+        .order_by(_HANDLE.id)).all()
+
+
+@reader
+def holders(context, pool_id):
+    """Uuids of the ARQs binding or bound to the pool (whether or not they
+    hold a handle yet)."""
+    return list(context.session.scalars(
+        sa.select(_ARQ.uuid).where(_ARQ.remote_pool_id == pool_id)
+        .order_by(_ARQ.id)))
+
+
+@reader
+def unsynced(context):
+    """Pools Placement may not hold as described (a sync cut short)."""
+    return context.session.scalars(
+        sa.select(_POOL).where(_POOL.placement_synced.is_(False))
+        .order_by(_POOL.id)).all()
+
+
+@reader
+def get_handle(context, handle_id):
+    """One handle (model instance) by id, or None."""
+    return _sql.one(context, _HANDLE, id=handle_id)
+
+
+# -- writes -----------------------------------------------------------------
+
+@writer
+def insert(context, pool_values, handle_values):
+    """Insert a pool and its handles; the unique keys reject a duplicate
+    name (DBDuplicateEntry).  Returns the pool."""
+    pool = _POOL(**pool_values)
+    context.session.add(pool)
+    context.session.flush()
+    context.session.add_all(_HANDLE(pool_id=pool.id, **values)
+                            for values in handle_values)
+    context.session.flush()
+    return pool
+
+
+@writer
+def set_synced(context, pool_id, synced):
+    context.session.execute(
+        sa.update(_POOL).where(_POOL.id == pool_id)
+        .values(placement_synced=synced, updated_at=models._now())
+        .execution_options(synchronize_session=False))
+
+
+@writer
+def start_deleting(context, pool_id):
+    """Mark an active pool 'deleting' if no ARQ holds it (checked in the
+    same transaction, under the pool row's lock); True if marked."""
+    locked = context.session.execute(
+        sa.select(_POOL.id).where(_POOL.id == pool_id)
+        .with_for_update()).first()
+    if locked is None or holders(context, pool_id):
+        return False
+    return bool(context.session.execute(
+        sa.update(_POOL).where(_POOL.id == pool_id)
+        .values(state=states.POOL_DELETING, updated_at=models._now())
+        .execution_options(synchronize_session=False)).rowcount)
+
+
+@writer
+def set_state(context, pool_id, state):
+    context.session.execute(
+        sa.update(_POOL).where(_POOL.id == pool_id)
+        .values(state=state, updated_at=models._now())
+        .execution_options(synchronize_session=False))
+
+
+@writer
+def delete(context, pool_id):
+    """Delete a pool and its handles."""
+    context.session.execute(sa.delete(_HANDLE).where(
+        _HANDLE.pool_id == pool_id).execution_options(
+        synchronize_session=False))
+    context.session.execute(sa.delete(_POOL).where(
+        _POOL.id == pool_id).execution_options(synchronize_session=False))
+
+
+@writer
+def hold(context, pool_id):
+    """Lock the pool's row for a bind starting on it; True while it is
+    active (a pool being deleted takes no new binds)."""
+    return context.session.execute(
+        sa.select(_POOL.id).where(_POOL.id == pool_id,
+                                  _POOL.state == states.POOL_ACTIVE)
+        .with_for_update(read=True)).first() is not None
+
+
+@writer
+def take(context, pool_id):
+    """Mark one free handle of the pool in use and return it (id, uuid,
+    fabric_address, attach_info), or None when none is free; atomic as
+    ``attach_handles.take`` is."""
+    for _ in range(_TAKE_TRIES):
+        row = context.session.execute(
+            sa.select(_HANDLE.id, _HANDLE.uuid, _HANDLE.fabric_address,
+                      _HANDLE.attach_info)
+            .where(_HANDLE.pool_id == pool_id, _HANDLE.in_use.is_(False))
+            .order_by(_HANDLE.id).limit(1)
+            .with_for_update(skip_locked=True)).first()
+        if row is None:
+            return None
+        taken = context.session.execute(
+            sa.update(_HANDLE).where(_HANDLE.id == row.id,
+                                     _HANDLE.in_use.is_(False))
+            .values(in_use=True, updated_at=models._now())
+            .execution_options(synchronize_session=False)).rowcount
+        if taken:
+            return row
+    return None
+
+
+@writer
+def set_attached(context, handle_id, hostname, attach_info):
+    """Record where a handle in use is attached and how (JSON text)."""
+    context.session.execute(
+        sa.update(_HANDLE).where(_HANDLE.id == handle_id,
+                                 _HANDLE.in_use.is_(True))
+        .values(hostname=hostname, attach_info=attach_info,
+                updated_at=models._now())
+        .execution_options(synchronize_session=False))
+
+
+def resting_info(fabric_address):
+    """A free handle's attach_info: its address alone (JSON text)."""
+    return json.dumps({'fabric_address': fabric_address})
+
+
+@writer
+def release(context, handle_id):
+    """Mark the handle free again, its attach_info back to its address."""
+    address = context.session.scalar(
+        sa.select(_HANDLE.fabric_address).where(_HANDLE.id == handle_id))
+    if address is None:
+        return
+    context.session.execute(
+        sa.update(_HANDLE).where(_HANDLE.id == handle_id)
+        .values(in_use=False, hostname=None,
+                attach_info=resting_info(address),
+                updated_at=models._now())
+        .execution_options(synchronize_session=False))
+
+
+@writer
+def set_attach_info(context, handle_id, attach_info):
+    """Replace a handle's attach_info (JSON text), in use or not."""
+    context.session.execute(
+        sa.update(_HANDLE).where(_HANDLE.id == handle_id)
+        .values(attach_info=attach_info, updated_at=models._now())
+        .execution_options(synchronize_session=False))

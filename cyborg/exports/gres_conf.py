@@ -1,0 +1,82 @@
+"""Slurm: the inventory as ``gres.conf`` lines.
+
+One line per deployable offered to schedulers::
+
+    NodeName=compute-1 Name=gpu Type=nvidia_20f1 File=/dev/vfio/20 Count=1
+
+``Name`` is the GRES name (``gpu``, ``fpga``, ``qat``, ``nic``, ``nvme``,
+``aichip``: list them in slurm.conf's ``GresTypes``), ``Type`` the model
+(the vGPU or MIG type where there is one).  ``File`` names the VFIO group
+device a whole PCI function is passed through with, when the driver
+reported its IOMMU group; pools of VFs or mdevs have no single file and
+carry ``Count`` alone.  Deployables out of the schedule (in maintenance,
+unhealthy, gone) are left out and named in a comment.
+"""
+
+import re
+
+from cyborg.exports import exported, units
+
+GRES_NAMES = {'GPU': 'gpu', 'FPGA': 'fpga', 'QAT': 'qat', 'NIC': 'nic',
+              'SSD': 'nvme', 'AICHIP': 'aichip'}
+_NOT_TYPE = re.compile(r'[^A-Za-z0-9_.-]+')
+
+
+def _type(device, deployable):
+    attrs = deployable.attributes
+    text = attrs.get('vgpu_type')
+    if not text and attrs.get('mig_uuid'):
+        # A MIG instance: its resource class names the profile.
+        text = str(attrs.get('rc', '')).replace('CUSTOM_', '', 1).lower()
+    text = text or '%s_%s' % (device.vendor, device.model)
+    return _NOT_TYPE.sub('_', str(text)).strip('_') or 'unknown'
+
+
+def _file(deployable, count):
+    group = str(deployable.attributes.get('iommu_group', ''))
+    whole = (count == 1 and deployable.handles
+             and deployable.handles[0].attach_type in ('PCI', 'TEST_PCI'))
+    if whole and group.isdigit():
+        return '/dev/vfio/%s' % group
+    return None
+
+
+def _node(hostname):
+    # A NodeName is one word; a host name never holds spaces or '='.
+    return _NOT_TYPE.sub('_', hostname)
+
+
+def lines(inventory):
+    """The gres.conf lines of one host (comments included)."""
+    out = []
+    for device in inventory.devices:
+        for deployable in device.deployables:
+            count = len(units(deployable))
+            if not count:
+                continue
+            if not exported(deployable):
+                out.append('# %s: out of the schedule, not offered'
+                           % deployable.name)
+                continue
+            fields = ['NodeName=%s' % _node(inventory.hostname),
+                      'Name=%s' % GRES_NAMES.get(device.type,
+                                                 device.type.lower()),
+                      'Type=%s' % _type(device, deployable)]
+            path = _file(deployable, count)
+            if path:
+                fields.append('File=%s' % path)
+            fields.append('Count=%d' % count)
+            out.append(' '.join(fields))
+    return out
+
+
+def document(inventories):
+    """gres.conf text for the HostInventory objects of ``inventories``."""
+    out = ['# Generic resources managed by cyborg (GET /v2/exports/'
+           'gres.conf).']
+    for inventory in inventories:
+        host_lines = lines(inventory)
+        if host_lines:
+            out.append('# %s' % inventory.hostname)
+            out.extend(host_lines)
+    return '\n'.join(out) + '\n'

@@ -1,0 +1,153 @@
+"""Kubernetes dynamic resource allocation: the inventory as
+``resource.k8s.io/v1`` ResourceSlice objects (the API group's stable
+version since Kubernetes 1.34).
+
+One pool per host and driver, named after the host; the pool's devices
+are split into slices of at most ``MAX_DEVICES`` (the API server's limit),
+each naming the node.  A device is one allocatable unit (an attach
+handle: a whole GPU, a VF, an mdev slot), named as a DNS label unique in
+its pool, with typed attributes (``type``, ``vendor``, ``model``,
+``resourceClass``, ``pciAddress``, ``numaNode``...) and, when the driver
+knows it, a ``memory`` capacity.  The Kubernetes driver name is the
+cyborg driver's under ``DRIVER_DOMAIN``: these slices describe what
+cyborg manages, for a DRA driver or an operator to publish.
+"""
+
+from cyborg.exports import dns_label, dns_subdomain, exported, units
+
+API_VERSION = 'resource.k8s.io/v1'
+KIND = 'ResourceSlice'
+DRIVER_DOMAIN = 'cyborg.openstack.org'
+# The API server refuses a slice with more devices (ResourceSliceMaxDevices).
+MAX_DEVICES = 128
+# A driver name is at most 63 characters; a string attribute 64.
+MAX_DRIVER = 63
+MAX_STRING = 64
+
+
+def driver_name(cyborg_driver):
+    """'nvidia_gpu_driver' -> 'nvidia-gpu.cyborg.openstack.org'."""
+    name = cyborg_driver[:-len('_driver')] if cyborg_driver.endswith(
+        '_driver') else cyborg_driver
+    room = MAX_DRIVER - len(DRIVER_DOMAIN) - 1
+    return '%s.%s' % (dns_label(name, room), DRIVER_DOMAIN)
+
+
+def _pci_address(info):
+    try:
+        return '%s:%s:%s.%s' % (info['domain'], info['bus'], info['device'],
+                                info['function'])
+    except (KeyError, TypeError):
+        return None
+
+
+def _string(value):
+    return {'string': str(value)[:MAX_STRING]}
+
+
+def _attributes(device, deployable, handle):
+    attrs = deployable.attributes
+    out = {'type': _string(device.type), 'vendor': _string(device.vendor),
+           'model': _string(device.model)}
+    if attrs.get('rc'):
+        out['resourceClass'] = _string(attrs['rc'])
+    if handle is not None:
+        out['attachType'] = _string(handle.attach_type)
+        address = _pci_address(handle.attach_info)
+        if address:
+            out['pciAddress'] = _string(address)
+    for key, name in (('vgpu_type', 'vgpuType'), ('mig_uuid', 'migUUID'),
+                      ('gpu_uuid', 'gpuUUID')):
+        if attrs.get(key):
+            out[name] = _string(attrs[key])
+    if str(attrs.get('numa_node', '')).lstrip('-').isdigit():
+        out['numaNode'] = {'int': int(attrs['numa_node'])}
+    out['deployableUUID'] = _string(deployable.uuid)
+    return out
+
+
+def _capacity(deployable, unit_count):
+    memory = str(deployable.attributes.get('memory_mb') or '')
+    if unit_count == 1 and memory.isdigit():
+        return {'memory': {'value': '%sMi' % memory}}
+    return {}
+
+
+def _device_name(device, deployable, handle, index, taken):
+    base = device.type
+    address = handle is not None and _pci_address(handle.attach_info)
+    if address:
+        base += '-' + address
+        mark = handle.attach_info.get('vgpu_mark')
+        if mark:
+            base += '-' + str(mark)
+    else:
+        base += '-' + deployable.uuid[:8] + '-%d' % index
+    name = dns_label(base)
+    suffix = 1
+    while name in taken:
+        tail = '-%d' % suffix
+        name = dns_label(base, 63 - len(tail)) + tail
+        suffix += 1
+    taken.add(name)
+    return name
+
+
+def _pools(inventory):
+    """{driver name: [device dicts]} of one host, in a stable order."""
+    pools = {}
+    for device in inventory.devices:
+        for deployable in device.deployables:
+            if not exported(deployable):
+                continue
+            devices = pools.setdefault(driver_name(deployable.driver_name),
+                                       [])
+            taken = {d['name'] for d in devices}
+            found = units(deployable)
+            for index, handle in enumerate(found):
+                entry = {'name': _device_name(device, deployable, handle,
+                                              index, taken),
+                         'attributes': _attributes(device, deployable,
+                                                   handle)}
+                capacity = _capacity(deployable, len(found))
+                if capacity:
+                    entry['capacity'] = capacity
+                devices.append(entry)
+    return pools
+
+
+def slices(inventory, generation):
+    """The ResourceSlice objects (dicts) of one host: one pool per driver,
+    each pool in as many slices as MAX_DEVICES requires.  ``generation``
+    is the pool generation (it must grow whenever the host's inventory
+    changes)."""
+    node = dns_subdomain(inventory.hostname)
+    out = []
+    for driver, devices in sorted(_pools(inventory).items()):
+        chunks = [devices[i:i + MAX_DEVICES]
+                  for i in range(0, len(devices), MAX_DEVICES)]
+        prefix = dns_subdomain('%s-%s' % (node, driver.split('.')[0]),
+                               253 - 6)
+        for index, chunk in enumerate(chunks):
+            out.append({
+                'apiVersion': API_VERSION,
+                'kind': KIND,
+                'metadata': {'name': '%s-%d' % (prefix, index)},
+                'spec': {
+                    'driver': driver,
+                    'nodeName': node,
+                    'pool': {'name': node, 'generation': generation,
+                             'resourceSliceCount': len(chunks)},
+                    'devices': chunk,
+                }})
+    return out
+
+
+def document(inventories):
+    """A Kubernetes ``List`` of the slices of every host of
+    ``inventories`` ([(HostInventory, generation)]), for ``kubectl apply
+    -f``."""
+    items = []
+    for inventory, generation in inventories:
+        items.extend(slices(inventory, generation))
+    return {'apiVersion': 'v1', 'kind': 'List', 'items': items}

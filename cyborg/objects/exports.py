@@ -1,0 +1,101 @@
+"""A host's inventory as the exports read it (cyborg.exports): devices
+with their deployables, attributes and attach handles, as plain data."""
+
+import dataclasses
+import datetime
+import json
+
+from cyborg.common import states
+from cyborg.db.api import devices as device_db
+from cyborg.db.api import hosts as host_db
+from cyborg.db.api import inventory as inventory_db
+
+
+@dataclasses.dataclass
+class Handle:
+    uuid: str
+    attach_type: str
+    attach_info: dict
+    in_use: bool
+
+
+@dataclasses.dataclass
+class Deployable:
+    uuid: str
+    name: str
+    driver_name: str
+    num_accelerators: int
+    attributes: dict
+    handles: list
+    # False when it is out of the schedule (gone, its device in
+    # maintenance, or unhealthy): the exports leave it out.
+    schedulable: bool
+
+
+@dataclasses.dataclass
+class Device:
+    uuid: str
+    type: str
+    vendor: str
+    model: str
+    deployables: list
+
+
+@dataclasses.dataclass
+class HostInventory:
+    hostname: str
+    devices: list
+    # Grows whenever the host's inventory changes: the newest of its
+    # rows' timestamps and its last report, in seconds since the epoch.
+    generation: int = 1
+
+
+def hostnames(context):
+    return device_db.hostnames(context)
+
+
+def host_inventory(context, hostname):
+    """The HostInventory of ``hostname`` (no devices when unknown)."""
+    rows = inventory_db.load(context, hostname)
+    attributes, handles = {}, {}
+    for row in rows['attributes']:
+        attributes.setdefault(row['deployable_id'], {})[row['key']] = (
+            row['value'])
+    for row in sorted(rows['attach_handles'], key=lambda r: r['id']):
+        handles.setdefault(row['deployable_id'], []).append(Handle(
+            uuid=row['uuid'], attach_type=row['attach_type'],
+            attach_info=json.loads(row['attach_info'] or '{}'),
+            in_use=bool(row['in_use'])))
+    deployables = {}
+    devices = {row['id']: row for row in rows['devices']}
+    for row in sorted(rows['deployables'], key=lambda r: r['name']):
+        device = devices[row['device_id']]
+        schedulable = not (
+            row['gone'] or device['status'] != states.ENABLED
+            or states.worst(row['health'], device['health'])
+            in states.OUT_OF_SCHEDULE)
+        deployables.setdefault(row['device_id'], []).append(Deployable(
+            uuid=row['uuid'], name=row['name'],
+            driver_name=row['driver_name'] or 'unknown',
+            num_accelerators=row['num_accelerators'],
+            attributes=attributes.get(row['id'], {}),
+            handles=handles.get(row['id'], []), schedulable=schedulable))
+    return HostInventory(hostname=hostname, generation=_generation(
+        context, hostname, rows), devices=[
+        Device(uuid=row['uuid'], type=row['type'], vendor=row['vendor'],
+               model=row['model'], deployables=deployables.get(row['id'],
+                                                               []))
+        for row in sorted(rows['devices'], key=lambda r: r['uuid'])])
+
+
+def _generation(context, hostname, rows):
+    stamps = [row.get(column) for table in rows.values() for row in table
+              for column in ('created_at', 'updated_at')]
+    host = host_db.get(context, hostname)
+    if host is not None:
+        stamps.append(host.get('last_report_at'))
+    stamps = [s for s in stamps if s is not None]
+    if not stamps:
+        return 1
+    newest = max(stamps).replace(tzinfo=datetime.timezone.utc)
+    return max(1, int(newest.timestamp()))

@@ -1,0 +1,124 @@
+"""Remote pools in the conductor, on SQLite against the real (embedded)
+Placement and a recording Nova: a bind through the fake fabric, a detach
+the fabric refuses (the handle stays out of use, the pool cannot go) and
+the reconcile that detaches it at last."""
+
+import json
+import uuid as uuidlib
+
+import pytest
+import requests
+
+from cyborg.common import context as cyborg_context
+from cyborg.common import exception
+from cyborg.conductor import arq_binding
+from cyborg.conductor import remote_pools
+from cyborg.db.api import remote_pools as pool_db
+from cyborg.fabric import fake
+from cyborg.placement import client as placement_client
+from tests.fixtures import arqs as seed
+from tests.fixtures import placement as placement_fixture
+from tests.fixtures import recording_http
+
+placement_url = seed.placement_url
+fake_nova = recording_http.fake_nova
+AGGREGATE = str(uuidlib.uuid4())
+HOST = 'compute-rp'
+
+
+@pytest.fixture
+def pconf(conf, db, placement_url, fake_nova, tmp_path):
+    placement_fixture.placement_conf(conf, placement_url)
+    conf.set_override('auth_type', 'none', group='nova')
+    conf.set_override('endpoint_override', fake_nova.url, group='nova')
+    conf.set_override('fake_state_dir', str(tmp_path), group='fabric')
+    placement_client.reset_clients()
+    return conf
+
+
+def _placement(url, method, path, body=None):
+    response = requests.request(method, url + path, json=body,
+                                headers=placement_fixture.HEADERS,
+                                timeout=10)
+    assert response.status_code < 300, response.text
+    return response.json() if response.content else None
+
+
+def _compute_node(url, name):
+    node = str(uuidlib.uuid4())
+    _placement(url, 'POST', '/resource_providers', {'name': name,
+                                                    'uuid': node})
+    _placement(url, 'PUT', f'/resource_providers/{node}/aggregates',
+               {'aggregates': [AGGREGATE],
+                'resource_provider_generation': 0})
+    return node
+
+
+def test_refused_detach_keeps_the_handle_until_reconciled(
+        pconf, db, placement_url, tmp_path):
+    ctx = cyborg_context.get_admin_context()
+    host = HOST + uuidlib.uuid4().hex[:6]
+    _compute_node(placement_url, host)
+    pool_uuid = remote_pools.create(pconf, ctx, {
+        'name': 'pool-' + host, 'resource_class': 'CUSTOM_REMOTE_GPU',
+        'aggregates': [AGGREGATE], 'fabric_driver': 'fake',
+        'handles': [{'fabric_address': 'gpu-7'}]})
+    pool = pool_db.get(ctx, uuid=pool_uuid)
+    profile = seed.seed_profile(db, [{'resources:CUSTOM_REMOTE_GPU': '1'}])
+    arq, = arq_binding.create(ctx, profile, 'p1')
+    instance = str(uuidlib.uuid4())
+    arq_binding.start_bind(pconf, ctx, {arq['uuid']: {
+        'hostname': host, 'device_rp_uuid': pool.rp_uuid,
+        'instance_uuid': instance}}).result(30)
+    assert fake.attached(str(tmp_path)) == {'gpu-7': {
+        'hostname': host, 'instance_uuid': instance,
+        'handle': pool_db.handles(ctx, [pool.id])[0].uuid}}
+
+    (tmp_path / fake.FAIL_DETACH).write_text('')
+    assert arq_binding.delete(pconf, ctx, instance_uuid=instance) == []
+    handle, = pool_db.handles(ctx, [pool.id])
+    # The ARQ is gone, but the accelerator is still attached to the host:
+    # the handle is not given to anyone else, and the pool cannot go.
+    assert handle.in_use and handle.hostname == host
+    assert json.loads(handle.attach_info)['detach_failed'] == 'true'
+    with pytest.raises(exception.InUse):
+        remote_pools.delete(pconf, ctx, pool_uuid)
+    remote_pools.reconcile(pconf, ctx)
+    assert pool_db.handles(ctx, [pool.id])[0].in_use
+
+    (tmp_path / fake.FAIL_DETACH).unlink()
+    assert remote_pools.reconcile(pconf, ctx) == 1
+    handle, = pool_db.handles(ctx, [pool.id])
+    assert not handle.in_use and handle.hostname is None
+    assert json.loads(handle.attach_info) == {'fabric_address': 'gpu-7'}
+    assert fake.attached(str(tmp_path)) == {}
+    remote_pools.delete(pconf, ctx, pool_uuid)
+    assert pool_db.get(ctx, uuid=pool_uuid) is None
+
+
+def test_reconcile_repairs_the_provider(pconf, db, placement_url):
+    ctx = cyborg_context.get_admin_context()
+    pool_uuid = remote_pools.create(pconf, ctx, {
+        'name': 'drift', 'resource_class': 'FPGA', 'traits': ['CUSTOM_X'],
+        'aggregates': [AGGREGATE], 'fabric_driver': 'fake',
+        'handles': [{'fabric_address': 'a'}, {'fabric_address': 'b'}]})
+    rp = pool_db.get(ctx, uuid=pool_uuid).rp_uuid
+    # Someone takes the provider out of its aggregate and its traits.
+    generation = _placement(placement_url, 'GET',
+                            f'/resource_providers/{rp}')['generation']
+    _placement(placement_url, 'PUT', f'/resource_providers/{rp}/traits',
+               {'traits': [], 'resource_provider_generation': generation})
+    _placement(placement_url, 'PUT', f'/resource_providers/{rp}/aggregates',
+               {'aggregates': [],
+                'resource_provider_generation': generation + 1})
+    remote_pools.reconcile(pconf, ctx)
+    traits = set(_placement(placement_url, 'GET', f'/resource_providers/'
+                            f'{rp}/traits')['traits'])
+    assert traits == {'CUSTOM_X', 'MISC_SHARES_VIA_AGGREGATE',
+                      'OWNER_CYBORG'}
+    assert _placement(placement_url, 'GET', f'/resource_providers/{rp}/'
+                      'aggregates')['aggregates'] == [AGGREGATE]
+    inventory = _placement(placement_url, 'GET', f'/resource_providers/'
+                           f'{rp}/inventories')['inventories']
+    assert (inventory['FPGA']['total'], inventory['FPGA']['max_unit']) == (
+        2, 2)
