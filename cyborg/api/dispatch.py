@@ -101,7 +101,10 @@ def call(request, operation, path_vars):
     r = base.ApiRequest(request)
     version = request.version.as_tuple()
     if operation.policy is not None:
-        r.authorize(operation.policy)
+        target = None
+        if operation.policy_project is not None:
+            target = {'project_id': path_vars[operation.policy_project]}
+        r.authorize(operation.policy, target)
     if operation.query is not None:
         # The last value of a repeated parameter wins.
         r.query = dict(request.GET.items())

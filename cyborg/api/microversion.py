@@ -20,6 +20,9 @@ VERSIONS = [
     '2.2',  # GET /device_profiles/{name} accepts a name as well as a uuid.
     '2.3',  # Devices show their status ('enabled' | 'maintaining').
     '2.4',  # Health on devices, deployables and ARQs; GET /devices?health=.
+    '2.5',  # Placeholder: taken by another branch, resolved at merge.
+    '2.6',  # Placeholder: taken by another branch, resolved at merge.
+    '2.7',  # GET /quotas and /quotas/{project_id}: limits and usage.
 ]
 
 # The microversions code branches on, named by what they brought.
@@ -27,6 +30,7 @@ BIND_PROJECT_ID = (2, 1)
 PROFILE_BY_NAME = (2, 2)
 DEVICE_STATUS = (2, 3)
 HEALTH = (2, 4)
+QUOTAS = (2, 7)
 
 _FORMAT = re.compile(r'^([1-9]\d*)\.(0|[1-9]\d*)$')
 

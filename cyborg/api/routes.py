@@ -16,23 +16,27 @@ handler as a keyword argument.
 
 import dataclasses
 
+from cyborg.api import microversion
 from cyborg.api.controllers import root
 from cyborg.api.controllers.v2 import accelerator_requests as arqs
 from cyborg.api.controllers.v2 import attributes
 from cyborg.api.controllers.v2 import deployables
 from cyborg.api.controllers.v2 import device_profiles
 from cyborg.api.controllers.v2 import devices
+from cyborg.api.controllers.v2 import quotas
 from cyborg.api.schemas import accelerator_requests as arq_schema
 from cyborg.api.schemas import attributes as attribute_schema
 from cyborg.api.schemas import deployables as deployable_schema
 from cyborg.api.schemas import device_profiles as profile_schema
 from cyborg.api.schemas import devices as device_schema
+from cyborg.api.schemas import quotas as quota_schema
 from cyborg.api.schemas import versions as version_schema
 from cyborg.policies import accelerator_requests as arq_policy
 from cyborg.policies import attributes as attribute_policy
 from cyborg.policies import deployables as deployable_policy
 from cyborg.policies import device_profiles as profile_policy
 from cyborg.policies import devices as device_policy
+from cyborg.policies import quotas as quota_policy
 
 # Errors any /v2 operation may answer: a malformed microversion or body,
 # no valid token, refused by policy, a missing resource, an unsupported
@@ -57,6 +61,9 @@ class Operation:
     min_version: tuple = (2, 0)
     max_version: tuple | None = None
     errors: tuple = ERRORS
+    # The path variable holding the project the policy rule is checked
+    # against; None for the caller's own project.
+    policy_project: str | None = None
 
     @property
     def name(self):
@@ -150,6 +157,13 @@ OPERATIONS = [
               attribute_policy.GET_ONE, attribute_schema.ATTRIBUTE),
     Operation('DELETE', '/v2/attributes/{uuid}', attributes.delete_attribute,
               attribute_policy.DELETE, status=204, errors=WRITE_ERRORS),
+
+    Operation('GET', '/v2/quotas', quotas.show_own_quota, quota_policy.GET,
+              quota_schema.QUOTA, min_version=microversion.QUOTAS),
+    Operation('GET', '/v2/quotas/{project_id}', quotas.show_quota,
+              quota_policy.GET, quota_schema.QUOTA,
+              min_version=microversion.QUOTAS,
+              policy_project='project_id'),
 ]
 
 

@@ -11,10 +11,11 @@ from cyborg.conf import metrics
 from cyborg.conf import nova
 from cyborg.conf import placement
 from cyborg.conf import privsep
+from cyborg.conf import quota
 from cyborg.conf import service_user
 
 _MODULES = (default, api, conductor, database, agent, placement, nova,
-            glance, service_user, health, metrics, privsep)
+            glance, service_user, health, metrics, privsep, quota)
 
 
 def list_opts():

@@ -263,3 +263,18 @@ class NovaEvent(Base):
                                name='nova_event_status'), nullable=False)
     attempts = sa.Column(sa.Integer, nullable=False, default=0)
     next_attempt_at = sa.Column(sa.DateTime, nullable=True)
+
+
+class QuotaLock(Base):
+    """Ours: one row per project that created accelerator requests under
+    quotas.  Its row lock serialises the project's quota-checked creates,
+    so two of them cannot both count the usage before the other's rows
+    exist (cyborg.db.api.quotas)."""
+
+    __tablename__ = 'quota_locks'
+    __table_args__ = (
+        sa.UniqueConstraint('project_id',
+                            name='uniq_quota_locks0project_id'),
+    )
+
+    project_id = sa.Column(NAME, nullable=False)

@@ -17,9 +17,10 @@ from cyborg.policies import base
 from cyborg.policies import deployables
 from cyborg.policies import device_profiles
 from cyborg.policies import devices
+from cyborg.policies import quotas
 
 NOUNS = (device_profiles, accelerator_requests, devices, deployables,
-         attributes)
+         attributes, quotas)
 SCOPE_TYPES = ['project']
 
 
