@@ -4,6 +4,7 @@ with ``[metrics]enabled``, Prometheus metrics on
 ``[metrics]host:conductor_port``."""
 
 from cyborg.common import metrics
+from cyborg.common import quota
 from cyborg.common import rpc
 from cyborg.common import service
 from cyborg.conductor import manager as conductor_manager
@@ -35,4 +36,5 @@ def serve_metrics(conf):
 
 
 def main(argv=None):
-    service.run_process('cyborg-conductor', build_services, argv)
+    service.run_process('cyborg-conductor', build_services, argv,
+                        config_problem=quota.config_problem)
