@@ -20,6 +20,7 @@ from cyborg.objects import quotas as quota_objects
 from tests.fixtures import api as api_fixture
 from tests.fixtures import arqs as seed
 from tests.fixtures import databases
+from tests.fixtures import processes
 
 
 @pytest.fixture(params=databases.KINDS)
@@ -150,3 +151,43 @@ def test_arqs_of_no_project_are_not_limited(engine):
     limits = _limits(accelerator_requests=0)
     arq_binding.create(_ctx(None), profile, None, limits=limits)
     assert _count(engine, models.QuotaLock) == 0
+
+
+@pytest.fixture
+def unreachable_keystone(conf):
+    """``conf`` with unified limits read from a Keystone that is not
+    there.  oslo.limit reads [oslo_limit] from the global CONF, as in
+    cyborg's processes."""
+    from keystoneauth1 import loading as ks_loading
+    from oslo_config import cfg
+    from oslo_limit import limit
+
+    global_conf = cfg.CONF
+    global_conf.register_opts(
+        ks_loading.get_auth_plugin_conf_options('password'),
+        group='oslo_limit')
+    options = {'auth_type': 'password', 'username': 'cyborg',
+               'password': 'p', 'user_domain_id': 'default',
+               'project_name': 'service', 'project_domain_id': 'default',
+               'auth_url': 'http://127.0.0.1:%d/v3' % processes.free_port(),
+               'endpoint_service_type': 'accelerator'}
+    conf.set_override('driver', 'unified_limits', group='quota')
+    for name, value in options.items():
+        global_conf.set_override(name, value, group='oslo_limit')
+    try:
+        yield conf
+    finally:
+        for name in options:
+            global_conf.clear_override(name, group='oslo_limit')
+        limit._SDK_CONNECTION = None
+
+
+def test_limits_that_cannot_be_read_are_503_and_nothing_written(
+        unreachable_keystone, db):
+    profile = seed.seed_profile(db, [{'resources:FPGA': '1'}])
+    with pytest.raises(exception.ServiceUnavailable) as info:
+        arq_binding.create(_ctx('p1'), profile, 'p1',
+                           conf=unreachable_keystone)
+    assert 'the limits in Keystone cannot be read' in str(info.value)
+    assert _count(db, models.ExtARQ) == 0
+    assert _count(db, models.QuotaLock) == 0
