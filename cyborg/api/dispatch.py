@@ -102,8 +102,11 @@ def call(request, operation, path_vars):
     r = base.ApiRequest(request)
     version = request.version.as_tuple()
     if operation.policy is not None:
+        target = None
+        if operation.policy_project is not None:
+            target = {'project_id': path_vars[operation.policy_project]}
         with timing.phase(timing.POLICY):
-            r.authorize(operation.policy)
+            r.authorize(operation.policy, target)
     with timing.phase(timing.VALIDATE):
         if operation.query is not None:
             # The last value of a repeated parameter wins.

@@ -18,12 +18,13 @@ from cyborg.api.schemas import common
 _ERROR_TEXT = {
     400: 'Invalid input (body, query string or microversion).',
     401: 'No valid token.',
-    403: 'Denied by policy, or a service token is needed.',
+    403: 'Denied by policy, a service token is needed, or over a quota.',
     404: 'Not found (or not available at this microversion).',
     406: 'Microversion not supported.',
     409: 'Conflict with the current state.',
     423: 'Accelerator requests of the instance are still binding.',
-    503: 'A backing service (database, conductor) is unavailable.',
+    503: 'A backing service (database, conductor, Keystone\'s limits) '
+         'is unavailable.',
 }
 
 ERROR = {

@@ -16,6 +16,7 @@ handler as a keyword argument.
 
 import dataclasses
 
+from cyborg.api import microversion
 from cyborg.api.controllers import root
 from cyborg.api.controllers.v2 import accelerator_requests as arqs
 from cyborg.api.controllers.v2 import attributes
@@ -23,6 +24,7 @@ from cyborg.api.controllers.v2 import deployables
 from cyborg.api.controllers.v2 import device_profiles
 from cyborg.api.controllers.v2 import devices
 from cyborg.api.controllers.v2 import exports
+from cyborg.api.controllers.v2 import quotas
 from cyborg.api.controllers.v2 import remote_pools
 from cyborg.api.schemas import accelerator_requests as arq_schema
 from cyborg.api.schemas import attributes as attribute_schema
@@ -30,8 +32,8 @@ from cyborg.api.schemas import deployables as deployable_schema
 from cyborg.api.schemas import device_profiles as profile_schema
 from cyborg.api.schemas import devices as device_schema
 from cyborg.api.schemas import exports as export_schema
+from cyborg.api.schemas import quotas as quota_schema
 from cyborg.api.schemas import remote_pools as pool_schema
-from cyborg.api import microversion
 from cyborg.api.schemas import versions as version_schema
 from cyborg.policies import accelerator_requests as arq_policy
 from cyborg.policies import attributes as attribute_policy
@@ -39,6 +41,7 @@ from cyborg.policies import deployables as deployable_policy
 from cyborg.policies import device_profiles as profile_policy
 from cyborg.policies import devices as device_policy
 from cyborg.policies import exports as export_policy
+from cyborg.policies import quotas as quota_policy
 from cyborg.policies import remote_pools as pool_policy
 
 # Errors any /v2 operation may answer: a malformed microversion or body,
@@ -67,6 +70,9 @@ class Operation:
     # The media types of the success body: JSON (checked against
     # ``response``) unless the handler returns a ``base.Text`` of another.
     media_types: tuple = ('application/json',)
+    # The path variable holding the project the policy rule is checked
+    # against; None for the caller's own project.
+    policy_project: str | None = None
 
     @property
     def name(self):
@@ -189,6 +195,12 @@ OPERATIONS = [
               query=export_schema.GRES_QUERY,
               min_version=microversion.EXPORTS,
               media_types=('text/plain',)),
+    Operation('GET', '/v2/quotas', quotas.show_own_quota, quota_policy.GET,
+              quota_schema.QUOTA, min_version=microversion.QUOTAS),
+    Operation('GET', '/v2/quotas/{project_id}', quotas.show_quota,
+              quota_policy.GET, quota_schema.QUOTA,
+              min_version=microversion.QUOTAS,
+              policy_project='project_id'),
 ]
 
 

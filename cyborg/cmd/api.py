@@ -24,6 +24,7 @@ from oslo_log import log
 from cyborg import version
 from cyborg.api import app as api_app
 from cyborg.api import auth
+from cyborg.common import quota
 from cyborg.common import service
 from cyborg.db import api as db_api
 
@@ -229,7 +230,8 @@ def _describe(status):
 
 def main(argv=None):
     conf = service.prepare(argv, prog='cyborg-api')
-    problem = auth.keystone_config_problem(conf)
+    problem = (auth.keystone_config_problem(conf)
+               or quota.config_problem(conf))
     if problem:
         service.config_error('cyborg-api', problem)
     try:

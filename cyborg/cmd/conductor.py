@@ -7,6 +7,7 @@ with ``[metrics]enabled``, Prometheus metrics on
 from oslo_utils import timeutils
 
 from cyborg.common import metrics
+from cyborg.common import quota
 from cyborg.common import rpc
 from cyborg.common import service
 from cyborg.conductor import manager as conductor_manager
@@ -45,4 +46,5 @@ def serve_metrics(conf):
 
 
 def main(argv=None):
-    service.run_process('cyborg-conductor', build_services, argv)
+    service.run_process('cyborg-conductor', build_services, argv,
+                        config_problem=quota.config_problem)

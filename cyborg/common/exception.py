@@ -92,6 +92,12 @@ class ServiceTokenRequired(Forbidden):
     message = '%(action)s requires a service token.'
 
 
+class QuotaExceeded(Forbidden):
+    """A request that would take a project over its limits; the message
+    names each limit, the usage and what was requested."""
+    message = 'Quota exceeded: %(reason)s'
+
+
 class NotAcceptable(CyborgException):
     message = 'Not acceptable: %(reason)s'
     code = 406

@@ -233,16 +233,21 @@ def _quietly(func, what):
         LOG.warning('Error while stopping %s: %s', what, exc)
 
 
-def run_process(prog, build_services, argv=None):
+def run_process(prog, build_services, argv=None, config_problem=None):
     """The ``main()`` of a service process; never returns.
 
     Stop signals are watched before anything else, so a SIGTERM that
     arrives while the process is still starting also ends it cleanly.
     ``build_services(conf)`` returns the services in start order.
+    ``config_problem(conf)`` says why the configuration cannot work, or
+    None; a problem stops the process at once (``config_error``).
     """
     launcher = Launcher(cyborg.conf.CONF, prog)
     launcher.install_signal_handlers()
     conf = prepare(argv, prog=prog)
+    problem = config_problem(conf) if config_problem else None
+    if problem:
+        config_error(prog, problem)
     LOG.info('%s %s starting on host %s', prog, version.version_string(),
              conf.host)
     try:

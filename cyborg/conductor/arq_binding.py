@@ -64,6 +64,7 @@ from cyborg.common import notify
 from cyborg.common import states
 from cyborg.common import timing
 from cyborg.conductor import nova
+from cyborg.conductor import quotas
 from cyborg.conductor import remote_pools
 from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
@@ -107,26 +108,37 @@ class _Lost(Exception):
 
 # -- create ---------------------------------------------------------------
 
-def create(context, device_profile_uuid, project_id, conf=None):
+def create(context, device_profile_uuid, project_id, conf=None,
+           limits=None):
     """Make the ARQs of a device profile in one transaction: for group i,
     n = the sum of its ``resources:*`` amounts ARQs with group id i.
-    With ``conf``, an ``arq.create`` notification per ARQ follows the
-    commit."""
+
+    The project's quota ``limits`` (a ``cyborg.common.quota.Limits``; by
+    default read through ``conf``'s ``[quota]driver``, none without
+    ``conf``) are enforced in that transaction: over a limit, 403 and
+    nothing written.  With ``conf``, an ``arq.create`` notification per
+    ARQ follows the commit."""
+    if limits is None:
+        limits = quotas.limits_for(conf, project_id)
     arqs = db_api.write_retrying(context, _create_in, context,
-                                 device_profile_uuid, project_id)
+                                 device_profile_uuid, project_id, limits)
     _notify_created(conf, context, arqs)
     return arqs
 
 
-def _create_in(context, device_profile_uuid, project_id):
+def _create_in(context, device_profile_uuid, project_id, limits=None):
+    # The quota lock comes first: see cyborg.db.api.quotas.
+    quotas.lock(context, project_id, limits)
     profile = profile_db.get_groups(context, device_profile_uuid)
     if profile is None:
         raise exception.DeviceProfileNotFound(name=device_profile_uuid)
+    groups = json.loads(profile.profile_json)
+    quotas.check(context, project_id, groups, limits)
     # Whole seconds: what is returned now is what a later read shows, on
     # every engine (a DATETIME column may round a fraction).
     now = timeutils.utcnow().replace(microsecond=0)
     rows = []
-    for group_id, group in enumerate(json.loads(profile.profile_json)):
+    for group_id, group in enumerate(groups):
         for _ in range(_group_size(group)):
             rows.append({'uuid': str(uuidlib.uuid4()),
                          'state': states.INITIAL,

@@ -9,7 +9,7 @@ Owners:
   device_set_status           device_status
   device_profile_*            device_profiles
   attribute_*                 attributes
-  arq_*                       arq_binding
+  arq_*                       arq_binding (quotas: quotas)
   deployable_program          programming
   remote_pool_*               remote_pools
 """

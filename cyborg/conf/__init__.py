@@ -30,6 +30,7 @@ from cyborg.conf import metrics
 from cyborg.conf import nova
 from cyborg.conf import placement
 from cyborg.conf import privsep
+from cyborg.conf import quota
 from cyborg.conf import service_user
 
 CONF = cfg.CONF
@@ -39,7 +40,8 @@ CONFIG_ENV = 'OS_CYBORG_CONFIG'
 CONFIG_DIR_ENV = 'OS_CYBORG_CONFIG_DIR'
 
 _MODULES = (default, api, conductor, database, agent, placement, nova,
-            glance, service_user, health, metrics, privsep, fabric)
+            glance, service_user, health, metrics, privsep, fabric,
+            quota)
 
 
 def register_opts(conf):

@@ -12,10 +12,12 @@ from cyborg.conf import metrics
 from cyborg.conf import nova
 from cyborg.conf import placement
 from cyborg.conf import privsep
+from cyborg.conf import quota
 from cyborg.conf import service_user
 
 _MODULES = (default, api, conductor, database, agent, placement, nova,
-            glance, service_user, health, metrics, privsep, fabric)
+            glance, service_user, health, metrics, privsep, fabric,
+            quota)
 
 
 def list_opts():

@@ -350,3 +350,18 @@ class NovaEvent(Base):
     # The conductor ([DEFAULT]host) that recorded it and delivers its
     # batch; restarted, it re-sends its own batches at once.
     owner = sa.Column(NAME, nullable=True)
+
+
+class QuotaLock(Base):
+    """Ours: one row per project that created accelerator requests under
+    quotas.  Its row lock serialises the project's quota-checked creates,
+    so two of them cannot both count the usage before the other's rows
+    exist (cyborg.db.api.quotas)."""
+
+    __tablename__ = 'quota_locks'
+    __table_args__ = (
+        sa.UniqueConstraint('project_id',
+                            name='uniq_quota_locks0project_id'),
+    )
+
+    project_id = sa.Column(NAME, nullable=False)

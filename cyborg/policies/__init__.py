@@ -18,10 +18,11 @@ from cyborg.policies import deployables
 from cyborg.policies import device_profiles
 from cyborg.policies import devices
 from cyborg.policies import exports
+from cyborg.policies import quotas
 from cyborg.policies import remote_pools
 
 NOUNS = (device_profiles, accelerator_requests, devices, deployables,
-         attributes, remote_pools, exports)
+         attributes, quotas, remote_pools, exports)
 SCOPE_TYPES = ['project']
 
 

@@ -23,6 +23,7 @@ import cyborg.conf
 from cyborg import version
 from cyborg.api import app as api_app
 from cyborg.api import auth
+from cyborg.common import quota
 from cyborg.db import api as db_api
 
 LOG = log.getLogger(__name__)
@@ -42,7 +43,8 @@ def init_application(argv=None):
     cyborg.conf.parse_args(conf, [] if argv is None else list(argv),
                            prog='cyborg-wsgi-api')
     log.setup(conf, 'cyborg')
-    problem = auth.keystone_config_problem(conf)
+    problem = (auth.keystone_config_problem(conf)
+               or quota.config_problem(conf))
     if problem:
         # A WSGI server shows this (and refuses to load the app).
         raise RuntimeError('cyborg-wsgi-api: configuration error: '

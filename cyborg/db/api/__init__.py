@@ -16,6 +16,8 @@ read and write rows live in the module of the noun they touch:
   arqs             accelerator requests: every ARQ read goes through
                    ``arqs.select``; every state change is a guarded UPDATE
   nova_events      bind outcomes Nova has not accepted yet
+  quotas           a project's quota usage and the lock quota-checked
+                   creates take
 
 Callers import the module they need (``from cyborg.db.api import arqs as
 arq_db``).  Every function takes a RequestContext first; functions

@@ -194,6 +194,12 @@ def _scenario(r, placement_url):
     _wait_for(lambda: r.call('GET', arq_url, nova)['state'] == 'Bound',
               'the ARQ to be Bound')
     r.call('GET', arq_url, nova, status=200, operation='show_arq')
+    # The project's limits and usage, as its user and as an administrator
+    # see them (no limits here: [quota]driver is noop).
+    r.call('GET', '/v2/quotas', nova, status=200,
+           operation='show_own_quota')
+    r.call('GET', '/v2/quotas/' + NOVA['X-Project-Id'], admin, status=200,
+           operation='show_quota')
     r.call('GET', '/v2/accelerator_requests?instance=%s&bind_state=resolved'
            % INSTANCE, nova, status=200, operation='list_arqs')
     r.call('PATCH', arq_url, nova,

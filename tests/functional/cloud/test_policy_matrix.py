@@ -77,6 +77,10 @@ ARQ_READ = 'ok ok ok ok hidden hidden ok ok deny deny 401'
 ARQ_CREATE = 'ok ok ok deny ok deny ok ok deny deny 401'
 ARQ_DELETE = 'ok ok ok deny hidden deny ok ok deny deny 401'
 SERVICE_REQUEST = 'token token token deny token deny token ok deny deny 401'
+# A project's quota: its readers (and admins); the caller's own project
+# for every project-scoped persona but the service role alone.
+OWN_QUOTA = 'ok ok ok ok ok ok deny ok deny deny 401'
+QUOTA_READ = 'ok ok ok ok deny deny deny ok deny deny 401'
 
 
 class Row:
@@ -90,8 +94,10 @@ class Row:
     items and the target's uuid that must be among them."""
 
     def __init__(self, method, path, status, expected, build=None,
-                 target=None, undo=None, listed=None, note=''):
+                 target=None, undo=None, listed=None, note='', version=None):
         self.route = (method, path)
+        # The microversion the request asks for (None: no header, 2.0).
+        self.version = version
         self.status = status
         self.expected = dict(zip(PERSONAS, expected.split()))
         assert len(self.expected) == len(PERSONAS), (path, expected)
@@ -237,6 +243,11 @@ MATRIX = [
     Row('DELETE', '/v2/attributes/{uuid}', 204, ADMIN_ONLY,
         target=_new_attribute,
         build=lambda ctx, uuid: ({'uuid': uuid}, None, None)),
+
+    Row('GET', '/v2/quotas', 200, OWN_QUOTA, version='2.7'),
+    Row('GET', '/v2/quotas/{project_id}', 200, QUOTA_READ, version='2.7',
+        build=lambda ctx, t: ({'project_id': ctx.demo_project}, None, None),
+        note="demo's"),
 ]
 
 
@@ -264,11 +275,15 @@ class Context:
         self.rp_uuid = deployable['rp_uuid']
         self.attribute = _new_attribute(self)
         self.image = glance.add_image(b'matrix-bitstream' * 64)
+        self.demo_project = keystone.project_id('demo')
 
-    def request(self, persona, method, path, query=None, body=None):
+    def request(self, persona, method, path, query=None, body=None,
+                version=None):
+        headers = dict(self.headers[persona])
+        if version is not None:
+            headers['OpenStack-API-Version'] = 'accelerator ' + version
         return requests.request(method, self.base + path, params=query,
-                                json=body, headers=self.headers[persona],
-                                timeout=60)
+                                json=body, headers=headers, timeout=60)
 
     def call(self, persona, method, path, body=None):
         """A request that must succeed; its JSON body or None."""
@@ -317,7 +332,7 @@ def try_cell(ctx, row, persona):
     target = row.target(ctx)
     variables, query, body = row.build(ctx, target)
     response = ctx.request(persona, method, template.format(**variables),
-                           query, body)
+                           query, body, row.version)
     got = outcome(row, ctx, target, response)
     if row.undo is not None:
         row.undo(ctx, target, response)

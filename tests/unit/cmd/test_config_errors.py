@@ -58,3 +58,21 @@ def test_keystone_without_credentials_refuses_to_start(tmp_path):
         'but [keystone_authtoken] has no auth_type (and the credentials it '
         'goes with): set them, as the install guide shows, or use '
         'auth_strategy = noauth to try cyborg out')
+
+
+@pytest.mark.parametrize('script', ('cyborg-api', 'cyborg-conductor'))
+@pytest.mark.parametrize('text, says', [
+    ('[quota]\ndriver = unified_limits\n',
+     '[oslo_limit] has no auth_type'),
+    ('[quota]\ndriver = unified_limits\n[oslo_limit]\nauth_type = password\n',
+     '[oslo_limit] names no endpoint'),
+    ('[quota]\ndriver = keystone\n', "but found 'keystone'"),
+])
+def test_unified_limits_without_what_they_need_refuse_to_start(
+        tmp_path, script, text, says):
+    rc, output = _run(script, tmp_path,
+                      text + '[api]\nport = 1\nauth_strategy = noauth\n')
+    assert rc == 2, output
+    assert output.count('\n') == 0, output
+    assert output.startswith('%s: configuration error: ' % script)
+    assert says in output

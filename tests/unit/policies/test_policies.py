@@ -36,7 +36,7 @@ DOCUMENTED_RULES = {
                                            'delete')
 } | {
     'cyborg:export:%s' % a for a in ('resource_slices', 'gres_conf')
-}
+} | {'cyborg:quota:get'}
 
 
 def test_rule_names_are_the_contract_s():
@@ -84,6 +84,10 @@ def _ctx(roles, project='p1', service=False):
     ('cyborg:device:get_all', ['service'], True, False),
     ('cyborg:deployable:get_one', ['service'], False, False),
     ('cyborg:attribute:create', ['service'], True, False),
+    ('cyborg:quota:get', ['reader'], False, True),
+    ('cyborg:quota:get', [], True, False),
+    ('cyborg:quota:get', ['service'], False, False),
+    ('cyborg:quota:get', ['admin'], False, True),
 ])
 def test_defaults(conf, rule, roles, service, allowed):
     ctx = _ctx(roles, service=service)
@@ -100,6 +104,17 @@ def test_reader_of_another_project_is_denied(conf):
     with pytest.raises(exception.PolicyNotAuthorized):
         policy.authorize(conf, _ctx(['reader'], 'p1'), 'cyborg:arq:get_one',
                          {'project_id': 'p2'})
+
+
+def test_quota_of_another_project_is_denied_to_its_non_readers(conf):
+    target = {'project_id': 'p2'}
+    with pytest.raises(exception.PolicyNotAuthorized):
+        policy.authorize(conf, _ctx(['member', 'reader'], 'p1'),
+                         'cyborg:quota:get', target)
+    policy.authorize(conf, _ctx(['reader'], 'p2'), 'cyborg:quota:get',
+                     target)
+    policy.authorize(conf, _ctx(['admin'], 'p1'), 'cyborg:quota:get',
+                     target)
 
 
 def test_new_defaults_are_enforced(conf):

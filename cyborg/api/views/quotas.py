@@ -1,0 +1,16 @@
+from cyborg.common import quota
+
+
+def show(project_id, limits, used):
+    """A project's quota: each resource Keystone limits or the project
+    uses, with its limit (-1 for none) and its usage."""
+    names = limits.names() | {name for name, value in used.items()
+                              if value} | {quota.ARQS}
+    resources = {}
+    for name in sorted(names):
+        limit = limits.limit(name)
+        resources[name] = {
+            'limit': quota.UNLIMITED if limit is None else limit,
+            'in_use': used.get(name, 0)}
+    return {'quota': {'project_id': project_id, 'enforced': limits.enforced,
+                      'resources': resources}}

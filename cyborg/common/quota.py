@@ -1,0 +1,250 @@
+"""Quotas: the resources a project's accelerator requests use, and their
+limits (doc/source/quotas.rst).
+
+Resources, named as Nova names its unified limits:
+
+- ``accelerator_requests``: the number of ARQs a project holds;
+- ``class:<resource class>`` (``class:FPGA``, ``class:PGPU``,
+  ``class:CUSTOM_X``): the accelerators of that class its ARQs ask for.
+
+Creating ARQs from a device profile requests, for each group, one ARQ per
+unit of its ``resources:*`` amounts, and those amounts of each class.  A
+group's ARQs share its resources: a project holding c of a group's n ARQs
+uses ceil(c * amount / n) of each of its classes, which is the amount
+itself while the group's ARQs are whole.
+
+Limits come from a driver (``[quota]driver``): ``noop`` has none;
+``unified_limits`` reads Keystone's registered limits and the project's
+limits through oslo.limit.  Only reading happens here; the conductor
+enforces them in the transaction that creates ARQs
+(``cyborg.conductor.quotas``) and the API shows them.
+"""
+
+import json
+import math
+import threading
+
+from keystoneauth1 import exceptions as ksa_exceptions
+from openstack import exceptions as sdk_exceptions
+from oslo_log import log as logging
+
+from cyborg.common import exception
+from cyborg.conf import quota as quota_conf
+
+LOG = logging.getLogger(__name__)
+
+ARQS = 'accelerator_requests'
+CLASS_PREFIX = 'class:'
+RESOURCES_PREFIX = 'resources:'
+# What a resource without a limit shows (Keystone's and Nova's "unlimited").
+UNLIMITED = -1
+
+
+def class_resource(resource_class):
+    """``class:FPGA`` for ``FPGA``."""
+    return CLASS_PREFIX + resource_class
+
+
+def group_amounts(group):
+    """{resource name: amount} one unit of a profile group asks for (its
+    ``resources:*`` amounts by class), without zeros."""
+    amounts = {}
+    for key, value in group.items():
+        if key.startswith(RESOURCES_PREFIX) and int(value) > 0:
+            name = class_resource(key[len(RESOURCES_PREFIX):])
+            amounts[name] = amounts.get(name, 0) + int(value)
+    return amounts
+
+
+def requested(groups):
+    """{resource name: amount} that creating the ARQs of a profile with
+    ``groups`` asks for."""
+    deltas = {ARQS: 0}
+    for group in groups:
+        for name, amount in group_amounts(group).items():
+            deltas[ARQS] += amount
+            deltas[name] = deltas.get(name, 0) + amount
+    return deltas
+
+
+def usage(held):
+    """{resource name: usage} of the ARQs a project holds.
+
+    ``held`` is ``[(profile groups, group index, number of ARQs)]``, one
+    item per profile group the project has ARQs of.
+    """
+    used = {ARQS: 0}
+    for groups, group_id, count in held:
+        used[ARQS] += count
+        if group_id >= len(groups):
+            continue
+        amounts = group_amounts(groups[group_id])
+        size = sum(amounts.values())
+        for name, amount in amounts.items():
+            used[name] = used.get(name, 0) + math.ceil(count * amount / size)
+    return used
+
+
+def groups_of(profile_json):
+    """A profile's groups from its stored JSON (a bad row counts nothing)."""
+    try:
+        groups = json.loads(profile_json)
+    except (TypeError, ValueError):
+        return []
+    return groups if isinstance(groups, list) else []
+
+
+class Limits:
+    """A project's limits: what Keystone says, and what a resource it says
+    nothing about is allowed (``[quota]unified_limits_resource_strategy``).
+    """
+
+    def __init__(self, registered=None, project=None, strategy=None,
+                 listed=(), enforced=True):
+        self.registered = dict(registered or {})
+        self.project = dict(project or {})
+        self.strategy = strategy or quota_conf.REQUIRE
+        self.listed = frozenset(listed)
+        self.enforced = enforced
+
+    def limit(self, name):
+        """The limit of resource ``name``, or None when it is unlimited."""
+        if not self.enforced:
+            return None
+        for found in (self.project, self.registered):
+            if name in found:
+                value = found[name]
+                return None if value is None or value < 0 else value
+        # No registered limit: the strategy decides, as in Nova.
+        required = (name in self.listed) == (
+            self.strategy == quota_conf.REQUIRE)
+        return 0 if required else None
+
+    def names(self):
+        """The resources Keystone holds a limit of for this project."""
+        return set(self.registered) | set(self.project)
+
+    def check(self, used, deltas):
+        """Raise QuotaExceeded when adding ``deltas`` to ``used`` takes any
+        resource of ``deltas`` over its limit (every one over is named)."""
+        over = []
+        for name in sorted(deltas):
+            if not deltas[name]:
+                continue
+            limit = self.limit(name)
+            in_use = used.get(name, 0)
+            if limit is not None and in_use + deltas[name] > limit:
+                over.append('%s: limit %d, in use %d, requested %d' % (
+                    name, limit, in_use, deltas[name]))
+        if over:
+            raise exception.QuotaExceeded(
+                message='Quota exceeded for ' + '; for '.join(over))
+
+
+NO_LIMITS = Limits(enforced=False)
+
+
+class NoopDriver:
+    """No quotas."""
+
+    enforced = False
+
+    def limits(self, project_id):
+        return NO_LIMITS
+
+
+class UnifiedLimitsDriver:
+    """Limits from Keystone's unified limits, through oslo.limit.
+
+    oslo.limit reads its options from the process's global configuration
+    (the one cyborg's console scripts parse).  The enforcer is made once
+    (it finds the endpoint and the enforcement model); each call then
+    reads the registered limits and the project's limits afresh, two
+    requests to Keystone, so a changed limit counts at once.
+    """
+
+    enforced = True
+
+    def __init__(self, conf):
+        self._conf = conf
+        self._enforcer = None
+        self._lock = threading.Lock()
+
+    def limits(self, project_id):
+        """The project's Limits; 503 when Keystone cannot tell."""
+        try:
+            enforcer = self._get_enforcer()
+            registered = enforcer.get_registered_limits(None)
+            project = enforcer.get_project_limits(project_id, None)
+        except exception.CyborgException:
+            raise
+        except _KEYSTONE_ERRORS as exc:
+            LOG.warning('Reading limits from Keystone failed: %s', exc)
+            with self._lock:
+                self._enforcer = None   # find the endpoint again next time
+            raise exception.ServiceUnavailable(
+                reason='the limits in Keystone cannot be read: %s' % exc)
+        return Limits(dict(registered), dict(project),
+                      self._conf.quota.unified_limits_resource_strategy,
+                      self._conf.quota.unified_limits_resource_list)
+
+    def _get_enforcer(self):
+        from oslo_limit import limit
+        with self._lock:
+            if self._enforcer is None:
+                enforcer = limit.Enforcer(_no_usage_callback, cache=False)
+                if enforcer.model.name != 'flat':
+                    raise exception.ServiceUnavailable(
+                        reason='Keystone enforces limits with the %s model; '
+                               'cyborg supports the flat model only'
+                               % enforcer.model.name)
+                self._enforcer = enforcer
+            return self._enforcer
+
+
+def _no_usage_callback(project_id, resource_names):
+    # cyborg never asks oslo.limit to count: usage is counted in the
+    # transaction that creates ARQs, under the project's lock
+    # (cyborg.conductor.quotas), which a callback could not join.
+    raise RuntimeError('cyborg counts quota usage itself')
+
+
+def _errors():
+    from oslo_limit import exception as limit_exception
+    return (ksa_exceptions.ClientException, sdk_exceptions.SDKException,
+            limit_exception.SessionInitError, ValueError)
+
+
+_KEYSTONE_ERRORS = _errors()
+
+_DRIVERS = {}
+_DRIVERS_LOCK = threading.Lock()
+
+
+def get_driver(conf):
+    """The quota driver ``[quota]driver`` names (one per configuration)."""
+    if conf.quota.driver != quota_conf.UNIFIED_LIMITS:
+        return NoopDriver()
+    with _DRIVERS_LOCK:
+        driver = _DRIVERS.get(id(conf))
+        if driver is None or driver._conf is not conf:
+            driver = _DRIVERS[id(conf)] = UnifiedLimitsDriver(conf)
+        return driver
+
+
+def config_problem(conf):
+    """Why ``[quota]driver = unified_limits`` cannot work with ``conf``,
+    or None."""
+    if conf.quota.driver != quota_conf.UNIFIED_LIMITS:
+        return None
+    section = conf[quota_conf.LIMIT_GROUP]
+    if not (section.auth_type or section.auth_section):
+        return ('[quota]driver is unified_limits but [oslo_limit] has no '
+                'auth_type (and the credentials it goes with) to read the '
+                'limits from Keystone with')
+    if not (section.endpoint_id or section.endpoint_service_type
+            or section.endpoint_service_name):
+        return ('[quota]driver is unified_limits but [oslo_limit] names no '
+                'endpoint: set endpoint_id, or endpoint_service_type '
+                '(accelerator) and endpoint_region_name')
+    return None
