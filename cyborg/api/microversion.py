@@ -20,6 +20,8 @@ VERSIONS = [
     '2.2',  # GET /device_profiles/{name} accepts a name as well as a uuid.
     '2.3',  # Devices show their status ('enabled' | 'maintaining').
     '2.4',  # Health on devices, deployables and ARQs; GET /devices?health=.
+    '2.5',  # Device profiles: visibility (public | private), projects, owner.
+    '2.6',  # POST /accelerator_requests/{uuid}/allocate; ARQ consumers.
 ]
 
 # The microversions code branches on, named by what they brought.
@@ -27,6 +29,8 @@ BIND_PROJECT_ID = (2, 1)
 PROFILE_BY_NAME = (2, 2)
 DEVICE_STATUS = (2, 3)
 HEALTH = (2, 4)
+PROFILE_VISIBILITY = (2, 5)
+STANDALONE = (2, 6)
 
 _FORMAT = re.compile(r'^([1-9]\d*)\.(0|[1-9]\d*)$')
 

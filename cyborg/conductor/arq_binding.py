@@ -66,7 +66,8 @@ BIND_FIELDS = ('hostname', 'device_rp_uuid', 'instance_uuid')
 
 _CLEARED = {'hostname': None, 'device_rp_uuid': None, 'instance_uuid': None,
             'deployable_id': None, 'attach_handle_id': None,
-            'bind_started_at': None, 'bind_failure_reason': None}
+            'bind_started_at': None, 'bind_failure_reason': None,
+            'consumer_id': None, 'consumer_type': None}
 
 _EXECUTOR = None
 _EXECUTOR_LOCK = threading.Lock()
@@ -486,6 +487,27 @@ def _release_mdevs(conf, context, rows):
 
 # -- unbind and delete ------------------------------------------------------
 
+def release_allocations(conf, rows):
+    """Release the Placement allocations of the ARQs among ``rows`` that
+    were allocated standalone (they are their own consumer; an instance's
+    ARQs hold none: Nova's allocation is the instance's).
+
+    Called before the rows change, so that a Placement outage fails the
+    unbind or delete (503) instead of leaving an allocation nobody will
+    release.  An allocation made after this by a racing allocate is
+    released by that allocate, which finds its ARQ gone or moved.
+    """
+    standalone = [r.uuid for r in rows if r.consumer_id]
+    if not standalone:
+        return
+    from cyborg.placement import client as placement_client
+
+    placement = placement_client.get_client(conf)
+    for arq_uuid in standalone:
+        if placement.delete_allocations(arq_uuid):
+            LOG.info('Released the Placement allocation of accelerator '
+                     'request %s', arq_uuid)
+
 def unbind(conf, context, arq_uuids):
     """Free the ARQs' handles (removing mdevs) and clear their binding;
     ARQs already unbound are left alone."""
@@ -496,6 +518,7 @@ def unbind(conf, context, arq_uuids):
     if missing:
         raise exception.ARQNotFound(uuid=missing[0])
     _release_mdevs(conf, context, rows)
+    release_allocations(conf, rows)
     moved = db_api.write_retrying(context, _leave_all, context, rows,
                                   states.UNBOUND, UNBIND_FROM)
     _notify_left(conf, context, notify.ARQ_UNBIND, rows, moved,
@@ -529,6 +552,7 @@ def delete(conf, context, arq_uuids=None, instance_uuid=None):
     if not rows:
         return arq_uuids
     _release_mdevs(conf, context, rows)
+    release_allocations(conf, rows)
     moved = db_api.write_retrying(context, _leave_all, context, rows,
                                   states.DELETING, ANY_STATE, delete=True)
     _notify_left(conf, context, notify.ARQ_DELETE, rows, moved,
@@ -547,10 +571,23 @@ def fail_stuck(conf, context):
     if not stuck:
         return 0
     batch_id = str(uuidlib.uuid4())
+    standalone = {r.uuid: r for r in arq_db.get_to_change(context, stuck)
+                  if r.consumer_id}
+    failed = []
     for arq_uuid in stuck:
-        _fail(conf, context, batch_id, arq_uuid,
-              f'bind did not finish within {conf.bind_timeout} seconds',
-              timeutils.utcnow())
+        if _fail(conf, context, batch_id, arq_uuid,
+                 f'bind did not finish within {conf.bind_timeout} seconds',
+                 timeutils.utcnow()) and arq_uuid in standalone:
+            failed.append(standalone[arq_uuid])
+    standalone = failed
+    # A standalone allocation whose conductor died: what it claimed in
+    # Placement goes with it (its ARQ is BindFailed now).
+    try:
+        release_allocations(conf, standalone)
+    except exception.PlacementError as e:
+        LOG.warning('Could not release the allocations of stuck '
+                    'accelerator requests %s: %s',
+                    ', '.join(r.uuid for r in standalone), e)
     nova.deliver_batch(conf, context, batch_id)
     return len(stuck)
 

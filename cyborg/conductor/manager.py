@@ -9,6 +9,7 @@ Owners:
   device_set_status           device_status
   device_profile_*            device_profiles
   attribute_*                 attributes
+  arq_allocate                arq_allocation (standalone, no Nova)
   arq_*                       arq_binding
   deployable_program          programming
 """
@@ -19,6 +20,7 @@ from oslo_log import log as logging
 import oslo_messaging as messaging
 
 from cyborg.common import exception
+from cyborg.conductor import arq_allocation
 from cyborg.conductor import arq_binding
 from cyborg.conductor import attributes
 from cyborg.conductor import device_profiles
@@ -102,6 +104,12 @@ class ConductorManager:
     @_answer
     def arq_bind(self, context, bindings):
         return arq_binding.bind(self.conf, context, bindings)
+
+    @_answer
+    def arq_allocate(self, context, arq_uuid, consumer_id, consumer_type,
+                     hostname=None):
+        return arq_allocation.allocate(self.conf, context, arq_uuid,
+                                       consumer_id, consumer_type, hostname)
 
     @_answer
     def arq_unbind(self, context, arq_uuids):

@@ -15,6 +15,7 @@ from cyborg.api.views import accelerator_requests as view
 from cyborg.common import exception
 from cyborg.common import states
 from cyborg.objects.accelerator_requests import AcceleratorRequest
+from cyborg.objects import device_profiles as profile_objects
 from cyborg.objects.device_profiles import DeviceProfile
 from cyborg.policies import accelerator_requests as policy
 
@@ -42,9 +43,11 @@ def show_arq(r, uuid):
 
 def create_arqs(r):
     """POST {"device_profile_name": n}: ARQs for every unit of every group,
-    owned by the caller's project (the user's, when Nova asks)."""
+    owned by the caller's project (the user's, when Nova asks).  A profile
+    the project may not see is not found, as if it did not exist."""
     name = r.body['device_profile_name']
-    profile = DeviceProfile.get_by_name(r.context, name)
+    profile = DeviceProfile.get_by_name(
+        r.context, name, profile_objects.visible_to(r.context))
     if profile is None:
         raise exception.DeviceProfileNotFound(name=name)
     created = r.conductor.arq_create(r.context,
@@ -53,6 +56,21 @@ def create_arqs(r):
     uuids = [item['uuid'] for item in created]
     arqs = AcceleratorRequest.list(r.context, uuids=uuids)
     return {'arqs': [view.show(r, a) for a in arqs]}
+
+
+def allocate_arq(r, uuid):
+    """POST /{uuid}/allocate {consumer_id, consumer_type[, hostname]}
+    (microversion 2.6, admins and services): claim an accelerator in
+    Placement for the ARQ and bind it, without Nova; answers the Bound
+    ARQ.  409 when no free accelerator matches or another allocation won
+    the last one."""
+    arq = _find(r, uuid)
+    body = r.body
+    r.conductor.arq_allocate(r.context, arq_uuid=arq.uuid,
+                             consumer_id=body['consumer_id'],
+                             consumer_type=body['consumer_type'],
+                             hostname=body.get('hostname'))
+    return view.show(r, _find(r, arq.uuid))
 
 
 def bind_or_unbind_arqs(r):
