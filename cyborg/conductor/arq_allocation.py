@@ -65,11 +65,6 @@ ROUNDS = 3
 _CONSUMER_TYPE = re.compile(r'[^A-Z0-9_]')
 
 
-class NoCandidate(exception.Conflict):
-    message = ('No free accelerator matches accelerator request %(uuid)s '
-               '(%(wanted)s): %(reason)s')
-
-
 def request_query(group, compute_rp_uuid=None):
     """Placement's ``GET /allocation_candidates`` parameters for ONE unit
     of a device profile ``group`` (each ARQ is one unit of its group),
@@ -200,8 +195,9 @@ def _claim(placement, context, job):
         fresh = [c for c in candidates
                  if json.dumps(c, sort_keys=True) not in tried]
         if not candidates:
-            raise NoCandidate(uuid=job['uuid'], wanted=_wanted(job['query']),
-                              reason='Placement offers none')
+            raise exception.NoCandidate(uuid=job['uuid'],
+                                        wanted=_wanted(job['query']),
+                                        reason='Placement offers none')
         for allocations in fresh or candidates:
             tried.add(json.dumps(allocations, sort_keys=True))
             attempts += 1
@@ -212,10 +208,10 @@ def _claim(placement, context, job):
                     placement_consumer_type(job['consumer_type'])):
                 return next(iter(allocations))
             if attempts >= MAX_CLAIMS:
-                raise NoCandidate(
+                raise exception.NoCandidate(
                     uuid=job['uuid'], wanted=_wanted(job['query']),
                     reason=f'{attempts} claims lost to other consumers')
-    raise NoCandidate(uuid=job['uuid'], wanted=_wanted(job['query']),
+    raise exception.NoCandidate(uuid=job['uuid'], wanted=_wanted(job['query']),
                       reason=f'{attempts} claims lost to other consumers')
 
 

@@ -187,7 +187,7 @@ def test_the_last_unit_goes_to_one_consumer_only(aconf, db, ctx, trait,
     first, second = _arqs(db, ctx, {'resources:FPGA': '2',
                                     'trait:' + trait: 'required'}, count=2)
     arq_allocation.allocate(aconf, ctx, first, 'pod-1', 'k8s-pod')
-    with pytest.raises(arq_allocation.NoCandidate) as e:
+    with pytest.raises(exception.NoCandidate) as e:
         arq_allocation.allocate(aconf, ctx, second, 'pod-2', 'k8s-pod')
     assert e.value.code == 409
     assert 'Placement offers none' in str(e.value)

@@ -3,7 +3,8 @@
 Ownership: a caller that is neither admin nor a service sees and changes
 only its own project's ARQs; another project's ARQ is "not found".
 Binding, unbinding, deleting a bound ARQ and deleting by instance are for
-services (Nova's service token) only.
+services (Nova's service token) only; an ARQ allocated standalone
+(``allocate``, 2.6) may also be deleted by an admin or a service role.
 """
 
 from oslo_utils import uuidutils
@@ -135,7 +136,11 @@ def _delete(r, uuids):
     """Delete the caller's ARQs among ``uuids``; 404 (after deleting the
     others) when any is missing or not the caller's."""
     visible = AcceleratorRequest.list(r.context, _owner(r), uuids=uuids)
-    if any(a.state in states.ARQ_HOLDING for a in visible):
+    holding = [a for a in visible if a.state in states.ARQ_HOLDING]
+    # An instance's bound ARQ goes only with Nova's service token; one
+    # allocated standalone (2.6) also with the rights that allocated it.
+    if holding and not (r.context.sees_every_project
+                        and all(a.consumer_id for a in holding)):
         _require_service(r, 'Deleting a bound accelerator request')
     missing = set(uuids) - {a.uuid for a in visible}
     if visible:
