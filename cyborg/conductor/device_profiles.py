@@ -29,7 +29,7 @@ def create(context, values):
     projects = sorted(set(values.get('projects') or ()))
     if projects and visibility != states.PRIVATE:
         raise exception.Invalid(
-            reason='projects: only a private profile is shared with '
+            reason='projects: only a private profile lists '
                    'projects (a public one is seen by every project)')
     row_values = {'uuid': values.get('uuid') or uuidutils.generate_uuid(),
                   'name': values['name'],
