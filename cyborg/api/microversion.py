@@ -20,8 +20,8 @@ VERSIONS = [
     '2.2',  # GET /device_profiles/{name} accepts a name as well as a uuid.
     '2.3',  # Devices show their status ('enabled' | 'maintaining').
     '2.4',  # Health on devices, deployables and ARQs; GET /devices?health=.
-    '2.5',  # (reserved)
-    '2.6',  # (reserved)
+    '2.5',  # Device profiles: visibility (public | private), projects, owner.
+    '2.6',  # POST /accelerator_requests/{uuid}/allocate; ARQ consumers.
     '2.7',  # GET /quotas and /quotas/{project_id}: limits and usage.
     '2.8',  # /remote_pools: remote (fabric-attached) accelerator pools.
     '2.9',  # /exports: inventory as Kubernetes ResourceSlices, gres.conf.
@@ -32,6 +32,8 @@ BIND_PROJECT_ID = (2, 1)
 PROFILE_BY_NAME = (2, 2)
 DEVICE_STATUS = (2, 3)
 HEALTH = (2, 4)
+PROFILE_VISIBILITY = (2, 5)
+STANDALONE = (2, 6)
 QUOTAS = (2, 7)
 REMOTE_POOLS = (2, 8)
 EXPORTS = (2, 9)

@@ -134,6 +134,9 @@ OPERATIONS = [
               errors=WRITE_ERRORS),
     Operation('DELETE', _ARQS + '/{uuid}', arqs.delete_arq,
               arq_policy.DELETE, status=204, errors=WRITE_ERRORS),
+    Operation('POST', _ARQS + '/{uuid}/allocate', arqs.allocate_arq,
+              arq_policy.ALLOCATE, arq_schema.ARQ, body=arq_schema.ALLOCATE,
+              min_version=microversion.STANDALONE, errors=WRITE_ERRORS),
 
     Operation('GET', '/v2/devices', devices.list_devices,
               device_policy.GET_ALL, device_schema.DEVICE_LIST,

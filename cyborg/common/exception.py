@@ -67,6 +67,12 @@ class Conflict(CyborgException):
     code = 409
 
 
+class NoCandidate(Conflict):
+    """Standalone allocation found no free accelerator to claim."""
+    message = ('No free accelerator matches accelerator request %(uuid)s '
+               '(%(wanted)s): %(reason)s')
+
+
 class DuplicateName(Conflict):
     message = '%(resource)s with name %(name)s already exists.'
 

@@ -91,6 +91,13 @@ ENABLED = 'enabled'
 MAINTAINING = 'maintaining'
 DEVICE_STATUSES = (ENABLED, MAINTAINING)
 
+# Device profile visibility (microversion 2.5): a public profile is seen and
+# used by every project; a private one by its owner's project and the
+# projects it is shared with (admins see every profile).
+PUBLIC = 'public'
+PRIVATE = 'private'
+PROFILE_VISIBILITIES = (PUBLIC, PRIVATE)
+
 # The trait an out-of-schedule provider carries in Placement, so operators
 # and request filters can see (and forbid) it.
 UNHEALTHY_TRAIT = 'CUSTOM_ACCEL_UNHEALTHY'

@@ -91,7 +91,8 @@ BIND_FIELDS = ('hostname', 'device_rp_uuid', 'instance_uuid')
 _CLEARED = {'hostname': None, 'device_rp_uuid': None, 'instance_uuid': None,
             'deployable_id': None, 'attach_handle_id': None,
             'remote_pool_id': None, 'remote_handle_id': None,
-            'bind_started_at': None, 'bind_failure_reason': None}
+            'bind_started_at': None, 'bind_failure_reason': None,
+            'consumer_id': None, 'consumer_type': None}
 
 # A remote pool's handle once attached, as a bound handle is logged and
 # announced.
@@ -720,6 +721,27 @@ def _release_mdevs(conf, context, rows):
 
 # -- unbind and delete ------------------------------------------------------
 
+def release_allocations(conf, rows):
+    """Release the Placement allocations of the ARQs among ``rows`` that
+    were allocated standalone (they are their own consumer; an instance's
+    ARQs hold none: Nova's allocation is the instance's).
+
+    Called before the rows change, so that a Placement outage fails the
+    unbind or delete (503) instead of leaving an allocation nobody will
+    release.  An allocation made after this by a racing allocate is
+    released by that allocate, which finds its ARQ gone or moved.
+    """
+    standalone = [r.uuid for r in rows if r.consumer_id]
+    if not standalone:
+        return
+    from cyborg.placement import client as placement_client
+
+    placement = placement_client.get_client(conf)
+    for arq_uuid in standalone:
+        if placement.delete_allocations(arq_uuid):
+            LOG.info('Released the Placement allocation of accelerator '
+                     'request %s', arq_uuid)
+
 def unbind(conf, context, arq_uuids):
     """Free the ARQs' handles (removing mdevs) and clear their binding;
     ARQs already unbound are left alone.  An ARQ whose mdev the agent
@@ -734,6 +756,7 @@ def unbind(conf, context, arq_uuids):
     failed = _release_mdevs(conf, context, rows)
     freed = [r for r in rows if r.uuid not in failed]
     kept = remote_pools.detach_for_release(conf, context, freed)
+    release_allocations(conf, freed)
     moved = db_api.write_retrying(context, _leave_all, context, freed,
                                   states.UNBOUND, UNBIND_FROM, kept=kept)
     if failed:
@@ -782,6 +805,7 @@ def delete(conf, context, arq_uuids=None, instance_uuid=None):
         return arq_uuids
     _release_mdevs(conf, context, rows)
     kept = remote_pools.detach_for_release(conf, context, rows)
+    release_allocations(conf, rows)
     moved = db_api.write_retrying(context, _leave_all, context, rows,
                                   states.DELETING, ANY_STATE, delete=True,
                                   kept=kept)
@@ -826,14 +850,25 @@ def fail_stuck(conf, context):
     if not stuck:
         return 0
     batch_id = str(uuidlib.uuid4())
+    rows = arq_db.get_to_change(context, stuck)
     # A remote handle a dead conductor may have attached is detached
     # before it is freed.
-    kept = remote_pools.detach_for_release(
-        conf, context, arq_db.get_to_change(context, stuck))
+    kept = remote_pools.detach_for_release(conf, context, rows)
+    standalone = {r.uuid: r for r in rows if r.consumer_id}
+    failed = []
     for arq_uuid in stuck:
-        _fail(conf, context, batch_id, arq_uuid,
-              f'bind did not finish within {conf.bind_timeout} seconds',
-              timeutils.utcnow(), kept=kept)
+        if _fail(conf, context, batch_id, arq_uuid,
+                 f'bind did not finish within {conf.bind_timeout} seconds',
+                 timeutils.utcnow(), kept=kept) and arq_uuid in standalone:
+            failed.append(standalone[arq_uuid])
+    # A standalone allocation whose conductor died: what it claimed in
+    # Placement goes with it (its ARQ is BindFailed now).
+    try:
+        release_allocations(conf, failed)
+    except exception.PlacementError as e:
+        LOG.warning('Could not release the allocations of stuck '
+                    'accelerator requests %s: %s',
+                    ', '.join(r.uuid for r in failed), e)
     nova.deliver_batch(conf, context, batch_id)
     return len(stuck)
 

@@ -9,25 +9,38 @@ from oslo_db import exception as db_exc
 from oslo_utils import uuidutils
 
 from cyborg.common import exception
+from cyborg.common import states
 from cyborg.db import api as db_api
 from cyborg.db.api import device_profiles as profile_db
 
 
 def create(context, values):
     """Create a profile from API-validated ``values`` (name, groups,
-    optional uuid and description); returns it as a dict.
+    optional uuid and description; from RPC 1.3 optional ``project_id``
+    (the owner), ``visibility`` and ``projects``); returns it as a dict.
 
     A duplicate name or uuid is a 409, decided by the unique keys so that
     two concurrent creates cannot both succeed.
     """
+    visibility = values.get('visibility') or states.PUBLIC
+    if visibility not in states.PROFILE_VISIBILITIES:
+        raise exception.Invalid(reason='visibility: %r is not one of %s' % (
+            visibility, ', '.join(states.PROFILE_VISIBILITIES)))
+    projects = sorted(set(values.get('projects') or ()))
+    if projects and visibility != states.PRIVATE:
+        raise exception.Invalid(
+            reason='projects: only a private profile lists '
+                   'projects (a public one is seen by every project)')
     row_values = {'uuid': values.get('uuid') or uuidutils.generate_uuid(),
                   'name': values['name'],
                   'description': values.get('description'),
-                  'profile_json': json.dumps(values['groups'])}
+                  'profile_json': json.dumps(values['groups']),
+                  'project_id': values.get('project_id'),
+                  'visibility': visibility}
     try:
         with db_api.writer.using(context):
-            row = profile_db.insert(context, row_values)
-            return _as_dict(row)
+            row = profile_db.insert(context, row_values, projects)
+            return dict(_as_dict(row), projects=projects)
     except db_exc.DBDuplicateEntry as e:
         if 'name' in (e.columns or []):
             raise exception.DuplicateName(resource='Device profile',
@@ -64,4 +77,5 @@ def _as_dict(row):
     return {'uuid': row.uuid, 'name': row.name,
             'description': row.description,
             'groups': json.loads(row.profile_json),
+            'project_id': row.project_id, 'visibility': row.visibility,
             'created_at': row.created_at, 'updated_at': row.updated_at}

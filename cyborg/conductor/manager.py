@@ -9,6 +9,7 @@ Owners:
   device_set_status           device_status
   device_profile_*            device_profiles
   attribute_*                 attributes
+  arq_allocate                arq_allocation (standalone, no Nova)
   arq_*                       arq_binding (quotas: quotas)
   deployable_program          programming
   remote_pool_*               remote_pools
@@ -21,6 +22,7 @@ import oslo_messaging as messaging
 
 from cyborg.common import exception
 from cyborg.common import timing
+from cyborg.conductor import arq_allocation
 from cyborg.conductor import arq_binding
 from cyborg.conductor import attributes
 from cyborg.conductor import device_profiles
@@ -106,6 +108,12 @@ class ConductorManager:
     @_answer
     def arq_bind(self, context, bindings):
         return arq_binding.bind(self.conf, context, bindings)
+
+    @_answer
+    def arq_allocate(self, context, arq_uuid, consumer_id, consumer_type,
+                     hostname=None):
+        return arq_allocation.allocate(self.conf, context, arq_uuid,
+                                       consumer_id, consumer_type, hostname)
 
     @_answer
     def arq_unbind(self, context, arq_uuids):

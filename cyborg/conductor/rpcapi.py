@@ -9,6 +9,8 @@ added method or argument, pin the version each call needs):
     1.0 - Initial version: report_inventory, request handling for device
           profiles, ARQs, devices, deployables and attributes.
     1.1 - Added report_health (agents' health readings).
+    1.3 - Added arq_allocate (standalone allocation); device_profile_create
+          takes project_id, visibility and projects in its values.
     1.5 - Added remote_pool_create and remote_pool_delete (remote,
           fabric-attached accelerator pools).
 """
@@ -16,6 +18,8 @@ added method or argument, pin the version each call needs):
 from cyborg.common import rpc
 
 TOPIC = 'cyborg-conductor'
+# Profile values only a 1.3 conductor understands.
+_SHARING = frozenset(('project_id', 'visibility', 'projects'))
 RPC_API_VERSION = '1.5'
 
 
@@ -51,8 +55,12 @@ class ConductorAPI:
     # -- device profiles -----------------------------------------------
 
     def device_profile_create(self, context, values):
-        """Create a profile from validated ``values``; returns its dict."""
-        return self._call(context, '1.0', 'device_profile_create',
+        """Create a profile from validated ``values``; returns its dict.
+
+        Values naming an owner, a visibility or projects need 1.3: an
+        older conductor would create the profile public."""
+        version = '1.3' if set(values) & _SHARING else '1.0'
+        return self._call(context, version, 'device_profile_create',
                           values=values)
 
     def device_profile_delete(self, context, uuids):
@@ -73,6 +81,15 @@ class ConductorAPI:
         device_rp_uuid, instance_uuid}.  Returns once every ARQ is in
         BindStarted; the outcome is reported to Nova."""
         return self._call(context, '1.0', 'arq_bind', bindings=bindings)
+
+    def arq_allocate(self, context, arq_uuid, consumer_id, consumer_type,
+                     hostname=None):
+        """Claim an accelerator in Placement for the ARQ (its own
+        consumer) and bind it, without Nova; returns ``{uuid,
+        device_rp_uuid, hostname}`` once it is Bound."""
+        return self._call(context, '1.3', 'arq_allocate', arq_uuid=arq_uuid,
+                          consumer_id=consumer_id,
+                          consumer_type=consumer_type, hostname=hostname)
 
     def arq_unbind(self, context, arq_uuids):
         return self._call(context, '1.0', 'arq_unbind', arq_uuids=arq_uuids)

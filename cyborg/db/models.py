@@ -204,6 +204,32 @@ class DeviceProfile(Base):
     description = sa.Column(sa.Text, nullable=True)
     # JSON list of groups, each a dict of string to string.
     profile_json = sa.Column(sa.Text, nullable=False)
+    # Ours (microversion 2.5): the project that created the profile, and
+    # who sees it: 'public' (every project, as in Cyborg) or 'private'
+    # (the owner's project and those of device_profile_projects).  A short
+    # string validated by the application (cyborg.common.states).
+    project_id = sa.Column(NAME, nullable=True)
+    visibility = sa.Column(sa.String(16), nullable=False,
+                           default=states.PUBLIC,
+                           server_default=states.PUBLIC)
+
+
+class DeviceProfileProject(Base):
+    """Ours: a project a private device profile is shared with."""
+
+    __tablename__ = 'device_profile_projects'
+    __table_args__ = (
+        sa.UniqueConstraint('profile_id', 'project_id',
+                            name='uniq_device_profile_projects0'
+                                 'profile_id0project_id'),
+        sa.Index('device_profile_projects_project_id_idx', 'project_id'),
+    )
+
+    profile_id = sa.Column(sa.Integer,
+                           sa.ForeignKey('device_profiles.id',
+                                         ondelete='CASCADE'),
+                           nullable=False)
+    project_id = sa.Column(NAME, nullable=False)
 
 
 class ExtARQ(Base):
@@ -267,6 +293,11 @@ class ExtARQ(Base):
     bind_started_at = sa.Column(sa.DateTime, nullable=True)
     bind_owner = sa.Column(NAME, nullable=True)
     bind_failure_reason = sa.Column(sa.Text, nullable=True)
+    # Ours (microversion 2.6): who holds an ARQ allocated without Nova
+    # (POST /accelerator_requests/{uuid}/allocate), e.g. a pod's uid and
+    # 'k8s-pod'.  Such an ARQ is its own Placement consumer.
+    consumer_id = sa.Column(NAME, nullable=True)
+    consumer_type = sa.Column(NAME, nullable=True)
 
 
 class RemotePool(Base):

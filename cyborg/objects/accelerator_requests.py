@@ -27,6 +27,9 @@ class AcceleratorRequest:
     # own and its device's) and its reason; None while unbound.
     device_health: str = None
     device_health_reason: str = None
+    # Who holds an ARQ allocated without Nova (microversion 2.6).
+    consumer_id: str = None
+    consumer_type: str = None
 
     @classmethod
     def _from_row(cls, row):

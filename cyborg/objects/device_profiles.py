@@ -1,11 +1,30 @@
-"""Device profiles: named lists of groups an ARQ request is made from."""
+"""Device profiles: named lists of groups an ARQ request is made from.
+
+Readers take ``visible_to``: the project whose view to read (public
+profiles, its own, those shared with it), or None for every profile (an
+admin's view).  ``visible_to(context)`` says which a request gets.
+"""
 
 import dataclasses
 import datetime
 import json
 
+from cyborg.common import states
 from cyborg.db.api import device_profiles as profile_db
 from cyborg.objects import base
+
+
+def visible_to(context):
+    """The project whose profiles ``context`` sees, or None for all.
+
+    Only an admin sees every profile.  A service does not: Nova asks with
+    the user's token (and its own service token) on the user's behalf, so
+    the user's project decides what it may use.  A caller with no project
+    sees the public profiles only.
+    """
+    if context.is_admin:
+        return None
+    return context.project_id or ''
 
 
 @dataclasses.dataclass
@@ -17,6 +36,11 @@ class DeviceProfile:
     profile_json: str
     created_at: datetime.datetime
     updated_at: datetime.datetime
+    # The project that created it; 'public' or 'private'; the projects a
+    # private profile is shared with (microversion 2.5).
+    project_id: str = None
+    visibility: str = states.PUBLIC
+    projects: list = dataclasses.field(default_factory=list)
 
     @property
     def groups(self):
@@ -24,13 +48,26 @@ class DeviceProfile:
         return json.loads(self.profile_json or '[]')
 
     @classmethod
-    def get_by_uuid(cls, context, uuid):
-        return base.one(cls, profile_db.get(context, uuid=uuid))
+    def _with_projects(cls, context, rows):
+        profiles = base.many(cls, rows)
+        private = [p.id for p in profiles
+                   if p.visibility != states.PUBLIC]
+        shares = profile_db.shared_with(context, private) if private else {}
+        for profile in profiles:
+            profile.projects = shares.get(profile.id, [])
+        return profiles
 
     @classmethod
-    def get_by_name(cls, context, name):
-        return base.one(cls, profile_db.get(context, name=name))
+    def get_by_uuid(cls, context, uuid, visible_to=None):
+        row = profile_db.get(context, uuid=uuid, visible_to=visible_to)
+        return cls._with_projects(context, [row])[0] if row else None
 
     @classmethod
-    def list(cls, context, names=None):
-        return base.many(cls, profile_db.get_all(context, names))
+    def get_by_name(cls, context, name, visible_to=None):
+        row = profile_db.get(context, name=name, visible_to=visible_to)
+        return cls._with_projects(context, [row])[0] if row else None
+
+    @classmethod
+    def list(cls, context, names=None, visible_to=None):
+        return cls._with_projects(
+            context, profile_db.get_all(context, names, visible_to))

@@ -255,6 +255,44 @@ class PlacementClient:
         resp = self._request('GET', f'/allocations/{consumer_uuid}')
         return resp.json()['allocations']
 
+    # -- allocations of our own (standalone ARQs) ---------------------------
+
+    def allocation_candidates(self, query):
+        """The ``allocations`` of each allocation request Placement offers
+        for ``query`` (a dict of query parameters, e.g.
+        ``{'resources_X': 'FPGA:1', 'required_X': 'A,!B', 'limit': 5}``),
+        best first: ``[{provider uuid: {'resources': {...}}}, ...]``."""
+        url = '/allocation_candidates?' + parse.urlencode(sorted(
+            query.items()))
+        body = self._request('GET', url).json()
+        return [request['allocations']
+                for request in body['allocation_requests']]
+
+    def claim(self, consumer_uuid, allocations, project_id, user_id,
+              consumer_type):
+        """Allocate ``allocations`` to a consumer Placement does not know
+        yet (consumer generation null: a consumer that exists already, or
+        one made by a racing claim, conflicts).  True when claimed; False
+        on a 409 (a generation conflict, or the capacity went to someone
+        else meanwhile): the caller tries another candidate."""
+        url = f'/allocations/{consumer_uuid}'
+        body = {'allocations': allocations, 'project_id': project_id,
+                'user_id': user_id, 'consumer_generation': None,
+                'consumer_type': consumer_type}
+        resp = self._request('PUT', url, body, ok=(204, 409))
+        if resp.status_code == 409:
+            LOG.info('Claim for consumer %s refused: %s', consumer_uuid,
+                     _error_text(resp))
+            return False
+        return True
+
+    def delete_allocations(self, consumer_uuid):
+        """Release everything the consumer holds; True if it held any
+        (idempotent: an unknown consumer is not an error)."""
+        resp = self._request('DELETE', f'/allocations/{consumer_uuid}',
+                             ok=(204,), missing_ok=True)
+        return resp.status_code == 204
+
     # -- inventories and traits ----------------------------------------------
 
     def get_inventories(self, uuid):

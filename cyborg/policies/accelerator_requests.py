@@ -11,6 +11,7 @@ GET_ONE = 'cyborg:arq:get_one'
 CREATE = 'cyborg:arq:create'
 UPDATE = 'cyborg:arq:update'
 DELETE = 'cyborg:arq:delete'
+ALLOCATE = 'cyborg:arq:allocate'
 
 rules = [
     base.Rule(GET_ALL, base.ADMIN_OR_PROJECT_READER_OR_SERVICE,
@@ -25,4 +26,8 @@ rules = [
     base.Rule(DELETE, base.ADMIN_OR_PROJECT_MEMBER_OR_SERVICE,
               'Delete accelerator requests (bound ones and by instance need '
               'a service token).'),
+    base.Rule(ALLOCATE, base.ADMIN_OR_SERVICE,
+              'Allocate an accelerator to an accelerator request without '
+              'Nova (standalone use: a scheduler such as Kubernetes claims '
+              'and binds it for a consumer of its own).'),
 ]

@@ -29,6 +29,7 @@ ADMIN_OR_PROJECT_READER_OR_SERVICE = ('rule:admin or rule:project_reader '
 ADMIN_OR_PROJECT_MEMBER_OR_SERVICE = ('rule:admin or rule:project_member '
                                       'or rule:service')
 ADMIN_OR_PROJECT_MANAGER = 'rule:admin or rule:project_manager'
+ADMIN_OR_SERVICE = 'rule:admin or rule:service'
 
 # One operation rule of a noun: the API documents where it applies (the
 # operations that name it) when the rules are listed.

@@ -27,6 +27,25 @@ CREATE = {
     'additionalProperties': False,
 }
 
+# Free-form words, but no control characters (they end up in logs).
+_WORD = {'type': 'string', 'minLength': 1, 'maxLength': 255,
+         'pattern': '^[^\\x00-\\x1f\\x7f]+$'}
+
+ALLOCATE = {
+    'type': 'object',
+    'properties': {
+        'consumer_id': dict(_WORD, description='Who holds the accelerator '
+                            '(a pod\'s uid, a job id).'),
+        'consumer_type': dict(_WORD, description='What kind of consumer '
+                              'that is (e.g. k8s-pod); Placement records '
+                              'it upper-cased, other characters as _.'),
+        'hostname': dict(common.NAME, description='Only an accelerator of '
+                         'this host.'),
+    },
+    'required': ['consumer_id', 'consumer_type'],
+    'additionalProperties': False,
+}
+
 # The paths a bind (op add) or unbind (op remove) may name.
 BIND_PATHS = ('/hostname', '/device_rp_uuid', '/instance_uuid')
 PROJECT_PATH = '/project_id'     # microversion 2.1, admin only
@@ -95,8 +114,19 @@ _DEVICE_HEALTH = {
         description=common.since(microversion.HEALTH, 'Why, in words.')),
 }
 
+_CONSUMER = {
+    'consumer_id': dict(common.NULLABLE_STRING, description=common.since(
+        microversion.STANDALONE, 'Who holds an accelerator request '
+        'allocated without Nova; null otherwise.')),
+    'consumer_type': dict(common.NULLABLE_STRING, description=common.since(
+        microversion.STANDALONE, 'What kind of consumer that is, in the '
+        'words of whoever allocated it.')),
+}
+
 ARQ = Versioned(
     ((2, 0), strict_object(_ARQ)),
     (microversion.HEALTH, strict_object(dict(_ARQ, **_DEVICE_HEALTH))),
+    (microversion.STANDALONE,
+     strict_object(dict(_ARQ, **_DEVICE_HEALTH, **_CONSUMER))),
 )
 ARQ_LIST = list_of('arqs', ARQ)

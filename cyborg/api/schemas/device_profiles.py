@@ -2,9 +2,12 @@
 
 import os_resource_classes
 
+from cyborg.api import microversion
 from cyborg.api.schemas import common
 from cyborg.api.schemas import list_of
 from cyborg.api.schemas import strict_object
+from cyborg.api.schemas import Versioned
+from cyborg.common import states
 
 NAME_PATTERN = '^[a-zA-Z0-9-_]+$'
 # What the profile_json TEXT column holds on every engine (MySQL: 64 KiB).
@@ -29,23 +32,55 @@ GROUP = {
     'additionalProperties': False,
 }
 
-CREATE = {
-    'type': 'array',
-    'minItems': 1,
-    'maxItems': 1,
-    'items': {
-        'type': 'object',
-        'properties': {
-            'name': {'type': 'string', 'minLength': 1, 'maxLength': 255,
-                     'pattern': NAME_PATTERN},
-            'uuid': common.UUID,
-            'description': {'type': ['string', 'null'], 'maxLength': 255},
-            'groups': {'type': 'array', 'minItems': 1, 'items': GROUP},
-        },
-        'required': ['name', 'groups'],
-        'additionalProperties': False,
-    },
+# A private profile is shared with at most this many projects.
+MAX_PROJECTS = 100
+# Project ids are opaque strings (Keystone's are 32 hex digits).
+PROJECT_ID = {'type': 'string', 'minLength': 1, 'maxLength': 255,
+              'pattern': '^[^\\s,]+$'}
+
+_CREATE_FIELDS = {
+    'name': {'type': 'string', 'minLength': 1, 'maxLength': 255,
+             'pattern': NAME_PATTERN},
+    'uuid': common.UUID,
+    'description': {'type': ['string', 'null'], 'maxLength': 255},
+    'groups': {'type': 'array', 'minItems': 1, 'items': GROUP},
 }
+_SHARING_FIELDS = {
+    'visibility': {
+        'type': 'string', 'enum': list(states.PROFILE_VISIBILITIES),
+        'description': common.since(
+            microversion.PROFILE_VISIBILITY,
+            "'public' (the default): every project sees and uses it; "
+            "'private': only the creator's project and those listed in "
+            "projects (and admins).")},
+    'projects': {
+        'type': 'array', 'items': PROJECT_ID, 'uniqueItems': True,
+        'maxItems': MAX_PROJECTS,
+        'description': common.since(
+            microversion.PROFILE_VISIBILITY,
+            'The projects a private profile is shared with.')},
+}
+
+
+def _create(fields):
+    return {
+        'type': 'array',
+        'minItems': 1,
+        'maxItems': 1,
+        'items': {
+            'type': 'object',
+            'properties': fields,
+            'required': ['name', 'groups'],
+            'additionalProperties': False,
+        },
+    }
+
+
+CREATE = Versioned(
+    ((2, 0), _create(_CREATE_FIELDS)),
+    (microversion.PROFILE_VISIBILITY,
+     _create(dict(_CREATE_FIELDS, **_SHARING_FIELDS))),
+)
 
 # Names are searched for, not written: ?name=x,y with none existing (or
 # an empty one) gives [].
@@ -60,10 +95,29 @@ DELETE_QUERY = {
     'required': ['value'],
 }
 
-PROFILE = strict_object(common.resource(
+_PROFILE = common.resource(
     name=common.STRING, description=common.NULLABLE_STRING,
     groups={'type': 'array', 'items': {
-        'type': 'object', 'additionalProperties': common.STRING}}))
+        'type': 'object', 'additionalProperties': common.STRING}})
+_SHARING = {
+    'project_id': dict(common.NULLABLE_STRING, description=common.since(
+        microversion.PROFILE_VISIBILITY,
+        'The project that created it (null for profiles made before '
+        '2.5 existed).')),
+    'visibility': {'type': 'string',
+                   'enum': list(states.PROFILE_VISIBILITIES),
+                   'description': common.since(
+                       microversion.PROFILE_VISIBILITY)},
+    'projects': {'type': 'array', 'items': common.STRING,
+                 'description': common.since(
+                     microversion.PROFILE_VISIBILITY,
+                     'The projects a private profile is shared with.')},
+}
+PROFILE = Versioned(
+    ((2, 0), strict_object(_PROFILE)),
+    (microversion.PROFILE_VISIBILITY,
+     strict_object(dict(_PROFILE, **_SHARING))),
+)
 PROFILE_LIST = list_of('device_profiles', PROFILE)
 # GET /device_profiles/{name_or_uuid} wraps it; POST answers it bare.
-PROFILE_WRAPPED = strict_object({'device_profile': PROFILE})
+PROFILE_WRAPPED = PROFILE.map(lambda s: strict_object({'device_profile': s}))

@@ -20,4 +20,7 @@ def show(r, arq):
     if r.version.matches(microversion.HEALTH):
         body['device_health'] = arq.device_health
         body['device_health_reason'] = arq.device_health_reason
+    if r.version.matches(microversion.STANDALONE):
+        body['consumer_id'] = arq.consumer_id
+        body['consumer_type'] = arq.consumer_type
     return body

@@ -61,7 +61,8 @@ _HANDLE_TYPE = sa.case(
 # attach handle: the columns every reader of whole ARQs gets.
 _COMMON = (_ARQ.c.uuid, _ARQ.c.state, _ARQ.c.device_profile_group_id,
            _ARQ.c.project_id, _ARQ.c.hostname, _ARQ.c.device_rp_uuid,
-           _ARQ.c.instance_uuid, _ARQ.c.created_at, _ARQ.c.updated_at,
+           _ARQ.c.instance_uuid, _ARQ.c.consumer_id, _ARQ.c.consumer_type,
+           _ARQ.c.created_at, _ARQ.c.updated_at,
            _PROFILE.c.name.label('device_profile_name'),
            sa.func.coalesce(_HANDLE.c.uuid, _REMOTE.c.uuid)
            .label('attach_handle_uuid'),

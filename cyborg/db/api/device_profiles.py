@@ -1,29 +1,78 @@
 """Device profiles: read by the API and by ARQ creation, written by
-cyborg.conductor.device_profiles."""
+cyborg.conductor.device_profiles.
+
+Visibility (microversion 2.5): a reader passes ``visible_to``, the project
+whose view it wants, and gets only the profiles that project may see:
+public ones, its own and the private ones shared with it.  ``visible_to``
+None (the default) reads every profile: an admin's view, and the
+conductor's.
+"""
 
 import sqlalchemy as sa
 
+from cyborg.common import states
 from cyborg.db import models
 from cyborg.db.api import _sql
 from cyborg.db.api import reader, writer
 
-
-@reader
-def get(context, uuid=None, name=None):
-    """One device profile (model instance) by uuid or name, or None."""
-    return _sql.one(context, models.DeviceProfile, uuid=uuid, name=name)
+_SHARES = models.DeviceProfileProject
 
 
-@reader
-def get_all(context, names=None):
-    """Device profiles, optionally only those with one of ``names``."""
+def _visible(query, visible_to):
+    """``query`` of profiles restricted to those ``visible_to`` sees."""
+    if visible_to is None:
+        return query
     p = models.DeviceProfile
-    if not _sql.matchable(names):
+    shared = sa.select(_SHARES.profile_id).where(
+        _SHARES.project_id == visible_to)
+    return query.where(sa.or_(p.visibility == states.PUBLIC,
+                              p.project_id == visible_to,
+                              p.id.in_(shared)))
+
+
+@reader
+def get(context, uuid=None, name=None, visible_to=None):
+    """One device profile (model instance) by uuid or name, or None (also
+    when ``visible_to`` may not see it)."""
+    if uuid is None and name is None:
+        return None
+    if not _sql.matchable(uuid, name, visible_to):
+        return None
+    p = models.DeviceProfile
+    query = sa.select(p)
+    if uuid is not None:
+        query = query.where(p.uuid == uuid)
+    if name is not None:
+        query = query.where(p.name == name)
+    return context.session.scalars(_visible(query, visible_to)).first()
+
+
+@reader
+def get_all(context, names=None, visible_to=None):
+    """Device profiles, optionally only those with one of ``names``, and
+    only those ``visible_to`` may see."""
+    p = models.DeviceProfile
+    if not _sql.matchable(names, visible_to):
         return []
     query = sa.select(p).order_by(p.id)
     if names is not None:
         query = query.where(p.name.in_(list(names)))
-    return context.session.scalars(query).all()
+    return context.session.scalars(_visible(query, visible_to)).all()
+
+
+@reader
+def shared_with(context, profile_ids):
+    """{profile id: sorted project ids it is shared with} for the private
+    profiles among ``profile_ids`` that are shared at all."""
+    if not profile_ids:
+        return {}
+    found = {}
+    for profile_id, project_id in context.session.execute(
+            sa.select(_SHARES.profile_id, _SHARES.project_id)
+            .where(_SHARES.profile_id.in_(list(profile_ids)))
+            .order_by(_SHARES.project_id)):
+        found.setdefault(profile_id, []).append(project_id)
+    return found
 
 
 @reader
@@ -36,18 +85,30 @@ def get_groups(context, uuid):
 
 
 @writer
-def insert(context, values):
-    """Insert a profile row; the unique keys reject duplicates."""
+def insert(context, values, projects=()):
+    """Insert a profile row and the projects it is shared with; the
+    unique keys reject duplicates."""
     row = models.DeviceProfile(**values)
     context.session.add(row)
     context.session.flush()
+    if projects:
+        context.session.execute(sa.insert(_SHARES), [
+            {'profile_id': row.id, 'project_id': project,
+             'created_at': models._now()} for project in projects])
     return row
 
 
 @writer
 def delete_many(context, uuids):
-    """Delete the profiles with ``uuids``; returns how many went."""
+    """Delete the profiles with ``uuids`` (and their shares); returns how
+    many went."""
     p = models.DeviceProfile
+    ids = sa.select(p.id).where(p.uuid.in_(list(uuids)))
+    # Not left to ON DELETE CASCADE: SQLite enforces foreign keys only
+    # when asked to.
+    context.session.execute(
+        sa.delete(_SHARES).where(_SHARES.profile_id.in_(ids))
+        .execution_options(synchronize_session=False))
     return context.session.execute(
         sa.delete(p).where(p.uuid.in_(list(uuids)))
         .execution_options(synchronize_session=False)).rowcount

@@ -166,8 +166,10 @@ def _scenario(r, placement_url):
            operation='delete_attribute')
 
     # A device profile, as an administrator makes it for a flavor.
+    # Private (2.5): only the admin's project and Nova's user's see it.
     r.call('POST', '/v2/device_profiles', admin,
            [{'name': 'fpga-small', 'description': 'One fake FPGA',
+             'visibility': 'private', 'projects': [NOVA['X-Project-Id']],
              'groups': [{'resources:FPGA': '1',
                          'trait:CUSTOM_FAKE_DEVICE': 'required'}]}],
            status=201, operation='create_device_profile')
@@ -215,6 +217,17 @@ def _scenario(r, placement_url):
                      status=201)['arqs']
     r.call('DELETE', '/v2/accelerator_requests?arqs=' + second['uuid'],
            nova, status=204, operation='delete_arqs')
+
+    # Without Nova (2.6): a scheduler of its own allocates an ARQ to a
+    # pod; deleting the ARQ releases it.
+    third, = r.call('POST', '/v2/accelerator_requests', nova,
+                    {'device_profile_name': 'fpga-small'},
+                    status=201)['arqs']
+    third_url = '/v2/accelerator_requests/' + third['uuid']
+    r.call('POST', third_url + '/allocate', admin,
+           {'consumer_id': '5d2f7c1a-pod', 'consumer_type': 'k8s-pod',
+            'hostname': HOST}, status=200, operation='allocate_arq')
+    r.call('DELETE', third_url, admin, status=204)
 
     # Profiles go: one by name, others by a list of names.
     r.call('DELETE', '/v2/device_profiles/fpga-small', admin, status=204,

@@ -33,7 +33,8 @@ def _suite(name):
 # The suites whose reads and writes differ most between engines (paging,
 # enums, integrity errors) also run on the servers' databases.
 ON_SERVERS = ('accelerator-requests', 'attributes', 'deployables',
-              'device-profiles', 'devices', 'health')
+              'device-profiles', 'device-profiles-visibility', 'devices',
+              'health')
 CASES = ([(name, 'sqlite') for name in FILES]
          + [(name, kind) for kind in ('mysql', 'postgresql')
             for name in ON_SERVERS])

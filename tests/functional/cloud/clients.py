@@ -10,6 +10,10 @@ one virtualenv one would shadow the other:
   python-openstackclient without commands of its own (10.3.0), so that
   every ``openstack accelerator`` command is cyborgclient's.
 
+Both also hold this project (installed in place, without its
+dependencies) for the commands it ships itself (``cyborg_osc``, e.g.
+``accelerator arq allocate``), which come beside either plugin's.
+
 How a command authenticates: with ``catalog=True`` as a user would, by
 password, the accelerator endpoint (and Nova's and Glance's) found in the
 catalog of the cloud's region.  Otherwise with a real token of the same
@@ -36,6 +40,9 @@ PLUGINS = {
                       'python-cyborgclient==3.0.0']),
 }
 RUNNER = pathlib.Path(__file__).with_name('cli_runner.py')
+# This project: its own accelerator commands, in every CLI virtualenv.
+REPO = pathlib.Path(__file__).resolve().parents[3]
+OWN_DIST = 'cyborg'
 
 
 class Result:
@@ -65,7 +72,7 @@ class Cli:
     def __init__(self, plugin, cloud, keystone):
         self.plugin = plugin
         self.dist, requirements = PLUGINS[plugin]
-        self.venv = venvs.cached_venv(plugin, requirements)
+        self.venv = venvs.cached_venv(plugin, requirements, editable=[REPO])
         self.cloud = cloud
         self.keystone = keystone
         self.seconds = []

@@ -24,8 +24,11 @@ SERVICE_ONLY = ('works for a service only: a user gets 403 "requires a '
 ADMIN_ONLY_SILENT = ('works for an admin; anyone else is refused (403) '
                      'but openstacksdk ignores the answer: the command '
                      'exits 0 and nothing changes')
+ALLOCATE = ('works for an admin or a service (ours, cyborg_osc: it asks '
+            'for microversion 2.6 itself); anyone else gets 403')
 STATUS = {
     'osc': {
+        'accelerator arq allocate': ALLOCATE,
         'accelerator arq bind': SERVICE_ONLY + '; <server> is looked up '
                                 'in Nova',
         'accelerator arq create': WORKS,
@@ -54,6 +57,7 @@ STATUS = {
             '2.2, and openstacksdk sends none)'),
     },
     'cyborgclient': {
+        'accelerator arq allocate': ALLOCATE,
         'accelerator arq bind': SERVICE_ONLY + '; its <project_id> '
                                 'argument is required but never sent',
         'accelerator arq create': WORKS,
@@ -106,7 +110,8 @@ def unique(prefix):
 
 def test_every_command_has_a_status(cli):
     commands = cli.commands()
-    assert {c['dist'] for c in commands.values()} == {cli.dist}, commands
+    assert {c['dist'] for c in commands.values()} == {
+        cli.dist, clients.OWN_DIST}, commands
     assert set(commands) == set(STATUS[cli.plugin])
 
 
@@ -280,3 +285,30 @@ def test_arqs_bind_and_unbind(cli, cloud, keystone, nova):
 
     cli.ok('arq', 'delete', arq['uuid'], **member)
     assert arq['uuid'] in cli.fails('arq', 'delete', arq['uuid'], **member)
+
+
+def test_arq_allocate(cli, cloud, keystone):
+    """Our own command (cyborg_osc), beside either plugin's: a standalone
+    allocation through the real CLI, the SDK's session and the catalog."""
+    name = unique('cli-alloc')
+    api(cloud, keystone, 'POST', '/device_profiles',
+        json=[{'name': name, 'groups': [{'resources:FPGA': '1'}]}])
+    member = {'user': 'demo-member'}
+    arq = cli.ok('arq', 'create', name, '-f', 'json', **member)
+    allocate = ['arq', 'allocate', arq['uuid'], '--consumer-id', 'pod-cli',
+                '--consumer-type', 'k8s-pod', '-f', 'json']
+    refused = cli.fails(*allocate, catalog=True, **member)
+    assert 'HTTP 403' in refused and 'cyborg:arq:allocate' in refused
+    unknown_host = cli.fails(*allocate, '--host', 'nowhere')
+    assert 'host nowhere has no accelerators in Placement' in unknown_host
+    allocated = cli.ok(*allocate, '--host', deployment_fixture.AGENT_HOST,
+                       catalog=True)
+    assert allocated['state'] == 'Bound'
+    assert (allocated['consumer_id'], allocated['consumer_type']) == (
+        'pod-cli', 'k8s-pod')
+    assert allocated['hostname'] == deployment_fixture.AGENT_HOST
+    again = cli.fails(*allocate)
+    assert 'HTTP 409' in again and 'is Bound' in again
+    # The admin that allocated it deletes it; the allocation goes too.
+    cli.ok('arq', 'delete', arq['uuid'])
+    assert arq['uuid'] in cli.fails('arq', 'show', arq['uuid'])

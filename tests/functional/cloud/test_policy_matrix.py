@@ -81,6 +81,13 @@ SERVICE_REQUEST = 'token token token deny token deny token ok deny deny 401'
 # for every project-scoped persona but the service role alone.
 OWN_QUOTA = 'ok ok ok ok ok ok deny ok deny deny 401'
 QUOTA_READ = 'ok ok ok ok deny deny deny ok deny deny 401'
+# A private profile of project demo (2.5): another project, and a service
+# calling for its own project, do not see it; Nova calling for a demo
+# user does (the user's project decides, not the service token).
+PRIVATE_READ = 'ok ok ok ok hidden hidden hidden ok deny deny 401'
+PRIVATE_ARQ_CREATE = 'ok ok ok deny hidden deny hidden ok deny deny 401'
+# Standalone allocation (2.6): admins and services, the role or the token.
+ADMIN_OR_SERVICE = 'ok deny deny deny deny deny ok ok deny deny 401'
 
 
 class Row:
@@ -91,7 +98,8 @@ class Row:
     object where it consumes one); ``build(ctx, target)`` returns (path
     variables, query, body); ``undo(ctx, target, response)`` puts back
     what a success changed.  ``listed`` names, for a list, the key of the
-    items and the target's uuid that must be among them."""
+    items and the target's uuid that must be among them.  ``version``: the
+    microversion asked for (none: 2.0)."""
 
     def __init__(self, method, path, status, expected, build=None,
                  target=None, undo=None, listed=None, note='', version=None):
@@ -134,6 +142,28 @@ def _bind(ctx, arq):
          'value': deployment_fixture.AGENT_HOST},
         {'path': '/device_rp_uuid', 'op': 'add', 'value': ctx.rp_uuid},
         {'path': '/instance_uuid', 'op': 'add', 'value': arq['instance']}]}
+
+
+def _new_private_profile(ctx):
+    """A private profile of project demo (demo-admin's), shared with
+    nobody."""
+    name = 'm-%s' % uuidlib.uuid4().hex[:10]
+    response = ctx.request('admin', 'POST', '/v2/device_profiles', body=[{
+        'name': name, 'visibility': 'private',
+        'groups': [{'resources:FPGA': '1'}]}], version='2.5')
+    assert response.status_code == 201, response.text
+    return {'name': name, 'uuid': response.json()['uuid']}
+
+
+def _allocate(ctx, arq):
+    return {'consumer_id': 'pod-' + arq['uuid'][:8],
+            'consumer_type': 'k8s-pod'}
+
+
+def _free(ctx, arq, response):
+    """An allocated ARQ goes (and its allocation with it)."""
+    if response.status_code == 200:
+        ctx.call('nova', 'DELETE', '/accelerator_requests/' + arq['uuid'])
 
 
 def _release(ctx, arq, response):
@@ -187,11 +217,22 @@ MATRIX = [
         target=_new_profile,
         build=lambda ctx, p: ({'name_or_uuid': p['name']}, None, None)),
 
+    Row('GET', '/v2/device_profiles', 200, PRIVATE_READ,
+        listed=('device_profiles', lambda ctx, t: ctx.private['uuid']),
+        note='private'),
+    Row('GET', '/v2/device_profiles/{name_or_uuid}', 200, PRIVATE_READ,
+        build=lambda ctx, t: ({'name_or_uuid': ctx.private['uuid']}, None,
+                              None), note='private'),
+
     Row('GET', '/v2/accelerator_requests', 200, ARQ_READ,
         listed=('arqs', lambda ctx, t: ctx.arq['uuid'])),
     Row('POST', '/v2/accelerator_requests', 201, ARQ_CREATE,
         build=lambda ctx, t: ({}, None, {
             'device_profile_name': ctx.profile['name']})),
+    Row('POST', '/v2/accelerator_requests', 201, PRIVATE_ARQ_CREATE,
+        build=lambda ctx, t: ({}, None, {
+            'device_profile_name': ctx.private['name']}),
+        note='private profile'),
     Row('PATCH', '/v2/accelerator_requests', 202, SERVICE_REQUEST,
         target=_new_arq, build=lambda ctx, arq: ({}, None, _bind(ctx, arq)),
         undo=_release, note='bind'),
@@ -213,6 +254,11 @@ MATRIX = [
     Row('DELETE', '/v2/accelerator_requests/{uuid}', 204, ARQ_DELETE,
         target=_new_arq,
         build=lambda ctx, arq: ({'uuid': arq['uuid']}, None, None)),
+    Row('POST', '/v2/accelerator_requests/{uuid}/allocate', 200,
+        ADMIN_OR_SERVICE, target=_new_arq,
+        build=lambda ctx, arq: ({'uuid': arq['uuid']}, None,
+                                _allocate(ctx, arq)),
+        undo=_free, version='2.6'),
 
     Row('GET', '/v2/devices', 200, HARDWARE_READ,
         listed=('devices', lambda ctx, t: ctx.device)),
@@ -268,6 +314,7 @@ class Context:
                 headers['X-Service-Token'] = keystone.token(service)
             self.headers[persona] = headers
         self.profile = _new_profile(self)
+        self.private = _new_private_profile(self)
         self.arq = _new_arq(self)
         self.device = self.admin('GET', '/devices')['devices'][0]['uuid']
         deployable = self.admin('GET', '/deployables')['deployables'][0]

@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
 
 DOCUMENTED_RULES = {
     'cyborg:arq:%s' % a for a in ('get_all', 'get_one', 'create', 'update',
-                                  'delete')
+                                  'delete', 'allocate')
 } | {
     'cyborg:device_profile:%s' % a for a in ('get_all', 'get_one', 'create',
                                              'delete')

@@ -3,7 +3,8 @@
 Ownership: a caller that is neither admin nor a service sees and changes
 only its own project's ARQs; another project's ARQ is "not found".
 Binding, unbinding, deleting a bound ARQ and deleting by instance are for
-services (Nova's service token) only.
+services (Nova's service token) only; an ARQ allocated standalone
+(``allocate``, 2.6) may also be deleted by an admin or a service role.
 """
 
 from oslo_utils import uuidutils
@@ -15,6 +16,7 @@ from cyborg.api.views import accelerator_requests as view
 from cyborg.common import exception
 from cyborg.common import states
 from cyborg.objects.accelerator_requests import AcceleratorRequest
+from cyborg.objects import device_profiles as profile_objects
 from cyborg.objects.device_profiles import DeviceProfile
 from cyborg.policies import accelerator_requests as policy
 
@@ -42,9 +44,11 @@ def show_arq(r, uuid):
 
 def create_arqs(r):
     """POST {"device_profile_name": n}: ARQs for every unit of every group,
-    owned by the caller's project (the user's, when Nova asks)."""
+    owned by the caller's project (the user's, when Nova asks).  A profile
+    the project may not see is not found, as if it did not exist."""
     name = r.body['device_profile_name']
-    profile = DeviceProfile.get_by_name(r.context, name)
+    profile = DeviceProfile.get_by_name(
+        r.context, name, profile_objects.visible_to(r.context))
     if profile is None:
         raise exception.DeviceProfileNotFound(name=name)
     created = r.conductor.arq_create(r.context,
@@ -53,6 +57,21 @@ def create_arqs(r):
     # The conductor returns the rows it wrote: rendered, not read again.
     return {'arqs': [view.show(r, AcceleratorRequest.from_dict(item))
                      for item in created]}
+
+
+def allocate_arq(r, uuid):
+    """POST /{uuid}/allocate {consumer_id, consumer_type[, hostname]}
+    (microversion 2.6, admins and services): claim an accelerator in
+    Placement for the ARQ and bind it, without Nova; answers the Bound
+    ARQ.  409 when no free accelerator matches or another allocation won
+    the last one."""
+    arq = _find(r, uuid)
+    body = r.body
+    r.conductor.arq_allocate(r.context, arq_uuid=arq.uuid,
+                             consumer_id=body['consumer_id'],
+                             consumer_type=body['consumer_type'],
+                             hostname=body.get('hostname'))
+    return view.show(r, _find(r, arq.uuid))
 
 
 def bind_or_unbind_arqs(r):
@@ -117,7 +136,11 @@ def _delete(r, uuids):
     """Delete the caller's ARQs among ``uuids``; 404 (after deleting the
     others) when any is missing or not the caller's."""
     visible = AcceleratorRequest.list(r.context, _owner(r), uuids=uuids)
-    if any(a.state in states.ARQ_HOLDING for a in visible):
+    holding = [a for a in visible if a.state in states.ARQ_HOLDING]
+    # An instance's bound ARQ goes only with Nova's service token; one
+    # allocated standalone (2.6) also with the rights that allocated it.
+    if holding and not (r.context.sees_every_project
+                        and all(a.consumer_id for a in holding)):
         _require_service(r, 'Deleting a bound accelerator request')
     missing = set(uuids) - {a.uuid for a in visible}
     if visible:

@@ -1,4 +1,12 @@
-"""Device profiles: GET/POST/DELETE /v2/device_profiles[/{name_or_uuid}]."""
+"""Device profiles: GET/POST/DELETE /v2/device_profiles[/{name_or_uuid}].
+
+Visibility (microversion 2.5): a profile is public (every project sees and
+uses it, as in Cyborg) or private (its creator's project and the projects
+it is shared with).  Every read here is of the profiles the caller's
+project may see (``device_profiles.visible_to``): another project's
+private profile is "not found", exactly like one that does not exist.
+Admins see every profile.
+"""
 
 import json
 
@@ -9,6 +17,7 @@ from cyborg.api.controllers import base
 from cyborg.api.schemas import device_profiles as schema
 from cyborg.api.views import device_profiles as view
 from cyborg.common import exception
+from cyborg.objects import device_profiles as profile_objects
 from cyborg.objects.device_profiles import DeviceProfile
 
 
@@ -16,7 +25,8 @@ def list_device_profiles(r):
     names = None
     if 'name' in r.query:
         names = base.split_csv(r.query['name'])
-    profiles = DeviceProfile.list(r.context, names)
+    profiles = DeviceProfile.list(r.context, names,
+                                  profile_objects.visible_to(r.context))
     return {'device_profiles': [view.show(r, p) for p in profiles]}
 
 
@@ -35,6 +45,7 @@ def create_device_profile(r):
     if len(json.dumps(values['groups']).encode()) > schema.MAX_GROUPS_BYTES:
         raise exception.Invalid(reason='0/groups: longer than %d bytes as '
                                        'JSON' % schema.MAX_GROUPS_BYTES)
+    values = dict(values, project_id=r.context.project_id)
     created = r.conductor.device_profile_create(r.context, values=values)
     profile = DeviceProfile.get_by_uuid(r.context, created['uuid'])
     return view.show(r, profile)
@@ -57,10 +68,11 @@ def delete_device_profiles(r):
 
 
 def _find(r, name_or_uuid):
+    viewer = profile_objects.visible_to(r.context)
     if uuidutils.is_uuid_like(name_or_uuid):
-        profile = DeviceProfile.get_by_uuid(r.context, name_or_uuid)
+        profile = DeviceProfile.get_by_uuid(r.context, name_or_uuid, viewer)
     else:
-        profile = DeviceProfile.get_by_name(r.context, name_or_uuid)
+        profile = DeviceProfile.get_by_name(r.context, name_or_uuid, viewer)
     if profile is None:
         raise exception.DeviceProfileNotFound(name=name_or_uuid)
     return profile

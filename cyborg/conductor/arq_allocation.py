@@ -1,0 +1,264 @@
+"""Standalone allocation: an ARQ claimed and bound without Nova
+(``POST /v2/accelerator_requests/{uuid}/allocate``, microversion 2.6).
+
+For consumers other than instances (a Kubernetes pod, a batch job): the
+ARQ itself is the Placement consumer, and its ``consumer_id`` and
+``consumer_type`` say who holds it.  One call, in order:
+
+1. **Start.**  One transaction moves the ARQ from Initial or Unbound to
+   BindStarted (a guarded UPDATE: of two allocates of one ARQ, one gets
+   409) and records the consumer.  A request refused here writes nothing.
+2. **Claim.**  Placement is asked for allocation candidates for the ARQ's
+   share of its profile group (``request_query``: one unit of the group's
+   resource class on a provider with the group's required traits and
+   none of its forbidden ones, optionally on one host), and the first is
+   claimed with consumer generation null.  Placement decides races: of
+   two claims for the last unit, one gets 409 and tries the next
+   candidate, a bounded number of times (``MAX_CLAIMS``), then asks
+   again (``ROUNDS``); none left is a 409 naming what was asked.
+3. **Bind.**  The deployable of the claimed provider gives its attach
+   handle through the bind machinery of ``arq_binding`` (FPGA programming
+   and mdevs included), ending Bound.  No Nova event: there is no
+   instance.
+
+Any failure after step 1 releases the claim and puts the ARQ back as it
+was (its state before, no consumer), so a refused allocate leaves nothing
+behind and may be tried again.  A delete or unbind of the ARQ releases the
+allocation (``arq_binding.release_allocations``); a conductor that dies
+half-way leaves the ARQ in BindStarted, which ``fail_stuck`` fails after
+``[DEFAULT]bind_timeout``, releasing the claim.
+
+The call is synchronous: the API answers once the ARQ is Bound.  A profile
+that programs an FPGA can take longer than ``[api]conductor_timeout``;
+the allocation still completes, and the ARQ shows its outcome.
+"""
+
+import datetime
+import json
+import re
+import uuid as uuidlib
+
+from oslo_log import log as logging
+from oslo_utils import timeutils
+
+from cyborg.common import exception
+from cyborg.common import states
+from cyborg.conductor import arq_binding
+from cyborg.db import api as db_api
+from cyborg.db.api import arqs as arq_db
+from cyborg.db.api import deployables as deployable_db
+from cyborg.db.api import hosts as host_db
+
+LOG = logging.getLogger(__name__)
+
+# The request group's suffix in Placement's query (1.33: any string of up
+# to 64 of [a-zA-Z0-9_-]), named as Nova names a profile group's.
+SUFFIX = '_device_profile'
+# Every provider cyborg reports carries this trait: an allocation never
+# lands on a provider some other service made.
+OWNER_TRAIT = 'OWNER_CYBORG'
+# Candidates asked for at a time, claims tried in all, rounds of asking.
+CANDIDATES = 5
+MAX_CLAIMS = 10
+ROUNDS = 3
+# Placement's consumer types: upper case, digits and underscores.
+_CONSUMER_TYPE = re.compile(r'[^A-Z0-9_]')
+
+
+def request_query(group, compute_rp_uuid=None):
+    """Placement's ``GET /allocation_candidates`` parameters for ONE unit
+    of a device profile ``group`` (each ARQ is one unit of its group),
+    or a 400 when the group cannot be served that way.
+
+    ``resources:<RC>`` gives the resource class; ``trait:<T>: required``
+    and ``forbidden`` become the group's required traits and ``!T``;
+    ``compute_rp_uuid`` keeps the candidates in that host's tree.
+    """
+    classes = sorted(key.split(':', 1)[1] for key in group
+                     if key.startswith('resources:'))
+    if len(classes) != 1:
+        raise exception.Invalid(
+            reason='standalone allocation needs a profile group that asks '
+                   'for exactly one resource class (one device provider '
+                   'offers one); this group asks for %s'
+                   % (', '.join(classes) or 'none'))
+    required = {OWNER_TRAIT}
+    forbidden = set()
+    for key, value in group.items():
+        if key.startswith('trait:'):
+            trait = key.split(':', 1)[1]
+            (required if value == 'required' else forbidden).add(trait)
+    both = required & forbidden
+    if both:
+        raise exception.Invalid(reason='the profile group both requires '
+                                       'and forbids %s' % sorted(both)[0])
+    query = {'resources' + SUFFIX: '%s:1' % classes[0],
+             'required' + SUFFIX: ','.join(
+                 sorted(required) + ['!' + t for t in sorted(forbidden)]),
+             'limit': CANDIDATES}
+    if compute_rp_uuid:
+        query['in_tree' + SUFFIX] = compute_rp_uuid
+    return query
+
+
+def placement_consumer_type(consumer_type):
+    """The free-form ``consumer_type`` as a Placement consumer type
+    (``k8s-pod`` -> ``K8S_POD``), so Placement's usages can be read by
+    kind of consumer."""
+    return _CONSUMER_TYPE.sub('_', consumer_type.upper())[:255]
+
+
+def allocate(conf, context, arq_uuid, consumer_id, consumer_type,
+             hostname=None):
+    """Claim and bind ``arq_uuid`` for a consumer; returns ``{'uuid',
+    'device_rp_uuid', 'hostname'}`` once it is Bound.  Raises a 4xx
+    CyborgException, leaving the ARQ as it was, when it cannot."""
+    from cyborg.placement import client as placement_client
+
+    started = timeutils.utcnow()
+    job = db_api.write_retrying(context, _start, context, arq_uuid,
+                                consumer_id, consumer_type, hostname,
+                                started)
+    placement = placement_client.get_client(conf)
+    deadline = started + datetime.timedelta(seconds=conf.bind_timeout)
+    claimed = None
+    try:
+        claimed = _claim(placement, context, job)
+        _bind(conf, context, job, claimed, deadline)
+    except (exception.CyborgException, arq_binding._Lost) as e:
+        _undo(placement, context, job, claimed, e)
+        raise
+    except Exception as e:
+        # An agent that failed or timed out (programming, mdev).
+        _undo(placement, context, job, claimed, e)
+        raise exception.BindFailed(
+            reason=arq_binding._reason(e, job)) from e
+    LOG.info('Accelerator request %s allocated to %s %s on %s (provider '
+             '%s)', arq_uuid, consumer_type, consumer_id, job['hostname'],
+             claimed)
+    return {'uuid': arq_uuid, 'device_rp_uuid': claimed,
+            'hostname': job['hostname']}
+
+
+def _start(context, arq_uuid, consumer_id, consumer_type, hostname, now):
+    """Validate, then BindStarted with the consumer recorded; the job."""
+    rows = arq_db.get_to_change(context, [arq_uuid])
+    row = rows[0] if rows else None
+    if row is None or not arq_binding._visible(context, row):
+        raise exception.ARQNotFound(uuid=arq_uuid)
+    if row.state not in arq_binding.BIND_FROM:
+        raise exception.Conflict(
+            reason=f'accelerator request {arq_uuid} is {row.state}; only '
+                   f'an Initial or Unbound one can be allocated')
+    group = json.loads(row.profile_json)[row.device_profile_group_id]
+    compute_rp_uuid = None
+    if hostname is not None:
+        host = host_db.get(context, hostname)
+        if host is None or not host.get('compute_rp_uuid'):
+            raise exception.Invalid(
+                reason=f'host {hostname} has no accelerators in Placement')
+        compute_rp_uuid = host['compute_rp_uuid']
+    query = request_query(group, compute_rp_uuid)
+    if not arq_db.transition(
+            context, arq_uuid, states.BIND_STARTED, arq_binding.BIND_FROM,
+            {'consumer_id': consumer_id, 'consumer_type': consumer_type,
+             'bind_started_at': now, 'bind_failure_reason': None},
+            where={'attach_handle_id': None}):
+        raise exception.Conflict(
+            reason=f'accelerator request {arq_uuid} is already being '
+                   f'bound')
+    return {'uuid': arq_uuid, 'previous_state': row.state, 'group': group,
+            'query': query, 'project_id': row.project_id,
+            'consumer_id': consumer_id, 'consumer_type': consumer_type,
+            'instance_uuid': None, 'hostname': hostname,
+            'notice': {'device_profile_name': row.device_profile_name,
+                       'device_profile_group_id':
+                           row.device_profile_group_id,
+                       'project_id': row.project_id}}
+
+
+def _wanted(query):
+    wanted = query['resources' + SUFFIX]
+    traits = query['required' + SUFFIX]
+    return f'{wanted} with traits {traits}' + (
+        f" in the tree of {query['in_tree' + SUFFIX]}"
+        if 'in_tree' + SUFFIX in query else '')
+
+
+def _claim(placement, context, job):
+    """Claim one candidate for the ARQ; its provider uuid, or
+    NoCandidate.  The ARQ's uuid is the consumer."""
+    attempts = 0
+    tried = set()
+    for _round in range(ROUNDS):
+        candidates = placement.allocation_candidates(job['query'])
+        fresh = [c for c in candidates
+                 if json.dumps(c, sort_keys=True) not in tried]
+        if not candidates:
+            raise exception.NoCandidate(uuid=job['uuid'],
+                                        wanted=_wanted(job['query']),
+                                        reason='Placement offers none')
+        for allocations in fresh or candidates:
+            tried.add(json.dumps(allocations, sort_keys=True))
+            attempts += 1
+            if placement.claim(
+                    job['uuid'], allocations,
+                    job['project_id'] or context.project_id or 'cyborg',
+                    context.user_id or 'cyborg',
+                    placement_consumer_type(job['consumer_type'])):
+                return next(iter(allocations))
+            if attempts >= MAX_CLAIMS:
+                raise exception.NoCandidate(
+                    uuid=job['uuid'], wanted=_wanted(job['query']),
+                    reason=f'{attempts} claims lost to other consumers')
+    raise exception.NoCandidate(uuid=job['uuid'], wanted=_wanted(job['query']),
+                      reason=f'{attempts} claims lost to other consumers')
+
+
+def _bind(conf, context, job, rp_uuid, deadline):
+    """Bind the ARQ to the deployable of the claimed provider."""
+    targets = deployable_db.bind_targets(context, {rp_uuid})
+    target = targets.get(rp_uuid)
+    if target is None or target.gone or target.status != states.ENABLED:
+        raise exception.BindFailed(
+            reason=f'resource provider {rp_uuid}, which Placement offered, '
+                   f'has no enabled device here')
+    job.update(hostname=target.hostname, device_rp_uuid=rp_uuid,
+               deployable_id=target.deployable_id)
+    job['notice']['deployable_uuid'] = target.deployable_uuid
+    if not db_api.write_retrying(
+            context, arq_db.transition, context, job['uuid'],
+            states.BIND_STARTED, (states.BIND_STARTED,),
+            {'hostname': target.hostname, 'device_rp_uuid': rp_uuid,
+             'deployable_id': target.deployable_id},
+            where={'attach_handle_id': None}):
+        raise arq_binding._Lost()
+    handle = arq_binding._bind_one(conf, context, str(uuidlib.uuid4()), job,
+                                   deadline)
+    arq_binding._notify_bound(conf, context, job, handle)
+
+
+def _undo(placement, context, job, claimed, error):
+    """Release the claim and put the ARQ back as it was (if it is still
+    ours: a delete or unbind meanwhile has its own way out)."""
+    released = True
+    if claimed is not None:
+        try:
+            placement.delete_allocations(job['uuid'])
+        except exception.PlacementError as e:
+            # Left in BindStarted with its consumer: fail_stuck or a
+            # delete releases it once Placement answers again.
+            LOG.warning('Could not release the claim of accelerator '
+                        'request %s: %s', job['uuid'], e)
+            released = False
+    if released:
+        db_api.write_retrying(context, arq_binding._leave, context,
+                              job['uuid'], job['previous_state'],
+                              (states.BIND_STARTED,),
+                              dict(arq_binding._CLEARED))
+    LOG.info('Allocating accelerator request %s failed: %s', job['uuid'],
+             error)
+    if isinstance(error, arq_binding._Lost):
+        raise exception.Conflict(
+            reason=f"accelerator request {job['uuid']} was deleted or "
+                   f"unbound while it was being allocated") from error

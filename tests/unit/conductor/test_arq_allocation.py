@@ -1,0 +1,325 @@
+"""Standalone allocation (cyborg.conductor.arq_allocation) on SQLite
+against the real (embedded) Placement: claim, bind, release, and every
+refusal leaving the ARQ and Placement as they were."""
+
+import datetime
+import uuid as uuidlib
+
+import pytest
+import requests
+import sqlalchemy as sa
+from oslo_utils import timeutils
+
+from cyborg.common import context as cyborg_context
+from cyborg.common import exception
+from cyborg.conductor import arq_allocation
+from cyborg.conductor import arq_binding
+from cyborg.db import models
+from cyborg.placement import client as placement_client
+from tests.fixtures import arqs as seed
+from tests.fixtures import placement as placement_fixture
+from tests.fixtures import recording_http
+
+# The real Placement, shared by this module's tests: each test gives its
+# device a trait of its own so that it never sees another test's providers.
+placement_url = seed.placement_url
+fake_nova = recording_http.fake_nova
+
+
+@pytest.fixture
+def aconf(conf, db, placement_url, fake_nova):
+    placement_fixture.placement_conf(conf, placement_url)
+    conf.set_override('auth_type', 'none', group='nova')
+    conf.set_override('endpoint_override', fake_nova.url, group='nova')
+    placement_client.reset_clients()
+    return conf
+
+
+@pytest.fixture
+def ctx():
+    return cyborg_context.RequestContext(project_id='p1', user_id='u1',
+                                         is_service=True)
+
+
+@pytest.fixture
+def trait():
+    return 'CUSTOM_T_' + uuidlib.uuid4().hex.upper()
+
+
+def _provide(conf, db, trait, total=2, hostname=None, status='enabled'):
+    """A seeded device whose provider Placement offers: ``total`` FPGAs
+    under a compute node provider, with OWNER_CYBORG and ``trait``."""
+    hostname = hostname or 'host-' + uuidlib.uuid4().hex[:8]
+    device = seed.seed_device(db, hostname=hostname, handles=total,
+                              status=status)
+    placement = placement_client.get_client(conf)
+    compute = str(uuidlib.uuid4())
+    placement.create_provider(compute, hostname, None)
+    placement.create_provider(device.rp_uuid, device.name, compute)
+    placement.set_inventories(device.rp_uuid, {
+        'FPGA': {'total': total, 'max_unit': total}})
+    placement.ensure_traits([trait])
+    placement.set_traits(device.rp_uuid, {'OWNER_CYBORG', trait})
+    with db.begin() as connection:
+        connection.execute(sa.insert(models.Host).values(
+            hostname=hostname, compute_rp_uuid=compute,
+            placement_synced=True))
+    device.compute = compute
+    return device
+
+
+def _arqs(db, ctx, group, count=1):
+    profile = seed.seed_profile(db, [group])
+    return [a['uuid'] for a in arq_binding.create(ctx, profile, 'p1')][:count]
+
+
+def _held(url, consumer):
+    return requests.get(f'{url}/allocations/{consumer}',
+                        headers=placement_fixture.HEADERS,
+                        timeout=10).json()
+
+
+def _usage(url, rp_uuid):
+    return requests.get(f'{url}/resource_providers/{rp_uuid}/usages',
+                        headers=placement_fixture.HEADERS,
+                        timeout=10).json()['usages'].get('FPGA', 0)
+
+
+def _row(db, uuid):
+    return seed.arq_rows(db).get(uuid)
+
+
+# -- the request Placement is asked -----------------------------------------
+
+def test_request_query_has_one_unit_and_the_group_s_traits():
+    query = arq_allocation.request_query(
+        {'resources:FPGA': '3', 'trait:CUSTOM_A': 'required',
+         'trait:CUSTOM_B': 'forbidden', 'accel:bitstream_id': 'x'},
+        compute_rp_uuid='c0ffee')
+    sfx = arq_allocation.SUFFIX
+    assert query == {'resources' + sfx: 'FPGA:1',
+                     'required' + sfx: 'CUSTOM_A,OWNER_CYBORG,!CUSTOM_B',
+                     'in_tree' + sfx: 'c0ffee',
+                     'limit': arq_allocation.CANDIDATES}
+
+
+@pytest.mark.parametrize('group, message', [
+    ({'resources:FPGA': '1', 'resources:CUSTOM_X': '1'},
+     'exactly one resource class'),
+    ({'trait:CUSTOM_A': 'required'}, 'exactly one resource class'),
+    ({'resources:FPGA': '1', 'trait:OWNER_CYBORG': 'forbidden'},
+     'both requires and forbids OWNER_CYBORG'),
+])
+def test_request_query_refuses_what_one_provider_cannot_serve(group,
+                                                              message):
+    with pytest.raises(exception.Invalid, match=message):
+        arq_allocation.request_query(group)
+
+
+def test_placement_consumer_type_is_placement_s_spelling():
+    assert arq_allocation.placement_consumer_type('k8s-pod') == 'K8S_POD'
+    assert arq_allocation.placement_consumer_type('a b.c') == 'A_B_C'
+
+
+# -- allocate ---------------------------------------------------------------
+
+def test_allocate_claims_and_binds_without_nova(aconf, db, ctx, trait,
+                                                placement_url, fake_nova):
+    device = _provide(aconf, db, trait)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    result = arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+    assert result == {'uuid': uuid, 'device_rp_uuid': device.rp_uuid,
+                      'hostname': device.hostname}
+    row = _row(db, uuid)
+    assert row.state == 'Bound'
+    assert (row.consumer_id, row.consumer_type) == ('pod-1', 'k8s-pod')
+    assert row.hostname == device.hostname
+    assert row.device_rp_uuid == device.rp_uuid
+    assert row.instance_uuid is None
+    assert row.attach_handle_id is not None
+    assert seed.handles_in_use(db) == 1
+    held = _held(placement_url, uuid)
+    assert {rp: a['resources'] for rp, a in held['allocations'].items()} \
+        == {device.rp_uuid: {'FPGA': 1}}
+    assert held['project_id'] == 'p1'
+    assert held['consumer_type'] == 'K8S_POD'
+    # No instance, so nothing to tell Nova.
+    assert fake_nova.events == []
+    with db.connect() as c:
+        assert c.scalar(sa.select(sa.func.count()).select_from(
+            models.NovaEvent)) == 0
+
+
+def test_delete_releases_the_allocation(aconf, db, ctx, trait,
+                                        placement_url):
+    device = _provide(aconf, db, trait)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+    assert _usage(placement_url, device.rp_uuid) == 1
+    assert arq_binding.delete(aconf, ctx, arq_uuids=[uuid]) == []
+    assert _usage(placement_url, device.rp_uuid) == 0
+    assert _held(placement_url, uuid)['allocations'] == {}
+    assert _row(db, uuid) is None
+    assert seed.handles_in_use(db) == 0
+
+
+def test_unbind_releases_it_and_the_arq_can_be_allocated_again(
+        aconf, db, ctx, trait, placement_url):
+    device = _provide(aconf, db, trait)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+    arq_binding.unbind(aconf, ctx, [uuid])
+    row = _row(db, uuid)
+    assert row.state == 'Unbound'
+    assert row.consumer_id is None and row.consumer_type is None
+    assert _usage(placement_url, device.rp_uuid) == 0
+    arq_allocation.allocate(aconf, ctx, uuid, 'pod-2', 'k8s-pod')
+    assert _row(db, uuid).consumer_id == 'pod-2'
+    assert _usage(placement_url, device.rp_uuid) == 1
+
+
+def test_the_last_unit_goes_to_one_consumer_only(aconf, db, ctx, trait,
+                                                 placement_url):
+    device = _provide(aconf, db, trait, total=1)
+    first, second = _arqs(db, ctx, {'resources:FPGA': '2',
+                                    'trait:' + trait: 'required'}, count=2)
+    arq_allocation.allocate(aconf, ctx, first, 'pod-1', 'k8s-pod')
+    with pytest.raises(exception.NoCandidate) as e:
+        arq_allocation.allocate(aconf, ctx, second, 'pod-2', 'k8s-pod')
+    assert e.value.code == 409
+    assert 'Placement offers none' in str(e.value)
+    assert trait in str(e.value)
+    row = _row(db, second)
+    assert (row.state, row.consumer_id, row.bind_started_at) == (
+        'Initial', None, None)
+    assert _held(placement_url, second)['allocations'] == {}
+    assert _usage(placement_url, device.rp_uuid) == 1
+
+
+def test_a_lost_claim_tries_the_next_candidate(aconf, db, ctx, trait,
+                                               placement_url, monkeypatch):
+    """Placement's answer to a claim that lost the race (409) moves on to
+    the next candidate."""
+    one = _provide(aconf, db, trait, total=1)
+    two = _provide(aconf, db, trait, total=1)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    placement = placement_client.get_client(aconf)
+    offered = placement.allocation_candidates(
+        arq_allocation.request_query({'resources:FPGA': '1',
+                                      'trait:' + trait: 'required'}))
+    first_rp = next(iter(offered[0]))
+    # Someone else takes the first candidate's unit between our asking
+    # and our claim.
+    real = placement.allocation_candidates
+
+    def candidates_then_race(query):
+        found = real(query)
+        placement_fixture.hold_allocation(placement_url, str(uuidlib.uuid4()),
+                                          {first_rp: {'FPGA': 1}})
+        return found
+
+    monkeypatch.setattr(placement, 'allocation_candidates',
+                        candidates_then_race)
+    result = arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+    other = ({one.rp_uuid, two.rp_uuid} - {first_rp}).pop()
+    assert result['device_rp_uuid'] == other
+    assert _row(db, uuid).state == 'Bound'
+
+
+def test_host_constraint(aconf, db, ctx, trait, placement_url):
+    _provide(aconf, db, trait, hostname='near-' + trait[-6:])
+    far = _provide(aconf, db, trait, hostname='far-' + trait[-6:])
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    result = arq_allocation.allocate(aconf, ctx, uuid, 'job-7', 'slurm-job',
+                                     hostname=far.hostname)
+    assert result['device_rp_uuid'] == far.rp_uuid
+    assert result['hostname'] == far.hostname
+
+
+def test_unknown_host_is_400_and_writes_nothing(aconf, db, ctx, trait):
+    _provide(aconf, db, trait)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1'})
+    with pytest.raises(exception.Invalid, match='host nowhere has no'):
+        arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod',
+                                hostname='nowhere')
+    row = _row(db, uuid)
+    assert (row.state, row.consumer_id) == ('Initial', None)
+
+
+def test_only_initial_or_unbound_arqs_are_allocated(aconf, db, ctx, trait):
+    _provide(aconf, db, trait)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+    with pytest.raises(exception.Conflict, match='is Bound'):
+        arq_allocation.allocate(aconf, ctx, uuid, 'pod-2', 'k8s-pod')
+    assert _row(db, uuid).consumer_id == 'pod-1'
+    with pytest.raises(exception.ARQNotFound):
+        arq_allocation.allocate(aconf, ctx, str(uuidlib.uuid4()), 'p', 't')
+
+
+def test_another_project_s_arq_is_not_found(aconf, db, ctx, trait):
+    _provide(aconf, db, trait)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1'})
+    stranger = cyborg_context.RequestContext(project_id='p2', user_id='u2',
+                                             roles=['member'])
+    with pytest.raises(exception.ARQNotFound):
+        arq_allocation.allocate(aconf, stranger, uuid, 'pod-1', 'k8s-pod')
+
+
+def test_a_failed_bind_releases_the_claim(aconf, db, ctx, trait,
+                                          placement_url):
+    """Placement offers a device the database holds in maintenance (the
+    reservation not synced yet): the bind is refused, the claim released,
+    the ARQ back in Initial."""
+    device = _provide(aconf, db, trait, status='maintaining')
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    with pytest.raises(exception.BindFailed, match='no enabled device'):
+        arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+    row = _row(db, uuid)
+    assert (row.state, row.consumer_id, row.hostname) == ('Initial', None,
+                                                          None)
+    assert _usage(placement_url, device.rp_uuid) == 0
+    assert seed.handles_in_use(db) == 0
+
+
+def test_no_free_handle_releases_the_claim(aconf, db, ctx, trait,
+                                           placement_url):
+    """Placement offers more than the database has handles for."""
+    device = _provide(aconf, db, trait, total=1)
+    placement_client.get_client(aconf).set_inventories(
+        device.rp_uuid, {'FPGA': {'total': 2, 'max_unit': 2}})
+    first, second = _arqs(db, ctx, {'resources:FPGA': '2',
+                                    'trait:' + trait: 'required'}, count=2)
+    arq_allocation.allocate(aconf, ctx, first, 'pod-1', 'k8s-pod')
+    with pytest.raises(exception.BindFailed, match='no free attach handle'):
+        arq_allocation.allocate(aconf, ctx, second, 'pod-2', 'k8s-pod')
+    assert _row(db, second).state == 'Initial'
+    assert _usage(placement_url, device.rp_uuid) == 1
+
+
+def test_a_stuck_allocation_is_failed_and_released(aconf, db, ctx, trait,
+                                                   placement_url):
+    """A conductor that died after claiming: fail_stuck fails the ARQ and
+    releases what it claimed."""
+    device = _provide(aconf, db, trait)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    long_ago = timeutils.utcnow() - datetime.timedelta(hours=1)
+    with db.begin() as c:
+        c.execute(sa.update(models.ExtARQ).where(models.ExtARQ.uuid == uuid)
+                  .values(state='BindStarted', consumer_id='pod-1',
+                          consumer_type='k8s-pod', bind_started_at=long_ago))
+    placement_client.get_client(aconf).claim(
+        uuid, {device.rp_uuid: {'resources': {'FPGA': 1}}}, 'p1', 'u1',
+        'K8S_POD')
+    assert _usage(placement_url, device.rp_uuid) == 1
+    assert arq_binding.fail_stuck(aconf, ctx) == 1
+    assert _row(db, uuid).state == 'BindFailed'
+    assert _usage(placement_url, device.rp_uuid) == 0
