@@ -110,9 +110,13 @@ class _Lost(Exception):
 # -- create ---------------------------------------------------------------
 
 def create(context, device_profile_uuid, project_id, conf=None,
-           limits=None):
+           limits=None, device_profile_name=None, visible_to=None):
     """Make the ARQs of a device profile in one transaction: for group i,
     n = the sum of its ``resources:*`` amounts ARQs with group id i.
+
+    The profile is named by uuid, or by ``device_profile_name`` among
+    those the project ``visible_to`` may see (None: all): one that does
+    not exist, or is not visible, is a 404 and nothing is written.
 
     The project's quota ``limits`` (a ``cyborg.common.quota.Limits``; by
     default read through ``conf``'s ``[quota]driver``, none without
@@ -121,18 +125,21 @@ def create(context, device_profile_uuid, project_id, conf=None,
     ARQ follows the commit."""
     if limits is None:
         limits = quotas.limits_for(conf, project_id)
-    arqs = db_api.write_retrying(context, _create_in, context,
-                                 device_profile_uuid, project_id, limits)
+    profile = {'uuid': device_profile_uuid, 'name': device_profile_name,
+               'visible_to': visible_to}
+    arqs = db_api.write_retrying(context, _create_in, context, profile,
+                                 project_id, limits)
     _notify_created(conf, context, arqs)
     return arqs
 
 
-def _create_in(context, device_profile_uuid, project_id, limits=None):
+def _create_in(context, wanted, project_id, limits=None):
     # The quota lock comes first: see cyborg.db.api.quotas.
     quotas.lock(context, project_id, limits)
-    profile = profile_db.get_groups(context, device_profile_uuid)
+    profile = profile_db.get_groups(context, **wanted)
     if profile is None:
-        raise exception.DeviceProfileNotFound(name=device_profile_uuid)
+        raise exception.DeviceProfileNotFound(
+            name=wanted['name'] or wanted['uuid'])
     groups = json.loads(profile.profile_json)
     quotas.check(context, project_id, groups, limits)
     # Whole seconds: what is returned now is what a later read shows, on

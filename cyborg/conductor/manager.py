@@ -101,9 +101,12 @@ class ConductorManager:
         return attributes.delete(self.conf, context, attribute_uuid)
 
     @_answer
-    def arq_create(self, context, device_profile_uuid, project_id):
+    def arq_create(self, context, device_profile_uuid, project_id,
+                   device_profile_name=None, visible_to=None):
         return arq_binding.create(context, device_profile_uuid, project_id,
-                                  conf=self.conf)
+                                  conf=self.conf,
+                                  device_profile_name=device_profile_name,
+                                  visible_to=visible_to)
 
     @_answer
     def arq_bind(self, context, bindings):

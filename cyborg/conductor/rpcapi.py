@@ -11,6 +11,9 @@ added method or argument, pin the version each call needs):
     1.1 - Added report_health (agents' health readings).
     1.3 - Added arq_allocate (standalone allocation); device_profile_create
           takes project_id, visibility and projects in its values.
+    1.6 - arq_create takes device_profile_name (and the caller's view of
+          profiles) instead of device_profile_uuid: the API no longer reads
+          the profile first.
     1.5 - Added remote_pool_create and remote_pool_delete (remote,
           fabric-attached accelerator pools).
 """
@@ -20,7 +23,7 @@ from cyborg.common import rpc
 TOPIC = 'cyborg-conductor'
 # Profile values only a 1.3 conductor understands.
 _SHARING = frozenset(('project_id', 'visibility', 'projects'))
-RPC_API_VERSION = '1.5'
+RPC_API_VERSION = '1.6'
 
 
 class ConductorAPI:
@@ -75,6 +78,20 @@ class ConductorAPI:
         return self._call(context, '1.0', 'arq_create',
                           device_profile_uuid=device_profile_uuid,
                           project_id=project_id)
+
+    def can_create_by_name(self):
+        """Whether the conductors take ``arq_create_by_name`` (1.6)."""
+        return self._client.can_send_version('1.6')
+
+    def arq_create_by_name(self, context, device_profile_name, project_id,
+                           visible_to):
+        """Create the ARQs for the profile of that name, among those the
+        project ``visible_to`` may see (None: all); returns their dicts,
+        or a 404 when there is no such profile."""
+        return self._call(context, '1.6', 'arq_create',
+                          device_profile_uuid=None, project_id=project_id,
+                          device_profile_name=device_profile_name,
+                          visible_to=visible_to)
 
     def arq_bind(self, context, bindings):
         """Start binding: ``bindings`` maps ARQ uuid to {hostname,

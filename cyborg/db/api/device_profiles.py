@@ -76,12 +76,19 @@ def shared_with(context, profile_ids):
 
 
 @reader
-def get_groups(context, uuid):
-    """(id, name, profile_json) of a device profile, or None: what making
-    its ARQs needs, without loading the whole row."""
+def get_groups(context, uuid=None, name=None, visible_to=None):
+    """(id, name, profile_json) of a device profile by uuid or name, or
+    None (also when ``visible_to`` may not see it): what making its ARQs
+    needs, without loading the whole row."""
+    if not _sql.matchable(uuid, name, visible_to):
+        return None
     p = models.DeviceProfile
-    return context.session.execute(
-        sa.select(p.id, p.name, p.profile_json).where(p.uuid == uuid)).first()
+    query = sa.select(p.id, p.name, p.profile_json)
+    if uuid is not None:
+        query = query.where(p.uuid == uuid)
+    if name is not None:
+        query = query.where(p.name == name)
+    return context.session.execute(_visible(query, visible_to)).first()
 
 
 @writer

@@ -85,6 +85,29 @@ def test_create_unknown_profile_is_404_and_writes_nothing(conf, db, ctx):
     assert seed.arq_rows(db) == {}
 
 
+def test_create_by_name_sees_only_what_the_project_may(conf, db, ctx):
+    """RPC 1.6: the conductor finds the profile by name in the create's
+    transaction, with the caller's view of private profiles."""
+    profile = seed.seed_profile(db, [{'resources:FPGA': '1'}],
+                                name='theirs')
+    with sa.orm.Session(db) as session, session.begin():
+        session.execute(sa.update(models.DeviceProfile)
+                        .where(models.DeviceProfile.uuid == profile)
+                        .values(visibility='private', project_id='p2'))
+    with pytest.raises(exception.DeviceProfileNotFound) as e:
+        arq_binding.create(ctx, None, 'p1', device_profile_name='theirs',
+                           visible_to='p1')
+    assert 'theirs' in str(e.value) and seed.arq_rows(db) == {}
+    created = arq_binding.create(ctx, None, 'p2',
+                                 device_profile_name='theirs',
+                                 visible_to='p2')
+    assert [a['device_profile_name'] for a in created] == ['theirs']
+    # An admin's view (None) sees every profile.
+    assert len(arq_binding.create(ctx, None, 'p1',
+                                  device_profile_name='theirs',
+                                  visible_to=None)) == 1
+
+
 def test_bind_ends_bound_with_a_handle_and_tells_nova(aconf, db, ctx, device,
                                                       fake_nova):
     uuid, = _create(db, ctx)

@@ -47,13 +47,20 @@ def create_arqs(r):
     owned by the caller's project (the user's, when Nova asks).  A profile
     the project may not see is not found, as if it did not exist."""
     name = r.body['device_profile_name']
-    profile = DeviceProfile.get_by_name(
-        r.context, name, profile_objects.visible_to(r.context))
-    if profile is None:
-        raise exception.DeviceProfileNotFound(name=name)
-    created = r.conductor.arq_create(r.context,
-                                     device_profile_uuid=profile.uuid,
-                                     project_id=r.context.project_id)
+    visible_to = profile_objects.visible_to(r.context)
+    if r.conductor.can_create_by_name():
+        # One call: the conductor finds the profile in its transaction.
+        created = r.conductor.arq_create_by_name(
+            r.context, device_profile_name=name,
+            project_id=r.context.project_id, visible_to=visible_to)
+    else:
+        # Conductors older than RPC 1.6 (a rolling upgrade).
+        profile = DeviceProfile.get_by_name(r.context, name, visible_to)
+        if profile is None:
+            raise exception.DeviceProfileNotFound(name=name)
+        created = r.conductor.arq_create(r.context,
+                                         device_profile_uuid=profile.uuid,
+                                         project_id=r.context.project_id)
     # The conductor returns the rows it wrote: rendered, not read again.
     return {'arqs': [view.show(r, AcceleratorRequest.from_dict(item))
                      for item in created]}
