@@ -831,16 +831,12 @@ def recover(conf, context, started_at):
     its previous run recorded and did not deliver.  Binds and events of
     other conductors are left to them.  Returns the binds failed."""
     owned = arq_db.owned_binding(context, conf.host, started_at)
-    batch_id = str(uuidlib.uuid4())
-    failed = 0
-    for arq_uuid in owned:
-        failed += _fail(conf, context, batch_id, arq_uuid,
-                        f'the conductor {conf.host} restarted while the bind '
-                        f'was under way', timeutils.utcnow())
+    failed = _fail_abandoned(
+        conf, context, owned, f'the conductor {conf.host} restarted while '
+                              f'the bind was under way')
     if failed:
         LOG.warning('Failed %d bind(s) this conductor left unfinished when '
                     'it stopped', failed)
-        nova.deliver_batch(conf, context, batch_id)
     resent = nova.resend_owned(conf, context, started_at)
     LOG.info('Start-up recovery of %s done: %d bind(s) failed, %d Nova '
              'event(s) re-sent', conf.host, failed, resent)
@@ -856,28 +852,40 @@ def fail_stuck(conf, context):
     stuck = arq_db.stuck(context, timeutils.utcnow() - timeout)
     if not stuck:
         return 0
+    _fail_abandoned(conf, context, stuck, f'bind did not finish within '
+                                          f'{conf.bind_timeout} seconds')
+    return len(stuck)
+
+
+def _fail_abandoned(conf, context, arq_uuids, reason):
+    """Fail binds nobody carries on any more (BindStarted ARQs of a dead
+    conductor), undoing what the bind may already have done outside the
+    database, and tell Nova; returns how many were failed."""
+    if not arq_uuids:
+        return 0
     batch_id = str(uuidlib.uuid4())
-    rows = arq_db.get_to_change(context, stuck)
-    # A remote handle a dead conductor may have attached is detached
+    rows = arq_db.get_to_change(context, arq_uuids)
+    # A remote handle the dead conductor may have attached is detached
     # before it is freed.
     kept = remote_pools.detach_for_release(conf, context, rows)
     standalone = {r.uuid: r for r in rows if r.consumer_id}
     failed = []
-    for arq_uuid in stuck:
-        if _fail(conf, context, batch_id, arq_uuid,
-                 f'bind did not finish within {conf.bind_timeout} seconds',
-                 timeutils.utcnow(), kept=kept) and arq_uuid in standalone:
-            failed.append(standalone[arq_uuid])
-    # A standalone allocation whose conductor died: what it claimed in
-    # Placement goes with it (its ARQ is BindFailed now).
+    for arq_uuid in arq_uuids:
+        if _fail(conf, context, batch_id, arq_uuid, reason,
+                 timeutils.utcnow(), kept=kept):
+            failed.append(arq_uuid)
+    # A standalone allocation: what it claimed in Placement goes with it
+    # (its ARQ is BindFailed now).
+    released = [standalone[u] for u in failed if u in standalone]
     try:
-        release_allocations(conf, failed)
+        release_allocations(conf, released)
     except exception.PlacementError as e:
-        LOG.warning('Could not release the allocations of stuck '
+        LOG.warning('Could not release the allocations of abandoned '
                     'accelerator requests %s: %s',
-                    ', '.join(r.uuid for r in failed), e)
-    nova.deliver_batch(conf, context, batch_id)
-    return len(stuck)
+                    ', '.join(r.uuid for r in released), e)
+    if failed:
+        nova.deliver_batch(conf, context, batch_id)
+    return len(failed)
 
 
 # -- notifications ------------------------------------------------------------
