@@ -3,30 +3,59 @@
 Every database write of the service goes through here.  The topic is
 ``cyborg-conductor``; any conductor may serve any call.
 
-API version history (one line per change; bump the minor version for each
-added method or argument, pin the version each call needs):
-
-    1.0 - Initial version: report_inventory, request handling for device
-          profiles, ARQs, devices, deployables and attributes.
-    1.1 - Added report_health (agents' health readings).
+``HISTORY`` is the API's version history, one line per change: bump the
+minor version for each added method or argument and pin the version each
+call needs.  ``RELEASES`` maps a release name to the version its
+conductors serve: what ``[upgrade_levels]conductor`` accepts besides a
+version, to cap what upgraded agents and APIs send while older conductors
+remain (doc/source/upgrade.rst).
 """
 
 from cyborg.common import rpc
 
 TOPIC = 'cyborg-conductor'
-RPC_API_VERSION = '1.1'
+
+HISTORY = (
+    ('1.0', 'Initial version: report_inventory, device profiles, ARQs, '
+            'devices, deployables, attributes'),
+    ('1.1', 'Added report_health (agents\' health readings)'),
+)
+RPC_API_VERSION = HISTORY[-1][0]
+
+# Release name -> the conductor RPC version of that release (one line per
+# release, added when it is cut).
+RELEASES = {
+    '2027.1': '1.1',
+}
+
+
+def resolve_cap(value):
+    """The version an ``[upgrade_levels]conductor`` value caps at (None:
+    no cap); ValueError for an unknown one."""
+    return rpc.resolve_cap(value, HISTORY, RELEASES, 'conductor')
 
 
 class ConductorAPI:
-    """Conductor RPC client.  Calls block until the conductor answers."""
+    """Conductor RPC client.  Calls block until the conductor answers.
 
-    def __init__(self, conf, timeout=None, retry=None):
+    ``require_queue``: fail at once (``MessageUndeliverable``) when no
+    conductor ever listened on the broker, rather than wait out the
+    timeout (what agents want: they retry)."""
+
+    def __init__(self, conf, timeout=None, retry=None, require_queue=False):
+        self.version_cap = resolve_cap(conf.upgrade_levels.conductor)
         self._client = rpc.get_client(conf, TOPIC, RPC_API_VERSION,
-                                      timeout=timeout, retry=retry)
+                                      timeout=timeout, retry=retry,
+                                      version_cap=self.version_cap,
+                                      require_queue=require_queue)
 
     def _call(self, context, version, method, **kwargs):
         cctxt = self._client.prepare(version=version)
         return cctxt.call(context, method, **kwargs)
+
+    def can_send(self, version):
+        """Whether the version cap lets ``version`` through."""
+        return self._client.can_send_version(version)
 
     # -- agents ---------------------------------------------------------
 
@@ -41,8 +70,15 @@ class ConductorAPI:
     def report_health(self, context, hostname, report):
         """Send a host's health readings (see cyborg.objects.health).
 
-        Returns ``{'accepted': <number of readings applied>}``.
+        Returns ``{'accepted': <number of readings applied>}``; None,
+        sending nothing, while ``[upgrade_levels]conductor`` caps below
+        1.1 (conductors that old keep no health).
         """
+        if not self.can_send('1.1'):
+            rpc.skip_capped('conductor', 'report_health', '1.1',
+                            self.version_cap, 'device health readings are '
+                            'dropped until the cap is raised')
+            return None
         return self._call(context, '1.1', 'report_health',
                           hostname=hostname, report=report)
 

@@ -30,6 +30,7 @@ from cyborg.conf import nova
 from cyborg.conf import placement
 from cyborg.conf import privsep
 from cyborg.conf import service_user
+from cyborg.conf import upgrade_levels
 
 CONF = cfg.CONF
 
@@ -38,7 +39,7 @@ CONFIG_ENV = 'OS_CYBORG_CONFIG'
 CONFIG_DIR_ENV = 'OS_CYBORG_CONFIG_DIR'
 
 _MODULES = (default, api, conductor, database, agent, placement, nova,
-            glance, service_user, health, metrics, privsep)
+            glance, service_user, health, metrics, privsep, upgrade_levels)
 
 
 def register_opts(conf):
