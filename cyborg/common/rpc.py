@@ -165,6 +165,67 @@ def skip_capped(peer, method, version, cap, consequence):
                 version, peer, cap, consequence)
 
 
+# A method no endpoint has: a message calling it only wakes a server's
+# consumer up (the dispatcher logs an unknown ``*_ignore_errors`` method
+# at DEBUG and answers nothing to a cast).
+WAKE_METHOD = 'wake_up_ignore_errors'
+
+
+def wake_server(conf, topic, server):
+    """Send one message to the server's own queue, so that its consumer
+    thread, blocked in a poll of up to 5 s, returns at once and sees it is
+    being stopped.  The message expires after a second; failures (the
+    broker away) are ignored: the poll then ends by itself."""
+    try:
+        client = get_client(conf, topic, '1.0', server=server, retry=0)
+        client.prepare(timeout=1).cast(
+            cyborg_context.get_admin_context(), WAKE_METHOD)
+    except Exception as exc:
+        LOG.debug('Could not wake the %s server up: %s', topic, exc)
+
+
+class CountingRPCServer(messaging.rpc.server.RPCServer):
+    """An RPC server that knows when it has nothing in flight.
+
+    A message is counted from the moment the consumer thread hands it to
+    the executor (it is acknowledged then) until its reply is sent.  Once
+    ``stop()`` has returned the consumer takes no more, so
+    ``wait_idle()`` returning means every message taken was answered,
+    without waiting, as oslo.messaging's ``wait()`` does, for the idle
+    executor threads to notice the stop (a second each)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._in_flight = 0
+        self._idle = threading.Condition()
+
+    def _on_incoming(self, incoming):
+        with self._idle:
+            self._in_flight += 1
+        try:
+            super()._on_incoming(incoming)
+        except BaseException:
+            self._done()
+            raise
+
+    def _process_incoming(self, incoming):
+        try:
+            return super()._process_incoming(incoming)
+        finally:
+            self._done()
+
+    def _done(self):
+        with self._idle:
+            self._in_flight -= 1
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout=None):
+        """True once no message is in flight."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._in_flight == 0,
+                                       timeout)
+
+
 def get_server(conf, topic, server, endpoints):
     """An RPC server on the threading executor (no eventlet)."""
     target = messaging.Target(topic=topic, server=server)
@@ -176,7 +237,8 @@ def get_server(conf, topic, server, endpoints):
     # deprecated, so check the outcome instead.
     server = messaging.get_rpc_server(transport, target, endpoints,
                                       serializer=_serializer(),
-                                      access_policy=access_policy)
+                                      access_policy=access_policy,
+                                      server_cls=CountingRPCServer)
     if server.executor_type != 'threading':
         raise RuntimeError('RPC server would use the %s executor; cyborg '
                            'runs on threads only' % server.executor_type)

@@ -46,12 +46,12 @@ class UpgradeLevel(types.String):
 opts = [
     cfg.Opt('conductor', type=UpgradeLevel('conductor'), default='',
             help='Highest version of the conductor RPC API this process '
-                 'sends (the API and the agents call the conductor): a '
-                 'version such as 1.0, or a release name (see '
-                 '"Rolling upgrades" in the docs for the list). Set it on '
-                 'the agents (and APIs) upgraded before the conductors, '
-                 'to the conductors\' release; remove it once every '
-                 'conductor runs the new release. Empty: no cap.'),
+                 'sends (APIs and agents call the conductor): a version '
+                 'such as 1.0, or a release name. Conductors are upgraded '
+                 'first, so this is needed only on an API or agent that '
+                 'runs a newer release than some conductor still does; '
+                 'remove it once every conductor runs that release. '
+                 'Empty: no cap.'),
     cfg.Opt('agent', type=UpgradeLevel('agent'), default='',
             help='Highest version of the agent RPC API the conductor '
                  'sends: a version such as 1.0, or a release name. Set it '
