@@ -28,6 +28,7 @@ import time
 from oslo_db import exception as db_exc
 from oslo_log import log as logging
 from oslo_utils import timeutils
+from sqlalchemy import exc as sa_exc
 
 from cyborg.common import metrics
 from cyborg.common import notify
@@ -124,8 +125,10 @@ def _write_with_retries(conf, context, hostname, report, parsed):
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
             return _write(conf, context, hostname, report, parsed)
-        except (db_exc.DBDuplicateEntry, db_exc.DBDeadlock) as exc:
-            if attempt == MAX_ATTEMPTS:
+        except (db_exc.DBError, sa_exc.OperationalError) as exc:
+            if attempt == MAX_ATTEMPTS or not (
+                    isinstance(exc, db_exc.DBDuplicateEntry) or
+                    db_api.retryable(exc)):
                 raise
             LOG.info('Report of %s raced another writer (%s); planning '
                      'again.', hostname, type(exc).__name__)
