@@ -114,7 +114,8 @@ class HealthMonitor:
         self._known_devices = known_devices
         self._conductor = conductor_api or conductor_rpcapi.ConductorAPI(
             conf, timeout=max(_MIN_SEND_TIMEOUT,
-                              conf.health.report_interval))
+                              conf.health.report_interval),
+            require_queue=True)
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._thread = None
@@ -330,12 +331,19 @@ class HealthMonitor:
             return True
         report = {'full': full, 'readings': [r.to_dict() for r in readings]}
         try:
-            self._conductor.report_health(
+            reply = self._conductor.report_health(
                 cyborg_context.get_admin_context(), self.host, report)
         except Exception as exc:
             self._log.failed('conductor', 'Health report of %s failed (%s); '
                              'retrying at the next check', self.host, exc)
             return False
+        if reply is None:
+            # Not sent: [upgrade_levels]conductor caps below report_health
+            # (logged once by the client).  Nothing to keep for later: the
+            # first full report after the cap is lifted says what holds.
+            self._pending = []
+            self._full_wanted = False
+            return True
         self._log.succeeded('conductor', 'Health reports of %s reach the '
                             'conductor again', self.host)
         for reading in readings:

@@ -25,6 +25,14 @@ When: once at start, every ``[DEFAULT]periodic_interval`` seconds, at once
 when ``request_report()`` (hotplug) or ``request_full_report()`` (the
 conductor) is called, and after a failed attempt again after a short
 back-off.  All reports run on one thread, one at a time.
+
+An agent started before any conductor: RabbitMQ drops a message sent to a
+topic no queue is bound to yet, and the call would wait out the whole RPC
+timeout (60 s) for a reply that never comes.  The reports are therefore
+sent with the mandatory flag (``require_queue``): the broker refuses such
+a message at once, and the reporter tries again every
+``_NO_CONDUCTOR_RETRY`` seconds, so the host registers within seconds of
+the first conductor's start.
 """
 
 import functools
@@ -32,6 +40,7 @@ import socket
 import threading
 import time
 
+import oslo_messaging as messaging
 from oslo_log import log as logging
 
 from cyborg.agent import cache as agent_cache
@@ -44,6 +53,10 @@ LOG = logging.getLogger(__name__)
 
 # First retry delay after a failed report; doubles up to periodic_interval.
 _RETRY_DELAY = 1.0
+# Longest retry delay while no conductor listens yet: the broker refuses
+# such a report at once (nothing reaches a conductor, nothing waits), so
+# trying often costs one message each time.
+_NO_CONDUCTOR_RETRY = 1.0
 
 
 def build_report(devices, acked_digest, acked_devices, full):
@@ -73,7 +86,8 @@ class Reporter:
         self.conf = conf
         self.host = host
         self.drivers = drivers
-        self._conductor = conductor_api or conductor_rpcapi.ConductorAPI(conf)
+        self._conductor = conductor_api or conductor_rpcapi.ConductorAPI(
+            conf, require_queue=True)
         self._cache = report_cache or agent_cache.ReportCache(
             agent_cache.default_path(conf, host), host)
         self._lock = threading.Lock()
@@ -245,6 +259,7 @@ class Reporter:
         interval = self.conf.periodic_interval
         retry = _RETRY_DELAY
         delay = interval
+        failures = 0
         while not self._stopping.is_set():
             self._wake.wait(delay)
             if self._stopping.is_set():
@@ -253,15 +268,36 @@ class Reporter:
             full, self._full_requested = self._full_requested, False
             try:
                 self.report_now(full=full)
+            except messaging.MessageUndeliverable:
+                failures += 1
+                _log_failure(failures, 'No conductor listens on the broker '
+                             'yet; reporting the inventory of %s again in '
+                             '%.0f s.', self.host, _NO_CONDUCTOR_RETRY)
+                self._full_requested = self._full_requested or full
+                delay = _NO_CONDUCTOR_RETRY
+                continue
             except Exception as exc:
-                LOG.warning('Inventory report of %s failed (%s); retrying '
-                            'in %.0f s.', self.host, exc, retry)
+                failures += 1
+                _log_failure(failures, 'Inventory report of %s failed (%s); '
+                             'retrying in %.0f s.', self.host, exc, retry)
                 self._full_requested = self._full_requested or full
                 delay = retry
                 retry = min(retry * 2, interval)
                 continue
+            if failures:
+                LOG.info('Inventory of %s reported after %d failed '
+                         'attempt(s).', self.host, failures)
+            failures = 0
             delay = interval
             retry = _RETRY_DELAY
+
+
+def _log_failure(count, message, *args):
+    """WARNING for the 1st, 2nd, 4th, 8th... failure in a row, DEBUG for
+    the others: an agent waiting for its conductor must not flood the
+    log."""
+    level = logging.WARNING if count & (count - 1) == 0 else logging.DEBUG
+    LOG.log(level, message + ' (failure %d in a row)', *args, count)
 
 
 def driver_of(device):

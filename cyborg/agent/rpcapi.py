@@ -2,18 +2,34 @@
 
 Topic ``cyborg-agent``; each agent listens as server ``<its host>``.
 
-API version history (one line per change; pin the version each call needs):
-
-    1.0 - Initial version: fpga_program, create_vgpu_mdev, remove_vgpu_mdev,
-          request_report.
-    1.1 - Added probe_health (re-probe devices before re-admission) and
-          prepare_device (the driver's preparation step on enable).
+``HISTORY`` is the API's version history, one line per change (pin the
+version each call needs); ``RELEASES`` maps a release name to the version
+its agents serve, for ``[upgrade_levels]agent`` (doc/source/upgrade.rst).
 """
 
 from cyborg.common import rpc
 
 TOPIC = 'cyborg-agent'
-RPC_API_VERSION = '1.1'
+
+HISTORY = (
+    ('1.0', 'Initial version: fpga_program, create_vgpu_mdev, '
+            'remove_vgpu_mdev, request_report'),
+    ('1.1', 'Added probe_health (re-probe before re-admission) and '
+            'prepare_device (the driver\'s preparation step on enable)'),
+)
+RPC_API_VERSION = HISTORY[-1][0]
+
+# Release name -> the agent RPC version of that release (one line per
+# release, added when it is cut).
+RELEASES = {
+    '2027.1': '1.1',
+}
+
+
+def resolve_cap(value):
+    """The version an ``[upgrade_levels]agent`` value caps at (None: no
+    cap); ValueError for an unknown one."""
+    return rpc.resolve_cap(value, HISTORY, RELEASES, 'agent')
 
 
 class AgentAPI:
@@ -21,12 +37,21 @@ class AgentAPI:
     def __init__(self, conf, timeout=None):
         self._conf = conf
         self._timeout = timeout
+        self.version_cap = resolve_cap(conf.upgrade_levels.agent)
+
+    def _client(self, hostname, timeout=None):
+        return rpc.get_client(self._conf, TOPIC, RPC_API_VERSION,
+                              server=hostname,
+                              timeout=timeout or self._timeout,
+                              version_cap=self.version_cap)
 
     def _prepare(self, hostname, version, timeout=None):
-        client = rpc.get_client(self._conf, TOPIC, RPC_API_VERSION,
-                                server=hostname,
-                                timeout=timeout or self._timeout)
-        return client.prepare(version=version)
+        return self._client(hostname, timeout).prepare(version=version)
+
+    def can_send(self, version):
+        """Whether ``[upgrade_levels]agent`` lets ``version`` through."""
+        return self.version_cap is None or (
+            rpc.version_tuple(version) <= rpc.version_tuple(self.version_cap))
 
     def fpga_program(self, context, hostname, controlpath_id, bitstream,
                      driver_name, timeout=None):
@@ -70,13 +95,27 @@ class AgentAPI:
 
     def probe_health(self, context, hostname, device_keys):
         """Ask the agent to actively re-probe devices (cast); the verdicts
-        come back as a health report with readings of source 'probe'."""
+        come back as a health report with readings of source 'probe'.
+        Not sent while ``[upgrade_levels]agent`` caps below 1.1 (such
+        agents cannot probe): the probe timeout then applies."""
+        if not self.can_send('1.1'):
+            rpc.skip_capped('agent', 'probe_health', '1.1', self.version_cap,
+                            'devices waiting for a re-probe stay out of the '
+                            'schedule until the agents are upgraded')
+            return
         self._prepare(hostname, '1.1').cast(context, 'probe_health',
                                             device_keys=device_keys)
 
     def prepare_device(self, context, hostname, device_key, timeout=None):
         """Run the driver's preparation step for a device (``Preparable``)
         before it is enabled; returns True, also for a driver that has no
-        such step.  Errors come back as RemoteError."""
+        such step.  Errors come back as RemoteError.  While
+        ``[upgrade_levels]agent`` caps below 1.1 nothing is sent and the
+        answer is True: agents that old have no preparation step."""
+        if not self.can_send('1.1'):
+            rpc.skip_capped('agent', 'prepare_device', '1.1',
+                            self.version_cap, 'devices are enabled without '
+                            'their driver\'s preparation step')
+            return True
         return self._prepare(hostname, '1.1', timeout).call(
             context, 'prepare_device', device_key=device_key)

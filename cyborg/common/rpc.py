@@ -8,9 +8,12 @@ context travels with every message.
 import threading
 
 import oslo_messaging as messaging
+from oslo_log import log as logging
 from oslo_serialization import jsonutils
 
 from cyborg.common import context as cyborg_context
+
+LOG = logging.getLogger(__name__)
 
 _TRANSPORT = None
 _LOCK = threading.Lock()
@@ -99,16 +102,128 @@ def register_messaging_opts(conf):
                        group='oslo_messaging_tracing')
 
 
-def get_client(conf, topic, version, server=None, timeout=None, retry=None):
+def get_client(conf, topic, version, server=None, timeout=None, retry=None,
+               version_cap=None, require_queue=False):
     """An RPC client; ``timeout`` bounds the wait for a reply (None: the
     transport's ``rpc_response_timeout``), ``retry`` the attempts to reach
-    the broker (None: forever)."""
+    the broker (None: forever), ``version_cap`` the highest version it
+    sends (None: any).  With ``require_queue`` a message no queue takes
+    (no server of the topic ever listened on this broker) raises
+    ``MessageUndeliverable`` at once instead of being dropped by the
+    broker, which would leave a call waiting out its whole timeout."""
     target = messaging.Target(topic=topic, version=version, server=server)
     transport = get_transport(conf)
     register_messaging_opts(transport.conf)
+    options = (messaging.TransportOptions(at_least_once=True)
+               if require_queue else None)
     return messaging.get_rpc_client(transport, target,
                                     serializer=_serializer(), timeout=timeout,
-                                    retry=retry)
+                                    retry=retry, version_cap=version_cap,
+                                    transport_options=options)
+
+
+# -- version caps ([upgrade_levels]) -----------------------------------------
+
+def version_tuple(version):
+    """(major, minor) of 'X.Y'; ValueError for anything else."""
+    major, minor = str(version).split('.')
+    return int(major), int(minor)
+
+
+def resolve_cap(value, history, releases, peer):
+    """The version ``value`` (an [upgrade_levels] setting) caps at: a
+    version of ``history`` (('1.0', what changed), ...) or a release name
+    of ``releases``; None for no cap.  ValueError says what is known."""
+    value = (value or '').strip()
+    if not value:
+        return None
+    if value in releases:
+        return releases[value]
+    known = [version for version, _change in history]
+    if value in known:
+        return value
+    raise ValueError(
+        'unknown %s RPC version or release %r (versions: %s; releases: '
+        '%s)' % (peer, value, ', '.join(known),
+                 ', '.join(sorted(releases)) or 'none'))
+
+
+_CAPPED_LOGGED = set()
+_CAPPED_LOCK = threading.Lock()
+
+
+def skip_capped(peer, method, version, cap, consequence):
+    """Log, once per process and method, that ``method`` (needing
+    ``version``) is not sent because [upgrade_levels] ``peer`` caps at
+    ``cap``, and what that means (``consequence``)."""
+    with _CAPPED_LOCK:
+        if (peer, method) in _CAPPED_LOGGED:
+            return
+        _CAPPED_LOGGED.add((peer, method))
+    LOG.warning('Not sending %s (%s RPC %s): [upgrade_levels]%s caps it at '
+                '%s; %s. This message is logged once.', method, peer,
+                version, peer, cap, consequence)
+
+
+# A method no endpoint has: a message calling it only wakes a server's
+# consumer up (the dispatcher logs an unknown ``*_ignore_errors`` method
+# at DEBUG and answers nothing to a cast).
+WAKE_METHOD = 'wake_up_ignore_errors'
+
+
+def wake_server(conf, topic, server):
+    """Send one message to the server's own queue, so that its consumer
+    thread, blocked in a poll of up to 5 s, returns at once and sees it is
+    being stopped.  The message expires after a second; failures (the
+    broker away) are ignored: the poll then ends by itself."""
+    try:
+        client = get_client(conf, topic, '1.0', server=server, retry=0)
+        client.prepare(timeout=1).cast(
+            cyborg_context.get_admin_context(), WAKE_METHOD)
+    except Exception as exc:
+        LOG.debug('Could not wake the %s server up: %s', topic, exc)
+
+
+class CountingRPCServer(messaging.rpc.server.RPCServer):
+    """An RPC server that knows when it has nothing in flight.
+
+    A message is counted from the moment the consumer thread hands it to
+    the executor (it is acknowledged then) until its reply is sent.  Once
+    ``stop()`` has returned the consumer takes no more, so
+    ``wait_idle()`` returning means every message taken was answered,
+    without waiting, as oslo.messaging's ``wait()`` does, for the idle
+    executor threads to notice the stop (a second each)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._in_flight = 0
+        self._idle = threading.Condition()
+
+    def _on_incoming(self, incoming):
+        with self._idle:
+            self._in_flight += 1
+        try:
+            super()._on_incoming(incoming)
+        except BaseException:
+            self._done()
+            raise
+
+    def _process_incoming(self, incoming):
+        try:
+            return super()._process_incoming(incoming)
+        finally:
+            self._done()
+
+    def _done(self):
+        with self._idle:
+            self._in_flight -= 1
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout=None):
+        """True once no message is in flight."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._in_flight == 0,
+                                       timeout)
 
 
 def get_server(conf, topic, server, endpoints):
@@ -122,7 +237,8 @@ def get_server(conf, topic, server, endpoints):
     # deprecated, so check the outcome instead.
     server = messaging.get_rpc_server(transport, target, endpoints,
                                       serializer=_serializer(),
-                                      access_policy=access_policy)
+                                      access_policy=access_policy,
+                                      server_cls=CountingRPCServer)
     if server.executor_type != 'threading':
         raise RuntimeError('RPC server would use the %s executor; cyborg '
                            'runs on threads only' % server.executor_type)

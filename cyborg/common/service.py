@@ -40,6 +40,12 @@ LOG = logging.getLogger(__name__)
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
+# Seconds a stopping process gives its broker connections to close.
+_CLEANUP_TIMEOUT = 0.2
+# How often, and how many times, a stopping RPC server is woken up.
+_WAKE_EVERY = 0.2
+_WAKE_ATTEMPTS = 5
+
 
 def prepare(argv=None, conf=None, prog=None):
     """Parse the command line and config files and set up logging.
@@ -75,13 +81,24 @@ def config_error(prog, problem):
 
 
 class RPCService:
-    """An oslo.messaging RPC server on the threading executor."""
+    """An oslo.messaging RPC server on the threading executor.
+
+    oslo.messaging's consumer thread notices a stop only when its poll of
+    the broker ends (up to 5 s on an idle server), and its executor's
+    idle threads a second later: ``stop()`` therefore stops the server on
+    a thread of its own and wakes the consumer up with a message to its
+    own queue (``rpc.wake_server``); ``wait()`` returns once the consumer
+    has stopped and every message it took has been answered
+    (``rpc.CountingRPCServer``): at once when idle.  oslo.messaging
+    finishes its own wait in the background."""
 
     def __init__(self, conf, topic, host, endpoints):
         self.conf = conf
         self.topic = topic
         self.host = host
         self._server = rpc.get_server(conf, topic, host, endpoints)
+        self._stopper = None
+        self._consumer_stopped = threading.Event()
 
     def start(self):
         self._server.start()
@@ -89,11 +106,26 @@ class RPCService:
                  self.host)
 
     def stop(self):
-        self._server.stop()
+        self._stopper = threading.Thread(target=self._stop_server,
+                                         daemon=True,
+                                         name='stop-%s' % self.topic)
+        self._stopper.start()
+        # Woken up more than once: a message that reaches the consumer
+        # before it saw the stop only starts one more poll.
+        for _attempt in range(_WAKE_ATTEMPTS):
+            rpc.wake_server(self.conf, self.topic, self.host)
+            if self._consumer_stopped.wait(_WAKE_EVERY):
+                break
+
+    def _stop_server(self):
+        _quietly(self._server.stop, self)
+        self._consumer_stopped.set()
+        _quietly(self._server.wait, self)
 
     def wait(self):
-        # Returns once every message already taken has been answered.
-        self._server.wait()
+        if self._stopper is not None:
+            self._consumer_stopped.wait()
+            self._server.wait_idle()
 
     def __str__(self):
         return 'RPC server %s.%s' % (self.topic, self.host)
@@ -204,7 +236,12 @@ class Launcher:
             if hasattr(service, 'wait'):
                 _quietly(service.wait, service)
                 LOG.debug('%s finished its in-flight work', service)
-        _quietly(rpc.cleanup, 'RPC transport')
+        # Closing the broker connections politely joins oslo.messaging's
+        # consumer threads, each of which notices only at the end of its
+        # current poll (up to a second each): bounded, because nothing is
+        # in flight any more and the process exits right after (the broker
+        # drops its connections and reply queues then).
+        _bounded(rpc.cleanup, 'RPC transport', _CLEANUP_TIMEOUT)
         # Only processes that use the database have imported its layer.
         db_api = sys.modules.get('cyborg.db.api')
         if db_api is not None:
@@ -224,6 +261,17 @@ def exit_process(status):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+def _bounded(func, what, timeout):
+    """``func()`` on a daemon thread, waited for at most ``timeout`` s."""
+    thread = threading.Thread(target=_quietly, args=(func, what),
+                              daemon=True, name='stop-%s' % what)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        LOG.debug('%s still closing after %s s; not waiting for it', what,
+                  timeout)
 
 
 def _quietly(func, what):

@@ -16,7 +16,7 @@ from cyborg.db.api import device_profiles as profile_db
 
 def create(context, values):
     """Create a profile from API-validated ``values`` (name, groups,
-    optional uuid and description; from RPC 1.3 optional ``project_id``
+    optional uuid and description; from RPC 1.2 optional ``project_id``
     (the owner), ``visibility`` and ``projects``); returns it as a dict.
 
     A duplicate name or uuid is a 409, decided by the unique keys so that

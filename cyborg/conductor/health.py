@@ -101,7 +101,16 @@ def parse_report(report):
     # A full snapshot re-states what still holds (a pending row remap,
     # an error register not yet cleared): it is not a new fault event.
     restated = bool(report.get('full'))
+    unknown = set()
     for values in report['readings']:
+        try:
+            severity = values.get('severity')
+        except AttributeError as exc:
+            raise exception.Invalid(reason=f'bad health reading: {exc}')
+        if isinstance(severity, str) and severity not in states.SEVERITIES:
+            # A newer agent's word: skip that reading, keep the others.
+            unknown.add(severity)
+            continue
         try:
             reading = health_objects.Reading.from_dict(
                 dict(values, restated=restated))
@@ -113,6 +122,10 @@ def parse_report(report):
             raise exception.Invalid(
                 reason=f'bad health reading for {reading.device!r}')
         readings.append(reading)
+    if unknown:
+        LOG.warning('Health report: skipped the readings of unknown '
+                    'severity %s (an agent newer than this conductor?); '
+                    'the others are applied.', ', '.join(sorted(unknown)))
     return readings
 
 

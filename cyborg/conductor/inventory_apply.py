@@ -21,11 +21,14 @@ which case the report is planned again from the new state.
 """
 
 import dataclasses
+import hashlib
+import threading
 import time
 
 from oslo_db import exception as db_exc
 from oslo_log import log as logging
 from oslo_utils import timeutils
+from sqlalchemy import exc as sa_exc
 
 from cyborg.common import metrics
 from cyborg.common import notify
@@ -67,23 +70,26 @@ def handle_report(conf, context, hostname, report):
     kind = 'full' if isinstance(report, dict) and report.get('full') \
         else 'delta'
     try:
-        devices, removed = inventory_plan.parse_report(report)
+        parsed = inventory_plan.parse_report(report)
         if _looks_unchanged(report) and host_db.touch(
                 context, hostname, report['digest']):
             kind = 'unchanged'
             LOG.debug('Report of %s: unchanged', hostname)
             return {'digest': report['digest'], 'need_full': False}
-        return _handle_changed(conf, context, hostname, report, devices,
-                               removed)
+        if not parsed.complete:
+            _warn_skipped(hostname, parsed)
+        elif report['full'] and hostname in _WARNED:
+            with _WARNED_LOCK:
+                _WARNED.pop(hostname, None)
+        return _handle_changed(conf, context, hostname, report, parsed)
     finally:
         metrics.CONDUCTOR_REPORT_SECONDS.labels(kind).observe(
             time.monotonic() - started)
 
 
-def _handle_changed(conf, context, hostname, report, devices, removed):
+def _handle_changed(conf, context, hostname, report, parsed):
     digest = report['digest']
-    outcome = _write_with_retries(conf, context, hostname, report, devices,
-                                  removed)
+    outcome = _write_with_retries(conf, context, hostname, report, parsed)
     if outcome.outbox is not None:
         outcome.outbox.send()
     if outcome.need_full:
@@ -94,7 +100,7 @@ def _handle_changed(conf, context, hostname, report, devices, removed):
     _log_stored(hostname, report, outcome.plan)
     if not outcome.synced:
         placement_sync.sync_after_report(
-            conf, context, hostname, outcome.plan, digest,
+            conf, context, hostname, outcome.plan, outcome.digest,
             rp_name=report.get('resource_provider_name'),
             trust_memory=outcome.was_synced, host=outcome.host)
     return {'digest': digest, 'need_full': False}
@@ -115,18 +121,20 @@ def _looks_unchanged(report):
             report.get('base_digest') == report['digest'])
 
 
-def _write_with_retries(conf, context, hostname, report, devices, removed):
+def _write_with_retries(conf, context, hostname, report, parsed):
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            return _write(conf, context, hostname, report, devices, removed)
-        except (db_exc.DBDuplicateEntry, db_exc.DBDeadlock) as exc:
-            if attempt == MAX_ATTEMPTS:
+            return _write(conf, context, hostname, report, parsed)
+        except (db_exc.DBError, sa_exc.OperationalError) as exc:
+            if attempt == MAX_ATTEMPTS or not (
+                    isinstance(exc, db_exc.DBDuplicateEntry) or
+                    db_api.retryable(exc)):
                 raise
             LOG.info('Report of %s raced another writer (%s); planning '
                      'again.', hostname, type(exc).__name__)
 
 
-def _write(conf, context, hostname, report, devices, removed):
+def _write(conf, context, hostname, report, parsed):
     with db_api.writer.using(context):
         if report['full']:
             host = host_db.lock_or_create(context, hostname)
@@ -140,19 +148,32 @@ def _write(conf, context, hostname, report, devices, removed):
                                    stored_digest):
             return _Outcome(stored_digest, need_full=True)
         plan, stored = _plan(conf, context, hostname, report['full'],
-                             devices, removed)
+                             parsed)
         inventory_db.write(context, plan.add, plan.update, plan.delete)
         outbox = _notifications(conf, context, hostname, plan, stored)
         was_synced = bool(host['placement_synced'])
         synced = was_synced and plan.empty
-        host_db.update(context, hostname, report_digest=report['digest'],
+        digest = stored_digest_of(report['digest'], parsed)
+        host_db.update(context, hostname, report_digest=digest,
                        placement_synced=synced,
                        last_report_at=timeutils.utcnow())
-        return _Outcome(report['digest'], plan=plan, synced=synced,
+        return _Outcome(digest, plan=plan, synced=synced,
                         was_synced=was_synced, outbox=outbox, host=host)
 
 
-def _plan(conf, context, hostname, full, devices, removed):
+def stored_digest_of(digest, parsed):
+    """The digest to store for a report: its own when all of it was
+    stored; else one no agent sends, so that the agent's next report,
+    a delta based on the digest it was acknowledged, is answered
+    ``need_full`` and a full report follows.  Each period thus re-sends
+    what was skipped, and a conductor upgraded meanwhile stores it."""
+    if parsed.complete:
+        return digest
+    return hashlib.sha256(b'incomplete\0' + digest.encode()).hexdigest()
+
+
+def _plan(conf, context, hostname, full, parsed):
+    devices, removed = parsed.devices, parsed.removed
     if full:
         uuids = None
     else:
@@ -160,7 +181,8 @@ def _plan(conf, context, hostname, full, devices, removed):
                  [d.key() for d in devices] + list(removed)]
     stored = inventory_db.load(context, hostname, uuids)
     options = {'new_device_status': conf.conductor.new_device_status,
-               'now': timeutils.utcnow()}
+               'now': timeutils.utcnow(), 'kept_keys': parsed.kept_keys,
+               'remove_unreported': not parsed.unidentified}
     plan = inventory_plan.make_plan(hostname, stored, devices, removed, full,
                                     **options)
     if plan.removal_candidates:
@@ -172,6 +194,24 @@ def _plan(conf, context, hostname, full, devices, removed):
             plan = inventory_plan.make_plan(hostname, stored, devices,
                                             removed, full, held, **options)
     return plan, stored
+
+
+# Hosts whose skipped parts were logged: {hostname: what}.  Each full
+# report of a host with something skipped re-states it (see
+# stored_digest_of); one WARNING says it, DEBUG repeats it.
+_WARNED = {}
+_WARNED_LOCK = threading.Lock()
+
+
+def _warn_skipped(hostname, parsed):
+    problems = parsed.problems()
+    with _WARNED_LOCK:
+        first = _WARNED.get(hostname) != problems
+        _WARNED[hostname] = problems
+    LOG.log(logging.WARNING if first else logging.DEBUG,
+            'Report of %s: storing what this conductor understands and '
+            'leaving out %s (an agent newer than this conductor?); the '
+            'rest of the inventory is stored.', hostname, problems)
 
 
 # -- notifications --------------------------------------------------------

@@ -119,7 +119,7 @@ def _group(rows, key):
 
 def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
               held_providers=frozenset(), new_device_status=states.ENABLED,
-              now=None):
+              now=None, kept_keys=frozenset(), remove_unreported=True):
     """The changes that make the stored rows match the report.
 
     ``stored_rows``: {table: [row dicts]} for the devices concerned (all of
@@ -128,7 +128,10 @@ def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
     are gone; ``full``: stored devices not reported are gone too;
     ``held_providers``: provider uuids with allocations in Placement;
     ``new_device_status``: the status of added devices; ``now``: the time
-    health changes (lost, came back) are stamped with.
+    health changes (lost, came back) are stamped with; ``kept_keys``:
+    keys of devices the report has but this conductor skipped, never
+    gone; ``remove_unreported`` False: a full report removes nothing
+    (one of its devices could not be identified).
     """
     stored = _Stored(stored_rows)
     plan = Plan()
@@ -142,10 +145,13 @@ def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
         else:
             _change_device(plan, hostname, stored, row, device,
                            held_providers, now)
+    reported.update(device_uuid(hostname, key) for key in kept_keys)
     if full:
-        gone = [u for u in stored.devices if u not in reported]
+        gone = [u for u in stored.devices if u not in reported] \
+            if remove_unreported else []
     else:
-        gone = [device_uuid(hostname, key) for key in removed_keys]
+        gone = [device_uuid(hostname, key) for key in removed_keys
+                if device_uuid(hostname, key) not in reported]
     for uuid in gone:
         row = stored.devices.get(uuid)
         if row is not None:
@@ -317,39 +323,107 @@ def _change_handles(plan, hostname, device_key, deployable, dep_row, rows):
 
 # -- report validation --------------------------------------------------------
 
+@dataclasses.dataclass
+class Report:
+    """A report as this conductor understands it.
+
+    ``skipped``: {device key (or ``'#<index>'`` when it has none):
+    reason} of the devices it cannot store (a type or attach type this
+    version does not know, a bad value): they are left out and their
+    stored rows kept as they are, never deleted.  ``unknown_fields``:
+    fields of a newer report format, dropped; the rest is stored.
+    ``complete``: nothing was skipped or dropped.
+    """
+
+    devices: list
+    removed: list
+    skipped: dict = dataclasses.field(default_factory=dict)
+    unknown_fields: set = dataclasses.field(default_factory=set)
+
+    @property
+    def complete(self):
+        return not self.skipped and not self.unknown_fields
+
+    @property
+    def kept_keys(self):
+        """Keys of the skipped devices: not gone, whatever a full report
+        says."""
+        return frozenset(self.skipped)
+
+    @property
+    def unidentified(self):
+        """Whether a skipped device had no key: a full report then cannot
+        say which stored device it is, so it removes none."""
+        return any(key.startswith('#') for key in self.skipped)
+
+    def problems(self):
+        """One line naming what was left out."""
+        parts = ['device %s (%s)' % item
+                 for item in sorted(self.skipped.items())]
+        if self.unknown_fields:
+            parts.append('unknown field(s) %s' %
+                         ', '.join(sorted(self.unknown_fields)))
+        return '; '.join(parts)
+
+
 def parse_report(report):
-    """(devices, removed_keys) from a report, or Invalid with the reason."""
+    """A ``Report``, or Invalid with the reason when the report as a whole
+    is malformed (nothing written).  A device this version cannot store
+    skips that device only: an agent newer than its conductor must never
+    stop its host's inventory (doc/source/upgrade.rst)."""
     if not isinstance(report, dict):
         raise exception.Invalid(reason='an inventory report is an object')
     for key in ('digest', 'full', 'devices', 'removed'):
         if key not in report:
             raise exception.Invalid(reason=f'report lacks {key!r}')
-    try:
-        devices = [inventory.DriverDevice.from_dict(d)
-                   for d in report['devices']]
-    except (TypeError, KeyError, AttributeError) as exc:
-        raise exception.Invalid(reason=f'bad device in report: {exc}')
+    if not isinstance(report['devices'], list) or not isinstance(
+            report['removed'], list):
+        raise exception.Invalid(reason='devices and removed are lists')
+    parsed = Report([], [])
     keys = set()
-    for device in devices:
-        _check_device(device)
+    for index, values in enumerate(report['devices']):
+        device = _parse_device(parsed, index, values)
+        if device is None:
+            continue
         if device.key() in keys:
             raise exception.Invalid(
                 reason=f'device {device.key()} reported twice')
         keys.add(device.key())
-    removed = [str(k) for k in report['removed']] if not report['full'] \
-        else []
-    return devices, removed
+        parsed.devices.append(device)
+    if not report['full']:
+        parsed.removed = [str(k) for k in report['removed']]
+    return parsed
+
+
+def _parse_device(parsed, index, values):
+    """The device of one report entry, or None when it is skipped (then
+    recorded in ``parsed.skipped``)."""
+    unknown = set()
+    try:
+        device = inventory.DriverDevice.from_dict(values, unknown)
+        key = device.key()
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:
+        parsed.skipped['#%d' % index] = f'unreadable: {exc!r}'
+        return None
+    problem = _check_device(device)
+    if problem:
+        parsed.skipped[key] = problem
+        return None
+    parsed.unknown_fields |= unknown
+    return device
 
 
 def _check_device(device):
+    """Why this conductor cannot store ``device``, or None."""
     if device.type not in models.DEVICE_TYPES:
-        raise exception.Invalid(reason=f'unknown device type {device.type!r}')
+        return f'unknown device type {device.type!r}'
     for deployable in device.deployables:
         if not isinstance(deployable.num_accelerators, int) or \
                 deployable.num_accelerators < 0:
-            raise exception.Invalid(
-                reason=f'bad num_accelerators on {deployable.name}')
+            return f'bad num_accelerators on {deployable.name}'
         for handle in deployable.attach_handles:
+            # A deployable without the handles it reports would be offered
+            # to the scheduler and fail every bind: skip the device.
             if handle.attach_type not in models.ATTACH_TYPES:
-                raise exception.Invalid(
-                    reason=f'unknown attach type {handle.attach_type!r}')
+                return f'unknown attach type {handle.attach_type!r}'
+    return None

@@ -3,39 +3,69 @@
 Every database write of the service goes through here.  The topic is
 ``cyborg-conductor``; any conductor may serve any call.
 
-API version history (one line per change; bump the minor version for each
-added method or argument, pin the version each call needs):
-
-    1.0 - Initial version: report_inventory, request handling for device
-          profiles, ARQs, devices, deployables and attributes.
-    1.1 - Added report_health (agents' health readings).
-    1.3 - Added arq_allocate (standalone allocation); device_profile_create
-          takes project_id, visibility and projects in its values.
-    1.6 - arq_create takes device_profile_name (and the caller's view of
-          profiles) instead of device_profile_uuid: the API no longer reads
-          the profile first.
-    1.5 - Added remote_pool_create and remote_pool_delete (remote,
-          fabric-attached accelerator pools).
+``HISTORY`` is the API's version history, one line per change: bump the
+minor version for each added method or argument and pin the version each
+call needs.  ``RELEASES`` maps a release name to the version its
+conductors serve: what ``[upgrade_levels]conductor`` accepts besides a
+version, to cap what upgraded agents and APIs send while older conductors
+remain (doc/source/upgrade.rst).
 """
 
 from cyborg.common import rpc
 
 TOPIC = 'cyborg-conductor'
-# Profile values only a 1.3 conductor understands.
+# Profile values only a 1.2 conductor understands.
 _SHARING = frozenset(('project_id', 'visibility', 'projects'))
-RPC_API_VERSION = '1.6'
+
+HISTORY = (
+    ('1.0', 'Initial version: report_inventory, device profiles, ARQs, '
+            'devices, deployables, attributes'),
+    ('1.1', 'Added report_health (agents\' health readings)'),
+    ('1.2', 'Added arq_allocate (standalone allocation); '
+            'device_profile_create takes project_id, visibility and '
+            'projects in its values'),
+    ('1.3', 'Added remote_pool_create and remote_pool_delete (remote, '
+            'fabric-attached accelerator pools)'),
+    ('1.4', 'arq_create takes device_profile_name and visible_to (the '
+            'caller\'s view of profiles) instead of device_profile_uuid: '
+            'the API no longer reads the profile first'),
+)
+RPC_API_VERSION = HISTORY[-1][0]
+
+# Release name -> the conductor RPC version of that release (one line per
+# release, added when it is cut).
+RELEASES = {
+    '2027.1': '1.4',
+}
+
+
+def resolve_cap(value):
+    """The version an ``[upgrade_levels]conductor`` value caps at (None:
+    no cap); ValueError for an unknown one."""
+    return rpc.resolve_cap(value, HISTORY, RELEASES, 'conductor')
 
 
 class ConductorAPI:
-    """Conductor RPC client.  Calls block until the conductor answers."""
+    """Conductor RPC client.  Calls block until the conductor answers.
 
-    def __init__(self, conf, timeout=None, retry=None):
+    ``require_queue``: fail at once (``MessageUndeliverable``) when no
+    conductor ever listened on the broker, rather than wait out the
+    timeout (what agents want: they retry)."""
+
+    def __init__(self, conf, timeout=None, retry=None, require_queue=False):
+        self.version_cap = resolve_cap(conf.upgrade_levels.conductor)
         self._client = rpc.get_client(conf, TOPIC, RPC_API_VERSION,
-                                      timeout=timeout, retry=retry)
+                                      timeout=timeout, retry=retry,
+                                      version_cap=self.version_cap,
+                                      require_queue=require_queue)
 
     def _call(self, context, version, method, **kwargs):
         cctxt = self._client.prepare(version=version)
         return cctxt.call(context, method, **kwargs)
+
+    def can_send(self, version):
+        """Whether the version cap lets ``version`` through."""
+        return self._client.can_send_version(version)
 
     # -- agents ---------------------------------------------------------
 
@@ -50,8 +80,15 @@ class ConductorAPI:
     def report_health(self, context, hostname, report):
         """Send a host's health readings (see cyborg.objects.health).
 
-        Returns ``{'accepted': <number of readings applied>}``.
+        Returns ``{'accepted': <number of readings applied>}``; None,
+        sending nothing, while ``[upgrade_levels]conductor`` caps below
+        1.1 (conductors that old keep no health).
         """
+        if not self.can_send('1.1'):
+            rpc.skip_capped('conductor', 'report_health', '1.1',
+                            self.version_cap, 'device health readings are '
+                            'dropped until the cap is raised')
+            return None
         return self._call(context, '1.1', 'report_health',
                           hostname=hostname, report=report)
 
@@ -60,9 +97,9 @@ class ConductorAPI:
     def device_profile_create(self, context, values):
         """Create a profile from validated ``values``; returns its dict.
 
-        Values naming an owner, a visibility or projects need 1.3: an
+        Values naming an owner, a visibility or projects need 1.2: an
         older conductor would create the profile public."""
-        version = '1.3' if set(values) & _SHARING else '1.0'
+        version = '1.2' if set(values) & _SHARING else '1.0'
         return self._call(context, version, 'device_profile_create',
                           values=values)
 
@@ -80,15 +117,15 @@ class ConductorAPI:
                           project_id=project_id)
 
     def can_create_by_name(self):
-        """Whether the conductors take ``arq_create_by_name`` (1.6)."""
-        return self._client.can_send_version('1.6')
+        """Whether the conductors take ``arq_create_by_name`` (1.4)."""
+        return self.can_send('1.4')
 
     def arq_create_by_name(self, context, device_profile_name, project_id,
                            visible_to):
         """Create the ARQs for the profile of that name, among those the
         project ``visible_to`` may see (None: all); returns their dicts,
         or a 404 when there is no such profile."""
-        return self._call(context, '1.6', 'arq_create',
+        return self._call(context, '1.4', 'arq_create',
                           device_profile_uuid=None, project_id=project_id,
                           device_profile_name=device_profile_name,
                           visible_to=visible_to)
@@ -104,7 +141,7 @@ class ConductorAPI:
         """Claim an accelerator in Placement for the ARQ (its own
         consumer) and bind it, without Nova; returns ``{uuid,
         device_rp_uuid, hostname}`` once it is Bound."""
-        return self._call(context, '1.3', 'arq_allocate', arq_uuid=arq_uuid,
+        return self._call(context, '1.2', 'arq_allocate', arq_uuid=arq_uuid,
                           consumer_id=consumer_id,
                           consumer_type=consumer_type, hostname=hostname)
 
@@ -124,12 +161,12 @@ class ConductorAPI:
     def remote_pool_create(self, context, values):
         """Register a remote pool from validated ``values``; returns its
         uuid once Placement holds its provider."""
-        return self._call(context, '1.5', 'remote_pool_create',
+        return self._call(context, '1.3', 'remote_pool_create',
                           values=values)
 
     def remote_pool_delete(self, context, pool_uuid):
         """Delete a remote pool and its provider; 409 while in use."""
-        return self._call(context, '1.5', 'remote_pool_delete',
+        return self._call(context, '1.3', 'remote_pool_delete',
                           pool_uuid=pool_uuid)
 
     # -- devices, deployables, attributes --------------------------------

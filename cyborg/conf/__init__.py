@@ -32,6 +32,7 @@ from cyborg.conf import placement
 from cyborg.conf import privsep
 from cyborg.conf import quota
 from cyborg.conf import service_user
+from cyborg.conf import upgrade_levels
 
 CONF = cfg.CONF
 
@@ -41,7 +42,7 @@ CONFIG_DIR_ENV = 'OS_CYBORG_CONFIG_DIR'
 
 _MODULES = (default, api, conductor, database, agent, placement, nova,
             glance, service_user, health, metrics, privsep, fabric,
-            quota)
+            quota, upgrade_levels)
 
 
 def register_opts(conf):

@@ -14,10 +14,11 @@ from cyborg.conf import placement
 from cyborg.conf import privsep
 from cyborg.conf import quota
 from cyborg.conf import service_user
+from cyborg.conf import upgrade_levels
 
 _MODULES = (default, api, conductor, database, agent, placement, nova,
             glance, service_user, health, metrics, privsep, fabric,
-            quota)
+            quota, upgrade_levels)
 
 
 def list_opts():

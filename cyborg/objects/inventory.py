@@ -96,17 +96,35 @@ class DriverDevice:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values):
-        values = dict(values)
-        values['controlpath_id'] = ControlPathID(**values['controlpath_id'])
+    def from_dict(cls, values, unknown=None):
+        """The device of ``to_dict()``'s output.  Fields this version does
+        not know (a newer agent's) are left out and, when ``unknown`` is a
+        set, added to it as dotted names (``deployables.numa``)."""
+        values = _known(cls, values, '', unknown)
+        values['controlpath_id'] = ControlPathID(**_known(
+            ControlPathID, values['controlpath_id'], 'controlpath_id.',
+            unknown))
         deployables = []
         for dep in values.get('deployables', []):
-            dep = dict(dep)
-            dep['attach_handles'] = [AttachHandle(**ah) for ah in
-                                     dep.get('attach_handles', [])]
+            dep = _known(Deployable, dep, 'deployables.', unknown)
+            dep['attach_handles'] = [
+                AttachHandle(**_known(AttachHandle, ah,
+                                      'deployables.attach_handles.',
+                                      unknown))
+                for ah in dep.get('attach_handles', [])]
             deployables.append(Deployable(**dep))
         values['deployables'] = deployables
         return cls(**values)
+
+
+def _known(cls, values, prefix, unknown):
+    """``values`` (a dict) without the keys ``cls`` has no field for,
+    which go into ``unknown`` (a set, or None) prefixed by ``prefix``."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    extra = [k for k in values if k not in fields]
+    if extra and unknown is not None:
+        unknown.update(prefix + str(k) for k in extra)
+    return {k: v for k, v in values.items() if k in fields}
 
 
 def device_digest(device):

@@ -1,5 +1,6 @@
 """A stop request lets in-flight work finish: an RPC call on the real
-RabbitMQ and an HTTP request on cheroot both get their answers."""
+RabbitMQ and an HTTP request on cheroot both get their answers; and an
+idle process stops at once."""
 
 import threading
 import time
@@ -11,6 +12,8 @@ from cyborg.cmd import api as api_cmd
 from cyborg.common import context as cyborg_context
 from cyborg.common import rpc
 from cyborg.common import service
+from tests.fixtures import databases
+from tests.fixtures import processes
 from tests.fixtures import rabbit
 
 
@@ -88,3 +91,47 @@ def test_http_request_in_flight_is_answered_before_the_stop_ends(conf):
     sock.close()
     assert answers == ['done']
     assert result['status'] == 0
+
+
+IDLE_STOP = 2.0
+
+
+def test_idle_processes_stop_at_once(tmp_path):
+    """SIGTERM on an idle API, conductor and agent (each with its broker
+    connections, consumer threads and periodic work, and the default
+    [DEFAULT]graceful_shutdown_timeout) ends each in under 2 s, status 0:
+    nothing is in flight, so nothing is waited for."""
+    port = processes.free_port()
+    with rabbit.throwaway_vhost() as url, \
+            databases.throwaway_database('sqlite') as db_url:
+        databases.create_schema(db_url)
+        config = processes.write_config(tmp_path / 'cyborg.conf', {
+            'DEFAULT': {'transport_url': url, 'state_path': tmp_path},
+            'database': {'connection': db_url},
+            'api': {'host_ip': '127.0.0.1', 'port': port,
+                    'auth_strategy': 'noauth'},
+            'agent': {'enabled_drivers': 'fake_driver', 'hotplug': False},
+            'placement': {'auth_type': 'none',
+                          'endpoint_override': 'http://127.0.0.1:1'},
+        })
+        started = {script: processes.ServiceProcess(
+                       script, config, tmp_path / (script + '.log')).start()
+                   for script in ('cyborg-agent', 'cyborg-api',
+                                  'cyborg-conductor')}
+        try:
+            started['cyborg-conductor'].wait_for_log(
+                'cyborg-conductor started')
+            started['cyborg-api'].wait_for_log('listening on')
+            # Idle after its first report, acknowledged.
+            started['cyborg-conductor'].wait_for_log('Report of',
+                                                     timeout=30)
+            assert requests.get('http://127.0.0.1:%d/' % port,
+                                timeout=10).status_code == 200
+            time.sleep(2)   # every consumer back in its long poll
+            took = {script: process.stop()
+                    for script, process in started.items()}
+            assert max(took.values()) < IDLE_STOP, took
+        finally:
+            for process in started.values():
+                process.kill()
+

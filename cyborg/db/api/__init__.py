@@ -88,7 +88,7 @@ def write_retrying(context, fn, *args, **kwargs):
                 return fn(*args, **kwargs)
         except (db_exc.DBDeadlock, db_exc.DBError,
                 sa.exc.OperationalError) as e:
-            if attempt == _WRITE_TRIES or not _lock_conflict(e):
+            if attempt == _WRITE_TRIES or not retryable(e):
                 raise
             time.sleep(random.uniform(0.002, 0.02) * attempt)
 
@@ -107,12 +107,27 @@ def _committing(transaction):
             timing.add(timing.COMMIT, time.perf_counter() - body_done)
 
 
-def _lock_conflict(error):
-    """A deadlock (MariaDB, PostgreSQL, via oslo.db) or SQLite's 'database
-    is locked': two deferred transactions that read and then write."""
+# MySQL's ER_LOCK_DEADLOCK, also what a Galera cluster answers when a
+# transaction fails certification (a conflict with a write committed on
+# another node), in wordings oslo.db does not all recognise ("WSREP
+# detected deadlock/conflict and aborted the transaction").
+MYSQL_DEADLOCK = 1213
+
+
+def retryable(error):
+    """Whether ``error`` is a lost lock conflict that the transaction may
+    simply be run again for: a deadlock (MariaDB, MySQL, PostgreSQL), a
+    Galera certification failure, a PostgreSQL serialization failure, or
+    SQLite's 'database is locked' (two deferred transactions that read
+    and then write)."""
     if isinstance(error, db_exc.DBDeadlock):
         return True
-    text = str(getattr(error, 'orig', error))
+    inner = getattr(error, 'inner_exception', None) or error
+    driver_error = getattr(inner, 'orig', None) or inner
+    args = getattr(driver_error, 'args', ())
+    if args and args[0] == MYSQL_DEADLOCK:
+        return True
+    text = str(driver_error)
     return ('database is locked' in text or 'deadlock' in text.lower()
             or 'could not serialize' in text)
 

@@ -324,9 +324,23 @@ def test_unknown_devices_are_skipped(conf, db, admin_context, cn):
     assert _device_health(db).health == 'healthy'
 
 
+def test_readings_of_a_newer_agent_apply_what_is_understood(
+        conf, db, admin_context, cn, caplog):
+    """An unknown severity skips that reading (one WARNING), an unknown
+    field is ignored: the rest of the report applies."""
+    newer = dict(_reading(GPU_KEY, states.FATAL, 'XID 79'),
+                 temperature_c=91)
+    reply = _report(conf, admin_context,
+                    {'device': GPU_KEY, 'severity': 'degraded-2030'}, newer)
+    assert reply == {'accepted': 1}
+    assert _device_health(db).health == 'unhealthy'
+    warnings = [r for r in caplog.records if r.levelname == 'WARNING'
+                and 'degraded-2030' in r.getMessage()]
+    assert len(warnings) == 1
+
+
 @pytest.mark.parametrize('report', [
     None, {'full': True}, {'readings': 'x'},
-    {'readings': [{'device': GPU_KEY, 'severity': 'bad'}]},
     {'readings': [{'severity': 'ok'}]},
     {'readings': [_reading(GPU_KEY, states.FATAL), 7]},
     {'readings': [{'device': 3, 'severity': 'ok'}]},

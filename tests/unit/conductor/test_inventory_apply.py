@@ -169,10 +169,81 @@ def test_hotplugged_device_arrives_by_delta(
 
 def test_malformed_report_writes_nothing(conf, db, admin_context, cn):
     bad = cf.report(_devices())
-    bad['devices'][0]['type'] = 'TPU'
+    bad['devices'].append(bad['devices'][0])
     with pytest.raises(exception.Invalid):
         _report(conf, admin_context, bad)
     assert _count(db, 'hosts') == 0 and _count(db, 'devices') == 0
+
+
+def _rows(engine):
+    """{device key: (type, [(deployable, num, [attach types])])}."""
+    d, dep, h = models.Device, models.Deployable, models.AttachHandle
+    c = models.ControlpathID
+    found = {}
+    with engine.connect() as conn:
+        for row in conn.execute(
+                sa.select(c.cpid_info, d.type, dep.name, dep.num_accelerators,
+                          h.attach_type)
+                .join(d, d.id == c.device_id)
+                .join(dep, dep.device_id == d.id)
+                .join(h, h.deployable_id == dep.id)):
+            entry = found.setdefault(row.cpid_info, (row.type, {}))
+            entry[1].setdefault((row.name, row.num_accelerators),
+                                []).append(row.attach_type)
+    return found
+
+
+def test_a_newer_agent_never_stops_its_hosts_inventory(
+        conf, db, admin_context, cn, placement, caplog):  # noqa: F811
+    """Unknown device and attach types and unknown fields: the rest of the
+    report is stored and synced, what was stored before for a skipped
+    device stays as it was, one WARNING says what was left out, and the
+    host is asked for full reports until a conductor stores all of it."""
+    first = _report(conf, admin_context, cf.report(_devices()))
+    before = _rows(db)
+    devices = _devices()
+    devices[1].type = 'DPU'                           # a known device
+    vfio = cf.device(HOST, '0000:85:00.0')            # a new one
+    vfio.deployables[0].attach_handles[0].attach_type = 'VFIO_USER'
+    new = cf.device(HOST, '0000:86:00.0', traits=['CUSTOM_NEW'])
+    newer = cf.report(devices + [vfio, new])
+    newer['devices'][0]['numa_node'] = 1
+    newer['devices'][0]['deployables'][0]['partition'] = 'whole'
+    newer['health_format'] = 2
+    reply = _report(conf, admin_context, newer)
+    assert reply == {'digest': newer['digest'], 'need_full': False}
+    rows = _rows(db)
+    assert set(rows) == {'0000:81:00.0', '0000:82:00.0', '0000:86:00.0'}
+    assert rows['0000:82:00.0'] == before['0000:82:00.0']
+    assert rows['0000:81:00.0'] == before['0000:81:00.0']
+    tree = _tree(placement, cn)
+    assert set(tree) == {'host1_0000:81:00.0', 'host1_0000:82:00.0',
+                         'host1_0000:86:00.0'}
+    assert tree['host1_0000:82:00.0'][0] == {'FPGA': (4, 4, 0)}
+    warnings = [r.getMessage() for r in caplog.records
+                if r.levelname == 'WARNING']
+    assert len(warnings) == 1, warnings
+    assert all(word in warnings[0] for word in
+               ("'DPU'", "'VFIO_USER'", 'numa_node', 'partition'))
+    # The agent took its digest; its next (unchanged) delta is answered
+    # need_full, and the full report it then sends is logged at DEBUG.
+    delta = {'digest': newer['digest'], 'base_digest': newer['digest'],
+             'full': False, 'devices': [], 'removed': []}
+    assert _report(conf, admin_context, delta)['need_full'] is True
+    assert _report(conf, admin_context, newer) == reply
+    assert len([r for r in caplog.records
+                if r.levelname == 'WARNING']) == 1
+    host = host_db.get(admin_context, HOST)
+    assert host['placement_synced']
+    assert host['report_digest'] != newer['digest'] != first['digest']
+    # What a conductor that understands everything stores ends it.
+    complete = cf.report(_devices() + [new])
+    assert _report(conf, admin_context, complete)['need_full'] is False
+    unchanged = {'digest': complete['digest'],
+                 'base_digest': complete['digest'], 'full': False,
+                 'devices': [], 'removed': []}
+    assert host_db.touch(admin_context, HOST, complete['digest'])
+    assert _report(conf, admin_context, unchanged)['need_full'] is False
 
 
 def test_report_kept_until_compute_node_appears(

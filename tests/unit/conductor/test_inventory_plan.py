@@ -184,18 +184,73 @@ def test_new_handle_on_existing_deployable_uses_its_control_path():
 @pytest.mark.parametrize('report, reason', [
     ([], 'an inventory report is an object'),
     ({'digest': 'x', 'full': True, 'devices': []}, "lacks 'removed'"),
-    ({'digest': 'x', 'full': True, 'removed': [],
-      'devices': [{'type': 'GPU'}]}, 'bad device'),
+    ({'digest': 'x', 'full': True, 'removed': [], 'devices': {}},
+     'are lists'),
 ])
 def test_malformed_reports_are_invalid(report, reason):
     with pytest.raises(exception.Invalid, match=reason):
         ip.parse_report(report)
 
 
-def test_unknown_device_type_and_duplicates_are_invalid():
-    bad = cf.device(HOST, '0000:81:00.0', dev_type='TPU')
-    with pytest.raises(exception.Invalid, match='device type'):
-        ip.parse_report(cf.report([bad]))
+def test_duplicates_are_invalid():
     dup = cf.device(HOST, '0000:81:00.0')
     with pytest.raises(exception.Invalid, match='twice'):
         ip.parse_report(cf.report([dup, dup]))
+
+
+def _newer_report():
+    """What an agent newer than this conductor could send: a device of a
+    type it does not know, one with an attach type it does not know, one
+    with fields it does not know, one it cannot even identify, and a
+    plain one."""
+    tpu = cf.device(HOST, '0000:84:00.0', dev_type='TPU')
+    vfio = cf.device(HOST, '0000:85:00.0')
+    vfio.deployables[0].attach_handles[0].attach_type = 'VFIO_USER'
+    report = cf.report([cf.device(HOST, '0000:81:00.0'), tpu, vfio,
+                        cf.device(HOST, '0000:83:00.0')])
+    report['devices'][3]['numa_node'] = 1
+    report['devices'][3]['deployables'][0]['partition'] = {'mig': '1g'}
+    report['devices'].append({'type': 'GPU', 'vendor': '10de'})
+    report['firmware_inventory'] = []
+    return report
+
+
+def test_a_newer_agents_report_keeps_what_this_version_understands():
+    parsed = ip.parse_report(_newer_report())
+    assert [d.key() for d in parsed.devices] == ['PCI:0000:81:00.0',
+                                                  'PCI:0000:83:00.0']
+    assert parsed.skipped == {
+        'PCI:0000:84:00.0': "unknown device type 'TPU'",
+        'PCI:0000:85:00.0': "unknown attach type 'VFIO_USER'",
+        '#4': "unreadable: KeyError('controlpath_id')"}
+    assert parsed.unknown_fields == {'numa_node', 'deployables.partition'}
+    assert not parsed.complete and parsed.unidentified
+    assert parsed.kept_keys >= {'PCI:0000:84:00.0', 'PCI:0000:85:00.0'}
+    problems = parsed.problems()
+    assert 'TPU' in problems and 'numa_node' in problems
+
+
+def test_a_report_this_version_fully_understands_is_complete():
+    parsed = ip.parse_report(cf.report(_devices()))
+    assert parsed.complete and not parsed.unidentified
+    assert len(parsed.devices) == 2
+
+
+def test_skipped_devices_are_neither_removed_nor_changed():
+    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
+    # The second device is now reported with a type this version lacks.
+    plan = ip.make_plan(HOST, stored, _devices()[:1], full=True,
+                        kept_keys={_devices()[1].key()})
+    assert plan.empty and not plan.removal_candidates
+    # Nor by a delta that says it is gone while also reporting it.
+    plan = ip.make_plan(HOST, stored, [], [_devices()[1].key()],
+                        kept_keys={_devices()[1].key()})
+    assert plan.empty
+
+
+def test_a_full_report_with_an_unidentified_device_removes_nothing():
+    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
+    plan = ip.make_plan(HOST, stored, [], full=True,
+                        remove_unreported=False)
+    assert plan.empty
+    assert ip.make_plan(HOST, stored, [], full=True).delete['devices']

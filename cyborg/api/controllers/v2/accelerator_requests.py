@@ -54,7 +54,7 @@ def create_arqs(r):
             r.context, device_profile_name=name,
             project_id=r.context.project_id, visible_to=visible_to)
     else:
-        # Conductors older than RPC 1.6 (a rolling upgrade).
+        # Conductors older than RPC 1.4 (a rolling upgrade).
         profile = DeviceProfile.get_by_name(r.context, name, visible_to)
         if profile is None:
             raise exception.DeviceProfileNotFound(name=name)
