@@ -56,6 +56,7 @@ import futurist
 from oslo_log import log as logging
 import oslo_messaging as messaging
 from oslo_utils import timeutils
+from oslo_utils import uuidutils
 
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
@@ -100,6 +101,7 @@ _RemoteBound = collections.namedtuple('_RemoteBound',
                                       'uuid attach_type attach_info')
 
 _EXECUTOR = None
+_LOOKUPS = None
 _EXECUTOR_LOCK = threading.Lock()
 
 
@@ -191,8 +193,9 @@ def start_bind(conf, context, bindings):
     """``bind``, returning the future of the background work."""
     now = timeutils.utcnow()
     started = time.monotonic()
+    asked = _ask_allocations(conf, bindings)
     jobs = db_api.write_retrying(context, _start, conf, context, bindings,
-                                 now)
+                                 now, asked)
     deadline = now + datetime.timedelta(seconds=conf.bind_timeout)
     batch_id = str(uuidlib.uuid4())
     # A bind with nothing slow to do (no programming, no mdev to make) ends
@@ -209,10 +212,10 @@ def start_bind(conf, context, bindings):
                                   batch_id, pending, deadline, started)
 
 
-def _start(conf, context, bindings, now):
+def _start(conf, context, bindings, now, asked=None):
     """Validate and move to BindStarted in one transaction (a 4xx rolls
     it back: nothing written); returns the jobs."""
-    jobs = _validate(conf, context, bindings)
+    jobs = _validate(conf, context, bindings, asked)
     for job in jobs:
         values = {'hostname': job['hostname'],
                   'device_rp_uuid': job['device_rp_uuid'],
@@ -249,7 +252,7 @@ def _executor(conf):
         return _EXECUTOR
 
 
-def _validate(conf, context, bindings):
+def _validate(conf, context, bindings, asked=None):
     """The bind jobs of a PATCH, or a 4xx: ARQs exist and are the caller's,
     are bindable, their provider is an enabled deployable on the host that
     Placement allocated to the instance, and the instance has no bound
@@ -288,7 +291,7 @@ def _validate(conf, context, bindings):
                                              target.deployable_uuid)))
     _check_instances(context, jobs)
     _check_pool_hosts(conf, pools, jobs)
-    _check_allocations(conf, jobs)
+    _check_allocations(conf, jobs, asked)
     return jobs
 
 
@@ -361,19 +364,52 @@ def _check_instances(context, jobs):
                    f'accelerator request {others[0].uuid} bound')
 
 
-def _check_allocations(conf, jobs):
+def _ask_allocations(conf, bindings):
+    """Ask Placement for the allocations of the instances a bind PATCH
+    names, in the background: the answers are waited for after the bind's
+    reads and before its writes, so Placement's latency overlaps the
+    database's and no lock is held while waiting.  {instance uuid:
+    future}."""
+    from cyborg.placement import client as placement_client
+
+    if not isinstance(bindings, dict):
+        return {}  # refused by the validation
+    instances = {binding.get('instance_uuid')
+                 for binding in bindings.values()
+                 if isinstance(binding, dict)}
+    placement = placement_client.get_client(conf)
+    return {instance: _lookup_executor().submit(
+                placement.get_allocations_for_consumer, instance)
+            for instance in instances
+            if isinstance(instance, str) and uuidutils.is_uuid_like(instance)}
+
+
+def _lookup_executor():
+    global _LOOKUPS
+    with _EXECUTOR_LOCK:
+        if _LOOKUPS is None:
+            _LOOKUPS = futurist.ThreadPoolExecutor(max_workers=8)
+        return _LOOKUPS
+
+
+def _check_allocations(conf, jobs, asked=None):
     """When Placement holds allocations for the instance, they must cover
     the device's provider (deliberate difference 3).  Binding does not
     depend on Placement: while it cannot be asked, the check is skipped
     (Nova's scheduler made the allocation the bind names) with one
-    WARNING line."""
+    WARNING line.  ``asked``: the answers ``_ask_allocations`` is
+    getting."""
     from cyborg.placement import client as placement_client
 
     placement = placement_client.get_client(conf)
+    asked = asked or {}
     for instance_uuid in sorted({job['instance_uuid'] for job in jobs}):
         try:
-            allocated = placement.get_allocations_for_consumer(
-                instance_uuid)
+            if instance_uuid in asked:
+                allocated = asked[instance_uuid].result()
+            else:
+                allocated = placement.get_allocations_for_consumer(
+                    instance_uuid)
         except exception.PlacementError as exc:
             LOG.warning('Binding for instance %s without checking its '
                         'allocations: Placement cannot be asked (%s)',
