@@ -7,7 +7,6 @@ Also: the conductor SIGKILLed in the middle of a bind; once it is back the
 ARQ ends BindFailed and Nova is told.
 """
 
-import time
 import uuid as uuidlib
 
 import pytest
@@ -36,14 +35,7 @@ def _placement(url, method, path, body=None):
 
 
 def _wait(check, timeout, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError('timed out waiting for ' + what)
-        time.sleep(0.2)
+    return processes.wait_for(check, timeout, what)
 
 
 class Deployment:

@@ -13,7 +13,6 @@ deleted (doc/source/remote-pools.rst).
 """
 
 import os
-import time
 import uuid as uuidlib
 
 import pytest
@@ -52,14 +51,7 @@ def _placement(url, method, path, body=None, ok=True):
 
 
 def _wait(check, timeout, what):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError('timed out waiting for ' + what)
-        time.sleep(0.2)
+    return processes.wait_for(check, timeout, what)
 
 
 class Deployment:
