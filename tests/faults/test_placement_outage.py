@@ -58,9 +58,10 @@ def _stored_hosts(db_url):
         engine.dispose()
 
 
-def test_placement_away_while_agents_report_and_start(tmp_path):
+@pytest.mark.parametrize('db_kind', ['mysql', 'postgresql'])
+def test_placement_away_while_agents_report_and_start(tmp_path, db_kind):
     with rabbit.throwaway_vhost() as transport_url, \
-            databases.throwaway_database('mysql') as db_url, \
+            databases.throwaway_database(db_kind) as db_url, \
             placement_fixture.PlacementProcess(
                 log_path=tmp_path / 'placement.log') as placement_url:
         databases.create_schema(db_url)

@@ -17,6 +17,7 @@ the real Placement actually stopped and started again, on MariaDB).
 import time
 import uuid as uuidlib
 
+import pytest
 import requests
 import sqlalchemy as sa
 
@@ -32,9 +33,11 @@ def _state(d, arq):
     return d.arqs()[arq].state
 
 
-def test_binds_need_neither_placement_nor_the_service_host_name(tmp_path):
+@pytest.mark.parametrize('db_kind', ['mysql', 'postgresql'])
+def test_binds_need_neither_placement_nor_the_service_host_name(tmp_path,
+                                                                db_kind):
     with faults.FaultDeployment(
-            tmp_path, 'mysql', agents=(HOST,), node_names={HOST: NODE},
+            tmp_path, db_kind, agents=(HOST,), node_names={HOST: NODE},
             conductor_options={'nova_event_retry_interval': 1}) as d:
         node = requests.get(
             d.placement_url + '/resource_providers/' + faults.device_rp(HOST),

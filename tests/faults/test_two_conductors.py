@@ -13,6 +13,8 @@ import concurrent.futures
 import time
 import uuid as uuidlib
 
+import pytest
+
 from tests.fixtures import faults
 from tests.fixtures import processes
 
@@ -25,8 +27,9 @@ def _settled(d):
     return not [r for r in d.arqs().values() if r.state == 'BindStarted']
 
 
-def test_two_conductors_bind_as_one(tmp_path):
-    with faults.FaultDeployment(tmp_path, 'postgresql',
+@pytest.mark.parametrize('db_kind', ['mysql', 'postgresql'])
+def test_two_conductors_bind_as_one(tmp_path, db_kind):
+    with faults.FaultDeployment(tmp_path, db_kind,
                                 conductors=('c1', 'c2'), agents=(HOST,),
                                 api_options={'threads': 64}) as d:
         image = d.glance.add_image(b'bitstream' * 100)
