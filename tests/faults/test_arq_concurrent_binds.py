@@ -1,5 +1,7 @@
 """50 binds at once competing for 16 attach handles, on the real MariaDB and
-PostgreSQL servers: exactly 16 Bound, 34 BindFailed, no handle twice."""
+PostgreSQL servers: exactly 16 Bound, 34 BindFailed, no handle twice.
+And a bind never fails while a handle of its device is free: a
+transaction taking a handle locks that handle only."""
 
 import concurrent.futures
 import uuid as uuidlib
@@ -11,6 +13,7 @@ from cyborg.common import context as cyborg_context
 from cyborg.conductor import arq_binding
 from cyborg.db import api as db_api
 from cyborg.db import models
+from cyborg.db.api import attach_handles as handle_db
 from cyborg.placement import client as placement_client
 from tests.fixtures import arqs as seed
 from tests.fixtures import databases
@@ -70,3 +73,36 @@ def test_fifty_binds_sixteen_handles(conf, server_db, placement_url):
         in_use = set(c.scalars(sa.select(models.AttachHandle.id).where(
             models.AttachHandle.in_use.is_(True))))
     assert in_use == set(handles)
+
+
+
+@pytest.mark.parametrize('devices', [8, 64])
+def test_taking_a_handle_leaves_the_others_free(server_db, devices):
+    # A bind holds the handle it took until it commits; meanwhile other
+    # binds, on the same device or another, must still find the free
+    # handles.  (On MariaDB, ``in_use IS false`` could not use the index
+    # on (deployable_id, in_use): with a few devices the query walked the
+    # primary key, locking the handles of every device before its own;
+    # with more, it sorted all of its device's handles after reading,
+    # locking every free one.  Concurrent binds then failed with "no free
+    # attach handle".)
+    seeded = [seed.seed_device(server_db, handles=HANDLES)
+              for _ in range(devices)]
+    first, last = seeded[0].deployable_id, seeded[-1].deployable_id
+    holder = cyborg_context.RequestContext(project_id='p1', is_service=True)
+    with db_api.writer.using(holder):
+        held = handle_db.take(holder, last)
+
+        def take_beside(deployable_id):
+            other = cyborg_context.RequestContext(project_id='p1',
+                                                  is_service=True)
+            with db_api.writer.using(other):
+                return handle_db.take(other, deployable_id)
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            beside = [pool.submit(take_beside, deployable_id).result(30)
+                      for deployable_id in (first, last)]
+    assert held is not None
+    assert None not in beside, 'a free handle was locked by another bind'
+    assert len({held.id} | {row.id for row in beside}) == 3
+    assert seed.handles_in_use(server_db) == 3

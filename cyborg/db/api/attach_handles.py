@@ -20,18 +20,25 @@ def take(context, deployable_id):
     pass each other's candidates; SQLite renders no lock clause (its
     writers are serialised), so the guarded UPDATE with its row count is
     what makes the take atomic on every engine.
+
+    ``in_use = false``, not ``IS false``: only an equality lets MariaDB
+    read the index on (deployable_id, in_use) in id order and stop at
+    the first free handle.  Otherwise it walks the primary key (locking
+    the handles of other devices) or sorts every handle of the device
+    after reading it (locking them all), and concurrent binds find no
+    free handle until this one commits.
     """
     h = models.AttachHandle
     for _ in range(_TAKE_TRIES):
         row = context.session.execute(
             sa.select(h.id, h.uuid, h.attach_type, h.attach_info)
-            .where(h.deployable_id == deployable_id, h.in_use.is_(False))
+            .where(h.deployable_id == deployable_id, h.in_use == sa.false())
             .order_by(h.id).limit(1)
             .with_for_update(skip_locked=True)).first()
         if row is None:
             return None
         taken = context.session.execute(
-            sa.update(h).where(h.id == row.id, h.in_use.is_(False))
+            sa.update(h).where(h.id == row.id, h.in_use == sa.false())
             .values(in_use=True, updated_at=models._now())
             .execution_options(synchronize_session=False)).rowcount
         if taken:
@@ -64,4 +71,4 @@ def count_in_use(context, deployable_id):
     h = models.AttachHandle
     return context.session.scalar(
         sa.select(sa.func.count()).select_from(h)
-        .where(h.deployable_id == deployable_id, h.in_use.is_(True)))
+        .where(h.deployable_id == deployable_id, h.in_use == sa.true()))
