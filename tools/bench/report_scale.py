@@ -47,7 +47,6 @@ import contextlib
 import json
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -70,7 +69,7 @@ from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db import api as db_api
 from cyborg.objects import inventory
 from cyborg.placement import client as placement_client
-from tests.fixtures import databases, rabbit
+from tests.fixtures import databases, processes, rabbit
 from tests.fixtures import placement as placement_fixture
 
 
@@ -234,24 +233,24 @@ def run(args):
             databases.throwaway_database(args.db) as placement_db, \
             rabbit.throwaway_vhost() as transport_url, \
             contextlib.ExitStack() as stack:
-        # Placement's workers: processes sharing one port and database,
-        # started one after the other (each syncs the schema first).
-        shared = args.placement_workers > 1
-        port = free_port() if shared else 0
-        workers = []
-        for _ in range(args.placement_workers):
-            workers.append(placement_fixture.PlacementProcess(
-                placement_db, port=port, reuse_port=shared))
-            url = stack.enter_context(workers[-1])
-        return _run(args, hosts, db_url, transport_url, url,
-                    [w._proc.pid for w in workers])
+        url, pids = placement_workers(stack, placement_db,
+                                      args.placement_workers)
+        return _run(args, hosts, db_url, transport_url, url, pids)
 
 
-def free_port():
-    """A port nothing listens on now (SO_REUSEPORT cannot share port 0)."""
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
+def placement_workers(stack, db_url, count):
+    """Start ``count`` Placement processes sharing one port and database
+    (as a deployment's API workers do), one after the other (each syncs
+    the schema first); ``stack`` stops them.  Returns (url, pids)."""
+    shared = count > 1
+    # SO_REUSEPORT cannot share port 0.
+    port = processes.free_port() if shared else 0
+    workers = []
+    for _ in range(count):
+        workers.append(placement_fixture.PlacementProcess(
+            db_url, port=port, reuse_port=shared))
+        url = stack.enter_context(workers[-1])
+    return url, [w._proc.pid for w in workers]
 
 
 def _run(args, hosts, db_url, transport_url, url, placement_pids):
