@@ -90,6 +90,31 @@ PRIVATE_ARQ_CREATE = 'ok ok ok deny hidden deny hidden ok deny deny 401'
 ADMIN_OR_SERVICE = 'ok deny deny deny deny deny ok ok deny deny 401'
 
 
+# Remote pools (2.8) and exports (2.9): asked at 2.9.
+POOLS = '2.9'
+
+
+def _pool_body(name):
+    return {'name': name, 'resource_class': 'CUSTOM_MATRIX_REMOTE',
+            'traits': ['CUSTOM_MATRIX_FABRIC'],
+            'aggregates': [str(uuidlib.uuid4())], 'fabric_driver': 'fake',
+            'handles': [{'fabric_address': 'nqn.2026-11.matrix:' + name}]}
+
+
+def _new_pool(ctx):
+    name = 'matrix-pool-' + uuidlib.uuid4().hex[:8]
+    response = ctx.request('admin', 'POST', '/v2/remote_pools',
+                           body=_pool_body(name), version=POOLS)
+    assert response.status_code == 201, response.text
+    return name
+
+
+def _delete_pool(ctx, name, response):
+    if response.status_code == 201:
+        ctx.request('admin', 'DELETE', '/v2/remote_pools/' + name,
+                    version=POOLS)
+
+
 class Row:
     """One request of the matrix: ``route`` (method, path template) and
     what each persona gets (``expected``, in PERSONAS order).
@@ -290,6 +315,21 @@ MATRIX = [
         target=_new_attribute,
         build=lambda ctx, uuid: ({'uuid': uuid}, None, None)),
 
+    Row('GET', '/v2/remote_pools', 200, HARDWARE_READ, version=POOLS),
+    Row('GET', '/v2/remote_pools/{name_or_uuid}', 200, HARDWARE_READ,
+        version=POOLS,
+        build=lambda ctx, t: ({'name_or_uuid': ctx.pool}, None, None)),
+    Row('POST', '/v2/remote_pools', 201, ADMIN_ONLY, version=POOLS,
+        target=lambda ctx: 'matrix-pool-' + uuidlib.uuid4().hex[:8],
+        build=lambda ctx, name: ({}, None, _pool_body(name)),
+        undo=_delete_pool),
+    Row('DELETE', '/v2/remote_pools/{name_or_uuid}', 204, ADMIN_ONLY,
+        version=POOLS, target=_new_pool,
+        build=lambda ctx, name: ({'name_or_uuid': name}, None, None)),
+    Row('GET', '/v2/exports/resourceslices', 200, HARDWARE_READ,
+        version=POOLS),
+    Row('GET', '/v2/exports/gres.conf', 200, HARDWARE_READ, version=POOLS),
+
     Row('GET', '/v2/quotas', 200, OWN_QUOTA, version='2.7'),
     Row('GET', '/v2/quotas/{project_id}', 200, QUOTA_READ, version='2.7',
         build=lambda ctx, t: ({'project_id': ctx.demo_project}, None, None),
@@ -323,6 +363,7 @@ class Context:
         self.attribute = _new_attribute(self)
         self.image = glance.add_image(b'matrix-bitstream' * 64)
         self.demo_project = keystone.project_id('demo')
+        self.pool = _new_pool(self)
 
     def request(self, persona, method, path, query=None, body=None,
                 version=None):
