@@ -25,20 +25,8 @@ placement_url = seed.placement_url
 
 fake_nova = recording_http.fake_nova
 
-
-@pytest.fixture
-def aconf(conf, db, placement_url, fake_nova):
-    placement_fixture.placement_conf(conf, placement_url)
-    conf.set_override('auth_type', 'none', group='nova')
-    conf.set_override('endpoint_override', fake_nova.url, group='nova')
-    placement_client.reset_clients()
-    return conf
-
-
-@pytest.fixture
-def ctx():
-    return cyborg_context.RequestContext(project_id='p1', user_id='u1',
-                                         is_service=True)
+aconf = seed.bind_conf
+ctx = seed.service_ctx
 
 
 @pytest.fixture
