@@ -34,12 +34,31 @@ import time
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 from oslo_db.sqlalchemy import enginefacade
+from sqlalchemy.pool import base as pool_base
 
 from cyborg.common import timing
 
 context_manager = enginefacade.transaction_context()
 reader = context_manager.reader
 writer = context_manager.writer
+
+
+def _no_reset_on_return(engine):
+    """Return connections to the pool without a ROLLBACK of their own.
+
+    Every connection here is used by an enginefacade session, which ends
+    its transaction (COMMIT for a writer, ROLLBACK for a reader) before it
+    gives the connection back; SQLAlchemy then rolls back again on return
+    (it cannot know the transaction ended), a second round trip to the
+    database on every request and RPC call.  A connection given back in
+    the middle of a transaction (an error) is still rolled back: SQLAlchemy
+    closes the open transaction itself before returning it.  oslo.db has
+    no option for the pool's ``reset_on_return``, hence the attribute.
+    """
+    engine.pool._reset_on_return = pool_base.reset_none
+
+
+context_manager.append_on_engine_create(_no_reset_on_return)
 
 # Attempts of one transaction that lost a lock conflict.
 _WRITE_TRIES = 8

@@ -1,0 +1,81 @@
+"""A transaction costs one round trip to end: its COMMIT or ROLLBACK,
+without the pool's own ROLLBACK when the connection goes back (counted
+on the real MariaDB and PostgreSQL, at the dialect every commit and
+rollback of the engine goes through)."""
+
+import pytest
+import sqlalchemy as sa
+from oslo_db.sqlalchemy import enginefacade
+
+from cyborg.common import context as cyborg_context
+from cyborg.db import api as db_api
+from tests.fixtures import databases
+
+
+@pytest.fixture(params=['mysql', 'postgresql'])
+def facade(request):
+    """(transaction context manager, what ended each transaction)."""
+    with databases.throwaway_database(request.param) as url:
+        manager = enginefacade.transaction_context()
+        # One connection: every transaction below uses the same one.
+        manager.configure(connection=url, max_retries=0, max_pool_size=1,
+                          max_overflow=0)
+        manager.append_on_engine_create(db_api._no_reset_on_return)
+        engine = manager.writer.get_engine()
+        ends = []
+        dialect = engine.dialect
+        commit, rollback = dialect.do_commit, dialect.do_rollback
+
+        def do_commit(connection):
+            ends.append('COMMIT')
+            commit(connection)
+
+        def do_rollback(connection):
+            ends.append('ROLLBACK')
+            rollback(connection)
+
+        dialect.do_commit, dialect.do_rollback = do_commit, do_rollback
+        # The first connect's own set-up (SQLAlchemy's) is not counted.
+        with manager.writer.using(cyborg_context.get_admin_context()) as s:
+            s.execute(sa.text('SELECT 0'))
+        ends.clear()
+        try:
+            yield manager, ends
+        finally:
+            engine.dispose()
+
+
+def test_the_process_engine_gets_it():
+    hooks = db_api.context_manager._factory._facade_cfg['on_engine_create']
+    assert db_api._no_reset_on_return in hooks
+
+
+def test_a_write_ends_with_its_commit_alone(facade):
+    manager, ends = facade
+    context = cyborg_context.get_admin_context()
+    for _ in range(2):
+        with manager.writer.using(context) as session:
+            session.execute(sa.text('SELECT 1'))
+    assert ends == ['COMMIT', 'COMMIT']
+
+
+def test_a_read_ends_with_one_rollback(facade):
+    manager, ends = facade
+    context = cyborg_context.get_admin_context()
+    with manager.reader.using(context) as session:
+        session.execute(sa.text('SELECT 1'))
+    assert ends == ['ROLLBACK']
+
+
+def test_a_transaction_broken_off_is_still_rolled_back(facade):
+    manager, ends = facade
+    context = cyborg_context.get_admin_context()
+    with pytest.raises(ZeroDivisionError):
+        with manager.writer.using(context) as session:
+            session.execute(sa.text('SELECT 1'))
+            1 / 0
+    assert ends == ['ROLLBACK']
+    # The connection is clean for the next transaction.
+    with manager.writer.using(context) as session:
+        assert session.execute(sa.text('SELECT 2')).scalar() == 2
+    assert ends == ['ROLLBACK', 'COMMIT']
