@@ -10,11 +10,13 @@ nothing" and "Every bind outcome reaches Nova"):
   state releases its attach handle in the same transaction, guarded on the
   handle id it read, so a handle is released exactly once.
 - A bind PATCH is validated completely before anything is written; a 4xx
-  writes nothing.  The ARQs then move to BindStarted in one transaction.
-  An ARQ with nothing slow to do takes its handle and ends Bound (or
-  BindFailed) before the PATCH returns; the slow work (FPGA programming,
-  mdev creation) runs on a thread pool with ``[DEFAULT]bind_timeout``, as
-  do the batch's Nova events.
+  writes nothing.  The ARQs then move to BindStarted in one transaction,
+  except that an ARQ with nothing slow to do takes its handle and ends
+  Bound in that same transaction (one commit for the whole bind; a
+  conductor dying before it leaves the ARQ as it was).  One that found
+  no free handle ends BindFailed before the PATCH returns; the slow work
+  (FPGA programming, mdev creation, fabric attach) runs on a thread pool
+  with ``[DEFAULT]bind_timeout``, as do the batch's Nova events.
 - An ARQ's final state and its Nova event are committed together; the
   batch's events go to Nova in one request once all its ARQs are resolved.
 - Each bind records its conductor (``bind_owner``, ``[DEFAULT]host``).
@@ -193,15 +195,16 @@ def start_bind(conf, context, bindings):
     """``bind``, returning the future of the background work."""
     now = timeutils.utcnow()
     started = time.monotonic()
-    asked = _ask_allocations(conf, bindings)
-    jobs = db_api.write_retrying(context, _start, conf, context, bindings,
-                                 now, asked)
     deadline = now + datetime.timedelta(seconds=conf.bind_timeout)
     batch_id = str(uuidlib.uuid4())
-    # A bind with nothing slow to do (no programming, no mdev to make) ends
-    # here, before the PATCH is answered, so that Nova's first read finds
-    # it resolved.  The rest, and the batch's Nova events, go on in the
-    # background.
+    asked = _ask_allocations(conf, bindings)
+    # A bind with nothing slow to do (no programming, no mdev to make, no
+    # fabric attach) takes its handle and ends Bound in the transaction
+    # that validates it, before the PATCH is answered: Nova's first read
+    # finds it resolved.  The rest, and the batch's Nova events, go on in
+    # the background.
+    jobs = db_api.write_retrying(context, _start, conf, context, bindings,
+                                 now, asked, batch_id, deadline)
     with timing.phase(timing.QUICK_BINDS):
         pending = [job for job in jobs
                    if not _resolve(conf, context, batch_id, job, deadline,
@@ -212,9 +215,13 @@ def start_bind(conf, context, bindings):
                                   batch_id, pending, deadline, started)
 
 
-def _start(conf, context, bindings, now, asked=None):
+def _start(conf, context, bindings, now, asked=None, batch_id=None,
+           deadline=None):
     """Validate and move to BindStarted in one transaction (a 4xx rolls
-    it back: nothing written); returns the jobs."""
+    it back: nothing written); returns the jobs.  With a ``batch_id``, a
+    bind with nothing slow to do goes on to Bound in the same transaction
+    (its job carries the handle as ``bound``); one whose handle is an mdev
+    still to be made stays BindStarted holding it (``handle``)."""
     jobs = _validate(conf, context, bindings, asked)
     for job in jobs:
         values = {'hostname': job['hostname'],
@@ -231,16 +238,40 @@ def _start(conf, context, bindings, now, asked=None):
             raise exception.Conflict(
                 reason=f"remote pool {job['remote']['pool_name']} is being "
                        f"deleted")
-        if not arq_db.transition(context, job['uuid'], states.BIND_STARTED,
-                                 BIND_FROM, values,
+        handle = _take_at_once(context, job) if batch_id else None
+        state = states.BIND_STARTED
+        if handle is not None:
+            values['attach_handle_id'] = handle.id
+            if handle.attach_type != 'MDEV':
+                state = states.BOUND
+        if not arq_db.transition(context, job['uuid'], state, BIND_FROM,
+                                 values,
                                  where={'attach_handle_id': None,
                                         'remote_handle_id': None}):
             # Another PATCH got there first; the rollback undoes the ARQs
-            # this one already moved.
+            # this one already moved, and the handles it took.
             raise exception.Conflict(
                 reason=f"accelerator request {job['uuid']} is already "
                        f"being bound")
+        if state == states.BOUND:
+            nova.record(conf, context, batch_id,
+                        [(job['instance_uuid'], job['uuid'], 'completed')],
+                        _due(conf, deadline))
+            job['bound'] = handle
+        elif handle is not None:
+            job['handle'] = handle
     return jobs
+
+
+def _take_at_once(context, job):
+    """The handle of a bind with nothing slow to do, taken in the
+    transaction that starts it; None where the bind takes its usual course
+    (a remote pool, programming, or no free handle: the bind then fails
+    in a transaction of its own, after BindStarted)."""
+    if (job.get('remote_pool_id') is not None
+            or _needs_programming(job['group'])):
+        return None
+    return handle_db.take(context, job['deployable_id'])
 
 
 def _executor(conf):
@@ -260,15 +291,15 @@ def _validate(conf, context, bindings, asked=None):
     host must then be in one of the pool's aggregates."""
     if not isinstance(bindings, dict) or not bindings:
         raise exception.Invalid(reason='no accelerator request to bind')
-    rows = {r.uuid: r for r in arq_db.get_to_change(context, list(bindings))}
+    rows = {r.uuid: r for r in arq_db.get_to_change(context, list(bindings))
+            if _visible(context, r)}
+    _check_found(bindings, rows)
     rp_uuids = {_field(b, 'device_rp_uuid') for b in bindings.values()}
     targets = deployable_db.bind_targets(context, rp_uuids)
     pools = pool_db.by_rp_uuids(context, rp_uuids - set(targets))
     jobs = []
     for arq_uuid, binding in bindings.items():
-        row = rows.get(arq_uuid)
-        if row is None or not _visible(context, row):
-            raise exception.ARQNotFound(uuid=arq_uuid)
+        row = rows[arq_uuid]
         if row.state not in BIND_FROM:
             raise exception.Conflict(
                 reason=f'accelerator request {arq_uuid} is {row.state}, it '
@@ -293,6 +324,14 @@ def _validate(conf, context, bindings, asked=None):
     _check_pool_hosts(conf, pools, jobs)
     _check_allocations(conf, jobs, asked)
     return jobs
+
+
+def _check_found(asked, found):
+    """404 naming every ARQ of ``asked`` missing from ``found`` (those
+    that do not exist or are not the caller's)."""
+    missing = sorted(set(asked) - set(found))
+    if missing:
+        raise exception.ARQNotFound(uuid=', '.join(missing))
 
 
 def _field(binding, name):
@@ -501,8 +540,11 @@ def _bind_one(conf, context, batch_id, job, deadline, quick=False):
     With ``quick``, None where something slow is left to do (the handle
     taken so far stays in ``job``): programming, an mdev, a fabric
     attach."""
+    if job.get('bound') is not None:
+        return job.pop('bound')     # Bound by _start
     remote = job.get('remote_pool_id') is not None
-    if quick and (remote or _needs_programming(job['group'])):
+    if quick and (remote or _needs_programming(job['group'])
+                  or job.get('handle') is not None):
         return None
     if remote:
         return _bind_remote(conf, context, batch_id, job, deadline)
@@ -795,10 +837,7 @@ def unbind(conf, context, arq_uuids):
     handle; unbinding it again, or deleting it, ends that."""
     rows = [r for r in arq_db.get_to_change(context, arq_uuids)
             if _visible(context, r)]
-    found = {r.uuid for r in rows}
-    missing = [u for u in arq_uuids if u not in found]
-    if missing:
-        raise exception.ARQNotFound(uuid=missing[0])
+    _check_found(arq_uuids, {r.uuid for r in rows})
     failed = _release_mdevs(conf, context, rows)
     freed = [r for r in rows if r.uuid not in failed]
     kept = remote_pools.detach_for_release(conf, context, freed)
@@ -844,21 +883,57 @@ def delete(conf, context, arq_uuids=None, instance_uuid=None):
     Deleting by instance is idempotent.
     """
     arq_uuids = list(arq_uuids or [])
-    rows = [r for r in arq_db.get_to_change(
-                context, arq_uuids, instance_uuid=instance_uuid or None)
+    done = db_api.write_retrying(context, _delete_at_once, context,
+                                 arq_uuids, instance_uuid or None)
+    if done is not None:
+        rows, moved = done
+    else:
+        rows, moved = _delete_releasing(conf, context, arq_uuids,
+                                        instance_uuid or None)
+    if moved:
+        _notify_left(conf, context, notify.ARQ_DELETE, rows, moved,
+                     states.DELETING)
+    found = {r.uuid for r in rows}
+    return [u for u in arq_uuids if u not in found]
+
+
+def _deletable(context, arq_uuids, instance_uuid):
+    return [r for r in arq_db.get_to_change(context, arq_uuids,
+                                            instance_uuid=instance_uuid)
             if _visible(context, r)]
+
+
+def _delete_at_once(context, arq_uuids, instance_uuid):
+    """(rows, {uuid: state before}) of a delete with nothing to release
+    outside the database (no mdev to remove, no fabric handle to detach,
+    no Placement claim of its own): read and deleted in one transaction.
+    None, having written nothing, when some ARQ has such a release."""
+    rows = _deletable(context, arq_uuids, instance_uuid)
     if not rows:
-        return arq_uuids
+        return rows, {}
+    if any(_releases_outside(row) for row in rows):
+        return None
+    return rows, _leave_all(context, rows, states.DELETING, ANY_STATE,
+                            delete=True)
+
+
+def _releases_outside(row):
+    return bool((row.attach_handle_type == 'MDEV' and row.device_hostname)
+                or row.remote_handle_id is not None or row.consumer_id)
+
+
+def _delete_releasing(conf, context, arq_uuids, instance_uuid):
+    """The delete of ARQs with something to release first (mdevs, remote
+    handles, standalone claims), each outside the transaction."""
+    rows = _deletable(context, arq_uuids, instance_uuid)
+    if not rows:
+        return rows, {}
     _release_mdevs(conf, context, rows)
     kept = remote_pools.detach_for_release(conf, context, rows)
     release_allocations(conf, rows)
-    moved = db_api.write_retrying(context, _leave_all, context, rows,
-                                  states.DELETING, ANY_STATE, delete=True,
-                                  kept=kept)
-    _notify_left(conf, context, notify.ARQ_DELETE, rows, moved,
-                 states.DELETING)
-    found = {r.uuid for r in rows}
-    return [u for u in arq_uuids if u not in found]
+    return rows, db_api.write_retrying(context, _leave_all, context, rows,
+                                       states.DELETING, ANY_STATE,
+                                       delete=True, kept=kept)
 
 
 # -- a conductor starting again -----------------------------------------------

@@ -416,3 +416,40 @@ def test_bind_names_the_compute_node_as_nova_does(aconf, db, ctx, device):
     with pytest.raises(exception.BindFailed, match='not on host'):
         arq_binding.start_bind(aconf, ctx, {other: dict(
             _binding(device), hostname='elsewhere.example.org')})
+
+
+def _commits(db):
+    """The commits on ``db`` while the block runs (a list to read after)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def counting():
+        seen = []
+
+        def record(conn):
+            seen.append(1)
+        sa.event.listen(db, 'commit', record)
+        try:
+            yield seen
+        finally:
+            sa.event.remove(db, 'commit', record)
+    return counting()
+
+
+def test_a_quick_bind_and_a_plain_delete_commit_once_each(aconf, db, ctx,
+                                                          device, fake_nova):
+    """Validating, taking the handle, Bound and its Nova event: one
+    transaction; so is reading and deleting an ARQ with nothing to release
+    outside the database."""
+    uuid, = _create(db, ctx)
+    with _commits(db) as commits:
+        arq_binding.start_bind(aconf, ctx, {uuid: _binding(device)})
+        # Answered Bound: what the PATCH's caller reads next.
+        assert _state(db, uuid).state == 'Bound'
+    assert len(commits) == 1
+    arq_binding._executor(aconf).submit(lambda: None).result(30)
+    with _commits(db) as commits:
+        assert arq_binding.delete(aconf, ctx, [uuid]) == []
+    assert len(commits) == 1
+    assert seed.arq_rows(db) == {}
+    assert seed.handles_in_use(db) == 0
