@@ -1,7 +1,8 @@
 """A transaction costs one round trip to end: its COMMIT or ROLLBACK,
 without the pool's own ROLLBACK when the connection goes back (counted
 on the real MariaDB and PostgreSQL, at the dialect every commit and
-rollback of the engine goes through)."""
+rollback of the engine goes through); and a connection is pinged before
+use only after it was idle, a dead one being replaced then."""
 
 import pytest
 import sqlalchemy as sa
@@ -14,17 +15,23 @@ from tests.fixtures import databases
 
 @pytest.fixture(params=['mysql', 'postgresql'])
 def facade(request):
-    """(transaction context manager, what ended each transaction)."""
+    """(transaction context manager, what ended each transaction: COMMIT,
+    ROLLBACK or PING)."""
     with databases.throwaway_database(request.param) as url:
         manager = enginefacade.transaction_context()
         # One connection: every transaction below uses the same one.
         manager.configure(connection=url, max_retries=0, max_pool_size=1,
                           max_overflow=0)
-        manager.append_on_engine_create(db_api._no_reset_on_return)
+        manager.append_on_engine_create(db_api._tune_pool)
         engine = manager.writer.get_engine()
         ends = []
         dialect = engine.dialect
         commit, rollback = dialect.do_commit, dialect.do_rollback
+        ping = dialect.do_ping
+
+        def do_ping(connection):
+            ends.append('PING')
+            return ping(connection)
 
         def do_commit(connection):
             ends.append('COMMIT')
@@ -35,6 +42,7 @@ def facade(request):
             rollback(connection)
 
         dialect.do_commit, dialect.do_rollback = do_commit, do_rollback
+        dialect.do_ping = do_ping
         # The first connect's own set-up (SQLAlchemy's) is not counted.
         with manager.writer.using(cyborg_context.get_admin_context()) as s:
             s.execute(sa.text('SELECT 0'))
@@ -47,7 +55,7 @@ def facade(request):
 
 def test_the_process_engine_gets_it():
     hooks = db_api.context_manager._factory._facade_cfg['on_engine_create']
-    assert db_api._no_reset_on_return in hooks
+    assert db_api._tune_pool in hooks
 
 
 def test_a_write_ends_with_its_commit_alone(facade):
@@ -79,3 +87,42 @@ def test_a_transaction_broken_off_is_still_rolled_back(facade):
     with manager.writer.using(context) as session:
         assert session.execute(sa.text('SELECT 2')).scalar() == 2
     assert ends == ['ROLLBACK', 'COMMIT']
+
+
+def _backend_id(session):
+    if session.get_bind().dialect.name == 'mysql':
+        return session.execute(sa.text('SELECT CONNECTION_ID()')).scalar()
+    return session.execute(sa.text('SELECT pg_backend_pid()')).scalar()
+
+
+def test_a_connection_idle_a_while_is_pinged_first(facade, monkeypatch):
+    manager, ends = facade
+    context = cyborg_context.get_admin_context()
+    with manager.writer.using(context) as session:
+        session.execute(sa.text('SELECT 1'))
+    assert 'PING' not in ends           # used a moment ago
+    monkeypatch.setattr(db_api, 'IDLE_BEFORE_PING', 0)
+    ends.clear()
+    with manager.writer.using(context) as session:
+        session.execute(sa.text('SELECT 1'))
+    assert ends == ['PING', 'COMMIT']
+
+
+def test_a_connection_that_died_idle_is_replaced_before_use(facade,
+                                                            monkeypatch):
+    manager, ends = facade
+    context = cyborg_context.get_admin_context()
+    with manager.writer.using(context) as session:
+        dead = _backend_id(session)
+    # The server ends the pooled connection (as a restart would).
+    engine = manager.writer.get_engine()
+    killer = sa.create_engine(engine.url, poolclass=sa.pool.NullPool)
+    with killer.connect() as conn:
+        if engine.dialect.name == 'mysql':
+            conn.execute(sa.text('KILL CONNECTION %d' % dead))
+        else:
+            conn.execute(sa.text('SELECT pg_terminate_backend(%d)' % dead))
+    killer.dispose()
+    monkeypatch.setattr(db_api, 'IDLE_BEFORE_PING', 0)
+    with manager.writer.using(context) as session:
+        assert _backend_id(session) != dead
