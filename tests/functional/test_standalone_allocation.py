@@ -51,6 +51,13 @@ def deployment(tmp_path_factory):
                        60, 'the fake device to be reported')
             flow._wait(lambda: flow._inventory(placement_url), 30,
                        'the fake device provider in Placement')
+            # Each test's ARQs ask for it (made here: xdist may run the
+            # tests of this module on different workers).
+            assert d.call('POST', '/device_profiles', headers=flow.ADMIN,
+                          json=[{'name': 'standalone-fpga', 'groups': [{
+                              'resources:FPGA': '1',
+                              'trait:CUSTOM_FAKE_DEVICE': 'required'}]}]
+                          ).status_code == 201
             yield d
         finally:
             for service in d.services.values():
@@ -76,10 +83,6 @@ def _fault(response):
 
 def test_two_consumers_race_for_the_last_accelerator(deployment):
     d = deployment
-    assert d.call('POST', '/device_profiles', headers=flow.ADMIN, json=[{
-        'name': 'standalone-fpga', 'groups': [{
-            'resources:FPGA': '1',
-            'trait:CUSTOM_FAKE_DEVICE': 'required'}]}]).status_code == 201
     arqs = []
     for _ in range(2):
         created = d.call('POST', '/accelerator_requests', headers=USER,
@@ -177,6 +180,7 @@ def test_a_user_cannot_delete_an_allocated_arq_without_a_service(
     d = deployment
     created = d.call('POST', '/accelerator_requests', headers=USER,
                      json={'device_profile_name': 'standalone-fpga'})
+    assert created.status_code == 201, created.text
     arq = created.json()['arqs'][0]['uuid']
     allocated = d.call('POST', f'/accelerator_requests/{arq}/allocate',
                        headers=SCHEDULER, json={'consumer_id': 'pod-9',
