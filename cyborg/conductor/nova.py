@@ -104,10 +104,9 @@ def deliver_batch(conf, context, batch_id):
     Nova has answered, else postpone them for the periodic."""
     if not enabled(conf):
         return True
-    rows = event_db.get_batch(context, batch_id)
+    rows, events = _batch(context, batch_id)
     if not rows:
         return True
-    events = current(context, rows)
     if not events or send(conf, events):
         db_api.write_retrying(context, event_db.delete_ids,
                               context, [r.id for r in rows])
@@ -116,6 +115,14 @@ def deliver_batch(conf, context, batch_id):
     db_api.write_retrying(context, event_db.postpone_batch,
                           context, batch_id, _next_attempt(conf, attempts))
     return False
+
+
+@db_api.reader
+def _batch(context, batch_id):
+    """A batch's event rows and what of them is still to send, read in
+    one transaction."""
+    rows = event_db.get_batch(context, batch_id)
+    return rows, current(context, rows) if rows else []
 
 
 def current(context, rows):

@@ -201,10 +201,15 @@ def handle_state(context, uuid):
 def bound_elsewhere(context, instance_uuids, exclude_uuids):
     """ARQs binding or bound to these instances that are not in
     ``exclude_uuids``: (instance_uuid, uuid) rows."""
-    return _execute(context, select(_ARQ.c.instance_uuid, _ARQ.c.uuid)
-                    .where(_ARQ.c.instance_uuid.in_(list(instance_uuids)),
-                           _ARQ.c.state.in_(states.ARQ_HOLDING),
-                           _ARQ.c.uuid.not_in(list(exclude_uuids)))).all()
+    return _execute(context, _BOUND_ELSEWHERE, {
+        'instances': list(instance_uuids),
+        'exclude': list(exclude_uuids)}).all()
+
+
+_BOUND_ELSEWHERE = select(_ARQ.c.instance_uuid, _ARQ.c.uuid).where(
+    _ARQ.c.instance_uuid.in_(sa.bindparam('instances', expanding=True)),
+    _ARQ.c.state.in_(states.ARQ_HOLDING),
+    _ARQ.c.uuid.not_in(sa.bindparam('exclude', expanding=True)))
 
 
 @reader
@@ -245,10 +250,11 @@ def outcomes(context, uuids):
     still exist."""
     if not uuids:
         return {}
-    rows = _execute(context, select(_ARQ.c.uuid, _ARQ.c.state,
-                                    _ARQ.c.instance_uuid)
-                    .where(_ARQ.c.uuid.in_(list(uuids)))).all()
+    rows = _filtered(context, _OUTCOME, uuids=uuids).all()
     return {row.uuid: (row.state, row.instance_uuid) for row in rows}
+
+
+_OUTCOME = (_ARQ.c.uuid, _ARQ.c.state, _ARQ.c.instance_uuid)
 
 
 @reader
@@ -272,12 +278,33 @@ def transition(context, uuid, to_state, from_states, values=None,
                where=None):
     """Move one ARQ to ``to_state`` if it is in ``from_states`` (and the
     extra ``where`` column values hold); returns the row count (0 or 1)."""
-    conditions = [_ARQ.c.uuid == uuid, _ARQ.c.state.in_(from_states)]
-    conditions += [_ARQ.c[k] == v for k, v in (where or {}).items()]
-    result = context.session.execute(
-        sa.update(_ARQ).where(*conditions)
-        .values(state=to_state, updated_at=models._now(), **(values or {})))
-    return result.rowcount
+    values, where = values or {}, where or {}
+    key = (tuple(sorted(values)),
+           tuple(sorted((k, v is None) for k, v in where.items())))
+    statement = _TRANSITIONS.get(key)
+    if statement is None:
+        # Built once per shape (the columns it sets, those it checks and
+        # which of them must be NULL): SQLAlchemy then works out its cache
+        # key once, not on every bind.
+        conditions = [
+            _ARQ.c.uuid == sa.bindparam('t_uuid'),
+            _ARQ.c.state.in_(sa.bindparam('t_from', expanding=True))]
+        conditions += [_ARQ.c[k].is_(None) if null else
+                       _ARQ.c[k] == sa.bindparam('w_' + k)
+                       for k, null in key[1]]
+        statement = _TRANSITIONS[key] = sa.update(_ARQ).where(
+            *conditions).values(
+                state=sa.bindparam('t_to'),
+                updated_at=sa.bindparam('t_now'),
+                **{k: sa.bindparam('v_' + k) for k in key[0]})
+    params = {'t_uuid': uuid, 't_from': list(from_states), 't_to': to_state,
+              't_now': models._now()}
+    params.update(('v_' + k, v) for k, v in values.items())
+    params.update(('w_' + k, v) for k, v in where.items() if v is not None)
+    return context.session.connection().execute(statement, params).rowcount
+
+
+_TRANSITIONS = {}
 
 
 @writer

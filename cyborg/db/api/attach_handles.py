@@ -28,32 +28,40 @@ def take(context, deployable_id):
     after reading it (locking them all), and concurrent binds find no
     free handle until this one commits.
     """
-    h = models.AttachHandle
+    connection = context.session.connection()
     for _ in range(_TAKE_TRIES):
-        row = context.session.execute(
-            sa.select(h.id, h.uuid, h.attach_type, h.attach_info)
-            .where(h.deployable_id == deployable_id, h.in_use == sa.false())
-            .order_by(h.id).limit(1)
-            .with_for_update(skip_locked=True)).first()
+        row = connection.execute(_FREE_HANDLE,
+                                 {'deployable_id': deployable_id}).first()
         if row is None:
             return None
-        taken = context.session.execute(
-            sa.update(h).where(h.id == row.id, h.in_use == sa.false())
-            .values(in_use=True, updated_at=models._now())
-            .execution_options(synchronize_session=False)).rowcount
+        taken = connection.execute(_TAKE_HANDLE, {
+            'handle_id': row.id, 'now': models._now()}).rowcount
         if taken:
             return row
     return None
 
 
+# Built once: statements a bind runs every time (see arqs._filtered).
+_H = models.AttachHandle.__table__
+_FREE_HANDLE = (
+    sa.select(_H.c.id, _H.c.uuid, _H.c.attach_type, _H.c.attach_info)
+    .where(_H.c.deployable_id == sa.bindparam('deployable_id'),
+           _H.c.in_use == sa.false())
+    .order_by(_H.c.id).limit(1).with_for_update(skip_locked=True))
+_TAKE_HANDLE = (
+    sa.update(_H).where(_H.c.id == sa.bindparam('handle_id'),
+                        _H.c.in_use == sa.false())
+    .values(in_use=True, updated_at=sa.bindparam('now')))
+_RELEASE_HANDLE = (
+    sa.update(_H).where(_H.c.id == sa.bindparam('handle_id'))
+    .values(in_use=False, updated_at=sa.bindparam('now')))
+
+
 @writer
 def release(context, handle_id):
     """Mark the handle free again."""
-    h = models.AttachHandle
-    context.session.execute(
-        sa.update(h).where(h.id == handle_id)
-        .values(in_use=False, updated_at=models._now())
-        .execution_options(synchronize_session=False))
+    context.session.connection().execute(_RELEASE_HANDLE, {
+        'handle_id': handle_id, 'now': models._now()})
 
 
 @reader

@@ -17,10 +17,9 @@ def create_many(context, values):
 
 @reader
 def get_batch(context, batch_id):
-    """The events of one batch (model instances)."""
-    e = models.NovaEvent
-    return context.session.execute(
-        sa.select(e).where(e.batch_id == batch_id)).scalars().all()
+    """The events of one batch (rows with every column)."""
+    return context.session.connection().execute(
+        _BATCH, {'batch_id': batch_id}).all()
 
 
 @reader
@@ -67,10 +66,14 @@ def make_owned_due(context, owner, created_before, now):
 @writer
 def delete_ids(context, ids):
     """Forget delivered events."""
-    e = models.NovaEvent
-    context.session.execute(
-        sa.delete(e).where(e.id.in_(list(ids)))
-        .execution_options(synchronize_session=False))
+    context.session.connection().execute(_FORGET, {'ids': list(ids)})
+
+
+# Built once: each bind's events are read and deleted by these.
+_E = models.NovaEvent.__table__
+_BATCH = sa.select(_E).where(_E.c.batch_id == sa.bindparam('batch_id'))
+_FORGET = sa.delete(_E).where(_E.c.id.in_(sa.bindparam('ids',
+                                                        expanding=True)))
 
 
 @reader

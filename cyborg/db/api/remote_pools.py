@@ -39,7 +39,7 @@ def get_all(context, name=None):
 def by_rp_uuids(context, rp_uuids):
     """{rp_uuid: pool} of the pools whose providers are among
     ``rp_uuids``: the targets a bind may name besides deployables."""
-    if not _sql.matchable(rp_uuids):
+    if not rp_uuids or not _sql.matchable(rp_uuids):
         return {}
     pools = context.session.scalars(
         sa.select(_POOL).where(_POOL.rp_uuid.in_(list(rp_uuids)))).all()
