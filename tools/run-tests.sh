@@ -7,9 +7,11 @@
 # test requirements and the project into it, makes sure RabbitMQ, MariaDB
 # and PostgreSQL answer on 127.0.0.1 (installing them with apt-get when
 # they are absent and we are root; starting them only when they are not
-# running), then runs pytest: with no arguments in two stages, every test
-# but the fault matrix (tests/faults) and then the fault matrix; with
-# arguments, pytest with those.  Exits non-zero when a test fails.
+# running) and that the Galera provider is installed (the fault matrix
+# starts a cluster of its own), then runs pytest: with no arguments in
+# two stages, every test but the fault matrix (tests/faults) and then the
+# fault matrix; with arguments, pytest with those.  Exits non-zero when
+# a test fails.
 #
 # Environment: PYTHON (default python3.11, else python3), VENV (default
 # .venv), PYTEST_WORKERS (default 2), CYBORG_SKIP_SERVICES=1 to leave the
@@ -131,6 +133,21 @@ EOF
     fi
 }
 
+setup_galera() {
+    # tests/faults/test_galera.py starts a Galera cluster of its own from
+    # MariaDB's binaries: it needs the provider (galera-4) and the rsync
+    # state transfer (wsrep_sst_rsync, of mariadb-server; rsync, lsof).
+    # Nothing is started here.
+    local missing=()
+    [ -e /usr/lib/galera/libgalera_smm.so ] || missing+=(galera-4)
+    command -v wsrep_sst_rsync >/dev/null || missing+=(mariadb-server)
+    command -v rsync >/dev/null || missing+=(rsync)
+    command -v lsof >/dev/null || missing+=(lsof)
+    if [ ${#missing[@]} -gt 0 ]; then
+        apt_install "${missing[@]}"
+    fi
+}
+
 setup_postgresql() {
     if ! port_open 5432; then
         command -v pg_ctlcluster >/dev/null || apt_install postgresql
@@ -156,6 +173,7 @@ setup_venv
 if [ -z "${CYBORG_SKIP_SERVICES:-}" ]; then
     setup_rabbitmq
     setup_mariadb
+    setup_galera
     setup_postgresql
 fi
 

@@ -106,6 +106,12 @@ CONDUCTOR_NOVA_SECONDS = _histogram(
 CONDUCTOR_NOVA_ERRORS = prom.Counter(
     'cyborg_conductor_nova_errors_total',
     'Requests to Nova that failed.', registry=REGISTRY)
+# Any process that writes the database (the conductor).
+DB_RETRIES = prom.Counter(
+    'cyborg_db_transaction_retries_total',
+    'Transactions run again after losing a lock conflict: a deadlock, a '
+    'Galera certification failure, a serialization failure.',
+    registry=REGISTRY)
 # Any process that notifies (the conductor; the agent's telemetry).
 NOTIFICATIONS = prom.Counter(
     'cyborg_notifications_total',

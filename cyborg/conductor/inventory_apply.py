@@ -130,6 +130,8 @@ def _write_with_retries(conf, context, hostname, report, parsed):
                     isinstance(exc, db_exc.DBDuplicateEntry) or
                     db_api.retryable(exc)):
                 raise
+            if not isinstance(exc, db_exc.DBDuplicateEntry):
+                db_api.retrying(exc, 'report of ' + hostname, attempt)
             LOG.info('Report of %s raced another writer (%s); planning '
                      'again.', hostname, type(exc).__name__)
 

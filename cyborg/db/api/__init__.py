@@ -34,9 +34,13 @@ import time
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
 from oslo_db.sqlalchemy import enginefacade
+from oslo_log import log as logging
 from sqlalchemy.pool import base as pool_base
 
+from cyborg.common import metrics
 from cyborg.common import timing
+
+LOG = logging.getLogger(__name__)
 
 context_manager = enginefacade.transaction_context()
 reader = context_manager.reader
@@ -147,7 +151,17 @@ def write_retrying(context, fn, *args, **kwargs):
                 sa.exc.OperationalError) as e:
             if attempt == _WRITE_TRIES or not retryable(e):
                 raise
+            retrying(e, getattr(fn, '__name__', fn), attempt)
             time.sleep(random.uniform(0.002, 0.02) * attempt)
+
+
+def retrying(error, what, attempt):
+    """Count (and log at DEBUG) a transaction about to be run again after
+    a lost lock conflict: on a Galera cluster, mostly certification
+    failures, the rate operators watch."""
+    metrics.DB_RETRIES.inc()
+    LOG.debug('%s lost a lock conflict (attempt %d); running it again: %s',
+              what, attempt, error)
 
 
 @contextlib.contextmanager

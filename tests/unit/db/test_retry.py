@@ -6,6 +6,7 @@ import pytest
 import sqlalchemy as sa
 from oslo_db.sqlalchemy import engines
 
+from cyborg.common import metrics
 from cyborg.db import api as db_api
 from tests.fixtures import databases
 
@@ -22,6 +23,11 @@ CONFLICTS = (
 def _signal(errno, text):
     return sa.text("SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = %d, "
                    "MESSAGE_TEXT = '%s'" % (errno, text))
+
+
+def _retries():
+    return metrics.REGISTRY.get_sample_value(
+        'cyborg_db_transaction_retries_total') or 0
 
 
 @pytest.fixture(scope='module')
@@ -58,8 +64,10 @@ def test_a_write_that_fails_certification_is_run_again(mariadb,
                                                   CONFLICTS[0]))
         return admin_context.session.execute(sa.text('SELECT 7')).scalar()
 
+    retries = _retries()
     try:
         assert db_api.write_retrying(admin_context, write) == 7
     finally:
         undo()
     assert len(attempts) == 2
+    assert _retries() == retries + 1
