@@ -18,7 +18,6 @@ transaction run again (``cyborg_db_transaction_retries_total``).
 
 import concurrent.futures
 import time
-import uuid as uuidlib
 
 import sqlalchemy as sa
 
@@ -64,12 +63,7 @@ def _bind_round(d, cluster, database):
         arqs = [u for created in pool.map(
             lambda _: d.create_arqs('plain', 1), range(BINDS))
             for u in created]
-    instance = {arq: str(uuidlib.uuid4()) for arq in arqs}
-    with concurrent.futures.ThreadPoolExecutor(BINDS) as pool:
-        answers = list(pool.map(
-            lambda arq: d.bind(arq, HOST, instance[arq]), arqs))
-    assert {r.status_code for r, _ in answers} == {202}, [
-        r.text for r, _ in answers]
+    d.bind_at_once(arqs, HOST)
     processes.wait_for(lambda: _settled(d), timeout=30,
                        what='every bind to end')
 
