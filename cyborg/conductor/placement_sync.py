@@ -222,8 +222,8 @@ def _by_uuid(providers):
 
 def _sync_provider(client, provider, actual, touched, trust_memory):
     """Make one provider right; says what it took: ``made`` (just created
-    and still empty, for ``_fill_new`` to fill), ``created``, ``updated``
-    or ``unchanged``."""
+    and still empty, for ``_fill_new`` to fill), ``updated`` or
+    ``unchanged``."""
     if actual is None:
         created = client.create_provider(provider.uuid, provider.name,
                                          provider.parent_uuid)
@@ -231,8 +231,12 @@ def _sync_provider(client, provider, actual, touched, trust_memory):
             # Every write to a provider (inventory, traits, allocations)
             # moves its generation on: at 0 it holds nothing yet.
             return 'made'
-        _write_provider(client, provider, created['generation'])
-        return 'created'
+        # It existed and holds something: OpenStack Cyborg made it, or a
+        # first sync of this host cut short by an outage (after the trait
+        # PUT, or after the reshape but before the host was recorded as
+        # synced).  Compared like any other: only what differs is written.
+        return 'updated' if _check_provider(client, provider) \
+            else 'unchanged'
     if (actual['name'] != provider.name or
             actual['parent_provider_uuid'] != provider.parent_uuid):
         actual = client.update_provider(provider.uuid, provider.name,

@@ -1,5 +1,6 @@
 """RabbitMQ or the database taken away from a running API and conductor
-(through TCP proxies: the servers themselves are shared) and brought back.
+(through TCP proxies: the servers themselves are shared) and brought back;
+every test on MariaDB and on PostgreSQL.
 
 While one is away the processes stay up and log one line per failure,
 not tracebacks; reads that do not need it are served at once; requests
@@ -13,11 +14,18 @@ consumer's poll), a read within 1 s of the database's.
 import concurrent.futures
 import time
 
+import pytest
+
 from tests.fixtures import outages
 
 WRITES_DURING_OUTAGE = 12       # more than [api]threads lets wait at once (8)
 BROKER_RECOVERY = 4.0
 DATABASE_RECOVERY = 1.0
+
+
+@pytest.fixture(params=['mysql', 'postgresql'])
+def db_kind(request):
+    return request.param
 
 
 def _writes_refused(deployment, also_read=('/', '/v2/devices')):
@@ -37,8 +45,8 @@ def _writes_refused(deployment, also_read=('/', '/v2/devices')):
     assert deployment.all_up()
 
 
-def test_broker_lost_and_back(tmp_path):
-    with outages.deployment(tmp_path) as d:
+def test_broker_lost_and_back(tmp_path, db_kind):
+    with outages.deployment(tmp_path, db_kind) as d:
         assert d.create_profile()[0].status_code == 201
         before = d.profiles()
         d.broker.cut()
@@ -52,10 +60,10 @@ def test_broker_lost_and_back(tmp_path):
         d.logs_without_tracebacks()
 
 
-def test_broker_away_before_the_first_write(tmp_path):
+def test_broker_away_before_the_first_write(tmp_path, db_kind):
     """The API cannot open its reply queue: writes still answer 503 in
     seconds, and work once the broker is back."""
-    with outages.deployment(tmp_path, db_kind='postgresql') as d:
+    with outages.deployment(tmp_path, db_kind) as d:
         d.broker.cut()
         _writes_refused(d)
         d.broker.restore()
@@ -64,8 +72,8 @@ def test_broker_away_before_the_first_write(tmp_path):
         d.logs_without_tracebacks()
 
 
-def test_database_lost_and_back(tmp_path):
-    with outages.deployment(tmp_path) as d:
+def test_database_lost_and_back(tmp_path, db_kind):
+    with outages.deployment(tmp_path, db_kind) as d:
         assert d.create_profile()[0].status_code == 201
         d.database.cut()
         resp, took = d.request('GET', '/v2/devices')
@@ -82,10 +90,10 @@ def test_database_lost_and_back(tmp_path):
         d.logs_without_tracebacks()
 
 
-def test_api_started_while_the_database_is_away(tmp_path):
+def test_api_started_while_the_database_is_away(tmp_path, db_kind):
     """The API's first use of the database does not wait out oslo.db's
     start-up retries (100 s by default): 503 at once."""
-    with outages.deployment(tmp_path, db_kind='postgresql') as d:
+    with outages.deployment(tmp_path, db_kind) as d:
         d.database.cut()
         d.restart_api()
         resp, took = d.request('GET', '/v2/devices')

@@ -1,6 +1,6 @@
 """Placement taken away while agents report, and agents (re)started while
 it is away (the real Placement behind a TCP proxy), against real
-conductor and agent processes over RabbitMQ and MariaDB.
+conductor and agent processes over RabbitMQ, on MariaDB and PostgreSQL.
 
 Every process stays up and logs one line per failure, not a traceback;
 reports are stored while Placement is away (nothing lost); when it comes
@@ -47,23 +47,36 @@ def _providers(url, host):
     return found
 
 
-def _stored_hosts(db_url):
+def _query(db_url, sql):
     import sqlalchemy as sa
     engine = sa.create_engine(db_url)
     try:
         with engine.connect() as conn:
-            return {r.hostname for r in conn.execute(sa.text(
-                'SELECT DISTINCT hostname FROM devices'))}
+            return conn.execute(sa.text(sql)).all()
     finally:
         engine.dispose()
 
 
-def test_placement_away_while_agents_report_and_start(tmp_path):
-    # MariaDB only: on PostgreSQL the host whose agent restarted during the
-    # outage has its provider written again (same content, a new
-    # generation) when Placement returns; not yet understood.
+def _stored_hosts(db_url):
+    return {r.hostname for r in _query(
+        db_url, 'SELECT DISTINCT hostname FROM devices')}
+
+
+def _synced_hosts(db_url):
+    """Hosts whose last sync completed (recorded after its last
+    Placement call)."""
+    return {r.hostname for r in _query(
+        db_url, 'SELECT hostname FROM hosts WHERE placement_synced')}
+
+
+def _inventories(url, host):
+    return {name: inv for name, (_gen, inv) in _providers(url, host).items()}
+
+
+@pytest.mark.parametrize('db_kind', ['mysql', 'postgresql'])
+def test_placement_away_while_agents_report_and_start(tmp_path, db_kind):
     with rabbit.throwaway_vhost() as transport_url, \
-            databases.throwaway_database('mysql') as db_url, \
+            databases.throwaway_database(db_kind) as db_url, \
             placement_fixture.PlacementProcess(
                 log_path=tmp_path / 'placement.log') as placement_url:
         databases.create_schema(db_url)
@@ -96,9 +109,13 @@ def _run(tmp, transport_url, db_url, placement_url, proxied, proxy):
         conductor = start('cyborg-conductor', 'conductor')
         conductor.wait_for_log('cyborg-conductor started', timeout=60)
         steady = start('cyborg-agent', 'steady')
-        processes.wait_for(lambda: _providers(placement_url, 'steady'),
-                           timeout=60, what='the first provider')
+        # The first sync done, not only begun: a provider is listed from
+        # its create on, before its traits and inventory are set.
+        processes.wait_for(lambda: 'steady' in _synced_hosts(db_url),
+                           timeout=60, what="the first host's first sync")
         before = _providers(placement_url, 'steady')
+        assert _inventories(placement_url, 'steady') == {
+            'steady_FakeDevice': {'FPGA': 16}}
 
         proxy.cut()
         # A restarted agent and a new one report while Placement is away.
@@ -117,11 +134,10 @@ def _run(tmp, transport_url, db_url, placement_url, proxied, proxy):
         proxy.restore()
 
         processes.wait_for(
-            lambda: set(_providers(placement_url, 'late')) == {
-                'late_FakeDevice'}, timeout=CONVERGE,
+            lambda: 'late' in _synced_hosts(db_url), timeout=CONVERGE,
             what='the new host in Placement after its return')
-        assert _providers(placement_url, 'late')['late_FakeDevice'][1] == {
-            'FPGA': 16}
+        assert _inventories(placement_url, 'late') == {
+            'late_FakeDevice': {'FPGA': 16}}
         # The provider that was there is untouched: same generation.
         assert _providers(placement_url, 'steady') == before
         assert _stored_hosts(db_url) == {'steady', 'late'}

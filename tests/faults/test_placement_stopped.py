@@ -1,6 +1,7 @@
 """Serving ARQs without Placement, a compute node named as Nova names it,
 and a Nova event left behind for an ARQ deleted since (real processes,
-the real Placement actually stopped and started again, on MariaDB).
+the real Placement actually stopped and started again, on MariaDB and
+PostgreSQL).
 
 - Nova names the compute node after the hypervisor's host name
   (``cmp1.cloud.example.org`` here), not the service host (``cmp1``): the

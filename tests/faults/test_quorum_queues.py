@@ -1,7 +1,8 @@
 """RabbitMQ with quorum queues (``[oslo_messaging_rabbit]
 rabbit_quorum_queue``, what clustered brokers run), on a vhost of its
 own: an agent's report and an API write reach the conductor through
-quorum queues, as they do through classic ones."""
+quorum queues, as they do through classic ones; on MariaDB and
+PostgreSQL."""
 
 import subprocess
 
@@ -30,10 +31,11 @@ def _queue_types(vhost):
                 if '\t' in line and not line.startswith('name'))
 
 
-def test_report_and_api_write_over_quorum_queues(tmp_path):
+@pytest.mark.parametrize('db_kind', ['mysql', 'postgresql'])
+def test_report_and_api_write_over_quorum_queues(tmp_path, db_kind):
     port = processes.free_port()
     with rabbit.throwaway_vhost() as transport_url, \
-            databases.throwaway_database('mysql') as db_url, \
+            databases.throwaway_database(db_kind) as db_url, \
             placement_fixture.PlacementProcess(
                 log_path=tmp_path / 'placement.log') as placement_url:
         databases.create_schema(db_url)

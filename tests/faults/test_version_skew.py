@@ -1,5 +1,6 @@
 """Agents of another version than the conductor, as real processes over
-RabbitMQ against the current conductor, MariaDB and the real Placement.
+RabbitMQ against the current conductor, the real Placement and MariaDB or
+PostgreSQL (each test runs on both).
 
 - An N-1 agent: a cyborg-agent capped at the previous RPC version
   (``[upgrade_levels]conductor = 1.0``, which has no ``report_health``)
@@ -46,8 +47,8 @@ FIRST_REPORT_BOUND = 10.0            # seconds after the conductor started
 
 
 class Skew:
-    """A throwaway vhost, MariaDB database and Placement, with processes
-    started on demand."""
+    """A throwaway vhost, database (MariaDB or PostgreSQL) and Placement,
+    with processes started on demand."""
 
     def __init__(self, tmp, transport_url, db_url, placement_url):
         self.tmp = tmp
@@ -129,10 +130,10 @@ class Skew:
         return conf
 
 
-@pytest.fixture
-def skew(tmp_path):
+@pytest.fixture(params=['mysql', 'postgresql'])
+def skew(request, tmp_path):
     with rabbit.throwaway_vhost() as transport_url, \
-            databases.throwaway_database('mysql') as db_url, \
+            databases.throwaway_database(request.param) as db_url, \
             placement_fixture.PlacementProcess(
                 log_path=tmp_path / 'placement.log') as placement_url:
         databases.create_schema(db_url)

@@ -62,6 +62,8 @@ def lock_or_create(context, hostname):
 @reader
 def get(context, hostname):
     """The host's row (dict), or None."""
+    if not _sql.matchable(hostname):
+        return None
     h = _HOST
     row = _sql.connection(context).execute(
         sa.select(h).where(h.c.hostname == hostname)).mappings().first()

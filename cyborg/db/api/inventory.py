@@ -25,7 +25,10 @@ TABLES = {'devices': models.Device,
 @reader
 def load(context, hostname, device_uuids=None):
     """The stored rows of a host's devices (all, or these uuids) as
-    {table: [row dicts]}: five queries whatever the number of devices."""
+    {table: [row dicts]}: five queries whatever the number of devices
+    (none for a host name no row can hold)."""
+    if not _sql.matchable(hostname, device_uuids):
+        return {table: [] for table in TABLES}
     s = _sql.connection(context)
     d = models.Device.__table__
     query = sa.select(d).where(d.c.hostname == hostname)

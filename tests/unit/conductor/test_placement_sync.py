@@ -234,3 +234,62 @@ def test_report_and_sync_are_one_info_line_each(conf, db, admin_context,
                              'added, 0 updated, 1 removed; ')
     assert synced.startswith('Placement sync of host host1: 0 provider(s) '
                              'created, 0 updated, 1 removed')
+
+
+def _existing_provider(placement, cn, traits, inventories=None):  # noqa: F811
+    """GPU's provider as something else left it: created under ``cn``
+    with ``traits`` and, if given, ``inventories``."""
+    rp = inventory.provider_uuid(GPU)
+    _call(placement, 'POST', '/resource_providers', {
+        'uuid': rp, 'name': GPU, 'parent_provider_uuid': cn})
+    for trait in traits:
+        if trait.startswith('CUSTOM_'):
+            _call(placement, 'PUT', '/traits/' + trait)
+    generation = _call(placement, 'PUT', f'/resource_providers/{rp}/traits', {
+        'resource_provider_generation': 0,
+        'traits': sorted(traits)})['resource_provider_generation']
+    if inventories is not None:
+        generation = _call(
+            placement, 'PUT', f'/resource_providers/{rp}/inventories', {
+                'resource_provider_generation': generation,
+                'inventories': inventories})['resource_provider_generation']
+    return generation
+
+
+def _first_report(conf, admin_context, placement):  # noqa: F811
+    pf.placement_conf(conf, placement.url)
+    inventory_apply.handle_report(conf, admin_context, HOST, cf.report(
+        [cf.device(HOST, '0000:81:00.0', traits=['CUSTOM_A'])]))
+    assert host_db.get(admin_context, HOST)['placement_synced']
+    gpu = _inventory(placement, GPU)
+    assert gpu['inventories']['PGPU']['total'] == 1
+    assert _traits(placement, GPU) == {'CUSTOM_A', 'OWNER_CYBORG'}
+    return gpu['resource_provider_generation']
+
+
+def test_a_provider_left_half_made_gets_only_what_it_lacks(
+        conf, db, admin_context, placement):  # noqa: F811
+    """A host's first sync cut after its trait PUT (Placement went away
+    before the inventory was set) left the provider with its traits and
+    no inventory: the next sync adopts it and writes the inventory alone
+    (one generation), not the traits again."""
+    cn = _call(placement, 'POST', '/resource_providers', {'name': HOST})
+    before = _existing_provider(placement, cn['uuid'],
+                                {'CUSTOM_A', 'OWNER_CYBORG'})
+    assert _first_report(conf, admin_context, placement) == before + 1
+
+
+def test_an_adopted_provider_already_right_is_not_written(
+        conf, db, admin_context, placement):  # noqa: F811
+    """A provider that exists as the host's report describes it keeps its
+    generation when the host's first sync adopts it: made by OpenStack
+    Cyborg, or by a first sync whose reshape Placement applied but whose
+    answer was lost (Placement went away), so that the host was never
+    recorded as synced.  (It was written again whole: +1 generation for
+    the same inventory.)"""
+    cn = _call(placement, 'POST', '/resource_providers', {'name': HOST})
+    before = _existing_provider(
+        placement, cn['uuid'], {'CUSTOM_A', 'OWNER_CYBORG'},
+        {'PGPU': {'total': 1, 'reserved': 0, 'min_unit': 1, 'max_unit': 1,
+                  'step_size': 1, 'allocation_ratio': 1.0}})
+    assert _first_report(conf, admin_context, placement) == before

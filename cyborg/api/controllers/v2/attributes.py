@@ -56,7 +56,11 @@ def _find(r, uuid):
 def _deployable(r, ref, missing_ok=False):
     """The deployable named by integer id or uuid ``ref``, or (with
     ``missing_ok``) None when it names none."""
-    if isinstance(ref, int) or _ID.fullmatch(str(ref)):
+    # A body's integer may come as 2406.0 (an integer to JSON Schema, a
+    # float to Python): an id too, never compared with the uuid column
+    # (PostgreSQL refuses varchar = numeric; MariaDB would cast every
+    # uuid to a number).
+    if isinstance(ref, (int, float)) or _ID.fullmatch(str(ref)):
         # Ids are 32-bit: a larger one names nothing (and must not reach
         # PostgreSQL, which rejects it).
         deployable = None
