@@ -1,5 +1,5 @@
 """Bad input: schemathesis drives every operation of /v2/openapi.json
-against the in-process API (a real conductor on fake://), on MariaDB and
+against the in-process API (a real conductor over RabbitMQ), on MariaDB and
 on PostgreSQL.
 
 - No request may answer 5xx.
@@ -18,7 +18,7 @@ seeded alike: about 2,500 requests on each.  (schemathesis' own pytest
 plugin does not run on pytest 9, so the operations are driven through
 their hypothesis strategies here.)  The hostile bodies and bad
 microversions sent to every route are
-``tests/unit/api/test_hostile_every_route.py``.
+``tests/faults/test_hostile_every_route.py``.
 """
 
 import collections
@@ -36,6 +36,7 @@ from schemathesis.specs.openapi import checks as openapi_checks
 import sqlalchemy as sa
 
 from tests.fixtures import api as api_fixture
+from tests.fixtures import rabbit
 
 # About 5,000 requests on real database servers: more than the stage's
 # default bound.
@@ -174,7 +175,9 @@ class _Watched:
 
 @contextlib.contextmanager
 def _deployment(db_kind):
-    with api_fixture.api_service(db_kind=db_kind) as service:
+    with rabbit.throwaway_vhost() as transport_url, \
+            api_fixture.api_service(db_kind=db_kind,
+                                    transport_url=transport_url) as service:
         api_fixture.seed_device(service.engine, 'host1', 'host1_FakeDevice')
         api_fixture.seed_binding_arqs(service.engine)
         yield _Watched(service)

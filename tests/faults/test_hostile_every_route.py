@@ -3,7 +3,8 @@ every operation sent bad microversions: never a 5xx, and a request answered
 with a 4xx writes nothing (the row count of every table is unchanged).
 
 The operations come from the declarations (``cyborg.api.routes``), so a new
-one is covered without being listed here.
+one is covered without being listed here.  The API runs in this process,
+its conductor over RabbitMQ, on MariaDB and on PostgreSQL.
 """
 
 import json
@@ -17,6 +18,7 @@ import webob
 from cyborg.api import routes
 from cyborg.db import models
 from tests.fixtures import api as api_fixture
+from tests.fixtures import rabbit
 
 CALLER = {'X-Roles': 'admin,member,reader', 'X-Project-Id': 'hostile',
           'X-User-Id': 'hostile', 'X-Service-Token': 'nova'}
@@ -40,9 +42,11 @@ BAD_VERSIONS = ['accelerator 2.999', 'accelerator two', 'accelerator 1.0',
                 'accelerator 2.01', 'accelerator -2.1']
 
 
-@pytest.fixture(scope='module')
-def service():
-    with api_fixture.api_service() as service:
+@pytest.fixture(scope='module', params=['mysql', 'postgresql'])
+def service(request):
+    with rabbit.throwaway_vhost() as transport_url, \
+            api_fixture.api_service(db_kind=request.param,
+                                    transport_url=transport_url) as service:
         yield service
 
 
