@@ -119,7 +119,7 @@ def select(*columns):
 
 def _execute(context, query, params=None):
     # Core execution: no ORM result processing for plain columns.
-    return context.session.connection().execute(query, params)
+    return _sql.connection(context).execute(query, params)
 
 
 # The conditions the hot reads filter on, as bind parameters.
@@ -301,7 +301,7 @@ def transition(context, uuid, to_state, from_states, values=None,
               't_now': models._now()}
     params.update(('v_' + k, v) for k, v in values.items())
     params.update(('w_' + k, v) for k, v in where.items() if v is not None)
-    return context.session.connection().execute(statement, params).rowcount
+    return _execute(context, statement, params).rowcount
 
 
 _TRANSITIONS = {}

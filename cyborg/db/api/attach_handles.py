@@ -6,6 +6,7 @@ handles in bulk (``inventory``)."""
 import sqlalchemy as sa
 
 from cyborg.db import models
+from cyborg.db.api import _sql
 from cyborg.db.api import reader, writer
 
 # Handles a bind races for before giving up on a deployable.
@@ -28,7 +29,7 @@ def take(context, deployable_id):
     after reading it (locking them all), and concurrent binds find no
     free handle until this one commits.
     """
-    connection = context.session.connection()
+    connection = _sql.connection(context)
     for _ in range(_TAKE_TRIES):
         row = connection.execute(_FREE_HANDLE,
                                  {'deployable_id': deployable_id}).first()
@@ -60,7 +61,7 @@ _RELEASE_HANDLE = (
 @writer
 def release(context, handle_id):
     """Mark the handle free again."""
-    context.session.connection().execute(_RELEASE_HANDLE, {
+    _sql.connection(context).execute(_RELEASE_HANDLE, {
         'handle_id': handle_id, 'now': models._now()})
 
 

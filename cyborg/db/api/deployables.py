@@ -94,7 +94,7 @@ def bind_targets(context, rp_uuids):
     """{rp_uuid: row} for the deployables providing ``rp_uuids``, each
     row carrying the deployable, its device's host and status, and the
     name of that host's compute node provider once a sync found it."""
-    return {row.rp_uuid: row for row in context.session.connection().execute(
+    return {row.rp_uuid: row for row in _sql.connection(context).execute(
         _BIND_TARGETS, {'rp_uuids': list(rp_uuids)})}
 
 

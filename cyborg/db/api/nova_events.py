@@ -6,6 +6,7 @@ them, re-sent by a periodic until then."""
 import sqlalchemy as sa
 
 from cyborg.db import models
+from cyborg.db.api import _sql
 from cyborg.db.api import reader, writer
 
 
@@ -18,7 +19,7 @@ def create_many(context, values):
 @reader
 def get_batch(context, batch_id):
     """The events of one batch (rows with every column)."""
-    return context.session.connection().execute(
+    return _sql.connection(context).execute(
         _BATCH, {'batch_id': batch_id}).all()
 
 
@@ -66,7 +67,7 @@ def make_owned_due(context, owner, created_before, now):
 @writer
 def delete_ids(context, ids):
     """Forget delivered events."""
-    context.session.connection().execute(_FORGET, {'ids': list(ids)})
+    _sql.connection(context).execute(_FORGET, {'ids': list(ids)})
 
 
 # Built once: each bind's events are read and deleted by these.
