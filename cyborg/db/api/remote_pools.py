@@ -92,12 +92,17 @@ def insert(context, pool_values, handle_values):
     return pool
 
 
+def _update(context, pool_id, **values):
+    """Set ``values`` on one pool row; its row count."""
+    return context.session.execute(
+        sa.update(_POOL).where(_POOL.id == pool_id)
+        .values(updated_at=models._now(), **values)
+        .execution_options(synchronize_session=False)).rowcount
+
+
 @writer
 def set_synced(context, pool_id, synced):
-    context.session.execute(
-        sa.update(_POOL).where(_POOL.id == pool_id)
-        .values(placement_synced=synced, updated_at=models._now())
-        .execution_options(synchronize_session=False))
+    _update(context, pool_id, placement_synced=synced)
 
 
 @writer
@@ -109,18 +114,12 @@ def start_deleting(context, pool_id):
         .with_for_update()).first()
     if locked is None or holders(context, pool_id):
         return False
-    return bool(context.session.execute(
-        sa.update(_POOL).where(_POOL.id == pool_id)
-        .values(state=states.POOL_DELETING, updated_at=models._now())
-        .execution_options(synchronize_session=False)).rowcount)
+    return bool(_update(context, pool_id, state=states.POOL_DELETING))
 
 
 @writer
 def set_state(context, pool_id, state):
-    context.session.execute(
-        sa.update(_POOL).where(_POOL.id == pool_id)
-        .values(state=state, updated_at=models._now())
-        .execution_options(synchronize_session=False))
+    _update(context, pool_id, state=state)
 
 
 @writer
