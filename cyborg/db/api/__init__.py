@@ -50,18 +50,20 @@ writer = context_manager.writer
 # A pooled connection unused for this long is pinged before it is used.
 IDLE_BEFORE_PING = 1.0
 _LAST_USED = 'cyborg_last_used'
+_OPEN = 'cyborg_transaction_open'
 
 
 def _tune_pool(engine):
     """Two round trips less per transaction than oslo.db's engine makes:
 
-    - No ROLLBACK when a connection goes back to the pool.  Every
-      connection here is used by an enginefacade session, which ends its
-      transaction (COMMIT for a writer, ROLLBACK for a reader) before it
-      gives the connection back; SQLAlchemy would roll back again (it
-      cannot know the transaction ended).  A connection given back in the
-      middle of a transaction (an error) is still rolled back: SQLAlchemy
-      closes the open transaction itself before returning it.
+    - No ROLLBACK when a connection goes back to the pool with no
+      transaction open.  An enginefacade session ends its transaction
+      (COMMIT for a writer, ROLLBACK for a reader) before it gives the
+      connection back; SQLAlchemy would roll back again, not knowing the
+      transaction ended.  Its begin, commit and rollback events say so
+      (``_OPEN``): a connection returned with a transaction open (dropped
+      without being closed) is still rolled back, so no request ever
+      reads through another's old snapshot.
     - A connection is pinged before use only when it has been idle for
       ``IDLE_BEFORE_PING`` seconds, not on every checkout as oslo.db's
       ``pool_pre_ping`` does: a dead one is then replaced (and the pool's
@@ -84,6 +86,19 @@ def _tune_pool(engine):
         if record is not None:
             record.info[_LAST_USED] = time.monotonic()
 
+    # Whether the connection's transaction is open, as SQLAlchemy began
+    # and ended it (it reads no state from the driver or the server).
+    def began(connection):
+        connection.info[_OPEN] = True
+
+    def ended(connection):
+        connection.info[_OPEN] = False
+
+    def reset(dbapi_connection, record, reset_state):
+        if not reset_state.terminate_only and record.info.get(_OPEN, True):
+            dialect.do_rollback(dbapi_connection)
+            record.info[_OPEN] = False
+
     def checked_out(dbapi_connection, record, proxy):
         used = record.info.get(_LAST_USED)
         if used is not None and time.monotonic() - used < IDLE_BEFORE_PING:
@@ -98,6 +113,10 @@ def _tune_pool(engine):
     sa.event.listen(engine, 'connect', connected)
     sa.event.listen(engine, 'checkin', checked_in)
     sa.event.listen(engine, 'checkout', checked_out)
+    sa.event.listen(engine, 'begin', began)
+    sa.event.listen(engine, 'commit', ended)
+    sa.event.listen(engine, 'rollback', ended)
+    sa.event.listen(engine, 'reset', reset)
 
 
 context_manager.append_on_engine_create(_tune_pool)

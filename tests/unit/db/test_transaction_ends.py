@@ -126,3 +126,18 @@ def test_a_connection_that_died_idle_is_replaced_before_use(facade,
     monkeypatch.setattr(db_api, 'IDLE_BEFORE_PING', 0)
     with manager.writer.using(context) as session:
         assert _backend_id(session) != dead
+
+
+def test_a_connection_dropped_in_a_transaction_is_rolled_back(facade):
+    """A connection given back without its transaction ended (dropped,
+    never closed) is rolled back on its way into the pool, so the next
+    transaction does not read through the old one's snapshot."""
+    import gc
+
+    manager, ends = facade
+    engine = manager.writer.get_engine()
+    connection = engine.connect()
+    connection.execute(sa.text('SELECT 1'))
+    del connection
+    gc.collect()
+    assert ends == ['ROLLBACK']
