@@ -132,7 +132,9 @@ def test_a_fatal_fault_on_a_mig_gpu_takes_its_instances_out(env):
     deployables = {d['name']: d for d in env.api(
         '/deployables')['deployables']}
     assert all(deployables[n]['health'] in ('unhealthy', 'probing')
-               for n in instances)
+               for n in instances), {
+        n: (deployables[n]['health'], deployables[n]['health_reason'])
+        for n in instances}
     # The other GPU and the fake device are untouched.
     assert env.back(env.provider_name(env.whole[0]))
     assert env.back(f'{hd.HOST}_FakeDevice')
