@@ -87,12 +87,17 @@ def _tune_pool(engine):
             record.info[_LAST_USED] = time.monotonic()
 
     # Whether the connection's transaction is open, as SQLAlchemy began
-    # and ended it (it reads no state from the driver or the server).
+    # and ended it (it reads no state from the driver or the server).  An
+    # invalidated connection (the database went away) has no DBAPI
+    # connection to describe: a new one starts unknown, and is rolled back
+    # on return.
     def began(connection):
-        connection.info[_OPEN] = True
+        if not connection.invalidated:
+            connection.info[_OPEN] = True
 
     def ended(connection):
-        connection.info[_OPEN] = False
+        if not connection.invalidated:
+            connection.info[_OPEN] = False
 
     def reset(dbapi_connection, record, reset_state):
         if not reset_state.terminate_only and record.info.get(_OPEN, True):
