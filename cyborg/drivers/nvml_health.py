@@ -47,7 +47,12 @@ _CODES = {
     'NOT_SUPPORTED': 3, 'NOT_FOUND': 6, 'TIMEOUT': 10, 'GPU_IS_LOST': 15,
     'UNINITIALIZED': 1, 'DRIVER_NOT_LOADED': 9, 'LIBRARY_NOT_FOUND': 12,
     'LIB_RM_VERSION_MISMATCH': 18, 'RESET_REQUIRED': 16,
+    'FUNCTION_NOT_FOUND': 13, 'ARGUMENT_VERSION_MISMATCH': 25,
 }
+# Errors of the version 2 memory query that mean "ask version 1" (a
+# library or driver older than the query).
+_NO_MEMORY_V2 = ('FUNCTION_NOT_FOUND', 'ARGUMENT_VERSION_MISMATCH',
+                 'NOT_SUPPORTED')
 # Errors after which the session is closed and opened again.
 _SESSION_ERRORS = ('UNINITIALIZED', 'DRIVER_NOT_LOADED', 'LIBRARY_NOT_FOUND',
                    'LIB_RM_VERSION_MISMATCH')
@@ -79,6 +84,8 @@ class NvmlWatcher:
         self._error = getattr(module, 'NVMLError', OSError)
         self._codes = {name: getattr(module, 'NVML_ERROR_' + name, value)
                        for name, value in _CODES.items()}
+        # The version 2 memory query, None once it proved absent.
+        self._memory_v2 = getattr(module, 'nvmlMemory_v2', None)
 
     # -- session -----------------------------------------------------------
 
@@ -305,7 +312,7 @@ class NvmlWatcher:
         """``{'utilization': 0..1, 'memory_used_bytes': n}`` of the GPU,
         or None when NVML cannot tell."""
         def read(gpu):
-            used = self._call('nvmlDeviceGetMemoryInfo', gpu.handle).used
+            used = self._memory_used(gpu)
             rates = self._call('nvmlDeviceGetUtilizationRates', gpu.handle)
             return {'utilization': rates.gpu / 100.0,
                     'memory_used_bytes': int(used)}
@@ -313,6 +320,27 @@ class NvmlWatcher:
             return self._guarded(device, read, None)
         except _Unsupported:
             return None
+
+
+    def _memory_used(self, gpu):
+        """Bytes of the GPU's memory in use, as nvidia-smi's "Used": NVML's
+        version 2 memory query, which counts the driver's own reservation
+        apart.  Version 1 counts it as used (480 MiB of an idle H100): it
+        is asked only where version 2 is missing (older library or
+        driver)."""
+        if self._memory_v2 is not None:
+            try:
+                return self._nvml.nvmlDeviceGetMemoryInfo(
+                    gpu.handle, version=self._memory_v2).used
+            except TypeError:
+                pass            # a pynvml without the version argument
+            except self._error as exc:
+                if not self._is(exc, *_NO_MEMORY_V2):
+                    raise
+            LOG.info('NVML has no version 2 memory query: memory in use '
+                     'includes the driver\'s reservation.')
+            self._memory_v2 = None
+        return self._call('nvmlDeviceGetMemoryInfo', gpu.handle).used
 
 
 def _mig_deployable(device, instance):
