@@ -105,6 +105,13 @@ _RemoteBound = collections.namedtuple('_RemoteBound',
 _EXECUTOR = None
 _LOOKUPS = None
 _EXECUTOR_LOCK = threading.Lock()
+# Placement lookups of allocations in flight (asked, not answered yet).
+# Up to OVERLAP_LOOKUPS, a bind runs its writes while Placement answers and
+# checks the answer before its commit; beyond (a boot storm, Placement
+# slow), it waits for the answer before writing, holding no row lock and
+# no pooled connection while Placement takes its time.
+OVERLAP_LOOKUPS = 4
+_IN_FLIGHT = 0
 
 
 class _Lost(Exception):
@@ -205,6 +212,11 @@ def start_bind(conf, context, bindings):
     # the background.
     jobs = db_api.write_retrying(context, _start, conf, context, bindings,
                                  now, asked, batch_id, deadline)
+    # Every bind Bound by _start: the batch's events are those _start
+    # recorded, known here without reading them back.
+    recorded = ([(job['instance_uuid'], job['uuid'], 'completed')
+                 for job in jobs] if all(job.get('bound') is not None
+                                         for job in jobs) else None)
     with timing.phase(timing.QUICK_BINDS):
         pending = [job for job in jobs
                    if not _resolve(conf, context, batch_id, job, deadline,
@@ -212,7 +224,8 @@ def start_bind(conf, context, bindings):
     worker_context = cyborg_context.RequestContext.from_dict(
         context.to_dict())
     return _executor(conf).submit(_run_batch, conf, worker_context,
-                                  batch_id, pending, deadline, started)
+                                  batch_id, pending, deadline, started,
+                                  recorded)
 
 
 def _start(conf, context, bindings, now, asked=None, batch_id=None,
@@ -222,7 +235,9 @@ def _start(conf, context, bindings, now, asked=None, batch_id=None,
     bind with nothing slow to do goes on to Bound in the same transaction
     (its job carries the handle as ``bound``); one whose handle is an mdev
     still to be made stays BindStarted holding it (``handle``)."""
-    jobs = _validate(conf, context, bindings, asked)
+    overlap = bool(asked) and _lookups_in_flight() <= OVERLAP_LOOKUPS
+    jobs = _validate(conf, context, bindings, asked,
+                     allocations=not overlap)
     for job in jobs:
         values = {'hostname': job['hostname'],
                   'device_rp_uuid': job['device_rp_uuid'],
@@ -260,6 +275,9 @@ def _start(conf, context, bindings, now, asked=None, batch_id=None,
             job['bound'] = handle
         elif handle is not None:
             job['handle'] = handle
+    if overlap:
+        # A refusal rolls back everything written above.
+        _check_allocations(conf, jobs, asked)
     return jobs
 
 
@@ -283,12 +301,13 @@ def _executor(conf):
         return _EXECUTOR
 
 
-def _validate(conf, context, bindings, asked=None):
+def _validate(conf, context, bindings, asked=None, allocations=True):
     """The bind jobs of a PATCH, or a 4xx: ARQs exist and are the caller's,
     are bindable, their provider is an enabled deployable on the host that
     Placement allocated to the instance, and the instance has no bound
     ARQs of another request.  A provider may also be a remote pool's: the
-    host must then be in one of the pool's aggregates."""
+    host must then be in one of the pool's aggregates.  ``allocations``
+    False leaves Placement's allocations for the caller to check."""
     if not isinstance(bindings, dict) or not bindings:
         raise exception.Invalid(reason='no accelerator request to bind')
     rows = {r.uuid: r for r in arq_db.get_to_change(context, list(bindings))
@@ -322,7 +341,8 @@ def _validate(conf, context, bindings, asked=None):
                                              target.deployable_uuid)))
     _check_instances(context, jobs)
     _check_pool_hosts(conf, pools, jobs)
-    _check_allocations(conf, jobs, asked)
+    if allocations:
+        _check_allocations(conf, jobs, asked)
     return jobs
 
 
@@ -417,10 +437,26 @@ def _ask_allocations(conf, bindings):
                  for binding in bindings.values()
                  if isinstance(binding, dict)}
     placement = placement_client.get_client(conf)
-    return {instance: _lookup_executor().submit(
+    asked = {}
+    for instance in instances:
+        if isinstance(instance, str) and uuidutils.is_uuid_like(instance):
+            _count_lookup(1)
+            future = _lookup_executor().submit(
                 placement.get_allocations_for_consumer, instance)
-            for instance in instances
-            if isinstance(instance, str) and uuidutils.is_uuid_like(instance)}
+            future.add_done_callback(lambda _future: _count_lookup(-1))
+            asked[instance] = future
+    return asked
+
+
+def _count_lookup(change):
+    global _IN_FLIGHT
+    with _EXECUTOR_LOCK:
+        _IN_FLIGHT += change
+
+
+def _lookups_in_flight():
+    with _EXECUTOR_LOCK:
+        return _IN_FLIGHT
 
 
 def _lookup_executor():
@@ -474,15 +510,21 @@ def _first_line(exc):
 
 
 @timing.rpc_served('arq_bind_work')
-def _run_batch(conf, context, batch_id, jobs, deadline, started=None):
+def _run_batch(conf, context, batch_id, jobs, deadline, started=None,
+               recorded=None):
     """Bind each ARQ of one PATCH, then send the batch's events.
     ``started``: the monotonic time the ARQs entered BindStarted, from
     which the bind latency metric is measured (binds that were taken from
-    under us, or failed by ``fail_stuck``, have no outcome of ours)."""
+    under us, or failed by ``fail_stuck``, have no outcome of ours).
+    ``recorded``: the batch's events when they are known already (every
+    bind ended in the PATCH's transaction), else None."""
     for job in jobs:
         _resolve(conf, context, batch_id, job, deadline, started)
     try:
-        nova.deliver_batch(conf, context, batch_id)
+        if recorded is not None:
+            nova.deliver_recorded(conf, context, batch_id, recorded)
+        else:
+            nova.deliver_batch(conf, context, batch_id)
     except Exception:
         LOG.exception('Could not deliver the events of batch %s; the '
                       'periodic re-sends them', batch_id)

@@ -1,23 +1,24 @@
 """Telling Nova how binds ended: ``accelerator-request-bound`` events.
 
 Delivery is at least once (doc/source/contract.rst, "Every bind outcome
-reaches Nova"): the bind state
-machine records an event row in the SAME transaction as the ARQ's final
-state (``record``), then asks for the batch to be delivered
-(``deliver_batch``): one ``POST /os-server-external-events`` (compute
-microversion 2.82) per PATCH, retried with backoff on 5xx and connection
-errors.  Rows are deleted once Nova answers; rows left behind (Nova down,
-conductor killed between commit and POST) are re-sent by the periodic
-``resend_due``, and at once by their conductor (``owner``) when it starts
-again (``resend_owned``).
+reaches Nova"): the bind state machine records an event row in the SAME
+transaction as the ARQ's final state (``record``), then asks for the batch
+to be delivered (``deliver_batch``): one
+``POST /os-server-external-events`` (compute microversion 2.82) per PATCH,
+retried with backoff on 5xx and connection errors.  A PATCH whose binds
+all ended in the transaction that started them sends what that transaction
+recorded without reading it back (``deliver_recorded``).  Rows are deleted
+once Nova answers; rows left behind (Nova down, conductor killed between
+commit and POST) are re-sent by the periodic ``resend_due``, and at once
+by their conductor (``owner``) when it starts again (``resend_owned``).
 
-What is sent is exactly how each bind ended: an event goes out only while
-its ARQ still exists, is still bound to the event's instance and is still
-in the state the event reports (Bound for ``completed``, BindFailed for
-``failed``).  An event re-sent after the process died between Nova's
-answer and the row's delete, for an ARQ deleted since (the instance is
-gone), or for a binding undone since, is dropped with its row; the same
-event recorded twice goes out once.
+What is sent is exactly how each bind ended: an event read back from the
+database goes out only while its ARQ still exists, is still bound to the
+event's instance and is still in the state the event reports (Bound for
+``completed``, BindFailed for ``failed``).  An event re-sent after the
+process died between Nova's answer and the row's delete, for an ARQ
+deleted since (the instance is gone), or for a binding undone since, is
+dropped with its row; the same event recorded twice goes out once.
 
 Nova is reached with keystoneauth from ``[nova]`` (plus a service token
 from ``[service_user]`` when ``send_service_user_token`` is set).  With no
@@ -114,6 +115,24 @@ def deliver_batch(conf, context, batch_id):
     attempts = max(r.attempts for r in rows)
     db_api.write_retrying(context, event_db.postpone_batch,
                           context, batch_id, _next_attempt(conf, attempts))
+    return False
+
+
+def deliver_recorded(conf, context, batch_id, events):
+    """``deliver_batch`` for a batch whose events are exactly ``events``
+    [(instance, arq, status)], just recorded and committed by this caller
+    (a quick bind): they say how the binds ended, so they are sent without
+    being read back; the rows are forgotten by batch once Nova has
+    answered, else postponed for the periodic like any other batch."""
+    events = [event for event in events if event[0]]
+    if not enabled(conf) or not events:
+        return True
+    if send(conf, events):
+        db_api.write_retrying(context, event_db.forget_batch, context,
+                              batch_id)
+        return True
+    db_api.write_retrying(context, event_db.postpone_batch,
+                          context, batch_id, _next_attempt(conf, 0))
     return False
 
 

@@ -70,11 +70,18 @@ def delete_ids(context, ids):
     _sql.connection(context).execute(_FORGET, {'ids': list(ids)})
 
 
+@writer
+def forget_batch(context, batch_id):
+    """Forget a delivered batch (every row of it)."""
+    _sql.connection(context).execute(_FORGET_BATCH, {'batch_id': batch_id})
+
+
 # Built once: each bind's events are read and deleted by these.
 _E = models.NovaEvent.__table__
 _BATCH = sa.select(_E).where(_E.c.batch_id == sa.bindparam('batch_id'))
 _FORGET = sa.delete(_E).where(_E.c.id.in_(sa.bindparam('ids',
                                                         expanding=True)))
+_FORGET_BATCH = sa.delete(_E).where(_E.c.batch_id == sa.bindparam('batch_id'))
 
 
 @reader

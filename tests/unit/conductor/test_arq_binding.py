@@ -198,11 +198,19 @@ def _placement_put(url, path, body):
     assert response.status_code in (200, 204), response.text
 
 
+@pytest.mark.parametrize('overlap', [True, False],
+                         ids=['writes-while-placement-answers',
+                              'placement-answers-first'])
 def test_allocation_must_cover_the_device(aconf, db, ctx, device,
-                                          placement_url):
+                                          placement_url, monkeypatch,
+                                          overlap):
+    """Whether the bind's writes run while Placement answers (few lookups
+    in flight) or after (many: a storm), a refusal writes nothing."""
+    monkeypatch.setattr(arq_binding, 'OVERLAP_LOOKUPS', 4 if overlap else 0)
     client = placement_client.get_client(aconf)
     other_rp = str(uuidlib.uuid4())
-    for rp, name in ((device.rp_uuid, device.name), (other_rp, 'other')):
+    for rp, name in ((device.rp_uuid, device.name),
+                     (other_rp, 'other-' + other_rp)):
         client.create_provider(rp, name, None)
         client.set_inventories(rp, {'FPGA': {'total': 4, 'max_unit': 4}})
     instance = str(uuidlib.uuid4())
@@ -214,6 +222,13 @@ def test_allocation_must_cover_the_device(aconf, db, ctx, device,
     with pytest.raises(exception.BindFailed, match='no allocation'):
         arq_binding.start_bind(aconf, ctx, {first: _binding(device,
                                                             instance)})
+    row = _state(db, first)
+    assert (row.state, row.attach_handle_id) == ('Initial', None)
+    assert seed.handles_in_use(db) == 0
+    with db.connect() as c:
+        assert c.scalar(sa.select(sa.func.count()).select_from(
+            models.NovaEvent)) == 0
+    assert arq_binding._lookups_in_flight() == 0
     _placement_put(placement_url, '/allocations/' + instance, {
         'allocations': {device.rp_uuid: {'resources': {'FPGA': 1}}},
         'project_id': 'p1', 'user_id': 'u1', 'consumer_generation': 1,

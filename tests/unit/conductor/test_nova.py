@@ -80,6 +80,49 @@ def test_batch_goes_in_one_request_and_is_forgotten(nconf, db,
     assert _pending(db) == []
 
 
+def test_recorded_batch_goes_without_being_read_back(nconf, db,
+                                                     admin_context,
+                                                     fake_nova):
+    """A PATCH whose binds all ended in its transaction: the events it
+    recorded are sent as they are, with one statement to forget them."""
+    batch, events = _record(nconf, admin_context, db=db, count=2)
+    other, _ = _record(nconf, admin_context, db=db, count=1)
+    statements = []
+    engine = db_api.get_engine()
+
+    def count(conn, cursor, statement, *args):
+        if 'WHERE 0' not in statement:      # SQLite's write lock
+            statements.append(statement.split()[0].upper())
+
+    sa.event.listen(engine, 'before_cursor_execute', count)
+    try:
+        assert nova.deliver_recorded(nconf, admin_context, batch, events)
+    finally:
+        sa.event.remove(engine, 'before_cursor_execute', count)
+    assert statements == ['DELETE']
+    assert [p.json() for p in fake_nova.event_posts()] == [
+        nova.payload(events)]
+    # Only that batch is forgotten.
+    assert {r.batch_id for r in _pending(db)} == {other}
+
+
+def test_recorded_batch_nova_refused_is_left_to_the_periodic(
+        nconf, db, admin_context, fake_nova):
+    fake_nova.statuses = [502, 502, 502]
+    batch, events = _record(nconf, admin_context, db=db, count=2)
+    assert not nova.deliver_recorded(nconf, admin_context, batch, events)
+    rows = _pending(db)
+    assert len(rows) == 2
+    assert {r.attempts for r in rows} == {1}
+    with db.begin() as c:
+        c.execute(sa.update(models.NovaEvent).values(
+            next_attempt_at=timeutils.utcnow()))
+    nova.resend_due(nconf, admin_context)
+    assert sorted(e['tag'] for e in fake_nova.events[-2:]) == sorted(
+        e[1] for e in events)
+    assert _pending(db) == []
+
+
 def test_5xx_is_retried_with_backoff(nconf, db, admin_context, fake_nova):
     fake_nova.statuses = [500, 503]
     batch, _ = _record(nconf, admin_context, db=db)
