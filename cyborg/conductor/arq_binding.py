@@ -918,20 +918,24 @@ def _leave_all(context, rows, to_state, from_states, delete=False,
     return moved
 
 
-def delete(conf, context, arq_uuids=None, instance_uuid=None):
+def delete(conf, context, arq_uuids=None, instance_uuid=None,
+           guard_holding=False):
     """Delete ARQs by uuid or by instance, unbinding them first.
 
     Returns the uuids that were not found; the others are deleted.
-    Deleting by instance is idempotent.
+    Deleting by instance is idempotent.  With ``guard_holding``, raises
+    a 403, deleting nothing, when the caller may not delete an ARQ that
+    holds a device (``accelerator_requests.check_may_delete``).
     """
     arq_uuids = list(arq_uuids or [])
     done = db_api.write_retrying(context, _delete_at_once, context,
-                                 arq_uuids, instance_uuid or None)
+                                 arq_uuids, instance_uuid or None,
+                                 guard_holding)
     if done is not None:
         rows, moved = done
     else:
         rows, moved = _delete_releasing(conf, context, arq_uuids,
-                                        instance_uuid or None)
+                                        instance_uuid or None, guard_holding)
     if moved:
         _notify_left(conf, context, notify.ARQ_DELETE, rows, moved,
                      states.DELETING)
@@ -939,18 +943,21 @@ def delete(conf, context, arq_uuids=None, instance_uuid=None):
     return [u for u in arq_uuids if u not in found]
 
 
-def _deletable(context, arq_uuids, instance_uuid):
-    return [r for r in arq_db.get_to_change(context, arq_uuids,
+def _deletable(context, arq_uuids, instance_uuid, guard_holding=False):
+    rows = [r for r in arq_db.get_to_change(context, arq_uuids,
                                             instance_uuid=instance_uuid)
             if _visible(context, r)]
+    if guard_holding:
+        accelerator_requests.check_may_delete(context, rows)
+    return rows
 
 
-def _delete_at_once(context, arq_uuids, instance_uuid):
+def _delete_at_once(context, arq_uuids, instance_uuid, guard_holding=False):
     """(rows, {uuid: state before}) of a delete with nothing to release
     outside the database (no mdev to remove, no fabric handle to detach,
     no Placement claim of its own): read and deleted in one transaction.
     None, having written nothing, when some ARQ has such a release."""
-    rows = _deletable(context, arq_uuids, instance_uuid)
+    rows = _deletable(context, arq_uuids, instance_uuid, guard_holding)
     if not rows:
         return rows, {}
     if any(_releases_outside(row) for row in rows):
@@ -964,10 +971,11 @@ def _releases_outside(row):
                 or row.remote_handle_id is not None or row.consumer_id)
 
 
-def _delete_releasing(conf, context, arq_uuids, instance_uuid):
+def _delete_releasing(conf, context, arq_uuids, instance_uuid,
+                      guard_holding=False):
     """The delete of ARQs with something to release first (mdevs, remote
     handles, standalone claims), each outside the transaction."""
-    rows = _deletable(context, arq_uuids, instance_uuid)
+    rows = _deletable(context, arq_uuids, instance_uuid, guard_holding)
     if not rows:
         return rows, {}
     _release_mdevs(conf, context, rows)

@@ -123,9 +123,11 @@ class ConductorManager:
         return arq_binding.unbind(self.conf, context, arq_uuids)
 
     @_answer
-    def arq_delete(self, context, arq_uuids=None, instance_uuid=None):
+    def arq_delete(self, context, arq_uuids=None, instance_uuid=None,
+                   guard_holding=False):
         return arq_binding.delete(self.conf, context, arq_uuids=arq_uuids,
-                                  instance_uuid=instance_uuid)
+                                  instance_uuid=instance_uuid,
+                                  guard_holding=guard_holding)
 
     @_answer
     def deployable_program(self, context, deployable_uuid, image_uuid):

@@ -29,6 +29,9 @@ HISTORY = (
     ('1.4', 'arq_create takes device_profile_name and visible_to (the '
             'caller\'s view of profiles) instead of device_profile_uuid: '
             'the API no longer reads the profile first'),
+    ('1.5', 'arq_delete takes guard_holding: the conductor refuses to '
+            'delete an ARQ holding a device without a service token (the '
+            'API no longer reads the ARQs first)'),
 )
 RPC_API_VERSION = HISTORY[-1][0]
 
@@ -155,6 +158,17 @@ class ConductorAPI:
         """
         return self._call(context, '1.0', 'arq_delete', arq_uuids=arq_uuids,
                           instance_uuid=instance_uuid)
+
+    def can_guard_delete(self):
+        """Whether the conductors take ``arq_delete_guarded`` (1.5)."""
+        return self.can_send('1.5')
+
+    def arq_delete_guarded(self, context, arq_uuids):
+        """``arq_delete`` by uuid, refused (403, nothing deleted) when an
+        ARQ holding a device goes without a service token (see
+        ``cyborg.objects.accelerator_requests.check_may_delete``)."""
+        return self._call(context, '1.5', 'arq_delete', arq_uuids=arq_uuids,
+                          instance_uuid=None, guard_holding=True)
 
     # -- remote pools ------------------------------------------------------
 

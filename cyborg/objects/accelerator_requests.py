@@ -4,8 +4,24 @@ import dataclasses
 import datetime
 import json
 
+from cyborg.common import exception
+from cyborg.common import states
 from cyborg.db.api import arqs as arq_db
 from cyborg.objects import base
+
+
+def check_may_delete(context, arqs):
+    """403 unless the caller may delete ``arqs`` (ARQs or rows, with
+    ``state`` and ``consumer_id``): one that holds a device (bound, or
+    being bound or unbound) goes only with Nova's service token, or, when
+    it was allocated standalone, with the rights that see every project
+    (those that allocated it)."""
+    holding = [a for a in arqs if a.state in states.ARQ_HOLDING]
+    if holding and not context.is_service and not (
+            context.sees_every_project
+            and all(a.consumer_id for a in holding)):
+        raise exception.ServiceTokenRequired(
+            action='Deleting a bound accelerator request')
 
 
 @dataclasses.dataclass

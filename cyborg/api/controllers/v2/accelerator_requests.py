@@ -15,6 +15,7 @@ from cyborg.api.schemas import accelerator_requests as schema
 from cyborg.api.views import accelerator_requests as view
 from cyborg.common import exception
 from cyborg.common import states
+from cyborg.objects import accelerator_requests as arq_objects
 from cyborg.objects.accelerator_requests import AcceleratorRequest
 from cyborg.objects import device_profiles as profile_objects
 from cyborg.objects.device_profiles import DeviceProfile
@@ -142,14 +143,16 @@ def delete_arq(r, uuid):
 
 def _delete(r, uuids):
     """Delete the caller's ARQs among ``uuids``; 404 (after deleting the
-    others) when any is missing or not the caller's."""
+    others) when any is missing or not the caller's.  The conductor checks
+    who may delete a bound one (a 403 deletes nothing); one older than
+    1.5 cannot, and the ARQs are read here first."""
+    if r.conductor.can_guard_delete():
+        missing = r.conductor.arq_delete_guarded(r.context, uuids)
+        if missing:
+            raise exception.ARQNotFound(uuid=', '.join(sorted(missing)))
+        return
     visible = AcceleratorRequest.list(r.context, _owner(r), uuids=uuids)
-    holding = [a for a in visible if a.state in states.ARQ_HOLDING]
-    # An instance's bound ARQ goes only with Nova's service token; one
-    # allocated standalone (2.6) also with the rights that allocated it.
-    if holding and not (r.context.sees_every_project
-                        and all(a.consumer_id for a in holding)):
-        _require_service(r, 'Deleting a bound accelerator request')
+    arq_objects.check_may_delete(r.context, visible)
     missing = set(uuids) - {a.uuid for a in visible}
     if visible:
         not_found = r.conductor.arq_delete(
