@@ -310,8 +310,12 @@ def _validate(conf, context, bindings, asked=None, allocations=True):
     False leaves Placement's allocations for the caller to check."""
     if not isinstance(bindings, dict) or not bindings:
         raise exception.Invalid(reason='no accelerator request to bind')
-    rows = {r.uuid: r for r in arq_db.get_to_change(context, list(bindings))
-            if _visible(context, r)}
+    # Malformed instance uuids are refused by _field below.
+    instances = {b.get('instance_uuid') for b in bindings.values()
+                 if isinstance(b, dict)
+                 and uuidutils.is_uuid_like(b.get('instance_uuid'))}
+    mine, elsewhere = arq_db.get_to_bind(context, list(bindings), instances)
+    rows = {r.uuid: r for r in mine if _visible(context, r)}
     _check_found(bindings, rows)
     rp_uuids = {_field(b, 'device_rp_uuid') for b in bindings.values()}
     targets = deployable_db.bind_targets(context, rp_uuids)
@@ -339,7 +343,7 @@ def _validate(conf, context, bindings, asked=None, allocations=True):
                          agent_host=target.hostname,
                          notice=_bind_notice(row, binding,
                                              target.deployable_uuid)))
-    _check_instances(context, jobs)
+    _check_instances(jobs, elsewhere)
     _check_pool_hosts(conf, pools, jobs)
     if allocations:
         _check_allocations(conf, jobs, asked)
@@ -413,10 +417,11 @@ def _check_pool_hosts(conf, pools, jobs):
         checked.add((pool.id, job['hostname']))
 
 
-def _check_instances(context, jobs):
+def _check_instances(jobs, elsewhere):
+    """400 when an instance of ``jobs`` holds ARQs of another request
+    (``elsewhere``: those rows, whatever their project)."""
     instances = {job['instance_uuid'] for job in jobs}
-    others = arq_db.bound_elsewhere(context, instances,
-                                    [job['uuid'] for job in jobs])
+    others = [row for row in elsewhere if row.instance_uuid in instances]
     if others:
         raise exception.BindFailed(
             reason=f'instance {others[0].instance_uuid} already has '
@@ -767,15 +772,35 @@ def _leave(context, arq_uuid, to_state, from_states, values, known=None,
                              values, where={
                                  'attach_handle_id': row.attach_handle_id,
                                  'remote_handle_id': row.remote_handle_id}):
-            if row.attach_handle_id is not None:
-                handle_db.release(context, row.attach_handle_id)
-            if row.remote_handle_id in kept:
-                _keep_out(context, row)
-            elif row.remote_handle_id is not None:
-                pool_db.release(context, row.remote_handle_id)
+            _release_held(context, row, kept)
             return row
         # The bind worker took a handle between our read and write.
     return None
+
+
+def _gone(context, arq_uuid, known=None, kept=()):
+    """``_leave`` for a delete: the ARQ is deleted (not moved through
+    Deleting first, which no one would see) and what it held released, in
+    the caller's transaction.  Returns the row as it was, or None."""
+    for _ in range(3):
+        row, known = known or arq_db.handle_state(context, arq_uuid), None
+        if row is None:
+            return None
+        if arq_db.delete_holding(context, arq_uuid, row.attach_handle_id,
+                                 row.remote_handle_id):
+            _release_held(context, row, kept)
+            return row
+    return None
+
+
+def _release_held(context, row, kept):
+    """Release the handles an ARQ ``row`` held (it no longer does)."""
+    if row.attach_handle_id is not None:
+        handle_db.release(context, row.attach_handle_id)
+    if row.remote_handle_id in kept:
+        _keep_out(context, row)
+    elif row.remote_handle_id is not None:
+        pool_db.release(context, row.remote_handle_id)
 
 
 def _keep_out(context, row):
@@ -909,12 +934,17 @@ def _leave_all(context, rows, to_state, from_states, delete=False,
     returns {uuid: state before} of those that moved."""
     moved = {}
     for row in rows:
-        before = _leave(context, row.uuid, to_state, from_states, _CLEARED,
-                        known=row, kept=kept)
+        if delete:
+            before = _gone(context, row.uuid, known=row, kept=kept)
+        else:
+            before = _leave(context, row.uuid, to_state, from_states,
+                            _CLEARED, known=row, kept=kept)
         if before is not None:
             moved[row.uuid] = before.state
-    if delete:
-        arq_db.delete_many(context, [r.uuid for r in rows])
+    if delete and len(moved) < len(rows):
+        # Rows whose handles kept changing under us, or gone already.
+        arq_db.delete_many(context, [r.uuid for r in rows
+                                     if r.uuid not in moved])
     return moved
 
 

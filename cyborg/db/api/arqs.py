@@ -198,18 +198,22 @@ def handle_state(context, uuid):
 
 
 @reader
-def bound_elsewhere(context, instance_uuids, exclude_uuids):
-    """ARQs binding or bound to these instances that are not in
-    ``exclude_uuids``: (instance_uuid, uuid) rows."""
-    return _execute(context, _BOUND_ELSEWHERE, {
-        'instances': list(instance_uuids),
-        'exclude': list(exclude_uuids)}).all()
+def get_to_bind(context, uuids, instance_uuids):
+    """What a bind reads, in one statement: (``get_to_change`` rows of
+    ``uuids``, rows of the ARQs binding or bound to ``instance_uuids``
+    that are not among ``uuids``)."""
+    wanted = set(uuids)
+    rows = _execute(context, _TO_BIND, {
+        'uuids': list(wanted), 'instances': list(instance_uuids)}).all()
+    return ([row for row in rows if row.uuid in wanted],
+            [row for row in rows if row.uuid not in wanted])
 
 
-_BOUND_ELSEWHERE = select(_ARQ.c.instance_uuid, _ARQ.c.uuid).where(
-    _ARQ.c.instance_uuid.in_(sa.bindparam('instances', expanding=True)),
-    _ARQ.c.state.in_(states.ARQ_HOLDING),
-    _ARQ.c.uuid.not_in(sa.bindparam('exclude', expanding=True)))
+_TO_BIND = select(*CHANGE).where(sa.or_(
+    _ARQ.c.uuid.in_(sa.bindparam('uuids', expanding=True)),
+    sa.and_(
+        _ARQ.c.instance_uuid.in_(sa.bindparam('instances', expanding=True)),
+        _ARQ.c.state.in_(states.ARQ_HOLDING))))
 
 
 @reader
@@ -328,6 +332,30 @@ def set_remote_handle(context, uuid, handle_id):
                               _ARQ.c.remote_handle_id.is_(None))
         .values(remote_handle_id=handle_id, updated_at=models._now()))
     return result.rowcount
+
+
+@writer
+def delete_holding(context, uuid, attach_handle_id, remote_handle_id):
+    """Delete one ARQ if it still holds exactly these handles (None:
+    none); returns the row count (0 or 1)."""
+    key = (attach_handle_id is None, remote_handle_id is None)
+    statement = _DELETES.get(key)
+    if statement is None:
+        conditions = [_ARQ.c.uuid == sa.bindparam('uuid')]
+        conditions += [_ARQ.c[name].is_(None) if null else
+                       _ARQ.c[name] == sa.bindparam(name)
+                       for name, null in zip(
+                           ('attach_handle_id', 'remote_handle_id'), key)]
+        statement = _DELETES[key] = sa.delete(_ARQ).where(*conditions)
+    params = {'uuid': uuid}
+    if attach_handle_id is not None:
+        params['attach_handle_id'] = attach_handle_id
+    if remote_handle_id is not None:
+        params['remote_handle_id'] = remote_handle_id
+    return _execute(context, statement, params).rowcount
+
+
+_DELETES = {}
 
 
 @writer
