@@ -21,7 +21,9 @@ deleted since (the instance is gone), or for a binding undone since, is
 dropped with its row; the same event recorded twice goes out once.
 
 Nova is reached with keystoneauth from ``[nova]`` (plus a service token
-from ``[service_user]`` when ``send_service_user_token`` is set).  With no
+from ``[service_user]`` when ``send_service_user_token`` is set); the POST
+itself usually goes over a keep-alive connection of the sending thread
+with keystoneauth's headers (``cyborg.common.keepalive``).  With no
 ``[nova] auth_type`` (all-in-one, standalone use) or ``send_events =
 False`` nothing is recorded or sent, and binding works the same.
 
@@ -31,6 +33,7 @@ in ``cyborg_conductor_nova_errors_total``.
 """
 
 import datetime
+import socket
 import threading
 import time
 
@@ -40,6 +43,7 @@ from keystoneauth1 import service_token
 from oslo_log import log as logging
 from oslo_utils import timeutils
 
+from cyborg.common import keepalive
 from cyborg.common import metrics
 from cyborg.common import states
 from cyborg.common import timing
@@ -50,7 +54,10 @@ from cyborg.db.api import nova_events as event_db
 LOG = logging.getLogger(__name__)
 
 EVENT_NAME = 'accelerator-request-bound'
+EVENTS_URL = '/os-server-external-events'
 MICROVERSION = '2.82'
+# Of the POSTs made over our own connections (``keepalive``).
+USER_AGENT = 'cyborg-nova-client'
 # Immediate attempts per delivery; then the periodic takes over.
 _TRIES = 3
 _FIRST_BACKOFF = 0.5
@@ -70,10 +77,11 @@ def enabled(conf):
 
 
 def _adapter(conf):
-    """A keystoneauth Adapter for the compute API, one per conf."""
+    """(keystoneauth Adapter, KeepAlive) for the compute API, one pair per
+    conf."""
     with _ADAPTERS_LOCK:
-        adapter = _ADAPTERS.get(_key(conf))
-        if adapter is None:
+        pair = _ADAPTERS.get(_key(conf))
+        if pair is None:
             auth = ks_loading.load_auth_from_conf_options(conf, 'nova')
             if conf.service_user.send_service_user_token:
                 service_auth = ks_loading.load_auth_from_conf_options(
@@ -84,8 +92,13 @@ def _adapter(conf):
                 conf, 'nova', auth=auth)
             adapter = ks_loading.load_adapter_from_conf_options(
                 conf, 'nova', session=session, auth=auth)
-            _ADAPTERS[_key(conf)] = adapter
-        return adapter
+            pair = _ADAPTERS[_key(conf)] = (adapter, keepalive.KeepAlive(
+                adapter, session, auth,
+                api_version=f'compute {MICROVERSION}',
+                user_agent=USER_AGENT,
+                # The compute API's older header, as keystoneauth sends.
+                headers={'X-OpenStack-Nova-API-Version': MICROVERSION}))
+        return pair
 
 
 def record(conf, context, batch_id, events, due_at):
@@ -212,7 +225,7 @@ def send(conf, events):
         try:
             response = _post(conf, body)
         except (ks_exc.ConnectionError, ks_exc.EndpointNotFound,
-                ks_exc.DiscoveryFailure) as e:
+                ks_exc.DiscoveryFailure, socket.timeout) as e:
             LOG.warning('Nova unreachable sending %d event(s) (try %d): %s',
                         len(events), attempt, e)
         else:
@@ -230,10 +243,13 @@ def send(conf, events):
 def _post(conf, body):
     """One POST of events, timed and counted."""
     started = time.monotonic()
+    adapter, keep_alive = _adapter(conf)
     try:
-        response = _adapter(conf).post(
-            '/os-server-external-events', json=body,
-            microversion=MICROVERSION, raise_exc=False)
+        response = keep_alive.request('POST', EVENTS_URL, body)
+        if response is None:
+            response = adapter.post(EVENTS_URL, json=body,
+                                    microversion=MICROVERSION,
+                                    raise_exc=False)
     except Exception:
         metrics.CONDUCTOR_NOVA_ERRORS.inc()
         raise

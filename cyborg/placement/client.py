@@ -17,17 +17,14 @@ Every request is timed in ``cyborg_conductor_placement_request_seconds``;
 ``cyborg_conductor_placement_errors_total`` (both by HTTP method).
 
 The bytes of a call usually travel over a keep-alive connection of this
-thread (``_KeepAlive``), with the headers keystoneauth authenticates with:
-keystoneauth's requests stack costs three times the CPU per call, which
-was most of what a host's first report cost the conductor.  Anything out of
-the ordinary goes through the keystoneauth adapter itself.
+thread (``cyborg.common.keepalive``), with the headers keystoneauth
+authenticates with: keystoneauth's requests stack costs three times the
+CPU per call, which was most of what a host's first report cost the
+conductor.  Anything out of the ordinary goes through the keystoneauth
+adapter itself.
 """
 
-import http.client
-import json
-import select
 import socket
-import ssl
 import threading
 import time
 import weakref
@@ -37,10 +34,10 @@ from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
 from keystoneauth1 import noauth
 from oslo_log import log as logging
-from requests import certs as requests_certs
 from requests import utils as requests_utils
 
 from cyborg.common import exception
+from cyborg.common import keepalive
 from cyborg.common import metrics
 from cyborg.common import timing
 from cyborg.placement import embedded
@@ -60,7 +57,7 @@ NOAUTH_ROLES = 'admin,service'
 PROVIDER_IN_USE = 'placement.resource_provider.inuse'
 INVENTORY_IN_USE = 'placement.inventory.inuse'
 GENERATION_RETRIES = 5
-# Of the calls made over our own connections (``_KeepAlive``).
+# Of the calls made over our own connections (``keepalive``).
 USER_AGENT = 'cyborg-placement-client'
 
 
@@ -131,7 +128,9 @@ class PlacementClient:
         _read_proxies_once(session, conf.placement.endpoint_override)
         self._adapter = ks_loading.load_adapter_from_conf_options(
             conf, group, session=session, auth=auth, raise_exc=False)
-        self._keep_alive = _KeepAlive(self._adapter, session, auth)
+        self._keep_alive = keepalive.KeepAlive(
+            self._adapter, session, auth,
+            api_version=f'placement {MICROVERSION}', user_agent=USER_AGENT)
         # False once Placement's policy refused us the reshaper.
         self._may_reshape = True
         self._known_lock = threading.Lock()
@@ -403,149 +402,6 @@ class PlacementClient:
             self._request('PUT', prefix + name, ok=(201, 204))
             with self._known_lock:
                 known.add(name)
-
-
-class _Response:
-    """What the client reads of an answer (``requests.Response``'s
-    names)."""
-
-    __slots__ = ('status_code', 'content')
-
-    def __init__(self, status_code, content):
-        self.status_code = status_code
-        self.content = content
-
-    def json(self):
-        return json.loads(self.content)
-
-    @property
-    def text(self):
-        return self.content.decode('utf-8', 'replace')
-
-
-class _KeepAlive:
-    """Placement calls over keep-alive HTTP connections, one per thread.
-
-    keystoneauth still authenticates (its auth headers: the cached token)
-    and finds the endpoint; ``http.client`` carries the call.
-    ``request`` answers None, for the caller to go through the keystoneauth
-    adapter with its retries and error reporting, whenever this path is
-    not the ordinary one: a proxy or TLS options we do not reproduce, an
-    endpoint or a connection that cannot be had, a 401 (a token to renew).
-    """
-
-    def __init__(self, adapter, session, auth):
-        self._adapter = adapter
-        self._session = session
-        self._auth = auth
-        self._local = threading.local()
-        self._endpoint = None
-        self._usable = not (getattr(session, 'tls_ciphers', None) or
-                            getattr(session, 'tls_min_version', None))
-        self._ssl = None
-
-    def request(self, method, url, body=None):
-        target = self._usable and self._target()
-        if not target:
-            return None
-        headers = {'Accept': 'application/json',
-                   'OpenStack-API-Version': f'placement {MICROVERSION}',
-                   'User-Agent': USER_AGENT}
-        headers.update(self._session.get_auth_headers(self._auth) or {})
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers['Content-Type'] = 'application/json'
-        conn = self._connection(target)
-        try:
-            conn.request(method, target[3] + url, body=data, headers=headers)
-            resp = conn.getresponse()
-            content = resp.read()
-        except socket.timeout:
-            self._drop()
-            raise
-        except (http.client.HTTPException, OSError):
-            # Placement closed or reset the connection, or cannot be
-            # reached: the adapter tries again and reports what it finds.
-            self._drop()
-            self._endpoint = None
-            return None
-        if resp.will_close:
-            self._drop()
-        if resp.status == 401:
-            return None
-        return _Response(resp.status, content)
-
-    def _target(self):
-        """(scheme, host, port, path prefix) of the endpoint, or None."""
-        if self._endpoint is None:
-            try:
-                endpoint = self._adapter.get_endpoint()
-            except ks_exc.ClientException:
-                return None
-            if not endpoint or requests_utils.get_environ_proxies(
-                    endpoint) or self._session.session.proxies:
-                return None
-            parts = parse.urlsplit(endpoint)
-            if parts.scheme not in ('http', 'https'):
-                return None
-            self._endpoint = (parts.scheme, parts.hostname, parts.port,
-                              parts.path.rstrip('/'))
-        return self._endpoint
-
-    def _connection(self, target):
-        conn = getattr(self._local, 'conn', None)
-        if conn is not None and (self._local.target != target or
-                                 _closed_by_peer(conn)):
-            self._drop()
-            conn = None
-        if conn is None:
-            scheme, host, port, _prefix = target
-            timeout = self._session.timeout
-            if scheme == 'https':
-                conn = http.client.HTTPSConnection(
-                    host, port, timeout=timeout, context=self._context())
-            else:
-                conn = http.client.HTTPConnection(host, port,
-                                                  timeout=timeout)
-            self._local.conn, self._local.target = conn, target
-        return conn
-
-    def _drop(self):
-        conn = getattr(self._local, 'conn', None)
-        if conn is not None:
-            conn.close()
-        self._local.conn = None
-
-    def _context(self):
-        """An SSL context from the session's verify and cert options."""
-        if self._ssl is None:
-            verify, cert = self._session.verify, self._session.cert
-            # The CA bundle requests would trust, unless one is configured.
-            context = ssl.create_default_context(
-                cafile=verify if isinstance(verify, str) else
-                requests_certs.where())
-            if verify is False:
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            if cert:
-                if isinstance(cert, (tuple, list)):
-                    context.load_cert_chain(cert[0], cert[1])
-                else:
-                    context.load_cert_chain(cert)
-            self._ssl = context
-        return self._ssl
-
-
-def _closed_by_peer(conn):
-    """Whether an idle kept-alive connection was closed by the server (it
-    reads as readable: EOF), so it must not carry the next call."""
-    if conn.sock is None:
-        return False
-    try:
-        return bool(select.select([conn.sock], [], [], 0)[0])
-    except (OSError, ValueError):
-        return True
 
 
 def _observe(method, started, failed):

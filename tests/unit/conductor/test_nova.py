@@ -4,6 +4,7 @@ events that no longer say how their ARQ's bind ended (the ARQ deleted or
 changed since) dropped.  Events are recorded for real ARQ rows."""
 
 import datetime
+import socket
 import uuid as uuidlib
 
 import pytest
@@ -162,12 +163,15 @@ def test_nova_down_keeps_events_until_the_periodic_delivers(
 
 
 def test_unreachable_nova_keeps_events(conf, db, admin_context):
-    with recording_http.FakeNova() as gone:
-        url = gone.url
-    conf.set_override('auth_type', 'none', group='nova')
-    conf.set_override('endpoint_override', url, group='nova')
-    batch, _ = _record(conf, admin_context, db=db, count=1)
-    assert not nova.deliver_batch(conf, admin_context, batch)
+    # A port bound and not listening refuses connections, and no other
+    # test's server can take it meanwhile.
+    with socket.socket() as taken:
+        taken.bind(('127.0.0.1', 0))
+        url = 'http://127.0.0.1:%d' % taken.getsockname()[1]
+        conf.set_override('auth_type', 'none', group='nova')
+        conf.set_override('endpoint_override', url, group='nova')
+        batch, _ = _record(conf, admin_context, db=db, count=1)
+        assert not nova.deliver_batch(conf, admin_context, batch)
     assert len(_pending(db)) == 1
 
 
