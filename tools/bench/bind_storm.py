@@ -83,6 +83,7 @@ from cyborg.agent import reporter
 from cyborg.common import context as cyborg_context
 from cyborg.common import rpc
 from cyborg.conductor import rpcapi as conductor_rpcapi
+from cyborg.conf import database as database_opts
 from cyborg.drivers import base as driver_base
 from cyborg.drivers import fake
 from cyborg.objects import inventory
@@ -115,6 +116,37 @@ def conductor_sections(tmp, name, urls, metrics_port, options=()):
     for section, key, value in options:
         sections.setdefault(section, {})[key] = value
     return sections
+
+
+# Connections the database server keeps for others than the conductors:
+# Placement's pool, the benchmark's own, the superuser's reserve.
+OTHER_CONNECTIONS = 25
+
+
+def pool_options(db_url, conductors, options):
+    """[database] options that keep ``conductors`` conductors within the
+    server's ``max_connections`` (PostgreSQL's default of 100 is less than
+    two conductors may open at the defaults: 2 x 55), unless ``options``
+    set the pool already; [] when the defaults fit."""
+    if any(section == 'database' and key in ('max_pool_size',
+                                              'max_overflow')
+           for section, key, _value in options):
+        return []
+    engine = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            limit = int(conn.exec_driver_sql(
+                'SELECT @@max_connections' if engine.dialect.name == 'mysql'
+                else 'SHOW max_connections').scalar())
+    finally:
+        engine.dispose()
+    each = (limit - OTHER_CONNECTIONS) // conductors
+    default_size = database_opts.DEFAULTS['max_pool_size']
+    if each >= default_size + database_opts.DEFAULTS['max_overflow']:
+        return []
+    size = min(default_size, each)
+    return [('database', 'max_pool_size', str(size)),
+            ('database', 'max_overflow', str(max(each - size, 0)))]
 
 
 def start_conductors(stack, tmp, count, urls, options=()):
@@ -354,8 +386,11 @@ def run(args, conductors):
         report_scale.make_compute_nodes(placement_url, hosts)
         urls = {'db': db_url, 'transport': transport_url,
                 'placement': placement_url, 'nova': nova.url}
-        started = start_conductors(stack, tmp, conductors, urls,
-                                   args.conductor_option)
+        options = list(args.conductor_option)
+        options += pool_options(db_url, conductors, options)
+        started = start_conductors(stack, tmp, conductors, urls, options)
+        pool = {key: int(value) for section, key, value in options
+                if section == 'database'}
         conf = report_scale.make_conf(db_url, transport_url, placement_url,
                                       args.clients)
         conf.set_override('state_path', tmp)
@@ -364,8 +399,11 @@ def run(args, conductors):
         engine = sa.create_engine(db_url, pool_size=1)
         stack.callback(engine.dispose)
         try:
-            return _storm_run(args, conf, engine, nova, hosts, started,
-                              placement_url, placement_pids)
+            result = _storm_run(args, conf, engine, nova, hosts, started,
+                                placement_url, placement_pids)
+            if pool:
+                result['conductor_pool'] = pool
+            return result
         finally:
             rpc.cleanup()
 
@@ -580,4 +618,9 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    code = main()
+    # A failed run may leave bind calls waiting for the replies of the
+    # conductors it killed (up to --timeout); the results are out.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
