@@ -17,6 +17,7 @@ from cyborg.placement import client as placement_client
 from cyborg.placement import embedded
 from tests.fixtures import arqs as seed
 from tests.fixtures import placement as placement_fixture
+from tests.fixtures import processes
 from tests.fixtures import recording_http
 
 # The real Placement, shared by this module's tests.
@@ -402,12 +403,11 @@ def test_restarted_conductor_fails_its_own_binds_at_once(aconf, db, ctx,
 def test_bind_while_placement_is_down_skips_the_check(aconf, db, ctx,
                                                       device, caplog):
     """One WARNING line, no traceback, and the bind ends Bound."""
-    with recording_http.FakeNova() as gone:
-        url = gone.url  # a port nothing listens on any more
-    placement_fixture.placement_conf(aconf, url)
-    placement_client.reset_clients()
-    uuid, = _create(db, ctx)
-    _bind(aconf, ctx, {uuid: _binding(device)})
+    with processes.refused_url() as url:
+        placement_fixture.placement_conf(aconf, url)
+        placement_client.reset_clients()
+        uuid, = _create(db, ctx)
+        _bind(aconf, ctx, {uuid: _binding(device)})
     assert _state(db, uuid).state == 'Bound'
     warnings = [r for r in caplog.records if 'without checking' in
                 r.getMessage()]

@@ -4,7 +4,7 @@ events that no longer say how their ARQ's bind ended (the ARQ deleted or
 changed since) dropped.  Events are recorded for real ARQ rows."""
 
 import datetime
-import socket
+import threading
 import uuid as uuidlib
 
 import pytest
@@ -15,6 +15,7 @@ from cyborg.conductor import nova
 from cyborg.db import api as db_api
 from cyborg.db import models
 from tests.fixtures import arqs as seed
+from tests.fixtures import processes
 from tests.fixtures import recording_http
 
 
@@ -91,8 +92,12 @@ def test_recorded_batch_goes_without_being_read_back(nconf, db,
     statements = []
     engine = db_api.get_engine()
 
+    caller = threading.get_ident()
+
     def count(conn, cursor, statement, *args):
-        if 'WHERE 0' not in statement:      # SQLite's write lock
+        # This thread's only (an earlier test's bind may still be sending
+        # its events), SQLite's write lock left out.
+        if threading.get_ident() == caller and 'WHERE 0' not in statement:
             statements.append(statement.split()[0].upper())
 
     sa.event.listen(engine, 'before_cursor_execute', count)
@@ -163,11 +168,7 @@ def test_nova_down_keeps_events_until_the_periodic_delivers(
 
 
 def test_unreachable_nova_keeps_events(conf, db, admin_context):
-    # A port bound and not listening refuses connections, and no other
-    # test's server can take it meanwhile.
-    with socket.socket() as taken:
-        taken.bind(('127.0.0.1', 0))
-        url = 'http://127.0.0.1:%d' % taken.getsockname()[1]
+    with processes.refused_url() as url:
         conf.set_override('auth_type', 'none', group='nova')
         conf.set_override('endpoint_override', url, group='nova')
         batch, _ = _record(conf, admin_context, db=db, count=1)
