@@ -14,18 +14,27 @@ from cyborg.db.api import _sql
 from cyborg.db.api import reader, writer
 
 _HOST = models.Host.__table__
+# Built once, with bind parameters: a report runs several of these, and
+# building a statement anew (and working out its cache key) costs more CPU
+# than running it.
+_BY_NAME = _HOST.c.hostname == sa.bindparam('b_hostname')
+_TOUCH = sa.update(_HOST).where(
+    _BY_NAME, _HOST.c.report_digest == sa.bindparam('b_digest'),
+    _HOST.c.placement_synced.is_(True)).values(
+        last_report_at=sa.bindparam('v_now'))
+_GET = sa.select(_HOST).where(_BY_NAME)
+_LOCK = _GET.with_for_update()
+_INSERT = sa.insert(_HOST)
+_UPDATES = {}
 
 
 @writer
 def touch(context, hostname, digest):
     """Record an unchanged report in one UPDATE.  True when the host is
     known with this digest and in sync with Placement."""
-    h = _HOST
-    result = _sql.connection(context).execute(
-        sa.update(h).where(h.c.hostname == hostname,
-                           h.c.report_digest == digest,
-                           h.c.placement_synced.is_(True))
-        .values(last_report_at=timeutils.utcnow()))
+    result = _sql.connection(context).execute(_TOUCH, {
+        'b_hostname': hostname, 'b_digest': digest,
+        'v_now': timeutils.utcnow()})
     return result.rowcount == 1
 
 
@@ -33,10 +42,8 @@ def touch(context, hostname, digest):
 def lock(context, hostname):
     """The host's row (dict), locked until the transaction ends
     (serialising a change with the host's reports); None when unknown."""
-    h = _HOST
     row = _sql.connection(context).execute(
-        sa.select(h).where(h.c.hostname == hostname).with_for_update()
-    ).mappings().first()
+        _LOCK, {'b_hostname': hostname}).mappings().first()
     return dict(row) if row is not None else None
 
 
@@ -50,13 +57,13 @@ def lock_or_create(context, hostname):
     missing row takes a gap lock (MariaDB, MySQL), and first reports of
     new hosts, whose names share that gap, would then deadlock on their
     inserts."""
-    h = _HOST
     if get(context, hostname) is not None:
         return lock(context, hostname)
     values = {'hostname': hostname, 'placement_synced': False,
               'created_at': timeutils.utcnow()}
-    _sql.connection(context).execute(sa.insert(h).values(**values))
-    return dict({c.name: None for c in h.c if c.name != 'id'}, **values)
+    _sql.connection(context).execute(_INSERT, values)
+    return dict({c.name: None for c in _HOST.c if c.name != 'id'},
+                **values)
 
 
 @reader
@@ -64,9 +71,8 @@ def get(context, hostname):
     """The host's row (dict), or None."""
     if not _sql.matchable(hostname):
         return None
-    h = _HOST
     row = _sql.connection(context).execute(
-        sa.select(h).where(h.c.hostname == hostname)).mappings().first()
+        _GET, {'b_hostname': hostname}).mappings().first()
     return dict(row) if row else None
 
 
@@ -83,9 +89,19 @@ def list_all(context):
 def update(context, hostname, digest=None, **values):
     """Set host columns; with ``digest``, only if it is still the stored
     one (a later report wins).  True if the row was updated."""
-    h = _HOST
-    query = sa.update(h).where(h.c.hostname == hostname)
+    key = (tuple(sorted(values)), digest is not None)
+    statement = _UPDATES.get(key)
+    if statement is None:
+        conditions = [_BY_NAME]
+        if digest is not None:
+            conditions.append(
+                _HOST.c.report_digest == sa.bindparam('b_digest'))
+        statement = _UPDATES[key] = sa.update(_HOST).where(
+            *conditions).values(
+                **{name: sa.bindparam('v_' + name) for name in key[0]})
+    params = {'b_hostname': hostname}
     if digest is not None:
-        query = query.where(h.c.report_digest == digest)
-    result = _sql.connection(context).execute(query.values(**values))
+        params['b_digest'] = digest
+    params.update(('v_' + name, value) for name, value in values.items())
+    result = _sql.connection(context).execute(statement, params)
     return result.rowcount == 1

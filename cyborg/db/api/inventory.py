@@ -177,25 +177,33 @@ def host_providers(context, hostname):
     Returns [{'id', 'uuid', 'name', 'num_accelerators', 'rp_uuid', 'gone',
     'health' (the deployable's own), 'device_status', 'device_uuid',
     'device_health', 'attributes': {key: value}}]."""
-    d, dep = models.Device.__table__, models.Deployable.__table__
-    a = models.Attribute.__table__
     s = _sql.connection(context)
-    deployables = _sql.rows(s.execute(
-        sa.select(dep.c.id, dep.c.uuid, dep.c.name, dep.c.num_accelerators,
-                  dep.c.rp_uuid, dep.c.gone, dep.c.health,
-                  d.c.status.label('device_status'),
-                  d.c.uuid.label('device_uuid'),
-                  d.c.health.label('device_health'))
-        .join(d, d.c.id == dep.c.device_id)
-        .where(d.c.hostname == hostname).order_by(dep.c.id)))
+    deployables = _sql.rows(s.execute(_HOST_DEPLOYABLES,
+                                      {'hostname': hostname}))
     attributes = {}
-    for row in s.execute(
-            sa.select(a.c.deployable_id, a.c.key, a.c.value)
-            .where(a.c.deployable_id.in_([r['id'] for r in deployables]))):
-        attributes.setdefault(row.deployable_id, {})[row.key] = row.value
+    if deployables:
+        for row in s.execute(_ATTRIBUTES_OF,
+                             {'ids': [r['id'] for r in deployables]}):
+            attributes.setdefault(row.deployable_id, {})[row.key] = row.value
     for row in deployables:
         row['attributes'] = attributes.get(row['id'], {})
     return deployables
+
+
+_D = models.Device.__table__
+_DEP = models.Deployable.__table__
+_A = models.Attribute.__table__
+# Built once (every change of a host's inventory or health reads these).
+_HOST_DEPLOYABLES = (
+    sa.select(_DEP.c.id, _DEP.c.uuid, _DEP.c.name, _DEP.c.num_accelerators,
+              _DEP.c.rp_uuid, _DEP.c.gone, _DEP.c.health,
+              _D.c.status.label('device_status'),
+              _D.c.uuid.label('device_uuid'),
+              _D.c.health.label('device_health'))
+    .join(_D, _D.c.id == _DEP.c.device_id)
+    .where(_D.c.hostname == sa.bindparam('hostname')).order_by(_DEP.c.id))
+_ATTRIBUTES_OF = sa.select(_A.c.deployable_id, _A.c.key, _A.c.value).where(
+    _A.c.deployable_id.in_(sa.bindparam('ids', expanding=True)))
 
 
 @writer
