@@ -82,15 +82,23 @@ def write(context, table_name, rows):
 def due_hosts(context, now, limit=100):
     """Hosts with a device or deployable whose timed health step (suspect
     expiry, end of hold-down, probe timeout) is due at ``now``."""
+    return list(context.session.scalars(_DUE_HOSTS,
+                                        {'now': now, 'limit': limit}))
+
+
+def _due_hosts():
     d, dep = models.Device.__table__, models.Deployable.__table__
+    now = sa.bindparam('now')
     devices = (sa.select(d.c.hostname)
-               .where(d.c.health.in_(states.TIMED),
-                      d.c.health_due_at <= now))
+               .where(d.c.health.in_(states.TIMED), d.c.health_due_at <= now))
     deployables = (sa.select(d.c.hostname)
                    .join(dep, dep.c.device_id == d.c.id)
                    .where(dep.c.health.in_(states.TIMED),
                           dep.c.health_due_at <= now))
     union = sa.union(devices, deployables).subquery()
-    return list(context.session.scalars(
-        sa.select(union.c.hostname).order_by(union.c.hostname)
-        .limit(limit)))
+    return (sa.select(union.c.hostname).order_by(union.c.hostname)
+            .limit(sa.bindparam('limit', type_=sa.Integer)))
+
+
+# Built once: every conductor asks every second.
+_DUE_HOSTS = _due_hosts()
