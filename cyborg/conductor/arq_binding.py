@@ -446,11 +446,18 @@ def _ask_allocations(conf, bindings):
     for instance in instances:
         if isinstance(instance, str) and uuidutils.is_uuid_like(instance):
             _count_lookup(1)
-            future = _lookup_executor().submit(
-                placement.get_allocations_for_consumer, instance)
-            future.add_done_callback(lambda _future: _count_lookup(-1))
-            asked[instance] = future
+            asked[instance] = _lookup_executor().submit(
+                _lookup, placement, instance)
     return asked
+
+
+def _lookup(placement, instance):
+    try:
+        return placement.get_allocations_for_consumer(instance)
+    finally:
+        # Before the answer is handed over: whoever has it sees the
+        # lookup no longer in flight.
+        _count_lookup(-1)
 
 
 def _count_lookup(change):

@@ -121,14 +121,9 @@ def deliver_batch(conf, context, batch_id):
     rows, events = _batch(context, batch_id)
     if not rows:
         return True
-    if not events or send(conf, events):
-        db_api.write_retrying(context, event_db.delete_ids,
-                              context, [r.id for r in rows])
-        return True
-    attempts = max(r.attempts for r in rows)
-    db_api.write_retrying(context, event_db.postpone_batch,
-                          context, batch_id, _next_attempt(conf, attempts))
-    return False
+    return _send_or_postpone(
+        conf, context, batch_id, events, max(r.attempts for r in rows),
+        event_db.delete_ids, [r.id for r in rows])
 
 
 def deliver_recorded(conf, context, batch_id, events):
@@ -140,12 +135,20 @@ def deliver_recorded(conf, context, batch_id, events):
     events = [event for event in events if event[0]]
     if not enabled(conf) or not events:
         return True
-    if send(conf, events):
-        db_api.write_retrying(context, event_db.forget_batch, context,
-                              batch_id)
+    return _send_or_postpone(conf, context, batch_id, events, 0,
+                             event_db.forget_batch, batch_id)
+
+
+def _send_or_postpone(conf, context, batch_id, events, attempts, forget,
+                      which):
+    """Send ``events`` (none: nothing left to say) and ``forget(context,
+    which)`` their rows once Nova has answered; else postpone the batch
+    after ``attempts`` earlier ones.  True when delivered."""
+    if not events or send(conf, events):
+        db_api.write_retrying(context, forget, context, which)
         return True
     db_api.write_retrying(context, event_db.postpone_batch,
-                          context, batch_id, _next_attempt(conf, 0))
+                          context, batch_id, _next_attempt(conf, attempts))
     return False
 
 

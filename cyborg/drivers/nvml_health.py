@@ -321,7 +321,6 @@ class NvmlWatcher:
         except _Unsupported:
             return None
 
-
     def _memory_used(self, gpu):
         """Bytes of the GPU's memory in use, as nvidia-smi's "Used": NVML's
         version 2 memory query, which counts the driver's own reservation

@@ -91,7 +91,6 @@ def test_recorded_batch_goes_without_being_read_back(nconf, db,
     other, _ = _record(nconf, admin_context, db=db, count=1)
     statements = []
     engine = db_api.get_engine()
-
     caller = threading.get_ident()
 
     def count(conn, cursor, statement, *args):

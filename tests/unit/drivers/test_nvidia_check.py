@@ -6,8 +6,6 @@ them).  The tool finds no difference there, and finds each one made."""
 import importlib.util
 import pathlib
 
-from cyborg.drivers import nvidia_gpu
-from tests.fixtures import fake_nvml
 from tests.fixtures import sysfs as fake_sysfs
 from tests.unit.drivers import test_nvidia_h100
 
@@ -24,12 +22,8 @@ def _tool():
 
 
 def _read(conf, scenario, tmp_path, **changes):
-    scenario('h100_vm')
-    nvml = fake_nvml.create(
-        tmp_path / 'nvml.json',
-        {fake_sysfs.H100_ADDRESS: {**test_nvidia_h100.H100, **changes}})
-    driver = nvidia_gpu.NvidiaGPUDriver(conf, 'h', nvml=nvml)
-    devices = driver.discover()
+    driver, _nvml, devices = test_nvidia_h100._driver(conf, scenario,
+                                                      tmp_path, **changes)
     return devices, driver.usage(devices)
 
 
