@@ -42,6 +42,108 @@ class Response:
         return self.content.decode('utf-8', 'replace')
 
 
+# Limits on an answer's header section, as http.client sets them.
+_MAX_LINE = 65536
+_MAX_HEADERS = 100
+
+
+class _Headers:
+    """An answer's header fields, looked up by name in any case: what
+    ``http.client.HTTPResponse`` and its callers read of its ``headers``
+    (``get``, ``get_all``, ``items``).  A name given twice answers its
+    first value to ``get``, as ``email.message.Message`` does."""
+
+    __slots__ = ('_fields',)
+
+    def __init__(self, fields):
+        self._fields = fields
+
+    def get(self, name, default=None):
+        name = name.lower()
+        for field, value in self._fields:
+            if field.lower() == name:
+                return value
+        return default
+
+    def get_all(self, name, default=None):
+        name = name.lower()
+        values = [value for field, value in self._fields
+                  if field.lower() == name]
+        return values or default
+
+    def items(self):
+        return list(self._fields)
+
+
+class _Response(http.client.HTTPResponse):
+    """``http.client``'s answer with its header section split here:
+    ``http.client`` hands it to the ``email`` package's parser, which made
+    reading a Placement answer (11 fields) take 32 microseconds instead of
+    10; a host's first report reads 19 of them, a bind one."""
+
+    def begin(self):
+        if self.headers is not None:
+            return
+        status = http.client.CONTINUE
+        while status == http.client.CONTINUE:
+            version, status, reason = self._read_status()
+            fields = _read_fields(self.fp)
+        self.code = self.status = status
+        self.reason = reason.strip()
+        if version in ('HTTP/1.0', 'HTTP/0.9'):
+            self.version = 10
+        elif version.startswith('HTTP/1.'):
+            self.version = 11
+        else:
+            raise http.client.UnknownProtocol(version)
+        self.headers = self.msg = _Headers(fields)
+        encoding = self.headers.get('transfer-encoding')
+        self.chunked = bool(encoding) and encoding.lower() == 'chunked'
+        self.chunk_left = None
+        self.will_close = self._check_close()
+        self.length = None
+        length = self.headers.get('content-length')
+        if length and not self.chunked:
+            try:
+                self.length = int(length)
+            except ValueError:
+                pass
+            else:
+                if self.length < 0:
+                    self.length = None
+        if (status in (http.client.NO_CONTENT, http.client.NOT_MODIFIED)
+                or 100 <= status < 200 or self._method == 'HEAD'):
+            self.length = 0
+        if not self.will_close and not self.chunked and self.length is None:
+            # No way to tell where the body ends but the server closing.
+            self.will_close = True
+
+
+def _read_fields(fp):
+    """The (name, value) pairs of a header section, read up to its blank
+    line; a continuation line (obsolete folding) joins the field above."""
+    fields = []
+    while True:
+        line = fp.readline(_MAX_LINE + 1)
+        if len(line) > _MAX_LINE:
+            raise http.client.LineTooLong('header line')
+        if line in (b'\r\n', b'\n', b''):
+            return fields
+        if len(fields) >= _MAX_HEADERS:
+            raise http.client.HTTPException(
+                'got more than %d headers' % _MAX_HEADERS)
+        text = line.decode('iso-8859-1')
+        if text[0] in ' \t' and fields:
+            name, value = fields[-1]
+            fields[-1] = (name, value + ' ' + text.strip())
+            continue
+        name, colon, value = text.partition(':')
+        if not colon:
+            raise http.client.HTTPException(
+                'malformed header line: %r' % line[:80])
+        fields.append((name.strip(), value.strip()))
+
+
 class KeepAlive:
     """Calls to the service of a keystoneauth ``adapter`` (see the
     module), each with ``OpenStack-API-Version: <api_version>`` and the
@@ -123,6 +225,7 @@ class KeepAlive:
             else:
                 conn = http.client.HTTPConnection(host, port,
                                                   timeout=timeout)
+            conn.response_class = _Response
             self._local.conn, self._local.target = conn, target
         return conn
 
