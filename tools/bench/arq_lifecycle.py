@@ -26,11 +26,20 @@ statements per call, and what is left: ``wsgi_and_routing`` (the request
 less the dispatcher's phases), ``handler_own`` (the handler less its RPC
 round trip and database time), ``messaging`` (the RPC round trip less the
 conductor's time serving it).
+
+CPU per lifecycle: ``--cpu-pids FILE`` (lines ``name pid``, as
+``tools/multihost-demo.sh`` writes ``<workdir>/pids``) and ``--cpu
+name=pid`` (any other process: RabbitMQ, the database) add
+``cpu_ms_per_lifecycle`` to each level: the user and system CPU each
+process and its direct children (gunicorn's workers) spent during the
+level, per lifecycle, from ``/proc``.  On a machine with few cores the
+sum says how much of the lifecycle's time is CPU the services share.
 """
 
 import argparse
 import concurrent.futures
 import json
+import os
 import statistics
 import sys
 import threading
@@ -268,6 +277,49 @@ def _percentiles(values):
             'p99': round(p99, 2)}
 
 
+# -- CPU per process ----------------------------------------------------------
+
+def _cpu_seconds(pid):
+    """User + system CPU seconds of ``pid`` (0 once it is gone)."""
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            fields = f.read().rsplit(')', 1)[1].split()
+    except OSError:
+        return 0.0
+    # utime and stime are the 14th and 15th fields; the split starts at
+    # the 3rd.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def _children(pid):
+    found = []
+    for entry in os.listdir('/proc'):
+        if entry.isdigit():
+            try:
+                with open(f'/proc/{entry}/stat') as f:
+                    parent = f.read().rsplit(')', 1)[1].split()[1]
+            except OSError:
+                continue
+            if parent == str(pid):
+                found.append(int(entry))
+    return found
+
+
+def cpu_targets(pids_file, extra):
+    """{name: [pid, ...]}: each named process with its direct children."""
+    named = []
+    if pids_file:
+        with open(pids_file) as f:
+            named += [line.split() for line in f if line.strip()]
+    named += [item.split('=', 1) for item in extra]
+    return {name: [int(pid)] + _children(int(pid)) for name, pid in named}
+
+
+def cpu_now(targets):
+    return {name: sum(_cpu_seconds(pid) for pid in pids)
+            for name, pids in targets.items()}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('endpoint', help='cyborg API URL, e.g. '
@@ -289,7 +341,14 @@ def main(argv=None):
     parser.add_argument('--conductor-metrics',
                         help='URL of the conductor\'s metrics endpoint, '
                              'e.g. http://127.0.0.1:9102/metrics')
+    parser.add_argument('--cpu-pids', metavar='FILE',
+                        help='"name pid" lines of processes whose CPU per '
+                             'lifecycle to report')
+    parser.add_argument('--cpu', action='append', default=[],
+                        metavar='NAME=PID',
+                        help='another process whose CPU to report')
     args = parser.parse_args(argv)
+    targets = cpu_targets(args.cpu_pids, args.cpu)
 
     client = Client(args.endpoint, args.token, args.service_token)
     profile = find_profile(client, args.profile)
@@ -306,8 +365,14 @@ def main(argv=None):
         api_before = api_metrics and scrape(api_metrics)
         conductor_before = (args.conductor_metrics
                             and scrape(args.conductor_metrics))
+        cpu_before = cpu_now(targets)
         results.append(run(client, profile, host, rp_uuid, args.count,
                            int(level), args.wait_bound))
+        if targets:
+            cpu_after, done = cpu_now(targets), results[-1]['lifecycles']
+            results[-1]['cpu_ms_per_lifecycle'] = {
+                name: round((cpu_after[name] - cpu_before[name]) * 1000
+                            / max(done, 1), 2) for name in targets}
         if api_metrics or args.conductor_metrics:
             results[-1]['breakdown'] = breakdown(
                 api_metrics and (api_before, scrape(api_metrics)),
