@@ -1,6 +1,26 @@
 """Query helpers the noun modules share (not an API of their own)."""
 
+import functools
+
 import sqlalchemy as sa
+
+
+def built_once(build):
+    """Decorate ``build(*shape)``, which makes a statement with bind
+    parameters for one shape of a query (the columns it sets or checks,
+    which of them must be NULL): each shape is built once per process and
+    the statement reused.  SQLAlchemy works a statement's cache key out
+    once per statement object, and building one anew on every call cost
+    more CPU than running it.  Shapes come from code, never from input,
+    so there are few of them."""
+    return functools.cache(build)
+
+
+def equal_or_null(table, column, null, param):
+    """``column IS NULL`` when ``null``, else ``column = :param``."""
+    if null:
+        return table.c[column].is_(None)
+    return table.c[column] == sa.bindparam(param)
 
 
 def connection(context):

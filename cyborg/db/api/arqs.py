@@ -129,25 +129,20 @@ _FILTERS = {
     'project_id': _ARQ.c.project_id == sa.bindparam('project_id'),
     'instance_uuid': _ARQ.c.instance_uuid == sa.bindparam('instance_uuid'),
 }
-_PREPARED = {}
+
+
+@_sql.built_once
+def _filtered_statement(columns, order, given):
+    query = select(*columns).where(*(_FILTERS[name] for name in given))
+    return query.order_by(_ARQ.c.id) if order else query
 
 
 def _filtered(context, columns, order=False, **params):
     """Run ``SELECT columns`` of the ARQs matching every param that is not
-    None (names from ``_FILTERS``).  The statement is built once for each
-    set of params and reused: SQLAlchemy works a statement's cache key out
-    once per statement object, and a query built anew on every request
-    cost more than running it."""
+    None (names from ``_FILTERS``), built once for each set of params."""
     given = tuple(sorted(name for name, value in params.items()
                          if value is not None))
-    key = (columns, order, given)
-    query = _PREPARED.get(key)
-    if query is None:
-        query = select(*columns).where(*(_FILTERS[name] for name in given))
-        if order:
-            query = query.order_by(_ARQ.c.id)
-        _PREPARED[key] = query
-    return _execute(context, query, {
+    return _execute(context, _filtered_statement(columns, order, given), {
         name: list(params[name]) if name == 'uuids' else params[name]
         for name in given})
 
@@ -283,24 +278,9 @@ def transition(context, uuid, to_state, from_states, values=None,
     """Move one ARQ to ``to_state`` if it is in ``from_states`` (and the
     extra ``where`` column values hold); returns the row count (0 or 1)."""
     values, where = values or {}, where or {}
-    key = (tuple(sorted(values)),
-           tuple(sorted((k, v is None) for k, v in where.items())))
-    statement = _TRANSITIONS.get(key)
-    if statement is None:
-        # Built once per shape (the columns it sets, those it checks and
-        # which of them must be NULL): SQLAlchemy then works out its cache
-        # key once, not on every bind.
-        conditions = [
-            _ARQ.c.uuid == sa.bindparam('t_uuid'),
-            _ARQ.c.state.in_(sa.bindparam('t_from', expanding=True))]
-        conditions += [_ARQ.c[k].is_(None) if null else
-                       _ARQ.c[k] == sa.bindparam('w_' + k)
-                       for k, null in key[1]]
-        statement = _TRANSITIONS[key] = sa.update(_ARQ).where(
-            *conditions).values(
-                state=sa.bindparam('t_to'),
-                updated_at=sa.bindparam('t_now'),
-                **{k: sa.bindparam('v_' + k) for k in key[0]})
+    statement = _transition_statement(
+        tuple(sorted(values)),
+        tuple(sorted((k, v is None) for k, v in where.items())))
     params = {'t_uuid': uuid, 't_from': list(from_states), 't_to': to_state,
               't_now': models._now()}
     params.update(('v_' + k, v) for k, v in values.items())
@@ -308,7 +288,16 @@ def transition(context, uuid, to_state, from_states, values=None,
     return _execute(context, statement, params).rowcount
 
 
-_TRANSITIONS = {}
+@_sql.built_once
+def _transition_statement(value_columns, where_shape):
+    conditions = [
+        _ARQ.c.uuid == sa.bindparam('t_uuid'),
+        _ARQ.c.state.in_(sa.bindparam('t_from', expanding=True))]
+    conditions += [_sql.equal_or_null(_ARQ, k, null, 'w_' + k)
+                   for k, null in where_shape]
+    return sa.update(_ARQ).where(*conditions).values(
+        state=sa.bindparam('t_to'), updated_at=sa.bindparam('t_now'),
+        **{k: sa.bindparam('v_' + k) for k in value_columns})
 
 
 @writer
@@ -338,15 +327,8 @@ def set_remote_handle(context, uuid, handle_id):
 def delete_holding(context, uuid, attach_handle_id, remote_handle_id):
     """Delete one ARQ if it still holds exactly these handles (None:
     none); returns the row count (0 or 1)."""
-    key = (attach_handle_id is None, remote_handle_id is None)
-    statement = _DELETES.get(key)
-    if statement is None:
-        conditions = [_ARQ.c.uuid == sa.bindparam('uuid')]
-        conditions += [_ARQ.c[name].is_(None) if null else
-                       _ARQ.c[name] == sa.bindparam(name)
-                       for name, null in zip(
-                           ('attach_handle_id', 'remote_handle_id'), key)]
-        statement = _DELETES[key] = sa.delete(_ARQ).where(*conditions)
+    statement = _delete_statement(attach_handle_id is None,
+                                  remote_handle_id is None)
     params = {'uuid': uuid}
     if attach_handle_id is not None:
         params['attach_handle_id'] = attach_handle_id
@@ -355,7 +337,14 @@ def delete_holding(context, uuid, attach_handle_id, remote_handle_id):
     return _execute(context, statement, params).rowcount
 
 
-_DELETES = {}
+@_sql.built_once
+def _delete_statement(no_attach_handle, no_remote_handle):
+    return sa.delete(_ARQ).where(
+        _ARQ.c.uuid == sa.bindparam('uuid'),
+        _sql.equal_or_null(_ARQ, 'attach_handle_id', no_attach_handle,
+                           'attach_handle_id'),
+        _sql.equal_or_null(_ARQ, 'remote_handle_id', no_remote_handle,
+                           'remote_handle_id'))
 
 
 @writer

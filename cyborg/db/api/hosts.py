@@ -25,7 +25,6 @@ _TOUCH = sa.update(_HOST).where(
 _GET = sa.select(_HOST).where(_BY_NAME)
 _LOCK = _GET.with_for_update()
 _INSERT = sa.insert(_HOST)
-_UPDATES = {}
 
 
 @writer
@@ -89,19 +88,19 @@ def list_all(context):
 def update(context, hostname, digest=None, **values):
     """Set host columns; with ``digest``, only if it is still the stored
     one (a later report wins).  True if the row was updated."""
-    key = (tuple(sorted(values)), digest is not None)
-    statement = _UPDATES.get(key)
-    if statement is None:
-        conditions = [_BY_NAME]
-        if digest is not None:
-            conditions.append(
-                _HOST.c.report_digest == sa.bindparam('b_digest'))
-        statement = _UPDATES[key] = sa.update(_HOST).where(
-            *conditions).values(
-                **{name: sa.bindparam('v_' + name) for name in key[0]})
+    statement = _update_statement(tuple(sorted(values)), digest is not None)
     params = {'b_hostname': hostname}
     if digest is not None:
         params['b_digest'] = digest
     params.update(('v_' + name, value) for name, value in values.items())
     result = _sql.connection(context).execute(statement, params)
     return result.rowcount == 1
+
+
+@_sql.built_once
+def _update_statement(value_columns, with_digest):
+    conditions = [_BY_NAME]
+    if with_digest:
+        conditions.append(_HOST.c.report_digest == sa.bindparam('b_digest'))
+    return sa.update(_HOST).where(*conditions).values(
+        **{name: sa.bindparam('v_' + name) for name in value_columns})

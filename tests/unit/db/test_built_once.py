@@ -1,0 +1,27 @@
+"""Statements built once per shape (``_sql.built_once``): the same shape
+gets the same statement object (SQLAlchemy then works its cache key out
+once), another shape its own, and the NULL checks render as such."""
+
+from cyborg.db.api import _sql
+from cyborg.db.api import arqs
+from cyborg.db.api import hosts
+from cyborg.db import models
+
+
+def test_a_shape_is_built_once():
+    shape = (('hostname', 'instance_uuid'), (('attach_handle_id', True),))
+    first = arqs._transition_statement(*shape)
+    assert arqs._transition_statement(*shape) is first
+    other = arqs._transition_statement(('hostname',), ())
+    assert other is not first
+    assert hosts._update_statement(('report_digest',), True) is \
+        hosts._update_statement(('report_digest',), True)
+
+
+def test_null_or_equal_checks():
+    sql = str(arqs._delete_statement(True, False))
+    assert 'attach_handle_id IS NULL' in sql
+    assert 'remote_handle_id = :remote_handle_id' in sql
+    table = models.ExtARQ.__table__
+    assert str(_sql.equal_or_null(table, 'hostname', False, 'w_hostname')) \
+        == 'extended_accelerator_requests.hostname = :w_hostname'
