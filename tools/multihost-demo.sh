@@ -22,7 +22,9 @@
 #
 # The benchmarks (doc/source/scaling.rst) deploy with
 # "--hosts 1 --fake-only --metrics" and read <workdir>/endpoints once it
-# exists: lines "placement URL", "api URL", "conductor_metrics URL".
+# exists: lines "placement URL", "api URL", "conductor_metrics URL";
+# <workdir>/pids has a "name pid" line per process started (for
+# tools/bench/arq_lifecycle.py --cpu-pids).
 #
 # Environment:
 #   VENV              virtualenv to use (default .venv; created, and the
@@ -105,6 +107,9 @@ if [ -z "$WORK" ]; then
 fi
 mkdir -p "$WORK/logs"
 WORK=$(cd "$WORK" && pwd)
+# "name pid" of each process this run starts (a kept --workdir held the
+# last run's).
+: >"$WORK/pids"
 PIDS=()
 MADE_DB=
 MADE_VHOST=
