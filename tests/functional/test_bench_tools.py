@@ -1,0 +1,65 @@
+"""The benchmarks are not tests, but the parts of them that measure must
+keep working: ``arq_lifecycle.py``'s CPU accounting from /proc and a
+short run of ``floors.py`` against the local RabbitMQ."""
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), 'tools', 'bench')
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(
+        'bench_' + name, os.path.join(BENCH, name + '.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cpu_of_a_process_and_its_children(tmp_path):
+    lifecycle = _load('arq_lifecycle')
+    busy = ('import time\nend = time.process_time() + 0.3\n'
+            'while time.process_time() < end: pass\ntime.sleep(30)\n')
+    parent = subprocess.Popen(
+        ['sh', '-c', f'"{sys.executable}" -c "$0" & wait', busy])
+    try:
+        deadline = time.monotonic() + 10
+        while not lifecycle._children(parent.pid):
+            assert time.monotonic() < deadline, 'no child started'
+            time.sleep(0.05)
+        pids = tmp_path / 'pids'
+        pids.write_text(f'group {parent.pid}\n')
+        targets = lifecycle.cpu_targets(str(pids), [f'alone={parent.pid}'])
+        assert targets['group'][0] == parent.pid
+        assert len(targets['group']) == 2
+        time.sleep(1)
+        spent = lifecycle.cpu_now(targets)
+        # The child's busy loop counts for the group.
+        assert spent['group'] >= 0.25
+        assert lifecycle._cpu_seconds(999999999) == 0.0
+    finally:
+        for child in lifecycle._children(parent.pid):
+            os.kill(child, signal.SIGKILL)
+        parent.kill()
+        parent.wait()
+
+
+def test_floors_runs_and_prints_its_medians():
+    result = subprocess.run(
+        [sys.executable, os.path.join(BENCH, 'floors.py'), '--count', '5',
+         '--rounds', '1'],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    medians = report['median']
+    assert set(medians) == {'http', 'rpc', 'amqp'}
+    for part in medians.values():
+        assert all(value > 0 for value in part.values())
+    assert report['lifecycle_floor_ms'] == round(
+        4 * medians['http']['get_ms'] + 3 * medians['rpc']['bare_ms'], 2)
