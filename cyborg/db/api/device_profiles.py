@@ -82,13 +82,27 @@ def get_groups(context, uuid=None, name=None, visible_to=None):
     needs, without loading the whole row."""
     if not _sql.matchable(uuid, name, visible_to):
         return None
+    given = {key: value for key, value in (
+        ('uuid', uuid), ('name', name), ('visible_to', visible_to))
+        if value is not None}
+    return _sql.connection(context).execute(
+        _groups_statement(*(key in given for key in
+                            ('uuid', 'name', 'visible_to'))),
+        given).first()
+
+
+@_sql.built_once
+def _groups_statement(by_uuid, by_name, visible):
+    # An ARQ create runs it: built once, with bind parameters.
     p = models.DeviceProfile
     query = sa.select(p.id, p.name, p.profile_json)
-    if uuid is not None:
-        query = query.where(p.uuid == uuid)
-    if name is not None:
-        query = query.where(p.name == name)
-    return context.session.execute(_visible(query, visible_to)).first()
+    if by_uuid:
+        query = query.where(p.uuid == sa.bindparam('uuid'))
+    if by_name:
+        query = query.where(p.name == sa.bindparam('name'))
+    if visible:
+        query = _visible(query, sa.bindparam('visible_to'))
+    return query
 
 
 @writer

@@ -25,3 +25,14 @@ def test_null_or_equal_checks():
     table = models.ExtARQ.__table__
     assert str(_sql.equal_or_null(table, 'hostname', False, 'w_hostname')) \
         == 'extended_accelerator_requests.hostname = :w_hostname'
+
+
+def test_a_profile_read_for_arqs_binds_whom_it_is_visible_to():
+    from cyborg.db.api import device_profiles
+    statement = device_profiles._groups_statement(False, True, True)
+    assert device_profiles._groups_statement(False, True, True) is statement
+    sql = str(statement)
+    assert 'device_profiles.name = :name' in sql
+    # The project, in the owner check and in the shares subquery alike.
+    assert sql.count(':visible_to') == 2
+    assert ':uuid' not in sql
