@@ -5,6 +5,7 @@ delete (RPC 1.5: the API sends the uuids without reading them) or, with
 first (an older conductor deletes whatever it is given)."""
 
 import json
+import threading
 import uuid as uuidlib
 
 import pytest
@@ -72,3 +73,26 @@ def test_another_projects_arq_is_not_found_and_kept(service):
     status, _ = _delete(service, [ids['bound_arq']])
     assert status == 404
     assert ids['bound_arq'] in _left(service)
+
+
+def test_the_api_reads_the_arqs_only_when_capped(service, request):
+    """At RPC 1.5 the API sends the uuids without a statement of its own;
+    capped below it, the API reads the ARQs before sending them.  The
+    conductor serves on its RPC server's threads, the API on the caller's:
+    statements are told apart by the thread that ran them."""
+    ids = api_fixture.seed_binding_arqs(service.engine, PROJECT)
+    api_thread = threading.get_ident()
+    on_api_thread = []
+
+    def count(*_args):
+        if threading.get_ident() == api_thread:
+            on_api_thread.append(1)
+    sa.event.listen(service.engine, 'before_cursor_execute', count)
+    try:
+        assert _delete(service, [ids['bound_arq']],
+                       service_token=True) == (204, None)
+    finally:
+        sa.event.remove(service.engine, 'before_cursor_execute', count)
+    capped = request.node.callspec.params['service'] is not None
+    assert bool(on_api_thread) == capped
+    assert _left(service) == {ids['binding_arq']}
