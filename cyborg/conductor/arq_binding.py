@@ -55,6 +55,7 @@ import time
 import uuid as uuidlib
 
 import futurist
+from futurist import waiters
 from oslo_log import log as logging
 import oslo_messaging as messaging
 from oslo_utils import timeutils
@@ -205,13 +206,18 @@ def start_bind(conf, context, bindings):
     deadline = now + datetime.timedelta(seconds=conf.bind_timeout)
     batch_id = str(uuidlib.uuid4())
     asked = _ask_allocations(conf, bindings)
+    overlap = _lookups_in_flight() <= OVERLAP_LOOKUPS
+    if not overlap:
+        # A storm: Placement's answers first, outside the transaction, so
+        # that no pooled connection (nor SQLite's write lock) waits on them.
+        waiters.wait_for_all(asked.values())
     # A bind with nothing slow to do (no programming, no mdev to make, no
     # fabric attach) takes its handle and ends Bound in the transaction
     # that validates it, before the PATCH is answered: Nova's first read
     # finds it resolved.  The rest, and the batch's Nova events, go on in
     # the background.
     jobs = db_api.write_retrying(context, _start, conf, context, bindings,
-                                 now, asked, batch_id, deadline)
+                                 now, asked, batch_id, deadline, overlap)
     # Every bind Bound by _start: the batch's events are those _start
     # recorded, known here without reading them back.
     recorded = ([(job['instance_uuid'], job['uuid'], 'completed')
@@ -229,13 +235,15 @@ def start_bind(conf, context, bindings):
 
 
 def _start(conf, context, bindings, now, asked=None, batch_id=None,
-           deadline=None):
+           deadline=None, overlap=True):
     """Validate and move to BindStarted in one transaction (a 4xx rolls
     it back: nothing written); returns the jobs.  With a ``batch_id``, a
     bind with nothing slow to do goes on to Bound in the same transaction
     (its job carries the handle as ``bound``); one whose handle is an mdev
-    still to be made stays BindStarted holding it (``handle``)."""
-    overlap = bool(asked) and _lookups_in_flight() <= OVERLAP_LOOKUPS
+    still to be made stays BindStarted holding it (``handle``).  With
+    ``overlap`` the writes run while Placement answers ``asked`` and the
+    answers are checked before the commit; else they are checked first."""
+    overlap = overlap and bool(asked)
     jobs = _validate(conf, context, bindings, asked,
                      allocations=not overlap)
     for job in jobs:

@@ -2,6 +2,7 @@
 and a recording Nova endpoint."""
 
 import datetime
+import time
 import uuid as uuidlib
 
 import pytest
@@ -236,6 +237,52 @@ def test_allocation_must_cover_the_device(aconf, db, ctx, device,
         'consumer_type': 'INSTANCE'})
     _bind(aconf, ctx, {first: _binding(device, instance)})
     assert _state(db, first).state == 'Bound'
+
+
+@pytest.mark.parametrize('overlap', [True, False],
+                         ids=['writes-while-placement-answers',
+                              'placement-answers-first'])
+def test_writes_overlap_the_allocation_lookup(aconf, db, ctx, device,
+                                              placement_url, monkeypatch,
+                                              overlap):
+    """With few lookups in flight the bind's writes run before Placement
+    has answered; past OVERLAP_LOOKUPS they wait for the answer.  The real
+    Placement answers, a third of a second late; the statements' times
+    come from the engine."""
+    monkeypatch.setattr(arq_binding, 'OVERLAP_LOOKUPS', 4 if overlap else 0)
+    client = placement_client.get_client(aconf)
+    client.create_provider(device.rp_uuid, device.name, None)
+    client.set_inventories(device.rp_uuid,
+                           {'FPGA': {'total': 4, 'max_unit': 4}})
+    instance = str(uuidlib.uuid4())
+    _placement_put(placement_url, '/allocations/' + instance, {
+        'allocations': {device.rp_uuid: {'resources': {'FPGA': 1}}},
+        'project_id': 'p1', 'user_id': 'u1', 'consumer_generation': None,
+        'consumer_type': 'INSTANCE'})
+    uuid, = _create(db, ctx)
+    answered, written = [], []
+    lookup = placement_client.PlacementClient.get_allocations_for_consumer
+
+    def late(self, consumer_uuid):
+        time.sleep(0.3)
+        try:
+            return lookup(self, consumer_uuid)
+        finally:
+            answered.append(time.monotonic())
+
+    def seen(_conn, _cursor, statement, *_args):
+        if statement.lstrip().upper().startswith(('UPDATE', 'INSERT')):
+            written.append(time.monotonic())
+    monkeypatch.setattr(placement_client.PlacementClient,
+                        'get_allocations_for_consumer', late)
+    sa.event.listen(db, 'before_cursor_execute', seen)
+    try:
+        _bind(aconf, ctx, {uuid: _binding(device, instance)})
+    finally:
+        sa.event.remove(db, 'before_cursor_execute', seen)
+    assert _state(db, uuid).state == 'Bound'
+    assert len(answered) == 1 and written
+    assert (min(written) < answered[0]) == overlap
 
 
 def test_no_free_handle_ends_bind_failed(aconf, db, ctx, fake_nova):
