@@ -200,26 +200,39 @@ def _placement_put(url, path, body):
     assert response.status_code in (200, 204), response.text
 
 
-@pytest.mark.parametrize('overlap', [True, False],
-                         ids=['writes-while-placement-answers',
-                              'placement-answers-first'])
+def _providers(aconf, *rps):
+    """Providers of 4 FPGAs each, (uuid, name) pairs."""
+    client = placement_client.get_client(aconf)
+    for rp, name in rps:
+        client.create_provider(rp, name, None)
+        client.set_inventories(rp, {'FPGA': {'total': 4, 'max_unit': 4}})
+
+
+def _allocate(placement_url, instance, rp, generation=None):
+    """One FPGA of ``rp`` allocated to ``instance``, as Nova would."""
+    _placement_put(placement_url, '/allocations/' + instance, {
+        'allocations': {rp: {'resources': {'FPGA': 1}}},
+        'project_id': 'p1', 'user_id': 'u1',
+        'consumer_generation': generation, 'consumer_type': 'INSTANCE'})
+
+
+_OVERLAP = pytest.mark.parametrize(
+    'overlap', [True, False],
+    ids=['writes-while-placement-answers', 'placement-answers-first'])
+
+
+@_OVERLAP
 def test_allocation_must_cover_the_device(aconf, db, ctx, device,
                                           placement_url, monkeypatch,
                                           overlap):
     """Whether the bind's writes run while Placement answers (few lookups
     in flight) or after (many: a storm), a refusal writes nothing."""
     monkeypatch.setattr(arq_binding, 'OVERLAP_LOOKUPS', 4 if overlap else 0)
-    client = placement_client.get_client(aconf)
     other_rp = str(uuidlib.uuid4())
-    for rp, name in ((device.rp_uuid, device.name),
-                     (other_rp, 'other-' + other_rp)):
-        client.create_provider(rp, name, None)
-        client.set_inventories(rp, {'FPGA': {'total': 4, 'max_unit': 4}})
+    _providers(aconf, (device.rp_uuid, device.name),
+               (other_rp, 'other-' + other_rp))
     instance = str(uuidlib.uuid4())
-    _placement_put(placement_url, '/allocations/' + instance, {
-        'allocations': {other_rp: {'resources': {'FPGA': 1}}},
-        'project_id': 'p1', 'user_id': 'u1', 'consumer_generation': None,
-        'consumer_type': 'INSTANCE'})
+    _allocate(placement_url, instance, other_rp)
     first, _second = _create(db, ctx, [{'resources:FPGA': '2'}])
     with pytest.raises(exception.BindFailed, match='no allocation'):
         arq_binding.start_bind(aconf, ctx, {first: _binding(device,
@@ -231,17 +244,12 @@ def test_allocation_must_cover_the_device(aconf, db, ctx, device,
         assert c.scalar(sa.select(sa.func.count()).select_from(
             models.NovaEvent)) == 0
     assert arq_binding._lookups_in_flight() == 0
-    _placement_put(placement_url, '/allocations/' + instance, {
-        'allocations': {device.rp_uuid: {'resources': {'FPGA': 1}}},
-        'project_id': 'p1', 'user_id': 'u1', 'consumer_generation': 1,
-        'consumer_type': 'INSTANCE'})
+    _allocate(placement_url, instance, device.rp_uuid, generation=1)
     _bind(aconf, ctx, {first: _binding(device, instance)})
     assert _state(db, first).state == 'Bound'
 
 
-@pytest.mark.parametrize('overlap', [True, False],
-                         ids=['writes-while-placement-answers',
-                              'placement-answers-first'])
+@_OVERLAP
 def test_writes_overlap_the_allocation_lookup(aconf, db, ctx, device,
                                               placement_url, monkeypatch,
                                               overlap):
@@ -250,15 +258,9 @@ def test_writes_overlap_the_allocation_lookup(aconf, db, ctx, device,
     Placement answers, a third of a second late; the statements' times
     come from the engine."""
     monkeypatch.setattr(arq_binding, 'OVERLAP_LOOKUPS', 4 if overlap else 0)
-    client = placement_client.get_client(aconf)
-    client.create_provider(device.rp_uuid, device.name, None)
-    client.set_inventories(device.rp_uuid,
-                           {'FPGA': {'total': 4, 'max_unit': 4}})
+    _providers(aconf, (device.rp_uuid, device.name))
     instance = str(uuidlib.uuid4())
-    _placement_put(placement_url, '/allocations/' + instance, {
-        'allocations': {device.rp_uuid: {'resources': {'FPGA': 1}}},
-        'project_id': 'p1', 'user_id': 'u1', 'consumer_generation': None,
-        'consumer_type': 'INSTANCE'})
+    _allocate(placement_url, instance, device.rp_uuid)
     uuid, = _create(db, ctx)
     answered, written = [], []
     lookup = placement_client.PlacementClient.get_allocations_for_consumer
