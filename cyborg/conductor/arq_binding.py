@@ -206,11 +206,12 @@ def start_bind(conf, context, bindings):
     deadline = now + datetime.timedelta(seconds=conf.bind_timeout)
     batch_id = str(uuidlib.uuid4())
     asked = _ask_allocations(conf, bindings)
-    overlap = _lookups_in_flight() <= OVERLAP_LOOKUPS
+    overlap = bool(asked) and _lookups_in_flight() <= OVERLAP_LOOKUPS
     if not overlap:
         # A storm: Placement's answers first, outside the transaction, so
         # that no pooled connection (nor SQLite's write lock) waits on them.
-        waiters.wait_for_all(asked.values())
+        with timing.phase(timing.PLACEMENT):
+            waiters.wait_for_all(asked.values())
     # A bind with nothing slow to do (no programming, no mdev to make, no
     # fabric attach) takes its handle and ends Bound in the transaction
     # that validates it, before the PATCH is answered: Nova's first read
@@ -235,7 +236,7 @@ def start_bind(conf, context, bindings):
 
 
 def _start(conf, context, bindings, now, asked=None, batch_id=None,
-           deadline=None, overlap=True):
+           deadline=None, overlap=False):
     """Validate and move to BindStarted in one transaction (a 4xx rolls
     it back: nothing written); returns the jobs.  With a ``batch_id``, a
     bind with nothing slow to do goes on to Bound in the same transaction
@@ -243,7 +244,6 @@ def _start(conf, context, bindings, now, asked=None, batch_id=None,
     still to be made stays BindStarted holding it (``handle``).  With
     ``overlap`` the writes run while Placement answers ``asked`` and the
     answers are checked before the commit; else they are checked first."""
-    overlap = overlap and bool(asked)
     jobs = _validate(conf, context, bindings, asked,
                      allocations=not overlap)
     for job in jobs:

@@ -4,6 +4,7 @@ once), another shape its own, and the NULL checks render as such."""
 
 from cyborg.db.api import _sql
 from cyborg.db.api import arqs
+from cyborg.db.api import device_profiles
 from cyborg.db.api import hosts
 from cyborg.db import models
 
@@ -28,7 +29,6 @@ def test_null_or_equal_checks():
 
 
 def test_a_profile_read_for_arqs_binds_whom_it_is_visible_to():
-    from cyborg.db.api import device_profiles
     statement = device_profiles._groups_statement(False, True, True)
     assert device_profiles._groups_statement(False, True, True) is statement
     sql = str(statement)
