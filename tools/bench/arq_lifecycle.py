@@ -39,7 +39,6 @@ sum says how much of the lifecycle's time is CPU the services share.
 import argparse
 import concurrent.futures
 import json
-import os
 import statistics
 import sys
 import threading
@@ -47,6 +46,9 @@ import time
 import uuid
 
 import requests
+
+# This folder, where the benchmark runs from.
+import procstat
 
 CALLS = ('create', 'bind', 'get', 'delete')
 
@@ -280,29 +282,11 @@ def _percentiles(values):
 # -- CPU per process ----------------------------------------------------------
 
 def _cpu_seconds(pid):
-    """User + system CPU seconds of ``pid`` (0 once it is gone)."""
+    """CPU seconds of ``pid`` (0 once it is gone)."""
     try:
-        with open(f'/proc/{pid}/stat') as f:
-            fields = f.read().rsplit(')', 1)[1].split()
+        return procstat.cpu_seconds(pid)
     except OSError:
         return 0.0
-    # utime and stime are the 14th and 15th fields; the split starts at
-    # the 3rd.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
-
-
-def _children(pid):
-    found = []
-    for entry in os.listdir('/proc'):
-        if entry.isdigit():
-            try:
-                with open(f'/proc/{entry}/stat') as f:
-                    parent = f.read().rsplit(')', 1)[1].split()[1]
-            except OSError:
-                continue
-            if parent == str(pid):
-                found.append(int(entry))
-    return found
 
 
 def cpu_targets(pids_file, extra):
@@ -312,7 +296,8 @@ def cpu_targets(pids_file, extra):
         with open(pids_file) as f:
             named += [line.split() for line in f if line.strip()]
     named += [item.split('=', 1) for item in extra]
-    return {name: [int(pid)] + _children(int(pid)) for name, pid in named}
+    return {name: [int(pid)] + procstat.children(int(pid))
+            for name, pid in named}
 
 
 def cpu_now(targets):

@@ -42,6 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
 
 from tests.fixtures import health_deployment as hd  # noqa: E402
 
+import procstat  # noqa: E402
+
 TARGET_P99_S = 2.0
 TARGET_CHECK_CORE_PERCENT = 1.0
 
@@ -50,14 +52,6 @@ def _percentile(values, fraction):
     ordered = sorted(values)
     index = min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))
     return ordered[index]
-
-
-def _cpu_seconds(pid):
-    with open(f'/proc/{pid}/stat') as f:
-        fields = f.read().rsplit(')', 1)[1].split()
-    ticks = os.sysconf('SC_CLK_TCK')
-    # utime and stime: fields 14 and 15 of the full line.
-    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 def _check_seconds(env):
@@ -91,12 +85,12 @@ def cost_phase(env, quiet):
                 'every GPU in service')
     time.sleep(2)
     pid = env.services['agent'].pid
-    cpu_before = _cpu_seconds(pid)
+    cpu_before = procstat.cpu_seconds(pid)
     check_before, rounds_before = _check_seconds(env)
     started = time.monotonic()
     time.sleep(quiet)
     elapsed = time.monotonic() - started
-    cpu = _cpu_seconds(pid) - cpu_before
+    cpu = procstat.cpu_seconds(pid) - cpu_before
     check_after, rounds_after = _check_seconds(env)
     return {
         'quiet_s': round(elapsed, 1),

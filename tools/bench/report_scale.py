@@ -72,6 +72,8 @@ from cyborg.placement import client as placement_client
 from tests.fixtures import databases, processes, rabbit
 from tests.fixtures import placement as placement_fixture
 
+import procstat
+
 
 class MeasuredManager(conductor_manager.ConductorManager):
     """The real endpoints, timing the CPU of each report's handling."""
@@ -132,16 +134,10 @@ def changed_report(before, after):
 
 def process_cpu(pids):
     """CPU seconds processes ``pids`` have used (Linux), or None."""
-    total = 0.0
-    for pid in pids:
-        try:
-            with open(f'/proc/{pid}/stat') as f:
-                fields = f.read().rsplit(')', 1)[1].split()
-        except OSError:
-            return None
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf(
-            'SC_CLK_TCK')
-    return total
+    try:
+        return sum(procstat.cpu_seconds(pid) for pid in pids)
+    except OSError:
+        return None
 
 
 class Bench:
