@@ -70,14 +70,16 @@ def parse_nvidia_smi(xml):
         gpus[address] = {
             'name': text('product_name'), 'uuid': text('uuid'),
             'serial': text('serial'),
-            'memory_mb': _mib(text('fb_memory_usage/total')),
-            'memory_used_mb': _mib(text('fb_memory_usage/used')),
+            'memory_mb': _leading_int(text('fb_memory_usage/total')),
+            'memory_used_mb': _leading_int(text('fb_memory_usage/used')),
             'utilization': _percent(text('utilization/gpu_util')),
             'mig_enabled': text('mig_mode/current_mig') == 'Enabled'}
     return gpus
 
 
-def _mib(value):
+def _leading_int(value):
+    """81559 of '81559 MiB', 42 of '42 %'; None when absent or not a
+    number."""
     try:
         return int(value.split()[0])
     except (AttributeError, ValueError, IndexError):
@@ -85,10 +87,8 @@ def _mib(value):
 
 
 def _percent(value):
-    try:
-        return int(value.split()[0]) / 100.0
-    except (AttributeError, ValueError, IndexError):
-        return None
+    number = _leading_int(value)
+    return None if number is None else number / 100.0
 
 
 def read_driver(conf, checks):
