@@ -45,6 +45,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -276,16 +277,6 @@ def one_round(args, workdir, url):
     return result
 
 
-def _median(rounds, *path):
-    values = []
-    for round_ in rounds:
-        value = round_
-        for key in path:
-            value = value[key]
-        values.append(value)
-    return round(statistics.median(values), 3)
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--count', type=int, default=500,
@@ -294,16 +285,15 @@ def main(argv=None):
     parser.add_argument('--placement', default=None,
                         help='a Placement endpoint (noauth2) to time')
     args = parser.parse_args(argv)
-    import tempfile
-
     load_before = os.getloadavg()
     rounds = []
     with tempfile.TemporaryDirectory() as workdir, \
             rabbit.throwaway_vhost() as url:
         for _ in range(args.rounds):
             rounds.append(one_round(args, workdir, url))
-    medians = {part: {name: _median(rounds, part, name) for name in values}
-               for part, values in rounds[0].items()}
+    medians = {part: {name: round(statistics.median(
+        round_[part][name] for round_ in rounds), 3) for name in values}
+        for part, values in rounds[0].items()}
     floor = (4 * medians['http']['get_ms'] + 3 * medians['rpc']['bare_ms']
              + medians.get('placement', {}).get('allocations_get_ms', 0))
     print(json.dumps({
