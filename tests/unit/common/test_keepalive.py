@@ -221,6 +221,8 @@ def test_keep_alive_uses_it_and_reuses_the_connection(serve):
     second = client.request('PUT', '/traits/CUSTOM_X', body={'a': 1})
     assert [first.json(), second.json()] == [{'n': 1}, {'n': 1}]
     assert server.connections == 1
+    # The answers were read by _Response, not http.client's own.
+    assert client._local.conn.response_class is keepalive._Response
     assert server.requests[0].startswith(
         b'GET /placement/resource_providers HTTP/1.1\r\n')
     assert b'OpenStack-API-Version: placement 1.39' in server.requests[0]
