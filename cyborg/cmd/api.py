@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 
-from cheroot import wsgi
 from oslo_log import log
 
 from cyborg import version
@@ -26,6 +25,7 @@ from cyborg.api import app as api_app
 from cyborg.api import auth
 from cyborg.common import quota
 from cyborg.common import service
+from cyborg.common import serving
 from cyborg.db import api as db_api
 
 LOG = log.getLogger(__name__)
@@ -38,7 +38,7 @@ _CLIENT_GONE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 _RESPAWN_DELAY = 1.0
 
 
-class _SharedSocketServer(wsgi.Server):
+class _SharedSocketServer(serving.Server):
     """A cheroot server accepting on a socket bound by someone else."""
 
     def __init__(self, sock, **kwargs):
@@ -87,10 +87,11 @@ class APIServer:
         return 'API server %s:%s' % self._server.bind_addr
 
 
-def listen(host, port, backlog=128):
+def listen(host, port):
     """A listening TCP socket for ``host`` (IPv4 or IPv6) and ``port``."""
     family = socket.AF_INET6 if ':' in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=backlog,
+    sock = socket.create_server((host, port), family=family,
+                                backlog=serving.LISTEN_BACKLOG,
                                 dualstack_ipv6=host in ('::', '::0'))
     sock.set_inheritable(True)
     # Accepted connections inherit it; cheroot would set it in its own

@@ -21,9 +21,10 @@ import sys
 import threading
 
 import sqlalchemy as sa
-from cheroot import wsgi as cheroot_wsgi
 from oslo_config import cfg
 from oslo_db.sqlalchemy import engines, exc_filters
+
+from cyborg.common import serving
 
 # The only place the request header of placement's noauth2 is spelled; it
 # reads "<user>:<project>" from it and treats user "admin" as an admin.
@@ -133,10 +134,10 @@ class EmbeddedPlacement:
             # transactions; in a file, two writers that both read first
             # fail with "database is locked".  One request at a time.
             threads = 1
-        self._server = cheroot_wsgi.Server((self.host, self.requested_port),
-                                           app, numthreads=threads,
-                                           server_name='placement',
-                                           reuse_port=self.reuse_port)
+        self._server = serving.Server((self.host, self.requested_port), app,
+                                      numthreads=threads,
+                                      server_name='placement',
+                                      reuse_port=self.reuse_port)
         # How often the serve loop looks at its stop flag (default 0.5 s).
         self._server.expiration_interval = 0.05
         self._server.prepare()

@@ -16,7 +16,6 @@ import argparse
 import sys
 import threading
 
-from cheroot import wsgi
 from oslo_log import log
 
 import cyborg.conf
@@ -24,6 +23,7 @@ from cyborg import version
 from cyborg.api import app as api_app
 from cyborg.api import auth
 from cyborg.common import quota
+from cyborg.common import serving
 from cyborg.db import api as db_api
 
 LOG = log.getLogger(__name__)
@@ -101,8 +101,8 @@ def main(argv=None):
                      '"--")' % ' '.join(passed))
     app = init_application(passed)
     try:
-        server = wsgi.Server((args.host, args.port), app,
-                             server_name='cyborg-wsgi-api')
+        server = serving.Server((args.host, args.port), app,
+                                server_name='cyborg-wsgi-api')
         server.prepare()
     except OSError as exc:
         sys.exit('cyborg-wsgi-api cannot listen on %s:%d: %s (choose '

@@ -3,6 +3,7 @@
 import pytest
 import requests
 
+from cyborg.common import serving
 from cyborg.placement import embedded
 from tests.fixtures import placement as placement_fixture
 
@@ -16,6 +17,12 @@ def test_serves_placement_with_its_standard_traits(placement):
     traits = requests.get(placement.url + '/traits?name=in:OWNER_CYBORG',
                           headers=_HEADERS, timeout=5).json()['traits']
     assert traits == ['OWNER_CYBORG']
+
+
+def test_listens_with_cyborgs_backlog(placement):
+    # Every agent of a cell reports to it at once after a restart.
+    assert isinstance(placement._server, serving.Server)
+    assert placement._server.request_queue_size == serving.LISTEN_BACKLOG
 
 
 def test_noauth2_rejects_requests_without_a_token(placement):
