@@ -102,6 +102,9 @@ _CLEARED = {'hostname': None, 'device_rp_uuid': None, 'instance_uuid': None,
 # announced.
 _RemoteBound = collections.namedtuple('_RemoteBound',
                                       'uuid attach_type attach_info')
+# What a bind's transaction read of a remote pool, for checking its host
+# after the rollback (the pool's row is of the session that ended).
+_PoolSeen = collections.namedtuple('_PoolSeen', 'id name aggregates')
 
 _EXECUTOR = None
 _LOOKUPS = None
@@ -112,11 +115,30 @@ _EXECUTOR_LOCK = threading.Lock()
 # slow), it waits for the answer before writing, holding no row lock and
 # no pooled connection while Placement takes its time.
 OVERLAP_LOOKUPS = 4
+# Seconds an overlapping bind waits, before its commit, for answers still
+# missing: Placement answers a lookup in milliseconds when well.  Later
+# than that the transaction is rolled back and the bind waits outside it,
+# as in a storm: a slow or hung Placement never holds a bind's locks (nor
+# SQLite's write lock) for longer.
+OVERLAP_WAIT = 0.25
 _IN_FLIGHT = 0
 
 
 class _Lost(Exception):
     """The ARQ left BindStarted under us (unbound, deleted, timed out)."""
+
+
+class _AskPlacementFirst(Exception):
+    """Raised in a bind's transaction where going on would wait for
+    Placement: the transaction is rolled back, ``start_bind`` asks outside
+    it and runs it again.  ``pool_hosts``: (_PoolSeen, host name) pairs
+    whose host must be checked; ``late``: an allocation lookup had not
+    answered within OVERLAP_WAIT."""
+
+    def __init__(self, pool_hosts=(), late=False):
+        super().__init__()
+        self.pool_hosts = list(pool_hosts)
+        self.late = late
 
 
 # -- create ---------------------------------------------------------------
@@ -207,18 +229,30 @@ def start_bind(conf, context, bindings):
     batch_id = str(uuidlib.uuid4())
     asked = _ask_allocations(conf, bindings)
     overlap = bool(asked) and _lookups_in_flight() <= OVERLAP_LOOKUPS
-    if not overlap:
-        # A storm: Placement's answers first, outside the transaction, so
-        # that no pooled connection (nor SQLite's write lock) waits on them.
-        with timing.phase(timing.PLACEMENT):
-            waiters.wait_for_all(asked.values())
-    # A bind with nothing slow to do (no programming, no mdev to make, no
-    # fabric attach) takes its handle and ends Bound in the transaction
-    # that validates it, before the PATCH is answered: Nova's first read
-    # finds it resolved.  The rest, and the batch's Nova events, go on in
-    # the background.
-    jobs = db_api.write_retrying(context, _start, conf, context, bindings,
-                                 now, asked, batch_id, deadline, overlap)
+    hosts_checked = set()
+    while True:
+        if not overlap:
+            # A storm (or a late answer): Placement's answers first,
+            # outside the transaction, so that no pooled connection (nor
+            # SQLite's write lock) waits on them.
+            with timing.phase(timing.PLACEMENT):
+                waiters.wait_for_all(asked.values())
+        try:
+            # A bind with nothing slow to do (no programming, no mdev to
+            # make, no fabric attach) takes its handle and ends Bound in
+            # the transaction that validates it, before the PATCH is
+            # answered: Nova's first read finds it resolved.  The rest,
+            # and the batch's Nova events, go on in the background.
+            jobs = db_api.write_retrying(context, _start, conf, context,
+                                         bindings, now, asked, batch_id,
+                                         deadline, overlap, hosts_checked)
+            break
+        except _AskPlacementFirst as first:
+            overlap = overlap and not first.late
+            with timing.phase(timing.PLACEMENT):
+                for pool, hostname in first.pool_hosts:
+                    remote_pools.check_host(conf, pool, hostname)
+                    hosts_checked.add(_pool_host(pool, hostname))
     # Every bind Bound by _start: the batch's events are those _start
     # recorded, known here without reading them back.
     recorded = ([(job['instance_uuid'], job['uuid'], 'completed')
@@ -236,16 +270,19 @@ def start_bind(conf, context, bindings):
 
 
 def _start(conf, context, bindings, now, asked=None, batch_id=None,
-           deadline=None, overlap=False):
+           deadline=None, overlap=False, hosts_checked=frozenset()):
     """Validate and move to BindStarted in one transaction (a 4xx rolls
     it back: nothing written); returns the jobs.  With a ``batch_id``, a
     bind with nothing slow to do goes on to Bound in the same transaction
     (its job carries the handle as ``bound``); one whose handle is an mdev
     still to be made stays BindStarted holding it (``handle``).  With
     ``overlap`` the writes run while Placement answers ``asked`` and the
-    answers are checked before the commit; else they are checked first."""
+    answers are checked before the commit; else they are checked first.
+    It never waits for Placement: where it would (a remote pool's host
+    not in ``hosts_checked``, an answer later than OVERLAP_WAIT) it raises
+    _AskPlacementFirst."""
     jobs = _validate(conf, context, bindings, asked,
-                     allocations=not overlap)
+                     allocations=not overlap, hosts_checked=hosts_checked)
     for job in jobs:
         values = {'hostname': job['hostname'],
                   'device_rp_uuid': job['device_rp_uuid'],
@@ -284,6 +321,10 @@ def _start(conf, context, bindings, now, asked=None, batch_id=None,
         elif handle is not None:
             job['handle'] = handle
     if overlap:
+        with timing.phase(timing.PLACEMENT):
+            late = waiters.wait_for_all(asked.values(), OVERLAP_WAIT).not_done
+        if late:
+            raise _AskPlacementFirst(late=True)
         # A refusal rolls back everything written above.
         _check_allocations(conf, jobs, asked)
     return jobs
@@ -309,13 +350,15 @@ def _executor(conf):
         return _EXECUTOR
 
 
-def _validate(conf, context, bindings, asked=None, allocations=True):
+def _validate(conf, context, bindings, asked=None, allocations=True,
+              hosts_checked=frozenset()):
     """The bind jobs of a PATCH, or a 4xx: ARQs exist and are the caller's,
     are bindable, their provider is an enabled deployable on the host that
     Placement allocated to the instance, and the instance has no bound
     ARQs of another request.  A provider may also be a remote pool's: the
-    host must then be in one of the pool's aggregates.  ``allocations``
-    False leaves Placement's allocations for the caller to check."""
+    host must then be in one of the pool's aggregates (checked before,
+    ``hosts_checked``).  ``allocations`` False leaves Placement's
+    allocations for the caller to check."""
     if not isinstance(bindings, dict) or not bindings:
         raise exception.Invalid(reason='no accelerator request to bind')
     # Malformed instance uuids are refused by _field below.
@@ -352,7 +395,7 @@ def _validate(conf, context, bindings, asked=None, allocations=True):
                          notice=_bind_notice(row, binding,
                                              target.deployable_uuid)))
     _check_instances(jobs, elsewhere)
-    _check_pool_hosts(conf, pools, jobs)
+    _check_pool_hosts(pools, jobs, hosts_checked)
     if allocations:
         _check_allocations(conf, jobs, asked)
     return jobs
@@ -412,17 +455,29 @@ def _check_pool(pool, binding, group):
                    f'(accel:bitstream_id, accel:function_id)')
 
 
-def _check_pool_hosts(conf, pools, jobs):
-    """Each host bound to a remote pool is a compute node of one of the
-    pool's aggregates (asked of Placement once per pair)."""
-    checked = set()
+def _check_pool_hosts(pools, jobs, hosts_checked):
+    """Each host bound to a remote pool must be a compute node of one of
+    the pool's aggregates: Placement is asked once per pair, outside the
+    transaction (_AskPlacementFirst names the pairs not checked yet, as
+    the pool reads now)."""
     by_id = {pool.id: pool for pool in pools.values()}
+    unchecked = {}
     for job in jobs:
         pool = by_id.get(job.get('remote_pool_id'))
-        if pool is None or (pool.id, job['hostname']) in checked:
+        if pool is None:
             continue
-        remote_pools.check_host(conf, pool, job['hostname'])
-        checked.add((pool.id, job['hostname']))
+        key = _pool_host(pool, job['hostname'])
+        if key not in hosts_checked:
+            seen = _PoolSeen(pool.id, pool.name, pool.aggregates)
+            unchecked[key] = (seen, job['hostname'])
+    if unchecked:
+        raise _AskPlacementFirst(pool_hosts=unchecked.values())
+
+
+def _pool_host(pool, hostname):
+    # The aggregates too: a pool whose aggregates changed since its host
+    # was checked is checked again.
+    return pool.id, pool.aggregates, hostname
 
 
 def _check_instances(jobs, elsewhere):

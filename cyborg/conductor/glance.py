@@ -14,6 +14,7 @@ import openstack.connection
 from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
 from openstack import exceptions as sdk_exc
+import requests
 
 from cyborg.common import exception
 
@@ -92,6 +93,10 @@ def download(conf, image):
             chunks.append(chunk)
     except (sdk_exc.SDKException, ks_exc.ClientException) as e:
         raise _unavailable(e)
+    except requests.RequestException as e:
+        # Read from requests itself once the answer has begun: Glance
+        # stopped sending (``[glance]timeout``) or dropped the connection.
+        raise _unavailable(f"downloading image {image['id']}: {e}")
     if digest.hexdigest() != expected:
         raise exception.Invalid(
             reason=f"image {image['id']} failed its {algo} check: Glance "

@@ -121,11 +121,30 @@ def _looks_unchanged(report):
             report.get('base_digest') == report['digest'])
 
 
+class _AskPlacementFirst(Exception):
+    """Raised in a report's transaction (rolling it back) when the plan
+    would remove providers nobody has asked Placement about yet
+    (``rp_uuids``): they are asked about with no transaction open, and the
+    report planned again."""
+
+    def __init__(self, rp_uuids):
+        super().__init__()
+        self.rp_uuids = rp_uuids
+
+
 def _write_with_retries(conf, context, hostname, report, parsed):
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+    # {provider: whether Placement holds allocations against it}, for the
+    # providers of vanished hardware.
+    held = {}
+    attempt = 0
+    while True:
         try:
-            return _write(conf, context, hostname, report, parsed)
+            return _write(conf, context, hostname, report, parsed, held)
+        except _AskPlacementFirst as first:
+            found = placement_sync.held_providers(conf, first.rp_uuids)
+            held.update({rp: rp in found for rp in first.rp_uuids})
         except (db_exc.DBError, sa_exc.OperationalError) as exc:
+            attempt += 1
             if attempt == MAX_ATTEMPTS or not (
                     isinstance(exc, db_exc.DBDuplicateEntry) or
                     db_api.retryable(exc)):
@@ -136,7 +155,7 @@ def _write_with_retries(conf, context, hostname, report, parsed):
                      'again.', hostname, type(exc).__name__)
 
 
-def _write(conf, context, hostname, report, parsed):
+def _write(conf, context, hostname, report, parsed, held):
     with db_api.writer.using(context):
         if report['full']:
             host = host_db.lock_or_create(context, hostname)
@@ -150,7 +169,7 @@ def _write(conf, context, hostname, report, parsed):
                                    stored_digest):
             return _Outcome(stored_digest, need_full=True)
         plan, stored = _plan(conf, context, hostname, report['full'],
-                             parsed)
+                             parsed, held)
         inventory_db.write(context, plan.add, plan.update, plan.delete)
         outbox = _notifications(conf, context, hostname, plan, stored)
         was_synced = bool(host['placement_synced'])
@@ -174,7 +193,7 @@ def stored_digest_of(digest, parsed):
     return hashlib.sha256(b'incomplete\0' + digest.encode()).hexdigest()
 
 
-def _plan(conf, context, hostname, full, parsed):
+def _plan(conf, context, hostname, full, parsed, held):
     devices, removed = parsed.devices, parsed.removed
     if full:
         uuids = None
@@ -188,13 +207,20 @@ def _plan(conf, context, hostname, full, parsed):
     plan = inventory_plan.make_plan(hostname, stored, devices, removed, full,
                                     **options)
     if plan.removal_candidates:
-        # Asked inside the transaction (the host row stays locked for a few
-        # HTTP calls) so that what is deleted matches what was checked;
-        # hardware vanishing is rare enough for that to be cheap.
-        held = placement_sync.held_providers(conf, plan.removal_candidates)
-        if held:
+        # Whether an instance still uses vanished hardware is Placement's
+        # to say; asked outside the transaction (the host row stays locked
+        # for no HTTP call).  What is deleted is what was asked about: a
+        # candidate new since is asked about too.  Allocated after the
+        # answer, a provider is reserved whole instead of deleted
+        # (placement_sync).
+        unasked = sorted(set(plan.removal_candidates) - set(held))
+        if unasked:
+            raise _AskPlacementFirst(unasked)
+        allocated = {rp for rp in plan.removal_candidates if held[rp]}
+        if allocated:
             plan = inventory_plan.make_plan(hostname, stored, devices,
-                                            removed, full, held, **options)
+                                            removed, full, allocated,
+                                            **options)
     return plan, stored
 
 

@@ -5,6 +5,8 @@ from oslo_config import cfg
 from cyborg.conf import ksa
 
 GROUP = 'glance'
+# For each read of a bitstream's download, not for the whole of it.
+TIMEOUT = 60
 
 opts = [
     cfg.IntOpt('download_chunk_size', default=1048576, min=4096,
@@ -14,8 +16,8 @@ opts = [
 
 def register_opts(conf):
     conf.register_opts(opts, group=GROUP)
-    ksa.register_client_opts(conf, GROUP, 'image')
+    ksa.register_client_opts(conf, GROUP, 'image', TIMEOUT)
 
 
 def list_opts():
-    return {GROUP: ksa.client_opts(opts)}
+    return {GROUP: ksa.client_opts(TIMEOUT, opts)}

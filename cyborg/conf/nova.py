@@ -6,6 +6,9 @@ from oslo_config import cfg
 from cyborg.conf import ksa
 
 GROUP = 'nova'
+# Events go out on threads of their own; a batch Nova does not answer in
+# time is postponed and sent again.
+TIMEOUT = 30
 
 opts = [
     cfg.BoolOpt('send_events', default=True,
@@ -17,8 +20,8 @@ opts = [
 
 def register_opts(conf):
     conf.register_opts(opts, group=GROUP)
-    ksa.register_client_opts(conf, GROUP, 'compute')
+    ksa.register_client_opts(conf, GROUP, 'compute', TIMEOUT)
 
 
 def list_opts():
-    return {GROUP: ksa.client_opts(opts)}
+    return {GROUP: ksa.client_opts(TIMEOUT, opts)}

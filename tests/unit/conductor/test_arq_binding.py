@@ -17,6 +17,7 @@ from cyborg.db import models
 from cyborg.placement import client as placement_client
 from cyborg.placement import embedded
 from tests.fixtures import arqs as seed
+from tests.fixtures import databases
 from tests.fixtures import placement as placement_fixture
 from tests.fixtures import processes
 from tests.fixtures import recording_http
@@ -258,6 +259,8 @@ def test_writes_overlap_the_allocation_lookup(aconf, db, ctx, device,
     Placement answers, a third of a second late; the statements' times
     come from the engine."""
     monkeypatch.setattr(arq_binding, 'OVERLAP_LOOKUPS', 4 if overlap else 0)
+    # Long enough to wait for the late answer inside the transaction.
+    monkeypatch.setattr(arq_binding, 'OVERLAP_WAIT', 5)
     _providers(aconf, (device.rp_uuid, device.name))
     instance = str(uuidlib.uuid4())
     _allocate(placement_url, instance, device.rp_uuid)
@@ -288,6 +291,40 @@ def test_writes_overlap_the_allocation_lookup(aconf, db, ctx, device,
     assert _state(db, uuid).state == 'Bound'
     assert len(answered) == 1 and written
     assert (min(written) < answered[0]) == overlap
+
+
+def test_a_late_answer_is_waited_for_outside_the_transaction(
+        aconf, db, ctx, device, placement_url, monkeypatch):
+    """An overlapping bind whose allocation lookup has not been answered
+    OVERLAP_WAIT after its writes rolls them back and waits outside any
+    transaction: a slow or hung Placement holds no lock (nor SQLite's write
+    lock) longer.  The real Placement answers, 0.6 s late."""
+    monkeypatch.setattr(arq_binding, 'OVERLAP_LOOKUPS', 4)
+    monkeypatch.setattr(arq_binding, 'OVERLAP_WAIT', 0.1)
+    _providers(aconf, (device.rp_uuid, device.name))
+    instance = str(uuidlib.uuid4())
+    _allocate(placement_url, instance, device.rp_uuid)
+    uuid, = _create(db, ctx)
+    asked, answered = [], []
+    lookup = placement_client.PlacementClient.get_allocations_for_consumer
+
+    def late(self, consumer_uuid):
+        asked.append(time.monotonic())
+        time.sleep(0.6)
+        try:
+            return lookup(self, consumer_uuid)
+        finally:
+            answered.append(time.monotonic())
+    monkeypatch.setattr(placement_client.PlacementClient,
+                        'get_allocations_for_consumer', late)
+    with databases.transactions(db) as seen:
+        _bind(aconf, ctx, {uuid: _binding(device, instance)})
+    assert _state(db, uuid).state == 'Bound'
+    assert len(answered) == 1
+    # The first try's writes and its OVERLAP_WAIT, then nothing open
+    # until Placement answered; the bind then commits.
+    assert [how for _b, _e, how in seen.spans] == ['rollback', 'commit']
+    assert not seen.open_between(asked[0] + 0.4, answered[0])
 
 
 def test_no_free_handle_ends_bind_failed(aconf, db, ctx, fake_nova):
@@ -485,44 +522,20 @@ def test_bind_names_the_compute_node_as_nova_does(aconf, db, ctx, device):
             _binding(device), hostname='elsewhere.example.org')})
 
 
-def _commits(db):
-    """The commits on ``db`` made by this thread while the block runs (a
-    list to read after); the bind's background work (its Nova event) runs
-    on threads of its own."""
-    import contextlib
-    import threading
-
-    caller = threading.get_ident()
-
-    @contextlib.contextmanager
-    def counting():
-        seen = []
-
-        def record(conn):
-            if threading.get_ident() == caller:
-                seen.append(1)
-        sa.event.listen(db, 'commit', record)
-        try:
-            yield seen
-        finally:
-            sa.event.remove(db, 'commit', record)
-    return counting()
-
-
 def test_a_quick_bind_and_a_plain_delete_commit_once_each(aconf, db, ctx,
                                                           device, fake_nova):
     """Validating, taking the handle, Bound and its Nova event: one
     transaction; so is reading and deleting an ARQ with nothing to release
     outside the database."""
     uuid, = _create(db, ctx)
-    with _commits(db) as commits:
+    with databases.transactions(db) as seen:
         arq_binding.start_bind(aconf, ctx, {uuid: _binding(device)})
         # Answered Bound: what the PATCH's caller reads next.
         assert _state(db, uuid).state == 'Bound'
-    assert len(commits) == 1
+    assert len(seen.commits) == 1
     arq_binding._executor(aconf).submit(lambda: None).result(30)
-    with _commits(db) as commits:
+    with databases.transactions(db) as seen:
         assert arq_binding.delete(aconf, ctx, [uuid]) == []
-    assert len(commits) == 1
+    assert len(seen.commits) == 1
     assert seed.arq_rows(db) == {}
     assert seed.handles_in_use(db) == 0

@@ -283,6 +283,31 @@ def test_removed_device_with_allocation_is_kept_reserved_until_released(
     assert _count(db, 'devices') == 1 and _count(db, 'deployables') == 1
 
 
+def test_vanished_hardware_is_asked_about_outside_the_transaction(
+        conf, db, admin_context, cn, placement, monkeypatch):  # noqa: F811
+    """Whether an instance still uses a removed device's provider is asked
+    of Placement with no transaction open (none holds the host's row
+    while Placement answers); the device is kept all the same."""
+    first = _report(conf, admin_context, cf.report(_devices()))
+    fpga_rp = inventory.provider_uuid('host1_0000:82:00.0')
+    pf.hold_allocation(placement.url, pf.PROJECT, {fpga_rp: {'FPGA': 2}})
+    asked = []
+    real = placement_client.PlacementClient.get_allocations
+    with databases.transactions(db) as seen:
+        def asking(self, rp_uuid):
+            asked.append((rp_uuid, seen.open()))
+            return real(self, rp_uuid)
+        monkeypatch.setattr(placement_client.PlacementClient,
+                            'get_allocations', asking)
+        _report(conf, admin_context, cf.report(
+            _devices()[:1], base_digest=first['digest'], full=False,
+            changed=[], removed=['PCI:0000:82:00.0']))
+    assert (fpga_rp, False) in asked
+    assert not [rp for rp, in_transaction in asked if in_transaction]
+    rows = inventory_db.host_providers(admin_context, HOST)
+    assert [r['name'] for r in rows if r['gone']] == ['host1_0000:82:00.0']
+
+
 def test_removed_device_without_allocation_goes_at_once(
         conf, db, admin_context, cn, placement):  # noqa: F811
     _report(conf, admin_context, cf.report(_devices()))

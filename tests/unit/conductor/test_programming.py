@@ -3,6 +3,7 @@
 an in-process (fake://) transport."""
 
 import datetime
+import time
 import uuid as uuidlib
 
 import pytest
@@ -13,6 +14,7 @@ from oslo_utils import timeutils
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
 from cyborg.conductor import arq_binding, programming
+from cyborg.conductor import glance as glance_client
 from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import inventory as inventory_db
 from cyborg.db import models
@@ -173,6 +175,25 @@ def test_missing_image_fails_the_bind(pconf, ctx, db, agent, device):
     assert row.state == 'BindFailed'
     assert '0 images in Glance have function id nope' in (
         row.bind_failure_reason)
+
+
+def test_a_download_glance_stops_sending_is_glance_unavailable(pconf,
+                                                               glance):
+    """Glance sends part of the bitstream, then nothing: the download
+    gives up after [glance]timeout without a read (503 for an admin's
+    program; a bind fails), instead of holding its thread forever."""
+    pconf.set_override('timeout', 0.5, group='glance')
+    image = glance_client.get_image(pconf,
+                                    glance.add_image(b'bitstream' * 10000))
+    glance.stall_after = 1000
+    started = time.monotonic()
+    try:
+        with pytest.raises(exception.ServiceUnavailable,
+                           match='Glance: downloading image'):
+            glance_client.download(pconf, image)
+    finally:
+        glance.release()
+    assert time.monotonic() - started < 10
 
 
 def test_admin_program_is_idempotent(pconf, ctx, db, agent, device, glance):

@@ -17,6 +17,7 @@ from cyborg.db.api import remote_pools as pool_db
 from cyborg.fabric import fake
 from cyborg.placement import client as placement_client
 from tests.fixtures import arqs as seed
+from tests.fixtures import databases
 from tests.fixtures import placement as placement_fixture
 from tests.fixtures import recording_http
 
@@ -94,6 +95,41 @@ def test_refused_detach_keeps_the_handle_until_reconciled(
     assert fake.attached(str(tmp_path)) == {}
     remote_pools.delete(pconf, ctx, pool_uuid)
     assert pool_db.get(ctx, uuid=pool_uuid) is None
+
+
+def test_the_host_is_checked_outside_the_bind_transaction(
+        pconf, db, placement_url, monkeypatch):
+    """Whether the host is in one of the pool's aggregates is asked of
+    Placement before the bind's transaction opens (then one that holds its
+    ARQs, handles and the pool row), and asked again for no other reason."""
+    ctx = cyborg_context.get_admin_context()
+    host = HOST + uuidlib.uuid4().hex[:6]
+    _compute_node(placement_url, host)
+    pool_uuid = remote_pools.create(pconf, ctx, {
+        'name': 'pool-' + host, 'resource_class': 'CUSTOM_REMOTE_GPU',
+        'aggregates': [AGGREGATE], 'fabric_driver': 'fake',
+        'handles': [{'fabric_address': 'gpu-1'}, {'fabric_address': 'gpu-2'}]})
+    pool = pool_db.get(ctx, uuid=pool_uuid)
+    profile = seed.seed_profile(db, [{'resources:CUSTOM_REMOTE_GPU': '2'}])
+    arqs = [a['uuid'] for a in arq_binding.create(ctx, profile, 'p1')]
+    instance = str(uuidlib.uuid4())
+    asked = []
+    with databases.transactions(db) as seen:
+        for name in ('get_provider_by_name', 'get_aggregates'):
+            real = getattr(placement_client.PlacementClient, name)
+
+            def asking(self, *args, _name=name, _real=real):
+                asked.append((_name, seen.open()))
+                return _real(self, *args)
+            monkeypatch.setattr(placement_client.PlacementClient, name,
+                                asking)
+        arq_binding.start_bind(pconf, ctx, {arq: {
+            'hostname': host, 'device_rp_uuid': pool.rp_uuid,
+            'instance_uuid': instance} for arq in arqs}).result(30)
+    # Once for the pool and host both ARQs name, with no transaction open.
+    assert asked == [('get_provider_by_name', False),
+                     ('get_aggregates', False)]
+    assert {row.state for row in seed.arq_rows(db).values()} == {'Bound'}
 
 
 def test_reconcile_repairs_the_provider(pconf, db, placement_url):
