@@ -217,6 +217,25 @@ def _allocate(placement_url, instance, rp, generation=None):
         'consumer_generation': generation, 'consumer_type': 'INSTANCE'})
 
 
+def _answer_late(monkeypatch, seconds):
+    """The real Placement answers allocation lookups ``seconds`` late;
+    returns (asked, answered): the monotonic times of each question and
+    answer."""
+    asked, answered = [], []
+    lookup = placement_client.PlacementClient.get_allocations_for_consumer
+
+    def late(self, consumer_uuid):
+        asked.append(time.monotonic())
+        time.sleep(seconds)
+        try:
+            return lookup(self, consumer_uuid)
+        finally:
+            answered.append(time.monotonic())
+    monkeypatch.setattr(placement_client.PlacementClient,
+                        'get_allocations_for_consumer', late)
+    return asked, answered
+
+
 _OVERLAP = pytest.mark.parametrize(
     'overlap', [True, False],
     ids=['writes-while-placement-answers', 'placement-answers-first'])
@@ -265,15 +284,8 @@ def test_writes_overlap_the_allocation_lookup(aconf, db, ctx, device,
     instance = str(uuidlib.uuid4())
     _allocate(placement_url, instance, device.rp_uuid)
     uuid, = _create(db, ctx)
-    answered, written = [], []
-    lookup = placement_client.PlacementClient.get_allocations_for_consumer
-
-    def late(self, consumer_uuid):
-        time.sleep(0.3)
-        try:
-            return lookup(self, consumer_uuid)
-        finally:
-            answered.append(time.monotonic())
+    written = []
+    _asked, answered = _answer_late(monkeypatch, 0.3)
 
     def seen(_conn, _cursor, statement, *_args):
         # The bind's own writes, not SQLite's write lock taken as the
@@ -281,8 +293,6 @@ def test_writes_overlap_the_allocation_lookup(aconf, db, ctx, device,
         if (statement.lstrip().upper().startswith(('UPDATE', 'INSERT'))
                 and 'WHERE 0' not in statement):
             written.append(time.monotonic())
-    monkeypatch.setattr(placement_client.PlacementClient,
-                        'get_allocations_for_consumer', late)
     sa.event.listen(db, 'before_cursor_execute', seen)
     try:
         _bind(aconf, ctx, {uuid: _binding(device, instance)})
@@ -305,18 +315,7 @@ def test_a_late_answer_is_waited_for_outside_the_transaction(
     instance = str(uuidlib.uuid4())
     _allocate(placement_url, instance, device.rp_uuid)
     uuid, = _create(db, ctx)
-    asked, answered = [], []
-    lookup = placement_client.PlacementClient.get_allocations_for_consumer
-
-    def late(self, consumer_uuid):
-        asked.append(time.monotonic())
-        time.sleep(0.6)
-        try:
-            return lookup(self, consumer_uuid)
-        finally:
-            answered.append(time.monotonic())
-    monkeypatch.setattr(placement_client.PlacementClient,
-                        'get_allocations_for_consumer', late)
+    asked, answered = _answer_late(monkeypatch, 0.6)
     with databases.transactions(db) as seen:
         _bind(aconf, ctx, {uuid: _binding(device, instance)})
     assert _state(db, uuid).state == 'Bound'

@@ -55,16 +55,23 @@ def _compute_node(url, name):
     return node
 
 
-def test_refused_detach_keeps_the_handle_until_reconciled(
-        pconf, db, placement_url, tmp_path):
-    ctx = cyborg_context.get_admin_context()
+def _pool_on_a_new_host(pconf, ctx, placement_url, *addresses):
+    """(host, pool uuid, pool row): a compute node in AGGREGATE and a fake
+    fabric's pool of ``addresses`` for that aggregate."""
     host = HOST + uuidlib.uuid4().hex[:6]
     _compute_node(placement_url, host)
     pool_uuid = remote_pools.create(pconf, ctx, {
         'name': 'pool-' + host, 'resource_class': 'CUSTOM_REMOTE_GPU',
         'aggregates': [AGGREGATE], 'fabric_driver': 'fake',
-        'handles': [{'fabric_address': 'gpu-7'}]})
-    pool = pool_db.get(ctx, uuid=pool_uuid)
+        'handles': [{'fabric_address': a} for a in addresses]})
+    return host, pool_uuid, pool_db.get(ctx, uuid=pool_uuid)
+
+
+def test_refused_detach_keeps_the_handle_until_reconciled(
+        pconf, db, placement_url, tmp_path):
+    ctx = cyborg_context.get_admin_context()
+    host, pool_uuid, pool = _pool_on_a_new_host(pconf, ctx, placement_url,
+                                                'gpu-7')
     profile = seed.seed_profile(db, [{'resources:CUSTOM_REMOTE_GPU': '1'}])
     arq, = arq_binding.create(ctx, profile, 'p1')
     instance = str(uuidlib.uuid4())
@@ -103,13 +110,8 @@ def test_the_host_is_checked_outside_the_bind_transaction(
     Placement before the bind's transaction opens (then one that holds its
     ARQs, handles and the pool row), and asked again for no other reason."""
     ctx = cyborg_context.get_admin_context()
-    host = HOST + uuidlib.uuid4().hex[:6]
-    _compute_node(placement_url, host)
-    pool_uuid = remote_pools.create(pconf, ctx, {
-        'name': 'pool-' + host, 'resource_class': 'CUSTOM_REMOTE_GPU',
-        'aggregates': [AGGREGATE], 'fabric_driver': 'fake',
-        'handles': [{'fabric_address': 'gpu-1'}, {'fabric_address': 'gpu-2'}]})
-    pool = pool_db.get(ctx, uuid=pool_uuid)
+    host, _pool_uuid, pool = _pool_on_a_new_host(pconf, ctx, placement_url,
+                                                 'gpu-1', 'gpu-2')
     profile = seed.seed_profile(db, [{'resources:CUSTOM_REMOTE_GPU': '2'}])
     arqs = [a['uuid'] for a in arq_binding.create(ctx, profile, 'p1')]
     instance = str(uuidlib.uuid4())
