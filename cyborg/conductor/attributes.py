@@ -12,16 +12,8 @@ from cyborg.db.api import deployables as deployable_db
 def create(conf, context, deployable_uuid, key, value):
     """Add ``key`` = ``value`` to a deployable; 409 if it has that key."""
     try:
-        with db_api.writer.using(context):
-            deployable = deployable_db.get(context, uuid=deployable_uuid)
-            if deployable is None:
-                raise exception.ResourceNotFound(resource='Deployable',
-                                                 id=deployable_uuid)
-            row = attribute_db.insert(
-                context, {'uuid': uuidutils.generate_uuid(),
-                          'deployable_id': deployable.id,
-                          'key': key, 'value': value})
-            return _as_dict(row)
+        return db_api.write_retrying(context, _create_in, context,
+                                     deployable_uuid, key, value)
     except db_exc.DBDuplicateEntry:
         raise exception.Conflict(
             reason='deployable %s already has attribute %s' % (
@@ -31,11 +23,26 @@ def create(conf, context, deployable_uuid, key, value):
                                          id=deployable_uuid)
 
 
+def _create_in(context, deployable_uuid, key, value):
+    deployable = deployable_db.get(context, uuid=deployable_uuid)
+    if deployable is None:
+        raise exception.ResourceNotFound(resource='Deployable',
+                                         id=deployable_uuid)
+    row = attribute_db.insert(
+        context, {'uuid': uuidutils.generate_uuid(),
+                  'deployable_id': deployable.id, 'key': key,
+                  'value': value})
+    return _as_dict(row)
+
+
 def delete(conf, context, attribute_uuid):
-    with db_api.writer.using(context):
-        if not attribute_db.delete(context, attribute_uuid):
-            raise exception.ResourceNotFound(resource='Attribute',
-                                             id=attribute_uuid)
+    db_api.write_retrying(context, _delete_in, context, attribute_uuid)
+
+
+def _delete_in(context, attribute_uuid):
+    if not attribute_db.delete(context, attribute_uuid):
+        raise exception.ResourceNotFound(resource='Attribute',
+                                         id=attribute_uuid)
 
 
 def _as_dict(row):

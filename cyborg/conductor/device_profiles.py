@@ -38,9 +38,8 @@ def create(context, values):
                   'project_id': values.get('project_id'),
                   'visibility': visibility}
     try:
-        with db_api.writer.using(context):
-            row = profile_db.insert(context, row_values, projects)
-            return dict(_as_dict(row), projects=projects)
+        return db_api.write_retrying(context, _create_in, context,
+                                     row_values, projects)
     except db_exc.DBDuplicateEntry as e:
         if 'name' in (e.columns or []):
             raise exception.DuplicateName(resource='Device profile',
@@ -49,23 +48,31 @@ def create(context, values):
                                       uuid=row_values['uuid'])
 
 
+def _create_in(context, row_values, projects):
+    row = profile_db.insert(context, row_values, projects)
+    return dict(_as_dict(row), projects=projects)
+
+
 def delete(context, uuids):
     """Delete all the profiles ``uuids`` or none: 409 if ARQs use any, 404
     if any is gone."""
     uuids = sorted(set(uuids))
     try:
-        with db_api.writer.using(context):
-            used = profile_db.in_use(context, uuids)
-            if used:
-                raise _in_use(used)
-            deleted = profile_db.delete_many(context, uuids)
-            if deleted != len(uuids):
-                # Rolls back the ones that were there.
-                raise exception.ResourceNotFound(resource='Device profile',
-                                                 id=', '.join(uuids))
+        db_api.write_retrying(context, _delete_in, context, uuids)
     except db_exc.DBReferenceError:
         # An ARQ was made from one of them since the check above.
         raise _in_use(uuids)
+
+
+def _delete_in(context, uuids):
+    used = profile_db.in_use(context, uuids)
+    if used:
+        raise _in_use(used)
+    deleted = profile_db.delete_many(context, uuids)
+    if deleted != len(uuids):
+        # Rolls back the ones that were there.
+        raise exception.ResourceNotFound(resource='Device profile',
+                                         id=', '.join(uuids))
 
 
 def _in_use(uuids):

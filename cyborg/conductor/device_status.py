@@ -60,17 +60,21 @@ def set_status(conf, context, device_uuid, status):
         # otherwise enable/disable is plain maintenance and must work
         # while the host's agent is down.
         _prepare(conf, context, target)
-    with db_api.writer.using(context):
-        device = device_db.set_status(context, device_uuid, status)
-        if device is None:
-            raise exception.ResourceNotFound(resource='Device',
-                                             id=device_uuid)
-        host = host_db.get(context, device['hostname'])
-        host_db.update(context, device['hostname'], placement_synced=False)
+    device, host = db_api.write_retrying(context, _set_in, context,
+                                        device_uuid, status)
     if target['status'] != status:
         _notify(conf, context, target, status)
     _sync(conf, context, device, device_uuid, host)
     return device
+
+
+def _set_in(context, device_uuid, status):
+    device = device_db.set_status(context, device_uuid, status)
+    if device is None:
+        raise exception.ResourceNotFound(resource='Device', id=device_uuid)
+    host = host_db.get(context, device['hostname'])
+    host_db.update(context, device['hostname'], placement_synced=False)
+    return device, host
 
 
 def _prepare(conf, context, target):
