@@ -982,20 +982,23 @@ def unbind(conf, context, arq_uuids):
     moved = db_api.write_retrying(context, _leave_all, context, freed,
                                   states.UNBOUND, UNBIND_FROM, kept=kept)
     if failed:
-        db_api.write_retrying(context, _unbind_failed_in, context, failed)
+        # Logged once committed: a retried or rolled back try says nothing.
+        for arq_uuid in db_api.write_retrying(context, _unbind_failed_in,
+                                              context, failed):
+            LOG.warning('Unbinding accelerator request %s failed: %s',
+                        arq_uuid, failed[arq_uuid])
     _notify_left(conf, context, notify.ARQ_UNBIND, freed, moved,
                  states.UNBOUND)
 
 
 def _unbind_failed_in(context, failed):
     """UnbindFailed, with the reason, for {ARQ uuid: reason}; the handle
-    stays taken (its mdev may still serve the instance)."""
-    for arq_uuid, reason in failed.items():
-        if arq_db.transition(context, arq_uuid, states.UNBIND_FAILED,
-                             UNBIND_FAILED_FROM,
-                             {'bind_failure_reason': reason[:4000]}):
-            LOG.warning('Unbinding accelerator request %s failed: %s',
-                        arq_uuid, reason)
+    stays taken (its mdev may still serve the instance).  Returns the
+    ARQs moved."""
+    return [arq_uuid for arq_uuid, reason in failed.items()
+            if arq_db.transition(context, arq_uuid, states.UNBIND_FAILED,
+                                 UNBIND_FAILED_FROM,
+                                 {'bind_failure_reason': reason[:4000]})]
 
 
 def _leave_all(context, rows, to_state, from_states, delete=False,

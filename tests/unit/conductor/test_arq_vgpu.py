@@ -91,7 +91,8 @@ def test_mdev_creation_failure_fails_the_bind(vconf, db, agent, tree):
     assert seed.handles_in_use(db) == 0
 
 
-def test_mdev_removal_failure_ends_unbind_failed(vconf, db, agent, tree):
+def test_mdev_removal_failure_ends_unbind_failed(vconf, db, agent, tree,
+                                                 caplog):
     """The agent cannot remove the mdev: UnbindFailed with the reason, the
     handle kept (the mdev may still serve the instance); an unbind that
     works ends it, and an UnbindFailed ARQ can always be deleted."""
@@ -110,6 +111,11 @@ def test_mdev_removal_failure_ends_unbind_failed(vconf, db, agent, tree):
     assert handle_uuid in row.bind_failure_reason
     assert f'agent on {HOST} could not remove' in row.bind_failure_reason
     assert seed.handles_in_use(db) == 1
+    # One WARNING, once the state is committed.
+    assert [r.getMessage() for r in caplog.records
+            if r.levelname == 'WARNING' and 'Unbinding' in r.getMessage()
+            ] == [f'Unbinding accelerator request {arq} failed: '
+                  f'{row.bind_failure_reason}']
 
     os.rmdir(remove)
     open(remove, 'w').close()
