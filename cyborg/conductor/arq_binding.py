@@ -326,7 +326,7 @@ def _start(conf, context, bindings, now, asked=None, batch_id=None,
         if late:
             raise _AskPlacementFirst(late=True)
         # A refusal rolls back everything written above.
-        _check_allocations(conf, jobs, asked)
+        _check_allocations(jobs, asked)
     return jobs
 
 
@@ -361,7 +361,7 @@ def _validate(conf, context, bindings, asked=None, allocations=True,
     allocations for the caller to check."""
     if not isinstance(bindings, dict) or not bindings:
         raise exception.Invalid(reason='no accelerator request to bind')
-    # Malformed instance uuids are refused by _field below.
+    # Malformed instance uuids are refused by _check_fields below.
     instances = {b.get('instance_uuid') for b in bindings.values()
                  if isinstance(b, dict)
                  and uuidutils.is_uuid_like(b.get('instance_uuid'))}
@@ -397,7 +397,7 @@ def _validate(conf, context, bindings, asked=None, allocations=True,
     _check_instances(jobs, elsewhere)
     _check_pool_hosts(pools, jobs, hosts_checked)
     if allocations:
-        _check_allocations(conf, jobs, asked)
+        _check_allocations(jobs, asked)
     return jobs
 
 
@@ -423,9 +423,17 @@ def _visible(context, arq):
             or arq.project_id == context.project_id)
 
 
-def _check_target(targets, binding):
+def _check_fields(binding):
     for name in BIND_FIELDS:
         _field(binding, name)
+    if not uuidutils.is_uuid_like(binding['instance_uuid']):
+        raise exception.Invalid(
+            reason=f"instance_uuid {binding['instance_uuid']!r} is not a "
+                   f"uuid")
+
+
+def _check_target(targets, binding):
+    _check_fields(binding)
     rp_uuid, hostname = binding['device_rp_uuid'], binding['hostname']
     target = targets.get(rp_uuid)
     if target is None or target.gone:
@@ -444,8 +452,7 @@ def _check_target(targets, binding):
 
 
 def _check_pool(pool, binding, group):
-    for name in BIND_FIELDS:
-        _field(binding, name)
+    _check_fields(binding)
     if pool.state != states.POOL_ACTIVE:
         raise exception.Conflict(
             reason=f'remote pool {pool.name} is being deleted')
@@ -542,27 +549,17 @@ def _lookup_executor():
         return _LOOKUPS
 
 
-def _check_allocations(conf, jobs, asked=None):
+def _check_allocations(jobs, asked):
     """When Placement holds allocations for the instance, they must cover
     the device's provider (deliberate difference 3).  Binding does not
     depend on Placement: while it cannot be asked, the check is skipped
     (Nova's scheduler made the allocation the bind names) with one
-    WARNING line.  ``asked``: the answers ``_ask_allocations`` is
-    getting."""
-    from cyborg.placement import client as placement_client
-
-    placement = placement_client.get_client(conf)
-    asked = asked or {}
+    WARNING line.  ``asked``: the answers ``_ask_allocations`` got (one
+    per instance of ``jobs``, whose uuids _check_fields checked), read
+    here, never waited for."""
     for instance_uuid in sorted({job['instance_uuid'] for job in jobs}):
         try:
-            if instance_uuid in asked:
-                # Placement's time left after the reads, in this call's
-                # breakdown (the request itself ran on another thread).
-                with timing.phase(timing.PLACEMENT):
-                    allocated = asked[instance_uuid].result()
-            else:
-                allocated = placement.get_allocations_for_consumer(
-                    instance_uuid)
+            allocated = asked[instance_uuid].result(timeout=0)
         except exception.PlacementError as exc:
             LOG.warning('Binding for instance %s without checking its '
                         'allocations: Placement cannot be asked (%s)',

@@ -160,6 +160,17 @@ def test_device_in_maintenance_or_gone_is_400(aconf, db, ctx):
     assert _state(db, uuid).state == 'Initial'
 
 
+def test_an_instance_that_is_not_a_uuid_is_400(aconf, db, ctx, device):
+    """Refused with nothing written and Placement never asked about it
+    (the API refuses it too; this is the conductor's own RPC)."""
+    uuid, = _create(db, ctx)
+    binding = dict(_binding(device), instance_uuid='not-a-uuid')
+    with pytest.raises(exception.Invalid, match='is not a uuid') as e:
+        arq_binding.start_bind(aconf, ctx, {uuid: binding})
+    assert e.value.code == 400
+    assert _state(db, uuid).state == 'Initial'
+
+
 def test_unknown_or_foreign_arq_is_404(aconf, db, ctx, device):
     uuid, = _create(db, ctx)
     with pytest.raises(exception.ARQNotFound):
@@ -379,7 +390,7 @@ def test_stuck_bind_is_failed_and_nova_told(aconf, db, ctx, device,
                                             fake_nova):
     uuid, = _create(db, ctx)
     binding = _binding(device)
-    arq_binding._validate(aconf, ctx, {uuid: binding})
+    arq_binding._validate(aconf, ctx, {uuid: binding}, allocations=False)
     long_ago = timeutils.utcnow() - datetime.timedelta(hours=1)
     with db.begin() as c:  # what a conductor killed mid-bind leaves
         c.execute(sa.update(models.ExtARQ).where(
@@ -399,7 +410,8 @@ def test_unbind_while_binding_releases_the_handle_once(aconf, db, ctx,
                                                        device):
     """The worker finds its ARQ unbound under it and gives up cleanly."""
     uuid, = _create(db, ctx)
-    jobs = arq_binding._validate(aconf, ctx, {uuid: _binding(device)})
+    jobs = arq_binding._validate(aconf, ctx, {uuid: _binding(device)},
+                                 allocations=False)
     with db.begin() as c:
         c.execute(sa.update(models.ExtARQ).where(
             models.ExtARQ.uuid == uuid).values(
@@ -462,9 +474,13 @@ def test_restarted_conductor_fails_its_own_binds_at_once(aconf, db, ctx,
     before_handle, after_handle, theirs, this_run = _create(
         db, ctx, [{'resources:FPGA': '4'}])
     instance = str(uuidlib.uuid4())
-    arq_binding._start(aconf, ctx, {u: _binding(device, instance) for u in
-                                    (before_handle, after_handle)},
-                       timeutils.utcnow())
+    bindings = {u: _binding(device, instance)
+                for u in (before_handle, after_handle)}
+    # The first transaction of a bind, Placement's answers in hand.
+    asked = arq_binding._ask_allocations(aconf, bindings)
+    for answer in asked.values():
+        answer.result(30)
+    arq_binding._start(aconf, ctx, bindings, timeutils.utcnow(), asked)
     handle = arq_binding._take_handle(ctx, {
         'uuid': after_handle, 'deployable_id': device.deployable_id,
         'device_rp_uuid': device.rp_uuid})
