@@ -5,6 +5,7 @@ changed since) dropped.  Events are recorded for real ARQ rows."""
 
 import datetime
 import threading
+import time
 import uuid as uuidlib
 
 import pytest
@@ -164,6 +165,25 @@ def test_nova_down_keeps_events_until_the_periodic_delivers(
     assert sorted(e['tag'] for e in fake_nova.events) == sorted(
         e[1] for e in events)
     assert _pending(db) == []
+
+
+def test_a_nova_that_does_not_answer_keeps_events(nconf, db, admin_context,
+                                                 fake_nova):
+    """Nova takes the request and answers nothing: each try gives up
+    after ``[nova]timeout`` and the events wait for the periodic, instead
+    of the sending thread waiting forever (keystoneauth's default)."""
+    nconf.set_override('timeout', 0.3, group='nova')
+    fake_nova.delay = 60
+    batch, _ = _record(nconf, admin_context, db=db, count=1)
+    started = time.monotonic()
+    try:
+        assert not nova.deliver_batch(nconf, admin_context, batch)
+    finally:
+        fake_nova.release()
+    # Three tries of 0.3 s with 0.5 and 1 s between them.
+    assert time.monotonic() - started < 10
+    assert len(fake_nova.event_posts()) == 3
+    assert len(_pending(db)) == 1
 
 
 def test_unreachable_nova_keeps_events(conf, db, admin_context):
