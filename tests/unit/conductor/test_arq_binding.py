@@ -319,14 +319,14 @@ def test_a_late_answer_is_waited_for_outside_the_transaction(
     """An overlapping bind whose allocation lookup has not been answered
     OVERLAP_WAIT after its writes rolls them back and waits outside any
     transaction: a slow or hung Placement holds no lock (nor SQLite's write
-    lock) longer.  The real Placement answers, 0.6 s late."""
+    lock) longer.  The real Placement answers, a second late."""
     monkeypatch.setattr(arq_binding, 'OVERLAP_LOOKUPS', 4)
     monkeypatch.setattr(arq_binding, 'OVERLAP_WAIT', 0.1)
     _providers(aconf, (device.rp_uuid, device.name))
     instance = str(uuidlib.uuid4())
     _allocate(placement_url, instance, device.rp_uuid)
     uuid, = _create(db, ctx)
-    asked, answered = _answer_late(monkeypatch, 0.6)
+    asked, answered = _answer_late(monkeypatch, 1.0)
     with databases.transactions(db) as seen:
         _bind(aconf, ctx, {uuid: _binding(device, instance)})
     assert _state(db, uuid).state == 'Bound'
@@ -334,7 +334,7 @@ def test_a_late_answer_is_waited_for_outside_the_transaction(
     # The first try's writes and its OVERLAP_WAIT, then nothing open
     # until Placement answered; the bind then commits.
     assert [how for _b, _e, how in seen.spans] == ['rollback', 'commit']
-    assert not seen.open_between(asked[0] + 0.4, answered[0])
+    assert not seen.open_between(asked[0] + 0.6, answered[0])
 
 
 def test_no_free_handle_ends_bind_failed(aconf, db, ctx, fake_nova):
