@@ -2,11 +2,11 @@
 
 Two process-wide choices are made here, before anything else is imported:
 
-- In our console scripts, SIGTERM and SIGINT end the process with status 0
-  from the first moment, instead of killing it with the signal, until the
-  command installs its own handling: importing a command takes a second or
-  more, and a service manager that stops a service right after starting it
-  must see a clean exit.
+- In our console scripts, SIGTERM and SIGINT end the process at once with
+  status 0 from the first moment, instead of killing it with the signal,
+  until the command installs its own handling: importing a command takes a
+  second or more, and a service manager that stops a service right after
+  starting it must see a clean exit.
 - oslo.service's threading backend is selected before any cyborg module
   imports oslo.messaging (whose server module resolves the oslo.service
   backend at import time and would otherwise load eventlet): no cyborg
@@ -24,7 +24,11 @@ import warnings
 
 
 def _exit_zero(_signum, _frame):
-    raise SystemExit(0)
+    # Not SystemExit: a handler runs between any two bytecodes, finalizers
+    # (__del__, weakref callbacks) included, and an exception raised there
+    # is printed and ignored: the signal would be lost and the process run
+    # on.  Nothing has been started yet that needs stopping.
+    os._exit(0)
 
 
 if os.path.basename(sys.argv[0] if sys.argv else '').startswith('cyborg-'):

@@ -1,5 +1,8 @@
-"""The launcher: start order, stop order, grace time, slow starters."""
+"""The launcher: start order, stop order, grace time, slow starters; and
+a SIGTERM before a command installs its own handling."""
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -105,3 +108,35 @@ def test_a_service_failing_to_start_stops_the_process(conf):
     thread.join(5)
     assert result['status'] == 1
     assert log == [('start', 'first'), ('stop', 'first'), ('waited', 'first')]
+
+
+# A cyborg console script (argv[0] starts with "cyborg-") that receives
+# SIGTERM while a finalizer runs, before it installed its own handling.
+_EARLY_SIGTERM = r'''
+import os, signal, sys
+sys.argv[0] = 'cyborg-early'
+import cyborg
+
+
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # bytecodes: the handler runs among them
+            pass
+
+
+thing = Finalized()
+del thing
+print('still running after SIGTERM', flush=True)
+'''
+
+
+def test_an_early_sigterm_is_never_lost():
+    """Until a command installs its own handling, SIGTERM ends a console
+    script with status 0, even when it lands in a finalizer (where an
+    exception such as SystemExit would be printed and ignored, and the
+    process would run on deaf to it: a test run once waited 5 s for a
+    conductor stopped while it started)."""
+    done = subprocess.run([sys.executable, '-c', _EARLY_SIGTERM],
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, ''), done.stderr
