@@ -82,13 +82,12 @@ def get_groups(context, uuid=None, name=None, visible_to=None):
     needs, without loading the whole row."""
     if not _sql.matchable(uuid, name, visible_to):
         return None
-    given = {key: value for key, value in (
-        ('uuid', uuid), ('name', name), ('visible_to', visible_to))
-        if value is not None}
-    return _sql.connection(context).execute(
-        _groups_statement(*(key in given for key in
-                            ('uuid', 'name', 'visible_to'))),
-        given).first()
+    statement = _groups_statement(uuid is not None, name is not None,
+                                  visible_to is not None)
+    params = {'uuid': uuid, 'name': name, 'visible_to': visible_to}
+    return _sql.connection(context).execute(statement, {
+        key: value for key, value in params.items()
+        if value is not None}).first()
 
 
 @_sql.built_once
