@@ -1,16 +1,23 @@
-"""tools/nvidia_check.py on what a real H100 answered: its sysfs function
-(scenario ``h100_vm``), its NVML answers (``test_nvidia_h100.H100``) and
-its ``nvidia-smi -q -x`` (``data/h100-nvidia-smi.xml``, captured beside
-them).  The tool finds no difference there, and finds each one made."""
+"""tools/nvidia_check.py on what real GPUs answered: their sysfs function
+(scenarios ``h100_vm`` and ``h200_vm``), their NVML answers
+(``test_nvidia_hardware.GPUS``) and their ``nvidia-smi -q -x``
+(``data/<gpu>-nvidia-smi.xml``, captured beside them).  The tool finds no
+difference there, and finds each one made."""
 
 import importlib.util
 import pathlib
 
+import pytest
+
 from tests.fixtures import sysfs as fake_sysfs
-from tests.unit.drivers import test_nvidia_h100
+from tests.unit.drivers import test_nvidia_hardware
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-XML = pathlib.Path(__file__).parent / 'data' / 'h100-nvidia-smi.xml'
+DATA = pathlib.Path(__file__).parent / 'data'
+
+
+def _xml(gpu):
+    return (DATA / (gpu.split('_')[0] + '-nvidia-smi.xml')).read_bytes()
 
 
 def _tool():
@@ -21,26 +28,29 @@ def _tool():
     return module
 
 
-def _read(conf, scenario, tmp_path, **changes):
-    driver, _nvml, devices = test_nvidia_h100._driver(conf, scenario,
-                                                      tmp_path, **changes)
+def _read(conf, scenario, tmp_path, gpu='h100_vm', **changes):
+    driver, _nvml, devices = test_nvidia_hardware._driver(
+        conf, scenario, tmp_path, gpu, **changes)
     return devices, driver.usage(devices)
 
 
-def test_nvidia_smi_xml_is_read():
-    smi = _tool().parse_nvidia_smi(XML.read_bytes())
-    assert smi == {fake_sysfs.H100_ADDRESS: {
-        'name': 'NVIDIA H100 80GB HBM3',
-        'uuid': 'GPU-d763925c-e70e-91d5-7fc6-15731aa57f69',
-        'serial': '1753024033999', 'memory_mb': 81559, 'memory_used_mb': 0,
-        'utilization': 0.0, 'mig_enabled': False}}
+@pytest.mark.parametrize('gpu, used, utilization', [
+    ('h100_vm', 0, 0.0), ('h200_vm', 6131, 1.0)])
+def test_nvidia_smi_xml_is_read(gpu, used, utilization):
+    read = test_nvidia_hardware.GPUS[gpu]
+    smi = _tool().parse_nvidia_smi(_xml(gpu))
+    assert smi == {fake_sysfs.VM_GPU_ADDRESS: {
+        'name': read['name'], 'uuid': read['uuid'], 'serial': read['serial'],
+        'memory_mb': read['memory_mb'], 'memory_used_mb': used,
+        'utilization': utilization, 'mig_enabled': False}}
 
 
-def test_the_h100_as_read_shows_no_difference(conf, scenario, tmp_path):
+@test_nvidia_hardware.each_gpu
+def test_the_gpu_as_read_shows_no_difference(conf, scenario, tmp_path, gpu):
     tool = _tool()
-    devices, usage = _read(conf, scenario, tmp_path)
+    devices, usage = _read(conf, scenario, tmp_path, gpu)
     assert tool.compare(devices, usage,
-                        tool.parse_nvidia_smi(XML.read_bytes())) == []
+                        tool.parse_nvidia_smi(_xml(gpu))) == []
 
 
 def test_each_difference_is_named(conf, scenario, tmp_path):
@@ -49,8 +59,8 @@ def test_each_difference_is_named(conf, scenario, tmp_path):
     # with NVML's version 1 memory query).
     devices, usage = _read(conf, scenario, tmp_path, serial='42',
                            memory_v2=False)
-    smi = tool.parse_nvidia_smi(XML.read_bytes())
-    smi['0000:3b:00.0'] = dict(smi[fake_sysfs.H100_ADDRESS])
+    smi = tool.parse_nvidia_smi(_xml('h100_vm'))
+    smi['0000:3b:00.0'] = dict(smi[fake_sysfs.VM_GPU_ADDRESS])
     found = tool.compare(devices, usage, smi)
     assert len(found) == 3, found
     assert any('serial' in d and "'42'" in d for d in found)

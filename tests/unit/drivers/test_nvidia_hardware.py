@@ -1,0 +1,117 @@
+"""NVIDIA GPUs as they were read on real hardware, replayed.
+
+Each GPU below was passed through to a virtual machine and read there by
+the NVIDIA driver itself and by ``nvidia-smi -q -x`` beside it (driver
+580.159.04): the sysfs side is the scenario of the same name
+(``tests/fixtures/sysfs.py``), the NVML side is ``GPUS[scenario]``, in
+the fake NVML's format, and ``data/<gpu>-nvidia-smi.xml`` is what
+``nvidia-smi`` said (``test_nvidia_check.py``).  What NVML answered that
+the fake must repeat, on both:
+
+- MIG mode (0, 0): MIG-capable, MIG off; no MIG devices;
+- retired pages: ``NVML_ERROR_NOT_SUPPORTED`` (Hopper remaps rows
+  instead); remapped rows (0, 0, 0, 0); volatile uncorrected ECC 0;
+- memory: NVML's version 1 memory query counts the driver's own
+  reservation as used (480 MiB on the H100, 615 on the H200), version 2
+  counts it apart as ``reserved``, and ``nvidia-smi``'s "Used" is version
+  2's;
+- XID and double-bit ECC events can be registered; a wait with no event
+  times out.
+
+The H100 was read idle (0 MiB used, 0 %); the H200 while it ran matrix
+products with 6 GiB allocated (6,130 MiB used, 100 %).
+"""
+
+import pytest
+
+from cyborg.common import states
+from cyborg.drivers import nvidia_gpu
+from tests.fixtures import fake_nvml
+from tests.fixtures import sysfs as fake_sysfs
+
+ADDRESS = fake_sysfs.VM_GPU_ADDRESS
+KEY = 'PCI:' + ADDRESS
+MIB = 1024 * 1024
+_HOPPER = {'mig': False, 'ecc_uncorrected': 0,
+           'remapped_rows': {'correctable': 0, 'uncorrectable': 0,
+                             'pending': False, 'failure': False}}
+GPUS = {
+    'h100_vm': {'name': 'NVIDIA H100 80GB HBM3', 'product_id': '2330',
+                'uuid': 'GPU-d763925c-e70e-91d5-7fc6-15731aa57f69',
+                'serial': '1753024033999', 'memory_mb': 81559,
+                'memory_reserved_mb': 480, 'memory_used_mb': 0,
+                'utilization': 0, **_HOPPER},
+    'h200_vm': {'name': 'NVIDIA H200', 'product_id': '2335',
+                'uuid': 'GPU-0fbaec0c-7355-555c-108d-98c4237649e5',
+                'serial': '1653724057944', 'memory_mb': 143771,
+                'memory_reserved_mb': 615, 'memory_used_mb': 6130,
+                'utilization': 100, **_HOPPER},
+}
+each_gpu = pytest.mark.parametrize('gpu', sorted(GPUS))
+
+
+def _driver(conf, scenario, tmp_path, gpu='h100_vm', **changes):
+    scenario(gpu)
+    answers = {k: v for k, v in GPUS[gpu].items() if k != 'product_id'}
+    nvml = fake_nvml.create(tmp_path / 'nvml.json',
+                            {ADDRESS: {**answers, **changes}})
+    driver = nvidia_gpu.NvidiaGPUDriver(conf, 'h', nvml=nvml)
+    return driver, nvml, driver.discover()
+
+
+@each_gpu
+def test_offered_whole_with_what_nvml_knows(conf, scenario, tmp_path, gpu):
+    _, _, devices = _driver(conf, scenario, tmp_path, gpu)
+    read = GPUS[gpu]
+    [device] = devices
+    assert device.model == read['name']
+    [deployable] = device.deployables
+    assert deployable.attributes == {
+        'rc': 'PGPU', 'trait0': 'CUSTOM_NVIDIA_' + read['product_id'],
+        'vendor_id': '10de', 'product_id': read['product_id'],
+        'memory_mb': str(read['memory_mb']), 'serial': read['serial'],
+        'gpu_uuid': read['uuid']}
+    # MIG off: no MIG deployables and no mig_mode attribute; the whole
+    # GPU is one PCI handle although the function has no IOMMU group.
+    assert [h.attach_type for h in deployable.attach_handles] == ['PCI']
+
+
+@each_gpu
+def test_healthy_with_the_sources_it_has(conf, scenario, tmp_path, gpu):
+    driver, _nvml, devices = _driver(conf, scenario, tmp_path, gpu)
+    for _ in range(2):          # the first check also registers events
+        [reading] = driver.check_health(devices)
+        assert (reading.device, reading.severity) == (KEY, states.OK)
+        # Retired pages are not supported on Hopper: skipped, no reading.
+        assert reading.counters == {
+            'xid': 0, 'ecc_uncorrected': 0, 'remapped_rows_correctable': 0,
+            'remapped_rows_uncorrectable': 0}
+
+
+@each_gpu
+def test_memory_in_use_leaves_the_driver_reservation_out(
+        conf, scenario, tmp_path, gpu):
+    driver, nvml, devices = _driver(conf, scenario, tmp_path, gpu)
+    read = GPUS[gpu]
+    # As nvidia-smi: version 1 would add the reservation.
+    assert driver.usage(devices) == {KEY: {
+        'utilization': read['utilization'] / 100,
+        'memory_used_bytes': read['memory_used_mb'] * MIB}}
+    nvml.update_gpu(ADDRESS, memory_used_mb=2048, utilization=87)
+    assert driver.usage(devices) == {
+        KEY: {'utilization': 0.87, 'memory_used_bytes': 2048 * MIB}}
+
+
+@each_gpu
+def test_an_nvml_without_the_version_2_query_counts_the_reservation(
+        conf, scenario, tmp_path, gpu):
+    driver, nvml, devices = _driver(conf, scenario, tmp_path, gpu,
+                                    memory_v2=False, memory_used_mb=100,
+                                    utilization=0)
+    reserved = GPUS[gpu]['memory_reserved_mb']
+    expected = {KEY: {'utilization': 0.0,
+                      'memory_used_bytes': (100 + reserved) * MIB}}
+    assert driver.usage(devices) == expected
+    # Asked once: later reads go straight to version 1.
+    nvml.update_gpu(ADDRESS, memory_v2=True)
+    assert driver.usage(devices) == expected
