@@ -251,8 +251,10 @@ def _apply(conf, context, hostname, readings, now=None):
         return result
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            result = _write(conf, context, hostname, readings, now,
-                            settings)
+            # Its own transaction, retried when it loses a lock conflict
+            # (and on SQLite holding the write lock from its first read).
+            result = db_api.write_retrying(context, _write, conf, context,
+                                           hostname, readings, now, settings)
             break
         except _Raced:
             if attempt == MAX_ATTEMPTS:
@@ -264,27 +266,25 @@ def _apply(conf, context, hostname, readings, now=None):
 
 
 def _write(conf, context, hostname, readings, now, settings):
-    with db_api.writer.using(context):
-        if not host_db.lock(context, hostname):
-            return _Evaluation()
-        devices, deployables = health_db.records(context, hostname)
-        result = evaluate(settings, hostname, devices, deployables,
-                          readings, now)
-        for kind, table in (('device', 'devices'),
-                            ('deployable', 'deployables')):
-            rows = [dict(c.new.columns(since=c.old), uuid=c.row['uuid'],
-                         old_health=c.old.health, old_due_at=c.old.due_at)
-                    for c in result.changes if c.kind == kind]
-            if rows and health_db.write(context, table,
-                                            rows) != len(rows):
-                raise _Raced()
-        if result.touched_providers:
-            host = host_db.get(context, hostname)
-            result.digest = host['report_digest']
-            result.was_synced = bool(host['placement_synced'])
-            host_db.update(context, hostname, placement_synced=False)
-        result.outbox = _notifications(conf, context, hostname, result)
-        return result
+    if not host_db.lock(context, hostname):
+        return _Evaluation()
+    devices, deployables = health_db.records(context, hostname)
+    result = evaluate(settings, hostname, devices, deployables, readings,
+                      now)
+    for kind, table in (('device', 'devices'),
+                        ('deployable', 'deployables')):
+        rows = [dict(c.new.columns(since=c.old), uuid=c.row['uuid'],
+                     old_health=c.old.health, old_due_at=c.old.due_at)
+                for c in result.changes if c.kind == kind]
+        if rows and health_db.write(context, table, rows) != len(rows):
+            raise _Raced()
+    if result.touched_providers:
+        host = host_db.get(context, hostname)
+        result.digest = host['report_digest']
+        result.was_synced = bool(host['placement_synced'])
+        host_db.update(context, hostname, placement_synced=False)
+    result.outbox = _notifications(conf, context, hostname, result)
+    return result
 
 
 def _after_commit(conf, context, hostname, result):

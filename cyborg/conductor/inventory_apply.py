@@ -28,7 +28,6 @@ import time
 from oslo_db import exception as db_exc
 from oslo_log import log as logging
 from oslo_utils import timeutils
-from sqlalchemy import exc as sa_exc
 
 from cyborg.common import metrics
 from cyborg.common import notify
@@ -41,7 +40,8 @@ from cyborg.db.api import inventory as inventory_db
 
 LOG = logging.getLogger(__name__)
 
-# Attempts at writing a report that races another conductor.
+# Attempts at writing a report whose rows another conductor inserted
+# first (lost lock conflicts are retried by db_api.write_retrying).
 MAX_ATTEMPTS = 5
 
 
@@ -136,50 +136,49 @@ def _write_with_retries(conf, context, hostname, report, parsed):
     # {provider: whether Placement holds allocations against it}, for the
     # providers of vanished hardware.
     held = {}
-    attempt = 0
+    raced = 0
     while True:
         try:
-            return _write(conf, context, hostname, report, parsed, held)
+            # One transaction, run again when it loses a lock conflict
+            # (and on SQLite holding the write lock from its first read).
+            return db_api.write_retrying(context, _write, conf, context,
+                                         hostname, report, parsed, held)
         except _AskPlacementFirst as first:
             found = placement_sync.held_providers(conf, first.rp_uuids)
             held.update({rp: rp in found for rp in first.rp_uuids})
-        except (db_exc.DBError, sa_exc.OperationalError) as exc:
-            attempt += 1
-            if attempt == MAX_ATTEMPTS or not (
-                    isinstance(exc, db_exc.DBDuplicateEntry) or
-                    db_api.retryable(exc)):
+        except db_exc.DBDuplicateEntry:
+            # Another conductor stored this host's first report (or the
+            # same rows) first: plan again against what it stored.
+            raced += 1
+            if raced == MAX_ATTEMPTS:
                 raise
-            if not isinstance(exc, db_exc.DBDuplicateEntry):
-                db_api.retrying(exc, 'report of ' + hostname, attempt)
-            LOG.info('Report of %s raced another writer (%s); planning '
-                     'again.', hostname, type(exc).__name__)
+            LOG.info('Report of %s raced another writer; planning again.',
+                     hostname)
 
 
 def _write(conf, context, hostname, report, parsed, held):
-    with db_api.writer.using(context):
-        if report['full']:
-            host = host_db.lock_or_create(context, hostname)
-        else:
-            host = host_db.lock(context, hostname)
-            if host is None:
-                return _Outcome(None, need_full=True)
-        stored_digest = host['report_digest']
-        if not report['full'] and (stored_digest is None or
-                                   report.get('base_digest') !=
-                                   stored_digest):
-            return _Outcome(stored_digest, need_full=True)
-        plan, stored = _plan(conf, context, hostname, report['full'],
-                             parsed, held)
-        inventory_db.write(context, plan.add, plan.update, plan.delete)
-        outbox = _notifications(conf, context, hostname, plan, stored)
-        was_synced = bool(host['placement_synced'])
-        synced = was_synced and plan.empty
-        digest = stored_digest_of(report['digest'], parsed)
-        host_db.update(context, hostname, report_digest=digest,
-                       placement_synced=synced,
-                       last_report_at=timeutils.utcnow())
-        return _Outcome(digest, plan=plan, synced=synced,
-                        was_synced=was_synced, outbox=outbox, host=host)
+    if report['full']:
+        host = host_db.lock_or_create(context, hostname)
+    else:
+        host = host_db.lock(context, hostname)
+        if host is None:
+            return _Outcome(None, need_full=True)
+    stored_digest = host['report_digest']
+    if not report['full'] and (stored_digest is None or
+                               report.get('base_digest') != stored_digest):
+        return _Outcome(stored_digest, need_full=True)
+    plan, stored = _plan(conf, context, hostname, report['full'], parsed,
+                         held)
+    inventory_db.write(context, plan.add, plan.update, plan.delete)
+    outbox = _notifications(conf, context, hostname, plan, stored)
+    was_synced = bool(host['placement_synced'])
+    synced = was_synced and plan.empty
+    digest = stored_digest_of(report['digest'], parsed)
+    host_db.update(context, hostname, report_digest=digest,
+                   placement_synced=synced,
+                   last_report_at=timeutils.utcnow())
+    return _Outcome(digest, plan=plan, synced=synced, was_synced=was_synced,
+                    outbox=outbox, host=host)
 
 
 def stored_digest_of(digest, parsed):
