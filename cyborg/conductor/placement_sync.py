@@ -37,6 +37,7 @@ from oslo_log import log as logging
 
 from cyborg.common import exception
 from cyborg.conductor import health_machine
+from cyborg.db import api as db_api
 from cyborg.db.api import hosts as host_db
 from cyborg.db.api import inventory as inventory_db
 from cyborg.placement import client as placement_client
@@ -396,7 +397,8 @@ def reconcile_host(conf, context, hostname, digest=None,
                 not client.get_allocations(row['rp_uuid'])]
     removed = set()
     if released:
-        deleted = set(inventory_db.delete_gone(context, released))
+        deleted = set(db_api.write_retrying(
+            context, inventory_db.delete_gone, context, released))
         removed = {row['rp_uuid'] for row in rows if row['uuid'] in deleted}
         LOG.info('Removed %d deployable(s) of host %s whose hardware went '
                  'away and whose allocations ended.', len(deleted), hostname)
