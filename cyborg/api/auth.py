@@ -6,13 +6,28 @@ the request carries a service token (Nova's), which the bind and
 instance-wide delete paths require.
 """
 
+from keystoneauth1 import exceptions as ksa_exceptions
 from keystonemiddleware import auth_token
+from oslo_log import log as logging
+
+from cyborg.api import faults
+from cyborg.conf import api as api_conf
+
+LOG = logging.getLogger(__name__)
 
 # Version documents answer without a token (clients discover with them).
 PUBLIC_PATHS = ('/', '/v2', '/v2/', '/v2/openapi.json')
 
 _IDENTITY_HEADERS = ('HTTP_X_PROJECT_ID', 'HTTP_X_USER_ID', 'HTTP_X_ROLES')
 IS_SERVICE = 'cyborg.is_service'
+# Set once auth_token has let a request through to the application.
+_PASSED = 'cyborg.auth_passed'
+# What auth_token lets out when Keystone cannot be asked (it answers 503
+# itself for some of them, not for those met fetching its own token).
+_KEYSTONE_AWAY = (ksa_exceptions.ConnectionError,
+                  ksa_exceptions.RequestTimeout,
+                  ksa_exceptions.DiscoveryFailure,
+                  ksa_exceptions.HttpServerError)
 
 
 def noauth(app):
@@ -36,7 +51,10 @@ def register_keystone_opts(conf):
     """keystonemiddleware's options; returns its group's name."""
     for grp, opts in auth_token.list_opts():
         conf.register_opts(opts, group=grp)
-    return auth_token.list_opts()[0][0]
+    group = auth_token.list_opts()[0][0]
+    conf.set_default('http_connect_timeout', api_conf.KEYSTONE_TIMEOUT,
+                     group=group)
+    return group
 
 
 def keystone_config_problem(conf):
@@ -67,7 +85,20 @@ def keystone(app, conf):
         if environ.get('PATH_INFO', '') in PUBLIC_PATHS:
             environ[IS_SERVICE] = False
             return app(environ, start_response)
-        return protected(environ, start_response)
+        try:
+            return protected(environ, start_response)
+        except _KEYSTONE_AWAY as exc:
+            if environ.get(_PASSED):
+                raise           # the application's own, not auth_token's
+            # Keystone away or too slow ([keystone_authtoken]
+            # http_connect_timeout): the request cannot be authenticated
+            # now, which is the client's to retry, not a server fault.
+            LOG.warning('Cannot validate a token: Keystone did not answer '
+                        '(%s: %s)', type(exc).__name__, exc)
+            return faults.response(
+                503, 'Service Unavailable: the identity service cannot be '
+                     'reached to validate the token; try again later')(
+                environ, start_response)
     return middleware
 
 
@@ -87,4 +118,5 @@ class _ServiceMarker:
                  environ.get('HTTP_X_SERVICE_ROLES', '').split(',')}
         wanted = {r.lower() for r in self.roles}
         environ[IS_SERVICE] = bool(confirmed and roles & wanted)
+        environ[_PASSED] = True
         return self.app(environ, start_response)

@@ -102,7 +102,10 @@ def check_values(conf):
     range, choices) only when it is read."""
     from cyborg.conf import opts as cyborg_opts
     for group, group_opts in cyborg_opts.list_opts():
-        section = conf if group == 'DEFAULT' else conf[group]
+        try:
+            section = conf if group == 'DEFAULT' else conf[group]
+        except cfg.NoSuchOptError:
+            continue    # a library's group, registered where it is used
         for opt in group_opts:
             try:
                 getattr(section, opt.dest)

@@ -1,8 +1,17 @@
-"""[api] options."""
+"""[api] options, and the default cyborg gives keystonemiddleware's."""
 
 from oslo_config import cfg
 
+from cyborg.conf import ksa
+
 GROUP = 'api'
+
+# keystonemiddleware's auth_token options, registered by cyborg.api.auth.
+KEYSTONE_NAMESPACE = 'keystonemiddleware.auth_token'
+# Seconds a token validation waits for Keystone ([keystone_authtoken]
+# http_connect_timeout, whose library default is to wait forever): a hung
+# Keystone answers the API's requests 503 instead of holding its threads.
+KEYSTONE_TIMEOUT = 10
 
 opts = [
     cfg.HostAddressOpt('host_ip', default='0.0.0.0',
@@ -52,4 +61,7 @@ def register_opts(conf):
 
 
 def list_opts():
-    return {GROUP: opts}
+    listed = {GROUP: opts}
+    listed.update(ksa.library_opts(KEYSTONE_NAMESPACE,
+                                   http_connect_timeout=KEYSTONE_TIMEOUT))
+    return listed

@@ -7,7 +7,10 @@ with it whatever the caller holds.  Each group sets a default of its own,
 in seconds, for connecting and for each read (not for a whole download).
 """
 
+import importlib.metadata
+
 from keystoneauth1 import loading as ks_loading
+from oslo_config import cfg
 
 
 def register_client_opts(conf, group, service_type, timeout):
@@ -32,3 +35,20 @@ def client_opts(timeout, extra=()):
             + ks_loading.get_auth_common_conf_options()
             + ks_loading.get_auth_plugin_conf_options('password')
             + ks_loading.get_adapter_conf_options(include_deprecated=False))
+
+
+def library_opts(namespace, **defaults):
+    """[(group, opts)] of a library's ``oslo.config.opts`` namespace, as
+    the sample generator lists them, with ``defaults`` of cyborg's own.
+
+    For the groups cyborg registers from a library (keystonemiddleware's,
+    oslo.limit's) but sets a default in at runtime (``conf.set_default``),
+    so that the sample shows the default cyborg runs with."""
+    [entry_point] = importlib.metadata.entry_points(
+        group='oslo.config.opts', name=namespace)
+    listed = []
+    for group, opts in entry_point.load()():
+        opts = list(opts)
+        cfg.set_defaults([o for o in opts if o.dest in defaults], **defaults)
+        listed.append((group, opts))
+    return listed

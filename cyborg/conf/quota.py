@@ -11,8 +11,15 @@ from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 from oslo_limit import opts as limit_opts
 
+from cyborg.conf import ksa
+
 GROUP = 'quota'
 LIMIT_GROUP = 'oslo_limit'
+LIMIT_NAMESPACE = 'oslo.limit'
+# Seconds each request for limits waits for Keystone ([oslo_limit]timeout,
+# whose library default is to wait forever): a hung Keystone fails the
+# create 503 instead of holding the conductor's thread.
+LIMIT_TIMEOUT = 10
 
 NOOP = 'noop'
 UNIFIED_LIMITS = 'unified_limits'
@@ -57,6 +64,7 @@ def register_opts(conf):
     # one puts the credentials on the global CONF only).  oslo.limit reads
     # the global CONF, which is the one cyborg's processes parse.
     ks_loading.register_session_conf_options(conf, LIMIT_GROUP)
+    conf.set_default('timeout', LIMIT_TIMEOUT, group=LIMIT_GROUP)
     ks_loading.register_adapter_conf_options(conf, LIMIT_GROUP,
                                              include_deprecated=False)
     ks_loading.register_auth_conf_options(conf, LIMIT_GROUP)
@@ -71,6 +79,6 @@ def _endpoint_opts():
 
 
 def list_opts():
-    # The [oslo_limit] group comes from oslo.limit's own namespace in the
-    # sample (etc/cyborg/cyborg-config-generator.conf).
-    return {GROUP: opts}
+    listed = {GROUP: opts}
+    listed.update(ksa.library_opts(LIMIT_NAMESPACE, timeout=LIMIT_TIMEOUT))
+    return listed

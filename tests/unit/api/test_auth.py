@@ -1,7 +1,10 @@
 """Authentication modes: keystone (auth_token) and noauth."""
 
 import json
+import socket
+import time
 
+from keystoneauth1 import loading as ks_loading
 from keystonemiddleware import auth_token
 import webob
 
@@ -65,3 +68,42 @@ def test_a_service_token_without_a_service_role_is_not():
 def test_an_invalid_service_token_is_not():
     assert not _marked({'HTTP_X_SERVICE_IDENTITY_STATUS': 'Invalid',
                         'HTTP_X_SERVICE_ROLES': 'service'})
+
+
+def test_a_hung_keystone_answers_503_in_bounded_time(conf):
+    """A Keystone that accepts connections and never answers: token
+    validation gives up after [keystone_authtoken]http_connect_timeout
+    (10 s unless set; 1 s here) and the request answers a JSON 503,
+    instead of holding the request thread forever (keystonemiddleware's
+    own default) or failing with the WSGI server's 500 (what auth_token
+    lets out when it cannot fetch its own token)."""
+    hung = socket.socket()
+    hung.bind(('127.0.0.1', 0))
+    hung.listen(16)             # connections complete; none is answered
+    url = 'http://127.0.0.1:%d/v3' % hung.getsockname()[1]
+    try:
+        conf.set_override('auth_strategy', 'keystone', group='api')
+        group = auth.register_keystone_opts(conf)
+        # auth_token's own credentials, as the install guide sets them.
+        ks_loading.register_auth_conf_options(conf, group)
+        conf.register_opts(ks_loading.get_auth_plugin_conf_options(
+            'password'), group=group)
+        for name, value in (('www_authenticate_uri', url),
+                            ('http_connect_timeout', 1),
+                            ('http_request_max_retries', 0),
+                            ('auth_type', 'password'), ('auth_url', url),
+                            ('username', 'cyborg'), ('password', 'secret'),
+                            ('user_domain_id', 'default'),
+                            ('project_name', 'service'),
+                            ('project_domain_id', 'default')):
+            conf.set_override(name, value, group=group)
+        app = api_app.build_app(conf)
+        started = time.monotonic()
+        resp = _get(app, '/v2/devices', {'X-Auth-Token': 'a-token'})
+        took = time.monotonic() - started
+    finally:
+        hung.close()
+    assert resp.status_int == 503, resp.text
+    assert 'identity service cannot be reached' in \
+        _fault(resp)['faultstring']
+    assert took < 10, took
