@@ -49,11 +49,12 @@ opts = [
                      'address to physical network, e.g. '
                      'enp3s0f0:physnet1,0000:3b:00.1:physnet2.'),
     cfg.IntOpt('aer_correctable_burst', default=10, min=0,
-               help='Correctable errors (PCIe AER, FPGA memory ECC) of '
-                    'one device within one health check interval above '
-                    'which the device is reported as having a transient '
-                    'fault. Fewer are only counted: links and memories '
-                    'correct the odd error by design.'),
+               help='Correctable errors (PCIe AER, PCIe replays of an '
+                    'NVIDIA GPU, FPGA memory ECC) of one device within one '
+                    'health check interval above which the device is '
+                    'reported as having a transient fault. Fewer are only '
+                    'counted: links and memories correct the odd error by '
+                    'design.'),
     cfg.StrOpt('nvml_module', default='pynvml', advanced=True,
                help='Python module implementing the NVML API, for tests.'),
 ]

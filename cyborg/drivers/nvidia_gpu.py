@@ -22,7 +22,8 @@ loaded, memory size, serial, UUID and MIG state are added; without it the
 driver reports from sysfs alone.
 
 Health: the PCI sources of every PCI driver (``pci_health``) plus NVML's
-(``nvml_health``: XIDs, ECC, row remapping, GPU lost), read in a session
+(``nvml_health``: XIDs, ECC, row remapping, PCIe replays, GPU
+lost), read in a session
 kept open between checks.  ``usage(devices)`` gives utilization and memory
 in use for telemetry.  The NVML module is ``[agent]nvml_module``
 (``pynvml``), or the one passed in.
@@ -59,7 +60,8 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
         # Unit tests pass a fake NVML; else [agent]nvml_module (pynvml).
         self._nvml = (nvml if nvml is not None
                       else _import_nvml(conf.agent.nvml_module))
-        self._watcher = nvml_health.NvmlWatcher(self._nvml)
+        self._watcher = nvml_health.NvmlWatcher(
+            self._nvml, conf.agent.aer_correctable_burst)
 
     def discover(self):
         functions = sysfs.Sysfs(self.sysfs_root).pci_functions()

@@ -14,6 +14,12 @@ timeout.  Its sources, each skipped for a GPU that answers
 - retired pages pending (pre-Ampere): ``transient`` until a GPU reset;
 - row remapping (Ampere and later): a failure is ``fatal``, a pending
   remap ``transient`` until a GPU reset;
+- PCIe replays (the link layer resending what the other end did not
+  acknowledge): counted, and ``transient`` when more than the correctable
+  burst (``[agent]aer_correctable_burst``) arrive between two checks, as
+  correctable AER errors are.  A GPU passed through to a virtual machine
+  shows no AER statistics inside it (seen on an H100 and an H200): there
+  this is the one sign of a failing link;
 - ``NVML_ERROR_GPU_IS_LOST`` from any call: ``fatal``, the GPU has fallen
   off the bus; its handle is dropped and looked up again next time.
 
@@ -72,8 +78,10 @@ class _Gpu:
 class NvmlWatcher:
     """Health readings and usage of NVIDIA GPUs (see the module)."""
 
-    def __init__(self, module):
+    def __init__(self, module, correctable_burst=10):
         self._nvml = module
+        # PCIe replays between two checks above which the link is faulty.
+        self._correctable_burst = correctable_burst
         self._lock = threading.Lock()
         self._ready = False
         self._retry_at = 0.0
@@ -219,7 +227,7 @@ class NvmlWatcher:
         def sources(gpu):
             found = self._events(device, gpu, counters)
             for source in (self._ecc, self._retired_pages,
-                           self._remapped_rows):
+                           self._remapped_rows, self._pcie_replays):
                 try:
                     found.extend(source(device, gpu, counters))
                 except _Unsupported:
@@ -305,6 +313,16 @@ class NvmlWatcher:
                             'Row remapping pending: the GPU needs a reset',
                             'ecc:row_remap_pending')]
         return []
+
+    def _pcie_replays(self, device, gpu, counters):
+        count = self._call('nvmlDeviceGetPcieReplayCounter', gpu.handle)
+        counters['pcie_replays'] = count
+        new = self._counters.delta((device.key(), 'pcie_replays'), count)
+        if new <= self._correctable_burst:
+            return []
+        return [reading(device, states.TRANSIENT, 'nvml',
+                        f'{new} PCIe replays since the last check: the link '
+                        f'is losing data', 'pcie:replays')]
 
     # -- usage -------------------------------------------------------------
 

@@ -107,6 +107,27 @@ def test_ecc_and_row_remapping(conf, scenario, tmp_path):
         (states.TRANSIENT, 'ecc:retired_pages_pending', '')]
 
 
+def test_a_burst_of_pcie_replays_is_transient(conf, scenario, tmp_path):
+    """PCIe replays count as correctable AER errors do: above
+    [agent]aer_correctable_burst between two checks the link is faulty."""
+    conf.set_override('aer_correctable_burst', 10, group='agent')
+    driver, nvml, devices = _setup(conf, scenario, tmp_path, gpus={
+        WHOLE: _gpu('GPU-1', pcie_replays=500)})
+    [r] = driver.check_health(devices)[:1]
+    # What a GPU has replayed since it was reset is a baseline.
+    assert (r.severity, r.counters['pcie_replays']) == (states.OK, 500)
+    nvml.update_gpu(WHOLE, pcie_replays=510)       # the odd replay
+    assert _check(driver, devices) == [(states.OK, '', '')]
+    nvml.update_gpu(WHOLE, pcie_replays=521)
+    [r] = [r for r in driver.check_health(devices)
+           if r.device == 'PCI:' + WHOLE]
+    assert (r.severity, r.code, r.counters['pcie_replays']) == (
+        states.TRANSIENT, 'pcie:replays', 521)
+    assert r.reason.startswith('11 PCIe replays since the last check')
+    # The link quietens: well again at the next check.
+    assert _check(driver, devices) == [(states.OK, '', '')]
+
+
 def test_not_supported_sources_are_skipped(conf, scenario, tmp_path):
     bare = {'name': 'Tesla T4', 'uuid': 'GPU-3', 'serial': '3',
             'memory_mb': 15360, 'events': False}
