@@ -119,3 +119,20 @@ def test_an_nvml_without_the_version_2_query_counts_the_reservation(
     # Asked once: later reads go straight to version 1.
     nvml.update_gpu(ADDRESS, memory_v2=True)
     assert driver.usage(devices) == expected
+
+
+def test_a_faulting_kernel_is_the_applications_fault(conf, scenario,
+                                                     tmp_path):
+    """What the H200 answered when a CUDA kernel of ours wrote to an
+    unmapped address (cudaErrorIllegalAddress; the kernel log said "Xid
+    ...: 31, ... MMU Fault"): one XID 31 event, read as the application's
+    error on the next check, and the GPU healthy on the checks after."""
+    driver, nvml, devices = _driver(conf, scenario, tmp_path, 'h200_vm')
+    driver.check_health(devices)        # registers the GPU's events
+    nvml.add_xid(ADDRESS, 31)
+    [reading] = driver.check_health(devices)
+    assert (reading.severity, reading.code, reading.reason) == (
+        states.APPLICATION, 'xid:31', 'XID 31: GPU memory page fault')
+    assert reading.counters['xid'] == 1
+    [reading] = driver.check_health(devices)
+    assert (reading.severity, reading.counters['xid']) == (states.OK, 1)
