@@ -128,17 +128,41 @@ class _Lost(Exception):
     """The ARQ left BindStarted under us (unbound, deleted, timed out)."""
 
 
-class _AskPlacementFirst(Exception):
-    """Raised in a bind's transaction where going on would wait for
-    Placement: the transaction is rolled back, ``start_bind`` asks outside
-    it and runs it again.  ``pool_hosts``: (_PoolSeen, host name) pairs
-    whose host must be checked; ``late``: an allocation lookup had not
-    answered within OVERLAP_WAIT."""
+class _Known:
+    """What a bind's transaction knows from Placement, across its runs:
+    the allocation lookups sent before it (``asked``, instance uuid ->
+    future), whether its writes run while they are answered
+    (``overlap``), and the remote pools' hosts checked so far
+    (``hosts_checked``, see ``_pool_host``)."""
 
-    def __init__(self, pool_hosts=(), late=False):
+    def __init__(self, asked=None, overlap=False):
+        self.asked = asked or {}
+        self.overlap = overlap
+        self.hosts_checked = set()
+
+
+class _AskPlacementFirst(db_api.AskFirst):
+    """Raised in a bind's transaction where going on would wait for
+    Placement: ``ask()`` waits or asks with no transaction open, into
+    ``known``, and the transaction runs again.  ``pool_hosts``:
+    (_PoolSeen, host name) pairs whose host must be checked; ``late``: an
+    allocation lookup had not answered within OVERLAP_WAIT (the next run
+    has all the answers before it writes)."""
+
+    def __init__(self, conf, known, pool_hosts=(), late=False):
         super().__init__()
+        self.conf, self.known = conf, known
         self.pool_hosts = list(pool_hosts)
         self.late = late
+
+    def ask(self):
+        with timing.phase(timing.PLACEMENT):
+            if self.late:
+                self.known.overlap = False
+                waiters.wait_for_all(self.known.asked.values())
+            for pool, hostname in self.pool_hosts:
+                remote_pools.check_host(self.conf, pool, hostname)
+                self.known.hosts_checked.add(_pool_host(pool, hostname))
 
 
 # -- create ---------------------------------------------------------------
@@ -228,31 +252,21 @@ def start_bind(conf, context, bindings):
     deadline = now + datetime.timedelta(seconds=conf.bind_timeout)
     batch_id = str(uuidlib.uuid4())
     asked = _ask_allocations(conf, bindings)
-    overlap = bool(asked) and _lookups_in_flight() <= OVERLAP_LOOKUPS
-    hosts_checked = set()
-    while True:
-        if not overlap:
-            # A storm (or a late answer): Placement's answers first,
-            # outside the transaction, so that no pooled connection (nor
-            # SQLite's write lock) waits on them.
-            with timing.phase(timing.PLACEMENT):
-                waiters.wait_for_all(asked.values())
-        try:
-            # A bind with nothing slow to do (no programming, no mdev to
-            # make, no fabric attach) takes its handle and ends Bound in
-            # the transaction that validates it, before the PATCH is
-            # answered: Nova's first read finds it resolved.  The rest,
-            # and the batch's Nova events, go on in the background.
-            jobs = db_api.write_retrying(context, _start, conf, context,
-                                         bindings, now, asked, batch_id,
-                                         deadline, overlap, hosts_checked)
-            break
-        except _AskPlacementFirst as first:
-            overlap = overlap and not first.late
-            with timing.phase(timing.PLACEMENT):
-                for pool, hostname in first.pool_hosts:
-                    remote_pools.check_host(conf, pool, hostname)
-                    hosts_checked.add(_pool_host(pool, hostname))
+    known = _Known(asked, overlap=bool(asked) and
+                   _lookups_in_flight() <= OVERLAP_LOOKUPS)
+    if not known.overlap:
+        # A storm: Placement's answers first, outside the transaction, so
+        # that no pooled connection (nor SQLite's write lock) waits on
+        # them.
+        with timing.phase(timing.PLACEMENT):
+            waiters.wait_for_all(asked.values())
+    # A bind with nothing slow to do (no programming, no mdev to make, no
+    # fabric attach) takes its handle and ends Bound in the transaction
+    # that validates it, before the PATCH is answered: Nova's first read
+    # finds it resolved.  The rest, and the batch's Nova events, go on in
+    # the background.
+    jobs = db_api.write_retrying(context, _start, conf, context, bindings,
+                                 now, known, batch_id, deadline)
     # Every bind Bound by _start: the batch's events are those _start
     # recorded, known here without reading them back.
     recorded = ([(job['instance_uuid'], job['uuid'], 'completed')
@@ -269,20 +283,21 @@ def start_bind(conf, context, bindings):
                                   recorded)
 
 
-def _start(conf, context, bindings, now, asked=None, batch_id=None,
-           deadline=None, overlap=False, hosts_checked=frozenset()):
+def _start(conf, context, bindings, now, known=None, batch_id=None,
+           deadline=None):
     """Validate and move to BindStarted in one transaction (a 4xx rolls
     it back: nothing written); returns the jobs.  With a ``batch_id``, a
     bind with nothing slow to do goes on to Bound in the same transaction
     (its job carries the handle as ``bound``); one whose handle is an mdev
     still to be made stays BindStarted holding it (``handle``).  With
-    ``overlap`` the writes run while Placement answers ``asked`` and the
-    answers are checked before the commit; else they are checked first.
-    It never waits for Placement: where it would (a remote pool's host
-    not in ``hosts_checked``, an answer later than OVERLAP_WAIT) it raises
-    _AskPlacementFirst."""
-    jobs = _validate(conf, context, bindings, asked,
-                     allocations=not overlap, hosts_checked=hosts_checked)
+    ``known.overlap`` the writes run while Placement answers
+    ``known.asked`` and the answers are checked before the commit; else
+    they are checked first.  It never waits for Placement: where it would
+    (a remote pool's host not checked yet, an answer later than
+    OVERLAP_WAIT) it raises _AskPlacementFirst."""
+    known = known or _Known()
+    jobs = _validate(conf, context, bindings, known,
+                     allocations=not known.overlap)
     for job in jobs:
         values = {'hostname': job['hostname'],
                   'device_rp_uuid': job['device_rp_uuid'],
@@ -320,13 +335,14 @@ def _start(conf, context, bindings, now, asked=None, batch_id=None,
             job['bound'] = handle
         elif handle is not None:
             job['handle'] = handle
-    if overlap:
+    if known.overlap:
         with timing.phase(timing.PLACEMENT):
-            late = waiters.wait_for_all(asked.values(), OVERLAP_WAIT).not_done
+            late = waiters.wait_for_all(known.asked.values(),
+                                        OVERLAP_WAIT).not_done
         if late:
-            raise _AskPlacementFirst(late=True)
+            raise _AskPlacementFirst(conf, known, late=True)
         # A refusal rolls back everything written above.
-        _check_allocations(jobs, asked)
+        _check_allocations(jobs, known.asked)
     return jobs
 
 
@@ -350,17 +366,17 @@ def _executor(conf):
         return _EXECUTOR
 
 
-def _validate(conf, context, bindings, asked=None, allocations=True,
-              hosts_checked=frozenset()):
+def _validate(conf, context, bindings, known=None, allocations=True):
     """The bind jobs of a PATCH, or a 4xx: ARQs exist and are the caller's,
     are bindable, their provider is an enabled deployable on the host that
     Placement allocated to the instance, and the instance has no bound
     ARQs of another request.  A provider may also be a remote pool's: the
     host must then be in one of the pool's aggregates (checked before,
-    ``hosts_checked``).  ``allocations`` False leaves Placement's
-    allocations for the caller to check."""
+    ``known.hosts_checked``).  ``allocations`` False leaves Placement's
+    allocations (``known.asked``) for the caller to check."""
     if not isinstance(bindings, dict) or not bindings:
         raise exception.Invalid(reason='no accelerator request to bind')
+    known = known or _Known()
     # Malformed instance uuids are refused by _check_fields below.
     instances = {b.get('instance_uuid') for b in bindings.values()
                  if isinstance(b, dict)
@@ -395,9 +411,9 @@ def _validate(conf, context, bindings, asked=None, allocations=True,
                          notice=_bind_notice(row, binding,
                                              target.deployable_uuid)))
     _check_instances(jobs, elsewhere)
-    _check_pool_hosts(pools, jobs, hosts_checked)
+    _check_pool_hosts(conf, known, pools, jobs)
     if allocations:
-        _check_allocations(jobs, asked)
+        _check_allocations(jobs, known.asked)
     return jobs
 
 
@@ -462,7 +478,7 @@ def _check_pool(pool, binding, group):
                    f'(accel:bitstream_id, accel:function_id)')
 
 
-def _check_pool_hosts(pools, jobs, hosts_checked):
+def _check_pool_hosts(conf, known, pools, jobs):
     """Each host bound to a remote pool must be a compute node of one of
     the pool's aggregates: Placement is asked once per pair, outside the
     transaction (_AskPlacementFirst names the pairs not checked yet, as
@@ -474,11 +490,11 @@ def _check_pool_hosts(pools, jobs, hosts_checked):
         if pool is None:
             continue
         key = _pool_host(pool, job['hostname'])
-        if key not in hosts_checked:
+        if key not in known.hosts_checked:
             seen = _PoolSeen(pool.id, pool.name, pool.aggregates)
             unchecked[key] = (seen, job['hostname'])
     if unchecked:
-        raise _AskPlacementFirst(pool_hosts=unchecked.values())
+        raise _AskPlacementFirst(conf, known, pool_hosts=unchecked.values())
 
 
 def _pool_host(pool, hostname):

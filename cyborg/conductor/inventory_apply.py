@@ -121,36 +121,35 @@ def _looks_unchanged(report):
             report.get('base_digest') == report['digest'])
 
 
-class _AskPlacementFirst(Exception):
-    """Raised in a report's transaction (rolling it back) when the plan
-    would remove providers nobody has asked Placement about yet
-    (``rp_uuids``): they are asked about with no transaction open, and the
-    report planned again."""
+class _AskPlacementFirst(db_api.AskFirst):
+    """Raised in a report's transaction when the plan would remove
+    providers nobody has asked Placement about yet: they are asked about
+    with no transaction open (``held`` records whether Placement holds
+    allocations against each), and the report planned again."""
 
-    def __init__(self, rp_uuids):
+    def __init__(self, conf, held, rp_uuids):
         super().__init__()
-        self.rp_uuids = rp_uuids
+        self.conf, self.held, self.rp_uuids = conf, held, rp_uuids
+
+    def ask(self):
+        found = placement_sync.held_providers(self.conf, self.rp_uuids)
+        self.held.update({rp: rp in found for rp in self.rp_uuids})
 
 
 def _write_with_retries(conf, context, hostname, report, parsed):
     # {provider: whether Placement holds allocations against it}, for the
     # providers of vanished hardware.
     held = {}
-    raced = 0
-    while True:
+    for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
             # One transaction, run again when it loses a lock conflict
             # (and on SQLite holding the write lock from its first read).
             return db_api.write_retrying(context, _write, conf, context,
                                          hostname, report, parsed, held)
-        except _AskPlacementFirst as first:
-            found = placement_sync.held_providers(conf, first.rp_uuids)
-            held.update({rp: rp in found for rp in first.rp_uuids})
         except db_exc.DBDuplicateEntry:
             # Another conductor stored this host's first report (or the
             # same rows) first: plan again against what it stored.
-            raced += 1
-            if raced == MAX_ATTEMPTS:
+            if attempt == MAX_ATTEMPTS:
                 raise
             LOG.info('Report of %s raced another writer; planning again.',
                      hostname)
@@ -214,7 +213,7 @@ def _plan(conf, context, hostname, full, parsed, held):
         # (placement_sync).
         unasked = sorted(set(plan.removal_candidates) - set(held))
         if unasked:
-            raise _AskPlacementFirst(unasked)
+            raise _AskPlacementFirst(conf, held, unasked)
         allocated = {rp for rp in plan.removal_candidates if held[rp]}
         if allocated:
             plan = inventory_plan.make_plan(hostname, stored, devices,

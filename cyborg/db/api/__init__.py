@@ -162,17 +162,43 @@ def patch_engine(engine):
     return context_manager.patch_engine(engine)
 
 
+class AskFirst(Exception):
+    """Raised in a ``write_retrying`` transaction where going on would
+    wait for another service (Placement): the transaction is rolled back,
+    ``ask()`` runs with no transaction open, and the transaction runs
+    again, knowing the answer (doc/source/decisions.rst, "No transaction
+    waits for another service").  A subclass says what to ask and where
+    to keep the answer for the next run."""
+
+    def ask(self):
+        raise NotImplementedError
+
+
+# Rounds of AskFirst one write_retrying call may go through: each asks
+# about something the last did not know of, so a few at most happen.
+_ASK_ROUNDS = 8
+
+
 def write_retrying(context, fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` in one writer transaction of its own, run
-    again (with a short random pause) when it loses a lock conflict.
-    ``fn`` must be safe to repeat: a lost attempt is rolled back."""
-    for attempt in range(1, _WRITE_TRIES + 1):
+    again (with a short random pause) when it loses a lock conflict, and
+    after asking what it raised ``AskFirst`` for.  ``fn`` must be safe to
+    repeat: a lost attempt is rolled back."""
+    attempt = asked = 0
+    while True:
         try:
             with _committing(writer.using(context)):
                 _sqlite_write_lock(context)
                 return fn(*args, **kwargs)
+        except AskFirst as first:
+            asked += 1
+            if asked > _ASK_ROUNDS:
+                raise RuntimeError(f'{getattr(fn, "__name__", fn)} asked '
+                                   f'first {asked} times') from first
+            first.ask()
         except (db_exc.DBDeadlock, db_exc.DBError,
                 sa.exc.OperationalError) as e:
+            attempt += 1
             if attempt == _WRITE_TRIES or not retryable(e):
                 raise
             retrying(e, getattr(fn, '__name__', fn), attempt)

@@ -480,7 +480,8 @@ def test_restarted_conductor_fails_its_own_binds_at_once(aconf, db, ctx,
     asked = arq_binding._ask_allocations(aconf, bindings)
     for answer in asked.values():
         answer.result(30)
-    arq_binding._start(aconf, ctx, bindings, timeutils.utcnow(), asked)
+    arq_binding._start(aconf, ctx, bindings, timeutils.utcnow(),
+                       arq_binding._Known(asked))
     handle = arq_binding._take_handle(ctx, {
         'uuid': after_handle, 'deployable_id': device.deployable_id,
         'device_rp_uuid': device.rp_uuid})
