@@ -71,3 +71,44 @@ def test_a_write_that_fails_certification_is_run_again(mariadb,
         undo()
     assert len(attempts) == 2
     assert _retries() == retries + 1
+
+
+class _AskTwice(db_api.AskFirst):
+    def __init__(self, answers, log):
+        super().__init__()
+        self.answers, self.log = answers, log
+
+    def ask(self):
+        # Asked with no transaction open: what the rolled-back run wrote
+        # is not there.
+        self.log.append(('asked', _widgets(self.answers['engine'])))
+        self.answers['known'] += 1
+
+
+def _widgets(engine):
+    with engine.connect() as conn:
+        return conn.scalar(sa.text('SELECT COUNT(*) FROM widgets'))
+
+
+def test_a_transaction_that_must_ask_first_is_rolled_back_and_run_again(
+        db, admin_context):
+    """AskFirst: the run is rolled back, ``ask()`` runs outside any
+    transaction, and the transaction runs again knowing the answer."""
+    with db.begin() as conn:
+        conn.execute(sa.text('CREATE TABLE widgets (id INTEGER)'))
+    answers, log = {'engine': db, 'known': 0}, []
+
+    def write():
+        admin_context.session.execute(
+            sa.text('INSERT INTO widgets VALUES (1)'))
+        log.append(('ran', answers['known']))
+        if answers['known'] < 2:
+            raise _AskTwice(answers, log)
+        return 'done'
+
+    retries = _retries()
+    assert db_api.write_retrying(admin_context, write) == 'done'
+    assert log == [('ran', 0), ('asked', 0), ('ran', 1), ('asked', 0),
+                   ('ran', 2)]
+    assert _widgets(db) == 1
+    assert _retries() == retries        # not a lost lock conflict
