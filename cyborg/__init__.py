@@ -23,7 +23,9 @@ import sys
 import warnings
 
 
-def _exit_zero(_signum, _frame):
+def exit_zero(_signum, _frame):
+    """A SIGTERM/SIGINT handler for a process that has started nothing
+    that needs stopping: it ends at once with status 0."""
     # Not SystemExit: a handler runs between any two bytecodes, finalizers
     # (__del__, weakref callbacks) included, and an exception raised there
     # is printed and ignored: the signal would be lost and the process run
@@ -33,7 +35,7 @@ def _exit_zero(_signum, _frame):
 
 if os.path.basename(sys.argv[0] if sys.argv else '').startswith('cyborg-'):
     for _signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(_signum, _exit_zero)
+        signal.signal(_signum, exit_zero)
 
 from oslo_service import backend as _oslo_service_backend  # noqa: E402
 

@@ -20,6 +20,7 @@ import time
 
 from oslo_log import log
 
+import cyborg
 from cyborg import version
 from cyborg.api import app as api_app
 from cyborg.api import auth
@@ -142,7 +143,7 @@ class WorkerPool:
         self._stop = threading.Event()
 
     def run(self):
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in service.STOP_SIGNALS:
             signal.signal(signum, lambda *_: self._stop.set())
         signal.signal(signal.SIGHUP, self._forward_sighup)
         while not self._stop.is_set():
@@ -162,17 +163,33 @@ class WorkerPool:
 
     def _spawn(self):
         parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            status = 1
-            try:
-                status = _serve_worker(self.conf, self.sock, parent)
-            except Exception:
-                LOG.exception('cyborg-api worker failed')
-            finally:
-                service.exit_process(status)
+        # The child starts with the parent's handlers, which would only
+        # set the parent's stop flag, copied: a SIGTERM sent to it before
+        # it installs its own would be lost.  Blocked across the fork, a
+        # stop signal waits until the child can act on it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, service.STOP_SIGNALS)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                self._worker(parent)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, service.STOP_SIGNALS)
         LOG.info('Started cyborg-api worker %d', pid)
         self._children[pid] = time.monotonic()
+
+    def _worker(self, parent):
+        """The forked child: never returns."""
+        status = 1
+        try:
+            # Until _serve_worker installs its own: nothing to stop yet.
+            for signum in service.STOP_SIGNALS:
+                signal.signal(signum, cyborg.exit_zero)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, service.STOP_SIGNALS)
+            status = _serve_worker(self.conf, self.sock, parent)
+        except Exception:
+            LOG.exception('cyborg-api worker failed')
+        finally:
+            service.exit_process(status)
 
     def _reap(self):
         while self._children:

@@ -38,7 +38,7 @@ from cyborg.common import rpc
 
 LOG = logging.getLogger(__name__)
 
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 # Seconds a stopping process gives its broker connections to close.
 _CLEANUP_TIMEOUT = 0.2
@@ -151,7 +151,7 @@ class Launcher:
     # -- signals -----------------------------------------------------------
 
     def install_signal_handlers(self):
-        for signum in _STOP_SIGNALS:
+        for signum in STOP_SIGNALS:
             signal.signal(signum, self._on_stop_signal)
         signal.signal(signal.SIGHUP, self._on_sighup)
 
