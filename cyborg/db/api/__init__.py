@@ -30,6 +30,7 @@ SQLAlchemy rows, model instances or plain dicts; nothing here knows
 import contextlib
 import random
 import time
+import urllib.parse
 
 import sqlalchemy as sa
 from oslo_db import exception as db_exc
@@ -130,23 +131,76 @@ context_manager.append_on_engine_create(_tune_pool)
 _WRITE_TRIES = 8
 
 
+# Seconds a service waits for one answer of the database before the
+# statement fails as a lost connection (MariaDB/MySQL: the driver's read
+# and write timeouts; PostgreSQL: libpq's tcp_user_timeout, which bounds
+# data the server's host never acknowledges).  Above InnoDB's lock wait
+# (50 s): a statement waiting for a row lock fails with the lock error
+# first.
+DATABASE_WAIT = 60
+
+
+def bounded_wait_parameters(connection, given='', wait=None):
+    """The connection parameters (a query string) that keep a service
+    from waiting forever on a database that stops answering (a network
+    partition, a hung server), leaving out any the URL ``connection`` or
+    the operator's ``given`` parameters already set; '' where the driver
+    has none (SQLite) or all are set."""
+    wait = DATABASE_WAIT if wait is None else wait
+    url = sa.engine.make_url(connection)
+    backend = url.get_backend_name()
+    if backend == 'mysql':
+        wanted = {'read_timeout': wait, 'write_timeout': wait}
+    elif backend == 'postgresql' and _libpq_has_tcp_user_timeout():
+        wanted = {'tcp_user_timeout': wait * 1000}
+    else:
+        return ''
+    already = set(url.query) | set(urllib.parse.parse_qs(given or ''))
+    return '&'.join(f'{key}={value}' for key, value in wanted.items()
+                    if key not in already)
+
+
+def _libpq_has_tcp_user_timeout():
+    try:
+        from psycopg2 import extensions
+    except ImportError:
+        return False
+    return extensions.libpq_version() >= 120000
+
+
 def configure(conf, wait_for_database=True):
-    """Point the enginefacade at ``conf.database`` (call once per process).
+    """Point the enginefacade at ``conf.database`` (call once per process:
+    a service's).
 
     The engine starts on first use and, by default, waits for the database
     as ``[database]max_retries`` and ``retry_interval`` say (100 s with
     oslo.db's defaults).  A process serving requests passes
     ``wait_for_database=False``: a request made while the database is away
-    answers 503 at once, and the next one connects afresh.
+    answers 503 at once, and the next one connects afresh.  No statement
+    waits for an answer longer than ``DATABASE_WAIT`` seconds unless
+    ``[database]connection_parameters`` or the URL says otherwise
+    (``bounded_wait_parameters``; ``cyborg-dbsync``, whose migrations may
+    run longer, does not come here).
     """
+    context_manager.configure(**engine_options(conf, wait_for_database))
+
+
+def engine_options(conf, wait_for_database=True):
+    """The enginefacade's options for ``conf.database`` (``configure``)."""
     options = dict(conf.database.items())
+    bounded = bounded_wait_parameters(
+        options.get('connection') or 'sqlite://',
+        options.get('connection_parameters'))
+    if bounded:
+        options['connection_parameters'] = '&'.join(
+            filter(None, [options.get('connection_parameters'), bounded]))
     # oslo.db's sleep(0) on every connection check-in lets greenthreads
     # run; we use OS threads (doc/source/decisions.rst), for which it is
     # only a forced context switch on every request.
     options['thread_checkin'] = False
     if not wait_for_database:
         options['max_retries'] = 0
-    context_manager.configure(**options)
+    return options
 
 
 def get_engine():
