@@ -38,10 +38,10 @@ def build_services(conf):
 
 def serve_metrics(conf):
     """Register the conductor's scrape-time counts (ARQs by state, Nova
-    events pending, devices by health) and serve the process's registry
-    on ``[metrics]host:conductor_port``; the serving is a no-op unless
-    ``[metrics]enabled``."""
-    metrics_collector.register()
+    events pending, devices by health, silent hosts) and serve the
+    process's registry on ``[metrics]host:conductor_port``; the serving
+    is a no-op unless ``[metrics]enabled``."""
+    metrics_collector.register(conf)
     metrics.serve(conf, conf.metrics.conductor_port)
 
 

@@ -1,12 +1,23 @@
 """The conductor's scrape-time metrics: counts read from the database.
 
 Nothing is stored for metrics: each scrape of the conductor's registry runs
-three small queries (one GROUP BY or COUNT each, with an admin context)::
+four small queries (one GROUP BY or COUNT each, with an admin context)::
 
     cyborg_conductor_arqs{state}              ARQs by state
     cyborg_conductor_nova_events_pending      bind outcomes not yet
                                               accepted by Nova
     cyborg_conductor_devices{health}          devices by health state
+    cyborg_conductor_hosts                    hosts whose agent ever
+                                              reported
+    cyborg_conductor_silent_hosts             of them, those with no
+                                              inventory report for
+                                              SILENT_PERIODS report periods
+
+An agent reports its inventory every ``[DEFAULT]periodic_interval``
+seconds, changed or not (set the same value for conductors and agents):
+a silent host's agent is down or cannot reach the conductor, and its
+devices' health is not watched meanwhile (they keep the health last
+reported).
 
 Every known state is reported, with 0 when no row has it, so a series
 never vanishes when its count drops to nothing.  A database error during a
@@ -17,9 +28,11 @@ the conductor's other metrics still come out.
 once per process; the conductor (and the all-in-one) call it at start.
 """
 
+import datetime
 import threading
 
 from oslo_log import log as logging
+from oslo_utils import timeutils
 from prometheus_client.core import GaugeMetricFamily
 
 from cyborg.common import context as cyborg_context
@@ -27,6 +40,7 @@ from cyborg.common import metrics
 from cyborg.common import states
 from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import devices as device_db
+from cyborg.db.api import hosts as host_db
 from cyborg.db.api import nova_events as event_db
 
 LOG = logging.getLogger(__name__)
@@ -36,18 +50,34 @@ NOVA_EVENTS_PENDING = (
     'cyborg_conductor_nova_events_pending',
     'Bind outcomes recorded for Nova and not delivered yet.')
 DEVICES = ('cyborg_conductor_devices', 'Devices by health state.')
+HOSTS = ('cyborg_conductor_hosts',
+         'Hosts whose agent has reported its inventory.')
+SILENT_HOSTS = (
+    'cyborg_conductor_silent_hosts',
+    'Hosts whose agent has sent no inventory report for SILENT_PERIODS '
+    'periodic intervals: down, or cut off from the conductor.')
+
+# Report periods ([DEFAULT]periodic_interval) without a report after
+# which a host counts as silent: one late report is not an outage.
+SILENT_PERIODS = 3
 
 _REGISTERED = []
 _LOCK = threading.Lock()
 
 
 class ConductorCollector:
-    """A prometheus_client custom collector over the database."""
+    """A prometheus_client custom collector over the database; a host
+    is silent after ``report_interval`` (seconds) times SILENT_PERIODS
+    without an inventory report."""
+
+    def __init__(self, report_interval=60):
+        self.silent_after = datetime.timedelta(
+            seconds=report_interval * SILENT_PERIODS)
 
     def describe(self):
         """The families without samples: lets the registry check names at
         registration without touching the database."""
-        return [_arqs({}), _pending(None), _devices({})]
+        return [_arqs({}), _pending(None), _devices({})] + _hosts(None)
 
     def collect(self):
         context = cyborg_context.get_admin_context()
@@ -60,12 +90,17 @@ class ConductorCollector:
         health = _read(device_db.count_by_health, context)
         if health is not None:
             yield _devices(health)
+        since = timeutils.utcnow() - self.silent_after
+        hosts = _read(host_db.count_reporting, context, since=since)
+        if hosts is not None:
+            yield from _hosts(hosts)
 
 
-def _read(reader, context):
-    """``reader(context)``, or None (logged) when the database fails."""
+def _read(reader, context, **kwargs):
+    """``reader(context, **kwargs)``, or None (logged) when the database
+    fails."""
     try:
-        return reader(context)
+        return reader(context, **kwargs)
     except Exception as exc:  # noqa: BLE001 - a scrape never fails on it
         LOG.warning('Metrics: %s failed: %s', reader.__name__, exc)
         return None
@@ -92,16 +127,27 @@ def _devices(counts):
     return family
 
 
+def _hosts(counts):
+    families = [GaugeMetricFamily(*HOSTS), GaugeMetricFamily(*SILENT_HOSTS)]
+    if counts is not None:
+        for family, count in zip(families, counts):
+            family.add_metric([], count)
+    return families
+
+
 def _known(vocabulary, counts):
     """The vocabulary, then any value the database holds beyond it."""
     return list(vocabulary) + sorted(set(counts) - set(vocabulary))
 
 
-def register():
-    """Add the collector to the process's registry (once); returns it."""
+def register(conf=None):
+    """Add the collector to the process's registry (once); returns it.
+    ``conf``: its ``[DEFAULT]periodic_interval`` is the agents' report
+    period (60 s without it)."""
     with _LOCK:
         if not _REGISTERED:
-            collector = ConductorCollector()
+            collector = ConductorCollector(
+                conf.periodic_interval if conf is not None else 60)
             metrics.register_collector(collector)
             _REGISTERED.append(collector)
         return _REGISTERED[0]

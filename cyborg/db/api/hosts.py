@@ -84,6 +84,20 @@ def list_all(context):
                   h.c.report_digest).order_by(h.c.hostname)))
 
 
+@reader
+def count_reporting(context, since):
+    """(hosts known, of them those whose last inventory report is older
+    than ``since`` or missing): one COUNT over the hosts table."""
+    h = _HOST
+    silent = sa.or_(h.c.last_report_at < since, h.c.last_report_at.is_(None))
+    # SUM(CASE), not COUNT(*) FILTER: MariaDB has no FILTER clause.
+    known, quiet = _sql.connection(context).execute(sa.select(
+        sa.func.count(),
+        sa.func.coalesce(sa.func.sum(sa.case((silent, 1), else_=0)),
+                         0))).one()
+    return known, int(quiet)
+
+
 @writer
 def update(context, hostname, digest=None, **values):
     """Set host columns; with ``digest``, only if it is still the stored

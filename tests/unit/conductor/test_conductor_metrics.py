@@ -1,6 +1,7 @@
 """The conductor's metrics: bind latency, Placement and Nova requests, and
 the scrape-time counts read from a real (SQLite) database."""
 
+import datetime
 import uuid as uuidlib
 
 import prometheus_client as prom
@@ -162,6 +163,31 @@ def test_collector_counts_arqs_events_and_devices(populated):
               for h in states.HEALTH_STATES}
     assert health == {'healthy': 1, 'suspect': 0, 'probing': 0,
                       'unhealthy': 1, 'lost': 0}
+
+
+def test_hosts_whose_agent_fell_silent_are_counted(db):
+    """A host whose agent has not reported its inventory for
+    SILENT_PERIODS report periods is silent: its devices' health is not
+    being watched.  A host that reported a moment ago, or a period ago,
+    is not."""
+    now = models._now()
+    period = datetime.timedelta(seconds=60)
+    with db.begin() as c:
+        for name, age in (('fresh', 0), ('one-late', 2),
+                          ('gone-quiet', metrics_collector.SILENT_PERIODS
+                           + 1)):
+            c.execute(sa.insert(models.Host).values(
+                hostname=name, placement_synced=True,
+                last_report_at=now - age * period))
+    registry = prom.CollectorRegistry()
+    registry.register(metrics_collector.ConductorCollector(
+        report_interval=60))
+    assert registry.get_sample_value('cyborg_conductor_hosts') == 3
+    assert registry.get_sample_value('cyborg_conductor_silent_hosts') == 1
+    with db.begin() as c:
+        c.execute(sa.update(models.Host).where(
+            models.Host.hostname == 'gone-quiet').values(last_report_at=now))
+    assert registry.get_sample_value('cyborg_conductor_silent_hosts') == 0
 
 
 def test_a_database_error_drops_only_that_sample(populated):
