@@ -30,12 +30,12 @@ from oslo_log import log as logging
 
 from cyborg.common import exception
 from cyborg.conf import quota as quota_conf
+from cyborg.objects.device_profiles import RESOURCES_PREFIX
 
 LOG = logging.getLogger(__name__)
 
 ARQS = 'accelerator_requests'
 CLASS_PREFIX = 'class:'
-RESOURCES_PREFIX = 'resources:'
 # What a resource without a limit shows (Keystone's and Nova's "unlimited").
 UNLIMITED = -1
 

@@ -48,6 +48,7 @@ from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import hosts as host_db
+from cyborg.objects import device_profiles as profile_objects
 
 LOG = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def request_query(group, compute_rp_uuid=None):
     ``compute_rp_uuid`` keeps the candidates in that host's tree.
     """
     classes = sorted(key.split(':', 1)[1] for key in group
-                     if key.startswith('resources:'))
+                     if key.startswith(profile_objects.RESOURCES_PREFIX))
     if len(classes) != 1:
         raise exception.Invalid(
             reason='standalone allocation needs a profile group that asks '

@@ -77,6 +77,7 @@ from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import device_profiles as profile_db
 from cyborg.db.api import remote_pools as pool_db
 from cyborg.objects import accelerator_requests
+from cyborg.objects import device_profiles as profile_objects
 from cyborg.objects import base as objects_base
 
 LOG = logging.getLogger(__name__)
@@ -205,20 +206,20 @@ def _create_in(context, wanted, project_id, limits=None):
     now = timeutils.utcnow().replace(microsecond=0)
     rows = []
     for group_id, group in enumerate(groups):
-        for _ in range(_group_size(group)):
+        for _ in range(profile_objects.group_size(group)):
             rows.append({'uuid': str(uuidlib.uuid4()),
                          'state': states.INITIAL,
                          'device_profile_id': profile.id,
                          'device_profile_group_id': group_id,
                          'project_id': project_id, 'created_at': now})
-    if rows:
-        arq_db.create_many(context, rows)
+    if not rows:
+        # Profiles asking for nothing are refused at creation; one from
+        # before (or from OpenStack Cyborg's database) may remain.
+        raise exception.Invalid(
+            reason=f'device profile {profile.name} requests no accelerator '
+                   f'(none of its groups has a resources: key)')
+    arq_db.create_many(context, rows)
     return [arq_dict(row, profile.name) for row in rows]
-
-
-def _group_size(group):
-    return sum(int(amount) for key, amount in group.items()
-               if key.startswith('resources:'))
 
 
 def arq_dict(values, device_profile_name):

@@ -12,6 +12,7 @@ from cyborg.common import exception
 from cyborg.common import states
 from cyborg.db import api as db_api
 from cyborg.db.api import device_profiles as profile_db
+from cyborg.objects import device_profiles as profile_objects
 
 
 def create(context, values):
@@ -26,6 +27,14 @@ def create(context, values):
     if visibility not in states.PROFILE_VISIBILITIES:
         raise exception.Invalid(reason='visibility: %r is not one of %s' % (
             visibility, ', '.join(states.PROFILE_VISIBILITIES)))
+    for index, group in enumerate(values['groups']):
+        if not profile_objects.group_size(group):
+            # No ARQ would come of it, and Placement refuses a request
+            # group with no resources.
+            raise exception.Invalid(
+                reason=f'groups/{index}: requests no accelerator: a group '
+                       f'needs a {profile_objects.RESOURCES_PREFIX}<resource '
+                       f'class> key')
     projects = sorted(set(values.get('projects') or ()))
     if projects and visibility != states.PRIVATE:
         raise exception.Invalid(

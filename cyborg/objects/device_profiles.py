@@ -14,6 +14,17 @@ from cyborg.db.api import device_profiles as profile_db
 from cyborg.objects import base
 
 
+# A group key naming a resource class, whose value is how many units of
+# it the group asks for: one ARQ each.
+RESOURCES_PREFIX = 'resources:'
+
+
+def group_size(group):
+    """How many accelerators (ARQs) a profile group asks for."""
+    return sum(int(amount) for key, amount in group.items()
+               if key.startswith(RESOURCES_PREFIX))
+
+
 def visible_to(context):
     """The project whose profiles ``context`` sees, or None for all.
 

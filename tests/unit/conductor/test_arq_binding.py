@@ -76,6 +76,19 @@ def test_create_unknown_profile_is_404_and_writes_nothing(conf, db, ctx):
     assert seed.arq_rows(db) == {}
 
 
+def test_a_profile_that_requests_no_accelerator_is_400(conf, db, ctx):
+    """Such profiles are refused at creation; one stored before (or in
+    OpenStack Cyborg's database) makes no ARQs: a 400 saying why, not a
+    201 with none."""
+    profile = seed.seed_profile(db, [{'trait:CUSTOM_FPGA_INTEL': 'required'}],
+                                name='traits-only')
+    with pytest.raises(exception.Invalid) as e:
+        arq_binding.create(ctx, profile, 'p1')
+    assert e.value.code == 400
+    assert 'traits-only requests no accelerator' in str(e.value)
+    assert seed.arq_rows(db) == {}
+
+
 def test_create_by_name_sees_only_what_the_project_may(conf, db, ctx):
     """RPC 1.6: the conductor finds the profile by name in the create's
     transaction, with the caller's view of private profiles."""
