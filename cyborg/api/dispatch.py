@@ -181,7 +181,34 @@ def json_body(request):
     if data is _TOO_DEEP or _depth(data) > MAX_DEPTH:
         raise exception.Invalid(reason='the body nests deeper than %d '
                                        'levels' % MAX_DEPTH)
+    # Only the escape \u0000 puts one in a string (the parser refuses a
+    # raw one): most bodies are not walked for it.
+    if '\\u0000' in text:
+        refuse_nul('the body', _strings(data))
     return data
+
+
+def refuse_nul(where, strings):
+    """400 when one of ``strings`` holds a NUL character: no field of any
+    resource may (PostgreSQL cannot store one).  A read that searches for
+    one matches nothing instead (``cyborg.db.api._sql.matchable``)."""
+    if any('\x00' in string for string in strings):
+        raise exception.Invalid(reason=f'{where} holds a NUL character '
+                                       f'(\\u0000), which no field accepts')
+
+
+def _strings(data):
+    """Every string in ``data`` (keys included), without recursion."""
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 _TOO_DEEP = object()
