@@ -265,6 +265,13 @@ def error_response(req, exc):
     if isinstance(exc, messaging.MessagingTimeout):
         return faults.from_exception(exception.ServiceUnavailable(
             reason='the conductor did not answer in time'))
+    if isinstance(exc, messaging.RemoteError):
+        # The conductor was reached and failed with an error of its own
+        # (its outages come back as ServiceUnavailable, above): a bug,
+        # with the conductor's traceback in its log.
+        LOG.error('The conductor failed serving %s %s: %s: %s', req.method,
+                  req.path, exc.exc_type, exc.value)
+        return faults.response(500, 'Internal server error.')
     if isinstance(exc, messaging.MessagingException):
         return faults.from_exception(exception.ServiceUnavailable(
             reason='the conductor cannot be reached'))

@@ -13,6 +13,7 @@ from cyborg.common import rpc
 from cyborg.conductor import rpcapi
 from cyborg.db import api as db_api
 from tests.fixtures import api as api_fixture
+from tests.fixtures import rabbit
 
 
 def _call(app, method, path, body=None):
@@ -59,3 +60,31 @@ def test_conductor_not_answering_is_503(db):
         transport.cleanup()
     assert status == 503
     assert 'conductor' in fault['faultstring']
+
+
+def test_a_conductor_that_fails_is_500_not_an_outage(monkeypatch, caplog):
+    """The conductor was reached and raised an error of its own (a bug):
+    a 500, as for the API's own bugs, with the conductor's error in the
+    API's log; not "the conductor cannot be reached", which sends an
+    operator to RabbitMQ."""
+    from cyborg.conductor import manager
+
+    def broken(self, context, **kwargs):
+        # Not a builtin: those oslo.messaging raises again as themselves.
+        raise _ConductorBug('a bug in the conductor')
+
+    monkeypatch.setattr(manager.ConductorManager, 'device_profile_create',
+                        broken)
+    # Over RabbitMQ: the error comes back as oslo.messaging's RemoteError
+    # (the in-memory transport re-raises the conductor's own exception).
+    with rabbit.throwaway_vhost() as transport_url, \
+            api_fixture.api_service(transport_url=transport_url) as service:
+        status, fault = _call(service.app, 'POST', '/v2/device_profiles',
+                              [{'name': 'p',
+                                'groups': [{'resources:FPGA': '1'}]}])
+    assert (status, fault['faultstring']) == (500, 'Internal server error.')
+    assert '_ConductorBug: a bug in the conductor' in caplog.text
+
+
+class _ConductorBug(Exception):
+    pass
