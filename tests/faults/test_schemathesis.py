@@ -14,7 +14,10 @@ on PostgreSQL.
 
 The cases are generated once (the costly part), on MariaDB, and the same
 requests, in the same order, are then sent to a PostgreSQL deployment
-seeded alike: about 2,500 requests on each.  (schemathesis' own pytest
+seeded alike: about 5,000 requests on each.  (Runs of 600 and 1,500
+examples per operation found a profile group asking for no accelerator
+answered 201 with no ARQ, and a NUL character in a body a 500 on
+PostgreSQL; both now pass.)  (schemathesis' own pytest
 plugin does not run on pytest 9, so the operations are driven through
 their hypothesis strategies here.)  The hostile bodies and bad
 microversions sent to every route are
@@ -38,11 +41,11 @@ import sqlalchemy as sa
 from tests.fixtures import api as api_fixture
 from tests.fixtures import rabbit
 
-# About 5,000 requests on real database servers: more than the stage's
+# About 10,000 requests on real database servers: more than the stage's
 # default bound.
-pytestmark = pytest.mark.timeout(300, method='signal')
+pytestmark = pytest.mark.timeout(600, method='signal')
 
-EXAMPLES_PER_OPERATION = 100
+EXAMPLES_PER_OPERATION = 250
 # What a failed case raises: schemathesis' FailureGroup is a
 # BaseExceptionGroup, not an Exception.
 FAILED = (Exception, FailureGroup)
