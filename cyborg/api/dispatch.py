@@ -56,6 +56,11 @@ class Application:
         req.conductor = self.conductor
         req.version = microversion.MIN_VERSION
         try:
+            req.path_info       # noqa: B018 - decoded once, or a 400
+        except UnicodeDecodeError:
+            return faults.from_exception(exception.Invalid(
+                reason='the path is not valid UTF-8'))
+        try:
             if is_v2(req.path_info):
                 req.version = microversion.from_headers(req.headers)
             req.cyborg_context = _context(req.environ)
@@ -110,7 +115,11 @@ def call(request, operation, path_vars):
     with timing.phase(timing.VALIDATE):
         if operation.query is not None:
             # The last value of a repeated parameter wins.
-            r.query = dict(request.GET.items())
+            try:
+                r.query = dict(request.GET.items())
+            except UnicodeDecodeError:
+                raise exception.Invalid(
+                    reason='the query string is not valid UTF-8') from None
             _check_query_names(operation, version, r.query)
             schemas.validate(r.query, schemas.at(operation.query, version))
         if operation.body is not None:
@@ -181,20 +190,32 @@ def json_body(request):
     if data is _TOO_DEEP or _depth(data) > MAX_DEPTH:
         raise exception.Invalid(reason='the body nests deeper than %d '
                                        'levels' % MAX_DEPTH)
-    # Only the escape \u0000 puts one in a string (the parser refuses a
-    # raw one): most bodies are not walked for it.
-    if '\\u0000' in text:
-        refuse_nul('the body', _strings(data))
+    # Only an escape puts a NUL or a lone surrogate in a string (the
+    # parser refuses a raw NUL; raw surrogates are not UTF-8): most
+    # bodies are not walked for them.
+    if '\\u' in text:
+        check_strings('the body', _strings(data))
     return data
 
 
-def refuse_nul(where, strings):
-    """400 when one of ``strings`` holds a NUL character: no field of any
-    resource may (PostgreSQL cannot store one).  A read that searches for
-    one matches nothing instead (``cyborg.db.api._sql.matchable``)."""
-    if any('\x00' in string for string in strings):
-        raise exception.Invalid(reason=f'{where} holds a NUL character '
-                                       f'(\\u0000), which no field accepts')
+def check_strings(where, strings):
+    """400 when one of ``strings`` holds a NUL character, which no field
+    accepts (PostgreSQL cannot store one; a read that searches for one
+    matches nothing instead: ``cyborg.db.api._sql.matchable``), or a lone
+    UTF-16 surrogate (``\\ud800``), which is no character and no
+    database stores."""
+    for string in strings:
+        if '\x00' in string:
+            raise exception.Invalid(
+                reason=f'{where} holds a NUL character (\\u0000), which no '
+                       f'field accepts')
+        try:
+            string.encode('utf-8')
+        except UnicodeEncodeError:
+            raise exception.Invalid(
+                reason=f'{where} holds a lone surrogate (\\ud800 to '
+                       f'\\udfff not in a pair), which is not a character'
+            ) from None
 
 
 def _strings(data):
