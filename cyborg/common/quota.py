@@ -30,7 +30,7 @@ from oslo_log import log as logging
 
 from cyborg.common import exception
 from cyborg.conf import quota as quota_conf
-from cyborg.objects.device_profiles import RESOURCES_PREFIX
+from cyborg.objects import device_profiles
 
 LOG = logging.getLogger(__name__)
 
@@ -48,12 +48,9 @@ def class_resource(resource_class):
 def group_amounts(group):
     """{resource name: amount} one unit of a profile group asks for (its
     ``resources:*`` amounts by class), without zeros."""
-    amounts = {}
-    for key, value in group.items():
-        if key.startswith(RESOURCES_PREFIX) and int(value) > 0:
-            name = class_resource(key[len(RESOURCES_PREFIX):])
-            amounts[name] = amounts.get(name, 0) + int(value)
-    return amounts
+    return {class_resource(resource_class): amount
+            for resource_class, amount
+            in device_profiles.resource_amounts(group).items() if amount > 0}
 
 
 def requested(groups):

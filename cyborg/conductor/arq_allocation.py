@@ -75,8 +75,7 @@ def request_query(group, compute_rp_uuid=None):
     and ``forbidden`` become the group's required traits and ``!T``;
     ``compute_rp_uuid`` keeps the candidates in that host's tree.
     """
-    classes = sorted(key.split(':', 1)[1] for key in group
-                     if key.startswith(profile_objects.RESOURCES_PREFIX))
+    classes = sorted(profile_objects.resource_amounts(group))
     if len(classes) != 1:
         raise exception.Invalid(
             reason='standalone allocation needs a profile group that asks '

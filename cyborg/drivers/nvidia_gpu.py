@@ -22,11 +22,10 @@ loaded, memory size, serial, UUID and MIG state are added; without it the
 driver reports from sysfs alone.
 
 Health: the PCI sources of every PCI driver (``pci_health``) plus NVML's
-(``nvml_health``: XIDs, ECC, row remapping, PCIe replays, GPU
-lost), read in a session
-kept open between checks.  ``usage(devices)`` gives utilization and memory
-in use for telemetry.  The NVML module is ``[agent]nvml_module``
-(``pynvml``), or the one passed in.
+(``nvml_health``: XIDs, ECC, row remapping, PCIe replays, GPU lost),
+read in a session kept open between checks.  ``usage(devices)`` gives
+utilization and memory in use for telemetry.  The NVML module is
+``[agent]nvml_module`` (``pynvml``), or the one passed in.
 """
 
 import importlib

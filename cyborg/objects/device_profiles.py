@@ -19,10 +19,17 @@ from cyborg.objects import base
 RESOURCES_PREFIX = 'resources:'
 
 
+def resource_amounts(group):
+    """{resource class: units} a profile group asks for (its
+    ``resources:<class>`` keys)."""
+    return {key[len(RESOURCES_PREFIX):]: int(amount)
+            for key, amount in group.items()
+            if key.startswith(RESOURCES_PREFIX)}
+
+
 def group_size(group):
     """How many accelerators (ARQs) a profile group asks for."""
-    return sum(int(amount) for key, amount in group.items()
-               if key.startswith(RESOURCES_PREFIX))
+    return sum(resource_amounts(group).values())
 
 
 def visible_to(context):
