@@ -8,6 +8,7 @@ import threading
 import time
 
 from oslo_config import cfg
+from oslo_policy import _checks
 from oslo_policy import opts as policy_opts
 from oslo_policy import policy
 
@@ -18,27 +19,108 @@ _ENFORCERS = {}
 _LOCK = threading.Lock()
 # How often a request may look at the policy files for changes.
 RELOAD_CHECK_SECONDS = 1.0
+# Decisions an enforcer remembers at most (all are forgotten when full).
+DECISIONS_KEPT = 4096
+# Checks whose answer depends on nothing but the target and the
+# credentials.  An operator's rules with any other check (``http:``, which
+# asks a server, or a check of a library's own) are evaluated every time.
+# (oslo.policy exports only some of these classes outside _checks.)
+_PURE_CHECKS = (_checks.RoleCheck, _checks.GenericCheck, _checks.RuleCheck,
+                _checks.TrueCheck, _checks.FalseCheck, _checks.AndCheck,
+                _checks.OrCheck, _checks.NotCheck)
 
 
 class _Enforcer(policy.Enforcer):
     """oslo.policy's enforcer, looking for changed policy files at most
     once a second rather than on every check (several stat calls each
     time, a tenth of a small request).  A changed file takes effect within
-    a second, as before without a restart."""
+    a second, as before without a restart.
+
+    It also remembers its decisions (``decide``): the same rule for the
+    same credentials and target is decided once, not at every request
+    (oslo.policy inspects each check's signature whenever it evaluates it:
+    a tenth of a small read).  What it remembers is forgotten whenever the
+    rules are loaded or set, so no decision outlives the rules it was made
+    under."""
 
     _checked_at = None
+
+    def __init__(self, *args, **kwargs):
+        self._decisions = {}
+        self._remembering = False
+        super().__init__(*args, **kwargs)
 
     def load_rules(self, force_reload=False):
         now = time.monotonic()
         if (not force_reload and self._checked_at is not None
                 and now - self._checked_at < RELOAD_CHECK_SECONDS):
             return
+        self._forget()
         super().load_rules(force_reload)
         self._checked_at = now
+        self._remembering = all(_pure(check)
+                                for check in self.rules.values())
+
+    def set_rules(self, *args, **kwargs):
+        self._forget()
+        super().set_rules(*args, **kwargs)
 
     def clear(self):
+        self._forget()
         super().clear()
         self._checked_at = None
+
+    def _forget(self):
+        self._remembering = False
+        self._decisions = {}
+
+    def decide(self, rule, target, creds):
+        """Whether ``creds`` may do ``rule`` on ``target`` (a rule out of
+        scope is not allowed)."""
+        self.load_rules()
+        # The decisions of the rules as loaded now: a decision is kept
+        # only if no load began meanwhile (a load starts a new dict).
+        decisions = self._decisions
+        key = _decision_key(rule, target, creds) if self._remembering \
+            else None
+        allowed = decisions.get(key) if key is not None else None
+        if allowed is not None:
+            return allowed
+        try:
+            allowed = bool(self.authorize(rule, target, creds,
+                                          do_raise=True))
+        except (policy.PolicyNotAuthorized, policy.InvalidScope):
+            allowed = False
+        if key is not None and decisions is self._decisions:
+            if len(decisions) >= DECISIONS_KEPT:
+                decisions.clear()
+            decisions[key] = allowed
+        return allowed
+
+
+def _pure(check):
+    if not isinstance(check, _PURE_CHECKS):
+        return False
+    inner = getattr(check, 'rules', None) or [getattr(check, 'rule', None)]
+    return all(_pure(c) for c in inner
+               if isinstance(c, _checks.BaseCheck))
+
+
+def _decision_key(rule, target, creds):
+    """A hashable form of one question; None when a value cannot be
+    one (the decision is then not remembered)."""
+    try:
+        key = (rule, _frozen(target), _frozen(creds))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _frozen(values):
+    return tuple(sorted(
+        (name, tuple(value) if isinstance(value, list) else value)
+        for name, value in values.items()))
 
 
 def _defaults(conf):
@@ -77,9 +159,5 @@ def authorize(conf, context, rule, target=None):
     # A plain dict: oslo.context warns about any key added to its own.
     creds = dict(getattr(values, '_data', values))
     creds['is_service'] = bool(context.is_service)
-    try:
-        get_enforcer(conf).authorize(rule, target, creds, do_raise=True,
-                                     exc=exception.PolicyNotAuthorized,
-                                     action=rule)
-    except policy.InvalidScope:
+    if not get_enforcer(conf).decide(rule, target, creds):
         raise exception.PolicyNotAuthorized(action=rule)

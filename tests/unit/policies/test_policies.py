@@ -7,12 +7,14 @@ import subprocess
 import sys
 import time
 
+from oslo_policy import policy as oslo_policy
 import pytest
 
 from cyborg.common import context
 from cyborg.common import exception
 from cyborg.common import policy
 from cyborg import policies
+from tests.fixtures import recording_http
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -167,4 +169,60 @@ def test_a_changed_policy_file_takes_effect_within_the_reload_check(
         policy.authorize(conf, reader, 'cyborg:device:get_all')
     time.sleep(0.3)
     policy.authorize(conf, reader, 'cyborg:device:get_all')
+    policy.reset()
+
+
+def test_remembered_decisions_follow_target_and_credentials(conf):
+    """Decisions are remembered per rule, target and credentials: asking
+    again, in any order, gives each its own answer."""
+    reader, member = _ctx(['reader'], 'p1'), _ctx(['member', 'reader'], 'p1')
+    for _ in range(3):
+        policy.authorize(conf, reader, 'cyborg:arq:get_one',
+                         {'project_id': 'p1'})
+        with pytest.raises(exception.PolicyNotAuthorized):
+            policy.authorize(conf, reader, 'cyborg:arq:get_one',
+                             {'project_id': 'p2'})
+        with pytest.raises(exception.PolicyNotAuthorized):
+            policy.authorize(conf, reader, 'cyborg:arq:create')
+        policy.authorize(conf, member, 'cyborg:arq:create')
+        with pytest.raises(exception.PolicyNotAuthorized):
+            policy.authorize(conf, _ctx(['member', 'reader'], 'p2'),
+                             'cyborg:arq:get_one', {'project_id': 'p1'})
+
+
+def test_rules_set_anew_are_used_at_once(conf):
+    """No decision outlives the rules it was made under."""
+    reader = _ctx(['reader'], 'p1')
+    policy.authorize(conf, reader, 'cyborg:arq:get_all')
+    enforcer = policy.get_enforcer(conf)
+    enforcer.set_rules(oslo_policy.Rules.from_dict(
+        {'cyborg:arq:get_all': '!'}), overwrite=False, use_conf=False)
+    with pytest.raises(exception.PolicyNotAuthorized):
+        policy.authorize(conf, reader, 'cyborg:arq:get_all')
+    policy.reset()
+
+
+def test_an_http_check_is_asked_every_time(conf, tmp_path):
+    """An operator's rule that asks a server (``http:``) is evaluated at
+    every request: its answer may change at any time."""
+    answer = {'text': b'True'}
+    with recording_http.RecordingServer(
+            lambda request: (200, {}, answer['text'])) as server:
+        policy_file = tmp_path / 'policy.yaml'
+        policy_file.write_text('"cyborg:device:get_all": "http:%s/check"\n'
+                               % server.url.replace('http:', '', 1))
+        policy.reset()
+        policy.get_enforcer(conf)  # registers [oslo_policy]
+        conf.set_override('policy_file', str(policy_file),
+                          group='oslo_policy')
+        policy.reset()
+        reader = _ctx(['reader'], 'p1')
+        for _ in range(3):
+            policy.authorize(conf, reader, 'cyborg:device:get_all')
+        assert len(server.requests) == 3
+        answer['text'] = b'False'
+        with pytest.raises(exception.PolicyNotAuthorized):
+            policy.authorize(conf, reader, 'cyborg:device:get_all')
+        # The other rules are still decided as their defaults say.
+        policy.authorize(conf, reader, 'cyborg:arq:get_all')
     policy.reset()
