@@ -1,9 +1,12 @@
 """cyborg's HTTP servers hold a boot storm's connections until they accept
 them: cheroot's own backlog (5) left a sixth client's SYN dropped while
-the accept thread was busy."""
+the accept thread was busy; and they keep many clients' keep-alive
+connections (cheroot's own limit is 10)."""
 
+import http.client
 import select
 import socket
+import threading
 import time
 
 import pytest
@@ -67,3 +70,39 @@ def test_a_server_not_accepting_yet_holds_every_connection(make):
         assert _connected(port, CLIENTS) == CLIENTS
     finally:
         server.stop()
+
+
+# More clients than cheroot keeps keep-alive connections for by default
+# (10).
+KEEP_ALIVE_CLIENTS = 24
+
+
+@pytest.mark.parametrize('make', [_own_socket, _shared_socket],
+                         ids=['own-socket', 'shared-socket'])
+def test_many_keep_alive_clients_keep_their_connections(make):
+    """Each of many clients that keep their connection open gets to
+    reuse it: none is answered ``Connection: close``."""
+    server = make()
+    server.prepare()
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    port = server.socket.getsockname()[1]
+    clients = [http.client.HTTPConnection('127.0.0.1', port, timeout=10)
+               for _ in range(KEEP_ALIVE_CLIENTS)]
+    try:
+        for _round in range(2):
+            closing = 0
+            for client in clients:
+                client.request('GET', '/')
+                response = client.getresponse()
+                response.read()
+                assert response.status == 204
+                closing += response.getheader('Connection', '') == 'close'
+            assert closing == 0
+        # The second round went over the first round's connections.
+        assert all(client.sock is not None for client in clients)
+    finally:
+        for client in clients:
+            client.close()
+        server.stop()
+        thread.join(10)
