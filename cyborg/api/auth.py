@@ -49,9 +49,10 @@ def noauth(app):
 
 def register_keystone_opts(conf):
     """keystonemiddleware's options; returns its group's name."""
-    for grp, opts in auth_token.list_opts():
+    groups = auth_token.list_opts()
+    for grp, opts in groups:
         conf.register_opts(opts, group=grp)
-    group = auth_token.list_opts()[0][0]
+    group = groups[0][0]
     conf.set_default('http_connect_timeout', api_conf.KEYSTONE_TIMEOUT,
                      group=group)
     return group

@@ -38,6 +38,7 @@ from prometheus_client.core import GaugeMetricFamily
 from cyborg.common import context as cyborg_context
 from cyborg.common import metrics
 from cyborg.common import states
+from cyborg.conf import default as default_opts
 from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import devices as device_db
 from cyborg.db.api import hosts as host_db
@@ -70,7 +71,7 @@ class ConductorCollector:
     is silent after ``report_interval`` (seconds) times SILENT_PERIODS
     without an inventory report."""
 
-    def __init__(self, report_interval=60):
+    def __init__(self, report_interval=default_opts.PERIODIC_INTERVAL):
         self.silent_after = datetime.timedelta(
             seconds=report_interval * SILENT_PERIODS)
 
@@ -143,11 +144,12 @@ def _known(vocabulary, counts):
 def register(conf=None):
     """Add the collector to the process's registry (once); returns it.
     ``conf``: its ``[DEFAULT]periodic_interval`` is the agents' report
-    period (60 s without it)."""
+    period (its default without it)."""
     with _LOCK:
         if not _REGISTERED:
             collector = ConductorCollector(
-                conf.periodic_interval if conf is not None else 60)
+                conf.periodic_interval if conf is not None
+                else default_opts.PERIODIC_INTERVAL)
             metrics.register_collector(collector)
             _REGISTERED.append(collector)
         return _REGISTERED[0]

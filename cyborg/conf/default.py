@@ -4,6 +4,9 @@ import socket
 
 from oslo_config import cfg
 
+# Seconds between two periodic inventory reports, unless configured.
+PERIODIC_INTERVAL = 60
+
 opts = [
     cfg.StrOpt('host',
                default=socket.gethostname(),
@@ -12,7 +15,7 @@ opts = [
                     'or agent, and the host name its agent reports devices '
                     'under. Must match the compute service host name.'),
     cfg.IntOpt('periodic_interval',
-               default=60, min=1,
+               default=PERIODIC_INTERVAL, min=1,
                help='Seconds between two periodic inventory reports of an '
                     'agent. Hotplug events report at once in between.'),
     cfg.IntOpt('bind_timeout',
