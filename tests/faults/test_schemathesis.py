@@ -26,10 +26,13 @@ microversions sent to every route are
 
 import collections
 import contextlib
+import os
+import random
 import threading
 
 from hypothesis import given
 from hypothesis import HealthCheck
+from hypothesis import seed
 from hypothesis import settings
 import pytest
 import schemathesis
@@ -43,9 +46,17 @@ from tests.fixtures import rabbit
 
 # About 10,000 requests on real database servers: more than the stage's
 # default bound.
-pytestmark = pytest.mark.timeout(600, method='signal')
+pytestmark = pytest.mark.timeout(
+    int(os.environ.get('CYBORG_FUZZ_TIMEOUT', 600)), method='signal')
 
-EXAMPLES_PER_OPERATION = 250
+EXAMPLES_PER_OPERATION = int(os.environ.get('CYBORG_FUZZ_EXAMPLES', 250))
+# CI sends the same cases every time (derandomized).  A longer hunt sets
+# CYBORG_FUZZ_SEED to a number (to repeat a run) or to "random" (the seed
+# used is printed), and CYBORG_FUZZ_EXAMPLES to more than 250, with a
+# longer CYBORG_FUZZ_TIMEOUT: doc/source/testing.rst.
+FUZZ_SEED = os.environ.get('CYBORG_FUZZ_SEED')
+if FUZZ_SEED == 'random':
+    FUZZ_SEED = str(random.SystemRandom().randrange(2 ** 32))
 # What a failed case raises: schemathesis' FailureGroup is a
 # BaseExceptionGroup, not an Exception.
 FAILED = (Exception, FailureGroup)
@@ -67,7 +78,7 @@ def _fuzz(operation, cases):
     @given(case=operation.as_strategy())
     @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None,
               database=None, suppress_health_check=list(HealthCheck),
-              derandomize=True, report_multiple_bugs=False)
+              derandomize=FUZZ_SEED is None, report_multiple_bugs=False)
     def run(case):
         cases.append(case)
         try:
@@ -76,6 +87,8 @@ def _fuzz(operation, cases):
             failures.append('%s: %s' % (_name(operation), e))
             raise
 
+    if FUZZ_SEED is not None:
+        run = seed(int(FUZZ_SEED))(run)
     try:
         run()
     except FAILED:      # hypothesis re-raises the minimal one
@@ -187,6 +200,9 @@ def _deployment(db_kind):
 
 
 def test_no_server_errors_responses_conform_and_4xx_write_nothing():
+    if FUZZ_SEED is not None:
+        print('CYBORG_FUZZ_SEED=%s CYBORG_FUZZ_EXAMPLES=%d'
+              % (FUZZ_SEED, EXAMPLES_PER_OPERATION))
     cases, failures = [], []
     with _deployment('mysql') as mariadb:
         schema = schemathesis.openapi.from_wsgi('/v2/openapi.json', mariadb)
