@@ -49,6 +49,7 @@ from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import hosts as host_db
 from cyborg.objects import device_profiles as profile_objects
+from cyborg.placement import client as placement_client
 
 LOG = logging.getLogger(__name__)
 
@@ -191,7 +192,17 @@ def _claim(placement, context, job):
     attempts = 0
     tried = set()
     for _round in range(ROUNDS):
-        candidates = placement.allocation_candidates(job['query'])
+        try:
+            candidates = placement.allocation_candidates(job['query'])
+        except exception.PlacementError as e:
+            unknown = placement_client.unknown_names(e)
+            if unknown is None:
+                raise
+            # No provider can have a trait or resource class Placement
+            # has never heard of: nothing matches.
+            raise exception.NoCandidate(uuid=job['uuid'],
+                                        wanted=_wanted(job['query']),
+                                        reason=unknown) from e
         fresh = [c for c in candidates
                  if json.dumps(c, sort_keys=True) not in tried]
         if not candidates:

@@ -103,6 +103,24 @@ def _error_text(resp):
         return resp.text[:500]
 
 
+# How Placement words a 400 for a name it does not know (a trait or a
+# resource class in a query).
+_UNKNOWN_NAMES = ('No such trait', 'No such resource class')
+
+
+def unknown_names(error):
+    """Placement's explanation when ``error`` (a PlacementError) is its
+    400 for a trait or resource class it does not know; else None."""
+    if getattr(error, 'status_code', None) != 400:
+        return None
+    text = str(error)
+    for wording in _UNKNOWN_NAMES:
+        at = text.find(wording)
+        if at >= 0:
+            return text[at:].strip()
+    return None
+
+
 def _read_proxies_once(session, endpoint):
     """Take the proxy settings from the environment now, not on every
     request: requests re-reads the whole environment per call, which cost

@@ -20,7 +20,8 @@ GROUP = {
     'type': 'object',
     'minProperties': 1,
     'patternProperties': {
-        '^resources:(CUSTOM_[A-Z0-9_]+|%s)$' % _RESOURCE_CLASSES: {
+        # Placement's resource class names: at most 255 characters.
+        '^resources:(CUSTOM_[A-Z0-9_]{1,248}|%s)$' % _RESOURCE_CLASSES: {
             # Each unit becomes one ARQ: bounded, so a profile cannot ask
             # for millions of them.
             'type': 'string', 'pattern': '^[1-9][0-9]{0,2}$'},

@@ -311,3 +311,24 @@ def test_a_stuck_allocation_is_failed_and_released(aconf, db, ctx, trait,
     assert arq_binding.fail_stuck(aconf, ctx) == 1
     assert _row(db, uuid).state == 'BindFailed'
     assert _usage(placement_url, device.rp_uuid) == 0
+
+
+@pytest.mark.parametrize('unknown', ['trait:CUSTOM_NEVER_SEEN_{}',
+                                     'resources:CUSTOM_NEVER_SEEN_{}'])
+def test_a_name_placement_does_not_know_matches_nothing(aconf, db, ctx,
+                                                        trait, unknown):
+    """A profile naming a trait or resource class Placement has never
+    heard of: Placement answers 400, which is "no accelerator matches"
+    (409), not Placement failing (503)."""
+    _provide(aconf, db, trait)
+    name = unknown.format(uuidlib.uuid4().hex.upper())
+    group = {'resources:FPGA': '1', 'trait:' + trait: 'required'}
+    if name.startswith('trait:'):
+        group[name] = 'required'
+    else:
+        group = {name: '1'}
+    uuid, = _arqs(db, ctx, group)
+    with pytest.raises(exception.NoCandidate, match='No such'):
+        arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+    row = _row(db, uuid)
+    assert (row.state, row.consumer_id) == ('Initial', None)
