@@ -465,6 +465,16 @@ def _check_target(targets, binding):
         raise exception.BindFailed(
             reason=f'the device of resource provider {rp_uuid} is in '
                    f'maintenance')
+    # Out of the schedule since Nova chose it (a fault between the
+    # scheduler's claim and the bind): the instance would get a broken
+    # device.
+    health = states.worst(target.health, target.device_health)
+    if health in states.OUT_OF_SCHEDULE:
+        reason = (target.health_reason if health == target.health
+                  else target.device_health_reason)
+        raise exception.BindFailed(
+            reason=f'the device of resource provider {rp_uuid} is '
+                   f'{health}' + (f': {reason}' if reason else ''))
     return target
 
 

@@ -92,8 +92,9 @@ def attribute_lists(context, deployable_ids):
 @reader
 def bind_targets(context, rp_uuids):
     """{rp_uuid: row} for the deployables providing ``rp_uuids``, each
-    row carrying the deployable, its device's host and status, and the
-    name of that host's compute node provider once a sync found it."""
+    row carrying the deployable (and its health), its device's host,
+    status and health, and the name of that host's compute node provider
+    once a sync found it."""
     return {row.rp_uuid: row for row in _sql.connection(context).execute(
         _BIND_TARGETS, {'rp_uuids': list(rp_uuids)})}
 
@@ -103,7 +104,11 @@ def _bind_targets():
     return (sa.select(d.id.label('deployable_id'),
                       d.uuid.label('deployable_uuid'), d.rp_uuid, d.gone,
                       d.driver_name, d.bitstream_id, d.device_id,
-                      dev.hostname, dev.status, h.compute_node_name)
+                      d.health, d.health_reason,
+                      dev.hostname, dev.status,
+                      dev.health.label('device_health'),
+                      dev.health_reason.label('device_health_reason'),
+                      h.compute_node_name)
             .join(dev, dev.id == d.device_id)
             .outerjoin(h, h.hostname == dev.hostname)
             .where(d.rp_uuid.in_(sa.bindparam('rp_uuids', expanding=True))))

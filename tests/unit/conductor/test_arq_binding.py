@@ -173,6 +173,36 @@ def test_device_in_maintenance_or_gone_is_400(aconf, db, ctx):
     assert _state(db, uuid).state == 'Initial'
 
 
+@pytest.mark.parametrize('model, health, bindable', [
+    (models.Device, 'unhealthy', False),
+    (models.Deployable, 'probing', False),
+    (models.Device, 'lost', False),
+    (models.Deployable, 'suspect', True),
+])
+def test_a_device_out_of_the_schedule_is_not_bound(aconf, db, ctx, model,
+                                                   health, bindable):
+    """A device that left the schedule after Nova chose it (a fault
+    between the scheduler's claim and the bind) is refused with its
+    reason; a suspect one (a transient fault) is still bound."""
+    device = seed.seed_device(db, handles=1)
+    row_id = device.device_id if model is models.Device \
+        else device.deployable_id
+    with db.begin() as c:
+        c.execute(sa.update(model).where(model.id == row_id).values(
+            health=health, health_reason='XID 79: fallen off the bus'))
+    uuid, = _create(db, ctx)
+    if bindable:
+        arq_binding.start_bind(aconf, ctx, {uuid: _binding(device)})
+        assert _state(db, uuid).state == 'Bound'
+        return
+    with pytest.raises(exception.BindFailed,
+                       match=f'is {health}: XID 79') as e:
+        arq_binding.start_bind(aconf, ctx, {uuid: _binding(device)})
+    assert e.value.code == 400
+    assert _state(db, uuid).state == 'Initial'
+    assert seed.handles_in_use(db) == 0
+
+
 def test_an_instance_that_is_not_a_uuid_is_400(aconf, db, ctx, device):
     """Refused with nothing written and Placement never asked about it
     (the API refuses it too; this is the conductor's own RPC)."""
