@@ -15,6 +15,7 @@ from cyborg.wsgi import middleware
 # The API is also mounted under this prefix (devstack serves it there).
 MOUNT_PREFIX = '/accelerator'
 HEALTHCHECK_PATH = '/healthcheck'
+HEALTHCHECK_PATHS = (HEALTHCHECK_PATH, MOUNT_PREFIX + HEALTHCHECK_PATH)
 
 
 def build_app(conf, conductor=None):
@@ -74,7 +75,7 @@ def _wrap(app, conf):
     conf.register_opts(http_proxy_to_wsgi.OPTS, group='oslo_middleware')
     if conf.oslo_middleware.enable_proxy_headers_parsing:
         app = http_proxy_to_wsgi.HTTPProxyToWSGI(app, conf)
-    app = middleware.access_log(app)
+    app = middleware.access_log(app, quiet=HEALTHCHECK_PATHS)
     return app
 
 
@@ -110,12 +111,14 @@ def _cors(app, conf):
 
 
 def _healthcheck(app, conf):
-    """Send ``/healthcheck`` to oslo.middleware's healthcheck ([healthcheck]
-    options), which answers every request it is given."""
+    """Send ``GET`` and ``HEAD /healthcheck`` (also under the mount
+    prefix) to oslo.middleware's healthcheck ([healthcheck] options);
+    other methods go on to the app, which has no such route."""
     health = healthcheck.Healthcheck(None, conf)
 
     def middleware(environ, start_response):
-        if environ.get('PATH_INFO') == HEALTHCHECK_PATH:
+        if (environ.get('PATH_INFO') in HEALTHCHECK_PATHS
+                and environ.get('REQUEST_METHOD') in ('GET', 'HEAD')):
             return health(environ, start_response)
         return app(environ, start_response)
     return middleware

@@ -3,8 +3,8 @@
 - ``access_log``: one INFO line per request on the ``cyborg.api.access``
   logger (method, path, status, bytes sent, duration, request id), logged
   when the response is finished, so the duration includes sending it.
-  ``/healthcheck`` probes are logged at DEBUG: a load balancer asks every
-  few seconds.
+  Requests for the ``quiet`` paths (the API's healthcheck) are logged at
+  DEBUG: a load balancer asks every few seconds.
 - ``request_id``: the request id every log line and the response carry.
 - ``read_body``: reads the request body before anything else looks at it,
   so that a client that goes away while sending it costs one INFO line
@@ -27,7 +27,6 @@ import webob.exc
 ACCESS_LOG = logging.getLogger('cyborg.api.access')
 LOG = logging.getLogger(__name__)
 
-QUIET_PATHS = ('/healthcheck',)
 _INBOUND_REQUEST_ID = 'HTTP_X_OPENSTACK_REQUEST_ID'
 _RESPONSE_REQUEST_ID = oslo_request_id.HTTP_RESP_HEADER_REQUEST_ID
 _REQUEST_ID_FORMAT = re.compile(oslo_request_id.ID_FORMAT)
@@ -43,11 +42,14 @@ def _context(environ):
         overwrite=False)
 
 
-def access_log(app):
-    """Log one line per request once its response is sent."""
+def access_log(app, quiet=()):
+    """Log one line per request once its response is sent (at DEBUG for
+    the paths in ``quiet``)."""
     def middleware(environ, start_response):
         started = time.monotonic()
-        seen = {'status': None}
+        seen = {'status': None,
+                'level': (logging.DEBUG if environ.get('PATH_INFO') in quiet
+                          else logging.INFO)}
 
         def recording_start_response(status, headers, exc_info=None):
             seen['status'] = status.split(' ', 1)[0]
@@ -57,7 +59,7 @@ def access_log(app):
             body = app(environ, recording_start_response)
         except Exception:
             seen['status'] = seen['status'] or '500'
-            _log(environ, seen['status'], 0, started)
+            _log(environ, seen, 0, started)
             raise
         return _LoggedBody(body, environ, seen, started)
     return middleware
@@ -92,19 +94,17 @@ class _LoggedBody:
     def _log_once(self):
         if not self._logged:
             self._logged = True
-            _log(self._environ, self._seen['status'], self._sent,
-                 self._started)
+            _log(self._environ, self._seen, self._sent, self._started)
 
 
-def _log(environ, status, sent, started):
+def _log(environ, seen, sent, started):
     path = (environ.get('SCRIPT_NAME', '') + environ.get('PATH_INFO', '')
             or '/')
     if environ.get('QUERY_STRING'):
         path += '?' + environ['QUERY_STRING']
-    level = (logging.DEBUG if environ.get('PATH_INFO') in QUIET_PATHS
-             else logging.INFO)
+    status = seen['status']
     ACCESS_LOG.log(
-        level, '%(remote)s "%(method)s %(path)s" status: %(status)s '
+        seen['level'], '%(remote)s "%(method)s %(path)s" status: %(status)s '
         'len: %(len)d time: %(time).4f request_id: %(request_id)s',
         {'remote': environ.get('REMOTE_ADDR', '-'),
          'method': environ.get('REQUEST_METHOD', '-'), 'path': path,

@@ -51,10 +51,11 @@ def test_one_access_line_per_request(caplog):
 def test_health_probes_are_logged_at_debug(caplog):
     app = _app()
     caplog.set_level(logging.DEBUG)
-    resp = webob.Request.blank('/healthcheck').get_response(app)
-    assert resp.status_int == 200 and resp.body is not None
+    for path in ('/healthcheck', '/accelerator/healthcheck'):
+        resp = webob.Request.blank(path).get_response(app)
+        assert resp.status_int == 200 and resp.body is not None
     lines = _records(caplog, 'cyborg.api.access')
-    assert [r.levelno for r in lines] == [logging.DEBUG]
+    assert [r.levelno for r in lines] == [logging.DEBUG, logging.DEBUG]
 
 
 class _GoneInput:
