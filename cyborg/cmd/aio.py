@@ -13,6 +13,7 @@ from ``--config-file``; the settings above win over them.
 """
 
 import errno
+import fcntl
 import importlib.metadata
 import os
 import shutil
@@ -40,6 +41,9 @@ from cyborg.placement import embedded
 LOG = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = os.path.join('~', '.local', 'state', 'cyborg')
+# Held (flock) by the cyborg-aio using a state directory, with its pid.
+LOCK_FILE = 'cyborg-aio.lock'
+_HELD_LOCKS = []
 
 cli_opts = [
     cfg.PortOpt('port', default=6666,
@@ -59,10 +63,32 @@ def parse(argv):
          default_config_files=[], default_config_dirs=[])
     state_dir = os.path.abspath(os.path.expanduser(conf.state_dir))
     os.makedirs(state_dir, exist_ok=True)
+    lock_state_dir(state_dir)
     # A default, so --log-file (or use_stderr in a config file) still wins.
     conf.set_default('log_file', os.path.join(state_dir, 'cyborg-aio.log'))
     logging.setup(conf, 'cyborg')
     return conf, state_dir
+
+
+def lock_state_dir(state_dir):
+    """Take the state directory for this process (until it exits), or
+    exit saying which process has it: two all-in-ones on one set of
+    databases would each recover the other's binds as their own."""
+    path = os.path.join(state_dir, LOCK_FILE)
+    lock = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(lock, 32).decode(errors='replace').strip()
+        os.close(lock)
+        sys.exit('cyborg-aio cannot start: another cyborg-aio%s is using '
+                 '%s; stop it, or give this one another --state-dir'
+                 % (f' (pid {holder})' if holder else '', state_dir))
+    os.ftruncate(lock, 0)
+    os.write(lock, b'%d\n' % os.getpid())
+    # Kept open (and so locked) for the life of the process.
+    _HELD_LOCKS.append(lock)
+    return lock
 
 
 def configure(conf, state_dir, placement_url):

@@ -121,3 +121,35 @@ def test_the_banner_names_an_openstack_command_that_exists(monkeypatch):
     assert command in aio.banner('http://127.0.0.1:1', 'http://p', '/s')
     monkeypatch.setenv('PATH', os.path.dirname(command))
     assert aio.openstack_command() == 'openstack'
+
+
+def test_a_second_aio_on_the_same_state_dir_is_refused(tmp_path):
+    """Two all-in-ones on one set of databases would each fail the
+    other's binds at start-up: the second one says who has the state
+    directory and starts nothing."""
+    holder = subprocess.Popen(
+        [sys.executable, '-c', 'import sys, time\n'
+         'from cyborg.cmd import aio\n'
+         'aio.lock_state_dir(sys.argv[1])\n'
+         'print("locked", flush=True)\n'
+         'time.sleep(60)\n', str(tmp_path)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == 'locked'
+        done = subprocess.run(
+            [os.path.join(sys.prefix, 'bin', 'cyborg-aio'), '--port',
+             str(processes.free_port()), '--state-dir', str(tmp_path)],
+            capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1
+        assert 'another cyborg-aio (pid %d) is using %s' % (
+            holder.pid, tmp_path) in done.stderr, done.stderr
+        assert 'Traceback' not in done.stderr
+        assert not (tmp_path / 'cyborg.sqlite').exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    # Free again once the holder is gone.
+    from cyborg.cmd import aio
+    lock = aio.lock_state_dir(str(tmp_path))
+    aio._HELD_LOCKS.remove(lock)
+    os.close(lock)
