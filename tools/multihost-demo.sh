@@ -91,7 +91,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     "${PYTHON:-$(command -v python3.11 || command -v python3)}" -m venv "$VENV"
 fi
 PY=$VENV/bin/python
-if ! "$PY" -c 'import cyborg, placement, gunicorn, cyborgclient' \
+if ! "$PY" -c 'import cyborg, placement, gunicorn' \
         2>/dev/null || [ ! -x "$VENV/bin/openstack" ]; then
     log "installing cyborg with its demo extra into $VENV"
     "$VENV/bin/pip" install -q -r requirements.txt
