@@ -92,12 +92,23 @@ def _context(environ):
 def find(request):
     """(operation, path variables) of ``request``; raises 404 or 405."""
     from cyborg.api import routes
+    version = request.version.as_tuple()
     operation, path_vars, allowed = routes.match(
-        request.method, request.path_info, request.version.as_tuple())
+        request.method, request.path_info, version)
     if operation is None:
         if allowed:
             raise webob_exc.HTTPMethodNotAllowed(
                 headers=[('Allow', ', '.join(sorted(allowed)))])
+        later, _vars, _allowed = routes.match(request.method,
+                                              request.path_info)
+        if later is not None and version < tuple(later.min_version):
+            # There, but not at this microversion: say which it needs.
+            raise exception.NotFound(
+                '%s %s needs microversion %d.%d or later (this request '
+                'asked for %s; send "OpenStack-API-Version: accelerator '
+                '%d.%d")' % (later.method, later.path,
+                             *later.min_version, request.version,
+                             *later.min_version))
         raise webob_exc.HTTPNotFound()
     return operation, path_vars
 
