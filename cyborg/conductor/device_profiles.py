@@ -9,7 +9,6 @@ from oslo_db import exception as db_exc
 from oslo_utils import uuidutils
 
 from cyborg.common import exception
-from cyborg.common import states
 from cyborg.db import api as db_api
 from cyborg.db.api import device_profiles as profile_db
 from cyborg.objects import device_profiles as profile_objects
@@ -23,23 +22,8 @@ def create(context, values):
     A duplicate name or uuid is a 409, decided by the unique keys so that
     two concurrent creates cannot both succeed.
     """
-    visibility = values.get('visibility') or states.PUBLIC
-    if visibility not in states.PROFILE_VISIBILITIES:
-        raise exception.Invalid(reason='visibility: %r is not one of %s' % (
-            visibility, ', '.join(states.PROFILE_VISIBILITIES)))
-    for index, group in enumerate(values['groups']):
-        if not profile_objects.group_size(group):
-            # No ARQ would come of it, and Placement refuses a request
-            # group with no resources.
-            raise exception.Invalid(
-                reason=f'groups/{index}: requests no accelerator: a group '
-                       f'needs a {profile_objects.RESOURCES_PREFIX}<resource '
-                       f'class> key')
+    visibility = profile_objects.check(values)
     projects = sorted(set(values.get('projects') or ()))
-    if projects and visibility != states.PRIVATE:
-        raise exception.Invalid(
-            reason='projects: only a private profile lists '
-                   'projects (a public one is seen by every project)')
     row_values = {'uuid': values.get('uuid') or uuidutils.generate_uuid(),
                   'name': values['name'],
                   'description': values.get('description'),

@@ -9,6 +9,7 @@ import dataclasses
 import datetime
 import json
 
+from cyborg.common import exception
 from cyborg.common import states
 from cyborg.db.api import device_profiles as profile_db
 from cyborg.objects import base
@@ -30,6 +31,31 @@ def resource_amounts(group):
 def group_size(group):
     """How many accelerators (ARQs) a profile group asks for."""
     return sum(resource_amounts(group).values())
+
+
+def check(values, path=''):
+    """Refuse (400) what the schema cannot say of a profile's ``values``
+    (its create body): a group asking for no accelerator, projects listed
+    for a profile that is not private.  ``path`` prefixes the JSON paths
+    in the message (the API's body holds the profile at ``0/``)."""
+    visibility = values.get('visibility') or states.PUBLIC
+    if visibility not in states.PROFILE_VISIBILITIES:
+        raise exception.Invalid(reason='%svisibility: %r is not one of %s'
+                                % (path, visibility,
+                                   ', '.join(states.PROFILE_VISIBILITIES)))
+    for index, group in enumerate(values['groups']):
+        if not group_size(group):
+            # No ARQ would come of it, and Placement refuses a request
+            # group with no resources.
+            raise exception.Invalid(
+                reason=f'{path}groups/{index}: requests no accelerator: a '
+                       f'group needs a {RESOURCES_PREFIX}<resource class> '
+                       f'key')
+    if values.get('projects') and visibility != states.PRIVATE:
+        raise exception.Invalid(
+            reason=f'{path}projects: only a private profile lists '
+                   f'projects (a public one is seen by every project)')
+    return visibility
 
 
 def visible_to(context):

@@ -45,6 +45,7 @@ def create_device_profile(r):
     if len(json.dumps(values['groups']).encode()) > schema.MAX_GROUPS_BYTES:
         raise exception.Invalid(reason='0/groups: longer than %d bytes as '
                                        'JSON' % schema.MAX_GROUPS_BYTES)
+    profile_objects.check(values, path='0/')
     values = dict(values, project_id=r.context.project_id)
     created = r.conductor.device_profile_create(r.context, values=values)
     profile = DeviceProfile.get_by_uuid(r.context, created['uuid'])
