@@ -100,6 +100,9 @@ def first_error(data, schema):
     if error is None:
         return None
     where = '/'.join(str(p) for p in error.absolute_path)
+    plain = _plainly(error, where)
+    if plain is not None:
+        return plain
     message = error.message
     shown = repr(error.instance)
     if len(shown) > MAX_VALUE:
@@ -108,6 +111,27 @@ def first_error(data, schema):
     if len(message) > MAX_REASON:
         message = message[:MAX_REASON] + '...'
     return '%s: %s' % (where, message) if where else message
+
+
+def _plainly(error, where):
+    """A plainer reason than jsonschema's for the failures whose own
+    message only echoes the input back; None for the others."""
+    kind, instance, wanted = error.validator, error.instance, \
+        error.validator_value
+    if kind == 'type' and instance is None and not where:
+        return 'a JSON body is required'
+    if kind in ('oneOf', 'anyOf') and all(
+            set(branch) == {'required'} for branch in wanted):
+        names = ', '.join(name for branch in wanted
+                          for name in branch['required'])
+        return '%sgive exactly one of: %s' % (
+            where + ': ' if where else '', names)
+    if kind in ('maxItems', 'minItems') and isinstance(instance, list):
+        bound = 'at most' if kind == 'maxItems' else 'at least'
+        return '%s%s %d item%s, not %d' % (
+            where + ': ' if where else '', bound, wanted,
+            '' if wanted == 1 else 's', len(instance))
+    return None
 
 
 def validate(data, schema):

@@ -211,3 +211,28 @@ def test_operations_are_unique():
     keys = [(op.method, op.path) for op in routes.OPERATIONS]
     assert len(keys) == len(set(keys))
     assert all(dataclasses.is_dataclass(op) for op in routes.OPERATIONS)
+
+
+@pytest.mark.parametrize('method, path, body, reason', [
+    # No body where one is needed.
+    ('POST', '/v2/device_profiles', None, 'a JSON body is required'),
+    ('PATCH', '/v2/accelerator_requests', None, 'a JSON body is required'),
+    # Neither or both of two alternatives.
+    ('DELETE', '/v2/accelerator_requests', None,
+     'give exactly one of: arqs, instance'),
+    ('DELETE', '/v2/accelerator_requests?arqs=a&instance='
+     '7d9d6a52-5d3c-4bde-8a3f-0c3c8e0e8f11', None,
+     'give exactly one of: arqs, instance'),
+    # A list of the wrong length says how long it may be.
+    ('POST', '/v2/device_profiles',
+     [{'name': 'a1', 'groups': [{'resources:FPGA': '1'}]},
+      {'name': 'a2', 'groups': [{'resources:FPGA': '1'}]}],
+     'at most 1 item, not 2'),
+])
+def test_reasons_say_what_is_wrong(service, method, path, body, reason):
+    """Not the input echoed back ("None is not of type 'object'",
+    "{...} is not valid under any of the given schemas", "[...] is too
+    long")."""
+    status, error = _call(service.app, method, path, body=body)
+    assert status == 400
+    assert _reason(error) == 'Invalid input: ' + reason
