@@ -66,3 +66,34 @@ def test_floors_runs_and_prints_its_medians():
         assert all(value > 0 for value in part.values())
     assert report['lifecycle_floor_ms'] == round(
         4 * medians['http']['get_ms'] + 3 * medians['rpc']['bare_ms'], 2)
+
+
+def test_side_by_side_ratios_and_targets():
+    """Ratios above 1 mean ours is faster, for times and for rates alike;
+    a target is judged on the median of the rounds."""
+    side = _load('side_by_side')
+    rounds = [
+        {'ours': {'lifecycles_per_s c=1': 30.0, 'create p50 c=1': 5.0},
+         'reference': {'lifecycles_per_s c=1': 6.0,
+                       'create p50 c=1': 15.0}},
+        {'ours': {'lifecycles_per_s c=1': 20.0, 'create p50 c=1': 3.0},
+         'reference': {'lifecycles_per_s c=1': 5.0,
+                       'create p50 c=1': 15.0}},
+        {'ours': {'lifecycles_per_s c=1': 36.0, 'create p50 c=1': 3.5},
+         'reference': {'lifecycles_per_s c=1': 6.0,
+                       'create p50 c=1': 14.0}},
+    ]
+    summary = side.summarize(rounds)
+    assert summary['lifecycles_per_s c=1'] == {
+        'ours': 30.0, 'reference': 6.0, 'ratio': 5.0,
+        'ratio_range': [4.0, 6.0]}
+    assert summary['create p50 c=1']['ratio'] == 4.0
+    assert summary['create p50 c=1']['ratio_range'] == [3.0, 5.0]
+    verdicts = {v['figure']: v for v in side.judge(summary)}
+    assert set(verdicts) == {'lifecycles_per_s c=1', 'create p50 c=1'}
+    assert verdicts['lifecycles_per_s c=1']['met'] is True
+    assert verdicts['create p50 c=1'] == {
+        'figure': 'create p50 c=1', 'kind': 'ms', 'target': 4.0,
+        'value': 3.5, 'met': True}
+    rounds[2]['ours']['create p50 c=1'] = 4.5
+    assert not side.judge(side.summarize(rounds))[1]['met']

@@ -15,7 +15,10 @@ else it creates ``bench-arq`` for the fake driver's FPGA), and the device's
 provider (the deployable with the most accelerators; its host is the
 device whose hostname prefixes its name).  Each lifecycle uses a fresh
 instance uuid.  Prints JSON: lifecycles/s and p50/p99 latency (ms) per call
-and concurrency level.  A benchmark, not a test.
+and concurrency level, and of each lifecycle (``lifecycle``) and, with
+``--wait-bound``, of the bind until it is seen resolved (``bound``: the
+PATCH and the poll).  A benchmark, not a test.  ``side_by_side.py`` runs
+it against two APIs in turn.
 
 Per-hop breakdown: with ``[metrics]enabled`` on the API (``/metrics``; under
 several workers with ``PROMETHEUS_MULTIPROC_DIR``) and ``--conductor-metrics
@@ -51,6 +54,9 @@ import requests
 import procstat
 
 CALLS = ('create', 'bind', 'get', 'delete')
+# Per lifecycle besides the calls: the bind until it is seen resolved
+# (the PATCH and the poll, with --wait-bound) and the whole lifecycle.
+SPANS = ('bound', 'lifecycle')
 
 
 class Client:
@@ -108,16 +114,21 @@ def _simple(group):
 
 
 def find_target(client):
-    """(hostname, rp_uuid) of the deployable with most accelerators."""
+    """(hostname, rp_uuid) of the deployable with most accelerators (its
+    host: the one whose name prefixes the deployable's, or the only
+    one)."""
     deployables = client.call('GET', '/deployables').json()['deployables']
     hosts = {d['hostname'] for d in
              client.call('GET', '/devices').json()['devices']}
     for deployable in sorted(deployables,
                              key=lambda d: -d['num_accelerators']):
+        if not deployable['rp_uuid']:
+            continue
         for host in hosts:
-            if deployable['name'].startswith(host + '_') and \
-                    deployable['rp_uuid']:
+            if deployable['name'].startswith(host + '_'):
                 return host, deployable['rp_uuid']
+        if len(hosts) == 1:
+            return next(iter(hosts)), deployable['rp_uuid']
     sys.exit('no deployable with a provider found through the API')
 
 
@@ -151,11 +162,14 @@ def lifecycle(client, profile, host, rp_uuid, wait_bound):
         timed('get', 'GET', '/accelerator_requests?instance=' + instance)
     timed('delete', 'DELETE', '/accelerator_requests?instance=' + instance,
           service=True, expect=(204,))
+    if wait_bound:
+        times['bound'] = times['bind'] + times['get']
+    times['lifecycle'] = sum(times[name] for name in CALLS)
     return times
 
 
 def run(client, profile, host, rp_uuid, count, concurrency, wait_bound):
-    samples = {name: [] for name in CALLS}
+    samples = {name: [] for name in CALLS + SPANS}
     errors = []
     started = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
@@ -175,7 +189,7 @@ def run(client, profile, host, rp_uuid, count, concurrency, wait_bound):
         'seconds': round(elapsed, 3),
         'lifecycles_per_s': round(done / elapsed, 2),
         'latency_ms': {name: _percentiles(values)
-                       for name, values in samples.items()},
+                       for name, values in samples.items() if values},
     }
 
 

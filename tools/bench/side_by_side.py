@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Two Cyborg-compatible APIs side by side: the ARQ path's targets, as
+ratios measured alternately in one run.
+
+    python tools/bench/side_by_side.py OURS_URL REFERENCE_URL \
+        [--rounds 3] [--count 100] [--concurrency 1,8] [--gets 500]
+
+``OURS_URL`` is cyborg's API, ``REFERENCE_URL`` another deployed the same
+way (OpenStack Cyborg: gunicorn with 2 sync workers, one conductor, one
+agent with the fake driver, MariaDB, RabbitMQ, Placement), both in noauth
+(``--token``/``--service-token`` otherwise, as ``arq_lifecycle.py``
+takes them).  Each round measures, against each API in turn (the order
+alternating between rounds, so that neither always runs on a warmer or
+quieter machine):
+
+- ``--gets`` sequential GETs of ``/v2/device_profiles`` and of
+  ``/v2/accelerator_requests`` (p50 ms);
+- ``--count`` ARQ lifecycles at each ``--concurrency`` level
+  (``arq_lifecycle.py`` with ``--wait-bound``: create, bind, poll until
+  resolved, delete): lifecycles a second and the p50 of each call, of the
+  bind until it is seen resolved (``bound``) and of the lifecycle.
+
+Prints JSON: every round's figures, the medians of each API, the ratios
+(the reference's time over ours, our rate over the reference's: above 1
+is ours faster) as the median of the rounds' ratios with their range, and
+each target of ``TARGETS`` with the figure it is judged on and whether
+it is met.  Machines are noisy: read the ranges, and the load average
+printed before and after.  A benchmark, not a test.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+# This folder, where the benchmark runs from.
+import arq_lifecycle
+
+# (figure, kind, bound): "ratio" figures are judged on the median ratio
+# (at least ``bound``), "ms" figures on our median p50 (at most
+# ``bound``).  The ARQ targets of doc/source/scaling.rst.
+TARGETS = (
+    ('lifecycles_per_s c=1', 'ratio', 5.0),
+    ('lifecycles_per_s c=8', 'ratio', 5.0),
+    ('create p50 c=1', 'ms', 4.0),
+    ('bound p50 c=1', 'ms', 8.0),
+    ('delete p50 c=1', 'ms', 4.0),
+    ('GET /v2/device_profiles p50', 'ms', 1.5),
+    ('GET /v2/accelerator_requests p50', 'ms', 1.5),
+)
+LIST_PATHS = ('/device_profiles', '/accelerator_requests')
+SPANS = ('create', 'bind', 'bound', 'delete', 'lifecycle')
+
+
+class Side:
+    """One API under test: its client, and what a lifecycle uses."""
+
+    def __init__(self, name, url, args):
+        self.name = name
+        self.client = arq_lifecycle.Client(url, args.token,
+                                           args.service_token)
+        self.profile = arq_lifecycle.find_profile(self.client, None)
+        self.host, self.rp_uuid = arq_lifecycle.find_target(self.client)
+
+    def lifecycles(self, count, concurrency):
+        return arq_lifecycle.run(self.client, self.profile, self.host,
+                                 self.rp_uuid, count, concurrency,
+                                 wait_bound=True)
+
+    def gets(self, path, count):
+        """p50 ms of ``count`` sequential GETs of ``path``."""
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            self.client.call('GET', path)
+            times.append((time.perf_counter() - started) * 1000)
+        return round(statistics.median(times), 3)
+
+
+def measure(side, args):
+    """{figure: value} of one round against ``side``."""
+    figures = {}
+    for path in LIST_PATHS:
+        figures[f'GET /v2{path} p50'] = side.gets(path, args.gets)
+    for level in args.levels:
+        result = side.lifecycles(args.count, level)
+        if result['errors']:
+            raise RuntimeError(f'{side.name}, concurrency {level}: '
+                               f'{result["errors"]} lifecycles failed: '
+                               f'{result["first_error"]}')
+        figures[f'lifecycles_per_s c={level}'] = result['lifecycles_per_s']
+        for span in SPANS:
+            figures[f'{span} p50 c={level}'] = \
+                result['latency_ms'][span]['p50']
+    return figures
+
+
+def _higher_is_better(figure):
+    return figure.startswith('lifecycles_per_s')
+
+
+def summarize(rounds):
+    """Medians of each side and the ratios (above 1: ours faster)."""
+    summary = {}
+    for figure in rounds[0]['ours']:
+        ours = [r['ours'][figure] for r in rounds]
+        theirs = [r['reference'][figure] for r in rounds]
+        if _higher_is_better(figure):
+            ratios = [o / t for o, t in zip(ours, theirs)]
+        else:
+            ratios = [t / o for o, t in zip(ours, theirs)]
+        summary[figure] = {
+            'ours': round(statistics.median(ours), 3),
+            'reference': round(statistics.median(theirs), 3),
+            'ratio': round(statistics.median(ratios), 2),
+            'ratio_range': [round(min(ratios), 2), round(max(ratios), 2)]}
+    return summary
+
+
+def judge(summary):
+    verdicts = []
+    for figure, kind, bound in TARGETS:
+        if figure not in summary:
+            continue
+        if kind == 'ratio':
+            value = summary[figure]['ratio']
+            met = value >= bound
+        else:
+            value = summary[figure]['ours']
+            met = value <= bound
+        verdicts.append({'figure': figure, 'kind': kind, 'target': bound,
+                         'value': value, 'met': met})
+    return verdicts
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('ours', help="cyborg's API URL")
+    parser.add_argument('reference', help="the other API's URL")
+    parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--count', type=int, default=100,
+                        help='lifecycles per concurrency level and round')
+    parser.add_argument('--concurrency', default='1,8',
+                        help='comma-separated concurrency levels')
+    parser.add_argument('--gets', type=int, default=500,
+                        help='sequential GETs of each list per round')
+    parser.add_argument('--warmup', type=int, default=10,
+                        help='lifecycles run first against each, not '
+                             'measured')
+    parser.add_argument('--token', help='Keystone token (else noauth)')
+    parser.add_argument('--service-token', help='Keystone service token')
+    args = parser.parse_args(argv)
+    args.levels = [int(level) for level in args.concurrency.split(',')]
+
+    sides = {'ours': Side('ours', args.ours, args),
+             'reference': Side('reference', args.reference, args)}
+    for side in sides.values():
+        side.lifecycles(args.warmup, 1)
+    load_before = os.getloadavg()
+    rounds = []
+    for number in range(args.rounds):
+        order = ['ours', 'reference']
+        if number % 2:
+            order.reverse()
+        rounds.append({'order': order, 'load_average': os.getloadavg()[0],
+                       **{name: measure(sides[name], args)
+                          for name in order}})
+        print(f'round {number + 1} of {args.rounds} done', file=sys.stderr)
+    summary = summarize(rounds)
+    print(json.dumps({
+        'ours': args.ours, 'reference': args.reference,
+        'count': args.count, 'gets': args.gets,
+        'load_average': {'before': load_before, 'after': os.getloadavg()},
+        'rounds': rounds, 'summary': summary,
+        'targets': judge(summary)}, indent=2))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
