@@ -132,10 +132,10 @@ def call(request, operation, path_vars):
                 raise exception.Invalid(
                     reason='the query string is not valid UTF-8') from None
             _check_query_names(operation, version, r.query)
-            schemas.validate(r.query, schemas.at(operation.query, version))
+            schemas.validate(r.query, operation.query, version)
         if operation.body is not None:
             r.body = json_body(request)
-            schemas.validate(r.body, schemas.at(operation.body, version))
+            schemas.validate(r.body, operation.body, version)
     with timing.phase(timing.HANDLER):
         result = operation.handler(r, **path_vars)
     if operation.status in NO_CONTENT:

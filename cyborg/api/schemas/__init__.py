@@ -134,8 +134,17 @@ def _plainly(error, where):
     return None
 
 
-def validate(data, schema):
-    """Raise 400 naming the field when ``data`` does not match ``schema``."""
-    reason = first_error(data, schema)
-    if reason is not None:
-        raise exception.Invalid(reason=reason)
+def validate(data, schema, version=None):
+    """Raise 400 naming the field when ``data`` does not match ``schema``
+    (a plain one, or a versioned one as ``version`` sees it; when a later
+    microversion would take ``data``, the reason says which)."""
+    reason = first_error(data, at(schema, version) if version else schema)
+    if reason is None:
+        return
+    if version is not None:
+        for since, variant in variants(schema):
+            if since > tuple(version) and first_error(data, variant) is None:
+                reason += ('; that needs microversion %d.%d or later'
+                           % since)
+                break
+    raise exception.Invalid(reason=reason)

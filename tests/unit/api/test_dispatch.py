@@ -236,3 +236,20 @@ def test_reasons_say_what_is_wrong(service, method, path, body, reason):
     status, error = _call(service.app, method, path, body=body)
     assert status == 400
     assert _reason(error) == 'Invalid input: ' + reason
+
+
+def test_a_field_of_a_later_microversion_says_which(service):
+    """A body that a later microversion would take names it."""
+    body = [{'name': 'private-early', 'visibility': 'private',
+             'groups': [{'resources:FPGA': '1'}]}]
+    status, error = _call(service.app, 'POST', '/v2/device_profiles',
+                          body=body, version='accelerator 2.4')
+    assert status == 400
+    reason = _reason(error)
+    assert "'visibility' was unexpected" in reason
+    assert reason.endswith('; that needs microversion 2.5 or later')
+    # What no microversion takes says nothing of one.
+    body[0]['colour'] = 'red'
+    status, error = _call(service.app, 'POST', '/v2/device_profiles',
+                          body=body, version='accelerator 2.4')
+    assert status == 400 and 'needs microversion' not in _reason(error)
