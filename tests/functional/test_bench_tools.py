@@ -97,3 +97,20 @@ def test_side_by_side_ratios_and_targets():
         'value': 3.5, 'met': True}
     rounds[2]['ours']['create p50 c=1'] = 4.5
     assert not side.judge(side.summarize(rounds))[1]['met']
+
+
+def test_side_by_side_pools_earlier_runs(tmp_path, capsys):
+    side = _load('side_by_side')
+    runs = []
+    for number, (ours, theirs) in enumerate([(30.0, 6.0), (20.0, 5.0),
+                                             (36.0, 6.0)]):
+        path = tmp_path / f'run{number}.json'
+        path.write_text(json.dumps({'rounds': [
+            {'ours': {'lifecycles_per_s c=1': ours},
+             'reference': {'lifecycles_per_s c=1': theirs}}]}))
+        runs.append(str(path))
+    assert side.main(['--pool'] + runs) == 0
+    pooled = json.loads(capsys.readouterr().out)
+    assert pooled['rounds'] == 3
+    assert pooled['summary']['lifecycles_per_s c=1']['ratio'] == 5.0
+    assert pooled['targets'][0]['met'] is True

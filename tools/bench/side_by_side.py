@@ -20,6 +20,11 @@ quieter machine):
   resolved, delete): lifecycles a second and the p50 of each call, of the
   bind until it is seen resolved (``bound``) and of the lifecycle.
 
+``--pool A.json B.json ...`` measures nothing: it pools the rounds of
+earlier runs' output and prints their summary and targets (a noisy
+machine gives runs minutes apart ratios a fifth apart; several runs'
+rounds together say more than any one).
+
 Prints JSON: every round's figures, the medians of each API, the ratios
 (the reference's time over ours, our rate over the reference's: above 1
 is ours faster) as the median of the rounds' ratios with their range, and
@@ -135,7 +140,26 @@ def judge(summary):
     return verdicts
 
 
+def pool(paths):
+    """Print the summary and targets of the rounds of earlier runs."""
+    if not paths:
+        sys.exit('--pool needs the JSON output of one run or more')
+    rounds = []
+    for path in paths:
+        with open(path) as f:
+            rounds += json.load(f)['rounds']
+    summary = summarize(rounds)
+    print(json.dumps({'pooled': paths, 'rounds': len(rounds),
+                      'summary': summary, 'targets': judge(summary)},
+                     indent=2))
+    return 0
+
+
 def main(argv=None):
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ['--pool']:
+        return pool(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('ours', help="cyborg's API URL")
     parser.add_argument('reference', help="the other API's URL")
