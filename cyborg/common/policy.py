@@ -66,8 +66,7 @@ class _Enforcer(policy.Enforcer):
         super().set_rules(*args, **kwargs)
 
     def clear(self):
-        self._forget()
-        super().clear()
+        super().clear()     # sets no rules through set_rules: forgets
         self._checked_at = None
 
     def _forget(self):
