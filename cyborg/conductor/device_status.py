@@ -41,11 +41,12 @@ PREPARE_TIMEOUT = 30
 _NOT_SUPPORTED = ('UnsupportedVersion', 'NoSuchMethod')
 
 
-def set_status(conf, context, device_uuid, status):
+def set_status(conf, context, device_uuid, status, wait=None):
     """Set the device's status and its providers' reserved; returns the
     device's columns as a dict.  The database change stands even if
     Placement cannot be reached: the host is left unsynced and the next
-    report or the reconcile applies it."""
+    report or the reconcile applies it.  ``wait``: the seconds the caller
+    waits for our answer (see ``prepare_timeout``)."""
     if status not in states.DEVICE_STATUSES:
         raise exception.Invalid(
             reason=f'device status must be one of '
@@ -59,7 +60,7 @@ def set_status(conf, context, device_uuid, status):
         # Devices wait for an admin to be prepared only in this lifecycle;
         # otherwise enable/disable is plain maintenance and must work
         # while the host's agent is down.
-        _prepare(conf, context, target)
+        _prepare(conf, context, target, wait)
     device, host = db_api.write_retrying(context, _set_in, context,
                                         device_uuid, status)
     if target['status'] != status:
@@ -77,12 +78,12 @@ def _set_in(context, device_uuid, status):
     return device, host
 
 
-def _prepare(conf, context, target):
+def _prepare(conf, context, target, wait):
     """Run the driver's preparation step on the device's host, or raise
     the CyborgException the API answers with."""
     hostname = target['hostname']
     key = f"{target['cpid_type']}:{target['cpid_info']}"
-    timeout = prepare_timeout(conf)
+    timeout = prepare_timeout(conf, wait)
     agent = agent_rpcapi.AgentAPI(conf, timeout=timeout)
     try:
         agent.prepare_device(context, hostname, key)
@@ -118,16 +119,31 @@ def _first_line(error):
     return str(error).strip().split('\n', 1)[0]
 
 
-def prepare_timeout(conf):
-    """Seconds to wait for the agent: half the RPC timeout (at most
-    PREPARE_TIMEOUT), so that the API, whose call to us runs under the
-    full RPC timeout, answers our clear 503 rather than a timeout of its
-    own."""
+def prepare_timeout(conf, wait=None):
+    """Seconds to wait for the agent: at most PREPARE_TIMEOUT and half of
+    what our caller waits for us, so that the caller gets our clear 503
+    (and the time to write the status and sync Placement is left) rather
+    than a timeout of its own.  The caller is the API, which sends how
+    long it waits (``wait``, RPC 1.6; its ``[api]conductor_timeout``); an
+    older API sends nothing and our own ``[api]conductor_timeout`` stands
+    in for it.  Half the RPC timeout bounds it too, for callers that use
+    that."""
+    waits = [PREPARE_TIMEOUT, _option(conf, None, 'rpc_response_timeout',
+                                      60) // 2]   # oslo.messaging's default
+    if wait is None:
+        wait = _option(conf, 'api', 'conductor_timeout', None)
+    if wait is not None:
+        waits.append(int(wait) // 2)
+    return max(1, min(waits))
+
+
+def _option(conf, group, name, default):
+    """An option's value, or ``default`` where it is not registered."""
     try:
-        rpc_timeout = conf.rpc_response_timeout
-    except cfg.NoSuchOptError:
-        rpc_timeout = 60            # oslo.messaging's default
-    return max(1, min(PREPARE_TIMEOUT, int(rpc_timeout) // 2))
+        return int(getattr(conf if group is None else getattr(conf, group),
+                           name))
+    except (cfg.NoSuchOptError, cfg.NoSuchGroupError, AttributeError):
+        return default
 
 
 def _notify(conf, context, target, status):

@@ -79,9 +79,9 @@ class ConductorManager:
         return health.handle_report(self.conf, context, hostname, report)
 
     @_answer
-    def device_set_status(self, context, device_uuid, status):
+    def device_set_status(self, context, device_uuid, status, wait=None):
         return device_status.set_status(self.conf, context, device_uuid,
-                                        status)
+                                        status, wait=wait)
 
     @_answer
     def device_profile_create(self, context, values):

@@ -32,6 +32,8 @@ HISTORY = (
     ('1.5', 'arq_delete takes guard_holding: the conductor refuses to '
             'delete an ARQ holding a device without a service token (the '
             'API no longer reads the ARQs first)'),
+    ('1.6', 'device_set_status takes wait: how long the caller waits '
+            'for the answer, so that preparing a device gives up first'),
 )
 RPC_API_VERSION = HISTORY[-1][0]
 
@@ -185,8 +187,16 @@ class ConductorAPI:
 
     # -- devices, deployables, attributes --------------------------------
 
-    def device_set_status(self, context, device_uuid, status):
-        """Set 'enabled' or 'maintaining'; Placement reserved follows."""
+    def device_set_status(self, context, device_uuid, status, wait=None):
+        """Set 'enabled' or 'maintaining'; Placement reserved follows.
+
+        ``wait``: the seconds the caller waits for the answer (sent to 1.6
+        conductors, which then give the agent less time to prepare the
+        device than that)."""
+        if wait is not None and self.can_send('1.6'):
+            return self._call(context, '1.6', 'device_set_status',
+                              device_uuid=device_uuid, status=status,
+                              wait=wait)
         return self._call(context, '1.0', 'device_set_status',
                           device_uuid=device_uuid, status=status)
 

@@ -5,6 +5,7 @@ what the cap allows."""
 
 import logging
 
+import oslo_messaging as messaging
 import pytest
 
 from cyborg.agent import rpcapi as agent_rpcapi
@@ -90,3 +91,34 @@ def test_uncapped_calls_go_through(conf):
         assert api.prepare_device(cyborg_context.get_admin_context(), HOST,
                                   'PCI:0000:81:00.0') is True
     assert agent.prepared == ['PCI:0000:81:00.0']
+
+
+class _RecordingConductor:
+    target = messaging.Target(version=conductor_rpcapi.RPC_API_VERSION)
+
+    def __init__(self):
+        self.calls = []
+
+    def device_set_status(self, context, **kwargs):
+        self.calls.append(kwargs)
+
+
+@pytest.mark.parametrize('cap, sent', [
+    ('', {'wait': 20}), ('1.5', {}), ('2027.1', {})])
+def test_the_api_sends_how_long_it_waits_only_to_conductors_that_take_it(
+        conf, cap, sent):
+    conf.set_override('conductor', cap, group='upgrade_levels')
+    conductor = _RecordingConductor()
+    with agent_endpoint.serving(conf, HOST, None):
+        server = rpc.get_server(conf, conductor_rpcapi.TOPIC, 'c',
+                                [conductor])
+        server.start()
+        try:
+            conductor_rpcapi.ConductorAPI(conf, timeout=5).device_set_status(
+                cyborg_context.get_admin_context(), 'dev', 'enabled',
+                wait=20)
+        finally:
+            server.stop()
+            server.wait()
+    assert conductor.calls == [
+        dict({'device_uuid': 'dev', 'status': 'enabled'}, **sent)]

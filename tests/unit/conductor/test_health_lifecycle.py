@@ -14,7 +14,8 @@ from cyborg.common import exception
 from cyborg.common import metrics
 from cyborg.common import notify
 from cyborg.common import rpc
-from cyborg.conductor import device_status, inventory_apply
+from cyborg.conductor import device_status, inventory_apply, manager
+from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db import models
 from cyborg.objects import inventory
 from cyborg.placement import client as placement_client
@@ -157,8 +158,40 @@ def test_an_agent_that_does_not_answer_is_a_503_and_changes_nothing(
 
 
 def test_prepare_timeout_stays_below_the_callers_timeout(conf):
-    assert device_status.prepare_timeout(conf) == device_status.\
-        PREPARE_TIMEOUT
+    # The API waits [api]conductor_timeout (20 s) for us: the agent gets
+    # half of it, not the 30 s an RPC timeout of 60 s would allow.
+    assert conf.api.conductor_timeout == 20
+    assert device_status.prepare_timeout(conf) == 10
+    # What the API sends (RPC 1.6) wins over our own copy of its option.
+    assert device_status.prepare_timeout(conf, wait=8) == 4
+    assert device_status.prepare_timeout(conf, wait=1) == 1
+    conf.set_override('conductor_timeout', 300, 'api')
+    assert device_status.prepare_timeout(conf) == \
+        device_status.PREPARE_TIMEOUT
+
+
+def test_the_api_gets_the_agents_timeout_before_its_own(
+        pconf, db, admin_context, placement):  # noqa: F811
+    """Through the real RPC client and conductor endpoint: an API waiting
+    4 s, with no agent to prepare the device, gets the conductor's 503
+    naming the agent, not a timeout of its own."""
+    _maintaining_host(pconf, admin_context)
+    with agent_endpoint.serving(pconf, HOST, None):
+        server = rpc.get_server(pconf, conductor_rpcapi.TOPIC, 'conductor',
+                                [manager.ConductorManager(pconf, 'c')])
+        server.start()
+        try:
+            api = conductor_rpcapi.ConductorAPI(pconf, timeout=4)
+            started = time.monotonic()
+            with pytest.raises(exception.ServiceUnavailable,
+                               match='did not prepare .* within 2 s'):
+                api.device_set_status(admin_context, FPGA_DEV, 'enabled',
+                                      wait=4)
+            assert time.monotonic() - started < 4
+        finally:
+            server.stop()
+            server.wait()
+    assert _statuses(db)[FPGA_DEV] == 'maintaining'
 
 
 def test_reports_notify_devices_added_and_removed(

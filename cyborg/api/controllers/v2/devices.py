@@ -31,7 +31,8 @@ def enable_device(r, uuid):
 
 def _set_status(r, uuid, status):
     _find(r, uuid)
-    r.conductor.device_set_status(r.context, device_uuid=uuid, status=status)
+    r.conductor.device_set_status(r.context, device_uuid=uuid, status=status,
+                                  wait=r.conf.api.conductor_timeout)
     return view.show(r, _find(r, uuid))
 
 
