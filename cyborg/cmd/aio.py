@@ -31,6 +31,7 @@ from cyborg.api import app as api_app
 from cyborg.cmd import agent as agent_cmd
 from cyborg.cmd import api as api_cmd
 from cyborg.cmd import conductor as conductor_cmd
+from cyborg.common import quota
 from cyborg.common import rpc
 from cyborg.common import service
 from cyborg.db import migration
@@ -40,6 +41,7 @@ from cyborg.placement import embedded
 
 LOG = logging.getLogger(__name__)
 
+PROG = 'cyborg-aio'
 DEFAULT_STATE_DIR = os.path.join('~', '.local', 'state', 'cyborg')
 # Held (flock) by the cyborg-aio using a state directory, with its pid.
 LOCK_FILE = 'cyborg-aio.lock'
@@ -58,9 +60,16 @@ def parse(argv):
     conf = cyborg.conf.CONF
     conf.register_cli_opts(cli_opts)
     logging.register_options(conf)
-    conf(argv, project='cyborg', prog='cyborg-aio',
-         version=version.version_string(),
-         default_config_files=[], default_config_dirs=[])
+    try:
+        conf(argv, project='cyborg', prog=PROG,
+             version=version.version_string(),
+             default_config_files=[], default_config_dirs=[])
+        cyborg.conf.check_values(conf)
+    except cfg.Error as exc:
+        service.config_error(PROG, exc)
+    problem = quota.config_problem(conf)
+    if problem:
+        service.config_error(PROG, problem)
     state_dir = os.path.abspath(os.path.expanduser(conf.state_dir))
     os.makedirs(state_dir, exist_ok=True)
     lock_state_dir(state_dir)
@@ -247,7 +256,7 @@ def main(argv=None):
         services, api_url, placement_url = build_services(conf, state_dir)
     except OSError as exc:
         sys.exit('cyborg-aio cannot start: %s' % exc)
-    launcher = service.Launcher(conf, 'cyborg-aio')
+    launcher = service.Launcher(conf, PROG)
     for item in services:
         launcher.add(item)
     launcher.install_signal_handlers()

@@ -13,8 +13,10 @@ from oslo_utils import fileutils
 import yaml
 
 import cyborg.conf
+from cyborg.common import service
 from cyborg.db import migration
 
+PROG = 'cyborg-status'
 Code = upgradecheck.Code
 Result = upgradecheck.Result
 
@@ -83,5 +85,8 @@ def main(argv=None):
     # upgradecheck.main() would parse with oslo.config's default search
     # (home directory included); parse like every cyborg command instead.
     upgradecheck.register_cli_options(conf, Checks(conf))
-    cyborg.conf.parse_args(conf, argv, prog='cyborg-status')
+    try:
+        cyborg.conf.parse_args(conf, argv, prog=PROG)
+    except cfg.Error as exc:
+        service.config_error(PROG, exc)
     sys.exit(upgradecheck.run(conf))

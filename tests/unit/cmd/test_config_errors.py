@@ -76,3 +76,60 @@ def test_unified_limits_without_what_they_need_refuse_to_start(
     assert output.count('\n') == 0, output
     assert output.startswith('%s: configuration error: ' % script)
     assert says in output
+
+
+# The commands that are not services: the same one line, before anything
+# else happens (no state directory locked, no database touched).
+COMMANDS = {
+    'cyborg-status': ['upgrade', 'check'],
+    'cyborg-dbsync': ['version'],
+    'cyborg-aio': ['--state-dir', '{tmp}/state'],
+}
+
+
+MISSING = (None, 'Failed to find some config files: {config}')
+UNPARSABLE = ('[DEFAULT\n', 'Failed to parse {config}: at {config}:1, '
+                            'Invalid section')
+OUT_OF_RANGE = ('[health]\nhold_down = -5\n',
+                'Value for option hold_down from {config} is not valid: '
+                'Should be greater than or equal to 0')
+NOT_A_CHOICE = ('[conductor]\nnew_device_status = broken\n',
+                "but found 'broken'")
+
+
+@pytest.mark.parametrize('script, text, says', [
+    ('cyborg-status',) + MISSING, ('cyborg-status',) + UNPARSABLE,
+    ('cyborg-status',) + OUT_OF_RANGE, ('cyborg-dbsync',) + UNPARSABLE,
+    ('cyborg-aio',) + MISSING, ('cyborg-aio',) + UNPARSABLE,
+    ('cyborg-aio',) + OUT_OF_RANGE, ('cyborg-aio',) + NOT_A_CHOICE,
+])
+def test_commands_say_what_is_wrong_in_one_line(tmp_path, script, text,
+                                               says):
+    config = tmp_path / 'cyborg.conf'
+    if text is not None:
+        config.write_text(text)
+    args = [a.format(tmp=tmp_path) for a in COMMANDS[script]]
+    result = subprocess.run(
+        [os.path.join(sys.prefix, 'bin', script), '--config-file',
+         str(config)] + args,
+        capture_output=True, text=True, timeout=60,
+        env=dict(os.environ, OS_CYBORG_CONFIG_DIR=str(tmp_path / 'none')))
+    output = (result.stdout + result.stderr).strip()
+    assert result.returncode == 2, output
+    assert output.count('\n') == 0, output
+    assert output.startswith('%s: configuration error: ' % script)
+    assert says.format(config=config) in output
+    assert not (tmp_path / 'state').exists()
+
+
+def test_the_all_in_one_checks_quota_settings_at_start(tmp_path):
+    config = tmp_path / 'cyborg.conf'
+    config.write_text('[quota]\ndriver = unified_limits\n')
+    result = subprocess.run(
+        [os.path.join(sys.prefix, 'bin', 'cyborg-aio'), '--config-file',
+         str(config), '--state-dir', str(tmp_path / 'state')],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().startswith(
+        'cyborg-aio: configuration error: [quota]driver is unified_limits '
+        'but [oslo_limit] has no auth_type')
