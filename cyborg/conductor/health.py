@@ -287,8 +287,11 @@ def _write(conf, context, hostname, readings, now, settings):
     return result
 
 
-def _after_commit(conf, context, hostname, result):
-    for change in result.changes:
+def log_changes(hostname, changes):
+    """One INFO line and one transition counted per health ``Change``
+    that moved the state, once committed (whoever moved it: readings,
+    timers, or the inventory when hardware is lost or comes back)."""
+    for change in changes:
         if change.old.health != change.new.health:
             metrics.CONDUCTOR_HEALTH_TRANSITIONS.labels(
                 change.kind, change.old.health, change.new.health).inc()
@@ -296,6 +299,10 @@ def _after_commit(conf, context, hostname, result):
                      change.row.get('name') or change.row['uuid'], hostname,
                      change.old.health, change.new.health,
                      change.new.reason or 'no fault')
+
+
+def _after_commit(conf, context, hostname, result):
+    log_changes(hostname, result.changes)
     if result.outbox is not None:
         result.outbox.send()
     if result.probe_keys:

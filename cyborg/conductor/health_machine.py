@@ -215,7 +215,7 @@ def needs_probe(old, new):
     return new.health == states.PROBING and old.health != states.PROBING
 
 
-# -- inventory events (deployables) ----------------------------------------
+# -- inventory events (devices and deployables) ---------------------------
 
 def lost(record, now):
     """The hardware vanished while allocated: out, as 'lost'."""

@@ -47,7 +47,7 @@ MAX_ATTEMPTS = 5
 
 class _Outcome:
     def __init__(self, digest, need_full=False, plan=None, synced=False,
-                 was_synced=False, outbox=None, host=None):
+                 was_synced=False, outbox=None, host=None, changes=()):
         self.digest = digest
         self.need_full = need_full
         self.plan = plan
@@ -58,6 +58,8 @@ class _Outcome:
         self.outbox = outbox
         # The host's row as locked (what the sync needs of it).
         self.host = host
+        # Health moves of hardware lost or back (``health.Change``).
+        self.changes = changes
 
 
 def handle_report(conf, context, hostname, report):
@@ -90,6 +92,7 @@ def handle_report(conf, context, hostname, report):
 def _handle_changed(conf, context, hostname, report, parsed):
     digest = report['digest']
     outcome = _write_with_retries(conf, context, hostname, report, parsed)
+    health.log_changes(hostname, outcome.changes)
     if outcome.outbox is not None:
         outcome.outbox.send()
     if outcome.need_full:
@@ -169,7 +172,8 @@ def _write(conf, context, hostname, report, parsed, held):
     plan, stored = _plan(conf, context, hostname, report['full'], parsed,
                          held)
     inventory_db.write(context, plan.add, plan.update, plan.delete)
-    outbox = _notifications(conf, context, hostname, plan, stored)
+    changes = _health_changes(plan, stored)
+    outbox = _notifications(conf, context, hostname, plan, stored, changes)
     was_synced = bool(host['placement_synced'])
     synced = was_synced and plan.empty
     digest = stored_digest_of(report['digest'], parsed)
@@ -177,7 +181,7 @@ def _write(conf, context, hostname, report, parsed, held):
                    placement_synced=synced,
                    last_report_at=timeutils.utcnow())
     return _Outcome(digest, plan=plan, synced=synced, was_synced=was_synced,
-                    outbox=outbox, host=host)
+                    outbox=outbox, host=host, changes=changes)
 
 
 def stored_digest_of(digest, parsed):
@@ -242,13 +246,12 @@ def _warn_skipped(hostname, parsed):
 
 # -- notifications --------------------------------------------------------
 
-def _notifications(conf, context, hostname, plan, stored):
+def _notifications(conf, context, hostname, plan, stored, changes):
     """An Outbox of the devices the plan adds and deletes and of the
-    deployables it marks lost or back; None when notifications are off
-    (nothing is built then) or there is nothing to say."""
-    health_moves = [r for r in plan.update['deployables'] if 'health' in r]
+    health ``changes`` (hardware lost or back); None when notifications
+    are off (nothing is built then) or there is nothing to say."""
     if not (plan.add['devices'] or plan.delete['devices'] or
-            health_moves) or not notify.enabled(conf):
+            changes) or not notify.enabled(conf):
         return None
     outbox = notify.Outbox(conf, context)
     for row in plan.add['devices']:
@@ -264,7 +267,10 @@ def _notifications(conf, context, hostname, plan, stored):
         outbox.add(notify.DEVICE_REMOVE, _device_payload(
             hostname, row, _children(stored, 'controlpath_ids', row),
             _children(stored, 'deployables', row)))
-    _lost_or_back(outbox, context, hostname, stored, health_moves)
+    if changes:
+        health.add_notifications(outbox, context, hostname, changes,
+                                 stored['deployables'],
+                                 _effective(stored, changes))
     return outbox
 
 
@@ -286,26 +292,52 @@ def _device_payload(hostname, row, cpids, deployables):
                             for d in deployables]}
 
 
-def _lost_or_back(outbox, context, hostname, stored, moves):
-    """DEVICE_HEALTH_CHANGE for deployables whose hardware vanished under
-    an allocation (lost) or came back (unhealthy until re-probed), in the
-    shape the health state machine sends (``health.add_notifications``)."""
-    deployables = {r['uuid']: r for r in stored.get('deployables', ())}
+def _health_changes(plan, stored):
+    """The health moves of the plan (devices and deployables whose
+    hardware vanished under an allocation, lost, or came back, unhealthy
+    until re-probed) as ``health.Change``, the shape the health state
+    machine's moves have."""
+    rows = {(kind, r['uuid']): r for kind, table in _HEALTH_TABLES
+            for r in stored.get(table, ())}
     devices = {r['id']: r for r in stored.get('devices', ())}
     cpids = {r['device_id']: r for r in stored.get('controlpath_ids', ())}
-    changes, effective = [], {}
-    for move in moves:
-        dep = deployables[move['uuid']]
-        cpid = cpids.get(dep['device_id'], {})
-        device = dict(devices[dep['device_id']],
-                      cpid_type=cpid.get('cpid_type'),
-                      cpid_info=cpid.get('cpid_info'))
-        old = health_machine.Record.from_row(dep)
-        new = dataclasses.replace(old, health=move['health'],
-                                  reason=move.get('health_reason'))
-        changes.append(health.Change('deployable', dep, device, old, new))
-        effective[dep['uuid']] = tuple(
-            states.worst(h, device.get('health'))
-            for h in (old.health, new.health))
-    health.add_notifications(outbox, context, hostname, changes,
-                             list(deployables.values()), effective)
+    changes = []
+    for kind, table in _HEALTH_TABLES:
+        for move in plan.update[table]:
+            if 'health' not in move:
+                continue
+            row = rows[kind, move['uuid']]
+            device = row if kind == 'device' else devices[row['device_id']]
+            cpid = cpids.get(device['id'], {})
+            old = health_machine.Record.from_row(row)
+            new = dataclasses.replace(old, **{
+                field: move[column]
+                for field, column in health_machine.Record.COLUMNS.items()
+                if column in move})
+            changes.append(health.Change(
+                kind, row, dict(device, cpid_type=cpid.get('cpid_type'),
+                                cpid_info=cpid.get('cpid_info')),
+                old, new))
+    return changes
+
+
+# (Change.kind, stored table) of the rows with health columns.
+_HEALTH_TABLES = (('device', 'devices'), ('deployable', 'deployables'))
+
+
+def _effective(stored, changes):
+    """{deployable uuid: (effective health before, after)} for the
+    deployables the ``changes`` move, themselves or through their
+    device."""
+    moved = {c.row['uuid']: c.new.health for c in changes}
+    devices = {r['id']: r for r in stored.get('devices', ())}
+    effective = {}
+    for dep in stored.get('deployables', ()):
+        device = devices[dep['device_id']]
+        if dep['uuid'] in moved or device['uuid'] in moved:
+            effective[dep['uuid']] = (
+                states.worst(dep.get('health'), device.get('health')),
+                states.worst(moved.get(dep['uuid'], dep.get('health')),
+                             moved.get(device['uuid'],
+                                       device.get('health'))))
+    return effective

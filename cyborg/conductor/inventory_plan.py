@@ -16,8 +16,10 @@ Truth rule: a deployable whose provider holds allocations in Placement
 (``held_providers``) is not deleted when its hardware disappears; it is
 marked ``gone`` (its provider keeps ``reserved = total``) and removed once
 the allocations are released.  Its health becomes 'lost' in the same
-update; when the hardware comes back it is 'unhealthy' until the health
-state machine's hold-down and re-probe re-admit it (``health_machine``).
+update, and so does its device's when the whole device vanished (the
+device row stays while one of its deployables does); when the hardware
+comes back it is 'unhealthy' until the health state machine's hold-down
+and re-probe re-admit it (``health_machine``).
 
 Lifecycle: a device the report adds starts in the status the caller
 passes (``[conductor]new_device_status``); a device already known keeps
@@ -185,6 +187,8 @@ def _add_device(plan, hostname, device, status):
 def _change_device(plan, hostname, stored, row, device, held, now):
     changed = {k: v for k, v in _device_columns(hostname, device).items()
                if row.get(k) != v}
+    if row.get('health') == states.LOST:
+        changed.update(_health_change(row, health_machine.came_back, now))
     if changed:
         plan.update['devices'].append(dict(changed, uuid=row['uuid']))
     key = device.key()
@@ -205,6 +209,9 @@ def _remove_device(plan, stored, row, held, now):
             for d in stored.deployables.get(row['id'], ())]
     if not any(kept):
         plan.delete['devices'].append(row['uuid'])
+    elif row.get('health') != states.LOST:
+        plan.update['devices'].append(dict(
+            _health_change(row, health_machine.lost, now), uuid=row['uuid']))
 
 
 # -- deployables --------------------------------------------------------------

@@ -5,6 +5,7 @@ endpoint over fake://, and oslo.messaging's own in-memory notifier."""
 import contextlib
 import copy
 import datetime
+import logging
 import threading
 import time
 import uuid as uuidlib
@@ -19,7 +20,8 @@ from cyborg.common import exception
 from cyborg.common import metrics
 from cyborg.common import notify
 from cyborg.common import states
-from cyborg.conductor import health, inventory_apply, manager, periodics
+from cyborg.conductor import health, health_machine, inventory_apply
+from cyborg.conductor import manager, periodics
 from cyborg.db import api as db_api
 from cyborg.db.api import health as health_db
 from cyborg.db.api import hosts as host_db
@@ -460,21 +462,39 @@ def test_periodic_runner_applies_the_health_timers(
 
 def test_vanished_allocated_hardware_is_lost_and_comes_back_unhealthy(
         conf, db, admin_context, cn, placement, agent,  # noqa: F811
-        notifications):
+        notifications, caplog):
     gpu_rp = inventory.provider_uuid(GPU)
     pf.hold_allocation(placement.url, pf.PROJECT, {gpu_rp: {'PGPU': 1}})
-    inventory_apply.handle_report(conf, admin_context, HOST,
-                                  cf.report(_devices()[1:]))
+    before = {kind: _transitions(kind, 'healthy', 'lost')
+              for kind in ('device', 'deployable')}
+    with caplog.at_level(logging.INFO):
+        inventory_apply.handle_report(conf, admin_context, HOST,
+                                      cf.report(_devices()[1:]))
+    # The whole device vanished: it is lost, as its deployable is.
     assert _deployable_health(db, GPU).health == 'lost'
+    assert _device_health(db)[:2] == ('lost', health_machine.LOST_REASON)
     assert _out(placement, GPU)
+    assert {kind: _transitions(kind, 'healthy', 'lost') - before[kind]
+            for kind in before} == {'device': 1, 'deployable': 1}
+    said = [r.getMessage() for r in caplog.records
+            if r.getMessage().startswith('Health of ')]
+    assert said == [
+        f'Health of device {inventory.row_uuid(HOST, GPU_KEY)} on {HOST}: '
+        f'healthy -> lost ({health_machine.LOST_REASON})',
+        f'Health of deployable {GPU} on {HOST}: healthy -> lost '
+        f'({health_machine.LOST_REASON})']
     inventory_apply.handle_report(conf, admin_context, HOST,
                                   cf.report(_devices()))
     assert _deployable_health(db, GPU)[:2] == ('unhealthy',
                                                'came back; re-probing')
+    assert _device_health(db)[:2] == ('unhealthy', 'came back; re-probing')
     assert _out(placement, GPU)
-    assert [(e, d['health']) for e, _p, d in notifications()] == [
-        ('device.health_change', 'lost'),
-        ('device.health_change', 'unhealthy')]
+    assert [(e, d['health'], d['deployable_name'])
+            for e, _p, d in notifications()] == [
+        ('device.health_change', 'lost', None),
+        ('device.health_change', 'lost', GPU),
+        ('device.health_change', 'unhealthy', None),
+        ('device.health_change', 'unhealthy', GPU)]
     # Then it is re-admitted like any failed device: its device's good
     # reading starts the hold-down, the probe decides.
     _report(conf, admin_context, _reading(GPU_KEY, states.OK))
@@ -484,16 +504,21 @@ def test_vanished_allocated_hardware_is_lost_and_comes_back_unhealthy(
     _report(conf, admin_context,
             _reading(GPU_KEY, states.OK, source='probe'))
     assert _deployable_health(db, GPU).health == 'healthy'
+    assert _device_health(db).health == 'healthy'
     assert _in(placement, GPU)
     # Lost and back are told in the shape every health change has.
     changes = [d for e, _p, d in notifications()
                if e == 'device.health_change']
     assert len({frozenset(d) for d in changes}) == 1, changes
-    lost = changes[0]
+    device_lost, lost = changes[:2]
     assert (lost['device_key'], lost['deployable_name'],
             lost['old_health'], lost['health']) == (GPU_KEY, GPU, 'healthy',
                                                     'lost')
     assert [d['health'] for d in lost['deployables']] == ['lost']
+    assert (device_lost['device_key'], device_lost['old_health'],
+            device_lost['health']) == (GPU_KEY, 'healthy', 'lost')
+    assert [(d['name'], d['health'])
+            for d in device_lost['deployables']] == [(GPU, 'lost')]
 
 
 # -- two conductors -----------------------------------------------------------

@@ -103,6 +103,12 @@ def test_vanished_device_with_allocations_is_kept_as_gone_and_lost():
         {'uuid': ip.deployable_uuid(HOST, 'host1_0000:82:00.0'),
          'gone': True, 'health': 'lost', 'health_updated_at': NOW,
          'health_reason': health_machine.LOST_REASON}]
+    # The whole device vanished: it is lost too (a deployable of a device
+    # still reported would be lost alone).
+    dev_uuid = ip.device_uuid(HOST, 'PCI:0000:82:00.0')
+    assert plan.update['devices'] == [
+        {'uuid': dev_uuid, 'health': 'lost', 'health_updated_at': NOW,
+         'health_reason': health_machine.LOST_REASON}]
     assert plan.touched_providers == {gone_rp}
     assert not plan.removed_providers
     # Reported again: it is back, no longer gone, unhealthy until the
@@ -114,6 +120,10 @@ def test_vanished_device_with_allocations_is_kept_as_gone_and_lost():
         {'uuid': ip.deployable_uuid(HOST, 'host1_0000:82:00.0'),
          'gone': False, 'health': 'unhealthy', 'health_updated_at': later,
          'health_reason': health_machine.CAME_BACK_REASON}]
+    [device_back] = back.update['devices']
+    assert (device_back['uuid'], device_back['health'],
+            device_back['health_reason']) == (
+        dev_uuid, 'unhealthy', health_machine.CAME_BACK_REASON)
     assert back.touched_providers == {gone_rp}
     # Still lost while held and absent: nothing more to write.
     again = ip.make_plan(HOST, stored, _devices()[:1], full=True,
