@@ -16,13 +16,15 @@
 # --fake-only the agents run only the fake driver (16 FPGA handles each),
 #             not the fake hardware of the test scenarios
 # --metrics   serve Prometheus metrics: the API's /metrics summed over its
-#             workers, the conductor's on a port of its own
+#             workers, the conductor's and each agent's on a port of its
+#             own
 # --nova-url  send bind outcomes to this Nova (no authentication), e.g. a
 #             recording endpoint; by default no events are sent
 #
 # The benchmarks (doc/source/scaling.rst) deploy with
 # "--hosts 1 --fake-only --metrics" and read <workdir>/endpoints once it
-# exists: lines "placement URL", "api URL", "conductor_metrics URL";
+# exists: lines "placement URL", "api URL", "conductor_metrics URL" and
+# one "agent_metrics HOST URL" per host;
 # <workdir>/pids has a "name pid" line per process started (for
 # tools/bench/arq_lifecycle.py --cpu-pids).
 #
@@ -269,6 +271,7 @@ send_events = false
 EOF
 fi
 CONDUCTOR_METRICS_PORT=
+AGENT_METRICS_PORTS=()
 API_ENV=()
 if [ -n "$METRICS" ]; then
     CONDUCTOR_METRICS_PORT=$(free_port)
@@ -330,6 +333,12 @@ resource_provider_name = $host
 # The fake trees get no udev events.
 hotplug = false
 EOF
+    if [ -n "$METRICS" ]; then
+        # Agents of one machine cannot share [metrics]agent_port.
+        AGENT_METRICS_PORTS[$i]=$(free_port)
+        printf '\n[metrics]\nagent_port = %s\n' "${AGENT_METRICS_PORTS[$i]}" \
+            >>"$WORK/$host/agent.conf"
+    fi
     if [ -n "$FAKE_ONLY" ]; then
         log "cyborg-agent $host: $drivers"
     else
@@ -349,6 +358,9 @@ wait_for "the devices of ${HOSTS[*]}" 180 "({d['hostname'] for d in r.get(
     echo "api $API_URL"
     [ -z "$CONDUCTOR_METRICS_PORT" ] ||
         echo "conductor_metrics http://127.0.0.1:$CONDUCTOR_METRICS_PORT/metrics"
+    for i in "${!AGENT_METRICS_PORTS[@]}"; do
+        echo "agent_metrics ${HOSTS[$i]} http://127.0.0.1:${AGENT_METRICS_PORTS[$i]}/metrics"
+    done
 } >"$WORK/endpoints.tmp"
 mv "$WORK/endpoints.tmp" "$WORK/endpoints"
 

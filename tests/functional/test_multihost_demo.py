@@ -4,6 +4,7 @@ devices of all three hosts with the openstack CLI, and leaves nothing
 behind: no process, database or vhost."""
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -46,7 +47,7 @@ def test_three_hosts_listed_then_everything_cleaned_up(tmp_path):
     env.pop('OS_CYBORG_CONFIG', None)
     done = subprocess.run(
         ['bash', os.path.join(ROOT, 'tools', 'multihost-demo.sh'),
-         '--no-wait', '--workdir', str(work)],
+         '--no-wait', '--metrics', '--workdir', str(work)],
         capture_output=True, text=True, timeout=420, env=env,
         stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout + done.stderr[-5000:]
@@ -62,6 +63,18 @@ def test_three_hosts_listed_then_everything_cleaned_up(tmp_path):
              for row in rows}
     assert {('demo-host-1', 'QAT'), ('demo-host-2', 'FPGA'),
             ('demo-host-3', 'GPU')} <= types
+
+    # Each agent served its metrics on a port of its own.
+    endpoints = [line.split() for line in
+                 (work / 'endpoints').read_text().splitlines()]
+    agents = {e[1]: e[2] for e in endpoints if e[0] == 'agent_metrics'}
+    assert set(agents) == {'demo-host-1', 'demo-host-2', 'demo-host-3'}
+    assert len(set(agents.values())) == 3
+    for host, url in agents.items():
+        log_text = (work / 'logs' / f'{host}.log').read_text()
+        port = url.rsplit(':', 1)[1]
+        assert re.search(r'Serving Prometheus metrics on http://[^ ]*:%s'
+                         % port, log_text), host
 
     # Nothing left running or created.
     pids = [int(line.split()[1])
