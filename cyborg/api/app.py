@@ -10,6 +10,7 @@ from cyborg.api import dispatch
 from cyborg.api import metrics as api_metrics
 from cyborg.api import microversion
 from cyborg.api import wsgi_errors
+from cyborg.common import metrics
 from cyborg.wsgi import middleware
 
 # The API is also mounted under this prefix (devstack serves it there).
@@ -18,18 +19,20 @@ HEALTHCHECK_PATH = '/healthcheck'
 HEALTHCHECK_PATHS = (HEALTHCHECK_PATH, MOUNT_PREFIX + HEALTHCHECK_PATH)
 
 
-def build_app(conf, conductor=None):
+def build_app(conf, conductor=None, metrics_of=metrics.API):
     """The full WSGI app for a parsed ConfigOpts with cyborg's options.
 
     ``conductor`` is the conductor RPC client; by default one is made on
     the configured transport when the first write needs it.
+    ``metrics_of``: the families ``/metrics`` serves (None: all, for the
+    all-in-one).
     """
     app = dispatch.Application(
         conf, conductor_client.ConductorClient(conf, conductor))
-    return _wrap(app, conf)
+    return _wrap(app, conf, metrics_of)
 
 
-def _wrap(app, conf):
+def _wrap(app, conf, metrics_of=metrics.API):
     """Middleware, innermost first; the last one wrapped sees a request
     first.  The order matters:
 
@@ -68,7 +71,7 @@ def _wrap(app, conf):
     app = wsgi_errors.fault_body(app)
     app = api_metrics.count_requests(app, MOUNT_PREFIX)
     app = _healthcheck(app, conf)
-    app = api_metrics.serve_metrics(app, conf, MOUNT_PREFIX)
+    app = api_metrics.serve_metrics(app, conf, MOUNT_PREFIX, metrics_of)
     _cors_defaults(conf)
     app = _cors(app, conf)
     app = middleware.request_id(app)

@@ -81,16 +81,16 @@ def _route(path, prefix):
     return routes.template(path) or UNMATCHED
 
 
-def serve_metrics(app, conf, prefix):
+def serve_metrics(app, conf, prefix, only=metrics.API):
     """Wrap ``app`` to answer ``GET /metrics`` (and under ``prefix``) with
-    the registry when ``[metrics]enabled``; everything else goes to
-    ``app``."""
+    the registry (the families of ``only``, or all) when
+    ``[metrics]enabled``; everything else goes to ``app``."""
     paths = (METRICS_PATH, prefix + METRICS_PATH)
 
     def middleware(environ, start_response):
         if (conf.metrics.enabled and environ.get('PATH_INFO') in paths
                 and environ.get('REQUEST_METHOD') in ('GET', 'HEAD')):
-            content_type, body = render()
+            content_type, body = render(only)
             start_response('200 OK', [('Content-Type', content_type),
                                       ('Content-Length', str(len(body)))])
             return [body if environ['REQUEST_METHOD'] == 'GET' else b'']
@@ -98,13 +98,14 @@ def serve_metrics(app, conf, prefix):
     return middleware
 
 
-def render():
+def render(only=metrics.API):
     """(content type, body): this process's registry, or the sum over
-    every worker's files when PROMETHEUS_MULTIPROC_DIR is set."""
+    every worker's files when PROMETHEUS_MULTIPROC_DIR is set; the
+    families of ``only`` (None: all)."""
     if not os.environ.get(MULTIPROC_ENV):
-        return metrics.render()
+        return metrics.render(only)
     import prometheus_client as prom
     from prometheus_client import multiprocess
     registry = prom.CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
-    return prom.CONTENT_TYPE_LATEST, prom.generate_latest(registry)
+    return metrics.render(only, registry)

@@ -52,7 +52,7 @@ def hotplug_watcher(conf, reporter):
 def build_process_services(conf):
     """``build_services`` for the cyborg-agent process, which also serves
     the metrics (the all-in-one serves its one registry elsewhere)."""
-    metrics.serve(conf, conf.metrics.agent_port)
+    metrics.serve(conf, conf.metrics.agent_port, metrics.AGENT)
     return build_services(conf)
 
 

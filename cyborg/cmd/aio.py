@@ -197,12 +197,13 @@ def build_services(conf, state_dir):
         migration.upgrade(conf)
         ensure_compute_node(placement_url, conf.host)
         services = [_PlacementService(placement)]
-        # The conductor also serves this process's one metrics registry
-        # (with [metrics]enabled) on [metrics]conductor_port.
-        services += conductor_cmd.build_services(conf)
+        # The conductor also serves this process's one metrics registry,
+        # every family (with [metrics]enabled), on [metrics]conductor_port.
+        services += conductor_cmd.build_services(conf, metrics_of=None)
         services += agent_cmd.build_services(conf)
-        services.append(api_cmd.APIServer(conf, api_app.build_app(conf),
-                                          sock, name='cyborg-aio'))
+        app = api_app.build_app(conf, metrics_of=None)
+        services.append(api_cmd.APIServer(conf, app, sock,
+                                          name='cyborg-aio'))
     except BaseException:
         placement.stop()
         raise

@@ -17,13 +17,14 @@ from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db import api as db_api
 
 
-def build_services(conf):
-    """The conductor's services, in start order; also serves metrics
-    (the all-in-one builds its conductor here too, so it serves once)."""
+def build_services(conf, metrics_of=metrics.CONDUCTOR):
+    """The conductor's services, in start order; also serves metrics,
+    the families named by ``metrics_of`` (the all-in-one builds its
+    conductor here too and serves all of its one process's)."""
     started_at = timeutils.utcnow()
     db_api.configure(conf)
     rpc.reconnect_fast(conf)
-    serve_metrics(conf)
+    serve_metrics(conf, metrics_of)
     endpoints = [conductor_manager.ConductorManager(conf, conf.host)]
     # First, on its own thread: it needs no broker, and binds this run
     # takes meanwhile are newer than ``started_at``, so it leaves them be.
@@ -36,13 +37,13 @@ def build_services(conf):
             periodics.PeriodicRunner(conf)]
 
 
-def serve_metrics(conf):
+def serve_metrics(conf, only=metrics.CONDUCTOR):
     """Register the conductor's scrape-time counts (ARQs by state, Nova
     events pending, devices by health, silent hosts) and serve the
     process's registry on ``[metrics]host:conductor_port``; the serving
     is a no-op unless ``[metrics]enabled``."""
     metrics_collector.register(conf)
-    metrics.serve(conf, conf.metrics.conductor_port)
+    metrics.serve(conf, conf.metrics.conductor_port, only)
 
 
 def main(argv=None):

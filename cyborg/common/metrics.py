@@ -7,8 +7,12 @@ recorded whether or not they are served; recording costs a dict lookup and
 a lock, so hot paths may record freely.
 
 Names follow Prometheus conventions: ``cyborg_<process>_<what>_<unit>``,
-counters end in ``_total``.  Labels are bounded: device keys and deployable
-names of one host, route templates (never raw paths), states.
+counters end in ``_total``.  Every family is defined in every process, so
+each process serves only the families of its kind (``AGENT``,
+``CONDUCTOR``, ``API``), not another kind's families at zero; the
+all-in-one, all kinds in one process, serves them all.  Labels are
+bounded: device keys and deployable names of one host, route templates
+(never raw paths), states.
 """
 
 import threading
@@ -143,26 +147,54 @@ API_DB_STATEMENTS = prom.Counter(
     ['method', 'route'], registry=REGISTRY)
 
 
+# The families each kind of process records, by name prefix.
+AGENT = ('cyborg_agent_', 'cyborg_notifications')
+CONDUCTOR = ('cyborg_conductor_', 'cyborg_db_', 'cyborg_notifications')
+API = ('cyborg_api_',)
+
+
+class Only:
+    """The families of ``registry`` whose names start with one of
+    ``prefixes`` (None: all), as a registry the exposition code takes."""
+
+    def __init__(self, registry, prefixes):
+        self._registry = registry
+        self._prefixes = prefixes
+
+    def collect(self):
+        for family in self._registry.collect():
+            if self._prefixes is None or family.name.startswith(
+                    self._prefixes):
+                yield family
+
+    def restricted_registry(self, names):
+        """What ``?name[]=`` scrapes ask the HTTP server for."""
+        return Only(self._registry.restricted_registry(names),
+                    self._prefixes)
+
+
 def register_collector(collector):
     """Add a collector whose values are computed at scrape time (e.g. the
     conductor's ARQs by state, read from the database)."""
     REGISTRY.register(collector)
 
 
-def render():
+def render(only=None, registry=REGISTRY):
     """(content type, body) of the registry in the text exposition
-    format."""
-    return prom.CONTENT_TYPE_LATEST, prom.generate_latest(REGISTRY)
+    format: the families of ``only`` (a kind's prefixes), or all."""
+    return prom.CONTENT_TYPE_LATEST, prom.generate_latest(
+        Only(registry, only))
 
 
 _SERVED = {}
 _SERVED_LOCK = threading.Lock()
 
 
-def serve(conf, port):
-    """Serve the registry on ``[metrics]host:port`` in a daemon thread,
-    once per process; a no-op unless ``[metrics]enabled``.  A port already
-    taken is logged, not fatal: metrics never stop a service."""
+def serve(conf, port, only=None):
+    """Serve the registry (the families of ``only``, or all) on
+    ``[metrics]host:port`` in a daemon thread, once per process; a no-op
+    unless ``[metrics]enabled``.  A port already taken is logged, not
+    fatal: metrics never stop a service."""
     if not conf.metrics.enabled:
         return None
     with _SERVED_LOCK:
@@ -170,7 +202,7 @@ def serve(conf, port):
             return _SERVED[port]
         try:
             server, _thread = prom.start_http_server(
-                port, addr=conf.metrics.host, registry=REGISTRY)
+                port, addr=conf.metrics.host, registry=Only(REGISTRY, only))
         except OSError as exc:
             LOG.error('Cannot serve metrics on %s:%s (%s); running without '
                       'them.', conf.metrics.host, port, exc)

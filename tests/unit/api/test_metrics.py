@@ -82,6 +82,10 @@ def test_served_under_the_mount_prefix_without_auth(conf, db):
         assert resp.status_int == 200, path
         assert resp.content_type == 'text/plain'
         assert 'cyborg_api_requests_total' in resp.text
+        # The API's families only, not the conductor's or the agent's.
+        names = {f.name for f in parser.text_string_to_metric_families(
+            resp.text)}
+        assert not {n for n in names if not n.startswith('cyborg_api_')}
 
 
 def test_scrapes_are_not_counted(app):
@@ -136,6 +140,8 @@ def test_multiprocess_dir_sums_every_worker(tmp_path):
               and s.labels == {'method': 'GET', 'route': '/',
                                'status': '200'}]
     assert values == [2.0]
+    assert not {f.name for f in parser.text_string_to_metric_families(text)
+                if not f.name.startswith('cyborg_api_')}
 
 
 def _sample(app, name, **labels):

@@ -5,6 +5,7 @@ import datetime
 import uuid as uuidlib
 
 import prometheus_client as prom
+from prometheus_client import parser
 import pytest
 import requests
 import sqlalchemy as sa
@@ -233,3 +234,25 @@ def test_the_conductor_process_serves_its_registry(conf, db, ctx):
     finally:
         metrics_collector.unregister()
     assert 'cyborg_conductor_arqs{state="Initial"} 3.0' in body
+    # Only the conductor's families: not the agent's and the API's, which
+    # every process defines but only theirs record.
+    names = _families(body)
+    assert 'cyborg_db_transaction_retries' in names
+    assert 'cyborg_notifications' in names
+    assert not {n for n in names if n.startswith(('cyborg_agent_',
+                                                  'cyborg_api_'))}
+    # ?name[]= scrapes are answered from the same families.
+    one = requests.get(f'http://127.0.0.1:{port}/metrics', timeout=10,
+                       params={'name[]': ['cyborg_conductor_nova_errors_total',
+                                          'cyborg_agent_xid_events_total']})
+    assert _families(one.text) == {'cyborg_conductor_nova_errors'}
+
+
+def _families(text):
+    return {f.name for f in parser.text_string_to_metric_families(text)}
+
+
+def test_the_all_in_one_renders_every_family(populated, registered):
+    names = _families(metrics.render()[1].decode())
+    for prefix in ('cyborg_agent_', 'cyborg_conductor_', 'cyborg_api_'):
+        assert any(n.startswith(prefix) for n in names), prefix
