@@ -2,8 +2,10 @@
 cyborg-conductor (and one cyborg-agent with the fake driver) over the
 machine's RabbitMQ, on MariaDB, with the real Placement as a process.
 
-``openstack accelerator ...`` (python-cyborgclient) and the openstacksdk
-``accelerator`` proxy talk to the API with no Keystone
+``openstack accelerator ...`` (python-openstackclient's own accelerator
+commands, which win over python-cyborgclient's where both are installed,
+as in the test virtualenv) and the openstacksdk ``accelerator`` proxy talk
+to the API with no Keystone
 (``--os-auth-type none --os-endpoint <api>/v2``), so noauth's default
 identity (admin of project 'admin') is theirs.
 """
