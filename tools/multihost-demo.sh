@@ -335,7 +335,7 @@ hotplug = false
 EOF
     if [ -n "$METRICS" ]; then
         # Agents of one machine cannot share [metrics]agent_port.
-        AGENT_METRICS_PORTS[$i]=$(free_port)
+        AGENT_METRICS_PORTS[i]=$(free_port)
         printf '\n[metrics]\nagent_port = %s\n' "${AGENT_METRICS_PORTS[$i]}" \
             >>"$WORK/$host/agent.conf"
     fi
