@@ -32,7 +32,7 @@ def build_app(conf, conductor=None, metrics_of=metrics.API):
     return _wrap(app, conf, metrics_of)
 
 
-def _wrap(app, conf, metrics_of=metrics.API):
+def _wrap(app, conf, metrics_of):
     """Middleware, innermost first; the last one wrapped sees a request
     first.  The order matters:
 

@@ -85,8 +85,5 @@ def main(argv=None):
     # upgradecheck.main() would parse with oslo.config's default search
     # (home directory included); parse like every cyborg command instead.
     upgradecheck.register_cli_options(conf, Checks(conf))
-    try:
-        cyborg.conf.parse_args(conf, argv, prog=PROG)
-    except cfg.Error as exc:
-        service.config_error(PROG, exc)
+    service.parse_or_exit(conf, argv, PROG)
     sys.exit(upgradecheck.run(conf))

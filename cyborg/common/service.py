@@ -57,12 +57,19 @@ def prepare(argv=None, conf=None, prog=None):
     # Before parsing, so a config file's default_log_levels still wins.
     logging.set_defaults(default_log_levels=logging.get_default_log_levels()
                          + ['stevedore=WARN', 'cheroot=WARN'])
+    parse_or_exit(conf, argv, prog)
+    logging.setup(conf, 'cyborg')
+    return conf
+
+
+def parse_or_exit(conf, argv=None, prog=None):
+    """``cyborg.conf.parse_args``, or exit saying what is wrong with the
+    configuration (``config_error``)."""
     argv = sys.argv[1:] if argv is None else argv
     try:
         cyborg.conf.parse_args(conf, argv, prog=prog)
     except cfg.Error as exc:
         config_error(prog, exc)
-    logging.setup(conf, 'cyborg')
     return conf
 
 

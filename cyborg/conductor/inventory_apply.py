@@ -31,7 +31,6 @@ from oslo_utils import timeutils
 
 from cyborg.common import metrics
 from cyborg.common import notify
-from cyborg.common import states
 from cyborg.conductor import health, health_machine
 from cyborg.conductor import inventory_plan, placement_sync
 from cyborg.db import api as db_api
@@ -336,8 +335,9 @@ def _effective(stored, changes):
         device = devices[dep['device_id']]
         if dep['uuid'] in moved or device['uuid'] in moved:
             effective[dep['uuid']] = (
-                states.worst(dep.get('health'), device.get('health')),
-                states.worst(moved.get(dep['uuid'], dep.get('health')),
-                             moved.get(device['uuid'],
-                                       device.get('health'))))
+                health_machine.effective(dep.get('health'),
+                                         device.get('health')),
+                health_machine.effective(
+                    moved.get(dep['uuid'], dep.get('health')),
+                    moved.get(device['uuid'], device.get('health'))))
     return effective
