@@ -1038,10 +1038,6 @@ def _leave_all(context, rows, to_state, from_states, delete=False,
                             _CLEARED, known=row, kept=kept)
         if before is not None:
             moved[row.uuid] = before.state
-    if delete and len(moved) < len(rows):
-        # Rows whose handles kept changing under us, or gone already.
-        arq_db.delete_many(context, [r.uuid for r in rows
-                                     if r.uuid not in moved])
     return moved
 
 
@@ -1070,7 +1066,15 @@ def delete(conf, context, arq_uuids=None, instance_uuid=None,
     return [u for u in arq_uuids if u not in found]
 
 
-def _deletable(context, arq_uuids, instance_uuid, guard_holding=False):
+def _deletable(context, arq_uuids, instance_uuid, guard_holding=False,
+               lock=False):
+    """The ARQs a delete names that the caller sees.  With ``lock`` (in a
+    write transaction, before its first read) they are locked first, so
+    that they are read as last committed and no bind changes them before
+    the transaction ends: what the 403 of ``guard_holding`` is decided
+    on, and the handles released, are what the ARQs hold."""
+    if lock:
+        arq_db.lock(context, arq_uuids, instance_uuid=instance_uuid)
     rows = [r for r in arq_db.get_to_change(context, arq_uuids,
                                             instance_uuid=instance_uuid)
             if _visible(context, r)]
@@ -1084,7 +1088,8 @@ def _delete_at_once(context, arq_uuids, instance_uuid, guard_holding=False):
     outside the database (no mdev to remove, no fabric handle to detach,
     no Placement claim of its own): read and deleted in one transaction.
     None, having written nothing, when some ARQ has such a release."""
-    rows = _deletable(context, arq_uuids, instance_uuid, guard_holding)
+    rows = _deletable(context, arq_uuids, instance_uuid, guard_holding,
+                      lock=True)
     if not rows:
         return rows, {}
     if any(_releases_outside(row) for row in rows):
@@ -1098,19 +1103,51 @@ def _releases_outside(row):
                 or row.remote_handle_id is not None or row.consumer_id)
 
 
+# Rounds of release-then-delete one delete may go through while binds
+# keep changing what its ARQs hold.
+DELETE_ROUNDS = 3
+
+
 def _delete_releasing(conf, context, arq_uuids, instance_uuid,
                       guard_holding=False):
     """The delete of ARQs with something to release first (mdevs, remote
-    handles, standalone claims), each outside the transaction."""
-    rows = _deletable(context, arq_uuids, instance_uuid, guard_holding)
-    if not rows:
-        return rows, {}
-    _release_mdevs(conf, context, rows)
-    kept = remote_pools.detach_for_release(conf, context, rows)
-    release_allocations(conf, rows)
-    return rows, db_api.write_retrying(context, _leave_all, context, rows,
-                                       states.DELETING, ANY_STATE,
-                                       delete=True, kept=kept)
+    handles, standalone claims), each outside the transaction.  The
+    transaction deleting them reads them again, locked: where one now
+    holds something not released (a bind ended meanwhile), nothing is
+    deleted and the releases run again for what they hold now."""
+    for _round in range(DELETE_ROUNDS):
+        rows = _deletable(context, arq_uuids, instance_uuid, guard_holding)
+        if not rows:
+            return rows, {}
+        _release_mdevs(conf, context, rows)
+        kept = remote_pools.detach_for_release(conf, context, rows)
+        release_allocations(conf, rows)
+        done = db_api.write_retrying(context, _delete_released, context,
+                                     arq_uuids, instance_uuid,
+                                     guard_holding, rows, kept)
+        if done is not None:
+            return done
+    raise exception.Conflict(
+        reason='the accelerator requests kept being bound while they were '
+               'deleted; try again')
+
+
+def _delete_released(context, arq_uuids, instance_uuid, guard_holding,
+                     released, kept):
+    """Delete the ARQs if they hold what ``released`` held (rows, moved);
+    None, writing nothing, if not."""
+    rows = _deletable(context, arq_uuids, instance_uuid, guard_holding,
+                      lock=True)
+    if _holdings(rows) - _holdings(released):
+        return None
+    return rows, _leave_all(context, rows, states.DELETING, ANY_STATE,
+                            delete=True, kept=kept)
+
+
+def _holdings(rows):
+    """What ARQ ``rows`` hold that is released outside the database."""
+    return {(r.uuid, r.attach_handle_id, r.remote_handle_id, r.consumer_id)
+            for r in rows if _releases_outside(r)}
 
 
 # -- a conductor starting again -----------------------------------------------

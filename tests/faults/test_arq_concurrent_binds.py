@@ -4,12 +4,15 @@ And a bind never fails while a handle of its device is free: a
 transaction taking a handle locks that handle only."""
 
 import concurrent.futures
+import threading
+import time
 import uuid as uuidlib
 
 import pytest
 import sqlalchemy as sa
 
 from cyborg.common import context as cyborg_context
+from cyborg.common import exception
 from cyborg.conductor import arq_binding
 from cyborg.db import api as db_api
 from cyborg.db import models
@@ -106,3 +109,67 @@ def test_taking_a_handle_leaves_the_others_free(server_db, devices):
     assert None not in beside, 'a free handle was locked by another bind'
     assert len({held.id} | {row.id for row in beside}) == 3
     assert seed.handles_in_use(server_db) == 3
+
+
+def test_a_delete_racing_a_bind_leaves_no_handle_held(conf, server_db,
+                                                      placement_url):
+    # A delete reads the ARQs it deletes, then deletes them with what they
+    # hold.  A bind committing between the two (it takes a handle and
+    # ends Bound) must not leave that handle taken by an ARQ that is gone:
+    # the delete's read locks the ARQs, so the bind waits for the delete
+    # and then finds its ARQ deleted.  (On MariaDB, REPEATABLE READ, the
+    # delete re-read the ARQ in its old snapshot, found it holding
+    # nothing, and deleted it without releasing the bind's handle.)
+    placement_fixture.placement_conf(conf, placement_url)
+    placement_client.reset_clients()
+    device = seed.seed_device(server_db, handles=1)
+    profile = seed.seed_profile(server_db, [{'resources:FPGA': '1'}])
+    ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
+    arq = arq_binding.create(ctx, profile, 'p1')[0]['uuid']
+    read = threading.Event()
+
+    def bind():
+        read.wait(30)
+        context = cyborg_context.RequestContext(project_id='p1',
+                                                is_service=True)
+        try:
+            arq_binding.start_bind(conf, context, {arq: {
+                'hostname': device.hostname,
+                'device_rp_uuid': device.rp_uuid,
+                'instance_uuid': str(uuidlib.uuid4())}}).result(30)
+        except exception.CyborgException as e:
+            return e
+        return None
+
+    deleter = cyborg_context.RequestContext(project_id='p1', is_service=True)
+    tries = []
+
+    def delete():
+        # As arq_binding._delete_at_once, holding the transaction open
+        # between its read and its write.
+        rows = arq_binding._deletable(deleter, [arq], None, lock=True)
+        if not tries:
+            assert [r.attach_handle_id for r in rows] == [None]
+            read.set()
+            # The bind would run to its end here unless the read locked
+            # the ARQ.
+            time.sleep(1.5)
+            assert not binding.done(), 'the bind did not wait'
+        tries.append(len(rows))
+        return arq_binding._leave_all(deleter, rows, 'Deleting',
+                                      arq_binding.ANY_STATE, delete=True)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        binding = pool.submit(bind)
+        # Where MariaDB finds a deadlock between the two (the bind's
+        # update can lock index records before the row), it rolls back the
+        # delete, which runs again as a write_retrying transaction does,
+        # and then finds the ARQ Bound and releases its handle.
+        moved = db_api.write_retrying(deleter, delete)
+        refused = binding.result(60)
+    assert moved == {arq: 'Initial'} or (len(tries) > 1 and
+                                         moved == {arq: 'Bound'})
+    if moved[arq] == 'Initial':
+        assert isinstance(refused, exception.Conflict)
+    assert seed.arq_rows(server_db) == {}
+    assert seed.handles_in_use(server_db) == 0

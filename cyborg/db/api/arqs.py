@@ -182,14 +182,39 @@ def get_to_change(context, uuids=(), instance_uuid=None):
     return _filtered(context, CHANGE, uuids=uuids).all()
 
 
-@reader
+@writer
+def lock(context, uuids=(), instance_uuid=None):
+    """Lock the ARQ rows by uuid or by instance until the transaction
+    ends, waiting for a transaction changing them to end first.  Called
+    before a transaction's first read, so that what it reads next is what
+    was committed last (MariaDB's REPEATABLE READ would otherwise keep
+    reading the snapshot its first read took).  The ARQ table only: the
+    joined rows (a profile, a device) stay free for other writers."""
+    if instance_uuid is not None:
+        query, params = _LOCK_BY_INSTANCE, {'instance_uuid': instance_uuid}
+    else:
+        query, params = _LOCK_BY_UUIDS, {'uuids': list(uuids)}
+    _execute(context, query, params).all()
+
+
+_LOCK_BY_INSTANCE = sa.select(_ARQ.c.id).where(
+    _FILTERS['instance_uuid']).with_for_update()
+_LOCK_BY_UUIDS = sa.select(_ARQ.c.id).where(
+    _FILTERS['uuids']).with_for_update()
+
+
+@writer
 def handle_state(context, uuid):
     """(state, attach_handle_id, remote_handle_id, instance_uuid) of one
-    ARQ, or None."""
-    return _execute(context, select(
-        _ARQ.c.state, _ARQ.c.attach_handle_id, _ARQ.c.remote_handle_id,
-        _ARQ.c.instance_uuid)
-        .where(_ARQ.c.uuid == uuid)).first()
+    ARQ as last committed, or None; locked until the transaction ends (a
+    plain read could give an older snapshot's row, whose handles a guarded
+    write then never matches)."""
+    return _execute(context, _HANDLE_STATE, {'uuid': uuid}).first()
+
+
+_HANDLE_STATE = sa.select(
+    _ARQ.c.state, _ARQ.c.attach_handle_id, _ARQ.c.remote_handle_id,
+    _ARQ.c.instance_uuid).where(_FILTERS['uuid']).with_for_update()
 
 
 @reader
