@@ -52,6 +52,13 @@ class AttachHandle:
                                                    sort_keys=True)
 
 
+# The attribute naming a deployable's resource class, and the prefix of
+# those naming its traits (Placement's inventory and traits of its
+# provider: cyborg.placement.provider_tree).
+RC_ATTRIBUTE = 'rc'
+TRAIT_ATTRIBUTE_PREFIX = 'trait'
+
+
 @dataclasses.dataclass
 class Deployable:
     name: str                            # also the Placement provider name
@@ -63,12 +70,12 @@ class Deployable:
 
     @property
     def resource_class(self):
-        return self.attributes.get('rc')
+        return self.attributes.get(RC_ATTRIBUTE)
 
     @property
     def traits(self):
         return sorted(v for k, v in self.attributes.items()
-                      if k.startswith('trait'))
+                      if k.startswith(TRAIT_ATTRIBUTE_PREFIX))
 
 
 @dataclasses.dataclass
