@@ -28,6 +28,12 @@ def resource_amounts(group):
             if key.startswith(RESOURCES_PREFIX)}
 
 
+# The most accelerators (ARQs) one profile may ask for, in all its
+# groups: what one group may ask for (its schema allows 3 digits), so a
+# profile of many groups cannot make tens of thousands of ARQs at once.
+MAX_ARQS = 999
+
+
 def group_size(group):
     """How many accelerators (ARQs) a profile group asks for."""
     return sum(resource_amounts(group).values())
@@ -51,6 +57,11 @@ def check(values, path=''):
                 reason=f'{path}groups/{index}: requests no accelerator: a '
                        f'group needs a {RESOURCES_PREFIX}<resource class> '
                        f'key')
+    total = sum(group_size(group) for group in values['groups'])
+    if total > MAX_ARQS:
+        raise exception.Invalid(
+            reason=f'{path}groups: ask for {total} accelerators in all; a '
+                   f'profile asks for at most {MAX_ARQS}')
     if values.get('projects') and visibility != states.PRIVATE:
         raise exception.Invalid(
             reason=f'{path}projects: only a private profile lists '
