@@ -16,6 +16,7 @@
 import io
 import re
 import time
+from urllib import parse
 
 from oslo_context import context as oslo_context
 from oslo_log import log as logging
@@ -97,11 +98,28 @@ class _LoggedBody:
             _log(self._environ, self._seen, self._sent, self._started)
 
 
-def _log(environ, seen, sent, started):
-    path = (environ.get('SCRIPT_NAME', '') + environ.get('PATH_INFO', '')
-            or '/')
+# What the access line keeps of a request's path as it is; anything else
+# (spaces, quotes, control characters, bytes past ASCII) is percent-encoded,
+# so that a path cannot end the line or forge another one.
+_PATH_SAFE = "/:@!$&'()*+,;=-._~[]"
+_QUERY_SAFE = _PATH_SAFE + '%?'
+
+
+def _logged_path(environ):
+    """The request's path and query for the access line: the path as the
+    server decoded it (WSGI: the bytes as latin-1) encoded again, the
+    query as sent, with what is not printable ASCII encoded."""
+    path = parse.quote(environ.get('SCRIPT_NAME', '') +
+                       environ.get('PATH_INFO', '') or '/',
+                       safe=_PATH_SAFE, encoding='latin-1')
     if environ.get('QUERY_STRING'):
-        path += '?' + environ['QUERY_STRING']
+        path += '?' + parse.quote(environ['QUERY_STRING'], safe=_QUERY_SAFE,
+                                  encoding='latin-1')
+    return path
+
+
+def _log(environ, seen, sent, started):
+    path = _logged_path(environ)
     status = seen['status']
     ACCESS_LOG.log(
         seen['level'], '%(remote)s "%(method)s %(path)s" status: %(status)s '

@@ -48,6 +48,24 @@ def test_one_access_line_per_request(caplog):
     assert resp.headers['x-openstack-request-id'] in message
 
 
+def test_a_path_cannot_forge_access_lines(caplog):
+    # The path as the server decoded it (%0A is a newline, %00 a NUL) is
+    # logged escaped again: one line that no one can mistake for two.
+    app = _app()
+    caplog.set_level(logging.INFO)
+    forged = ('/accelerator/v2/x%0A10.0.0.1%20%22GET%20/accelerator/v2%22'
+              '%20status:%20200%00%1b[31m%C3%A9')
+    request = webob.Request.blank(forged + '?a=%0Ab&c="d\x01e"')
+    resp = request.get_response(app)
+    assert resp.status_int == 404 and resp.body is not None
+    message, = [r.getMessage() for r in _records(caplog, 'cyborg.api.access')]
+    assert '\n' not in message and '\x00' not in message
+    assert '\x1b' not in message and '\x01' not in message
+    assert ('"GET /accelerator/v2/x%0A10.0.0.1%20%22GET%20/accelerator/v2'
+            '%22%20status:%20200%00%1B[31m%C3%A9?a=%0Ab&c=%22d%01e%22" '
+            'status: 404') in message
+
+
 def test_health_probes_are_logged_at_debug(caplog):
     app = _app()
     caplog.set_level(logging.DEBUG)
