@@ -594,13 +594,33 @@ def _check_allocations(jobs, asked):
             continue
         if not allocated:
             continue
+        needed = {}     # {provider: {resource class: ARQs bound there}}
         for job in jobs:
-            if (job['instance_uuid'] == instance_uuid
-                    and job['device_rp_uuid'] not in allocated):
+            if job['instance_uuid'] != instance_uuid:
+                continue
+            rp_uuid = job['device_rp_uuid']
+            if rp_uuid not in allocated:
                 raise exception.BindFailed(
                     reason=f'instance {instance_uuid} holds no '
                            f'allocation against resource provider '
-                           f"{job['device_rp_uuid']}")
+                           f'{rp_uuid}')
+            # Each ARQ is one unit of its group's resource class (a group
+            # naming several: of any of them).
+            classes = '/'.join(sorted(
+                profile_objects.resource_amounts(job['group'])))
+            wanted = needed.setdefault(rp_uuid, {})
+            wanted[classes] = wanted.get(classes, 0) + 1
+        for rp_uuid, wanted in needed.items():
+            held = allocated[rp_uuid].get('resources', {})
+            for classes, count in wanted.items():
+                units = sum(held.get(rc, 0) for rc in classes.split('/'))
+                if units < count:
+                    raise exception.BindFailed(
+                        reason=f'instance {instance_uuid} holds {units} '
+                               f'unit{"" if units == 1 else "s"} of '
+                               f'{classes} on resource provider {rp_uuid}, '
+                               f'not the {count} its accelerator requests '
+                               f'bound there need')
 
 
 def _first_line(exc):

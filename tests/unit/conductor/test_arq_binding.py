@@ -263,10 +263,11 @@ def _providers(aconf, *rps):
         client.set_inventories(rp, {'FPGA': {'total': 4, 'max_unit': 4}})
 
 
-def _allocate(placement_url, instance, rp, generation=None):
-    """One FPGA of ``rp`` allocated to ``instance``, as Nova would."""
+def _allocate(placement_url, instance, rp, generation=None, fpgas=1):
+    """``fpgas`` FPGAs of ``rp`` allocated to ``instance``, as Nova
+    would."""
     _placement_put(placement_url, '/allocations/' + instance, {
-        'allocations': {rp: {'resources': {'FPGA': 1}}},
+        'allocations': {rp: {'resources': {'FPGA': fpgas}}},
         'project_id': 'p1', 'user_id': 'u1',
         'consumer_generation': generation, 'consumer_type': 'INSTANCE'})
 
@@ -321,6 +322,30 @@ def test_allocation_must_cover_the_device(aconf, db, ctx, device,
     _allocate(placement_url, instance, device.rp_uuid, generation=1)
     _bind(aconf, ctx, {first: _binding(device, instance)})
     assert _state(db, first).state == 'Bound'
+
+
+@_OVERLAP
+def test_allocation_must_cover_every_arq_bound_to_the_device(
+        aconf, db, ctx, device, placement_url, monkeypatch, overlap):
+    """Each ARQ is one unit of its group's resource class: an instance
+    holding one FPGA of the device cannot have two ARQs bound there."""
+    monkeypatch.setattr(arq_binding, 'OVERLAP_LOOKUPS', 4 if overlap else 0)
+    _providers(aconf, (device.rp_uuid, device.name))
+    instance = str(uuidlib.uuid4())
+    _allocate(placement_url, instance, device.rp_uuid)
+    arqs = _create(db, ctx, [{'resources:FPGA': '2'}])
+    both = {uuid: _binding(device, instance) for uuid in arqs}
+    with pytest.raises(exception.BindFailed,
+                       match=f'instance {instance} holds 1 unit of FPGA on '
+                             f'resource provider {device.rp_uuid}, not the '
+                             f'2 its accelerator requests bound there need'):
+        arq_binding.start_bind(aconf, ctx, both)
+    assert [_state(db, uuid).state for uuid in arqs] == ['Initial'] * 2
+    assert seed.handles_in_use(db) == 0
+    _allocate(placement_url, instance, device.rp_uuid, generation=1,
+              fpgas=2)
+    _bind(aconf, ctx, both)
+    assert [_state(db, uuid).state for uuid in arqs] == ['Bound'] * 2
 
 
 @_OVERLAP
