@@ -212,6 +212,9 @@ def _claim(placement, context, job):
         for allocations in fresh or candidates:
             tried.add(json.dumps(allocations, sort_keys=True))
             attempts += 1
+            # From here Placement may hold a claim even where its answer
+            # never comes back: _undo releases it.
+            job['claim_sent'] = True
             if placement.claim(
                     job['uuid'], allocations,
                     job['project_id'] or context.project_id or 'cyborg',
@@ -251,9 +254,11 @@ def _bind(conf, context, job, rp_uuid, deadline):
 
 def _undo(placement, context, job, claimed, error):
     """Release the claim and put the ARQ back as it was (if it is still
-    ours: a delete or unbind meanwhile has its own way out)."""
+    ours: a delete or unbind meanwhile has its own way out).  A claim
+    sent is released even where its answer was lost (``claimed`` None):
+    Placement may have made it."""
     released = True
-    if claimed is not None:
+    if claimed is not None or job.get('claim_sent'):
         try:
             placement.delete_allocations(job['uuid'])
         except exception.PlacementError as e:

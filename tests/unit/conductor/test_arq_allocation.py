@@ -277,6 +277,49 @@ def test_a_failed_bind_releases_the_claim(aconf, db, ctx, trait,
     assert seed.handles_in_use(db) == 0
 
 
+def _forwarding(placement_url, lose):
+    """A Placement front forwarding every request to the real one; a
+    request ``lose(request)`` picks is carried out but answered 502, as
+    when the answer is lost on the way back."""
+    def respond(request):
+        headers = {k: v for k, v in request.headers.items()
+                   if k.lower() not in ('host', 'content-length')}
+        answer = requests.request(
+            request.method, placement_url + request.path,
+            params=request.query, headers=headers, data=request.body,
+            timeout=30)
+        if lose(request):
+            return 502, {}, {'errors': [{'status': 502,
+                                         'detail': 'the answer was lost'}]}
+        kept = {k: v for k, v in answer.headers.items()
+                if k.lower() in ('content-type', 'openstack-api-version')}
+        return answer.status_code, kept, answer.content
+    return recording_http.RecordingServer(respond)
+
+
+def test_a_claim_whose_answer_is_lost_is_released(aconf, db, ctx, trait,
+                                                  placement_url):
+    """Placement made the claim but its answer never came: the claim may
+    hold a unit, so it is released as any other, and the ARQ is back in
+    Initial."""
+    device = _provide(aconf, db, trait)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    with _forwarding(placement_url, lambda request: (
+            request.method == 'PUT'
+            and request.path == '/allocations/' + uuid)) as front:
+        placement_fixture.placement_conf(aconf, front.url)
+        placement_client.reset_clients()
+        with pytest.raises(exception.PlacementError, match='502'):
+            arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+        assert [r.method for r in front.requests
+                if r.path == '/allocations/' + uuid] == ['PUT', 'DELETE']
+    assert _held(placement_url, uuid)['allocations'] == {}
+    assert _usage(placement_url, device.rp_uuid) == 0
+    row = _row(db, uuid)
+    assert (row.state, row.consumer_id) == ('Initial', None)
+
+
 def test_no_free_handle_releases_the_claim(aconf, db, ctx, trait,
                                            placement_url):
     """Placement offers more than the database has handles for."""
