@@ -4,9 +4,12 @@ answers 503 within seconds and reads keep being served.
 
 - Each call waits for the conductor at most ``[api]conductor_timeout``
   seconds and tries the broker ``[api]broker_retries`` more times.
-- At most half of a worker's ``[api]threads`` wait for the conductor at
-  once; a write beyond that answers 503 at once, so that writes piling up
-  behind a lost broker never take the threads reads need.
+- While the conductor answers, every thread may wait for it: a burst of
+  writes (a boot storm's binds) is served, not refused.  Once a call went
+  unanswered (a timeout, the broker lost), at most half of a worker's
+  ``[api]threads`` wait for the conductor at once and a write beyond that
+  answers 503 at once, so that writes piling up behind a lost broker
+  never take the threads reads need; the next call answered lifts that.
 - oslo.messaging opens the queue replies come back on, on first use, with
   no bound: a call made while the broker is away would hang there for as
   long as it stays away.  The client opens it in a thread of its own from
@@ -22,6 +25,7 @@ import threading
 
 from kombu import exceptions as kombu_exceptions
 from oslo_log import log as logging
+import oslo_messaging as messaging
 
 from cyborg.common import exception
 from cyborg.common import rpc
@@ -38,8 +42,11 @@ class ConductorClient:
         self._conf = conf
         self._client = client
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(
-            max(1, conf.api.threads // 2))
+        # Calls waiting for the conductor now, how many may while it does
+        # not answer, and whether the last call that ended was answered.
+        self._waiting = 0
+        self._unanswered_limit = max(1, conf.api.threads // 2)
+        self._answering = True
         self._reply_queue = None
 
     def __getattr__(self, name):
@@ -65,21 +72,45 @@ class ConductorClient:
             return self._client
 
     def _call(self, name, method, *args, **kwargs):
-        if not self._slots.acquire(blocking=False):
-            raise exception.ServiceUnavailable(
-                reason='too many requests are waiting for the conductor')
+        with self._lock:
+            if (not self._answering
+                    and self._waiting >= self._unanswered_limit):
+                raise exception.ServiceUnavailable(
+                    reason='too many requests are waiting for the '
+                           'conductor')
+            self._waiting += 1
+        answered = False    # unless the conductor is heard from below
         try:
             with timing.phase(timing.RPC):
                 if self._reply_queue is not None:
                     self._reply_queue.wait(self._conf.api.broker_retries + 1)
-                return method(*args, **kwargs)
+                answered = None
+                result = method(*args, **kwargs)
+            answered = True
+            return result
         except (OSError, kombu_exceptions.KombuError) as e:
             # Connection errors from below oslo.messaging (kombu, sockets).
+            answered = False
             LOG.warning('Calling the conductor (%s) failed: %s', name, e)
             raise exception.ServiceUnavailable(
                 reason='the message broker cannot be reached')
+        except Exception as e:
+            if answered is None:
+                answered = _answered(e)
+            raise
         finally:
-            self._slots.release()
+            with self._lock:
+                self._waiting -= 1
+                if answered is not None:
+                    self._answering = answered
+
+
+def _answered(error):
+    """Whether a call that raised ``error`` reached a conductor that
+    answered (with an error of its own: a 4xx, a 503 for Placement),
+    rather than going unanswered (a timeout, a message not delivered)."""
+    return (isinstance(error, messaging.RemoteError)
+            or not isinstance(error, messaging.MessagingException))
 
 
 class _ReplyQueue:

@@ -2,6 +2,7 @@
 never a hang and never a 500 (deliberate difference 9)."""
 
 import json
+import threading
 
 import oslo_messaging as messaging
 import sqlalchemy as sa
@@ -88,3 +89,61 @@ def test_a_conductor_that_fails_is_500_not_an_outage(monkeypatch, caplog):
 
 class _ConductorBug(Exception):
     pass
+
+
+def _profiles_at_once(app, count, prefix):
+    """``count`` profile creates sent at once: [(status, seconds)]."""
+    import concurrent.futures
+    import time
+
+    start = threading.Barrier(count)
+
+    def create(index):
+        start.wait(10)
+        began = time.monotonic()
+        status, _fault = _call_status(app, 'POST', '/v2/device_profiles', [
+            {'name': f'{prefix}{index}',
+             'groups': [{'resources:FPGA': '1'}]}])
+        return status, time.monotonic() - began
+
+    with concurrent.futures.ThreadPoolExecutor(count) as pool:
+        return list(pool.map(create, range(count)))
+
+
+def _call_status(app, method, path, body):
+    req = webob.Request.blank(path, method=method)
+    req.body = json.dumps(body).encode()
+    req.content_type = 'application/json'
+    resp = req.get_response(app)
+    return resp.status_int, resp.text
+
+
+def test_a_burst_of_writes_is_served_while_the_conductor_answers():
+    # [api]threads 4: while the conductor answers, more than half of them
+    # (2) may wait for it at once; none is refused.
+    with api_fixture.api_service({('api', 'threads'): 4}) as service:
+        results = _profiles_at_once(service.app, 12, 'burst-')
+    assert [status for status, _took in results] == [201] * 12
+
+
+def test_writes_beyond_half_the_threads_are_refused_while_unanswered(db):
+    # No conductor: the first calls go unanswered (1 s each); after that,
+    # at most half of [api]threads (2) wait for it and the others answer
+    # 503 at once.
+    conf = api_fixture.make_conf({('api', 'threads'): 4})
+    transport = messaging.get_rpc_transport(conf, url='fake://')
+    previous = rpc._TRANSPORT
+    rpc.set_transport(transport)
+    try:
+        app = api_app.build_app(conf, rpcapi.ConductorAPI(conf, timeout=1))
+        first = _profiles_at_once(app, 4, 'first-')
+        then = _profiles_at_once(app, 6, 'then-')
+    finally:
+        rpc.set_transport(previous)
+        transport.cleanup()
+    assert [status for status, _took in first] == [503] * 4
+    assert all(took >= 0.9 for _status, took in first), first
+    assert [status for status, _took in then] == [503] * 6
+    waited = sorted(took for _status, took in then)
+    assert waited[-2] >= 0.9, then         # two waited for the conductor
+    assert waited[-3] < 0.5, then          # the others were refused at once
