@@ -52,12 +52,22 @@ def _answer(func):
                 raise exception.ServiceUnavailable(
                     reason='the database is unreachable') from exc
         except exception.CyborgException as exc:
-            if isinstance(exc, exception.ServiceUnavailable):
+            if _outage(exc):
                 LOG.warning('%s: %s', func.__name__, exc)
             elif exc.code >= 500:
                 raise
             raise messaging.ExpectedException()
     return wrapper
+
+
+def _outage(exc):
+    """Whether a CyborgException says a service is away (the 503s of the
+    database, of Placement unreachable or failing), not a bug: Placement
+    refusing what we asked (a 4xx of its own) is one of ours."""
+    if isinstance(exc, exception.ServiceUnavailable):
+        return True
+    return (isinstance(exc, exception.PlacementError)
+            and getattr(exc, 'status_code', 503) >= 500)
 
 
 class ConductorManager:

@@ -174,8 +174,11 @@ class PlacementClient:
                     **({} if body is None else {'json': body}))
         except (ks_exc.ClientException, socket.timeout) as exc:
             _observe(method, started, failed=True)
+            # Where Placement is stays in our log: the error may reach an
+            # API caller.
+            LOG.info('Placement request %s %s failed: %s', method, url, exc)
             raise exception.PlacementError(
-                reason=f'{method} {url}: {exc}') from exc
+                reason=f'{method} {url}: {_unreachable(exc)}') from exc
         _observe(method, started, failed=resp.status_code >= 500)
         if resp.status_code in ok or (missing_ok and
                                       resp.status_code == 404):
@@ -455,3 +458,17 @@ def reset_clients():
     """Forget every client (tests that point conf at a new Placement)."""
     with _CLIENTS_LOCK:
         _CLIENTS.clear()
+
+
+def _unreachable(exc):
+    """What went wrong calling Placement, without its address."""
+    if isinstance(exc, (ks_exc.ConnectTimeout, ks_exc.RequestTimeout,
+                        socket.timeout)):
+        return 'Placement did not answer in time'
+    if isinstance(exc, ks_exc.ConnectFailure):
+        return 'Placement cannot be reached'
+    if isinstance(exc, ks_exc.HttpError) and exc.http_status:
+        # keystoneauth's own answer for a status (an authentication
+        # failure): its message names no address.
+        return f'{exc.http_status} {exc.message}'
+    return f'{type(exc).__name__} from keystoneauth'

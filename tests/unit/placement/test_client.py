@@ -1,5 +1,6 @@
 """The Placement client against the real (embedded) Placement."""
 
+import logging
 import socket
 import uuid
 
@@ -88,12 +89,19 @@ def test_unknown_trait_is_a_clear_error(client):
         client.set_traits(rp, {'CUSTOM_NOT_MADE'})
 
 
-def test_unreachable_placement_is_a_503(conf):
+def test_unreachable_placement_is_a_503(conf, caplog):
+    # The error an API caller sees says what failed, not where Placement
+    # is (its internal address is the operator's, logged here).
+    caplog.set_level(logging.INFO)
     placement_fixture.placement_conf(conf, 'http://127.0.0.1:9')
     client = placement_client.PlacementClient(conf)
     with pytest.raises(exception.PlacementError) as err:
         client.get_provider_by_name('x')
     assert err.value.code == 503
+    assert str(err.value) == ('Placement request failed: GET '
+                              '/resource_providers?name=x: Placement cannot '
+                              'be reached')
+    assert '127.0.0.1:9' in caplog.text
 
 
 def test_get_client_follows_the_configured_endpoint(conf, placement):
