@@ -119,7 +119,7 @@ def allocate(conf, context, arq_uuid, consumer_id, consumer_type,
     started = timeutils.utcnow()
     job = db_api.write_retrying(context, _start, context, arq_uuid,
                                 consumer_id, consumer_type, hostname,
-                                started)
+                                started, conf.host)
     placement = placement_client.get_client(conf)
     deadline = started + datetime.timedelta(seconds=conf.bind_timeout)
     claimed = None
@@ -141,8 +141,11 @@ def allocate(conf, context, arq_uuid, consumer_id, consumer_type,
             'hostname': job['hostname']}
 
 
-def _start(context, arq_uuid, consumer_id, consumer_type, hostname, now):
-    """Validate, then BindStarted with the consumer recorded; the job."""
+def _start(context, arq_uuid, consumer_id, consumer_type, hostname, now,
+           owner):
+    """Validate, then BindStarted with the consumer and the conductor
+    carrying it out (``owner``: one that starts again fails it at once)
+    recorded; the job."""
     rows = arq_db.get_to_change(context, [arq_uuid])
     row = rows[0] if rows else None
     if row is None or not arq_binding._visible(context, row):
@@ -163,7 +166,8 @@ def _start(context, arq_uuid, consumer_id, consumer_type, hostname, now):
     if not arq_db.transition(
             context, arq_uuid, states.BIND_STARTED, arq_binding.BIND_FROM,
             {'consumer_id': consumer_id, 'consumer_type': consumer_type,
-             'bind_started_at': now, 'bind_failure_reason': None},
+             'bind_started_at': now, 'bind_owner': owner,
+             'bind_failure_reason': None},
             where={'attach_handle_id': None}):
         raise exception.Conflict(
             reason=f'accelerator request {arq_uuid} is already being '

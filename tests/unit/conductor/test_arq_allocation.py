@@ -320,6 +320,30 @@ def test_a_claim_whose_answer_is_lost_is_released(aconf, db, ctx, trait,
     assert (row.state, row.consumer_id) == ('Initial', None)
 
 
+def test_an_allocation_under_way_is_its_conductor_s(aconf, db, ctx, trait,
+                                                    placement_url):
+    """While it claims, the ARQ records the conductor carrying it out:
+    one that starts again after dying there fails it and releases the
+    claim (arq_binding.recover), as for Nova's binds."""
+    _provide(aconf, db, trait)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    seen = []
+
+    def watch(request):
+        if request.method == 'PUT' and request.path == '/allocations/' + uuid:
+            row = _row(db, uuid)
+            seen.append((row.state, row.bind_owner))
+        return False
+
+    with _forwarding(placement_url, watch) as front:
+        placement_fixture.placement_conf(aconf, front.url)
+        placement_client.reset_clients()
+        arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+    assert seen == [('BindStarted', aconf.host)]
+    assert _row(db, uuid).state == 'Bound'
+
+
 def test_no_free_handle_releases_the_claim(aconf, db, ctx, trait,
                                            placement_url):
     """Placement offers more than the database has handles for."""
