@@ -22,11 +22,13 @@ answers 503 within seconds and reads keep being served.
 """
 
 import threading
+import time
 
 from kombu import exceptions as kombu_exceptions
 from oslo_log import log as logging
 import oslo_messaging as messaging
 
+from cyborg.common import context as cyborg_context
 from cyborg.common import exception
 from cyborg.common import rpc
 from cyborg.common import timing
@@ -79,6 +81,10 @@ class ConductorClient:
                     reason='too many requests are waiting for the '
                            'conductor')
             self._waiting += 1
+        if args and isinstance(args[0], cyborg_context.RequestContext):
+            # The conductor drops the call if it comes to it later.
+            args[0].answer_by = (time.time()
+                                 + self._conf.api.conductor_timeout)
         answered = False    # unless the conductor is heard from below
         try:
             with timing.phase(timing.RPC):

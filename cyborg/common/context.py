@@ -14,11 +14,17 @@ class RequestContext(oslo_context.RequestContext):
 
     ``is_service`` is True when the request carried a valid service token
     (Nova's), which the binding and instance-wide delete paths require.
+
+    ``answer_by``: when the caller of an RPC call stops waiting for its
+    answer (seconds since the epoch, its clock), or None.  The API sets it
+    on each call to the conductor, which then drops a call it comes to
+    only after that: the API answered 503 and nothing may be written.
     """
 
-    def __init__(self, is_service=False, **kwargs):
+    def __init__(self, is_service=False, answer_by=None, **kwargs):
         super().__init__(**kwargs)
         self.is_service = is_service
+        self.answer_by = answer_by
 
     @property
     def sees_every_project(self):
@@ -32,11 +38,14 @@ class RequestContext(oslo_context.RequestContext):
     def to_dict(self):
         values = super().to_dict()
         values['is_service'] = self.is_service
+        if self.answer_by is not None:
+            values['answer_by'] = self.answer_by
         return values
 
     @classmethod
     def from_dict(cls, values, **kwargs):
         kwargs.setdefault('is_service', values.get('is_service', False))
+        kwargs.setdefault('answer_by', values.get('answer_by'))
         return super().from_dict(values, **kwargs)
 
     def elevated(self):

@@ -16,6 +16,7 @@ Owners:
 """
 
 import functools
+import time
 
 from oslo_log import log as logging
 import oslo_messaging as messaging
@@ -46,6 +47,8 @@ def _answer(func):
     def wrapper(*args, **kwargs):
         try:
             try:
+                _check_awaited(func.__name__, args[1] if len(args) > 1
+                               else kwargs.get('context'))
                 with timing.rpc_served(func.__name__):
                     return func(*args, **kwargs)
             except exception.DB_OUTAGES as exc:
@@ -58,6 +61,21 @@ def _answer(func):
                 raise
             raise messaging.ExpectedException()
     return wrapper
+
+
+def _check_awaited(name, context):
+    """503 for a call its caller stopped waiting for (``answer_by``
+    passed: it sat in RabbitMQ or behind busy threads): the API answered
+    503 already, so nothing is written."""
+    answer_by = getattr(context, 'answer_by', None)
+    if answer_by is None:
+        return
+    late = time.time() - answer_by
+    if late > 0:
+        raise exception.ServiceUnavailable(
+            reason=f'{name} (request {context.request_id}) came '
+                   f'{late:.1f} s after its caller stopped waiting; dropped '
+                   f'(or the clocks of the API and conductor hosts differ)')
 
 
 def _outage(exc):

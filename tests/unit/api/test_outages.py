@@ -1,8 +1,10 @@
 """A backing service that is down answers 503 in the §2 error format,
 never a hang and never a 500 (deliberate difference 9)."""
 
+import concurrent.futures
 import json
 import threading
+import time
 
 import oslo_messaging as messaging
 import sqlalchemy as sa
@@ -93,9 +95,6 @@ class _ConductorBug(Exception):
 
 def _profiles_at_once(app, count, prefix):
     """``count`` profile creates sent at once: [(status, seconds)]."""
-    import concurrent.futures
-    import time
-
     start = threading.Barrier(count)
 
     def create(index):
@@ -147,3 +146,19 @@ def test_writes_beyond_half_the_threads_are_refused_while_unanswered(db):
     waited = sorted(took for _status, took in then)
     assert waited[-2] >= 0.9, then         # two waited for the conductor
     assert waited[-3] < 0.5, then          # the others were refused at once
+
+
+def test_each_call_tells_the_conductor_when_the_api_stops_waiting():
+    from cyborg.api import conductor_client
+    from cyborg.common import context as cyborg_context
+
+    with api_fixture.api_service({('api', 'conductor_timeout'): 7}):
+        conf = api_fixture.make_conf({('api', 'conductor_timeout'): 7})
+        client = conductor_client.ConductorClient(conf,
+                                                  rpcapi.ConductorAPI(conf))
+        ctx = cyborg_context.RequestContext(project_id='p1')
+        before = time.time()
+        client.device_profile_create(ctx, values={
+            'name': 'timed', 'groups': [{'resources:FPGA': '1'}],
+            'project_id': 'p1'})
+    assert before + 7 <= ctx.answer_by <= time.time() + 7

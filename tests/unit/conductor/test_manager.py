@@ -1,5 +1,7 @@
 """The conductor's endpoints send 4xx answers back quietly, 5xx loudly."""
 
+import time
+
 import oslo_messaging as messaging
 import pytest
 
@@ -58,3 +60,42 @@ def test_placement_away_is_an_expected_answer_and_one_line(status,
 
 def caught_records(caplog):
     return [r for r in caplog.records if r.name == manager.__name__]
+
+
+def _profile_values(name):
+    return {'name': name, 'groups': [{'resources:FPGA': '1'}],
+            'project_id': 'p1'}
+
+
+def test_a_call_its_caller_stopped_waiting_for_writes_nothing(db, caplog):
+    # The API answered 503 when it stopped waiting (answer_by); a call
+    # the conductor comes to after that is dropped, not applied late.
+    from cyborg.common import context as cyborg_context
+    from cyborg.db.api import device_profiles as profile_db
+
+    endpoint = manager.ConductorManager(None, 'c1')
+    late = cyborg_context.RequestContext(
+        project_id='p1', answer_by=time.time() - 2)
+    with pytest.raises(messaging.ExpectedException) as caught:
+        endpoint.device_profile_create(late, _profile_values('late'))
+    error = caught.value.exc_info[1]
+    assert isinstance(error, exception.ServiceUnavailable)
+    assert 'came 2.' in str(error) and 'dropped' in str(error)
+    reader = cyborg_context.get_admin_context()
+    assert profile_db.get_groups(reader, name='late') is None
+    awaited = cyborg_context.RequestContext(
+        project_id='p1', answer_by=time.time() + 20)
+    endpoint.device_profile_create(awaited, _profile_values('awaited'))
+    assert profile_db.get_groups(reader, name='awaited') is not None
+
+
+def test_answer_by_travels_with_the_context():
+    from cyborg.common import context as cyborg_context
+
+    sent = cyborg_context.RequestContext(project_id='p1', answer_by=12.5)
+    received = cyborg_context.RequestContext.from_dict(sent.to_dict())
+    assert received.answer_by == 12.5
+    # Agents' calls carry none, and are never dropped for it.
+    assert 'answer_by' not in cyborg_context.get_admin_context().to_dict()
+    assert cyborg_context.RequestContext.from_dict(
+        {'project_id': 'p1'}).answer_by is None
