@@ -10,6 +10,7 @@ from cyborg.common import metrics
 from cyborg.common import quota
 from cyborg.common import rpc
 from cyborg.common import service
+from cyborg.conductor import arq_binding
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import metrics_collector
 from cyborg.conductor import periodics
@@ -31,7 +32,9 @@ def build_services(conf, metrics_of=metrics.CONDUCTOR):
     recovery = periodics.AtStart(conf, 'recover_binds',
                                  'cyborg.conductor.arq_binding:recover',
                                  started_at)
-    return [recovery,
+    # Stopped and waited for in the reverse order: the background binds
+    # last, once no call can start one any more.
+    return [arq_binding.BackgroundBinds(), recovery,
             service.RPCService(conf, conductor_rpcapi.TOPIC, conf.host,
                                endpoints),
             periodics.PeriodicRunner(conf)]

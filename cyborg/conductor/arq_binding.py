@@ -367,6 +367,30 @@ def _executor(conf):
         return _EXECUTOR
 
 
+class BackgroundBinds:
+    """The conductor's service for the binds that go on after their PATCH
+    was answered (programming, mdevs, fabric attaches, Nova's events):
+    a stopping conductor waits for them, within
+    ``[DEFAULT]graceful_shutdown_timeout``, once its RPC server took its
+    last call.  What is left then fails at the next start (``recover``)."""
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+    def wait(self):
+        global _EXECUTOR
+        with _EXECUTOR_LOCK:
+            executor, _EXECUTOR = _EXECUTOR, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+
+    def __str__(self):
+        return 'background binds'
+
+
 def _validate(conf, context, bindings, known=None, allocations=True):
     """The bind jobs of a PATCH, or a 4xx: ARQs exist and are the caller's,
     are bindable, their provider is an enabled deployable on the host that

@@ -135,3 +135,27 @@ def test_idle_processes_stop_at_once(tmp_path):
             for process in started.values():
                 process.kill()
 
+
+
+def test_background_binds_finish_before_the_stop_ends(conf):
+    # A bind answered before its slow part ran (programming, an mdev,
+    # Nova's event) goes on in the bind executor: a stopping conductor
+    # waits for it, after its RPC server took its last call.
+    from cyborg.conductor import arq_binding
+
+    launcher = service.Launcher(conf, 'test')
+    launcher.add(arq_binding.BackgroundBinds())
+    thread, result = _run(launcher)
+    started, finished = threading.Event(), threading.Event()
+
+    def slow_bind():
+        started.set()
+        time.sleep(1.0)
+        finished.set()
+
+    arq_binding._executor(conf).submit(slow_bind)
+    assert started.wait(10)
+    launcher.request_stop()
+    thread.join(10)
+    assert not thread.is_alive() and result['status'] == 0
+    assert finished.is_set(), 'the stop did not wait for the bind'
