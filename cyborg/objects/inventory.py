@@ -11,7 +11,9 @@ diffs and sends them, the conductor plans against them.
 
 import dataclasses
 import hashlib
+import functools
 import json
+import re
 import uuid as uuidlib
 
 # Namespace of the deterministic row uuids (see cyborg.db.models).
@@ -57,6 +59,43 @@ class AttachHandle:
 # provider: cyborg.placement.provider_tree).
 RC_ATTRIBUTE = 'rc'
 TRAIT_ATTRIBUTE_PREFIX = 'trait'
+
+# A custom resource class or trait as Placement accepts it (its names are
+# at most 255 characters).
+_CUSTOM = re.compile(r'CUSTOM_[A-Z0-9_]{1,248}')
+
+
+def attribute_problem(key, value):
+    """Why Placement would refuse attribute ``key`` = ``value`` of a
+    deployable (its ``rc`` must be a resource class, its ``trait*`` a
+    trait: standard, or CUSTOM_ and upper case letters, digits and
+    underscores), or None.  Checked before it is stored: one Placement
+    refuses fails every later sync of the deployable's host."""
+    if key == RC_ATTRIBUTE:
+        what, standard = 'a resource class', _standard_resource_classes()
+    elif key.startswith(TRAIT_ATTRIBUTE_PREFIX):
+        what, standard = 'a trait', _standard_traits()
+    else:
+        return None
+    if value in standard or _CUSTOM.fullmatch(value):
+        return None
+    return (f'attribute {key} names {what} for Placement: {value!r} is '
+            f'neither a standard one nor CUSTOM_ followed by 1 to 248 '
+            f'upper case letters, digits or underscores')
+
+
+# Loaded when first asked (by the API): the agent, which shares this
+# module, never needs them.
+@functools.cache
+def _standard_resource_classes():
+    import os_resource_classes
+    return frozenset(os_resource_classes.STANDARDS)
+
+
+@functools.cache
+def _standard_traits():
+    import os_traits
+    return frozenset(os_traits.get_traits())
 
 
 @dataclasses.dataclass

@@ -17,19 +17,11 @@ no HTTP.
 """
 
 import dataclasses
-import re
-
-import os_resource_classes
-import os_traits
 
 from cyborg.common import states
 from cyborg.objects import inventory
 
 OWNER_TRAIT = 'OWNER_CYBORG'
-
-# A custom resource class or trait as Placement accepts it (its names are
-# at most 255 characters).
-_CUSTOM = re.compile(r'CUSTOM_[A-Z0-9_]{1,248}')
 
 # The inventory fields we set and compare; Placement fills in the rest.
 INVENTORY_FIELDS = ('total', 'reserved', 'min_unit', 'max_unit',
@@ -75,34 +67,6 @@ def provider_for(deployable, attributes, device_status, parent_uuid,
                     inventory.provider_uuid(name),
                     name=name, parent_uuid=parent_uuid,
                     inventories=inventories, traits=frozenset(traits))
-
-
-def attribute_problem(key, value):
-    """Why Placement would refuse attribute ``key`` = ``value`` of a
-    deployable (its ``rc`` must be a resource class, its ``trait*`` a
-    trait: standard, or CUSTOM_ and upper case letters, digits and
-    underscores), or None.  Checked before it is stored: one Placement
-    refuses fails every later sync of the deployable's host."""
-    if key == inventory.RC_ATTRIBUTE:
-        if value in os_resource_classes.STANDARDS or _CUSTOM.fullmatch(
-                value):
-            return None
-        what = 'a resource class'
-    elif key.startswith(inventory.TRAIT_ATTRIBUTE_PREFIX):
-        if os_traits.is_custom(value):
-            if _CUSTOM.fullmatch(value):
-                return None
-        elif value in _STANDARD_TRAITS:
-            return None
-        what = 'a trait'
-    else:
-        return None
-    return (f'attribute {key} names {what} for Placement: {value!r} is '
-            f'neither a standard one nor CUSTOM_ followed by 1 to 248 '
-            f'upper case letters, digits or underscores')
-
-
-_STANDARD_TRAITS = frozenset(os_traits.get_traits())
 
 
 def custom_names(providers):

@@ -11,7 +11,7 @@ from cyborg.api.views import attributes as view
 from cyborg.common import exception
 from cyborg.objects.attributes import Attribute
 from cyborg.objects.deployables import Deployable
-from cyborg.placement import provider_tree
+from cyborg.objects import inventory
 MAX_ID = 2 ** 31 - 1
 # An integer id as a query string may spell it (ASCII digits; more than
 # ten cannot be a 32-bit id, nor be given to int() unbounded).
@@ -38,7 +38,7 @@ def create_attribute(r):
     """POST {deployable_id, key, value}, bare or wrapped in "attribute"
     (what openstacksdk sends)."""
     values = r.body.get(schema.WRAPPER, r.body)
-    problem = provider_tree.attribute_problem(values['key'], values['value'])
+    problem = inventory.attribute_problem(values['key'], values['value'])
     if problem:
         raise exception.Invalid(reason=problem)
     deployable = _deployable(r, values['deployable_id'])
