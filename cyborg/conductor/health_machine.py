@@ -15,7 +15,7 @@ A record (the ``HealthColumns`` of a device or deployable row) moves so::
     probing --probe verdict ok--> healthy (re-admitted; flaps counted)
     probing --probe verdict fault, or any fault--> unhealthy
     probing --no verdict within probe_timeout--> unhealthy        (timer)
-    (deployable) hardware vanished while allocated --> lost
+    hardware vanished while allocated, or while not healthy --> lost
     lost --came back--> unhealthy ('came back; re-probing')
 
 The hold-down is ``hold_down * 2**flaps`` (at most ``max_hold_down``),
@@ -36,6 +36,9 @@ _MAX_DOUBLINGS = 32
 
 CAME_BACK_REASON = 'came back; re-probing'
 LOST_REASON = 'the hardware vanished while allocations still hold it'
+# How the reason of hardware that vanished while not healthy begins: such a
+# record is remembered (``remembered``) after no allocation holds it.
+VANISHED_UNHEALTHY = 'the hardware vanished while not healthy'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +224,28 @@ def lost(record, now):
     """The hardware vanished while allocated: out, as 'lost'."""
     return _moved(record, now, states.LOST, LOST_REASON, due_at=None,
                   faults=0)
+
+
+def vanished_unhealthy(record, now, worst=None):
+    """Hardware that vanished while not healthy (``worst``: the record
+    whose health made it so, by default ``record``): 'lost', saying how
+    it was, so that it is kept (``remembered``) and its return is
+    re-probed instead of trusted."""
+    worst = worst or record
+    reason = f'{VANISHED_UNHEALTHY} ({worst.health}' + (
+        f': {worst.reason})' if worst.reason else ')')
+    return _moved(record, now, states.LOST, reason, due_at=None, faults=0)
+
+
+def remembered(record, now, settings):
+    """Whether the row of hardware that vanished while not healthy is
+    still kept, though no allocation holds it: for ``max_hold_down`` (the
+    longest a failing device is held out) after it vanished, so that it
+    comes back unhealthy, not healthy, within that time."""
+    return (record.health == states.LOST and bool(record.reason)
+            and record.reason.startswith(VANISHED_UNHEALTHY)
+            and record.updated_at is not None
+            and now - record.updated_at < _seconds(settings.max_hold_down))
 
 
 def came_back(record, now):

@@ -19,7 +19,11 @@ the allocations are released.  Its health becomes 'lost' in the same
 update, and so does its device's when the whole device vanished (the
 device row stays while one of its deployables does); when the hardware
 comes back it is 'unhealthy' until the health state machine's hold-down
-and re-probe re-admit it (``health_machine``).
+and re-probe re-admit it (``health_machine``).  Hardware that vanishes
+while not healthy (its own health or its device's) is kept the same way,
+allocated or not, so that it does not come back as new and healthy; the
+reconcile removes it once no allocation holds it and
+``health_machine.remembered`` no longer keeps it.
 
 Lifecycle: a device the report adds starts in the status the caller
 passes (``[conductor]new_device_status``); a device already known keeps
@@ -201,17 +205,23 @@ def _change_device(plan, hostname, stored, row, device, held, now):
             _change_deployable(plan, hostname, key, stored, old,
                                deployable, now)
     for old in existing.values():
+        # The device is still here: the deployable's own health decides.
         _remove_deployable(plan, old, held, now)
 
 
 def _remove_device(plan, stored, row, held, now):
-    kept = [_remove_deployable(plan, d, held, now)
+    device = health_machine.Record.from_row(row)
+    kept = [_remove_deployable(plan, d, held, now, device)
             for d in stored.deployables.get(row['id'], ())]
-    if not any(kept):
+    kept = [record for record in kept if record is not None]
+    if not kept:
         plan.delete['devices'].append(row['uuid'])
     elif row.get('health') != states.LOST:
+        # Lost with the worst health of what it held.
+        worst = max([device] + kept,
+                    key=lambda r: states.HEALTH_STATES.index(r.health))
         plan.update['devices'].append(dict(
-            _health_change(row, health_machine.lost, now), uuid=row['uuid']))
+            _health_change(row, _vanished(worst), now), uuid=row['uuid']))
 
 
 # -- deployables --------------------------------------------------------------
@@ -269,20 +279,36 @@ def _change_deployable(plan, hostname, device_key, stored, row,
         plan.touched_providers.add(rp)
 
 
-def _remove_deployable(plan, row, held, now):
-    """Delete the deployable, or keep it as gone; True if kept."""
+def _remove_deployable(plan, row, held, now, device=None):
+    """Delete the deployable, or keep it as gone: while allocations hold
+    it, or when it, or its vanished ``device`` (a Record), was not
+    healthy.  Returns the record that decided its health when kept (its
+    own or its device's, the worse), None when deleted."""
     rp = row.get('rp_uuid') or _rp_uuid(row['name'])
     plan.removal_candidates.add(rp)
-    if rp in held:
+    worst = health_machine.Record.from_row(row)
+    if device is not None and states.worst(
+            worst.health, device.health) != worst.health:
+        worst = device
+    if rp in held or worst.health != states.HEALTHY:
         if not row.get('gone'):
             plan.update['deployables'].append(dict(
-                _health_change(row, health_machine.lost, now),
+                _health_change(row, _vanished(worst), now),
                 uuid=row['uuid'], gone=True))
             plan.touched_providers.add(rp)
-        return True
+        return worst
     plan.delete['deployables'].append(row['uuid'])
     plan.removed_providers.add(rp)
-    return False
+    return None
+
+
+def _vanished(worst):
+    """The move of a row whose hardware vanished, ``worst`` the record
+    deciding its health (its own, or its device's when worse)."""
+    if worst.health in (states.HEALTHY, states.LOST):
+        return health_machine.lost
+    return lambda record, now: health_machine.vanished_unhealthy(
+        record, now, worst)
 
 
 def _health_change(row, move, now):

@@ -34,6 +34,7 @@ import threading
 import weakref
 
 from oslo_log import log as logging
+from oslo_utils import timeutils
 
 from cyborg.common import exception
 from cyborg.conductor import health_machine
@@ -389,12 +390,18 @@ def reconcile_all(conf, context):
 
 def reconcile_host(conf, context, hostname, digest=None,
                    trust_memory=False):
-    """Drop gone deployables whose allocations ended, then check every
-    provider of the host and delete orphans.  True when in sync."""
+    """Drop gone deployables whose allocations ended (those that vanished
+    while not healthy once ``health_machine.remembered`` no longer keeps
+    them), then check every provider of the host and delete orphans.
+    True when in sync."""
     client = placement_client.get_client(conf)
     rows = inventory_db.host_providers(context, hostname)
-    released = [row['uuid'] for row in rows if row['gone'] and
-                not client.get_allocations(row['rp_uuid'])]
+    settings = health_machine.Settings.from_conf(conf)
+    now = timeutils.utcnow()
+    released = [row['uuid'] for row in rows if row['gone']
+                and not health_machine.remembered(
+                    health_machine.Record.from_row(row), now, settings)
+                and not client.get_allocations(row['rp_uuid'])]
     removed = set()
     if released:
         deleted = set(db_api.write_retrying(

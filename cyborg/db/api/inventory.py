@@ -175,8 +175,9 @@ def host_providers(context, hostname):
     their device's status) and their attributes, in two queries.
 
     Returns [{'id', 'uuid', 'name', 'num_accelerators', 'rp_uuid', 'gone',
-    'health' (the deployable's own), 'device_status', 'device_uuid',
-    'device_health', 'attributes': {key: value}}]."""
+    'health', 'health_reason', 'health_updated_at' (the deployable's
+    own), 'device_status', 'device_uuid', 'device_health', 'attributes':
+    {key: value}}]."""
     s = _sql.connection(context)
     deployables = _sql.rows(s.execute(_HOST_DEPLOYABLES,
                                       {'hostname': hostname}))
@@ -197,6 +198,7 @@ _A = models.Attribute.__table__
 _HOST_DEPLOYABLES = (
     sa.select(_DEP.c.id, _DEP.c.uuid, _DEP.c.name, _DEP.c.num_accelerators,
               _DEP.c.rp_uuid, _DEP.c.gone, _DEP.c.health,
+              _DEP.c.health_reason, _DEP.c.health_updated_at,
               _D.c.status.label('device_status'),
               _D.c.uuid.label('device_uuid'),
               _D.c.health.label('device_health'))

@@ -1,11 +1,13 @@
 """Report handling against a database and the real (embedded) Placement."""
 
 import contextlib
+import datetime
 import threading
 
 import pytest
 import requests
 import sqlalchemy as sa
+from oslo_utils import timeutils
 
 from cyborg.common import exception
 from cyborg.conductor import inventory_apply, placement_sync
@@ -281,6 +283,58 @@ def test_removed_device_with_allocation_is_kept_reserved_until_released(
     placement_sync.reconcile_host(conf, admin_context, HOST)
     assert set(_tree(placement, cn)) == {'host1_0000:81:00.0'}
     assert _count(db, 'devices') == 1 and _count(db, 'deployables') == 1
+
+
+def test_unhealthy_device_that_vanishes_comes_back_unhealthy(
+        conf, db, admin_context, cn, placement):  # noqa: F811
+    # Not allocated, but failing when it vanished: kept lost (reserved in
+    # Placement) through reconciles for [health]max_hold_down, so that
+    # the same card returning is re-probed, not trusted; then removed.
+    first = _report(conf, admin_context, cf.report(_devices()))
+    fpga = 'host1_0000:82:00.0'
+    with db.begin() as c:
+        c.execute(sa.update(models.Device).where(
+            models.Device.uuid == _device_uuid(db, fpga)).values(
+                health='unhealthy', health_reason='XID 79'))
+    delta = cf.report(_devices()[:1], base_digest=first['digest'],
+                      full=False, changed=[], removed=['PCI:0000:82:00.0'])
+    second = _report(conf, admin_context, delta)
+    placement_sync.reconcile_host(conf, admin_context, HOST)
+    assert _tree(placement, cn)[fpga][0] == {'FPGA': (4, 4, 4)}
+    [row] = [r for r in inventory_db.host_providers(admin_context, HOST)
+             if r['gone']]
+    assert (row['name'], row['health']) == (fpga, 'lost')
+    assert row['health_reason'] == ('the hardware vanished while not '
+                                    'healthy (unhealthy: XID 79)')
+    # Back within the time: unhealthy, re-probed like any failed device.
+    back = cf.report(_devices(), base_digest=second['digest'], full=False,
+                     changed=_devices()[1:])
+    third = _report(conf, admin_context, back)
+    [row] = [r for r in inventory_db.host_providers(admin_context, HOST)
+             if r['name'] == fpga]
+    assert (row['gone'], row['health']) == (False, 'unhealthy')
+    assert row['device_health'] == 'unhealthy'
+    # Gone again, and for longer than the longest hold-down: removed.
+    delta = cf.report(_devices()[:1], base_digest=third['digest'],
+                      full=False, changed=[], removed=['PCI:0000:82:00.0'])
+    _report(conf, admin_context, delta)
+    long_ago = (timeutils.utcnow()
+                - datetime.timedelta(seconds=conf.health.max_hold_down + 1))
+    with db.begin() as c:
+        c.execute(sa.update(models.Deployable).where(
+            models.Deployable.name == fpga).values(
+                health_updated_at=long_ago))
+    placement_sync.reconcile_host(conf, admin_context, HOST)
+    assert set(_tree(placement, cn)) == {'host1_0000:81:00.0'}
+    assert _count(db, 'devices') == 1 and _count(db, 'deployables') == 1
+
+
+def _device_uuid(engine, deployable_name):
+    with engine.connect() as c:
+        return c.scalar(sa.select(models.Device.uuid).join(
+            models.Deployable,
+            models.Deployable.device_id == models.Device.id).where(
+                models.Deployable.name == deployable_name))
 
 
 def test_vanished_hardware_is_asked_about_outside_the_transaction(

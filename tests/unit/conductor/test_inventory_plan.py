@@ -131,6 +131,48 @@ def test_vanished_device_with_allocations_is_kept_as_gone_and_lost():
     assert again.empty
 
 
+@pytest.mark.parametrize('which', ['device', 'deployable'])
+def test_vanished_unhealthy_device_is_kept_lost_and_re_probed_on_return(
+        which):
+    # Not allocated, but not healthy either: were its rows deleted, the
+    # same card coming back would be new, and healthy at once.  It is kept
+    # as gone and lost, saying how it was, and comes back unhealthy.
+    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
+    table = which + 's'
+    [row] = [r for r in stored[table] if '82' in (r.get('name') or '')
+             or r.get('uuid') == ip.device_uuid(HOST, 'PCI:0000:82:00.0')]
+    row.update(health='unhealthy', health_reason='XID 79: fallen off the bus')
+    plan = ip.make_plan(HOST, stored, _devices()[:1], full=True, now=NOW)
+    assert not plan.delete['devices'] and not plan.delete['deployables']
+    assert plan.touched_providers == {
+        inventory.provider_uuid('host1_0000:82:00.0')}
+    reason = ('the hardware vanished while not healthy (unhealthy: XID 79: '
+              'fallen off the bus)')
+    [deployable] = plan.update['deployables']
+    assert (deployable['gone'], deployable['health'],
+            deployable['health_reason']) == (True, 'lost', reason)
+    [device] = plan.update['devices']
+    assert (device['health'], device['health_reason']) == ('lost', reason)
+    assert not plan.removed_providers
+    stored = _stored(plan, stored)
+    later = NOW + datetime.timedelta(minutes=5)
+    back = ip.make_plan(HOST, stored, _devices(), full=True, now=later)
+    [deployable] = back.update['deployables']
+    assert (deployable['gone'], deployable['health'],
+            deployable['health_reason']) == (
+        False, 'unhealthy', health_machine.CAME_BACK_REASON)
+
+
+def test_vanished_healthy_device_of_an_unhealthy_sibling_is_deleted():
+    # Only the hardware that was not healthy is remembered.
+    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
+    for row in stored['deployables']:
+        if row['name'] == 'host1_0000:81:00.0':
+            row.update(health='unhealthy', health_reason='XID 79')
+    plan = ip.make_plan(HOST, stored, _devices()[:1], full=True, now=NOW)
+    assert plan.delete['devices'] == [ip.device_uuid(HOST, 'PCI:0000:82:00.0')]
+
+
 def test_added_devices_start_in_the_status_asked_and_keep_theirs():
     plan = ip.make_plan(HOST, {}, _devices(), full=True,
                         new_device_status='maintaining')
