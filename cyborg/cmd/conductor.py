@@ -32,9 +32,11 @@ def build_services(conf, metrics_of=metrics.CONDUCTOR):
     recovery = periodics.AtStart(conf, 'recover_binds',
                                  'cyborg.conductor.arq_binding:recover',
                                  started_at)
+    clock = periodics.AtStart(conf, 'check_clock',
+                              'cyborg.conductor.clock:check', started_at)
     # Stopped and waited for in the reverse order: the background binds
     # last, once no call can start one any more.
-    return [arq_binding.BackgroundBinds(), recovery,
+    return [arq_binding.BackgroundBinds(), recovery, clock,
             service.RPCService(conf, conductor_rpcapi.TOPIC, conf.host,
                                endpoints),
             periodics.PeriodicRunner(conf)]

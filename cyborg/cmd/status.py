@@ -1,7 +1,9 @@
 """cyborg-status upgrade check: is this deployment ready for this release?
 
 Checks: the database schema is at the newest migration; the policy file,
-if there is one, is YAML (JSON policy files are no longer read) and parses.
+if there is one, is YAML (JSON policy files are no longer read) and parses;
+this host's clock is near the database server's (the API and the
+conductor compare their clocks).
 """
 
 import sys
@@ -10,6 +12,7 @@ from oslo_config import cfg
 from oslo_upgradecheck import common_checks
 from oslo_upgradecheck import upgradecheck
 from oslo_utils import fileutils
+import sqlalchemy as sa
 import yaml
 
 import cyborg.conf
@@ -61,6 +64,32 @@ class Checks(upgradecheck.UpgradeCommands):
                                         'to check strings.' % path)
         return Result(Code.SUCCESS)
 
+    def _check_clock(self):
+        from cyborg.db.api import clock as clock_db
+
+        try:
+            engine = sa.create_engine(self.conf.database.connection,
+                                      poolclass=sa.pool.NullPool)
+            try:
+                with engine.connect() as connection:
+                    skew = clock_db.skew_on(connection)
+            finally:
+                engine.dispose()
+        except Exception as exc:
+            return Result(Code.FAILURE,
+                          'Cannot read the database server\'s clock: %s'
+                          % _first_line(exc))
+        if skew is not None and abs(skew) > clock_db.TOLERATED_SKEW:
+            return Result(Code.WARNING,
+                          'This host\'s clock is %.1f s %s the database '
+                          'server\'s (more than %d s): the conductor drops '
+                          'the calls it reaches after the API stopped '
+                          'waiting, by the API host\'s clock; keep the '
+                          'clocks in sync (NTP).' % (
+                              abs(skew), 'ahead of' if skew > 0 else 'behind',
+                              clock_db.TOLERATED_SKEW))
+        return Result(Code.SUCCESS)
+
     @property
     def _upgrade_checks(self):
         return (
@@ -69,6 +98,7 @@ class Checks(upgradecheck.UpgradeCommands):
             ('Policy File JSON to YAML Migration',
              (common_checks.check_policy_json, {'conf': self.conf})),
             ('Policy file parses as YAML', Checks._check_policy_yaml),
+            ('Clock near the database server\'s', Checks._check_clock),
         )
 
 

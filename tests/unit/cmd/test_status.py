@@ -52,3 +52,29 @@ def test_yaml_policy_file_passes_and_broken_yaml_fails(tmp_path, capsys):
         assert _check(tmp_path, url, policy) == 0
         policy.write_text('"cyborg:device:get_all": [unclosed\n')
         assert _check(tmp_path, url, policy) == 2
+
+
+@pytest.mark.parametrize('kind', ['mysql', 'postgresql', 'sqlite'])
+def test_the_clock_is_compared_with_the_database_server_s(kind, tmp_path,
+                                                          capsys):
+    # The API and the conductor compare their clocks (answer_by); each
+    # host's against the database server's bounds them.  Here both run
+    # on this machine: within the tolerance.  SQLite has no clock of its
+    # own: nothing to compare.
+    import sqlalchemy as sa
+
+    from cyborg.db.api import clock as clock_db
+
+    with databases.throwaway_database(kind) as url:
+        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+        with engine.connect() as connection:
+            skew = clock_db.skew_on(connection)
+        engine.dispose()
+        if kind == 'sqlite':
+            assert skew is None
+        else:
+            assert abs(skew) < 1.0
+        migration.upgrade(url)
+        assert _check(tmp_path, url) == 0
+    out = capsys.readouterr().out
+    assert "Clock near the database server's" in out
