@@ -9,6 +9,8 @@ import dataclasses
 import datetime
 import json
 
+from oslo_utils import uuidutils
+
 from cyborg.common import exception
 from cyborg.common import states
 from cyborg.db.api import device_profiles as profile_db
@@ -44,6 +46,12 @@ def check(values, path=''):
     (its create body): a group asking for no accelerator, projects listed
     for a profile that is not private.  ``path`` prefixes the JSON paths
     in the message (the API's body holds the profile at ``0/``)."""
+    if uuidutils.is_uuid_like(values['name']):
+        # Shown and deleted by name or uuid, it would be taken for a uuid.
+        raise exception.Invalid(
+            reason=f"{path}name: {values['name']!r} looks like a uuid; a "
+                   f"profile is found by name or by uuid, so its name may "
+                   f"not be one")
     visibility = values.get('visibility') or states.PUBLIC
     if visibility not in states.PROFILE_VISIBILITIES:
         raise exception.Invalid(reason='%svisibility: %r is not one of %s'
