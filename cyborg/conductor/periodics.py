@@ -27,6 +27,9 @@ JOBS = (
     # Repair Placement drift and finish syncs a failed report left behind.
     ('reconcile_placement', 'reconcile_interval',
      'cyborg.conductor.placement_sync:reconcile_all'),
+    # Remove vanished hardware whose allocations ended, soon after.
+    ('drop_released_gone', 'gone_check_interval',
+     'cyborg.conductor.placement_sync:drop_released_gone'),
     # Re-sync remote pools' sharing providers and retry the fabric
     # detaches that failed.
     ('reconcile_remote_pools', 'reconcile_interval',

@@ -208,6 +208,22 @@ _ATTRIBUTES_OF = sa.select(_A.c.deployable_id, _A.c.key, _A.c.value).where(
     _A.c.deployable_id.in_(sa.bindparam('ids', expanding=True)))
 
 
+@reader
+def gone(context):
+    """Every deployable kept as gone, of every host: [{'hostname', 'uuid',
+    'rp_uuid', 'health', 'health_reason', 'health_updated_at'}]; one
+    indexed-less query that finds nothing on a cloud whose hardware stays
+    put."""
+    return _sql.rows(_sql.connection(context).execute(_GONE))
+
+
+_GONE = (
+    sa.select(_D.c.hostname, _DEP.c.uuid, _DEP.c.rp_uuid, _DEP.c.health,
+              _DEP.c.health_reason, _DEP.c.health_updated_at)
+    .join(_D, _D.c.id == _DEP.c.device_id)
+    .where(_DEP.c.gone.is_(True)).order_by(_D.c.hostname, _DEP.c.id))
+
+
 @writer
 def delete_gone(context, deployable_uuids):
     """Delete these deployables if still gone, and the devices left with

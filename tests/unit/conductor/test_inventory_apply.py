@@ -285,6 +285,26 @@ def test_removed_device_with_allocation_is_kept_reserved_until_released(
     assert _count(db, 'devices') == 1 and _count(db, 'deployables') == 1
 
 
+def test_released_gone_hardware_is_dropped_by_the_periodic_check(
+        conf, db, admin_context, cn, placement):  # noqa: F811
+    # Nova releases the allocation of an instance whose device vanished:
+    # the gone check removes the device and its provider at its next run
+    # ([conductor]gone_check_interval), without waiting for the reconcile.
+    first = _report(conf, admin_context, cf.report(_devices()))
+    fpga_rp = inventory.provider_uuid('host1_0000:82:00.0')
+    pf.hold_allocation(placement.url, pf.PROJECT, {fpga_rp: {'FPGA': 2}})
+    _report(conf, admin_context, cf.report(
+        _devices()[:1], base_digest=first['digest'], full=False, changed=[],
+        removed=['PCI:0000:82:00.0']))
+    assert placement_sync.drop_released_gone(conf, admin_context) == 0
+    assert 'host1_0000:82:00.0' in _tree(placement, cn)
+    pf.hold_allocation(placement.url, pf.PROJECT, {})
+    assert placement_sync.drop_released_gone(conf, admin_context) == 1
+    assert set(_tree(placement, cn)) == {'host1_0000:81:00.0'}
+    assert _count(db, 'devices') == 1 and _count(db, 'deployables') == 1
+    assert placement_sync.drop_released_gone(conf, admin_context) == 0
+
+
 def test_unhealthy_device_that_vanishes_comes_back_unhealthy(
         conf, db, admin_context, cn, placement):  # noqa: F811
     # Not allocated, but failing when it vanished: kept lost (reserved in
