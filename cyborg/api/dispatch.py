@@ -16,9 +16,11 @@ only what is particular to them.
 
 import codecs
 import json
+import uuid as uuidlib
 
 from oslo_log import log as logging
 import oslo_messaging as messaging
+from oslo_utils import uuidutils
 import webob.dec
 from webob import exc as webob_exc
 
@@ -137,7 +139,7 @@ def call(request, operation, path_vars):
             r.body = json_body(request)
             schemas.validate(r.body, operation.body, version)
     with timing.phase(timing.HANDLER):
-        result = operation.handler(r, **path_vars)
+        result = operation.handler(r, **_canonical_uuids(path_vars))
     if operation.status in NO_CONTENT:
         return base.empty_response(operation.status)
     with timing.phase(timing.RENDER):
@@ -152,6 +154,22 @@ def call(request, operation, path_vars):
         if request.conf.api.validate_responses:
             _check_response(operation, version, result)
         return base.json_response(operation.status, result)
+
+
+# Path variables that name a resource by uuid.
+_UUID_VARS = ('uuid', 'name_or_uuid')
+
+
+def _canonical_uuids(path_vars):
+    """The path variables with each uuid in the form we store (lower case,
+    dashed): a uuid in upper case or without dashes names the same
+    resource on every database (MariaDB's collation would find the upper
+    case one, PostgreSQL would not)."""
+    for name in _UUID_VARS:
+        value = path_vars.get(name)
+        if value is not None and uuidutils.is_uuid_like(value):
+            path_vars = dict(path_vars, **{name: str(uuidlib.UUID(value))})
+    return path_vars
 
 
 def _check_query_names(operation, version, query):

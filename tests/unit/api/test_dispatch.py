@@ -253,3 +253,20 @@ def test_a_field_of_a_later_microversion_says_which(service):
     status, error = _call(service.app, 'POST', '/v2/device_profiles',
                           body=body, version='accelerator 2.4')
     assert status == 400 and 'needs microversion' not in _reason(error)
+
+
+def test_uuids_in_the_path_are_taken_in_the_form_stored():
+    from cyborg.api import dispatch as api_dispatch
+
+    stored = '5b2b0f1e-3c43-4a55-8d3a-7a3c0bbad001'
+    for spelled in (stored, stored.upper(), stored.replace('-', ''),
+                    stored.upper().replace('-', '')):
+        assert api_dispatch._canonical_uuids(
+            {'uuid': spelled}) == {'uuid': stored}
+        assert api_dispatch._canonical_uuids(
+            {'name_or_uuid': spelled}) == {'name_or_uuid': stored}
+    # Names, and what is not a uuid, are left alone.
+    assert api_dispatch._canonical_uuids(
+        {'name_or_uuid': 'gpu-dp'}) == {'name_or_uuid': 'gpu-dp'}
+    assert api_dispatch._canonical_uuids(
+        {'project_id': stored.upper()}) == {'project_id': stored.upper()}

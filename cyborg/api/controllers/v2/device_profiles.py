@@ -9,6 +9,7 @@ Admins see every profile.
 """
 
 import json
+import uuid as uuidlib
 
 from oslo_utils import uuidutils
 
@@ -47,6 +48,10 @@ def create_device_profile(r):
                                        'JSON' % schema.MAX_GROUPS_BYTES)
     profile_objects.check(values, path='0/')
     values = dict(values, project_id=r.context.project_id)
+    if values.get('uuid'):
+        # Stored as every uuid is (lower case, dashed), so that it is
+        # found by any spelling of it (cyborg.api.dispatch).
+        values['uuid'] = str(uuidlib.UUID(values['uuid']))
     created = r.conductor.device_profile_create(r.context, values=values)
     profile = DeviceProfile.get_by_uuid(r.context, created['uuid'])
     return view.show(r, profile)
