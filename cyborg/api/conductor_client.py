@@ -85,38 +85,37 @@ class ConductorClient:
             # The conductor drops the call if it comes to it later.
             args[0].answer_by = (time.time()
                                  + self._conf.api.conductor_timeout)
-        answered = False    # unless the conductor is heard from below
+        answered = False
         try:
             with timing.phase(timing.RPC):
                 if self._reply_queue is not None:
                     self._reply_queue.wait(self._conf.api.broker_retries + 1)
-                answered = None
                 result = method(*args, **kwargs)
             answered = True
             return result
         except (OSError, kombu_exceptions.KombuError) as e:
             # Connection errors from below oslo.messaging (kombu, sockets).
-            answered = False
             LOG.warning('Calling the conductor (%s) failed: %s', name, e)
             raise exception.ServiceUnavailable(
                 reason='the message broker cannot be reached')
         except Exception as e:
-            if answered is None:
-                answered = _answered(e)
+            answered = _answered(e)
             raise
         finally:
             with self._lock:
                 self._waiting -= 1
-                if answered is not None:
-                    self._answering = answered
+                self._answering = answered
 
 
 def _answered(error):
     """Whether a call that raised ``error`` reached a conductor that
     answered (with an error of its own: a 4xx, a 503 for Placement),
-    rather than going unanswered (a timeout, a message not delivered)."""
-    return (isinstance(error, messaging.RemoteError)
-            or not isinstance(error, messaging.MessagingException))
+    rather than going unanswered (a timeout, a message not delivered,
+    the reply queue not open: the 503 ``_ReplyQueue`` raises)."""
+    if isinstance(error, messaging.RemoteError):
+        return True
+    return not isinstance(error, (messaging.MessagingException,
+                                  _ReplyQueueNotOpen))
 
 
 class _ReplyQueue:
@@ -144,5 +143,9 @@ class _ReplyQueue:
 
     def wait(self, timeout):
         if not self._ready.wait(timeout):
-            raise exception.ServiceUnavailable(
+            raise _ReplyQueueNotOpen(
                 reason='the message broker cannot be reached')
+
+
+class _ReplyQueueNotOpen(exception.ServiceUnavailable):
+    """No call was sent: the reply queue is not open yet."""

@@ -630,21 +630,21 @@ def _check_allocations(jobs, asked):
                            f'{rp_uuid}')
             # Each ARQ is one unit of its group's resource class (a group
             # naming several: of any of them).
-            classes = '/'.join(sorted(
+            classes = tuple(sorted(
                 profile_objects.resource_amounts(job['group'])))
-            wanted = needed.setdefault(rp_uuid, {})
-            wanted[classes] = wanted.get(classes, 0) + 1
+            wanted = needed.setdefault(rp_uuid, collections.Counter())
+            wanted[classes] += 1
         for rp_uuid, wanted in needed.items():
             held = allocated[rp_uuid].get('resources', {})
             for classes, count in wanted.items():
-                units = sum(held.get(rc, 0) for rc in classes.split('/'))
+                units = sum(held.get(rc, 0) for rc in classes)
                 if units < count:
                     raise exception.BindFailed(
                         reason=f'instance {instance_uuid} holds {units} '
                                f'unit{"" if units == 1 else "s"} of '
-                               f'{classes} on resource provider {rp_uuid}, '
-                               f'not the {count} its accelerator requests '
-                               f'bound there need')
+                               f'{"/".join(classes)} on resource provider '
+                               f'{rp_uuid}, not the {count} its '
+                               f'accelerator requests bound there need')
 
 
 def _first_line(exc):

@@ -226,12 +226,22 @@ def lost(record, now):
                   faults=0)
 
 
-def vanished_unhealthy(record, now, worst=None):
-    """Hardware that vanished while not healthy (``worst``: the record
-    whose health made it so, by default ``record``): 'lost', saying how
-    it was, so that it is kept (``remembered``) and its return is
-    re-probed instead of trusted."""
+def worst(*records):
+    """The record whose health is worst (``states.worst``'s order; the
+    first of equals)."""
+    return max(records, key=lambda r: states.HEALTH_STATES.index(r.health))
+
+
+def vanished(record, now, worst=None):
+    """The hardware of ``record`` vanished: 'lost'.  ``worst``: the record
+    deciding its health (its own, by default; its device's, or a device's
+    deployables', when worse).  Not healthy then, the reason says how it
+    was, so that the row is kept (``remembered``) and its return is
+    re-probed instead of trusted; healthy, only allocations holding it
+    keep it (``LOST_REASON``)."""
     worst = worst or record
+    if worst.health in (states.HEALTHY, states.LOST):
+        return lost(record, now)
     reason = f'{VANISHED_UNHEALTHY} ({worst.health}' + (
         f': {worst.reason})' if worst.reason else ')')
     return _moved(record, now, states.LOST, reason, due_at=None, faults=0)

@@ -21,9 +21,10 @@ device row stays while one of its deployables does); when the hardware
 comes back it is 'unhealthy' until the health state machine's hold-down
 and re-probe re-admit it (``health_machine``).  Hardware that vanishes
 while not healthy (its own health or its device's) is kept the same way,
-allocated or not, so that it does not come back as new and healthy; the
-reconcile removes it once no allocation holds it and
-``health_machine.remembered`` no longer keeps it.
+allocated or not, so that it does not come back as new and healthy.
+Gone rows are removed (``placement_sync.drop_released_gone`` and the
+reconcile) once no allocation holds them and ``health_machine.remembered``
+no longer keeps them.
 
 Lifecycle: a device the report adds starts in the status the caller
 passes (``[conductor]new_device_status``); a device already known keeps
@@ -32,6 +33,7 @@ back keeps its uuid, derived from the host and its address.
 """
 
 import dataclasses
+import functools
 import json
 
 from cyborg.common import exception
@@ -218,10 +220,9 @@ def _remove_device(plan, stored, row, held, now):
         plan.delete['devices'].append(row['uuid'])
     elif row.get('health') != states.LOST:
         # Lost with the worst health of what it held.
-        worst = max([device] + kept,
-                    key=lambda r: states.HEALTH_STATES.index(r.health))
         plan.update['devices'].append(dict(
-            _health_change(row, _vanished(worst), now), uuid=row['uuid']))
+            _health_change(row, _vanished(health_machine.worst(
+                device, *kept)), now), uuid=row['uuid']))
 
 
 # -- deployables --------------------------------------------------------------
@@ -286,10 +287,8 @@ def _remove_deployable(plan, row, held, now, device=None):
     own or its device's, the worse), None when deleted."""
     rp = row.get('rp_uuid') or _rp_uuid(row['name'])
     plan.removal_candidates.add(rp)
-    worst = health_machine.Record.from_row(row)
-    if device is not None and states.worst(
-            worst.health, device.health) != worst.health:
-        worst = device
+    worst = health_machine.worst(health_machine.Record.from_row(row),
+                                 *([device] if device is not None else []))
     if rp in held or worst.health != states.HEALTHY:
         if not row.get('gone'):
             plan.update['deployables'].append(dict(
@@ -303,12 +302,9 @@ def _remove_deployable(plan, row, held, now, device=None):
 
 
 def _vanished(worst):
-    """The move of a row whose hardware vanished, ``worst`` the record
-    deciding its health (its own, or its device's when worse)."""
-    if worst.health in (states.HEALTHY, states.LOST):
-        return health_machine.lost
-    return lambda record, now: health_machine.vanished_unhealthy(
-        record, now, worst)
+    """The move of a row whose hardware vanished (``health_machine
+    .vanished``), ``worst`` the record deciding its health."""
+    return functools.partial(health_machine.vanished, worst=worst)
 
 
 def _health_change(row, move, now):

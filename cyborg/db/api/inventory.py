@@ -211,9 +211,8 @@ _ATTRIBUTES_OF = sa.select(_A.c.deployable_id, _A.c.key, _A.c.value).where(
 @reader
 def gone(context):
     """Every deployable kept as gone, of every host: [{'hostname', 'uuid',
-    'rp_uuid', 'health', 'health_reason', 'health_updated_at'}]; one
-    indexed-less query that finds nothing on a cloud whose hardware stays
-    put."""
+    'rp_uuid', 'health', 'health_reason', 'health_updated_at'}], in one
+    query (a scan of the deployables: ``gone`` has no index)."""
     return _sql.rows(_sql.connection(context).execute(_GONE))
 
 
