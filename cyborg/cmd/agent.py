@@ -17,7 +17,8 @@ def build_services(conf, host=None):
     """The agent's services, in start order: RPC first, so a conductor's
     request for a report is heard before the first report goes out; the
     health monitor after the reporter (it watches the devices the reporter
-    got acknowledged), so it also stops before it."""
+    got acknowledged), so it also stops before it.  The all-in-one starts
+    the first (the RPC server) before its conductor and the rest after."""
     host = host or conf.host
     drivers = loader.load_drivers(conf, host)
     reporter = agent_reporter.Reporter(conf, host, drivers)

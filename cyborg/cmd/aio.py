@@ -196,14 +196,19 @@ def build_services(conf, state_dir):
         rpc.set_transport(messaging.get_rpc_transport(conf, url='fake://'))
         migration.upgrade(conf)
         ensure_compute_node(placement_url, conf.host)
-        services = [_PlacementService(placement)]
         # The conductor also serves this process's one metrics registry,
         # every family (with [metrics]enabled), on [metrics]conductor_port.
-        services += conductor_cmd.build_services(conf, metrics_of=None)
-        services += agent_cmd.build_services(conf)
+        conductor = conductor_cmd.build_services(conf, metrics_of=None)
+        agent_rpc, *agent_workers = agent_cmd.build_services(conf)
         app = api_app.build_app(conf, metrics_of=None)
-        services.append(api_cmd.APIServer(conf, app, sock,
-                                          name='cyborg-aio'))
+        # Start order; the stop goes backwards, each service once those
+        # after it drained.  The agent's RPC server (and Placement) before
+        # the conductor, whose background binds call it until they end;
+        # the agent's reporter and monitors after the conductor's RPC
+        # server, which they report to.
+        services = [_PlacementService(placement), agent_rpc, *conductor,
+                    *agent_workers,
+                    api_cmd.APIServer(conf, app, sock, name='cyborg-aio')]
     except BaseException:
         placement.stop()
         raise

@@ -15,9 +15,10 @@ memory (the agent's budget is 80 MB for all its processes), so they run in
 one process with the small launcher below.  cyborg-api forks its own
 workers (cyborg.cmd.api).
 
-Shutdown: SIGTERM or SIGINT stops every service in reverse order of start
-and waits for in-flight requests, for at most
-``[DEFAULT]graceful_shutdown_timeout`` seconds; then the process exits with
+Shutdown: SIGTERM or SIGINT stops the services in reverse order of start,
+each once those started after it have finished their in-flight work (so
+a service may rely on those started before it while it drains), in at
+most ``[DEFAULT]graceful_shutdown_timeout`` seconds in all; then the process exits with
 status 0, without a traceback.  SIGHUP re-reads the mutable options
 (log levels).
 """
@@ -214,7 +215,8 @@ class Launcher:
         self.ready.set()
 
     def _stop_all(self):
-        """Stop started services in reverse order within the grace time.
+        """Stop started services in reverse order within the grace time,
+        each after the ones started after it finished their work.
 
         A service still starting (e.g. waiting for the broker) has taken
         no work yet; it is abandoned with its daemon thread.
@@ -236,10 +238,13 @@ class Launcher:
         return True
 
     def _stop_and_wait(self, services):
+        # One at a time, each waited for before the next is stopped: a
+        # service draining its work may use those started before it (the
+        # API's in-flight requests the conductor, the all-in-one's
+        # background binds its agent and Placement).
         for service in services:
             _quietly(service.stop, service)
             LOG.debug('%s stopped', service)
-        for service in services:
             if hasattr(service, 'wait'):
                 _quietly(service.wait, service)
                 LOG.debug('%s finished its in-flight work', service)

@@ -159,3 +159,45 @@ def test_background_binds_finish_before_the_stop_ends(conf):
     thread.join(10)
     assert not thread.is_alive() and result['status'] == 0
     assert finished.is_set(), 'the stop did not wait for the bind'
+
+
+class _Recorder:
+    """A service that writes what happens to it in a shared journal; its
+    ``wait`` takes ``drain`` seconds (work in flight)."""
+
+    def __init__(self, name, journal, drain=0.0):
+        self.name, self.journal, self.drain = name, journal, drain
+
+    def start(self):
+        self.journal.append(('start', self.name))
+
+    def stop(self):
+        self.journal.append(('stop', self.name))
+
+    def wait(self):
+        time.sleep(self.drain)
+        self.journal.append(('drained', self.name))
+
+    def __str__(self):
+        return self.name
+
+
+def test_a_service_stops_only_once_those_after_it_drained(conf):
+    # The all-in-one's conductor drains its background binds while its
+    # agent's RPC server and Placement (started before it) still answer:
+    # a service is stopped only after every service started after it has
+    # finished its in-flight work.
+    journal = []
+    launcher = service.Launcher(conf, 'test')
+    for name, drain in (('placement', 0), ('agent rpc', 0),
+                        ('background binds', 0.5), ('api', 0.2)):
+        launcher.add(_Recorder(name, journal, drain))
+    thread, result = _run(launcher)
+    launcher.request_stop()
+    thread.join(10)
+    assert result['status'] == 0
+    assert [e for e in journal if e[0] != 'start'] == [
+        ('stop', 'api'), ('drained', 'api'),
+        ('stop', 'background binds'), ('drained', 'background binds'),
+        ('stop', 'agent rpc'), ('drained', 'agent rpc'),
+        ('stop', 'placement'), ('drained', 'placement')]
