@@ -18,9 +18,9 @@ workers (cyborg.cmd.api).
 Shutdown: SIGTERM or SIGINT stops the services in reverse order of start,
 each once those started after it have finished their in-flight work (so
 a service may rely on those started before it while it drains), in at
-most ``[DEFAULT]graceful_shutdown_timeout`` seconds in all; then the process exits with
-status 0, without a traceback.  SIGHUP re-reads the mutable options
-(log levels).
+most ``[DEFAULT]graceful_shutdown_timeout`` seconds in all; then the
+process exits with status 0, without a traceback.  SIGHUP re-reads the
+mutable options (log levels).
 """
 
 import os
