@@ -129,6 +129,7 @@ class Deployable(HealthColumns, Base):
         sa.Index('deployables_device_id_idx', 'device_id'),
         sa.Index('deployables_rp_uuid_idx', 'rp_uuid'),
         sa.Index('deployables_health_idx', 'health'),
+        sa.Index('deployables_gone_idx', 'gone'),
     )
 
     uuid = sa.Column(UUID, nullable=False)
