@@ -36,6 +36,9 @@
 #                     (default cyborg_demo); dropped again at the end
 #   CYBORG_DEMO_DB_URL  MariaDB account that may create databases
 #                     (default mysql+pymysql://root@127.0.0.1)
+#   CYBORG_DEMO_DB_DRIVER  MariaDB driver of cyborg's own connection:
+#                     pymysql (default) or mysqldb (the "mysqlclient" extra,
+#                     which must be installed); Placement keeps the URL's
 #   CYBORG_DEMO_RABBIT  user:password on the local RabbitMQ (guest:guest);
 #                     the vhost is made with rabbitmqctl (needs root)
 #
@@ -52,6 +55,7 @@ ROOT=$PWD
 VENV=${VENV:-$ROOT/.venv}
 NAME=${CYBORG_DEMO_NAME:-cyborg_demo}
 DB_URL=${CYBORG_DEMO_DB_URL:-mysql+pymysql://root@127.0.0.1}
+DB_DRIVER=${CYBORG_DEMO_DB_DRIVER:-pymysql}
 RABBIT=${CYBORG_DEMO_RABBIT:-guest:guest}
 SCENARIOS=(qat intel_fpga amd_gpu)
 HOST_COUNT=3
@@ -244,7 +248,7 @@ cat >"$WORK/cyborg.conf" <<EOF
 transport_url = rabbit://$RABBIT@127.0.0.1:5672/$NAME
 
 [database]
-connection = $DB_URL/$NAME?charset=utf8mb4
+connection = ${DB_URL/#mysql+pymysql:/mysql+$DB_DRIVER:}/$NAME?charset=utf8mb4
 
 [api]
 # No Keystone in this demo: identities come from headers.

@@ -67,6 +67,21 @@ start_service() {
 
 # -- Python -------------------------------------------------------------
 
+mysqlclient_build_deps() {
+    # mysqlclient (MariaDB's C driver, test-requirements.txt) builds from
+    # source: a C compiler, Python's headers and MariaDB's client library
+    # found through pkg-config.
+    local headers
+    headers=$("$1" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+    command -v gcc >/dev/null || apt_install gcc
+    [ -e "$headers/Python.h" ] || apt_install python3-dev
+    if ! command -v pkg-config >/dev/null || ! {
+            pkg-config --exists libmariadb ||
+            pkg-config --exists mysqlclient; }; then
+        apt_install pkg-config libmariadb-dev
+    fi
+}
+
 setup_venv() {
     local python=${PYTHON:-}
     if [ -z "$python" ]; then
@@ -86,6 +101,7 @@ setup_venv() {
     stamp="$VENV/.cyborg-installed-$(cat requirements.txt \
         test-requirements.txt setup.cfg | sha1sum | cut -c1-16)"
     if [ ! -e "$stamp" ]; then
+        mysqlclient_build_deps "$VENV/bin/python"
         log "installing requirements and the project into $VENV"
         "$VENV/bin/pip" install -q --upgrade pip
         "$VENV/bin/pip" install -q -r requirements.txt \

@@ -23,6 +23,9 @@ def test_the_parameters_each_driver_takes():
     wait = db_api.DATABASE_WAIT
     assert db_api.bounded_wait_parameters(MYSQL) == (
         f'read_timeout={wait}&write_timeout={wait}')
+    assert db_api.bounded_wait_parameters(
+        MYSQL.replace('pymysql', 'mysqldb')) == (
+        f'read_timeout={wait}&write_timeout={wait}')
     assert db_api.bounded_wait_parameters(POSTGRESQL) == (
         f'tcp_user_timeout={wait * 1000}')
     assert db_api.bounded_wait_parameters('sqlite:////var/lib/c.db') == ''
@@ -56,8 +59,9 @@ def test_services_get_them():
         'connection_parameters') == ''  # oslo.db's default
 
 
-def test_a_hung_mariadb_fails_the_statement_in_bounded_time():
-    with databases.throwaway_database('mysql') as url, \
+@pytest.mark.parametrize('driver', databases.MYSQL_DRIVERS)
+def test_a_hung_mariadb_fails_the_statement_in_bounded_time(driver):
+    with databases.throwaway_database('mysql', driver) as url, \
             tcp_proxy.tcp_proxy(3306) as proxy:
         via_proxy = sa.engine.make_url(url).set(
             host='127.0.0.1', port=proxy.port)

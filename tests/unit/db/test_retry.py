@@ -30,9 +30,9 @@ def _retries():
         'cyborg_db_transaction_retries_total') or 0
 
 
-@pytest.fixture(scope='module')
-def mariadb():
-    with databases.throwaway_database('mysql') as url:
+@pytest.fixture(scope='module', params=databases.MYSQL_DRIVERS)
+def mariadb(request):
+    with databases.throwaway_database('mysql', request.param) as url:
         engine = engines.create_engine(url)
         yield engine
         engine.dispose()

@@ -13,11 +13,13 @@ from cyborg.db import api as db_api
 from tests.fixtures import databases
 
 
-@pytest.fixture(params=['mysql', 'postgresql'])
+@pytest.fixture(params=[('mysql', driver)
+                        for driver in databases.MYSQL_DRIVERS]
+                + [('postgresql', None)], ids=lambda p: p[1] or p[0])
 def facade(request):
     """(transaction context manager, what ended each transaction: COMMIT,
     ROLLBACK or PING)."""
-    with databases.throwaway_database(request.param) as url:
+    with databases.throwaway_database(*request.param) as url:
         manager = enginefacade.transaction_context()
         # One connection: every transaction below uses the same one.
         manager.configure(connection=url, max_retries=0, max_pool_size=1,
