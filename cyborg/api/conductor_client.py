@@ -22,7 +22,6 @@ answers 503 within seconds and reads keep being served.
 """
 
 import threading
-import time
 
 from kombu import exceptions as kombu_exceptions
 from oslo_log import log as logging
@@ -32,6 +31,7 @@ from cyborg.common import context as cyborg_context
 from cyborg.common import exception
 from cyborg.common import rpc
 from cyborg.common import timing
+from cyborg.objects import clock as objects_clock
 
 LOG = logging.getLogger(__name__)
 
@@ -82,8 +82,9 @@ class ConductorClient:
                            'conductor')
             self._waiting += 1
         if args and isinstance(args[0], cyborg_context.RequestContext):
-            # The conductor drops the call if it comes to it later.
-            args[0].answer_by = (time.time()
+            # The conductor drops the call if it comes to it later; both
+            # tell the time by the database server's clock.
+            args[0].answer_by = (objects_clock.reference.now()
                                  + self._conf.api.conductor_timeout)
         answered = False
         try:

@@ -82,10 +82,10 @@ class Checks(upgradecheck.UpgradeCommands):
         if skew is not None and abs(skew) > clock_db.TOLERATED_SKEW:
             return Result(Code.WARNING,
                           'This host\'s clock is %.1f s %s the database '
-                          'server\'s (more than %d s): the conductor drops '
-                          'the calls it reaches after the API stopped '
-                          'waiting, by the API host\'s clock; keep the '
-                          'clocks in sync (NTP).' % (
+                          'server\'s (more than %d s): the times cyborg '
+                          'writes from this host (created_at, health '
+                          'times) are off by as much; keep the clocks in '
+                          'sync (NTP).' % (
                               abs(skew), 'ahead of' if skew > 0 else 'behind',
                               clock_db.TOLERATED_SKEW))
         return Result(Code.SUCCESS)

@@ -1,28 +1,30 @@
 """At start-up: is this conductor's clock near the database server's?
 
-A conductor drops the calls it comes to after the API stopped waiting for
-them (``RequestContext.answer_by``, the API host's clock): with its own
-clock far ahead it would drop calls the API still waits for.  The
-database server's clock, which every cyborg host reaches, is the common
-reference (``cyborg-status upgrade check`` compares an API host's).
+The API and the conductor tell the time of ``RequestContext.answer_by``
+by the database server's clock, each measuring how far its own is from it
+(``cyborg.objects.clock.reference``); this start-up job takes the
+conductor's first measurement.  A host whose clock is off still writes
+timestamps that are off (``created_at``, health times), so it is also
+worth a WARNING (``cyborg-status upgrade check`` compares an API host's).
 """
 
 from oslo_log import log as logging
 
 from cyborg.db.api import clock as clock_db
+from cyborg.objects import clock as objects_clock
 
 LOG = logging.getLogger(__name__)
 
 
 def check(conf, context, started_at):
-    """Log a WARNING when this host's clock is more than
-    ``clock_db.TOLERATED_SKEW`` seconds from the database server's;
+    """Measure this host's clock against the database server's, and log a
+    WARNING when it is more than ``clock_db.TOLERATED_SKEW`` seconds off;
     returns the skew (None on SQLite)."""
-    skew = clock_db.skew(context)
+    skew = objects_clock.reference.measure(context)
     if skew is not None and abs(skew) > clock_db.TOLERATED_SKEW:
         LOG.warning('The clock of %s is %.1f s %s the database server\'s: '
-                    'calls may be dropped as late, or applied after the '
-                    'API answered 503, until the clocks agree (NTP)',
-                    conf.host, abs(skew), 'ahead of' if skew > 0 else
-                    'behind')
+                    'the times it writes are off until the clocks agree '
+                    '(NTP); calls are timed by the database server\'s '
+                    'clock', conf.host, abs(skew),
+                    'ahead of' if skew > 0 else 'behind')
     return skew

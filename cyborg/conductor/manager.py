@@ -16,7 +16,6 @@ Owners:
 """
 
 import functools
-import time
 
 from oslo_log import log as logging
 import oslo_messaging as messaging
@@ -33,6 +32,7 @@ from cyborg.conductor import inventory_apply
 from cyborg.conductor import programming
 from cyborg.conductor import remote_pools
 from cyborg.conductor import rpcapi
+from cyborg.objects import clock as objects_clock
 
 LOG = logging.getLogger(__name__)
 
@@ -65,17 +65,17 @@ def _answer(func):
 
 def _check_awaited(name, context):
     """503 for a call its caller stopped waiting for (``answer_by``
-    passed: it sat in RabbitMQ or behind busy threads): the API answered
-    503 already, so nothing is written."""
+    passed, by the database server's clock: it sat in RabbitMQ or behind
+    busy threads): the API answered 503 already, so nothing is
+    written."""
     answer_by = getattr(context, 'answer_by', None)
     if answer_by is None:
         return
-    late = time.time() - answer_by
+    late = objects_clock.reference.now() - answer_by
     if late > 0:
         raise exception.ServiceUnavailable(
             reason=f'{name} (request {context.request_id}) came '
-                   f'{late:.1f} s after its caller stopped waiting; dropped '
-                   f'(or the clocks of the API and conductor hosts differ)')
+                   f'{late:.1f} s after its caller stopped waiting; dropped')
 
 
 def _outage(exc):

@@ -1,16 +1,17 @@
-"""The database server's clock, to compare this host's with.
+"""The database server's clock: the one clock every cyborg host shares.
 
-The API tells the conductor until when it waits for each call
-(``RequestContext.answer_by``, wall-clock seconds), so the clocks of the
-API and conductor hosts must agree; each compared with the database
-server's (which both reach) bounds how far apart they are.
+``skew`` measures how far this host's clock is from it: the API and the
+conductor time ``RequestContext.answer_by`` by the server's clock
+(``cyborg.objects.clock.reference``), and ``cyborg-status`` and the
+conductor's start warn when a host's clock is off (the times it writes,
+``created_at`` and health times, are off too).
 """
 
 import datetime
-import time
 
 import sqlalchemy as sa
 
+from cyborg.common import clock
 from cyborg.db.api import _sql
 from cyborg.db.api import reader
 
@@ -40,8 +41,8 @@ def skew_on(connection):
     query = _SERVER_UTC.get(connection.dialect.name)
     if query is None:
         return None
-    before = time.time()
+    before = clock.host_clock()
     server = connection.scalar(query)
-    after = time.time()
+    after = clock.host_clock()
     return (before + after) / 2 - server.replace(
         tzinfo=datetime.timezone.utc).timestamp()
