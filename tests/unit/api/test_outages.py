@@ -7,6 +7,7 @@ import threading
 import time
 
 import oslo_messaging as messaging
+import pytest
 import sqlalchemy as sa
 from oslo_db.sqlalchemy import exc_filters
 import webob
@@ -148,17 +149,29 @@ def test_writes_beyond_half_the_threads_are_refused_while_unanswered(db):
     assert waited[-3] < 0.5, then          # the others were refused at once
 
 
-def test_each_call_tells_the_conductor_when_the_api_stops_waiting():
+@pytest.mark.parametrize('kind, off', [('sqlite', 0), ('mysql', -100)])
+def test_each_call_tells_the_conductor_when_the_api_stops_waiting(
+        kind, off, monkeypatch):
+    # By the database server's clock, whatever the API host's says
+    # (MariaDB's: this host's clock moved 100 s behind).
     from cyborg.api import conductor_client
+    from cyborg.common import clock
     from cyborg.common import context as cyborg_context
+    from cyborg.objects import clock as objects_clock
 
-    with api_fixture.api_service({('api', 'conductor_timeout'): 7}):
-        conf = api_fixture.make_conf({('api', 'conductor_timeout'): 7})
-        client = conductor_client.ConductorClient(conf,
-                                                  rpcapi.ConductorAPI(conf))
-        ctx = cyborg_context.RequestContext(project_id='p1')
-        before = time.time()
-        client.device_profile_create(ctx, values={
-            'name': 'timed', 'groups': [{'resources:FPGA': '1'}],
-            'project_id': 'p1'})
-    assert before + 7 <= ctx.answer_by <= time.time() + 7
+    with api_fixture.api_service({('api', 'conductor_timeout'): 7},
+                                 db_kind=kind) as service:
+        monkeypatch.setattr(clock, 'host_clock', lambda: time.time() + off)
+        objects_clock.reference.forget()
+        try:
+            client = conductor_client.ConductorClient(
+                service.conf, rpcapi.ConductorAPI(service.conf))
+            ctx = cyborg_context.RequestContext(project_id='p1')
+            before = time.time()
+            client.device_profile_create(ctx, values={
+                'name': 'timed', 'groups': [{'resources:FPGA': '1'}],
+                'project_id': 'p1'})
+        finally:
+            monkeypatch.undo()
+            objects_clock.reference.forget()
+    assert before + 6.9 <= ctx.answer_by <= time.time() + 7.1

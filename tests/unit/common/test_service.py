@@ -50,12 +50,32 @@ def test_starts_in_order_and_stops_in_reverse(conf):
     launcher.request_stop()
     thread.join(5)
     assert result['status'] == 0
+    # Each stopped once those started after it drained: a service may
+    # rely on those started before it while it drains (the all-in-one's
+    # background binds on its agent's RPC server and Placement).
     assert log == [('start', 'rpc'), ('start', 'reporter'),
                    ('start', 'hotplug'),
-                   ('stop', 'hotplug'), ('stop', 'reporter'),
-                   ('stop', 'rpc'),
-                   ('waited', 'hotplug'), ('waited', 'reporter'),
-                   ('waited', 'rpc')]
+                   ('stop', 'hotplug'), ('waited', 'hotplug'),
+                   ('stop', 'reporter'), ('waited', 'reporter'),
+                   ('stop', 'rpc'), ('waited', 'rpc')]
+
+
+def test_a_service_stops_only_once_those_after_it_drained(conf):
+    # Slow drains, so that a stop issued before one ended would show.
+    log = []
+    launcher = service.Launcher(conf, 'test')
+    for name, takes in (('placement', 0), ('agent rpc', 0),
+                        ('background binds', 0.5), ('api', 0.2)):
+        launcher.add(Recorder(name, log, wait_takes=takes))
+    thread, result = _run_until_ready(launcher)
+    launcher.request_stop()
+    thread.join(10)
+    assert result['status'] == 0
+    assert [e for e in log if e[0] != 'start'] == [
+        ('stop', 'api'), ('waited', 'api'),
+        ('stop', 'background binds'), ('waited', 'background binds'),
+        ('stop', 'agent rpc'), ('waited', 'agent rpc'),
+        ('stop', 'placement'), ('waited', 'placement')]
 
 
 def test_in_flight_work_finishes_before_exit(conf):

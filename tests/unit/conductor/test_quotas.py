@@ -14,7 +14,6 @@ from cyborg.common import context as cyborg_context
 from cyborg.common import exception
 from cyborg.common import quota
 from cyborg.conductor import arq_binding
-from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.objects import quotas as quota_objects
 from tests.fixtures import api as api_fixture
@@ -25,15 +24,8 @@ from tests.fixtures import processes
 
 @pytest.fixture(params=databases.KINDS)
 def engine(request):
-    with databases.throwaway_database(request.param) as url:
-        databases.create_schema(url)
-        engine = api_fixture._engine(url)
-        undo = db_api.patch_engine(engine)
-        try:
-            yield engine
-        finally:
-            undo()
-            engine.dispose()
+    with api_fixture.database_in_use(request.param) as engine:
+        yield engine
 
 
 def _ctx(project):
