@@ -75,8 +75,10 @@ def test_aio_shows_the_fake_fpga_to_the_openstack_client(tmp_path):
     port = processes.free_port()
     state_dir = tmp_path / 'state'
     # Short health timers, so that the broken device comes back quickly.
+    metrics_port = processes.free_port()
     config = processes.write_config(tmp_path / 'extra.conf', {
-        'health': {'check_interval': 0.2, 'hold_down': 1}})
+        'health': {'check_interval': 0.2, 'hold_down': 1},
+        'metrics': {'enabled': True, 'conductor_port': metrics_port}})
     aio = processes.ServiceProcess(
         'cyborg-aio', config, tmp_path / 'aio.out',
         args=['--port', str(port), '--state-dir', str(state_dir)])
@@ -112,9 +114,26 @@ def test_aio_shows_the_fake_fpga_to_the_openstack_client(tmp_path):
         fault.unlink()
         processes.wait_for(lambda: _health(url) == ['healthy'],
                            timeout=20, what='the fake device healthy')
+
+        # One process, one registry: the API's /metrics and the
+        # conductor's port both serve the families of every kind.
+        for scraped in (url + '/metrics',
+                        'http://127.0.0.1:%d/metrics' % metrics_port):
+            families = _families(_get(scraped).text)
+            assert {'cyborg_api_requests_total', 'cyborg_conductor_hosts',
+                    'cyborg_conductor_health_transitions_total',
+                    'cyborg_agent_health_readings_total',
+                    'cyborg_db_transaction_retries_total'} <= families, (
+                scraped, sorted(families))
         aio.stop()
     finally:
         aio.kill()
+
+
+def _families(exposition):
+    # '# TYPE <name> <type>' lines.
+    return {line.split()[2] for line in exposition.splitlines()
+            if line.startswith('# TYPE ')}
 
 
 def _devices(url):
