@@ -1095,14 +1095,13 @@ def delete(conf, context, arq_uuids=None, instance_uuid=None,
     holds a device (``accelerator_requests.check_may_delete``).
     """
     arq_uuids = list(arq_uuids or [])
-    done = db_api.write_retrying(context, _delete_at_once, context,
-                                 arq_uuids, instance_uuid or None,
-                                 guard_holding)
-    if done is not None:
-        rows, moved = done
-    else:
+    rows, moved = db_api.write_retrying(context, _delete_at_once, context,
+                                        arq_uuids, instance_uuid or None,
+                                        guard_holding)
+    if moved is None:
         rows, moved = _delete_releasing(conf, context, arq_uuids,
-                                        instance_uuid or None, guard_holding)
+                                        instance_uuid or None, guard_holding,
+                                        rows)
     if moved:
         _notify_left(conf, context, notify.ARQ_DELETE, rows, moved,
                      states.DELETING)
@@ -1131,13 +1130,14 @@ def _delete_at_once(context, arq_uuids, instance_uuid, guard_holding=False):
     """(rows, {uuid: state before}) of a delete with nothing to release
     outside the database (no mdev to remove, no fabric handle to detach,
     no Placement claim of its own): read and deleted in one transaction.
-    None, having written nothing, when some ARQ has such a release."""
+    (rows, None), having written nothing, when some ARQ has such a
+    release."""
     rows = _deletable(context, arq_uuids, instance_uuid, guard_holding,
                       lock=True)
     if not rows:
         return rows, {}
     if any(_releases_outside(row) for row in rows):
-        return None
+        return rows, None
     return rows, _leave_all(context, rows, states.DELETING, ANY_STATE,
                             delete=True)
 
@@ -1153,24 +1153,24 @@ DELETE_ROUNDS = 3
 
 
 def _delete_releasing(conf, context, arq_uuids, instance_uuid,
-                      guard_holding=False):
-    """The delete of ARQs with something to release first (mdevs, remote
-    handles, standalone claims), each outside the transaction.  The
-    transaction deleting them reads them again, locked: where one now
-    holds something not released (a bind ended meanwhile), nothing is
-    deleted and the releases run again for what they hold now."""
+                      guard_holding, rows):
+    """The delete of ARQs ``rows`` (as last read) with something to
+    release first (mdevs, remote handles, standalone claims), each outside
+    the transaction.  The transaction deleting them reads them again,
+    locked: where one now holds something not released (a bind ended
+    meanwhile), nothing is deleted and the releases run again for what
+    they hold now."""
     for _round in range(DELETE_ROUNDS):
-        rows = _deletable(context, arq_uuids, instance_uuid, guard_holding)
         if not rows:
             return rows, {}
         _release_mdevs(conf, context, rows)
         kept = remote_pools.detach_for_release(conf, context, rows)
         release_allocations(conf, rows)
-        done = db_api.write_retrying(context, _delete_released, context,
-                                     arq_uuids, instance_uuid,
-                                     guard_holding, rows, kept)
-        if done is not None:
-            return done
+        rows, moved = db_api.write_retrying(
+            context, _delete_released, context, arq_uuids, instance_uuid,
+            guard_holding, rows, kept)
+        if moved is not None:
+            return rows, moved
     raise exception.Conflict(
         reason='the accelerator requests kept being bound while they were '
                'deleted; try again')
@@ -1178,12 +1178,12 @@ def _delete_releasing(conf, context, arq_uuids, instance_uuid,
 
 def _delete_released(context, arq_uuids, instance_uuid, guard_holding,
                      released, kept):
-    """Delete the ARQs if they hold what ``released`` held (rows, moved);
-    None, writing nothing, if not."""
+    """Delete the ARQs if they hold what ``released`` held: (rows,
+    moved); (rows, None), writing nothing, if not."""
     rows = _deletable(context, arq_uuids, instance_uuid, guard_holding,
                       lock=True)
     if _holdings(rows) - _holdings(released):
-        return None
+        return rows, None
     return rows, _leave_all(context, rows, states.DELETING, ANY_STATE,
                             delete=True, kept=kept)
 

@@ -153,6 +153,33 @@ def test_delete_releases_the_allocation(aconf, db, ctx, trait,
     assert seed.handles_in_use(db) == 0
 
 
+def test_a_delete_with_a_claim_to_release_reads_its_arqs_twice(
+        aconf, db, ctx, trait, placement_url):
+    # Once in the transaction that finds the claim (it deletes nothing
+    # then) and once, locked, in the one that deletes after the release:
+    # what the first read found is what is released, not read again.
+    _provide(aconf, db, trait)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+    reads = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany):
+        # The reads of whole ARQs to change: they join the profile.
+        if (statement.lstrip().upper().startswith('SELECT')
+                and 'profile_json' in statement):
+            reads.append(statement)
+
+    sa.event.listen(db, 'before_cursor_execute', seen)
+    try:
+        assert arq_binding.delete(aconf, ctx, arq_uuids=[uuid]) == []
+    finally:
+        sa.event.remove(db, 'before_cursor_execute', seen)
+    assert len(reads) == 2, reads
+    assert _held(placement_url, uuid)['allocations'] == {}
+    assert _row(db, uuid) is None
+
+
 def test_unbind_releases_it_and_the_arq_can_be_allocated_again(
         aconf, db, ctx, trait, placement_url):
     device = _provide(aconf, db, trait)
