@@ -23,6 +23,7 @@ process exits with status 0, without a traceback.  SIGHUP re-reads the
 mutable options (log levels).
 """
 
+import itertools
 import os
 import re
 import signal
@@ -68,10 +69,32 @@ def parse_or_exit(conf, argv=None, prog=None):
     configuration (``config_error``)."""
     argv = sys.argv[1:] if argv is None else argv
     try:
-        cyborg.conf.parse_args(conf, argv, prog=prog)
+        cyborg.conf.parse_args(conf, config_options_first(argv), prog=prog)
     except cfg.Error as exc:
         config_error(prog, exc)
     return conf
+
+
+# Options that say where the configuration is: accepted after a
+# subcommand too ("cyborg-dbsync upgrade --config-file ..."), which
+# argparse would refuse, its subcommands knowing none of them.
+CONFIG_OPTIONS = ('--config-file', '--config-dir')
+
+
+def config_options_first(argv):
+    """``argv`` with ``CONFIG_OPTIONS`` (and their values) moved before
+    everything else, in their order; the rest as it was."""
+    first, rest = [], []
+    args = iter(argv)
+    for arg in args:
+        if arg in CONFIG_OPTIONS:
+            # With its value, if any: without, argparse says so.
+            first += [arg, *itertools.islice(args, 1)]
+        elif arg.partition('=')[0] in CONFIG_OPTIONS:
+            first.append(arg)
+        else:
+            rest.append(arg)
+    return first + rest
 
 
 # oslo.config names where a bad value came from as a LocationInfo repr.

@@ -102,3 +102,32 @@ def test_os_cyborg_config_dir_moves_the_directory(tmp_path):
     found = _prepare(tmp_path, env={cyborg.conf.CONFIG_DIR_ENV: str(etc)})
     assert found == {'host': 'from-drop-in',
                      'files': [str(etc / 'cyborg.conf')]}
+
+
+@pytest.mark.parametrize('script, args', [
+    ('cyborg-dbsync', ['version']),
+    ('cyborg-dbsync', ['upgrade']),
+    ('cyborg-status', ['upgrade', 'check']),
+])
+def test_config_options_after_the_subcommand_count_too(tmp_path, script,
+                                                       args):
+    # "cyborg-dbsync upgrade --config-file ..." as operators type it:
+    # the same as with the option first.
+    db = tmp_path / 'c.sqlite'
+    conf = tmp_path / 'c.conf'
+    conf.write_text('[database]\nconnection = sqlite:///%s\n' % db)
+    (tmp_path / 'conf.d').mkdir()
+    env = dict(os.environ)
+    env.pop(cyborg.conf.CONFIG_ENV, None)
+    for where in (['--config-file', str(conf)],
+                  ['--config-file=%s' % conf],
+                  ['--config-dir', str(tmp_path / 'conf.d'),
+                   '--config-file', str(conf)]):
+        done = subprocess.run(
+            [os.path.join(sys.prefix, 'bin', script), *args, *where],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+            env=env)
+        assert 'unrecognized arguments' not in done.stderr, done.stderr
+        assert done.returncode in (0, 2), done.stdout + done.stderr
+    if args == ['upgrade']:
+        assert db.exists()
