@@ -1109,15 +1109,13 @@ def delete(conf, context, arq_uuids=None, instance_uuid=None,
     return [u for u in arq_uuids if u not in found]
 
 
-def _deletable(context, arq_uuids, instance_uuid, guard_holding=False,
-               lock=False):
-    """The ARQs a delete names that the caller sees.  With ``lock`` (in a
-    write transaction, before its first read) they are locked first, so
-    that they are read as last committed and no bind changes them before
-    the transaction ends: what the 403 of ``guard_holding`` is decided
-    on, and the handles released, are what the ARQs hold."""
-    if lock:
-        arq_db.lock(context, arq_uuids, instance_uuid=instance_uuid)
+def _deletable(context, arq_uuids, instance_uuid, guard_holding=False):
+    """The ARQs a delete names that the caller sees, in its write
+    transaction, locked before they are read: read as last committed, and
+    no bind changes them before the transaction ends, so what the 403 of
+    ``guard_holding`` is decided on, and the handles released, are what
+    the ARQs hold."""
+    arq_db.lock(context, arq_uuids, instance_uuid=instance_uuid)
     rows = [r for r in arq_db.get_to_change(context, arq_uuids,
                                             instance_uuid=instance_uuid)
             if _visible(context, r)]
@@ -1132,8 +1130,7 @@ def _delete_at_once(context, arq_uuids, instance_uuid, guard_holding=False):
     no Placement claim of its own): read and deleted in one transaction.
     (rows, None), having written nothing, when some ARQ has such a
     release."""
-    rows = _deletable(context, arq_uuids, instance_uuid, guard_holding,
-                      lock=True)
+    rows = _deletable(context, arq_uuids, instance_uuid, guard_holding)
     if not rows:
         return rows, {}
     if any(_releases_outside(row) for row in rows):
@@ -1180,8 +1177,7 @@ def _delete_released(context, arq_uuids, instance_uuid, guard_holding,
                      released, kept):
     """Delete the ARQs if they hold what ``released`` held: (rows,
     moved); (rows, None), writing nothing, if not."""
-    rows = _deletable(context, arq_uuids, instance_uuid, guard_holding,
-                      lock=True)
+    rows = _deletable(context, arq_uuids, instance_uuid, guard_holding)
     if _holdings(rows) - _holdings(released):
         return rows, None
     return rows, _leave_all(context, rows, states.DELETING, ANY_STATE,

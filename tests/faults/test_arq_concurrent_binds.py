@@ -147,7 +147,7 @@ def test_a_delete_racing_a_bind_leaves_no_handle_held(conf, server_db,
     def delete():
         # As arq_binding._delete_at_once, holding the transaction open
         # between its read and its write.
-        rows = arq_binding._deletable(deleter, [arq], None, lock=True)
+        rows = arq_binding._deletable(deleter, [arq], None)
         if not tries:
             assert [r.attach_handle_id for r in rows] == [None]
             read.set()
