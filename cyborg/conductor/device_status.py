@@ -14,6 +14,11 @@ drivers without one).  Only when that succeeds is the device enabled: an
 agent that fails is a 409, one that does not answer in time a 503, and the
 status stays ``maintaining`` either way.  Devices a report discovers start
 in ``[conductor]new_device_status`` (``inventory_plan``).
+
+Enabling is also how an admin vouches for a device that failed (it was
+repaired, reseated or replaced): whatever its status was, an unhealthy
+device, or deployable of it, is re-probed at once instead of at the end
+of its hold-down (``health.vouch``); the probe's verdict decides.
 """
 
 import oslo_messaging as messaging
@@ -24,6 +29,7 @@ from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
 from cyborg.common import notify
 from cyborg.common import states
+from cyborg.conductor import health
 from cyborg.conductor import placement_sync
 from cyborg.db import api as db_api
 from cyborg.db.api import devices as device_db
@@ -66,7 +72,21 @@ def set_status(conf, context, device_uuid, status, wait=None):
     if target['status'] != status:
         _notify(conf, context, target, status)
     _sync(conf, context, device, device_uuid, host)
+    if status == states.ENABLED:
+        _vouch(conf, context, target['hostname'], device_uuid)
     return device
+
+
+def _vouch(conf, context, hostname, device_uuid):
+    """Re-probe the device now if it is unhealthy.  The status change
+    stands if this fails: the device then waits out its hold-down, and
+    enabling it again retries."""
+    try:
+        health.vouch(conf, context, hostname, device_uuid)
+    except Exception:
+        LOG.exception('Could not start the re-probe of device %s on %s; '
+                      'it is re-probed after its hold-down.', device_uuid,
+                      hostname)
 
 
 def _set_in(context, device_uuid, status):

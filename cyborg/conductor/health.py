@@ -76,6 +76,14 @@ def handle_report(conf, context, hostname, report):
             time.monotonic() - started)
 
 
+def vouch(conf, context, hostname, device_uuid):
+    """An admin enabled the device: its unhealthy records (its own and its
+    deployables') are re-probed now (``health_machine.vouched``).  Returns
+    how many records changed."""
+    return len(_apply(conf, context, hostname, [],
+                      vouched=frozenset([device_uuid])).changes)
+
+
 def run_timers(conf, context):
     """Periodic job (``periodics.JOBS``): the timed steps now due (suspect
     expiry, end of a hold-down, probe timeout), host by host.  Returns how
@@ -161,9 +169,12 @@ def device_key(device_row):
     return f"{device_row['cpid_type']}:{device_row['cpid_info']}"
 
 
-def evaluate(settings, hostname, devices, deployables, readings, now):
+def evaluate(settings, hostname, devices, deployables, readings, now,
+             vouched=frozenset()):
     """What ``readings`` and the timers do to a host's records (rows as
-    ``health_db.records`` returns them); writes nothing."""
+    ``health_db.records`` returns them), the records of the devices whose
+    uuids are in ``vouched`` (and their deployables') vouched for first;
+    writes nothing."""
     by_key = {device_key(d): d for d in devices}
     by_name = {d['name']: d for d in deployables}
     own, accepted = _sort_readings(hostname, by_key, by_name, readings)
@@ -171,8 +182,9 @@ def evaluate(settings, hostname, devices, deployables, readings, now):
     new_device = {}
     for device in devices:
         old = machine.Record.from_row(device)
-        new = machine.step(old, own.get(('device', device['id']), ()),
-                           now, settings)
+        new = machine.step(_start(old, device, vouched, now, settings),
+                           own.get(('device', device['id']), ()), now,
+                           settings)
         new_device[device['id']] = new
         _note(result, 'device', device, device, old, new)
     devices_by_id = {d['id']: d for d in devices}
@@ -182,7 +194,8 @@ def evaluate(settings, hostname, devices, deployables, readings, now):
             own.get(('deployable', dep['id']), []),
             own.get(('device', device['id']), ()))
         old = machine.Record.from_row(dep)
-        new = machine.step(old, dep_readings, now, settings)
+        new = machine.step(_start(old, device, vouched, now, settings),
+                           dep_readings, now, settings)
         _note(result, 'deployable', dep, device, old, new)
         before = machine.effective(old.health, device['health'])
         after = machine.effective(new.health,
@@ -192,6 +205,13 @@ def evaluate(settings, hostname, devices, deployables, readings, now):
                 (after in states.OUT_OF_SCHEDULE)):
             result.touched_providers.add(dep['rp_uuid'])
     return result
+
+
+def _start(record, device, vouched, now, settings):
+    """The record the readings apply to: vouched for if its device is."""
+    if device['uuid'] in vouched:
+        return machine.vouched(record, now, settings)
+    return record
 
 
 def _sort_readings(hostname, by_key, by_name, readings):
@@ -239,14 +259,14 @@ def _note(result, kind, row, device, old, new):
 
 # -- applying -----------------------------------------------------------------
 
-def _apply(conf, context, hostname, readings, now=None):
+def _apply(conf, context, hostname, readings, now=None, vouched=frozenset()):
     now = now or timeutils.utcnow()
     settings = machine.Settings.from_conf(conf)
     # Optimistic first look without a lock: most reports change nothing.
     with db_api.reader.using(context):
         devices, deployables = health_db.records(context, hostname)
     result = evaluate(settings, hostname, devices, deployables, readings,
-                      now)
+                      now, vouched)
     if not result.changes:
         return result
     for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -254,7 +274,8 @@ def _apply(conf, context, hostname, readings, now=None):
             # Its own transaction, retried when it loses a lock conflict
             # (and on SQLite holding the write lock from its first read).
             result = db_api.write_retrying(context, _write, conf, context,
-                                           hostname, readings, now, settings)
+                                           hostname, readings, now, settings,
+                                           vouched)
             break
         except _Raced:
             if attempt == MAX_ATTEMPTS:
@@ -265,12 +286,12 @@ def _apply(conf, context, hostname, readings, now=None):
     return result
 
 
-def _write(conf, context, hostname, readings, now, settings):
+def _write(conf, context, hostname, readings, now, settings, vouched):
     if not host_db.lock(context, hostname):
         return _Evaluation()
     devices, deployables = health_db.records(context, hostname)
     result = evaluate(settings, hostname, devices, deployables, readings,
-                      now)
+                      now, vouched)
     for kind, table in (('device', 'devices'),
                         ('deployable', 'deployables')):
         rows = [dict(c.new.columns(since=c.old), uuid=c.row['uuid'],

@@ -17,6 +17,7 @@ A record (the ``HealthColumns`` of a device or deployable row) moves so::
     probing --no verdict within probe_timeout--> unhealthy        (timer)
     hardware vanished while allocated, or while not healthy --> lost
     lost --came back--> unhealthy ('came back; re-probing')
+    unhealthy --an admin enables the device--> probing (flaps forgotten)
 
 The hold-down is ``hold_down * 2**flaps`` (at most ``max_hold_down``),
 where flaps counts re-admissions, each within ``flap_window`` of the one
@@ -216,6 +217,20 @@ def step(record, readings, now, settings):
 def needs_probe(old, new):
     """Whether the move from ``old`` to ``new`` asks for a re-probe."""
     return new.health == states.PROBING and old.health != states.PROBING
+
+
+# -- the operator ----------------------------------------------------------
+
+def vouched(record, now, settings):
+    """An admin enabled the device (repaired, reseated or replaced it): an
+    unhealthy record is re-probed now rather than at the end of its
+    hold-down, and its flap history is forgotten.  Only the probe's
+    verdict re-admits it; any other health is left as it is (a lost
+    device has no hardware to probe)."""
+    if record.health != states.UNHEALTHY:
+        return record
+    return _moved(record, now, states.PROBING, record.reason, flaps=0,
+                  due_at=now + _seconds(settings.probe_timeout))
 
 
 # -- inventory events (devices and deployables) ---------------------------

@@ -20,6 +20,7 @@ from cyborg.common import exception
 from cyborg.common import metrics
 from cyborg.common import notify
 from cyborg.common import states
+from cyborg.conductor import device_status
 from cyborg.conductor import health, health_machine, inventory_apply
 from cyborg.conductor import manager, periodics
 from cyborg.db import api as db_api
@@ -219,6 +220,100 @@ def test_no_probe_verdict_in_time_means_unhealthy_again(
     assert _device_health(db) == (
         'unhealthy', 'no re-probe verdict within 30 s', None)
     assert _out(placement, GPU)
+
+
+# -- the operator vouches for a device (enables it) ---------------------------
+
+GPU_DEV = inventory.row_uuid(HOST, GPU_KEY)
+MIG_DEV = inventory.row_uuid(HOST, MIG_KEY)
+
+
+def _flaps(engine, uuid):
+    d = models.Device.__table__
+    with engine.connect() as conn:
+        return conn.execute(sa.select(d.c.health_flaps)
+                            .where(d.c.uuid == uuid)).scalar_one()
+
+
+def test_enabling_an_unhealthy_device_re_probes_it_now(
+        conf, db, admin_context, cn, placement, agent):  # noqa: F811
+    # A flapping card: its next hold-down would be long.
+    conf.set_override('max_hold_down', 86400, group='health')
+    _report(conf, admin_context, _reading(GPU_KEY, states.FATAL, 'XID 79'))
+    _report(conf, admin_context, _reading(GPU_KEY, states.OK))
+    with db.begin() as conn:
+        conn.execute(sa.update(models.Device.__table__)
+                     .where(models.Device.__table__.c.uuid == GPU_DEV)
+                     .values(health_flaps=6,
+                             health_readmitted_at=sa.func.now()))
+    before = _transitions('device', 'unhealthy', 'probing')
+    # The operator repaired (or replaced) it and enables it: it is
+    # re-probed at once, still out of the schedule until the verdict.
+    device_status.set_status(conf, admin_context, GPU_DEV, states.ENABLED)
+    health_now = _device_health(db)
+    assert health_now[:2] == ('probing', 'XID 79')
+    assert health_now.health_due_at is not None
+    assert agent.probed.wait(10) and agent.probes == [[GPU_KEY]]
+    assert _transitions('device', 'unhealthy', 'probing') == before + 1
+    assert _out(placement, GPU)
+    _report(conf, admin_context,
+            _reading(GPU_KEY, states.OK, source='probe'))
+    assert _device_health(db) == ('healthy', None, None)
+    assert _in(placement, GPU)
+    # Its flap history was forgotten: this is its first re-admission.
+    assert _flaps(db, GPU_DEV) == 1
+
+
+def test_a_device_still_broken_when_enabled_fails_its_probe(
+        conf, db, admin_context, cn, placement, agent):  # noqa: F811
+    _report(conf, admin_context, _reading(GPU_KEY, states.FATAL, 'XID 79'))
+    device_status.set_status(conf, admin_context, GPU_DEV, states.ENABLED)
+    assert agent.probed.wait(10) and agent.probes == [[GPU_KEY]]
+    _report(conf, admin_context,
+            _reading(GPU_KEY, states.FATAL, 'XID 79 again', source='probe'))
+    assert _device_health(db) == ('unhealthy', 'XID 79 again', None)
+    assert _out(placement, GPU)
+
+
+def test_enabling_a_device_with_a_failed_partition_re_probes_it(
+        conf, db, admin_context, cn, placement, agent):  # noqa: F811
+    _report(conf, admin_context, _reading(MIG_KEY, states.FATAL, 'XID 95',
+                                          deployable=MIGS[0]))
+    device_status.set_status(conf, admin_context, MIG_DEV, states.ENABLED)
+    assert _deployable_health(db, MIGS[0]).health == 'probing'
+    assert _deployable_health(db, MIGS[1]).health == 'healthy'
+    assert _device_health(db, MIG_KEY).health == 'healthy'
+    assert agent.probed.wait(10) and agent.probes == [[MIG_KEY]]
+    _report(conf, admin_context,
+            _reading(MIG_KEY, states.OK, source='probe'))
+    assert _deployable_health(db, MIGS[0]).health == 'healthy'
+    assert _in(placement, MIGS[0])
+
+
+def test_only_enabling_an_unhealthy_device_re_probes_it(
+        conf, db, admin_context, cn, placement, agent):  # noqa: F811
+    # An instance holds the GPU (so that it is kept when it vanishes).
+    pf.hold_allocation(placement.url, pf.PROJECT,
+                       {inventory.provider_uuid(GPU): {'PGPU': 1}})
+    # Healthy or suspect: nothing to re-probe, no health write.
+    _report(conf, admin_context, _reading(GPU_KEY, states.TRANSIENT, 'ecc'))
+    with _statements(db) as seen:
+        device_status.set_status(conf, admin_context, GPU_DEV,
+                                 states.ENABLED)
+    assert not [s for s in seen if 'health' in s and
+                s.lstrip().upper().startswith('UPDATE')]
+    assert _device_health(db).health == 'suspect'
+    # Disabling an unhealthy device does not re-probe it either.
+    _report(conf, admin_context, _reading(GPU_KEY, states.FATAL, 'XID 79'))
+    device_status.set_status(conf, admin_context, GPU_DEV,
+                             states.MAINTAINING)
+    assert _device_health(db).health == 'unhealthy'
+    # Lost hardware has nothing to probe: it stays lost.
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report(_devices()[1:]))
+    device_status.set_status(conf, admin_context, GPU_DEV, states.ENABLED)
+    assert _device_health(db).health == 'lost'
+    assert not agent.probed.wait(0.5) and agent.probes == []
 
 
 def test_application_fault_changes_nothing_and_costs_no_write(

@@ -272,3 +272,22 @@ def test_a_restated_transient_condition_is_not_counted_again():
     for second in range(10, 10 + S.suspect_threshold - 1):
         record = m.apply_reading(record, TRANSIENT, at(second), S)
     assert record.health == states.UNHEALTHY
+
+
+def test_an_admin_vouching_re_probes_an_unhealthy_record_now():
+    flapping = dataclasses.replace(unhealthy_since(0), flaps=5,
+                                   due_at=at(600), readmitted_at=at(-60))
+    probing = m.vouched(flapping, at(10), S)
+    assert (probing.health, probing.reason, probing.flaps,
+            probing.due_at, probing.updated_at) == (
+        states.PROBING, flapping.reason, 0, at(40), at(10))
+    # Its verdict decides, as after any hold-down.
+    assert m.step(probing, [PROBE_OK], at(11), S).health == states.HEALTHY
+    assert m.step(probing, [PROBE_BAD], at(11), S).health == states.UNHEALTHY
+
+
+@pytest.mark.parametrize('health', [states.HEALTHY, states.SUSPECT,
+                                    states.PROBING, states.LOST])
+def test_vouching_leaves_any_other_health_alone(health):
+    record = rec(health, reason='r', due_at=at(5))
+    assert m.vouched(record, at(10), S) is record
