@@ -179,6 +179,16 @@ def _transitions(kind, old, new):
         {'kind': kind, 'from_state': old, 'to_state': new}) or 0
 
 
+def _probe_readmits(conf, ctx, engine, agent, placement, key,  # noqa: F811
+                    name):
+    """The agent was asked to re-probe device ``key`` (and only it); its
+    good verdict re-admits deployable ``name``."""
+    assert agent.probed.wait(10) and agent.probes == [[key]]
+    _report(conf, ctx, _reading(key, states.OK, source='probe'))
+    assert _deployable_health(engine, name).health == 'healthy'
+    assert _in(placement, name)
+
+
 # -- out and back in ----------------------------------------------------------
 
 def test_fatal_fault_takes_the_provider_out_and_a_probe_brings_it_back(
@@ -283,11 +293,8 @@ def test_enabling_a_device_with_a_failed_partition_re_probes_it(
     assert _deployable_health(db, MIGS[0]).health == 'probing'
     assert _deployable_health(db, MIGS[1]).health == 'healthy'
     assert _device_health(db, MIG_KEY).health == 'healthy'
-    assert agent.probed.wait(10) and agent.probes == [[MIG_KEY]]
-    _report(conf, admin_context,
-            _reading(MIG_KEY, states.OK, source='probe'))
-    assert _deployable_health(db, MIGS[0]).health == 'healthy'
-    assert _in(placement, MIGS[0])
+    _probe_readmits(conf, admin_context, db, agent, placement, MIG_KEY,
+                    MIGS[0])
 
 
 def test_only_enabling_an_unhealthy_device_re_probes_it(
@@ -390,11 +397,8 @@ def test_partition_fault_takes_only_it_out_and_its_device_probe_readmits(
     # hold-down it is re-probed at once, through its device.
     _report(conf, admin_context, _reading(MIG_KEY, states.OK))
     assert _deployable_health(db, MIGS[0]).health == 'probing'
-    assert agent.probed.wait(10) and agent.probes == [[MIG_KEY]]
-    _report(conf, admin_context,
-            _reading(MIG_KEY, states.OK, source='probe'))
-    assert _deployable_health(db, MIGS[0]).health == 'healthy'
-    assert _in(placement, MIGS[0])
+    _probe_readmits(conf, admin_context, db, agent, placement, MIG_KEY,
+                    MIGS[0])
 
 
 def test_partition_still_faulty_is_not_readmitted_by_its_device(
