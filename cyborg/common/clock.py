@@ -5,9 +5,11 @@ The API tells the conductor until when it waits for each call
 later.  Hosts' clocks differ, so both tell that time by the database
 server's clock, which every API and conductor host reaches: a
 ``ReferenceClock`` is this host's clock less its skew, measured at first
-use and again every ``REMEASURE_INTERVAL`` seconds.  A host whose clock
-is off, even by more than the API's wait, then neither drops the calls it
-should apply nor applies those it should drop.
+use, again every ``REMEASURE_INTERVAL`` seconds, and as soon as the host's
+clock is seen to step (NTP setting it) by more than ``STEP_TOLERANCE``
+against the monotonic clock.  A host whose clock is off, even by more than
+the API's wait, then neither drops the calls it should apply nor applies
+those it should drop.
 
 The measurement itself is the caller's (``cyborg.objects.clock``: one
 statement to the database); this module knows no database.
@@ -20,11 +22,15 @@ from oslo_log import log as logging
 
 LOG = logging.getLogger(__name__)
 
-# How often a process measures its clock against the reference again: a
-# step of the host's clock (NTP's) is taken into account within this
-# time.  After a measurement that failed (the database away), sooner.
+# How often a process measures its clock against the reference again
+# (the host's clock drifts, or is slewed, slowly).  After a measurement
+# that failed (the database away), sooner.
 REMEASURE_INTERVAL = 600.0
 REMEASURE_AFTER_FAILURE = 30.0
+# Seconds the host's clock may move against the monotonic clock before
+# that is taken for a step (NTP setting it) and measured again at once;
+# a slew moves it at most 0.5 ms a second, 0.3 s in REMEASURE_INTERVAL.
+STEP_TOLERANCE = 1.0
 
 # This host's clock, seconds since the epoch (tests move it).
 host_clock = time.time
@@ -42,6 +48,8 @@ class ReferenceClock:
         self.skew = 0.0
         self._tried_at = None   # time.monotonic() of the last measurement
         self._failed = False
+        # The host's clock less the monotonic one at the last measurement.
+        self._offset = None
 
     def now(self):
         if self._due():
@@ -58,12 +66,17 @@ class ReferenceClock:
         """Back to no measurement: the next ``now()`` measures (tests)."""
         with self._lock:
             self.skew, self._tried_at, self._failed = 0.0, None, False
+            self._offset = None
 
     def _due(self):
         if self._tried_at is None:
             return True
+        monotonic = time.monotonic()
+        if (self._offset is not None and abs(
+                host_clock() - monotonic - self._offset) > STEP_TOLERANCE):
+            return True     # the host's clock stepped
         wait = REMEASURE_AFTER_FAILURE if self._failed else REMEASURE_INTERVAL
-        return time.monotonic() - self._tried_at >= wait
+        return monotonic - self._tried_at >= wait
 
     def _measure_unless_measuring(self):
         # Another thread measuring: the last skew does meanwhile.
@@ -76,6 +89,7 @@ class ReferenceClock:
                       'reference (%s); using the last skew, %.3f s', e,
                       self.skew)
             self._tried_at, self._failed = time.monotonic(), True
+            self._offset = None     # a step is no reason to retry sooner
         finally:
             self._lock.release()
 
@@ -83,4 +97,5 @@ class ReferenceClock:
         measured = self._measure_skew(context)
         self.skew = measured or 0.0
         self._tried_at, self._failed = time.monotonic(), False
+        self._offset = host_clock() - self._tried_at
         return measured

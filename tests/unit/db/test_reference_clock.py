@@ -71,11 +71,20 @@ def test_the_reference_follows_a_step_of_the_host_clock(server_db,
                                                        monkeypatch):
     host_clock_off(50)
     assert abs(objects_clock.reference.now() - time.time()) < 1
-    # NTP steps the clock: until the next measurement the old skew holds.
+    measured = objects_clock.reference._tried_at
+    # NTP steps the clock by 30 s: measured again at once.
     monkeypatch.setattr(clock, 'host_clock', lambda: time.time() + 80)
-    assert abs(objects_clock.reference.now() - time.time() - 30) < 1
-    monkeypatch.setattr(clock, 'REMEASURE_INTERVAL', 0)
     assert abs(objects_clock.reference.now() - time.time()) < 1
+    assert objects_clock.reference._tried_at > measured
+    assert abs(objects_clock.reference.skew - 80) < 1
+    # Less than STEP_TOLERANCE (a slew): not measured again before
+    # REMEASURE_INTERVAL, the old skew holds.
+    measured = objects_clock.reference._tried_at
+    monkeypatch.setattr(clock, 'host_clock', lambda: time.time() + 80.5)
+    assert abs(objects_clock.reference.now() - time.time() - 0.5) < 0.2
+    assert objects_clock.reference._tried_at == measured
+    monkeypatch.setattr(clock, 'REMEASURE_INTERVAL', 0)
+    assert abs(objects_clock.reference.now() - time.time()) < 0.2
 
 
 def test_without_the_database_the_last_skew_holds(host_clock_off,
