@@ -25,7 +25,11 @@ def disable_device(r, uuid):
 
 
 def enable_device(r, uuid):
-    """Put the device back in service."""
+    """Put the device back in service.
+
+    An admin enabling a device vouches for it: if it, or a deployable of
+    it, is unhealthy it is re-probed at once instead of at the end of its
+    hold-down, and re-admitted if the probe reads it well."""
     return _set_status(r, uuid, states.ENABLED)
 
 
