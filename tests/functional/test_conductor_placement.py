@@ -27,6 +27,9 @@ HOSTS = {'compute-1': ('nvidia_sriov', []),
          'compute-3': ('qat', [])}
 HOTPLUGGED = '0000:d9:00.0'
 RECONCILE_INTERVAL = 2
+# How long a step the reconcile takes may wait for it: several of its
+# rounds, as a loaded machine (the suite's other worker) slows each down.
+RECONCILED_WITHIN = RECONCILE_INTERVAL * 15
 
 
 def _wait(what, predicate, timeout=30.0):
@@ -149,7 +152,9 @@ class _Deployment:
                             'periodic_interval': 600,
                             'debug': True},
                 'placement': pf.placement_options(self.placement.url),
-                'conductor': {'reconcile_interval': RECONCILE_INTERVAL}}
+                # The reconcile, not the gone check, removes what went.
+                'conductor': {'reconcile_interval': RECONCILE_INTERVAL,
+                              'gone_check_interval': 0}}
 
     def start_conductor(self):
         sections = self._common('conductor-1')
@@ -236,7 +241,7 @@ def test_conductor_keeps_placement_true(deployment, conf):
     # 4. The instance lets go: the reconcile removes it.
     pf.hold_allocation(env.placement.url, consumer, {})
     _wait('released GPU removed', lambda: added not in env.tree('compute-1'),
-          timeout=RECONCILE_INTERVAL * 5)
+          timeout=RECONCILED_WITHIN)
     assert env.gone(added) is None
     assert env.tree('compute-1') == env.expected(conf, 'compute-1')
 
@@ -246,4 +251,4 @@ def test_conductor_keeps_placement_true(deployment, conf):
                        + inventory.provider_uuid(victim))
     want = env.expected(conf, 'compute-2')
     _wait('provider restored', lambda: env.tree('compute-2') == want,
-          timeout=RECONCILE_INTERVAL * 5)
+          timeout=RECONCILED_WITHIN)
