@@ -16,6 +16,7 @@ A record (the ``HealthColumns`` of a device or deployable row) moves so::
     probing --probe verdict fault, or any fault--> unhealthy
     probing --no verdict within probe_timeout--> unhealthy        (timer)
     hardware vanished while allocated, or while not healthy --> lost
+      (out only because a 'gone' reading saw it vanish: as healthy)
     lost --came back--> unhealthy ('came back; re-probing')
     unhealthy --an admin enables the device--> probing (flaps forgotten)
 
@@ -40,6 +41,8 @@ LOST_REASON = 'the hardware vanished while allocations still hold it'
 # How the reason of hardware that vanished while not healthy begins: such a
 # record is remembered (``remembered``) after no allocation holds it.
 VANISHED_UNHEALTHY = 'the hardware vanished while not healthy'
+# How the reason of a record taken out by a 'gone' reading alone begins.
+GONE_REASON = 'the device vanished or its driver was unbound'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,13 +138,17 @@ def apply_reading(record, reading, now, settings):
         return _good(record, reading, now, settings)
     if severity == states.TRANSIENT:
         return _transient(record, reading, now, settings)
+    if severity == states.GONE and record.health != states.HEALTHY:
+        # A failing device that drops off the bus: its reason keeps why it
+        # was failing, so that it is remembered as failing (``vanished``).
+        return _out(record, now, record.reason or _fault_reason(reading))
     return _out(record, now, _fault_reason(reading))
 
 
 def _fault_reason(reading):
     if reading.severity == states.GONE:
-        return ('the device vanished or its driver was unbound' +
-                (f': {reading.reason}' if reading.reason else ''))
+        return GONE_REASON + (f': {reading.reason}' if reading.reason
+                              else '')
     return reading.reason or f'{reading.severity} fault ({reading.source})'
 
 
@@ -247,15 +254,26 @@ def worst(*records):
     return max(records, key=lambda r: states.HEALTH_STATES.index(r.health))
 
 
+def healthy_until_it_vanished(record):
+    """Whether ``record`` was healthy until its hardware vanished: healthy,
+    or out only because a 'gone' reading said the hardware went (the
+    agent's health check may notice a removal before its inventory report
+    says so; a failing device keeps its own reason, ``apply_reading``)."""
+    return record.health == states.HEALTHY or (
+        record.health == states.UNHEALTHY and bool(record.reason)
+        and record.reason.startswith(GONE_REASON))
+
+
 def vanished(record, now, worst=None):
     """The hardware of ``record`` vanished: 'lost'.  ``worst``: the record
     deciding its health (its own, by default; its device's, or a device's
     deployables', when worse).  Not healthy then, the reason says how it
     was, so that the row is kept (``remembered``) and its return is
-    re-probed instead of trusted; healthy, only allocations holding it
-    keep it (``LOST_REASON``)."""
+    re-probed instead of trusted; healthy until it vanished
+    (``healthy_until_it_vanished``), only allocations holding it keep it
+    (``LOST_REASON``)."""
     worst = worst or record
-    if worst.health in (states.HEALTHY, states.LOST):
+    if worst.health == states.LOST or healthy_until_it_vanished(worst):
         return lost(record, now)
     reason = f'{VANISHED_UNHEALTHY} ({worst.health}' + (
         f': {worst.reason})' if worst.reason else ')')

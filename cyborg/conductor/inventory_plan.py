@@ -289,7 +289,7 @@ def _remove_deployable(plan, row, held, now, device=None):
     plan.removal_candidates.add(rp)
     worst = health_machine.worst(health_machine.Record.from_row(row),
                                  *([device] if device is not None else []))
-    if rp in held or worst.health != states.HEALTHY:
+    if rp in held or not health_machine.healthy_until_it_vanished(worst):
         if not row.get('gone'):
             plan.update['deployables'].append(dict(
                 _health_change(row, _vanished(worst), now),

@@ -140,6 +140,30 @@ def test_gone_says_the_device_vanished():
                           'driver unbound')
 
 
+@pytest.mark.parametrize('health', [states.SUSPECT, states.PROBING,
+                                    states.UNHEALTHY])
+def test_gone_keeps_why_a_failing_device_was_out(health):
+    # The card that failed and then dropped off the bus is remembered as
+    # failing (``vanished``), not as one whose only fault was vanishing.
+    out = m.apply_reading(rec(health, reason='XID 79', due_at=at(9)), GONE,
+                          at(1), S)
+    assert (out.health, out.reason, out.due_at) == (
+        states.UNHEALTHY, 'XID 79', None)
+    assert not m.healthy_until_it_vanished(out)
+
+
+def test_vanishing_alone_is_not_failing():
+    # The health watcher saw the hardware go before the inventory report
+    # said so: the device was healthy until then, and vanishes as healthy.
+    gone = m.apply_reading(rec(), GONE, T0, S)
+    assert m.healthy_until_it_vanished(gone)
+    assert m.vanished(gone, at(1)).reason == m.LOST_REASON
+    assert not m.remembered(m.vanished(gone, at(1)), at(2), S)
+    failed = m.apply_reading(rec(), FATAL, T0, S)
+    assert not m.healthy_until_it_vanished(failed)
+    assert m.remembered(m.vanished(failed, at(1)), at(2), S)
+
+
 def test_repeated_fatal_changes_nothing():
     out = unhealthy_since(0)
     assert m.apply_reading(out, FATAL, at(5), S) == out

@@ -6,9 +6,11 @@ import itertools
 import pytest
 
 from cyborg.common import exception
+from cyborg.common import states
 from cyborg.conductor import health_machine
 from cyborg.conductor import inventory_plan as ip
 from cyborg.objects import inventory
+from cyborg.objects.health import Reading
 from tests.fixtures import conductor as cf
 
 HOST = 'host1'
@@ -161,6 +163,39 @@ def test_vanished_unhealthy_device_is_kept_lost_and_re_probed_on_return(
     assert (deployable['gone'], deployable['health'],
             deployable['health_reason']) == (
         False, 'unhealthy', health_machine.CAME_BACK_REASON)
+
+
+@pytest.mark.parametrize('held', [False, True])
+def test_vanished_device_whose_only_fault_was_vanishing_is_not_remembered(
+        held):
+    # The agent's health watcher saw the function disappear (a gone
+    # reading: unhealthy) before its inventory report said the device
+    # went: it was healthy until it vanished, so it goes as a healthy
+    # device does, at once, or when its allocations end.
+    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
+    record = health_machine.apply_reading(
+        health_machine.Record(), Reading(
+            device='PCI:0000:82:00.0', severity=states.GONE, source='pci',
+            reason='PCI function 0000:82:00.0 disappeared'), NOW,
+        health_machine.Settings())
+    for row in stored['devices']:
+        if row['uuid'] == ip.device_uuid(HOST, 'PCI:0000:82:00.0'):
+            row.update(health=record.health, health_reason=record.reason)
+    gone_rp = inventory.provider_uuid('host1_0000:82:00.0')
+    plan = ip.make_plan(HOST, stored, _devices()[:1], full=True, now=NOW,
+                        held_providers={gone_rp} if held else set())
+    if not held:
+        assert plan.delete['devices'] == [
+            ip.device_uuid(HOST, 'PCI:0000:82:00.0')]
+        assert plan.removed_providers == {gone_rp}
+        return
+    [deployable] = plan.update['deployables']
+    assert (deployable['gone'], deployable['health'],
+            deployable['health_reason']) == (
+        True, 'lost', health_machine.LOST_REASON)
+    [device] = plan.update['devices']
+    assert (device['health'], device['health_reason']) == (
+        'lost', health_machine.LOST_REASON)
 
 
 def test_vanished_healthy_device_of_an_unhealthy_sibling_is_deleted():
