@@ -620,6 +620,48 @@ def test_vanished_allocated_hardware_is_lost_and_comes_back_unhealthy(
             for d in device_lost['deployables']] == [(GPU, 'lost')]
 
 
+def _rows_of(engine, table, **where):
+    t = models.Base.metadata.tables[table]
+    query = sa.select(sa.func.count()).select_from(t)
+    for column, value in where.items():
+        query = query.where(t.c[column] == value)
+    with engine.connect() as conn:
+        return conn.execute(query).scalar()
+
+
+@pytest.mark.parametrize('failing', [False, True])
+def test_hardware_seen_vanishing_by_the_health_check_first(
+        conf, db, admin_context, cn, placement, failing):  # noqa: F811
+    # The agent's health check notices the function went (a gone reading)
+    # before its inventory report says so.  A device that was healthy
+    # until then goes at once, nothing being allocated; one that was
+    # failing is remembered, with why it was failing.
+    if failing:
+        _report(conf, admin_context,
+                _reading(GPU_KEY, states.FATAL, 'XID 79'))
+    _report(conf, admin_context, _reading(
+        GPU_KEY, states.GONE, 'PCI function 0000:81:00.0 disappeared',
+        source='pci'))
+    assert _device_health(db).health == 'unhealthy'
+    assert _out(placement, GPU)
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report(_devices()[1:]))
+    if not failing:
+        assert _rows_of(db, 'deployables', name=GPU) == 0
+        assert _rows_of(db, 'devices',
+                        uuid=inventory.row_uuid(HOST, GPU_KEY)) == 0
+        assert requests.get(
+            placement.url + '/resource_providers/'
+            + inventory.provider_uuid(GPU), headers=pf.HEADERS,
+            timeout=10).status_code == 404
+        return
+    reason = ('the hardware vanished while not healthy (unhealthy: '
+              'XID 79)')
+    assert _deployable_health(db, GPU)[:2] == ('lost', reason)
+    assert _device_health(db)[:2] == ('lost', reason)
+    assert _out(placement, GPU)
+
+
 # -- two conductors -----------------------------------------------------------
 
 def _engine_for(url):
