@@ -248,12 +248,6 @@ def lost(record, now):
                   faults=0)
 
 
-def worst(*records):
-    """The record whose health is worst (``states.worst``'s order; the
-    first of equals)."""
-    return max(records, key=lambda r: states.HEALTH_STATES.index(r.health))
-
-
 def healthy_until_it_vanished(record):
     """Whether ``record`` was healthy until its hardware vanished: healthy,
     or out only because a 'gone' reading said the hardware went (the
@@ -262,6 +256,14 @@ def healthy_until_it_vanished(record):
     return record.health == states.HEALTHY or (
         record.health == states.UNHEALTHY and bool(record.reason)
         and record.reason.startswith(GONE_REASON))
+
+
+def worst(*records):
+    """The record whose health was worst when their hardware vanished
+    (``states.worst``'s order, a record ``healthy_until_it_vanished``
+    counting as healthy; the first of equals)."""
+    return max(records, key=lambda r: 0 if healthy_until_it_vanished(r)
+               else states.HEALTH_STATES.index(r.health))
 
 
 def vanished(record, now, worst=None):

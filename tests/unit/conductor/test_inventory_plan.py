@@ -198,6 +198,31 @@ def test_vanished_device_whose_only_fault_was_vanishing_is_not_remembered(
         'lost', health_machine.LOST_REASON)
 
 
+def test_vanished_device_seen_going_first_keeps_a_failing_deployable():
+    # The device is out only because the health check saw it go, but its
+    # deployable was suspect before: that is what it is remembered by.
+    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
+    gone = health_machine.apply_reading(
+        health_machine.Record(), Reading(
+            device='PCI:0000:82:00.0', severity=states.GONE, source='pci',
+            reason='PCI function 0000:82:00.0 disappeared'), NOW,
+        health_machine.Settings())
+    for row in stored['devices']:
+        if row['uuid'] == ip.device_uuid(HOST, 'PCI:0000:82:00.0'):
+            row.update(health=gone.health, health_reason=gone.reason)
+    for row in stored['deployables']:
+        if row['name'] == 'host1_0000:82:00.0':
+            row.update(health='suspect', health_reason='XID 63')
+    plan = ip.make_plan(HOST, stored, _devices()[:1], full=True, now=NOW)
+    reason = 'the hardware vanished while not healthy (suspect: XID 63)'
+    assert not plan.delete['devices'] and not plan.delete['deployables']
+    [deployable] = plan.update['deployables']
+    assert (deployable['gone'], deployable['health'],
+            deployable['health_reason']) == (True, 'lost', reason)
+    [device] = plan.update['devices']
+    assert (device['health'], device['health_reason']) == ('lost', reason)
+
+
 def test_vanished_healthy_device_of_an_unhealthy_sibling_is_deleted():
     # Only the hardware that was not healthy is remembered.
     stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
