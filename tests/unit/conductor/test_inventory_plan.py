@@ -165,6 +165,21 @@ def test_vanished_unhealthy_device_is_kept_lost_and_re_probed_on_return(
         False, 'unhealthy', health_machine.CAME_BACK_REASON)
 
 
+def _seen_going():
+    """The stored rows of ``_devices()`` after the agent's health check saw
+    the function of 0000:82:00.0 disappear (a gone reading: unhealthy)."""
+    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
+    gone = health_machine.apply_reading(
+        health_machine.Record(), Reading(
+            device='PCI:0000:82:00.0', severity=states.GONE, source='pci',
+            reason='PCI function 0000:82:00.0 disappeared'), NOW,
+        health_machine.Settings())
+    for row in stored['devices']:
+        if row['uuid'] == ip.device_uuid(HOST, 'PCI:0000:82:00.0'):
+            row.update(health=gone.health, health_reason=gone.reason)
+    return stored
+
+
 @pytest.mark.parametrize('held', [False, True])
 def test_vanished_device_whose_only_fault_was_vanishing_is_not_remembered(
         held):
@@ -172,15 +187,7 @@ def test_vanished_device_whose_only_fault_was_vanishing_is_not_remembered(
     # reading: unhealthy) before its inventory report said the device
     # went: it was healthy until it vanished, so it goes as a healthy
     # device does, at once, or when its allocations end.
-    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
-    record = health_machine.apply_reading(
-        health_machine.Record(), Reading(
-            device='PCI:0000:82:00.0', severity=states.GONE, source='pci',
-            reason='PCI function 0000:82:00.0 disappeared'), NOW,
-        health_machine.Settings())
-    for row in stored['devices']:
-        if row['uuid'] == ip.device_uuid(HOST, 'PCI:0000:82:00.0'):
-            row.update(health=record.health, health_reason=record.reason)
+    stored = _seen_going()
     gone_rp = inventory.provider_uuid('host1_0000:82:00.0')
     plan = ip.make_plan(HOST, stored, _devices()[:1], full=True, now=NOW,
                         held_providers={gone_rp} if held else set())
@@ -201,15 +208,7 @@ def test_vanished_device_whose_only_fault_was_vanishing_is_not_remembered(
 def test_vanished_device_seen_going_first_keeps_a_failing_deployable():
     # The device is out only because the health check saw it go, but its
     # deployable was suspect before: that is what it is remembered by.
-    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True))
-    gone = health_machine.apply_reading(
-        health_machine.Record(), Reading(
-            device='PCI:0000:82:00.0', severity=states.GONE, source='pci',
-            reason='PCI function 0000:82:00.0 disappeared'), NOW,
-        health_machine.Settings())
-    for row in stored['devices']:
-        if row['uuid'] == ip.device_uuid(HOST, 'PCI:0000:82:00.0'):
-            row.update(health=gone.health, health_reason=gone.reason)
+    stored = _seen_going()
     for row in stored['deployables']:
         if row['name'] == 'host1_0000:82:00.0':
             row.update(health='suspect', health_reason='XID 63')
