@@ -139,10 +139,18 @@ def apply_reading(record, reading, now, settings):
     if severity == states.TRANSIENT:
         return _transient(record, reading, now, settings)
     if severity == states.GONE and record.health != states.HEALTHY:
-        # A failing device that drops off the bus: its reason keeps why it
-        # was failing, so that it is remembered as failing (``vanished``).
-        return _out(record, now, record.reason or _fault_reason(reading))
+        return _out(record, now, _gone_too(record.reason,
+                                           _fault_reason(reading)))
     return _out(record, now, _fault_reason(reading))
+
+
+def _gone_too(reason, gone):
+    """The reason of a device that was not healthy and is now gone: why
+    it was failing first, so that it is remembered as failing
+    (``vanished``), then, once, that it went."""
+    if not reason:
+        return gone
+    return reason if gone in reason else f'{reason}; then {gone}'
 
 
 def _fault_reason(reading):

@@ -656,7 +656,8 @@ def test_hardware_seen_vanishing_by_the_health_check_first(
             timeout=10).status_code == 404
         return
     reason = ('the hardware vanished while not healthy (unhealthy: '
-              'XID 79)')
+              'XID 79; then the device vanished or its driver was unbound: '
+              'PCI function 0000:81:00.0 disappeared)')
     assert _deployable_health(db, GPU)[:2] == ('lost', reason)
     assert _device_health(db)[:2] == ('lost', reason)
     assert _out(placement, GPU)

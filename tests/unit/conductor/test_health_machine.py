@@ -148,8 +148,11 @@ def test_gone_keeps_why_a_failing_device_was_out(health):
     out = m.apply_reading(rec(health, reason='XID 79', due_at=at(9)), GONE,
                           at(1), S)
     assert (out.health, out.reason, out.due_at) == (
-        states.UNHEALTHY, 'XID 79', None)
+        states.UNHEALTHY, 'XID 79; then the device vanished or its driver '
+        'was unbound: driver unbound', None)
     assert not m.healthy_until_it_vanished(out)
+    # Said again (the agent's full report restates it): said once.
+    assert m.apply_reading(out, GONE, at(2), S) == out
 
 
 def test_vanishing_alone_is_not_failing():
