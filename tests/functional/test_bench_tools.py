@@ -114,3 +114,32 @@ def test_side_by_side_pools_earlier_runs(tmp_path, capsys):
     assert pooled['rounds'] == 3
     assert pooled['summary']['lifecycles_per_s c=1']['ratio'] == 5.0
     assert pooled['targets'][0]['met'] is True
+
+
+def _floors(get_ms, bare_ms):
+    return {'http': {'get_ms': get_ms, 'post_ms': get_ms + 0.1},
+            'rpc': {'bare_ms': bare_ms, 'cyborg_ms': bare_ms + 0.2},
+            'amqp': {'round_trip_ms': 0.5}}
+
+
+def test_side_by_side_pools_the_floors_of_its_rounds(tmp_path, capsys):
+    """Rounds timed with --floors carry the machine's floors: their
+    medians and the lifecycle floor they make come with the summary,
+    pooled too; runs some of whose rounds lack them give none."""
+    side = _load('side_by_side')
+    rounds = [{'ours': {'lifecycles_per_s c=1': ours},
+               'reference': {'lifecycles_per_s c=1': 5.0},
+               'floors': _floors(get_ms, bare_ms)}
+              for ours, get_ms, bare_ms in [(25.0, 1.2, 2.0),
+                                            (30.0, 1.8, 3.0),
+                                            (20.0, 1.4, 2.6)]]
+    found = side.floors_of(rounds)
+    assert found['median']['http'] == {'get_ms': 1.4, 'post_ms': 1.5}
+    assert found['median']['rpc']['bare_ms'] == 2.6
+    assert found['lifecycle_floor_ms'] == round(4 * 1.4 + 3 * 2.6, 2)
+    path = tmp_path / 'run.json'
+    path.write_text(json.dumps({'rounds': rounds}))
+    assert side.main(['--pool', str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)['floors'] == found
+    del rounds[1]['floors']
+    assert side.floors_of(rounds) is None

@@ -266,6 +266,21 @@ def measure_placement(url, count):
     return {'allocations_get_ms': timed(lookup, count)}
 
 
+def median_of(rounds):
+    """{part: {figure: median}} of rounds made by ``one_round``."""
+    return {part: {name: round(statistics.median(
+        round_[part][name] for round_ in rounds), 3) for name in values}
+        for part, values in rounds[0].items()}
+
+
+def lifecycle_floor(medians):
+    """The ARQ lifecycle's fixed parts, in ms: four HTTP requests, three
+    RPC calls and, when timed, the bind's Placement lookup."""
+    return round(4 * medians['http']['get_ms'] + 3 * medians['rpc']['bare_ms']
+                 + medians.get('placement', {}).get('allocations_get_ms', 0),
+                 2)
+
+
 def one_round(args, workdir, url):
     result = {}
     with gunicorn_app(workdir) as app_url:
@@ -291,17 +306,13 @@ def main(argv=None):
             rabbit.throwaway_vhost() as url:
         for _ in range(args.rounds):
             rounds.append(one_round(args, workdir, url))
-    medians = {part: {name: round(statistics.median(
-        round_[part][name] for round_ in rounds), 3) for name in values}
-        for part, values in rounds[0].items()}
-    floor = (4 * medians['http']['get_ms'] + 3 * medians['rpc']['bare_ms']
-             + medians.get('placement', {}).get('allocations_get_ms', 0))
+    medians = median_of(rounds)
     print(json.dumps({
         'cpus': os.cpu_count(),
         'count': args.count,
         'rounds': rounds,
         'median': medians,
-        'lifecycle_floor_ms': round(floor, 2),
+        'lifecycle_floor_ms': lifecycle_floor(medians),
         'lifecycle_floor_includes_placement': bool(args.placement),
         'load_average_before': [round(x, 2) for x in load_before],
         'load_average_after': [round(x, 2) for x in os.getloadavg()],

@@ -20,6 +20,13 @@ quieter machine):
   resolved, delete): lifecycles a second and the p50 of each call, of the
   bind until it is seen resolved (``bound``) and of the lifecycle.
 
+``--floors`` adds, after both in each round, what ``floors.py`` times
+(an empty gunicorn GET and POST, a bare and a cyborg oslo.messaging call,
+a raw AMQP round trip; ``--floor-count`` of each): the floors of the
+machine the round ran on, against which the absolute targets read (a
+slow machine's floors are most of a create or a GET).  Needs the local
+RabbitMQ, as ``floors.py`` does.
+
 ``--pool A.json B.json ...`` measures nothing: it pools the rounds of
 earlier runs' output and prints their summary and targets (a noisy
 machine gives runs minutes apart ratios a fifth apart; several runs'
@@ -34,10 +41,12 @@ printed before and after.  A benchmark, not a test.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 # This folder, where the benchmark runs from.
@@ -124,6 +133,18 @@ def summarize(rounds):
     return summary
 
 
+def floors_of(rounds):
+    """The medians of the floors the rounds timed (``--floors``) and the
+    lifecycle floor they make, or None when not every round has them."""
+    timed = [r['floors'] for r in rounds if 'floors' in r]
+    if not timed or len(timed) != len(rounds):
+        return None
+    import floors
+    medians = floors.median_of(timed)
+    return {'median': medians,
+            'lifecycle_floor_ms': floors.lifecycle_floor(medians)}
+
+
 def judge(summary):
     verdicts = []
     for figure, kind, bound in TARGETS:
@@ -150,9 +171,24 @@ def pool(paths):
             rounds += json.load(f)['rounds']
     summary = summarize(rounds)
     print(json.dumps({'pooled': paths, 'rounds': len(rounds),
-                      'summary': summary, 'targets': judge(summary)},
-                     indent=2))
+                      'summary': summary, 'targets': judge(summary),
+                      'floors': floors_of(rounds)}, indent=2))
     return 0
+
+
+@contextlib.contextmanager
+def _floor_timer(args):
+    """A callable timing one round of floors (None without ``--floors``):
+    a scratch folder and a RabbitMQ vhost for the whole run."""
+    if not args.floors:
+        yield None
+        return
+    import floors
+    from tests.fixtures import rabbit
+    settings = argparse.Namespace(count=args.floor_count, placement=None)
+    with tempfile.TemporaryDirectory() as workdir, \
+            rabbit.throwaway_vhost() as url:
+        yield lambda: floors.one_round(settings, workdir, url)
 
 
 def main(argv=None):
@@ -175,6 +211,11 @@ def main(argv=None):
                              'measured')
     parser.add_argument('--token', help='Keystone token (else noauth)')
     parser.add_argument('--service-token', help='Keystone service token')
+    parser.add_argument('--floors', action='store_true',
+                        help="time the machine's floors in every round "
+                             '(floors.py)')
+    parser.add_argument('--floor-count', type=int, default=200,
+                        help='calls of each floor per round')
     args = parser.parse_args(argv)
     args.levels = [int(level) for level in args.concurrency.split(',')]
 
@@ -184,21 +225,30 @@ def main(argv=None):
         side.lifecycles(args.warmup, 1)
     load_before = os.getloadavg()
     rounds = []
-    for number in range(args.rounds):
-        order = ['ours', 'reference']
-        if number % 2:
-            order.reverse()
-        rounds.append({'order': order, 'load_average': os.getloadavg()[0],
-                       **{name: measure(sides[name], args)
-                          for name in order}})
-        print(f'round {number + 1} of {args.rounds} done', file=sys.stderr)
+    with _floor_timer(args) as time_floors:
+        for number in range(args.rounds):
+            order = ['ours', 'reference']
+            if number % 2:
+                order.reverse()
+            rounds.append({'order': order,
+                           'load_average': os.getloadavg()[0],
+                           **{name: measure(sides[name], args)
+                              for name in order}})
+            if time_floors is not None:
+                rounds[-1]['floors'] = time_floors()
+            print(f'round {number + 1} of {args.rounds} done',
+                  file=sys.stderr)
     summary = summarize(rounds)
     print(json.dumps({
         'ours': args.ours, 'reference': args.reference,
         'count': args.count, 'gets': args.gets,
         'load_average': {'before': load_before, 'after': os.getloadavg()},
         'rounds': rounds, 'summary': summary,
-        'targets': judge(summary)}, indent=2))
+        'targets': judge(summary), 'floors': floors_of(rounds)}, indent=2))
+    if args.floors:
+        # oslo.messaging's threads would keep the process alive.
+        sys.stdout.flush()
+        os._exit(0)
     return 0
 
 
