@@ -29,6 +29,9 @@ HOTPLUGGED = '0000:d9:00.0'
 RECONCILE_INTERVAL = 2
 # How long a step the reconcile takes may wait for it: several of its
 # rounds, as a loaded machine (the suite's other worker) slows each down.
+# (A run that timed out here once was not slow: the health check had seen
+# the GPU go before the report did, and the released GPU was remembered as
+# failing; health_machine.healthy_until_it_vanished fixed that.)
 RECONCILED_WITHIN = RECONCILE_INTERVAL * 15
 
 
