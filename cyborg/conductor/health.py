@@ -78,10 +78,8 @@ def handle_report(conf, context, hostname, report):
 
 def vouch(conf, context, hostname, device_uuid):
     """An admin enabled the device: its unhealthy records (its own and its
-    deployables') are re-probed now (``health_machine.vouched``).  Returns
-    how many records changed."""
-    return len(_apply(conf, context, hostname, [],
-                      vouched=frozenset([device_uuid])).changes)
+    deployables') are re-probed now (``health_machine.vouched``)."""
+    _apply(conf, context, hostname, [], vouched=frozenset([device_uuid]))
 
 
 def run_timers(conf, context):
