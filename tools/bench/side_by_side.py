@@ -136,11 +136,10 @@ def summarize(rounds):
 def floors_of(rounds):
     """The medians of the floors the rounds timed (``--floors``) and the
     lifecycle floor they make, or None when not every round has them."""
-    timed = [r['floors'] for r in rounds if 'floors' in r]
-    if not timed or len(timed) != len(rounds):
+    if not rounds or not all('floors' in r for r in rounds):
         return None
     import floors
-    medians = floors.median_of(timed)
+    medians = floors.median_of([r['floors'] for r in rounds])
     return {'median': medians,
             'lifecycle_floor_ms': floors.lifecycle_floor(medians)}
 
