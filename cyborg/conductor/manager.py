@@ -17,6 +17,7 @@ Owners:
 
 import functools
 
+from oslo_db import exception as db_exc
 from oslo_log import log as logging
 import oslo_messaging as messaging
 
@@ -32,6 +33,7 @@ from cyborg.conductor import inventory_apply
 from cyborg.conductor import programming
 from cyborg.conductor import remote_pools
 from cyborg.conductor import rpcapi
+from cyborg.db import api as db_api
 from cyborg.objects import clock as objects_clock
 
 LOG = logging.getLogger(__name__)
@@ -51,7 +53,14 @@ def _answer(func):
                                else kwargs.get('context'))
                 with timing.rpc_served(func.__name__):
                     return func(*args, **kwargs)
-            except exception.DB_OUTAGES as exc:
+            except exception.DB_OUTAGES + (db_exc.DBError,) as exc:
+                # A write outside write_retrying that waited too long for
+                # a row lock answers as one inside it does.
+                locked = db_api.stayed_locked(exc)
+                if locked is not None:
+                    raise locked from exc
+                if not isinstance(exc, exception.DB_OUTAGES):
+                    raise
                 raise exception.ServiceUnavailable(
                     reason='the database is unreachable') from exc
         except exception.CyborgException as exc:

@@ -12,6 +12,10 @@ KEYSTONE_NAMESPACE = 'keystonemiddleware.auth_token'
 # http_connect_timeout, whose library default is to wait forever): a hung
 # Keystone answers the API's requests 503 instead of holding its threads.
 KEYSTONE_TIMEOUT = 10
+# Seconds a request waits for the conductor by default: above the longest
+# a write waits for a row lock (cyborg.db.api.LOCK_WAIT), so that such a
+# write answers with its own 503.
+CONDUCTOR_TIMEOUT = 20
 
 opts = [
     cfg.HostAddressOpt('host_ip', default='0.0.0.0',
@@ -36,13 +40,16 @@ opts = [
                help='How API requests are authenticated.'),
     cfg.IntOpt('max_limit', default=1000, min=1,
                help='Largest number of items a list call returns at once.'),
-    cfg.IntOpt('conductor_timeout', default=20, min=1,
+    cfg.IntOpt('conductor_timeout', default=CONDUCTOR_TIMEOUT, min=1,
                help='Seconds a request waits for the conductor before it '
                     'answers 503. Keep it below the WSGI server\'s own '
                     'request timeout (gunicorn\'s --timeout defaults to 30 '
                     's, uWSGI\'s harakiri is often 60 s), or the server '
                     'kills the worker first and the client gets an HTML '
-                    'error instead of a JSON 503.'),
+                    'error instead of a JSON 503; and above the time a '
+                    'write waits for a row lock another transaction holds '
+                    '(10 s, the operations guide\'s "Timeouts"), or '
+                    'such a write answers 503 without saying why.'),
     cfg.IntOpt('broker_retries', default=2, min=0,
                help='How many more times a request tries to reach the '
                     'message broker (about a second apart) before it '

@@ -38,6 +38,7 @@ from oslo_db.sqlalchemy import enginefacade
 from oslo_log import log as logging
 from sqlalchemy.pool import base as pool_base
 
+from cyborg.common import exception
 from cyborg.common import metrics
 from cyborg.common import timing
 
@@ -134,30 +135,59 @@ _WRITE_TRIES = 8
 # Seconds a service waits for one answer of the database before the
 # statement fails as a lost connection (MariaDB/MySQL: the driver's read
 # and write timeouts; PostgreSQL: libpq's tcp_user_timeout, which bounds
-# data the server's host never acknowledges).  Above InnoDB's lock wait
-# (50 s): a statement waiting for a row lock fails with the lock error
-# first.
+# data the server's host never acknowledges), and that a transaction of
+# a service may sit idle before the server ends its session (a process
+# frozen in the middle of one: its row locks are released).
 DATABASE_WAIT = 60
+# Seconds a statement of a service waits for a row lock another
+# transaction holds (InnoDB waits 50 s by default, PostgreSQL forever).
+# A lock held that long is held by a stalled transaction: the write ends
+# as a 503 rather than being run again (``stayed_locked``), before
+# the API stops waiting for the conductor ([api]conductor_timeout, 20 s
+# by default), so nothing is written after the API's answer.
+LOCK_WAIT = 10
+
+# MariaDB (10.3 and later) reads what follows ``/*M!100300`` in a
+# statement; MySQL, which has no idle transaction timeout, skips it as a
+# comment.
+_MYSQL_SESSION = ('SET SESSION innodb_lock_wait_timeout = {lock_wait}'
+                  '/*M!100300 , idle_transaction_timeout = {idle} */')
+_POSTGRESQL_SESSION = ('-c lock_timeout={lock_wait}s '
+                       '-c idle_in_transaction_session_timeout={idle}s')
 
 
-def bounded_wait_parameters(connection, given='', wait=None):
+def bounded_wait_parameters(connection, given='', wait=None,
+                            lock_wait=None, idle=None):
     """The connection parameters (a query string) that keep a service
     from waiting forever on a database that stops answering (a network
-    partition, a hung server), leaving out any the URL ``connection`` or
-    the operator's ``given`` parameters already set; '' where the driver
-    has none (SQLite) or all are set."""
+    partition, a hung server) and on a row lock a stalled transaction
+    holds, and that have the server end a transaction of the service
+    left idle (``DATABASE_WAIT``, ``LOCK_WAIT``), leaving out any the URL
+    ``connection`` or the operator's ``given`` parameters already set
+    (an ``init_command`` or ``options`` of the operator's replaces the
+    session settings); '' where the driver has none (SQLite) or all are
+    set."""
     wait = DATABASE_WAIT if wait is None else wait
+    session = {'lock_wait': LOCK_WAIT if lock_wait is None else lock_wait,
+               'idle': DATABASE_WAIT if idle is None else idle}
     url = sa.engine.make_url(connection)
     backend = url.get_backend_name()
     if backend == 'mysql':
-        wanted = {'read_timeout': wait, 'write_timeout': wait}
-    elif backend == 'postgresql' and _libpq_has_tcp_user_timeout():
-        wanted = {'tcp_user_timeout': wait * 1000}
+        wanted = {'read_timeout': wait, 'write_timeout': wait,
+                  'init_command': _MYSQL_SESSION.format(**session)}
+    elif backend == 'postgresql':
+        wanted = {'options': _POSTGRESQL_SESSION.format(**session)}
+        if _libpq_has_tcp_user_timeout():
+            wanted['tcp_user_timeout'] = wait * 1000
     else:
         return ''
-    already = set(url.query) | set(urllib.parse.parse_qs(given or ''))
-    return '&'.join(f'{key}={value}' for key, value in wanted.items()
-                    if key not in already)
+    # A parameter given empty counts as set: ``options=`` turns the
+    # session settings off (PgBouncer refuses a startup 'options').
+    already = set(url.query) | set(urllib.parse.parse_qs(
+        given or '', keep_blank_values=True))
+    return urllib.parse.urlencode({key: value
+                                   for key, value in wanted.items()
+                                   if key not in already})
 
 
 def _libpq_has_tcp_user_timeout():
@@ -177,7 +207,9 @@ def configure(conf, wait_for_database=True):
     oslo.db's defaults).  A process serving requests passes
     ``wait_for_database=False``: a request made while the database is away
     answers 503 at once, and the next one connects afresh.  No statement
-    waits for an answer longer than ``DATABASE_WAIT`` seconds unless
+    waits for an answer longer than ``DATABASE_WAIT`` seconds, nor for a
+    row lock longer than ``LOCK_WAIT``, and the server ends a session
+    whose transaction sits idle for ``DATABASE_WAIT``, unless
     ``[database]connection_parameters`` or the URL says otherwise
     (``bounded_wait_parameters``; ``cyborg-dbsync``, whose migrations may
     run longer, does not come here).
@@ -252,6 +284,9 @@ def write_retrying(context, fn, *args, **kwargs):
             first.ask()
         except (db_exc.DBDeadlock, db_exc.DBError,
                 sa.exc.OperationalError) as e:
+            locked = stayed_locked(e)
+            if locked is not None:
+                raise locked from e
             attempt += 1
             if attempt == _WRITE_TRIES or not retryable(e):
                 raise
@@ -289,16 +324,50 @@ def _committing(transaction):
 MYSQL_DEADLOCK = 1213
 
 
+# MySQL's ER_LOCK_WAIT_TIMEOUT (which oslo.db reports as a deadlock) and
+# PostgreSQL's lock_not_available (lock_timeout): waited LOCK_WAIT.
+MYSQL_LOCK_WAIT_TIMEOUT = 1205
+POSTGRESQL_LOCK_NOT_AVAILABLE = '55P03'
+
+
+def _driver_error(error):
+    """The DBAPI driver's exception inside oslo.db's and SQLAlchemy's."""
+    inner = getattr(error, 'inner_exception', None) or error
+    return getattr(inner, 'orig', None) or inner
+
+
+def lock_waited_too_long(error):
+    """Whether ``error`` ended a statement that waited ``LOCK_WAIT`` for
+    a row lock: not a moment's conflict, worth no second try."""
+    driver_error = _driver_error(error)
+    args = getattr(driver_error, 'args', ())
+    return bool(args and args[0] == MYSQL_LOCK_WAIT_TIMEOUT) or (
+        getattr(driver_error, 'pgcode', None) ==
+        POSTGRESQL_LOCK_NOT_AVAILABLE)
+
+
+def stayed_locked(error):
+    """The 503 to answer for ``error`` when it ended a statement that
+    waited ``LOCK_WAIT`` for a row lock (the transaction is rolled back:
+    nothing was written), else None."""
+    if not lock_waited_too_long(error):
+        return None
+    return exception.ServiceUnavailable(
+        reason='a row it needs stayed locked by another transaction (a '
+               'stalled or stopped process?); nothing was written')
+
+
 def retryable(error):
     """Whether ``error`` is a lost lock conflict that the transaction may
     simply be run again for: a deadlock (MariaDB, MySQL, PostgreSQL), a
     Galera certification failure, a PostgreSQL serialization failure, or
     SQLite's 'database is locked' (two deferred transactions that read
-    and then write)."""
+    and then write); not a lock waited for too long."""
+    if lock_waited_too_long(error):
+        return False
     if isinstance(error, db_exc.DBDeadlock):
         return True
-    inner = getattr(error, 'inner_exception', None) or error
-    driver_error = getattr(inner, 'orig', None) or inner
+    driver_error = _driver_error(error)
     args = getattr(driver_error, 'args', ())
     if args and args[0] == MYSQL_DEADLOCK:
         return True

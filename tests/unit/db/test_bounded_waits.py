@@ -3,6 +3,7 @@ statement fails after ``DATABASE_WAIT`` seconds as a lost connection
 (the request answers 503, the next one connects afresh)."""
 
 import time
+import urllib.parse
 
 import pytest
 import sqlalchemy as sa
@@ -19,24 +20,37 @@ MYSQL = 'mysql+pymysql://cyborg:pw@db.example.com/cyborg'
 POSTGRESQL = 'postgresql+psycopg2://cyborg:pw@db.example.com/cyborg'
 
 
+def _parsed(parameters):
+    return dict(urllib.parse.parse_qsl(parameters))
+
+
 def test_the_parameters_each_driver_takes():
-    wait = db_api.DATABASE_WAIT
-    assert db_api.bounded_wait_parameters(MYSQL) == (
-        f'read_timeout={wait}&write_timeout={wait}')
-    assert db_api.bounded_wait_parameters(
-        MYSQL.replace('pymysql', 'mysqldb')) == (
-        f'read_timeout={wait}&write_timeout={wait}')
-    assert db_api.bounded_wait_parameters(POSTGRESQL) == (
-        f'tcp_user_timeout={wait * 1000}')
+    wait, lock_wait = db_api.DATABASE_WAIT, db_api.LOCK_WAIT
+    mysql = {'read_timeout': str(wait), 'write_timeout': str(wait),
+             'init_command': (
+                 f'SET SESSION innodb_lock_wait_timeout = {lock_wait}'
+                 f'/*M!100300 , idle_transaction_timeout = {wait} */')}
+    assert _parsed(db_api.bounded_wait_parameters(MYSQL)) == mysql
+    assert _parsed(db_api.bounded_wait_parameters(
+        MYSQL.replace('pymysql', 'mysqldb'))) == mysql
+    assert _parsed(db_api.bounded_wait_parameters(POSTGRESQL)) == {
+        'tcp_user_timeout': str(wait * 1000),
+        'options': f'-c lock_timeout={lock_wait}s '
+                   f'-c idle_in_transaction_session_timeout={wait}s'}
     assert db_api.bounded_wait_parameters('sqlite:////var/lib/c.db') == ''
 
 
 def test_what_the_operator_set_is_kept():
     # In the URL, or in [database]connection_parameters.
-    assert db_api.bounded_wait_parameters(MYSQL + '?read_timeout=300') == (
-        f'write_timeout={db_api.DATABASE_WAIT}')
+    assert _parsed(db_api.bounded_wait_parameters(
+        MYSQL + '?read_timeout=300&init_command=SET+x%3D1')) == {
+        'write_timeout': str(db_api.DATABASE_WAIT)}
     assert db_api.bounded_wait_parameters(
-        MYSQL, 'charset=utf8&write_timeout=5&read_timeout=5') == ''
+        MYSQL, 'charset=utf8&write_timeout=5&read_timeout=5'
+        '&init_command=SELECT+1') == ''
+    for options in ('options=-c+work_mem%3D8MB', 'options='):
+        assert set(_parsed(db_api.bounded_wait_parameters(
+            POSTGRESQL, options))) == {'tcp_user_timeout'}
 
 
 def _conf(connection, parameters=None):
@@ -52,8 +66,10 @@ def _conf(connection, parameters=None):
 
 def test_services_get_them():
     options = db_api.engine_options(_conf(MYSQL, 'charset=utf8'))
-    assert options['connection_parameters'] == (
-        'charset=utf8&read_timeout=60&write_timeout=60')
+    assert options['connection_parameters'].startswith('charset=utf8&')
+    assert _parsed(options['connection_parameters']) == {
+        'charset': 'utf8',
+        **_parsed(db_api.bounded_wait_parameters(MYSQL))}
     # SQLite has no such parameters: none are added.
     assert db_api.engine_options(_conf('sqlite://')).get(
         'connection_parameters') == ''  # oslo.db's default
