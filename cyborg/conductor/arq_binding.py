@@ -67,6 +67,7 @@ from cyborg.common import metrics
 from cyborg.common import notify
 from cyborg.common import states
 from cyborg.common import timing
+from cyborg.conductor import awaited
 from cyborg.conductor import nova
 from cyborg.conductor import quotas
 from cyborg.conductor import remote_pools
@@ -186,8 +187,8 @@ def create(context, device_profile_uuid, project_id, conf=None,
         limits = quotas.limits_for(conf, project_id)
     profile = {'uuid': device_profile_uuid, 'name': device_profile_name,
                'visible_to': visible_to}
-    arqs = db_api.write_retrying(context, _create_in, context, profile,
-                                 project_id, limits)
+    arqs = awaited.write(context, _create_in, context, profile,
+                         project_id, limits)
     _notify_created(conf, context, arqs)
     return arqs
 
@@ -266,8 +267,8 @@ def start_bind(conf, context, bindings):
     # that validates it, before the PATCH is answered: Nova's first read
     # finds it resolved.  The rest, and the batch's Nova events, go on in
     # the background.
-    jobs = db_api.write_retrying(context, _start, conf, context, bindings,
-                                 now, known, batch_id, deadline)
+    jobs = awaited.write(context, _start, conf, context, bindings, now,
+                         known, batch_id, deadline)
     # Every bind Bound by _start: the batch's events are those _start
     # recorded, known here without reading them back.
     recorded = ([(job['instance_uuid'], job['uuid'], 'completed')
@@ -277,8 +278,9 @@ def start_bind(conf, context, bindings):
         pending = [job for job in jobs
                    if not _resolve(conf, context, batch_id, job, deadline,
                                    started, quick=True)]
+    # The background work is not awaited: the PATCH is answered first.
     worker_context = cyborg_context.RequestContext.from_dict(
-        context.to_dict())
+        context.to_dict(), answer_by=None)
     return _executor(conf).submit(_run_batch, conf, worker_context,
                                   batch_id, pending, deadline, started,
                                   recorded)
@@ -1095,9 +1097,9 @@ def delete(conf, context, arq_uuids=None, instance_uuid=None,
     holds a device (``accelerator_requests.check_may_delete``).
     """
     arq_uuids = list(arq_uuids or [])
-    rows, moved = db_api.write_retrying(context, _delete_at_once, context,
-                                        arq_uuids, instance_uuid or None,
-                                        guard_holding)
+    rows, moved = awaited.write(context, _delete_at_once, context,
+                                arq_uuids, instance_uuid or None,
+                                guard_holding)
     if moved is None:
         rows, moved = _delete_releasing(conf, context, arq_uuids,
                                         instance_uuid or None, guard_holding,

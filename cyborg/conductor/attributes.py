@@ -4,7 +4,7 @@ from oslo_db import exception as db_exc
 from oslo_utils import uuidutils
 
 from cyborg.common import exception
-from cyborg.db import api as db_api
+from cyborg.conductor import awaited
 from cyborg.db.api import attributes as attribute_db
 from cyborg.db.api import deployables as deployable_db
 
@@ -12,8 +12,8 @@ from cyborg.db.api import deployables as deployable_db
 def create(conf, context, deployable_uuid, key, value):
     """Add ``key`` = ``value`` to a deployable; 409 if it has that key."""
     try:
-        return db_api.write_retrying(context, _create_in, context,
-                                     deployable_uuid, key, value)
+        return awaited.write(context, _create_in, context,
+                             deployable_uuid, key, value)
     except db_exc.DBDuplicateEntry:
         raise exception.Conflict(
             reason='deployable %s already has attribute %s' % (
@@ -36,7 +36,7 @@ def _create_in(context, deployable_uuid, key, value):
 
 
 def delete(conf, context, attribute_uuid):
-    db_api.write_retrying(context, _delete_in, context, attribute_uuid)
+    awaited.write(context, _delete_in, context, attribute_uuid)
 
 
 def _delete_in(context, attribute_uuid):

@@ -9,7 +9,7 @@ from oslo_db import exception as db_exc
 from oslo_utils import uuidutils
 
 from cyborg.common import exception
-from cyborg.db import api as db_api
+from cyborg.conductor import awaited
 from cyborg.db.api import device_profiles as profile_db
 from cyborg.objects import device_profiles as profile_objects
 
@@ -31,8 +31,8 @@ def create(context, values):
                   'project_id': values.get('project_id'),
                   'visibility': visibility}
     try:
-        return db_api.write_retrying(context, _create_in, context,
-                                     row_values, projects)
+        return awaited.write(context, _create_in, context, row_values,
+                             projects)
     except db_exc.DBDuplicateEntry as e:
         if 'name' in (e.columns or []):
             raise exception.DuplicateName(resource='Device profile',
@@ -51,7 +51,7 @@ def delete(context, uuids):
     if any is gone."""
     uuids = sorted(set(uuids))
     try:
-        db_api.write_retrying(context, _delete_in, context, uuids)
+        awaited.write(context, _delete_in, context, uuids)
     except db_exc.DBReferenceError:
         # An ARQ was made from one of them since the check above.
         raise _in_use(uuids)

@@ -26,6 +26,7 @@ from cyborg.common import timing
 from cyborg.conductor import arq_allocation
 from cyborg.conductor import arq_binding
 from cyborg.conductor import attributes
+from cyborg.conductor import awaited
 from cyborg.conductor import device_profiles
 from cyborg.conductor import device_status
 from cyborg.conductor import health
@@ -34,7 +35,6 @@ from cyborg.conductor import programming
 from cyborg.conductor import remote_pools
 from cyborg.conductor import rpcapi
 from cyborg.db import api as db_api
-from cyborg.objects import clock as objects_clock
 
 LOG = logging.getLogger(__name__)
 
@@ -49,8 +49,9 @@ def _answer(func):
     def wrapper(*args, **kwargs):
         try:
             try:
-                _check_awaited(func.__name__, args[1] if len(args) > 1
-                               else kwargs.get('context'))
+                awaited.check(
+                    args[1] if len(args) > 1 else kwargs.get('context'),
+                    func.__name__)
                 with timing.rpc_served(func.__name__):
                     return func(*args, **kwargs)
             except exception.DB_OUTAGES + (db_exc.DBError,) as exc:
@@ -70,21 +71,6 @@ def _answer(func):
                 raise
             raise messaging.ExpectedException()
     return wrapper
-
-
-def _check_awaited(name, context):
-    """503 for a call its caller stopped waiting for (``answer_by``
-    passed, by the database server's clock: it sat in RabbitMQ or behind
-    busy threads): the API answered 503 already, so nothing is
-    written."""
-    answer_by = getattr(context, 'answer_by', None)
-    if answer_by is None:
-        return
-    late = objects_clock.reference.now() - answer_by
-    if late > 0:
-        raise exception.ServiceUnavailable(
-            reason=f'{name} (request {context.request_id}) came '
-                   f'{late:.1f} s after its caller stopped waiting; dropped')
 
 
 def _outage(exc):

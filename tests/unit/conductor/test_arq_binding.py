@@ -12,7 +12,7 @@ from oslo_utils import timeutils
 
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
-from cyborg.conductor import arq_binding, nova
+from cyborg.conductor import arq_binding, awaited, nova
 from cyborg.db import models
 from cyborg.placement import client as placement_client
 from cyborg.placement import embedded
@@ -625,3 +625,41 @@ def test_a_quick_bind_and_a_plain_delete_commit_once_each(aconf, db, ctx,
     assert len(seen.commits) == 1
     assert seed.arq_rows(db) == {}
     assert seed.handles_in_use(db) == 0
+
+
+def _nearly_late(ctx):
+    """``ctx`` whose caller stops waiting in less than the commit margin:
+    not dropped when it arrives, too late to commit."""
+    return cyborg_context.RequestContext.from_dict(
+        ctx.to_dict(), answer_by=time.time() + awaited.COMMIT_MARGIN / 2)
+
+
+def test_writes_too_late_for_their_caller_are_rolled_back(aconf, db, ctx,
+                                                          device):
+    """The API answers 503 when its caller's wait ends: a create, a bind
+    or a delete that would commit after that (or just before it) writes
+    nothing."""
+    profile = seed.seed_profile(db, [{'resources:FPGA': '1'}])
+    with pytest.raises(exception.ServiceUnavailable) as raised:
+        arq_binding.create(_nearly_late(ctx), profile, 'p1')
+    assert 'rolled back, nothing written' in str(raised.value)
+    assert seed.arq_rows(db) == {}
+
+    uuid, = _create(db, ctx)
+    with pytest.raises(exception.ServiceUnavailable):
+        arq_binding.start_bind(aconf, _nearly_late(ctx),
+                               {uuid: _binding(device)})
+    assert _state(db, uuid).state == 'Initial'
+    assert seed.handles_in_use(db) == 0
+
+    _bind(aconf, ctx, {uuid: _binding(device)})
+    with pytest.raises(exception.ServiceUnavailable):
+        arq_binding.delete(aconf, _nearly_late(ctx), [uuid])
+    assert _state(db, uuid).state == 'Bound'
+    assert seed.handles_in_use(db) == 1
+
+    # In time, each commits as ever.
+    in_time = cyborg_context.RequestContext.from_dict(
+        ctx.to_dict(), answer_by=time.time() + 20)
+    assert arq_binding.delete(aconf, in_time, [uuid]) == []
+    assert seed.arq_rows(db) == {}

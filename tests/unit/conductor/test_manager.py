@@ -89,6 +89,26 @@ def test_a_call_its_caller_stopped_waiting_for_writes_nothing(db, caplog):
     assert profile_db.get_groups(reader, name='awaited') is not None
 
 
+def test_a_write_too_late_to_commit_for_its_caller_writes_nothing(db):
+    # Not late when it came (dropped), but its caller stops waiting before
+    # its commit and answer could reach it: rolled back.
+    from cyborg.common import context as cyborg_context
+    from cyborg.conductor import awaited
+    from cyborg.db.api import device_profiles as profile_db
+
+    endpoint = manager.ConductorManager(None, 'c1')
+    nearly = cyborg_context.RequestContext(
+        project_id='p1',
+        answer_by=time.time() + awaited.COMMIT_MARGIN / 2)
+    with pytest.raises(messaging.ExpectedException) as caught:
+        endpoint.device_profile_create(nearly, _profile_values('nearly'))
+    error = caught.value.exc_info[1]
+    assert isinstance(error, exception.ServiceUnavailable)
+    assert 'rolled back, nothing written' in str(error)
+    reader = cyborg_context.get_admin_context()
+    assert profile_db.get_groups(reader, name='nearly') is None
+
+
 def test_answer_by_travels_with_the_context():
     from cyborg.common import context as cyborg_context
 
