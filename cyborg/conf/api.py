@@ -40,7 +40,7 @@ opts = [
                help='How API requests are authenticated.'),
     cfg.IntOpt('max_limit', default=1000, min=1,
                help='Largest number of items a list call returns at once.'),
-    cfg.IntOpt('conductor_timeout', default=CONDUCTOR_TIMEOUT, min=1,
+    cfg.IntOpt('conductor_timeout', default=CONDUCTOR_TIMEOUT, min=2,
                help='Seconds a request waits for the conductor before it '
                     'answers 503. Keep it below the WSGI server\'s own '
                     'request timeout (gunicorn\'s --timeout defaults to 30 '
@@ -49,7 +49,9 @@ opts = [
                     'error instead of a JSON 503; and above the time a '
                     'write waits for a row lock another transaction holds '
                     '(10 s, the operations guide\'s "Timeouts"), or '
-                    'such a write answers 503 without saying why.'),
+                    'such a write answers 503 without saying why. At least '
+                    '2: the conductor rolls back a write that would commit '
+                    'within a second of the API giving up.'),
     cfg.IntOpt('broker_retries', default=2, min=0,
                help='How many more times a request tries to reach the '
                     'message broker (about a second apart) before it '

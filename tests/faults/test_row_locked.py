@@ -13,46 +13,16 @@ to bind the ARQ afterwards.
 """
 
 import concurrent.futures
-import threading
 
 import pytest
-import sqlalchemy as sa
 
 from cyborg.conf import api as api_conf
 from cyborg.db import api as db_api
+from tests.fixtures import databases
 from tests.fixtures import faults
 from tests.fixtures import processes
 
 HOST = 'h1'
-
-
-class _RowLock:
-    """An ARQ's row locked by a transaction that stays open."""
-
-    def __init__(self, url, arq):
-        self.engine = sa.create_engine(url)
-        self.arq = arq
-        self.locked = threading.Event()
-        self.released = threading.Event()
-        self.thread = threading.Thread(target=self._hold, daemon=True)
-
-    def _hold(self):
-        with self.engine.begin() as conn:
-            conn.execute(sa.text(
-                'SELECT id FROM extended_accelerator_requests '
-                'WHERE uuid = :uuid FOR UPDATE'), {'uuid': self.arq})
-            self.locked.set()
-            self.released.wait(120)
-
-    def __enter__(self):
-        self.thread.start()
-        assert self.locked.wait(10)
-        return self
-
-    def __exit__(self, *exc):
-        self.released.set()
-        self.thread.join()
-        self.engine.dispose()
 
 
 def _state(d, arq):
@@ -66,7 +36,9 @@ def test_a_bind_on_a_row_locked_too_long_answers_503_and_writes_nothing(
         d.profile('fpga', {'resources:FPGA': '1'})
         locked, free = d.create_arqs('fpga', 2)
 
-        with _RowLock(d.db_url, locked), \
+        with databases.row_locked(
+                d.db_url, 'SELECT id FROM extended_accelerator_requests '
+                'WHERE uuid = :uuid FOR UPDATE', {'uuid': locked}), \
                 concurrent.futures.ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(d.bind, locked, HOST)
             response, took = d.bind(free, HOST)

@@ -119,3 +119,11 @@ def test_answer_by_travels_with_the_context():
     assert 'answer_by' not in cyborg_context.get_admin_context().to_dict()
     assert cyborg_context.RequestContext.from_dict(
         {'project_id': 'p1'}).answer_by is None
+
+
+def test_the_shortest_wait_leaves_the_conductor_time_to_commit():
+    from cyborg.conductor import awaited
+    from cyborg.conf import api as api_conf
+
+    option, = [o for o in api_conf.opts if o.name == 'conductor_timeout']
+    assert option.type.min > awaited.COMMIT_MARGIN

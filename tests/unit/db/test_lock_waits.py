@@ -12,7 +12,6 @@ real MariaDB and PostgreSQL.
   the rows it locked are not held from every other conductor forever.
 """
 
-import threading
 import time
 
 import oslo_messaging as messaging
@@ -44,40 +43,17 @@ def url(request):
         yield url
 
 
+def _widget_locked(url):
+    return databases.row_locked(
+        url, 'SELECT v FROM widgets WHERE id = 1 FOR UPDATE', at_most=HELD)
+
+
 def _service_engine(url, lock_wait=1, idle=1):
     """An engine as a service makes it, with short bounds."""
     return engines.create_engine(
         url, max_retries=0,
         connection_parameters=db_api.bounded_wait_parameters(
             url, lock_wait=lock_wait, idle=idle))
-
-
-class _Holder:
-    """A connection (not a service's) holding widget 1's row lock until
-    released, or HELD seconds at most."""
-
-    def __init__(self, url):
-        self.engine = sa.create_engine(url)
-        self.released = threading.Event()
-        self.locked = threading.Event()
-        self.thread = threading.Thread(target=self._hold, daemon=True)
-
-    def _hold(self):
-        with self.engine.begin() as conn:
-            conn.execute(sa.text(
-                'SELECT v FROM widgets WHERE id = 1 FOR UPDATE'))
-            self.locked.set()
-            self.released.wait(HELD)
-
-    def __enter__(self):
-        self.thread.start()
-        assert self.locked.wait(10)
-        return self
-
-    def __exit__(self, *exc):
-        self.released.set()
-        self.thread.join()
-        self.engine.dispose()
 
 
 def _wait_at_most(conn, seconds):
@@ -115,7 +91,7 @@ def test_a_write_gives_up_on_a_row_locked_too_long(url, admin_context):
             sa.text('UPDATE widgets SET v = v + 1 WHERE id = 1'))
 
     try:
-        with _Holder(url):
+        with _widget_locked(url):
             started = time.monotonic()
             with pytest.raises(exception.ServiceUnavailable) as raised:
                 db_api.write_retrying(admin_context, write)
@@ -143,7 +119,7 @@ def test_a_conductor_call_whose_own_write_waited_too_long_answers_503(
                 sa.text('UPDATE widgets SET v = v + 1 WHERE id = 1'))
 
     try:
-        with _Holder(url):
+        with _widget_locked(url):
             with pytest.raises(messaging.ExpectedException) as caught:
                 touch(admin_context)
     finally:
