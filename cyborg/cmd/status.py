@@ -16,6 +16,7 @@ import sqlalchemy as sa
 import yaml
 
 import cyborg.conf
+from cyborg.common import exception
 from cyborg.common import service
 from cyborg.db import migration
 
@@ -36,7 +37,7 @@ class Checks(upgradecheck.UpgradeCommands):
         except Exception as exc:
             return Result(Code.FAILURE,
                           'Cannot read the schema revision from [database] '
-                          'connection: %s' % _first_line(exc))
+                          'connection: %s' % exception.first_line(exc))
         head = migration.head()
         if current is None:
             return Result(Code.FAILURE, 'The database has no cyborg schema; '
@@ -78,7 +79,7 @@ class Checks(upgradecheck.UpgradeCommands):
         except Exception as exc:
             return Result(Code.FAILURE,
                           'Cannot read the database server\'s clock: %s'
-                          % _first_line(exc))
+                          % exception.first_line(exc))
         if skew is not None and abs(skew) > clock_db.TOLERATED_SKEW:
             return Result(Code.WARNING,
                           'This host\'s clock is %.1f s %s the database '
@@ -100,10 +101,6 @@ class Checks(upgradecheck.UpgradeCommands):
             ('Policy file parses as YAML', Checks._check_policy_yaml),
             ('Clock near the database server\'s', Checks._check_clock),
         )
-
-
-def _first_line(exc):
-    return str(getattr(exc, 'orig', None) or exc).splitlines()[0]
 
 
 def main(argv=None):

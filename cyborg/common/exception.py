@@ -15,6 +15,18 @@ import sqlalchemy.exc
 DB_OUTAGES = (db_exc.DBConnectionError, db_exc.CantStartEngineError,
               sqlalchemy.exc.OperationalError)
 
+# The most of an error's message a log line or an answer quotes.
+FIRST_LINE_LIMIT = 300
+
+
+def first_line(error):
+    """The first line of ``error``'s message (of the driver's error inside
+    a SQLAlchemy one), without the remote traceback oslo.messaging appends
+    to a RemoteError's, at most FIRST_LINE_LIMIT characters; the type's
+    name when it has no message."""
+    lines = str(getattr(error, 'orig', None) or error).strip().splitlines()
+    return lines[0][:FIRST_LINE_LIMIT] if lines else type(error).__name__
+
 
 class CyborgException(Exception):
     """Base exception: subclasses set ``message`` (a format) and ``code``."""

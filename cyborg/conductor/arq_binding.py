@@ -616,7 +616,7 @@ def _check_allocations(jobs, asked):
         except exception.PlacementError as exc:
             LOG.warning('Binding for instance %s without checking its '
                         'allocations: Placement cannot be asked (%s)',
-                        instance_uuid, _first_line(exc))
+                        instance_uuid, exception.first_line(exc))
             continue
         if not allocated:
             continue
@@ -647,11 +647,6 @@ def _check_allocations(jobs, asked):
                                f'{"/".join(classes)} on resource provider '
                                f'{rp_uuid}, not the {count} its '
                                f'accelerator requests bound there need')
-
-
-def _first_line(exc):
-    lines = str(exc).strip().splitlines()
-    return lines[0][:300] if lines else type(exc).__name__
 
 
 @timing.rpc_served('arq_bind_work')
@@ -993,7 +988,7 @@ def _remove_mdev(conf, context, hostname, attach_info, mdev_uuid):
             detail = (f'{e.exc_type}: {e.value}'
                       if isinstance(e, messaging.RemoteError) else str(e))
             reason = (f'the agent on {hostname} could not remove mdev '
-                      f'{mdev_uuid}: {_first_line(detail)}')
+                      f'{mdev_uuid}: {exception.first_line(detail)}')
         LOG.warning('%s', reason)
         return reason
     return None

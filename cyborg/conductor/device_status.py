@@ -118,8 +118,8 @@ def _prepare(conf, context, target, wait):
             return
         raise exception.Conflict(
             reason=f'the agent on {hostname} could not prepare device '
-                   f'{key}: {_first_line(exc.value)}; the device stays '
-                   f'maintaining')
+                   f'{key}: {exception.first_line(exc.value)}; the device '
+                   f'stays maintaining')
     except messaging.MessagingException as exc:
         raise exception.ServiceUnavailable(
             reason=f'cannot reach the agent on {hostname} ({exc}); the '
@@ -129,14 +129,8 @@ def _prepare(conf, context, target, wait):
         # exception types and allowed modules come back as themselves).
         raise exception.Conflict(
             reason=f'the agent on {hostname} could not prepare device '
-                   f'{key}: {_first_line(exc)}; the device stays '
+                   f'{key}: {exception.first_line(exc)}; the device stays '
                    f'maintaining')
-
-
-def _first_line(error):
-    """The message of a remote error without the agent's traceback that
-    oslo.messaging appends to it."""
-    return str(error).strip().split('\n', 1)[0]
 
 
 def prepare_timeout(conf, wait=None):

@@ -133,7 +133,7 @@ class AtStart:
             except exception.DB_OUTAGES + (exception.ServiceUnavailable,) \
                     as e:
                 LOG.warning('Start-up job %s waits for the database (%s)',
-                            self.name, _first_line(e))
+                            self.name, exception.first_line(e))
             except Exception:
                 LOG.exception('Start-up job %s failed', self.name)
                 return
@@ -153,12 +153,7 @@ def run_job(conf, name, path):
     except exception.DB_OUTAGES + (exception.ServiceUnavailable,) as e:
         # An expected outage: one line, not a traceback every tick.
         LOG.warning('Periodic job %s skipped (%s); it runs again next '
-                    'time', name, _first_line(e))
+                    'time', name, exception.first_line(e))
     except Exception:
         LOG.exception('Periodic job %s failed; it runs again next time',
                       name)
-
-
-def _first_line(exc):
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__

@@ -35,6 +35,7 @@ import threading
 import time
 
 from oslo_log import log as logging
+import oslo_messaging as messaging
 from oslo_utils import timeutils
 
 from cyborg.agent import rpcapi as agent_rpcapi
@@ -189,11 +190,29 @@ def _run_agent(conf, context, target, image, data, deadline):
                  'data': base64.b64encode(data).decode('ascii'),
                  'checksum': image.get('checksum')}
     agent = agent_rpcapi.AgentAPI(conf, timeout=max(int(remaining), 1))
-    if not agent.fpga_program(context, target.hostname, target.cpid_info,
-                              bitstream, target.driver_name):
+    try:
+        programmed = agent.fpga_program(context, target.hostname,
+                                        target.cpid_info, bitstream,
+                                        target.driver_name)
+    except messaging.RemoteError as exc:
+        raise _refused(target, exc.value) from exc
+    except messaging.MessagingException:
+        raise           # not answered in time, or not reached
+    except Exception as exc:
+        # The agent's own exception (a card it cannot find, one being
+        # programmed already, the vendor tool failing), rebuilt here by
+        # oslo.messaging: the agent's answer, not a fault of ours.
+        raise _refused(target, exc) from exc
+    if not programmed:
         raise exception.BindFailed(
             reason=f'the agent on {target.hostname} could not program '
                    f'{target.cpid_info}')
+
+
+def _refused(target, error):
+    return exception.Conflict(
+        reason=f'the agent on {target.hostname} could not program '
+               f'{target.cpid_info}: {exception.first_line(error)}')
 
 
 def _placement(conf):

@@ -1,8 +1,10 @@
 """Agent endpoints on fake sysfs trees, privileged calls in-process."""
 
 import base64
+import concurrent.futures
 import hashlib
 import os
+import threading
 import uuid
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from cyborg.agent import manager as agent_manager
 from cyborg.agent import reporter as agent_reporter
 from cyborg.common import exception
+from cyborg.drivers import base
 from cyborg.drivers import loader
 from tests.fixtures import sysfs as fake_sysfs
 
@@ -158,3 +161,49 @@ def test_inline_bitstream_goes_under_the_state_path_only(conf, tmp_path,
     assert existed
     assert os.path.dirname(path) == conf.state_path
     assert not os.path.exists(path)
+
+
+class _SlowFPGA(base.Programmable):
+    """An FPGA whose programming takes until the test lets it end (a
+    vendor tool can take minutes, or hang)."""
+
+    def __init__(self):
+        self.running = threading.Event()
+        self.finish = threading.Event()
+        self.programmed = []
+
+    def program(self, controlpath_id, image_path, image_uuid):
+        self.running.set()
+        assert self.finish.wait(30)
+        self.programmed.append((controlpath_id, image_uuid))
+
+
+def test_an_fpga_being_programmed_is_not_programmed_again_meanwhile(
+        conf, tmp_path, admin_context):
+    """The conductor gives up on a programming that outlives the bind's
+    time (and may try another); the agent never runs a second tool on the
+    same card meanwhile: it answers 409 at once.  Another card, or the
+    same one afterwards, is programmed as usual."""
+    manager, _tree, _requests = _manager(conf, tmp_path)
+    fpga = _SlowFPGA()
+    manager.drivers['slow'] = fpga
+    data = b'bits'
+    bitstream = {'image_uuid': 'img-1',
+                 'data': base64.b64encode(data).decode()}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(manager.fpga_program, admin_context,
+                            '0000:5e:00.0', bitstream, 'slow')
+        assert fpga.running.wait(10)
+        with pytest.raises(exception.Conflict,
+                           match='0000:5e:00.0 is being programmed'):
+            manager.fpga_program(admin_context, '0000:5e:00.0',
+                                 dict(bitstream, image_uuid='img-2'), 'slow')
+        other = pool.submit(manager.fpga_program, admin_context,
+                            '0000:5f:00.0', bitstream, 'slow')
+        fpga.finish.set()
+        assert first.result(10) is True and other.result(10) is True
+    assert manager.fpga_program(admin_context, '0000:5e:00.0',
+                                dict(bitstream, image_uuid='img-3'), 'slow')
+    assert sorted(fpga.programmed) == [('0000:5e:00.0', 'img-1'),
+                                       ('0000:5e:00.0', 'img-3'),
+                                       ('0000:5f:00.0', 'img-1')]

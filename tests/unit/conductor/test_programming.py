@@ -6,6 +6,7 @@ import datetime
 import time
 import uuid as uuidlib
 
+import oslo_messaging as messaging
 import pytest
 import requests
 import sqlalchemy as sa
@@ -13,7 +14,7 @@ from oslo_utils import timeutils
 
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
-from cyborg.conductor import arq_binding, programming
+from cyborg.conductor import arq_binding, manager, programming
 from cyborg.conductor import glance as glance_client
 from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import inventory as inventory_db
@@ -220,6 +221,33 @@ def test_admin_program_refuses_a_device_in_use(pconf, ctx, db, agent,
         programming.program_deployable(pconf, ctx, device.deployable_uuid,
                                        second)
     assert _bitstream(ctx, device) == first
+
+
+def test_admin_program_the_agent_refuses_is_a_409_saying_why(
+        pconf, ctx, db, agent, glance):
+    """The agent's refusal (here: the card is not at that address; also a
+    card already being programmed, or the vendor tool failing) answers
+    409 with the agent's reason, not a 500."""
+    device = seed.seed_device(db, hostname=HOST, handles=1)
+    with db.begin() as c:
+        c.exec_driver_sql("UPDATE controlpath_ids SET cpid_info = "
+                          "'0000:99:00.0' WHERE device_id = "
+                          f"{device.device_id}")
+    client = placement_client.get_client(pconf)
+    client.create_provider(device.rp_uuid, device.name, None)
+    client.set_inventories(device.rp_uuid, {'FPGA': {'total': 1,
+                                                     'max_unit': 1}})
+    image = glance.add_image(b'refused' * 10)
+    endpoint = manager.ConductorManager(pconf, 'c1')
+    with pytest.raises(messaging.ExpectedException) as caught:
+        endpoint.deployable_program(ctx, device.deployable_uuid, image)
+    error = caught.value.exc_info[1]
+    assert isinstance(error, exception.Conflict)
+    assert str(error).startswith(
+        f'Conflict: the agent on {HOST} could not program 0000:99:00.0: ')
+    assert 'Traceback' not in str(error)
+    assert _bitstream(ctx, device) is None
+    assert _provider(pconf, device.rp_uuid) == (0, set())
 
 
 def test_admin_program_unknown_image_or_deployable(pconf, ctx, db, agent,
