@@ -146,19 +146,25 @@ def test_corrupt_image_fails_the_bind_and_changes_nothing(
         0, {'CUSTOM_FAKE_DEVICE', OLD_TRAIT})
 
 
-def test_agent_failure_rolls_back_reservation_and_traits(
-        pconf, ctx, db, agent, glance):
-    # The fake driver only knows its own control path: programming a
-    # device at another address fails on the agent.
+def _device_the_agent_cannot_find(conf, db):
+    """A device at an address the fake driver does not know (it knows
+    only its own control path): programming it fails on the agent."""
     device = seed.seed_device(db, hostname=HOST, handles=1)
     with db.begin() as c:
         c.exec_driver_sql("UPDATE controlpath_ids SET cpid_info = "
                           "'0000:99:00.0' WHERE device_id = "
                           f"{device.device_id}")
-    client = placement_client.get_client(pconf)
+    client = placement_client.get_client(conf)
     client.create_provider(device.rp_uuid, device.name, None)
     client.set_inventories(device.rp_uuid, {'FPGA': {'total': 1,
                                                      'max_unit': 1}})
+    return device
+
+
+def test_agent_failure_rolls_back_reservation_and_traits(
+        pconf, ctx, db, agent, glance):
+    device = _device_the_agent_cannot_find(pconf, db)
+    client = placement_client.get_client(pconf)
     # Made here: the Placement is shared, but tests run in any order.
     client.ensure_traits([OLD_TRAIT])
     client.set_traits(device.rp_uuid, {OLD_TRAIT})
@@ -228,15 +234,7 @@ def test_admin_program_the_agent_refuses_is_a_409_saying_why(
     """The agent's refusal (here: the card is not at that address; also a
     card already being programmed, or the vendor tool failing) answers
     409 with the agent's reason, not a 500."""
-    device = seed.seed_device(db, hostname=HOST, handles=1)
-    with db.begin() as c:
-        c.exec_driver_sql("UPDATE controlpath_ids SET cpid_info = "
-                          "'0000:99:00.0' WHERE device_id = "
-                          f"{device.device_id}")
-    client = placement_client.get_client(pconf)
-    client.create_provider(device.rp_uuid, device.name, None)
-    client.set_inventories(device.rp_uuid, {'FPGA': {'total': 1,
-                                                     'max_unit': 1}})
+    device = _device_the_agent_cannot_find(pconf, db)
     image = glance.add_image(b'refused' * 10)
     endpoint = manager.ConductorManager(pconf, 'c1')
     with pytest.raises(messaging.ExpectedException) as caught:
