@@ -10,6 +10,7 @@ without waiting for the next period.
 import base64
 import binascii
 import contextlib
+import functools
 import hashlib
 import os
 import tempfile
@@ -25,6 +26,23 @@ from cyborg.common import exception
 from cyborg.drivers import base
 
 LOG = logging.getLogger(__name__)
+
+
+def _answer(func):
+    """Send a refusal (a 4xx CyborgException: an unknown device or mdev
+    type, a bad bitstream, a card being programmed already) back to the
+    conductor as an answer: oslo.messaging then logs no traceback for it,
+    and the conductor gets the same exception.  A failure on the host (a
+    5xx, anything else) stays a fault, logged with its traceback."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except exception.CyborgException as exc:
+            if exc.code >= 500:
+                raise
+            raise messaging.ExpectedException()
+    return wrapper
 
 
 class AgentManager:
@@ -44,6 +62,7 @@ class AgentManager:
 
     # -- FPGA --------------------------------------------------------------
 
+    @_answer
     def fpga_program(self, context, controlpath_id, bitstream, driver_name):
         """Program with ``bitstream`` (see ``AgentAPI.fpga_program``)."""
         driver = self.drivers.get(driver_name)
@@ -84,6 +103,7 @@ class AgentManager:
 
     # -- vGPU mdevs ------------------------------------------------------
 
+    @_answer
     def create_vgpu_mdev(self, context, pci_address, asked_type, mdev_uuid):
         """Create the mdev; creating one that exists is a success."""
         from cyborg.agent import privileged
@@ -98,6 +118,7 @@ class AgentManager:
         self._report_soon()
         return True
 
+    @_answer
     def remove_vgpu_mdev(self, context, pci_address, mdev_uuid):
         """Remove the mdev; removing one that is gone is a success."""
         from cyborg.agent import privileged
@@ -114,6 +135,7 @@ class AgentManager:
 
     # -- health and preparation ------------------------------------------
 
+    @_answer
     def probe_health(self, context, device_keys):
         """Re-probe devices (a cast): the probes run on the health
         monitor's thread, their verdicts go back as a health report."""
@@ -123,6 +145,7 @@ class AgentManager:
             return
         self.health_monitor.request_probe(device_keys)
 
+    @_answer
     def prepare_device(self, context, device_key):
         """Run the driver's preparation step for the device (``Preparable``)
         and return True; True at once for a driver without one."""
@@ -154,6 +177,7 @@ class AgentManager:
 
     # -- reports -----------------------------------------------------------
 
+    @_answer
     def request_report(self, context):
         """The conductor wants a full snapshot (it lost or distrusts its
         picture of this host)."""

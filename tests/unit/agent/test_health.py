@@ -395,8 +395,9 @@ def test_prepare_device_runs_the_preparation_step_when_there_is_one(
     # A driver without a preparation step: nothing to do, still True.
     assert agent_server.prepare_device(admin_context, KEY_A) is True
     assert prepared.prepared == ['PCI:0000:af:00.0']
-    with pytest.raises(exception.ResourceNotFound):
+    with pytest.raises(messaging.ExpectedException) as caught:
         agent_server.prepare_device(admin_context, 'PCI:0000:00:00.0')
+    assert isinstance(caught.value.exc_info[1], exception.ResourceNotFound)
 
 
 def test_prepare_device_finds_a_device_not_reported_yet(conf, conductor,

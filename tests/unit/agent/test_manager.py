@@ -1,12 +1,15 @@
 """Agent endpoints on fake sysfs trees, privileged calls in-process."""
 
 import base64
+import contextlib
 import concurrent.futures
 import hashlib
 import os
+import re
 import threading
 import uuid
 
+import oslo_messaging as messaging
 import pytest
 
 from cyborg.agent import manager as agent_manager
@@ -38,6 +41,18 @@ def privsep_in_process():
     privileged.default.set_client_mode(False)
     yield
     privileged.default.set_client_mode(True)
+
+
+@contextlib.contextmanager
+def _refused(error_type, match=''):
+    """The endpoint answers with ``error_type`` (a 4xx): an expected
+    answer, sent back as it is, which oslo.messaging logs no traceback
+    for."""
+    with pytest.raises(messaging.ExpectedException) as caught:
+        yield
+    error = caught.value.exc_info[1]
+    assert isinstance(error, error_type), error
+    assert re.search(match, str(error)), error
 
 
 def _manager(conf, tmp_path, scenario='vgpu'):
@@ -78,10 +93,10 @@ def test_create_existing_mdev_is_a_success_without_writing(
 def test_create_unknown_type_or_bad_uuid_is_refused(
         conf, tmp_path, privsep_in_process, admin_context):
     manager, _tree, _ = _manager(conf, tmp_path)
-    with pytest.raises(exception.NotFound, match='nvidia-999'):
+    with _refused(exception.NotFound, 'nvidia-999'):
         manager.create_vgpu_mdev(admin_context, '0000:c1:00.0', 'nvidia-999',
                                  str(uuid.uuid4()))
-    with pytest.raises(exception.Invalid):
+    with _refused(exception.Invalid):
         manager.create_vgpu_mdev(admin_context, '0000:c1:00.0',
                                  '../../../etc', str(uuid.uuid4()))
 
@@ -126,7 +141,7 @@ def test_fpga_program_inline_data_on_the_fake_driver(conf, tmp_path,
 def test_fpga_program_bad_requests(conf, tmp_path, admin_context, bitstream,
                                    driver, error):
     manager, _tree, requests = _manager(conf, tmp_path)
-    with pytest.raises(exception.CyborgException, match=error):
+    with _refused(exception.CyborgException, error):
         manager.fpga_program(admin_context, '0000:0c:00.0', bitstream,
                              driver)
     assert requests.reports == 0
@@ -194,8 +209,8 @@ def test_an_fpga_being_programmed_is_not_programmed_again_meanwhile(
         first = pool.submit(manager.fpga_program, admin_context,
                             '0000:5e:00.0', bitstream, 'slow')
         assert fpga.running.wait(10)
-        with pytest.raises(exception.Conflict,
-                           match='0000:5e:00.0 is being programmed'):
+        with _refused(exception.Conflict,
+                      '0000:5e:00.0 is being programmed'):
             manager.fpga_program(admin_context, '0000:5e:00.0',
                                  dict(bitstream, image_uuid='img-2'), 'slow')
         other = pool.submit(manager.fpga_program, admin_context,
@@ -207,3 +222,22 @@ def test_an_fpga_being_programmed_is_not_programmed_again_meanwhile(
     assert sorted(fpga.programmed) == [('0000:5e:00.0', 'img-1'),
                                        ('0000:5e:00.0', 'img-3'),
                                        ('0000:5f:00.0', 'img-1')]
+
+
+class _BrokenFPGA(base.Programmable):
+    def program(self, controlpath_id, image_path, image_uuid):
+        raise exception.CyborgException(
+            message='FPGA programming with fpgaconf failed: exit status 3')
+
+
+def test_a_failure_stays_loud(conf, tmp_path, admin_context):
+    """A failure on the host (the vendor tool failing: a 500) is not an
+    answer: oslo.messaging logs its traceback, and the conductor gets it
+    all the same."""
+    manager, _tree, _requests = _manager(conf, tmp_path)
+    manager.drivers['broken'] = _BrokenFPGA()
+    bitstream = {'image_uuid': 'img-1',
+                 'data': base64.b64encode(b'bits').decode()}
+    with pytest.raises(exception.CyborgException, match='exit status 3'):
+        manager.fpga_program(admin_context, '0000:5e:00.0', bitstream,
+                             'broken')

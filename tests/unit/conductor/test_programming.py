@@ -230,10 +230,11 @@ def test_admin_program_refuses_a_device_in_use(pconf, ctx, db, agent,
 
 
 def test_admin_program_the_agent_refuses_is_a_409_saying_why(
-        pconf, ctx, db, agent, glance):
+        pconf, ctx, db, agent, glance, caplog):
     """The agent's refusal (here: the card is not at that address; also a
     card already being programmed, or the vendor tool failing) answers
-    409 with the agent's reason, not a 500."""
+    409 with the agent's reason, not a 500; the agent's RPC server logs no
+    traceback for a refusal."""
     device = _device_the_agent_cannot_find(pconf, db)
     image = glance.add_image(b'refused' * 10)
     endpoint = manager.ConductorManager(pconf, 'c1')
@@ -246,6 +247,8 @@ def test_admin_program_the_agent_refuses_is_a_409_saying_why(
     assert 'Traceback' not in str(error)
     assert _bitstream(ctx, device) is None
     assert _provider(pconf, device.rp_uuid) == (0, set())
+    assert not [r for r in caplog.records
+                if 'Exception during message handling' in r.getMessage()]
 
 
 def test_admin_program_unknown_image_or_deployable(pconf, ctx, db, agent,
