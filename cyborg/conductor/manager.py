@@ -54,16 +54,17 @@ def _answer(func):
                     func.__name__)
                 with timing.rpc_served(func.__name__):
                     return func(*args, **kwargs)
-            except exception.DB_OUTAGES + (db_exc.DBError,) as exc:
-                # A write outside write_retrying that waited too long for
-                # a row lock answers as one inside it does.
+            # A write outside write_retrying that waited too long for a
+            # row lock answers as one inside it does (stayed_locked).
+            except exception.DB_OUTAGES as exc:
+                raise (db_api.stayed_locked(exc)
+                       or exception.ServiceUnavailable(
+                           reason='the database is unreachable')) from exc
+            except db_exc.DBError as exc:
                 locked = db_api.stayed_locked(exc)
-                if locked is not None:
-                    raise locked from exc
-                if not isinstance(exc, exception.DB_OUTAGES):
+                if locked is None:
                     raise
-                raise exception.ServiceUnavailable(
-                    reason='the database is unreachable') from exc
+                raise locked from exc
         except exception.CyborgException as exc:
             if _outage(exc):
                 LOG.warning('%s: %s', func.__name__, exc)
