@@ -37,6 +37,7 @@ import time
 
 from oslo_log import log as logging
 
+from cyborg.agent import programming
 from cyborg.agent import reporter as agent_reporter
 from cyborg.common import context as cyborg_context
 from cyborg.common import metrics
@@ -107,8 +108,10 @@ class HealthMonitor:
     """
 
     def __init__(self, conf, host, drivers, known_devices,
-                 conductor_api=None):
+                 conductor_api=None, in_progress=None):
         self.conf = conf
+        # The cards being programmed (``AgentManager`` shares it).
+        self.programming = in_progress or programming.InProgress()
         self.host = host
         self.drivers = drivers
         self._known_devices = known_devices
@@ -301,6 +304,14 @@ class HealthMonitor:
             LOG.warning('Asked to probe %s, which this agent does not '
                         'know; no verdict sent.', key)
             return None
+        busy = self.programming.seconds(device.controlpath_id.cpid_info)
+        if busy is not None:
+            # Not a fault: the card is mid-write, so not well yet either.
+            return health.Reading(
+                device=key, severity=states.TRANSIENT, source='probe',
+                code='probe:programming',
+                reason=f'being programmed (for {busy:.0f} s); probed again '
+                       f'after the next hold-down')
         name = agent_reporter.driver_of(device)
         driver = self.drivers.get(name)
         if not isinstance(driver, base.HealthReporting):

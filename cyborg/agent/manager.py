@@ -9,17 +9,15 @@ without waiting for the next period.
 
 import base64
 import binascii
-import contextlib
 import functools
 import hashlib
 import os
 import tempfile
-import threading
-import time
 
 import oslo_messaging as messaging
 from oslo_log import log as logging
 
+from cyborg.agent import programming
 from cyborg.agent import reporter as agent_reporter
 from cyborg.agent import rpcapi
 from cyborg.common import exception
@@ -56,9 +54,9 @@ class AgentManager:
         self.reporter = reporter
         self.drivers = drivers or {}
         self.health_monitor = health_monitor
-        # FPGA address -> when its programming started (time.monotonic).
-        self._programming = {}
-        self._programming_lock = threading.Lock()
+        # Shared with the health monitor, whose re-probes must know.
+        self.programming = (health_monitor.programming if health_monitor
+                            else programming.InProgress())
 
     # -- FPGA --------------------------------------------------------------
 
@@ -75,31 +73,11 @@ class AgentManager:
         image_uuid = bitstream.get('image_uuid')
         if not image_uuid:
             raise exception.Invalid(reason='bitstream has no image_uuid')
-        with self._programming_alone(controlpath_id), \
+        with self.programming.alone(controlpath_id), \
                 _bitstream_file(self.conf, bitstream) as path:
             driver.program(controlpath_id, path, image_uuid)
         self._report_soon()
         return True
-
-    @contextlib.contextmanager
-    def _programming_alone(self, controlpath_id):
-        """Only one programming of a card at a time: the conductor gives
-        up on one that outlives the bind's time and may ask again while
-        the vendor tool still writes to the card; a second tool beside it
-        could leave the card with neither image.  Busy: 409 at once."""
-        with self._programming_lock:
-            started = self._programming.get(controlpath_id)
-            if started is not None:
-                raise exception.Conflict(
-                    reason=f'FPGA {controlpath_id} is being programmed '
-                           f'(for {time.monotonic() - started:.0f} s); '
-                           f'try again once that ends')
-            self._programming[controlpath_id] = time.monotonic()
-        try:
-            yield
-        finally:
-            with self._programming_lock:
-                del self._programming[controlpath_id]
 
     # -- vGPU mdevs ------------------------------------------------------
 

@@ -131,6 +131,11 @@ class ServiceUnavailable(CyborgException):
     code = 503
 
 
+class ProgrammingUnfinished(ServiceUnavailable):
+    """The agent did not answer a programming in time: the vendor tool may
+    still be writing the card, so what it holds is unknown."""
+
+
 class PlacementError(CyborgException):
     message = 'Placement request failed: %(reason)s'
     code = 503

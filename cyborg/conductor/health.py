@@ -76,6 +76,12 @@ def handle_report(conf, context, hostname, report):
             time.monotonic() - started)
 
 
+def apply_readings(conf, context, hostname, readings):
+    """Readings the conductor makes itself (an FPGA programming the agent
+    did not finish in time), applied as an agent's report would be."""
+    _apply(conf, context, hostname, readings)
+
+
 def vouch(conf, context, hostname, device_uuid):
     """An admin enabled the device: its unhealthy records (its own and its
     deployables') are re-probed now (``health_machine.vouched``)."""

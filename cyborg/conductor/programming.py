@@ -13,8 +13,16 @@ One programming, in order:
 5. the provider's ``CUSTOM_FPGA_FUNCTION_ID_*`` traits replaced by the
    new function's, which is also kept as the deployable's
    ``trait_fpga_function_id`` attribute so later Placement syncs keep it;
-6. the reservation restored, whatever happened.  A failure before step 5
-   leaves the traits and ``bitstream_id`` as they were, and is raised.
+6. the reservation restored, whatever happened, except when the agent
+   did not answer in time.  A failure before step 5 leaves the traits and
+   ``bitstream_id`` as they were, and is raised.
+
+An agent that does not answer by the deadline may still be running the
+vendor tool, so what the card holds is unknown: it stays reserved, its
+``bitstream_id`` and function trait are forgotten, and it is marked
+``unhealthy`` (a ``fatal`` reading made here, code ``program:unfinished``).
+The health state machine brings it back: after the hold-down the agent
+re-probes it, and answers "not yet" while the programming still runs.
 
 Programming rewrites the whole device, so it is refused while another
 instance holds one of the deployable's handles, and programmings of one
@@ -41,12 +49,15 @@ from oslo_utils import timeutils
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
 from cyborg.common import notify
+from cyborg.common import states
 from cyborg.conductor import glance
+from cyborg.conductor import health
 from cyborg.db import api as db_api
 from cyborg.db.api import attach_handles as handle_db
 from cyborg.db.api import deployables as deployable_db
 from cyborg.objects import base as objects_base
 from cyborg.objects import deployables
+from cyborg.objects import health as health_objects
 
 LOG = logging.getLogger(__name__)
 
@@ -132,6 +143,10 @@ def program(conf, context, target, image, deadline, own_handles,
                                       target.deployable_id, image['id'],
                                       trait)
                 _replace_traits(conf, target.rp_uuid, trait)
+        except exception.ProgrammingUnfinished as exc:
+            _out_until_probed(conf, context, target, image, exc)
+            notice.failed(exc)
+            raise
         except Exception as exc:
             notice.failed(exc)
             raise
@@ -196,8 +211,14 @@ def _run_agent(conf, context, target, image, data, deadline):
                                         target.driver_name)
     except messaging.RemoteError as exc:
         raise _refused(target, exc.value) from exc
+    except messaging.MessagingTimeout as exc:
+        raise exception.ProgrammingUnfinished(
+            reason=f'the agent on {target.hostname} did not finish '
+                   f'programming {target.cpid_info} within '
+                   f'{max(int(remaining), 1)} s; the card is out of the '
+                   f'schedule until a re-probe finds it well') from exc
     except messaging.MessagingException:
-        raise           # not answered in time, or not reached
+        raise           # not reached: nothing ran
     except Exception as exc:
         # The agent's own exception (a card it cannot find, one being
         # programmed already, the vendor tool failing), rebuilt here by
@@ -207,6 +228,34 @@ def _run_agent(conf, context, target, image, data, deadline):
         raise exception.BindFailed(
             reason=f'the agent on {target.hostname} could not program '
                    f'{target.cpid_info}')
+
+
+def _out_until_probed(conf, context, target, image, error):
+    """The card's state after a programming the agent did not finish in
+    time: no image, no function trait, unhealthy (out of the schedule
+    until the hold-down and a re-probe).  Each step is tried; a failure
+    is logged and the caller's error still raised."""
+    LOG.warning('%s', error)
+    steps = (
+        ('forget its image', lambda: db_api.write_retrying(
+            context, _loaded, context, target.deployable_id, None, None)),
+        ('drop its function trait',
+         lambda: _replace_traits(conf, target.rp_uuid, None)),
+        ('mark it unhealthy', lambda: health.apply_readings(
+            conf, context, target.hostname, [health_objects.Reading(
+                device=health.device_key(target._mapping),
+                deployable=target.name, severity=states.FATAL,
+                source='program', code='program:unfinished',
+                reason=f"programming with image {image['id']} did not "
+                       f"end in time; the card's outcome is unknown")])),
+    )
+    for what, step in steps:
+        try:
+            step()
+        except Exception:
+            LOG.exception('Deployable %s: could not %s after its '
+                          'unfinished programming', target.deployable_uuid,
+                          what)
 
 
 def _refused(target, error):
@@ -222,7 +271,8 @@ def _placement(conf):
 
 @contextlib.contextmanager
 def _reserved(conf, rp_uuid):
-    """Reserve every inventory of the provider for the duration."""
+    """Reserve every inventory of the provider for the duration (kept
+    after ``ProgrammingUnfinished``)."""
     if not rp_uuid:
         yield
         return
@@ -234,11 +284,19 @@ def _reserved(conf, rp_uuid):
                   for rc, inv in inventories.items()}, generation)
     try:
         yield
-    finally:
-        _, inventories = placement.get_inventories(rp_uuid)
-        placement.set_inventories(
-            rp_uuid, {rc: dict(inv, reserved=saved.get(rc, inv['reserved']))
-                      for rc, inv in inventories.items()})
+    except exception.ProgrammingUnfinished:
+        raise       # stays reserved: the health state takes it from here
+    except BaseException:
+        _restore(placement, rp_uuid, saved)
+        raise
+    _restore(placement, rp_uuid, saved)
+
+
+def _restore(placement, rp_uuid, saved):
+    _, inventories = placement.get_inventories(rp_uuid)
+    placement.set_inventories(
+        rp_uuid, {rc: dict(inv, reserved=saved.get(rc, inv['reserved']))
+                  for rc, inv in inventories.items()})
 
 
 def _replace_traits(conf, rp_uuid, trait):

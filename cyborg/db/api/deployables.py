@@ -127,7 +127,7 @@ def program_target(context, deployable_uuid):
                   d.uuid.label('deployable_uuid'), d.rp_uuid, d.gone,
                   d.driver_name, d.bitstream_id, d.device_id, d.name,
                   dev.hostname, dev.status, dev.type.label('device_type'),
-                  c.cpid_info)
+                  c.cpid_type, c.cpid_info)
         .join(dev, dev.id == d.device_id)
         .join(c, c.device_id == dev.id)
         .where(d.uuid == deployable_uuid)).first()

@@ -376,6 +376,27 @@ def test_a_probe_verdict_is_always_sent(conf, conductor, agent_server,
     assert conductor.readings() == [(KEY_B, 'fatal', 'probe')]
 
 
+def test_a_card_being_programmed_is_not_probed_well(conf, conductor,
+                                                   agent_server,
+                                                   admin_context):
+    """The conductor may re-probe a card whose programming it gave up on
+    while the vendor tool still runs: the verdict is "not yet" (transient,
+    so it stays out and is probed again after its next hold-down), not the
+    driver's reading of a card mid-write."""
+    api = agent_rpcapi.AgentAPI(conf)
+    with agent_server.programming.alone(GPU_A):
+        api.probe_health(admin_context, HOST, [KEY_A])
+        _wait_for(lambda: len(conductor.health_reports) == 2)
+    assert conductor.readings() == [(KEY_A, 'transient', 'probe')]
+    [reading] = conductor.health_reports[-1]['readings']
+    assert reading['code'] == 'probe:programming'
+    assert reading['reason'].startswith('being programmed (for ')
+    # Once it ends, the probe is the driver's again (the periodic check
+    # may send its own reading first: the transient one was the last sent).
+    api.probe_health(admin_context, HOST, [KEY_A])
+    _wait_for(lambda: (KEY_A, 'ok', 'probe') in conductor.readings())
+
+
 def test_a_probe_that_raises_is_a_failed_verdict(conf, conductor, watched):
     _reporter, monitor = _agent(conf, watched)
     watched.probe = lambda device: 1 / 0

@@ -3,6 +3,7 @@
 an in-process (fake://) transport."""
 
 import datetime
+import threading
 import time
 import uuid as uuidlib
 
@@ -283,3 +284,59 @@ def test_provider_is_reserved_while_programming(pconf, ctx, db, device,
     assert seen == [4]
     assert _provider(pconf, device.rp_uuid)[0] == 0
     assert requests.get(glance.url + '/v2/images/' + image).ok
+
+
+def test_a_programming_the_agent_does_not_finish_in_time_keeps_the_card_out(
+        pconf, ctx, db, device, glance):
+    """The conductor gives up at the deadline while the vendor tool may
+    still be writing the card: what the card holds is unknown, so it must
+    not go back into the schedule (it did: the reservation was restored
+    at once).  It stays reserved, is marked unhealthy with the reason,
+    forgets its image and function trait, and comes back through the
+    health hold-down and a re-probe."""
+    # The host as its reports leave it: a row, the deployable's resource
+    # class and function trait as attributes, and its compute node
+    # provider in Placement (the shared one, made by the first test).
+    with db.begin() as c:
+        c.execute(sa.insert(models.Host).values(hostname=HOST))
+        for key, value in (('rc', 'FPGA'),
+                           (programming.TRAIT_ATTRIBUTE, OLD_TRAIT)):
+            c.execute(sa.insert(models.Attribute).values(
+                uuid=str(uuidlib.uuid4()), key=key, value=value,
+                deployable_id=device.deployable_id))
+    client = placement_client.get_client(pconf)
+    if client.get_provider_by_name(HOST) is None:
+        client.create_provider(str(uuidlib.uuid4()), HOST, None)
+    release = threading.Event()
+
+    class SlowDriver(fake.FakeDriver):
+        def program(self, controlpath_id, image_path, image_uuid):
+            release.wait(30)
+            super().program(controlpath_id, image_path, image_uuid)
+
+    with seed.agent_endpoint(pconf, HOST, {
+            'fake_driver': SlowDriver(pconf, HOST)}):
+        image = glance.add_image(b'slow' * 10, {'accel:function_id': 'f9'})
+        target = deployable_db.program_target(ctx, device.deployable_uuid)
+        deadline = timeutils.utcnow() + datetime.timedelta(seconds=1)
+        try:
+            with pytest.raises(exception.ServiceUnavailable) as caught:
+                programming.program(pconf, ctx, target,
+                                    {'id': image, **glance.images[image]},
+                                    deadline, own_handles=0)
+        finally:
+            release.set()
+    assert (f'the agent on {HOST} did not finish programming 0000:0c:00.0'
+            in str(caught.value))
+    reserved, traits = _provider(pconf, device.rp_uuid)
+    assert reserved == 4
+    assert 'CUSTOM_ACCEL_UNHEALTHY' in traits and OLD_TRAIT not in traits
+    assert _bitstream(ctx, device) is None
+    with db.connect() as c:
+        health, reason = c.execute(
+            sa.select(models.Deployable.health,
+                      models.Deployable.health_reason)
+            .where(models.Deployable.id == device.deployable_id)).one()
+    assert health == 'unhealthy'
+    assert reason.startswith('programming with image ')
+    assert 'outcome is unknown' in reason
