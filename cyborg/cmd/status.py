@@ -9,6 +9,7 @@ conductor compare their clocks).
 import sys
 
 from oslo_config import cfg
+from oslo_log import log as logging
 from oslo_upgradecheck import common_checks
 from oslo_upgradecheck import upgradecheck
 from oslo_utils import fileutils
@@ -19,6 +20,8 @@ import cyborg.conf
 from cyborg.common import exception
 from cyborg.common import service
 from cyborg.db import migration
+
+LOG = logging.getLogger(__name__)
 
 PROG = 'cyborg-status'
 Code = upgradecheck.Code
@@ -35,6 +38,7 @@ class Checks(upgradecheck.UpgradeCommands):
         try:
             current = migration.version(self.conf)
         except Exception as exc:
+            LOG.debug('Reading the schema revision failed', exc_info=True)
             return Result(Code.FAILURE,
                           'Cannot read the schema revision from [database] '
                           'connection: %s' % exception.first_line(exc))
@@ -77,6 +81,8 @@ class Checks(upgradecheck.UpgradeCommands):
             finally:
                 engine.dispose()
         except Exception as exc:
+            LOG.debug('Reading the database server\'s clock failed',
+                      exc_info=True)
             return Result(Code.FAILURE,
                           'Cannot read the database server\'s clock: %s'
                           % exception.first_line(exc))
@@ -110,7 +116,8 @@ def main(argv=None):
     common_checks.policy_opts.set_defaults(conf)
     argv = sys.argv[1:] if argv is None else argv
     # upgradecheck.main() would parse with oslo.config's default search
-    # (home directory included); parse like every cyborg command instead.
+    # (home directory included); parse like every cyborg command instead,
+    # with its logging options (--debug: a failed check's whole error).
     upgradecheck.register_cli_options(conf, Checks(conf))
-    service.parse_or_exit(conf, argv, PROG)
+    service.prepare(argv, conf, PROG)
     sys.exit(upgradecheck.run(conf))

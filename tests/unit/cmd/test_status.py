@@ -85,3 +85,17 @@ def test_the_clock_is_compared_with_the_database_server_s(kind, tmp_path,
         assert _check(tmp_path, url) == 0
     out = capsys.readouterr().out
     assert "Clock near the database server's" in out
+
+
+def test_debug_is_accepted_and_shows_why_a_check_failed(tmp_path, capsys):
+    """Like every cyborg command, ``--debug`` (and the other logging
+    options) work; a failed check then logs its whole error."""
+    config = processes.write_config(tmp_path / 'cyborg.conf', {
+        'database': {'connection': f'sqlite:///{tmp_path}/no/such/dir.db'}})
+    with pytest.raises(SystemExit) as exit_info:
+        status.main(['--config-file', str(config), '--debug',
+                     'upgrade', 'check'])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert 'Cannot read the schema revision' in captured.out
+    assert 'Traceback' in captured.out + captured.err
