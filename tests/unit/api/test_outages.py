@@ -66,6 +66,36 @@ def test_conductor_not_answering_is_503(db):
     assert 'conductor' in fault['faultstring']
 
 
+def test_a_programming_longer_than_the_api_waits_says_what_to_watch(db):
+    """FPGA programming can outlast ``[api]conductor_timeout``; the 503
+    then says that it may go on, and where to see how it ended."""
+    from tests.fixtures import arqs as seed
+
+    device = seed.seed_device(db, hostname='fpga-host', handles=1)
+    conf = api_fixture.make_conf()
+    transport = messaging.get_rpc_transport(conf, url='fake://')
+    previous = rpc._TRANSPORT
+    rpc.set_transport(transport)
+    try:
+        app = api_app.build_app(conf, rpcapi.ConductorAPI(conf, timeout=1))
+        image = 'b4e5d6c1-0000-4000-8000-000000000001'
+        status, fault = _call(
+            app, 'PATCH', f'/v2/deployables/{device.deployable_uuid}/program',
+            [{'path': '/program', 'op': 'replace',
+              'value': [{'image_uuid': image}]}])
+    finally:
+        rpc.set_transport(previous)
+        transport.cleanup()
+    assert status == 503
+    assert fault['faultstring'] == (
+        'Service unavailable: the conductor did not answer in time. '
+        'Programming an FPGA can take longer: if the conductor started it, '
+        'it goes on in the background for up to 240 s; the deployable '
+        'shows bitstream_id b4e5d6c1-0000-4000-8000-000000000001 once it '
+        'is loaded (also the deployable.program.end or .error '
+        'notification)')
+
+
 def test_a_conductor_that_fails_is_500_not_an_outage(monkeypatch, caplog):
     """The conductor was reached and raised an error of its own (a bug):
     a 500, as for the API's own bugs, with the conductor's error in the

@@ -1,5 +1,7 @@
 """Deployables: GET /v2/deployables[/{uuid}], PATCH .../{uuid}/program."""
 
+import oslo_messaging as messaging
+
 from cyborg.api.controllers import base
 from cyborg.api.views import deployables as view
 from cyborg.common import exception
@@ -28,8 +30,18 @@ def program_deployable(r, uuid):
     """Program an FPGA deployable with the Glance image named."""
     _find(r, uuid)
     image_uuid = r.body[0]['value'][0]['image_uuid']
-    r.conductor.deployable_program(r.context, deployable_uuid=uuid,
-                                   image_uuid=image_uuid)
+    try:
+        r.conductor.deployable_program(r.context, deployable_uuid=uuid,
+                                       image_uuid=image_uuid)
+    except messaging.MessagingTimeout:
+        # A vendor tool may take minutes: say where the outcome shows.
+        raise exception.ServiceUnavailable(
+            reason=f'the conductor did not answer in time. Programming an '
+                   f'FPGA can take longer: if the conductor started it, it '
+                   f'goes on in the background for up to '
+                   f'{r.conf.bind_timeout} s; the deployable shows '
+                   f'bitstream_id {image_uuid} once it is loaded (also the '
+                   f'deployable.program.end or .error notification)')
     return view.show(r, _find(r, uuid))
 
 
