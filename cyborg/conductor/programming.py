@@ -23,6 +23,9 @@ vendor tool, so what the card holds is unknown: it stays reserved, its
 ``unhealthy`` (a ``fatal`` reading made here, code ``program:unfinished``).
 The health state machine brings it back: after the hold-down the agent
 re-probes it, and answers "not yet" while the programming still runs.
+Should the tool succeed after all, the agent's next report records the
+image, and the next programming asking for it advertises its function
+trait without loading it again.
 
 Programming rewrites the whole device, so it is refused while another
 instance holds one of the deployable's handles, and programmings of one
@@ -123,16 +126,18 @@ def program(conf, context, target, image, deadline, own_handles,
     with _deployable_lock(target.deployable_id):
         current = deployable_db.program_target_by_id(
             context, target.deployable_id)
+        function_id = function_id or image.get(glance.FUNCTION_ID_PROPERTY)
         if current.bitstream_id == image['id']:
             LOG.info('Deployable %s already runs image %s',
                      target.deployable_uuid, image['id'])
+            if function_id:
+                _advertised(conf, context, target, function_trait(function_id))
             return False
         in_use = handle_db.count_in_use(context, target.deployable_id)
         if in_use > own_handles:
             raise exception.InUse(
                 resource='Deployable', id=target.deployable_uuid,
                 reason='another instance uses it with its current bitstream')
-        function_id = function_id or image.get(glance.FUNCTION_ID_PROPERTY)
         notice = _Notice(conf, context, target, image, function_id, arq_uuid)
         try:
             data = glance.download(conf, image)
@@ -195,6 +200,19 @@ def _loaded(context, deployable_id, image_uuid, trait):
     deployable_db.set_bitstream(context, deployable_id, image_uuid)
     deployable_db.set_function_trait(context, deployable_id,
                                          TRAIT_ATTRIBUTE, trait)
+
+
+def _advertised(conf, context, target, trait):
+    """The function trait of an image the card runs already, advertised
+    if it is not (the agent's report recorded an image that a programming
+    given up on loaded after all, or one loaded before cyborg ran)."""
+    if deployable_db.function_trait(context, target.deployable_id,
+                                    TRAIT_ATTRIBUTE) == trait:
+        return
+    db_api.write_retrying(context, deployable_db.set_function_trait,
+                          context, target.deployable_id, TRAIT_ATTRIBUTE,
+                          trait)
+    _replace_traits(conf, target.rp_uuid, trait)
 
 
 def _run_agent(conf, context, target, image, data, deadline):

@@ -151,6 +151,16 @@ def set_bitstream(context, deployable_id, bitstream_id):
         .execution_options(synchronize_session=False))
 
 
+@reader
+def function_trait(context, deployable_id, key):
+    """The FPGA function trait kept as the deployable's attribute ``key``
+    (``set_function_trait``), or None."""
+    at = models.Attribute
+    return context.session.scalar(
+        sa.select(at.value).where(at.deployable_id == deployable_id,
+                                  at.key == key))
+
+
 @writer
 def set_function_trait(context, deployable_id, key, trait):
     """Keep (or with ``trait`` None drop) the deployable's FPGA function

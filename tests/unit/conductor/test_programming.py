@@ -340,3 +340,31 @@ def test_a_programming_the_agent_does_not_finish_in_time_keeps_the_card_out(
     assert health == 'unhealthy'
     assert reason.startswith('programming with image ')
     assert 'outcome is unknown' in reason
+
+
+def test_an_image_already_loaded_gets_its_function_trait(pconf, ctx, db,
+                                                         agent, glance):
+    """The card runs the image already (the agent's report says so: after
+    a programming the conductor stopped waiting for, or one made before
+    cyborg ran), but its function trait was never advertised: asking for
+    the image does not program it again, and advertises the trait."""
+    image = glance.add_image(b'early' * 10, {'accel:function_id': 'f5'})
+    device = seed.seed_device(db, hostname=HOST, handles=1,
+                              bitstream_id=image)
+    client = placement_client.get_client(pconf)
+    client.create_provider(device.rp_uuid, device.name, None)
+    client.set_inventories(device.rp_uuid, {'FPGA': {'total': 1,
+                                                     'max_unit': 1}})
+    target = deployable_db.program_target(ctx, device.deployable_uuid)
+    deadline = timeutils.utcnow() + datetime.timedelta(minutes=1)
+    assert not programming.program(pconf, ctx, target,
+                                   {'id': image, **glance.images[image]},
+                                   deadline, own_handles=0)
+    assert glance.downloads() == []
+    assert _provider(pconf, device.rp_uuid) == (
+        0, {'CUSTOM_FPGA_FUNCTION_ID_F5'})
+    with db.connect() as c:
+        assert c.execute(sa.select(models.Attribute.value).where(
+            models.Attribute.deployable_id == device.deployable_id,
+            models.Attribute.key == programming.TRAIT_ATTRIBUTE)
+        ).scalar() == 'CUSTOM_FPGA_FUNCTION_ID_F5'
