@@ -193,6 +193,7 @@ class HealthMonitor:
         queued for ``send_once``.  Returns the readings of this round."""
         started = time.monotonic()
         readings = []
+        quiet = self.programming.quiet()
         for name, driver, devices in self._watched_drivers():
             if not isinstance(driver, base.HealthReporting):
                 continue
@@ -205,11 +206,25 @@ class HealthMonitor:
                 continue
             self._log.succeeded(name, 'Health check of driver %s works '
                                 'again', name)
-            readings.extend(found)
+            readings.extend(self._held(found, devices, quiet))
         metrics.AGENT_HEALTH_CHECK_SECONDS.observe(time.monotonic() - started)
         self.checks += 1
         self._record(readings)
         return readings
+
+    def _held(self, found, devices, quiet):
+        """``found`` with the readings of cards being programmed (or just
+        programmed: ``InProgress.quiet``) replaced by their previous ones:
+        what a check reads mid-write (errors a reset raised, a function
+        briefly gone) is not the card's health.  The driver did read
+        them, so its counters' baselines move past the write; a condition
+        that outlasts it is read at the next check."""
+        held = {d.key() for d in devices
+                if d.controlpath_id.cpid_info in quiet}
+        if not held:
+            return found
+        return ([r for r in found if r.device not in held] +
+                [r for r in self._current.values() if r.device in held])
 
     def _watched_drivers(self):
         """``(name, driver, its known devices)`` for drivers with devices."""

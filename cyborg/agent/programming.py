@@ -4,7 +4,9 @@ One programming of a card at a time: the conductor gives up on one that
 outlives the bind's time and may ask again while the vendor tool still
 writes to the card, and a second tool beside it could leave the card with
 neither image.  The health monitor asks too: a re-probe of a card being
-programmed answers "not yet" rather than trusting a card mid-write.
+programmed answers "not yet" rather than trusting a card mid-write, and
+its periodic checks keep the card's previous readings until a check has
+run after the programming ended (``quiet``).
 """
 
 import contextlib
@@ -20,6 +22,7 @@ class InProgress:
     def __init__(self):
         self._lock = threading.Lock()
         self._started = {}      # address -> time.monotonic()
+        self._ended = set()     # ended since the last ``quiet``
 
     @contextlib.contextmanager
     def alone(self, address):
@@ -37,12 +40,24 @@ class InProgress:
         finally:
             with self._lock:
                 del self._started[address]
+                self._ended.add(address)
 
     def seconds(self, address):
         """How long ``address`` has been programmed; None when it is not."""
         with self._lock:
             return (self._seconds(address) if address in self._started
                     else None)
+
+    def quiet(self):
+        """The addresses whose health readings say nothing now: those
+        being programmed, and those whose programming ended since the
+        previous call (a check that began before the end may still read
+        what the write did).  For one caller: the health monitor, once
+        per check."""
+        with self._lock:
+            quiet = set(self._started) | self._ended
+            self._ended = set()
+        return quiet
 
     def _seconds(self, address):
         return time.monotonic() - self._started[address]

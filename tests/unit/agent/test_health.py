@@ -397,6 +397,32 @@ def test_a_card_being_programmed_is_not_probed_well(conf, conductor,
     _wait_for(lambda: (KEY_A, 'ok', 'probe') in conductor.readings())
 
 
+def test_checks_keep_a_card_s_readings_while_it_is_programmed(
+        conf, conductor, watched):
+    """What a check reads while a card is rewritten (errors the reset
+    raised, a function briefly gone) is not its health: the card keeps its
+    previous reading until a check has run after the programming ended; a
+    condition that outlasts the write is then reported."""
+    _reporter, monitor = _agent(conf, watched)
+    monitor.check_once()
+    assert monitor.send_once()
+    sent = len(monitor._pending)
+    with monitor.programming.alone(GPU_A):
+        watched.faults[KEY_A] = _fault(KEY_A, code='aer:fatal')
+        watched.faults[KEY_B] = _fault(KEY_B)
+        readings = monitor.check_once()
+    # The other card is checked as ever.
+    assert {(r.device, r.severity) for r in readings} == {
+        (KEY_A, 'ok'), (KEY_B, 'fatal')}
+    assert [r.device for r in monitor._pending[sent:]] == [KEY_B]
+    # The check that began before the end may have read the write.
+    assert (KEY_A, 'ok') in {(r.device, r.severity)
+                             for r in monitor.check_once()}
+    assert (KEY_A, 'fatal') in {(r.device, r.severity)
+                                for r in monitor.check_once()}
+    assert [r.device for r in monitor._pending[sent:]] == [KEY_B, KEY_A]
+
+
 def test_a_probe_that_raises_is_a_failed_verdict(conf, conductor, watched):
     _reporter, monitor = _agent(conf, watched)
     watched.probe = lambda device: 1 / 0
