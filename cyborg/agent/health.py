@@ -110,7 +110,7 @@ class HealthMonitor:
     def __init__(self, conf, host, drivers, known_devices,
                  conductor_api=None, in_progress=None):
         self.conf = conf
-        # The cards being programmed (``AgentManager`` shares it).
+        # The cards being programmed (the reporter's, in an agent).
         self.programming = in_progress or programming.InProgress()
         self.host = host
         self.drivers = drivers

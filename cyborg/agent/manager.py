@@ -54,8 +54,8 @@ class AgentManager:
         self.reporter = reporter
         self.drivers = drivers or {}
         self.health_monitor = health_monitor
-        # Shared with the health monitor, whose re-probes must know.
-        self.programming = (health_monitor.programming if health_monitor
+        # The reporter's, which the health monitor shares: both must know.
+        self.programming = (reporter.programming if reporter is not None
                             else programming.InProgress())
 
     # -- FPGA --------------------------------------------------------------

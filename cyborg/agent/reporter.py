@@ -44,6 +44,7 @@ import oslo_messaging as messaging
 from oslo_log import log as logging
 
 from cyborg.agent import cache as agent_cache
+from cyborg.agent import programming
 from cyborg.common import context as cyborg_context
 from cyborg.common import metrics
 from cyborg.conductor import rpcapi as conductor_rpcapi
@@ -86,6 +87,9 @@ class Reporter:
         self.conf = conf
         self.host = host
         self.drivers = drivers
+        # The cards being programmed: the agent's endpoints and its health
+        # monitor share this one (``cmd.agent.build_services``).
+        self.programming = programming.InProgress()
         self._conductor = conductor_api or conductor_rpcapi.ConductorAPI(
             conf, require_queue=True)
         self._cache = report_cache or agent_cache.ReportCache(
@@ -137,6 +141,25 @@ class Reporter:
             return self._discover(acked_devices)
 
     def _discover(self, acked_devices):
+        devices = self._drivers_discover(acked_devices)
+        return self._held(devices, acked_devices or ())
+
+    def _held(self, devices, acked_devices):
+        """``devices`` with each card being programmed as last
+        acknowledged: mid-write it may be off the bus or read half-written
+        (its deployables, its image); the report that follows the
+        programming carries what it became."""
+        busy = {d.key(): d for d in acked_devices
+                if self.programming.seconds(d.controlpath_id.cpid_info)
+                is not None}
+        if not busy:
+            return devices
+        LOG.info('Reporting %s as last reported while being programmed.',
+                 ', '.join(sorted(busy)))
+        return ([busy.pop(d.key(), d) for d in devices] +
+                list(busy.values()))
+
+    def _drivers_discover(self, acked_devices):
         devices = []
         seen = {}
         for name, driver in self.drivers.items():

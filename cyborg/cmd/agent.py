@@ -41,7 +41,8 @@ def health_monitor(conf, host, drivers, reporter):
     if not conf.health.enabled:
         return None
     return health.HealthMonitor(conf, host, drivers,
-                                reporter.known_devices)
+                                reporter.known_devices,
+                                in_progress=reporter.programming)
 
 
 def hotplug_watcher(conf, reporter):

@@ -166,7 +166,8 @@ def _agent(conf, *drivers):
     reporter.report_now()
     monitor = agent_health.HealthMonitor(
         conf, HOST, by_name, reporter.known_devices,
-        conductor_api=conductor_rpcapi.ConductorAPI(conf, timeout=5))
+        conductor_api=conductor_rpcapi.ConductorAPI(conf, timeout=5),
+        in_progress=reporter.programming)
     return reporter, monitor
 
 
@@ -576,6 +577,12 @@ def test_the_agent_runs_a_monitor_only_when_health_is_on(conf, conductor,
         assert kinds.index(agent_health.HealthMonitor) == \
             kinds.index(agent_reporter.Reporter) + 1
         assert manager.health_monitor is monitors[0]
+        # One list of cards being programmed: the endpoints fill it, the
+        # reports and the health checks read it.
+        [reporter] = [s for s in services
+                      if isinstance(s, agent_reporter.Reporter)]
+        assert manager.programming is reporter.programming is \
+            monitors[0].programming
     else:
         assert monitors == [] and manager.health_monitor is None
 

@@ -141,6 +141,24 @@ def test_a_failing_driver_keeps_its_devices(conf, host, conductor):
     assert QAT in conductor.deployables()
 
 
+def test_a_card_being_programmed_keeps_its_last_reported_picture(
+        conf, host, conductor):
+    """A card may leave the bus, or read half-written, while its vendor
+    tool rewrites it: a report taken then (periodic, or a hotplug event
+    the reset raised) keeps the card as last acknowledged; the report
+    after the programming says what it is."""
+    reporter = _reporter(conf)
+    reporter.report_now()
+    with reporter.programming.alone('0000:3d:00.0'):
+        host.remove_pci('0000:3d:00.0')
+        reporter.report_now()
+        assert reporter.last_report['removed'] == []
+        assert QAT in conductor.deployables()
+    reporter.report_now()
+    assert reporter.last_report['removed'] == ['PCI:0000:3d:00.0']
+    assert QAT not in conductor.deployables()
+
+
 def test_resource_provider_name_is_sent_when_configured(conf, host,
                                                        conductor):
     conf.set_override('resource_provider_name', 'compute-1.example.org',
