@@ -49,19 +49,24 @@ def test_database_unreachable_is_503():
     assert 'database' in fault['faultstring']
 
 
-def test_conductor_not_answering_is_503(db):
+def _call_unanswered(method, path, body):
+    """A request to an API whose conductor never answers (no conductor
+    listens on the in-process transport; the API waits 1 s)."""
     conf = api_fixture.make_conf()
     transport = messaging.get_rpc_transport(conf, url='fake://')
     previous = rpc._TRANSPORT
     rpc.set_transport(transport)
     try:
         app = api_app.build_app(conf, rpcapi.ConductorAPI(conf, timeout=1))
-        status, fault = _call(app, 'POST', '/v2/device_profiles',
-                              [{'name': 'dp', 'groups': [
-                                  {'resources:FPGA': '1'}]}])
+        return _call(app, method, path, body)
     finally:
         rpc.set_transport(previous)
         transport.cleanup()
+
+
+def test_conductor_not_answering_is_503(db):
+    status, fault = _call_unanswered('POST', '/v2/device_profiles', [
+        {'name': 'dp', 'groups': [{'resources:FPGA': '1'}]}])
     assert status == 503
     assert 'conductor' in fault['faultstring']
 
@@ -72,20 +77,11 @@ def test_a_programming_longer_than_the_api_waits_says_what_to_watch(db):
     from tests.fixtures import arqs as seed
 
     device = seed.seed_device(db, hostname='fpga-host', handles=1)
-    conf = api_fixture.make_conf()
-    transport = messaging.get_rpc_transport(conf, url='fake://')
-    previous = rpc._TRANSPORT
-    rpc.set_transport(transport)
-    try:
-        app = api_app.build_app(conf, rpcapi.ConductorAPI(conf, timeout=1))
-        image = 'b4e5d6c1-0000-4000-8000-000000000001'
-        status, fault = _call(
-            app, 'PATCH', f'/v2/deployables/{device.deployable_uuid}/program',
-            [{'path': '/program', 'op': 'replace',
-              'value': [{'image_uuid': image}]}])
-    finally:
-        rpc.set_transport(previous)
-        transport.cleanup()
+    image = 'b4e5d6c1-0000-4000-8000-000000000001'
+    status, fault = _call_unanswered(
+        'PATCH', f'/v2/deployables/{device.deployable_uuid}/program',
+        [{'path': '/program', 'op': 'replace',
+          'value': [{'image_uuid': image}]}])
     assert status == 503
     assert fault['faultstring'] == (
         'Service unavailable: the conductor did not answer in time. '
