@@ -7,6 +7,9 @@ version each call needs); ``RELEASES`` maps a release name to the version
 its agents serve, for ``[upgrade_levels]agent`` (doc/source/upgrade.rst).
 """
 
+import oslo_messaging as messaging
+
+from cyborg.common import exception
 from cyborg.common import rpc
 
 TOPIC = 'cyborg-agent'
@@ -30,6 +33,19 @@ def resolve_cap(value):
     """The version an ``[upgrade_levels]agent`` value caps at (None: no
     cap); ValueError for an unknown one."""
     return rpc.resolve_cap(value, HISTORY, RELEASES, 'agent')
+
+
+def refusal(error):
+    """The agent's own reason, one line, when ``error`` is its answer to
+    a call: a RemoteError, or the agent's exception rebuilt here by
+    oslo.messaging (a card it cannot find, one being programmed already,
+    a vendor tool failing).  None when the call got no answer (any other
+    MessagingException: not reached, or not answered in time)."""
+    if isinstance(error, messaging.RemoteError):
+        return exception.first_line(error.value)
+    if isinstance(error, messaging.MessagingException):
+        return None
+    return exception.first_line(error)
 
 
 class AgentAPI:

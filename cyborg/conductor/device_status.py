@@ -111,26 +111,20 @@ def _prepare(conf, context, target, wait):
         raise exception.ServiceUnavailable(
             reason=f'the agent on {hostname} did not prepare device {key} '
                    f'within {timeout} s; the device stays maintaining')
-    except messaging.RemoteError as exc:
-        if exc.exc_type in _NOT_SUPPORTED:
+    except Exception as exc:
+        if (isinstance(exc, messaging.RemoteError) and
+                exc.exc_type in _NOT_SUPPORTED):
             LOG.warning('The agent on %s cannot prepare devices (too old); '
                         'enabling %s without it.', hostname, key)
             return
+        reason = agent_rpcapi.refusal(exc)
+        if reason is None:
+            raise exception.ServiceUnavailable(
+                reason=f'cannot reach the agent on {hostname} ({exc}); the '
+                       f'device stays maintaining') from exc
         raise exception.Conflict(
             reason=f'the agent on {hostname} could not prepare device '
-                   f'{key}: {exception.first_line(exc.value)}; the device '
-                   f'stays maintaining')
-    except messaging.MessagingException as exc:
-        raise exception.ServiceUnavailable(
-            reason=f'cannot reach the agent on {hostname} ({exc}); the '
-                   f'device stays maintaining')
-    except Exception as exc:
-        # The agent's own exception, rebuilt here by oslo.messaging (built-in
-        # exception types and allowed modules come back as themselves).
-        raise exception.Conflict(
-            reason=f'the agent on {hostname} could not prepare device '
-                   f'{key}: {exception.first_line(exc)}; the device stays '
-                   f'maintaining')
+                   f'{key}: {reason}; the device stays maintaining') from exc
 
 
 def prepare_timeout(conf, wait=None):

@@ -227,21 +227,19 @@ def _run_agent(conf, context, target, image, data, deadline):
         programmed = agent.fpga_program(context, target.hostname,
                                         target.cpid_info, bitstream,
                                         target.driver_name)
-    except messaging.RemoteError as exc:
-        raise _refused(target, exc.value) from exc
     except messaging.MessagingTimeout as exc:
         raise exception.ProgrammingUnfinished(
             reason=f'the agent on {target.hostname} did not finish '
                    f'programming {target.cpid_info} within '
                    f'{max(int(remaining), 1)} s; the card is out of the '
                    f'schedule until a re-probe finds it well') from exc
-    except messaging.MessagingException:
-        raise           # not reached: nothing ran
     except Exception as exc:
-        # The agent's own exception (a card it cannot find, one being
-        # programmed already, the vendor tool failing), rebuilt here by
-        # oslo.messaging: the agent's answer, not a fault of ours.
-        raise _refused(target, exc) from exc
+        reason = agent_rpcapi.refusal(exc)
+        if reason is None:
+            raise           # not reached: nothing ran
+        raise exception.Conflict(
+            reason=f'the agent on {target.hostname} could not program '
+                   f'{target.cpid_info}: {reason}') from exc
     if not programmed:
         raise exception.BindFailed(
             reason=f'the agent on {target.hostname} could not program '
@@ -274,12 +272,6 @@ def _out_until_probed(conf, context, target, image, error):
             LOG.exception('Deployable %s: could not %s after its '
                           'unfinished programming', target.deployable_uuid,
                           what)
-
-
-def _refused(target, error):
-    return exception.Conflict(
-        reason=f'the agent on {target.hostname} could not program '
-               f'{target.cpid_info}: {exception.first_line(error)}')
 
 
 def _placement(conf):
