@@ -38,6 +38,10 @@ JOBS = (
     # died mid-bind) and tell Nova.
     ('fail_stuck_arqs', 'stuck_arq_check_interval',
      'cyborg.conductor.arq_binding:fail_stuck'),
+    # Take out of the schedule the FPGAs a conductor died programming
+    # (what they hold is unknown) until a re-probe.
+    ('take_out_overdue_programmings', 'stuck_arq_check_interval',
+     'cyborg.conductor.programming:take_out_overdue'),
     # Re-send accelerator-request-bound events Nova has not accepted yet.
     ('resend_nova_events', 'nova_event_retry_interval',
      'cyborg.conductor.nova:resend_due'),

@@ -7,15 +7,17 @@ One programming, in order:
 1. the image's metadata from Glance; nothing to do when the deployable
    already runs it (so admin programming is idempotent);
 2. the data downloaded and checked against Glance's digest;
-3. the deployable's provider reserved in Placement (reserved = total), so
-   nothing is scheduled onto a device that is being rewritten;
+3. the deployable marked as being programmed (``programming_until``: the
+   deadline plus ``OVERDUE_AFTER``) and its provider reserved in
+   Placement (reserved = total), so nothing is scheduled onto a device
+   that is being rewritten; every Placement sync meanwhile keeps it so;
 4. the agent programs the device; the deployable's ``bitstream_id`` is set;
 5. the provider's ``CUSTOM_FPGA_FUNCTION_ID_*`` traits replaced by the
    new function's, which is also kept as the deployable's
    ``trait_fpga_function_id`` attribute so later Placement syncs keep it;
-6. the reservation restored, whatever happened, except when the agent
-   did not answer in time.  A failure before step 5 leaves the traits and
-   ``bitstream_id`` as they were, and is raised.
+6. the mark cleared and the reservation restored, whatever happened,
+   except when the agent did not answer in time.  A failure before step 5
+   leaves the traits and ``bitstream_id`` as they were, and is raised.
 
 An agent that does not answer by the deadline may still be running the
 vendor tool, so what the card holds is unknown: it stays reserved, its
@@ -25,7 +27,9 @@ The health state machine brings it back: after the hold-down the agent
 re-probes it, and answers "not yet" while the programming still runs.
 Should the tool succeed after all, the agent's next report records the
 image, and the next programming asking for it advertises its function
-trait without loading it again.
+trait without loading it again.  A conductor that dies mid-programming
+leaves the mark set: once its time has passed, any conductor's periodic
+``take_out_overdue`` does the same to the card.
 
 Programming rewrites the whole device, so it is refused while another
 instance holds one of the deployable's handles, and programmings of one
@@ -69,6 +73,11 @@ TRAIT_PREFIX = 'CUSTOM_FPGA_FUNCTION_ID_'
 # so the conductor's Placement sync keeps advertising it.
 TRAIT_ATTRIBUTE = 'trait_fpga_function_id'
 _NOT_IN_ALPHABET = re.compile(r'[^A-Z0-9_]')
+
+# Seconds after a programming's deadline before another conductor takes
+# its mark for one its conductor left behind (dead mid-programming): the
+# live conductor gives up at the deadline and clears the mark itself.
+OVERDUE_AFTER = 60
 
 _LOCKS = {}
 _LOCKS_LOCK = threading.Lock()
@@ -141,7 +150,9 @@ def program(conf, context, target, image, deadline, own_handles,
         notice = _Notice(conf, context, target, image, function_id, arq_uuid)
         try:
             data = glance.download(conf, image)
-            with _reserved(conf, target.rp_uuid):
+            until = (deadline + datetime.timedelta(seconds=OVERDUE_AFTER)
+                     ).replace(microsecond=0)   # as a DATETIME keeps it
+            with _reserved(conf, context, target, until):
                 _run_agent(conf, context, target, image, data, deadline)
                 trait = function_trait(function_id) if function_id else None
                 db_api.write_retrying(context, _loaded, context,
@@ -149,7 +160,11 @@ def program(conf, context, target, image, deadline, own_handles,
                                       trait)
                 _replace_traits(conf, target.rp_uuid, trait)
         except exception.ProgrammingUnfinished as exc:
-            _out_until_probed(conf, context, target, image, exc)
+            LOG.warning('%s', exc)
+            _out_until_probed(
+                conf, context, target, until,
+                f"programming with image {image['id']} did not end in "
+                f"time; the card's outcome is unknown")
             notice.failed(exc)
             raise
         except Exception as exc:
@@ -246,12 +261,40 @@ def _run_agent(conf, context, target, image, data, deadline):
                    f'{target.cpid_info}')
 
 
-def _out_until_probed(conf, context, target, image, error):
-    """The card's state after a programming the agent did not finish in
-    time: no image, no function trait, unhealthy (out of the schedule
-    until the hold-down and a re-probe).  Each step is tried; a failure
-    is logged and the caller's error still raised."""
-    LOG.warning('%s', error)
+def take_out_overdue(conf, context):
+    """Periodic (``periodics.JOBS``): programmings whose conductor died
+    mid-way (their mark outlived its time) leave their card in an unknown
+    state: take it out as for an unfinished one.  Returns how many."""
+    overdue = deployable_db.overdue_programmings(context,
+                                                 timeutils.utcnow())
+    taken = 0
+    for deployable_id, until in overdue:
+        with _deployable_lock(deployable_id):
+            # Read under the lock: a programming of this conductor that
+            # just ended has cleared its mark, or set a new one.
+            target = deployable_db.program_target_by_id(context,
+                                                        deployable_id)
+            if target is None or target.programming_until != until:
+                continue
+            LOG.warning('Deployable %s on %s: a programming did not end by '
+                        '%s (its conductor stopped?); taking it out of the '
+                        'schedule until a re-probe', target.deployable_uuid,
+                        target.hostname, until)
+            _out_until_probed(
+                conf, context, target, until,
+                f"a programming did not end by {until:%Y-%m-%d %H:%M:%S} "
+                f"UTC (its conductor stopped?); the card's outcome is "
+                f"unknown")
+            taken += 1
+    return taken
+
+
+def _out_until_probed(conf, context, target, until, reason):
+    """The card's state after a programming that did not end in time: no
+    image, no function trait, unhealthy (out of the schedule until the
+    hold-down and a re-probe), then its programming mark (``until``)
+    cleared.  Each step is tried; a failure is logged, and one before the
+    mark is cleared leaves it for ``take_out_overdue`` to try again."""
     steps = (
         ('forget its image', lambda: db_api.write_retrying(
             context, _loaded, context, target.deployable_id, None, None)),
@@ -262,16 +305,20 @@ def _out_until_probed(conf, context, target, image, error):
                 device=health.device_key(target._mapping),
                 deployable=target.name, severity=states.FATAL,
                 source='program', code='program:unfinished',
-                reason=f"programming with image {image['id']} did not "
-                       f"end in time; the card's outcome is unknown")])),
+                reason=reason)])),
     )
+    failed = False
     for what, step in steps:
         try:
             step()
         except Exception:
+            failed = True
             LOG.exception('Deployable %s: could not %s after its '
                           'unfinished programming', target.deployable_uuid,
                           what)
+    if not failed:
+        db_api.write_retrying(context, deployable_db.set_programming_until,
+                              context, target.deployable_id, None, was=until)
 
 
 def _placement(conf):
@@ -280,33 +327,52 @@ def _placement(conf):
 
 
 @contextlib.contextmanager
-def _reserved(conf, rp_uuid):
-    """Reserve every inventory of the provider for the duration (kept
-    after ``ProgrammingUnfinished``)."""
-    if not rp_uuid:
-        yield
-        return
-    placement = _placement(conf)
-    generation, inventories = placement.get_inventories(rp_uuid)
-    saved = {rc: inv['reserved'] for rc, inv in inventories.items()}
-    placement.set_inventories(
-        rp_uuid, {rc: dict(inv, reserved=inv['total'])
-                  for rc, inv in inventories.items()}, generation)
+def _reserved(conf, context, target, until):
+    """Mark the deployable as being programmed until ``until`` (in the
+    database, so every Placement sync keeps it reserved) and reserve every
+    inventory of its provider for the duration.  After
+    ``ProgrammingUnfinished`` both are kept: ``_out_until_probed`` takes
+    it from there."""
+    db_api.write_retrying(context, deployable_db.set_programming_until,
+                          context, target.deployable_id, until)
+    placement = _placement(conf) if target.rp_uuid else None
+    saved = None
     try:
+        if placement is not None:
+            generation, inventories = placement.get_inventories(
+                target.rp_uuid)
+            saved = {rc: inv['reserved'] for rc, inv in inventories.items()}
+            placement.set_inventories(
+                target.rp_uuid, {rc: dict(inv, reserved=inv['total'])
+                                 for rc, inv in inventories.items()},
+                generation)
         yield
     except exception.ProgrammingUnfinished:
-        raise       # stays reserved: the health state takes it from here
-    except BaseException:
-        _restore(placement, rp_uuid, saved)
         raise
-    _restore(placement, rp_uuid, saved)
+    except BaseException:
+        _release(context, target, until, placement, saved)
+        raise
+    _release(context, target, until, placement, saved)
 
 
-def _restore(placement, rp_uuid, saved):
-    _, inventories = placement.get_inventories(rp_uuid)
-    placement.set_inventories(
-        rp_uuid, {rc: dict(inv, reserved=saved.get(rc, inv['reserved']))
-                  for rc, inv in inventories.items()})
+def _release(context, target, until, placement, saved):
+    """Clear the programming mark, then put the reservation back.  A
+    failed Placement write is left to the reconcile, which computes the
+    provider from the database (unmarked now)."""
+    db_api.write_retrying(context, deployable_db.set_programming_until,
+                          context, target.deployable_id, None, was=until)
+    if saved is None:
+        return
+    try:
+        _, inventories = placement.get_inventories(target.rp_uuid)
+        placement.set_inventories(
+            target.rp_uuid,
+            {rc: dict(inv, reserved=saved.get(rc, inv['reserved']))
+             for rc, inv in inventories.items()})
+    except exception.PlacementError as exc:
+        LOG.warning('Could not restore the reservation of provider %s '
+                    'after programming (%s); the reconcile will.',
+                    target.rp_uuid, exc)
 
 
 def _replace_traits(conf, rp_uuid, trait):

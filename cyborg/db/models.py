@@ -130,6 +130,7 @@ class Deployable(HealthColumns, Base):
         sa.Index('deployables_rp_uuid_idx', 'rp_uuid'),
         sa.Index('deployables_health_idx', 'health'),
         sa.Index('deployables_gone_idx', 'gone'),
+        sa.Index('deployables_programming_until_idx', 'programming_until'),
     )
 
     uuid = sa.Column(UUID, nullable=False)
@@ -151,6 +152,11 @@ class Deployable(HealthColumns, Base):
     # Ours: the hardware is gone but Placement still held allocations
     # against it when it went; kept (reserved = total) until released.
     gone = sa.Column(sa.Boolean, nullable=False, default=False)
+    # Ours: set while a conductor programs the deployable, to the time by
+    # which that must have ended; reserved = total meanwhile.  Still set
+    # after it: its conductor died mid-programming (what the card holds is
+    # unknown; cyborg.conductor.programming.take_out_overdue).
+    programming_until = sa.Column(sa.DateTime, nullable=True)
 
 
 class Attribute(Base):

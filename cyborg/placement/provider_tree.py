@@ -8,9 +8,10 @@ adopted), inventory ``{rc: {total: n, max_unit: n, reserved: r}}`` from the
 attributes plus ``OWNER_CYBORG``.
 
 ``reserved`` is the whole total while the device is in maintenance, the
-deployable is gone (hardware vanished under an allocation) or its effective
-health is out of the schedule (``states.OUT_OF_SCHEDULE``), so nothing new
-lands on it; 0 otherwise.  An out-of-schedule provider also carries
+deployable is gone (hardware vanished under an allocation), is being
+programmed (``programming_until`` set) or its effective health is out of
+the schedule (``states.OUT_OF_SCHEDULE``), so nothing new lands on it; 0
+otherwise.  An out-of-schedule provider also carries
 ``states.UNHEALTHY_TRAIT`` so operators and request filters can see it.
 Allocations already held are never touched.  Pure functions: no database,
 no HTTP.
@@ -42,15 +43,16 @@ def provider_for(deployable, attributes, device_status, parent_uuid,
     """The provider of one deployable.
 
     ``deployable``: a mapping with name, num_accelerators, gone and
-    optionally rp_uuid; ``attributes``: {key: value} of that deployable;
-    ``health``: its effective health (the worse of its own and its
-    device's).
+    optionally rp_uuid and programming_until; ``attributes``: {key:
+    value} of that deployable; ``health``: its effective health (the
+    worse of its own and its device's).
     """
     name = deployable['name']
     total = int(deployable['num_accelerators'])
     unhealthy = health in states.OUT_OF_SCHEDULE
     blocked = (device_status == states.MAINTAINING or unhealthy or
-               bool(deployable.get('gone')))
+               bool(deployable.get('gone')) or
+               deployable.get('programming_until') is not None)
     inventories = {}
     rc = attributes.get(inventory.RC_ATTRIBUTE)
     if rc and total > 0:

@@ -126,6 +126,7 @@ def program_target(context, deployable_uuid):
         sa.select(d.id.label('deployable_id'),
                   d.uuid.label('deployable_uuid'), d.rp_uuid, d.gone,
                   d.driver_name, d.bitstream_id, d.device_id, d.name,
+                  d.programming_until,
                   dev.hostname, dev.status, dev.type.label('device_type'),
                   c.cpid_type, c.cpid_info)
         .join(dev, dev.id == d.device_id)
@@ -149,6 +150,32 @@ def set_bitstream(context, deployable_id, bitstream_id):
         sa.update(d).where(d.id == deployable_id)
         .values(bitstream_id=bitstream_id, updated_at=models._now())
         .execution_options(synchronize_session=False))
+
+
+@writer
+def set_programming_until(context, deployable_id, until, was=None):
+    """Mark the deployable as being programmed until ``until`` (None:
+    clear the mark).  With ``was``, only if the mark is still that one (a
+    later programming's is left alone); returns whether it was set."""
+    d = models.Deployable
+    query = sa.update(d).where(d.id == deployable_id)
+    if was is not None:
+        query = query.where(d.programming_until == was)
+    return context.session.execute(
+        query.values(programming_until=until)
+        .execution_options(synchronize_session=False)).rowcount == 1
+
+
+@reader
+def overdue_programmings(context, now, limit=100):
+    """``[(deployable id, programming_until)]`` of programmings that
+    should have ended by ``now`` (``deployables_programming_until_idx``
+    finds the few there are)."""
+    d = models.Deployable
+    return [tuple(row) for row in context.session.execute(
+        sa.select(d.id, d.programming_until)
+        .where(d.programming_until <= now)
+        .order_by(d.programming_until).limit(limit))]
 
 
 @reader

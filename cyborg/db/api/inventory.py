@@ -175,9 +175,9 @@ def host_providers(context, hostname):
     their device's status) and their attributes, in two queries.
 
     Returns [{'id', 'uuid', 'name', 'num_accelerators', 'rp_uuid', 'gone',
-    'health', 'health_reason', 'health_updated_at' (the deployable's
-    own), 'device_status', 'device_uuid', 'device_health', 'attributes':
-    {key: value}}]."""
+    'programming_until', 'health', 'health_reason', 'health_updated_at'
+    (the deployable's own), 'device_status', 'device_uuid',
+    'device_health', 'attributes': {key: value}}]."""
     s = _sql.connection(context)
     deployables = _sql.rows(s.execute(_HOST_DEPLOYABLES,
                                       {'hostname': hostname}))
@@ -197,7 +197,8 @@ _A = models.Attribute.__table__
 # Built once (every change of a host's inventory or health reads these).
 _HOST_DEPLOYABLES = (
     sa.select(_DEP.c.id, _DEP.c.uuid, _DEP.c.name, _DEP.c.num_accelerators,
-              _DEP.c.rp_uuid, _DEP.c.gone, _DEP.c.health,
+              _DEP.c.rp_uuid, _DEP.c.gone, _DEP.c.programming_until,
+              _DEP.c.health,
               _DEP.c.health_reason, _DEP.c.health_updated_at,
               _D.c.status.label('device_status'),
               _D.c.uuid.label('device_uuid'),

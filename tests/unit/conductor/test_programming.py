@@ -15,7 +15,9 @@ from oslo_utils import timeutils
 
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
-from cyborg.conductor import arq_binding, manager, programming
+from cyborg.conductor import arq_binding, manager, periodics
+from cyborg.conductor import placement_sync
+from cyborg.conductor import programming
 from cyborg.conductor import glance as glance_client
 from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import inventory as inventory_db
@@ -286,6 +288,100 @@ def test_provider_is_reserved_while_programming(pconf, ctx, db, device,
     assert requests.get(glance.url + '/v2/images/' + image).ok
 
 
+def _reported(conf, db, device):
+    """The host as its reports leave it, so that the Placement sync (the
+    reconcile, a health change) computes the device's provider: a host
+    row, the deployable's resource class and function trait as
+    attributes, and its compute node provider in Placement (the shared
+    one, made by the first test that needs it)."""
+    with db.begin() as c:
+        c.execute(sa.insert(models.Host).values(hostname=HOST))
+        for key, value in (('rc', 'FPGA'),
+                           (programming.TRAIT_ATTRIBUTE, OLD_TRAIT)):
+            c.execute(sa.insert(models.Attribute).values(
+                uuid=str(uuidlib.uuid4()), key=key, value=value,
+                deployable_id=device.deployable_id))
+    client = placement_client.get_client(conf)
+    if client.get_provider_by_name(HOST) is None:
+        client.create_provider(str(uuidlib.uuid4()), HOST, None)
+
+
+def _health(db, device):
+    with db.connect() as c:
+        return tuple(c.execute(
+            sa.select(models.Deployable.health,
+                      models.Deployable.health_reason)
+            .where(models.Deployable.id == device.deployable_id)).one())
+
+
+def test_the_reconcile_keeps_a_card_being_programmed_reserved(
+        pconf, ctx, db, device, glance):
+    """The reservation while a card is rewritten is in the database too:
+    a Placement sync meanwhile (the periodic reconcile, a health change of
+    the host) used to put reserved back to 0 mid-write."""
+    _reported(pconf, db, device)
+    during = []
+
+    class SyncingDriver(fake.FakeDriver):
+        def program(self, controlpath_id, image_path, image_uuid):
+            placement_sync.sync_host(pconf, ctx, HOST, trust_memory=False)
+            during.append(_provider(pconf, device.rp_uuid)[0])
+            super().program(controlpath_id, image_path, image_uuid)
+
+    with seed.agent_endpoint(pconf, HOST, {
+            'fake_driver': SyncingDriver(pconf, HOST)}):
+        image = glance.add_image(b'sync' * 10)
+        target = deployable_db.program_target(ctx, device.deployable_uuid)
+        assert programming.program(
+            pconf, ctx, target, {'id': image, **glance.images[image]},
+            timeutils.utcnow() + datetime.timedelta(minutes=1),
+            own_handles=0)
+    assert during == [4]
+    placement_sync.sync_host(pconf, ctx, HOST, trust_memory=False)
+    assert _provider(pconf, device.rp_uuid)[0] == 0
+
+
+def test_a_programming_its_conductor_left_is_taken_out_once_overdue(
+        pconf, ctx, db, device):
+    """A conductor that died while the agent programmed leaves the
+    programming marked, with its time to end: the card stays reserved,
+    and once that time has passed any conductor's periodic job makes it
+    unhealthy (what it holds is unknown), so it comes back only through a
+    re-probe."""
+    _reported(pconf, db, device)
+    image = str(uuidlib.uuid4())
+    with db.begin() as c:
+        c.execute(sa.update(models.Deployable)
+                  .where(models.Deployable.id == device.deployable_id)
+                  .values(bitstream_id=image, programming_until=(
+                      timeutils.utcnow() + datetime.timedelta(minutes=5))))
+    assert programming.take_out_overdue(pconf, ctx) == 0
+    placement_sync.sync_host(pconf, ctx, HOST, trust_memory=False)
+    assert _provider(pconf, device.rp_uuid)[0] == 4
+    assert _health(db, device)[0] == 'healthy'
+
+    with db.begin() as c:
+        c.execute(sa.update(models.Deployable)
+                  .where(models.Deployable.id == device.deployable_id)
+                  .values(programming_until=(
+                      timeutils.utcnow() - datetime.timedelta(seconds=1))))
+    assert programming.take_out_overdue(pconf, ctx) == 1
+    health, reason = _health(db, device)
+    assert health == 'unhealthy'
+    assert reason.startswith('a programming did not end by ')
+    assert 'outcome is unknown' in reason
+    assert _bitstream(ctx, device) is None
+    reserved, traits = _provider(pconf, device.rp_uuid)
+    assert reserved == 4 and 'CUSTOM_ACCEL_UNHEALTHY' in traits
+    assert OLD_TRAIT not in traits
+    # Done once: the mark is gone.
+    assert programming.take_out_overdue(pconf, ctx) == 0
+    # Every conductor runs it.
+    assert [periodics._load(path) for name, option, path in periodics.JOBS
+            if name == 'take_out_overdue_programmings'] == [
+        programming.take_out_overdue]
+
+
 def test_a_programming_the_agent_does_not_finish_in_time_keeps_the_card_out(
         pconf, ctx, db, device, glance):
     """The conductor gives up at the deadline while the vendor tool may
@@ -294,19 +390,7 @@ def test_a_programming_the_agent_does_not_finish_in_time_keeps_the_card_out(
     at once).  It stays reserved, is marked unhealthy with the reason,
     forgets its image and function trait, and comes back through the
     health hold-down and a re-probe."""
-    # The host as its reports leave it: a row, the deployable's resource
-    # class and function trait as attributes, and its compute node
-    # provider in Placement (the shared one, made by the first test).
-    with db.begin() as c:
-        c.execute(sa.insert(models.Host).values(hostname=HOST))
-        for key, value in (('rc', 'FPGA'),
-                           (programming.TRAIT_ATTRIBUTE, OLD_TRAIT)):
-            c.execute(sa.insert(models.Attribute).values(
-                uuid=str(uuidlib.uuid4()), key=key, value=value,
-                deployable_id=device.deployable_id))
-    client = placement_client.get_client(pconf)
-    if client.get_provider_by_name(HOST) is None:
-        client.create_provider(str(uuidlib.uuid4()), HOST, None)
+    _reported(pconf, db, device)
     release = threading.Event()
 
     class SlowDriver(fake.FakeDriver):
@@ -332,11 +416,7 @@ def test_a_programming_the_agent_does_not_finish_in_time_keeps_the_card_out(
     assert reserved == 4
     assert 'CUSTOM_ACCEL_UNHEALTHY' in traits and OLD_TRAIT not in traits
     assert _bitstream(ctx, device) is None
-    with db.connect() as c:
-        health, reason = c.execute(
-            sa.select(models.Deployable.health,
-                      models.Deployable.health_reason)
-            .where(models.Deployable.id == device.deployable_id)).one()
+    health, reason = _health(db, device)
     assert health == 'unhealthy'
     assert reason.startswith('programming with image ')
     assert 'outcome is unknown' in reason
