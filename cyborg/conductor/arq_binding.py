@@ -431,7 +431,7 @@ def _validate(conf, context, bindings, known=None, allocations=True):
                                      'fabric_driver': pool.fabric_driver},
                              notice=_bind_notice(row, binding, None)))
             continue
-        target = _check_target(targets, binding)
+        target = _check_target(targets, binding, group)
         jobs.append(dict(binding, uuid=arq_uuid, group=group,
                          deployable_id=target.deployable_id,
                          agent_host=target.hostname,
@@ -475,7 +475,7 @@ def _check_fields(binding):
                    f"uuid")
 
 
-def _check_target(targets, binding):
+def _check_target(targets, binding, group):
     _check_fields(binding)
     rp_uuid, hostname = binding['device_rp_uuid'], binding['hostname']
     target = targets.get(rp_uuid)
@@ -501,6 +501,15 @@ def _check_target(targets, binding):
         raise exception.BindFailed(
             reason=f'the device of resource provider {rp_uuid} is '
                    f'{health}' + (f': {reason}' if reason else ''))
+    # Being rewritten (an admin's programming, or another bind's) since
+    # Nova chose it: the instance would start on a card whose image
+    # changes under it.  A bind that programs the card itself waits for
+    # that programming instead (cyborg.conductor.programming).
+    if target.programming_until is not None and not _needs_programming(
+            group):
+        raise exception.BindFailed(
+            reason=f'the device of resource provider {rp_uuid} is being '
+                   f'programmed')
     return target
 
 

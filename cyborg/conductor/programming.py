@@ -32,8 +32,10 @@ leaves the mark set: once its time has passed, any conductor's periodic
 ``take_out_overdue`` does the same to the card.
 
 Programming rewrites the whole device, so it is refused while another
-instance holds one of the deployable's handles, and programmings of one
-deployable are serialised in this conductor.
+instance holds one of the deployable's handles (counted again once the
+mark is set: a bind checks the mark before it takes a handle, and refuses
+a card being programmed unless it programs it itself), and programmings
+of one deployable are serialised in this conductor.
 
 Notifications (payload ``ProgramPayload``): ``deployable.program.start``
 once the checks have passed (an image already loaded, or a device in use,
@@ -142,17 +144,17 @@ def program(conf, context, target, image, deadline, own_handles,
             if function_id:
                 _advertised(conf, context, target, function_trait(function_id))
             return False
-        in_use = handle_db.count_in_use(context, target.deployable_id)
-        if in_use > own_handles:
-            raise exception.InUse(
-                resource='Deployable', id=target.deployable_uuid,
-                reason='another instance uses it with its current bitstream')
+        _check_unused(context, target, own_handles)
         notice = _Notice(conf, context, target, image, function_id, arq_uuid)
         try:
             data = glance.download(conf, image)
             until = (deadline + datetime.timedelta(seconds=OVERDUE_AFTER)
                      ).replace(microsecond=0)   # as a DATETIME keeps it
             with _reserved(conf, context, target, until):
+                # Again now that binds see the mark: one that took a
+                # handle since the first count would get a card rewritten
+                # under it.
+                _check_unused(context, target, own_handles)
                 _run_agent(conf, context, target, image, data, deadline)
                 trait = function_trait(function_id) if function_id else None
                 db_api.write_retrying(context, _loaded, context,
@@ -215,6 +217,14 @@ def _loaded(context, deployable_id, image_uuid, trait):
     deployable_db.set_bitstream(context, deployable_id, image_uuid)
     deployable_db.set_function_trait(context, deployable_id,
                                          TRAIT_ATTRIBUTE, trait)
+
+
+def _check_unused(context, target, own_handles):
+    """InUse when an instance other than the caller's holds a handle."""
+    if handle_db.count_in_use(context, target.deployable_id) > own_handles:
+        raise exception.InUse(
+            resource='Deployable', id=target.deployable_uuid,
+            reason='another instance uses it with its current bitstream')
 
 
 def _advertised(conf, context, target, trait):

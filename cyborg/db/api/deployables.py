@@ -104,7 +104,7 @@ def _bind_targets():
     return (sa.select(d.id.label('deployable_id'),
                       d.uuid.label('deployable_uuid'), d.rp_uuid, d.gone,
                       d.driver_name, d.bitstream_id, d.device_id,
-                      d.health, d.health_reason,
+                      d.health, d.health_reason, d.programming_until,
                       dev.hostname, dev.status,
                       dev.health.label('device_health'),
                       dev.health_reason.label('device_health_reason'),

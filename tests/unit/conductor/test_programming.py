@@ -448,3 +448,45 @@ def test_an_image_already_loaded_gets_its_function_trait(pconf, ctx, db,
             models.Attribute.deployable_id == device.deployable_id,
             models.Attribute.key == programming.TRAIT_ATTRIBUTE)
         ).scalar() == 'CUSTOM_FPGA_FUNCTION_ID_F5'
+
+
+def test_a_card_being_programmed_takes_no_instance_that_does_not_program_it(
+        pconf, ctx, db, device):
+    """Nova may have placed an instance on a card before an admin (or
+    another instance's bind) began rewriting it: its bind is refused
+    rather than start it on a card whose image changes under it."""
+    with db.begin() as c:
+        c.execute(sa.update(models.Deployable)
+                  .where(models.Deployable.id == device.deployable_id)
+                  .values(programming_until=(
+                      timeutils.utcnow() + datetime.timedelta(minutes=5))))
+    with pytest.raises(exception.BindFailed, match='is being programmed'):
+        _bind(pconf, ctx, db, device, {})
+
+
+def test_a_bind_that_took_a_handle_before_the_mark_stops_the_programming(
+        pconf, ctx, db, agent, device, glance, monkeypatch):
+    """A bind that checked the card before the programming marked it, and
+    took a handle while the image downloaded, is counted again once the
+    mark is set: the programming is refused, and undone."""
+    image = glance.add_image(b'race' * 10)
+    download = glance_client.download
+
+    def download_while_a_bind_takes_a_handle(conf, meta):
+        with db.begin() as c:
+            c.execute(sa.update(models.AttachHandle)
+                      .where(models.AttachHandle.deployable_id ==
+                             device.deployable_id)
+                      .values(in_use=True))
+        return download(conf, meta)
+
+    monkeypatch.setattr(glance_client, 'download',
+                        download_while_a_bind_takes_a_handle)
+    with pytest.raises(exception.InUse):
+        programming.program_deployable(pconf, ctx, device.deployable_uuid,
+                                       image)
+    assert _loaded(agent) is None
+    assert _provider(pconf, device.rp_uuid)[0] == 0
+    assert deployable_db.program_target(
+        ctx, device.deployable_uuid).programming_until is None
+
