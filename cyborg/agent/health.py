@@ -305,43 +305,49 @@ class HealthMonitor:
         if not keys:
             return []
         known = {d.key(): d for d in self._known_devices()}
-        verdicts = [v for v in (self._probe(key, known.get(key))
-                                for key in sorted(keys)) if v is not None]
+        verdicts = [verdict for key in sorted(keys)
+                    for verdict in self._probe(key, known.get(key))]
         for verdict in verdicts:
             metrics.AGENT_HEALTH_READINGS.labels(verdict.severity).inc()
             self._queue(verdict)
         return verdicts
 
     def _probe(self, key, device):
+        """The verdicts of one device's re-probe (none: the conductor's
+        probe timeout decides)."""
         if device is None:
-            # The conductor's probe timeout decides; a guess here (gone?)
-            # could be wrong while the first report is still on its way.
+            # A guess here (gone?) could be wrong while the first report
+            # is still on its way.
             LOG.warning('Asked to probe %s, which this agent does not '
                         'know; no verdict sent.', key)
-            return None
+            return []
         busy = self.programming.seconds(device.controlpath_id.cpid_info)
         if busy is not None:
-            # Not a fault: the card is mid-write, so not well yet either.
-            return health.Reading(
-                device=key, severity=states.TRANSIENT, source='probe',
-                code='probe:programming',
+            # Not well yet, and no fault of the device's: "not yet" for
+            # each of its deployables (a programming takes those out).
+            LOG.info('Probe of %s: being programmed (for %.0f s), not yet',
+                     key, busy)
+            return [health.Reading(
+                device=key, deployable=name, severity=states.TRANSIENT,
+                source='probe', code='probe:programming',
                 reason=f'being programmed (for {busy:.0f} s); probed again '
                        f'after the next hold-down')
+                for name in [d.name for d in device.deployables] or [None]]
         name = agent_reporter.driver_of(device)
         driver = self.drivers.get(name)
         if not isinstance(driver, base.HealthReporting):
             LOG.warning('Asked to probe %s, whose driver %s cannot tell '
                         'health; no verdict sent.', key, name)
-            return None
+            return []
         try:
             verdict = driver.probe(device)
         except Exception as exc:
             LOG.exception('Probe of %s by driver %s failed', key, name)
-            return health.Reading(device=key, severity=states.FATAL,
-                                  reason=f'probe failed: {exc}',
-                                  source='probe', code='probe:error')
+            return [health.Reading(device=key, severity=states.FATAL,
+                                   reason=f'probe failed: {exc}',
+                                   source='probe', code='probe:error')]
         LOG.info('Probe of %s: %s %s', key, verdict.severity, verdict.reason)
-        return verdict
+        return [verdict]
 
     # -- sending -------------------------------------------------------
 

@@ -490,3 +490,42 @@ def test_a_bind_that_took_a_handle_before_the_mark_stops_the_programming(
     assert deployable_db.program_target(
         ctx, device.deployable_uuid).programming_until is None
 
+
+def test_a_card_taken_out_by_an_unfinished_programming_comes_back_by_probe(
+        pconf, ctx, db, device):
+    """The way back: the hold-down on good readings, a re-probe that the
+    agent answers "being programmed" while the tool still runs (the card
+    stays out), then one that finds it well (the card is offered again)."""
+    from cyborg.conductor import health
+
+    pconf.set_override('hold_down', 0, 'health')
+    _reported(pconf, db, device)
+    target = deployable_db.program_target(ctx, device.deployable_uuid)
+    programming._out_until_probed(pconf, ctx, target, None,
+                                  "programming with image x did not end")
+    key = 'PCI:0000:0c:00.0'
+
+    def report(severity, source, full=False, reason='', deployable=None):
+        health.handle_report(pconf, ctx, HOST, {'full': full, 'readings': [
+            {'device': key, 'severity': severity, 'source': source,
+             'reason': reason, 'deployable': deployable}]})
+        health.run_timers(pconf, ctx)   # the hold-down (0 s) is over
+        return _health(db, device)[0], _provider(pconf, device.rp_uuid)
+
+    # The agent's periodic snapshot reads the device well: re-probe.
+    state, (reserved, _) = report('ok', 'fake', full=True)
+    assert (state, reserved) == ('probing', 4)
+    # The agent's answer while the tool still runs (its deployable's).
+    state, (reserved, _) = report('transient', 'probe',
+                                  reason='being programmed (for 300 s)',
+                                  deployable=device.name)
+    assert (state, reserved) == ('unhealthy', 4)
+    assert _health(db, device)[1] == 'being programmed (for 300 s)'
+    with db.connect() as c:     # no fault of the device's
+        assert c.execute(sa.select(models.Device.health).where(
+            models.Device.id == device.device_id)).scalar() == 'healthy'
+    assert report('ok', 'fake', full=True)[0] == 'probing'
+    state, (reserved, traits) = report('ok', 'probe')
+    assert (state, reserved) == ('healthy', 0)
+    assert 'CUSTOM_ACCEL_UNHEALTHY' not in traits
+
