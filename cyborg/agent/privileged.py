@@ -82,7 +82,12 @@ def run_fpga_tool(argv):
         raise exception.Invalid(reason=f'not an FPGA tool: {argv!r}')
     try:
         out, _err = processutils.execute(*argv)
-    except (processutils.ProcessExecutionError, OSError) as exc:
-        raise exception.CyborgException(
+    except processutils.ProcessExecutionError as exc:
+        # It ran: the card may be partly written.
+        raise exception.FPGAToolFailed(
             message=f'FPGA programming with {argv[0]} failed: {exc}')
+    except OSError as exc:
+        raise exception.CyborgException(
+            message=f'FPGA programming with {argv[0]} could not start: '
+                    f'{exc}')
     return out

@@ -48,6 +48,14 @@ def refusal(error):
     return exception.first_line(error)
 
 
+def raised(error, cls):
+    """Whether the agent answered with a ``cls``: rebuilt here, or (its
+    module not allowed to be rebuilt, as over RabbitMQ) a RemoteError
+    naming it."""
+    return (isinstance(error, cls) or
+            getattr(error, 'exc_type', None) == cls.__name__)
+
+
 class AgentAPI:
 
     def __init__(self, conf, timeout=None):

@@ -131,9 +131,25 @@ class ServiceUnavailable(CyborgException):
     code = 503
 
 
-class ProgrammingUnfinished(ServiceUnavailable):
+class FPGAToolFailed(CyborgException):
+    """The vendor's programming tool ran and failed (on the agent): it may
+    have written part of the card."""
+
+
+class ProgrammingOutcomeUnknown(CyborgException):
+    """A programming that may have changed the card without completing:
+    what the card holds is unknown (cyborg.conductor.programming takes it
+    out of the schedule until a re-probe).  ``outcome``: what happened,
+    for the card's health reason."""
+
+
+class ProgrammingUnfinished(ProgrammingOutcomeUnknown, ServiceUnavailable):
     """The agent did not answer a programming in time: the vendor tool may
-    still be writing the card, so what it holds is unknown."""
+    still be writing the card."""
+
+
+class ProgrammingFailed(ProgrammingOutcomeUnknown, Conflict):
+    """The vendor tool ran and failed (``FPGAToolFailed`` on the agent)."""
 
 
 class PlacementError(CyborgException):

@@ -76,6 +76,9 @@ TRAIT_PREFIX = 'CUSTOM_FPGA_FUNCTION_ID_'
 TRAIT_ATTRIBUTE = 'trait_fpga_function_id'
 _NOT_IN_ALPHABET = re.compile(r'[^A-Z0-9_]')
 
+# The end of the message of a programming whose outcome is unknown.
+_OUT = 'the card is out of the schedule until a re-probe finds it well'
+
 # Seconds after a programming's deadline before another conductor takes
 # its mark for one its conductor left behind (dead mid-programming): the
 # live conductor gives up at the deadline and clears the mark itself.
@@ -161,12 +164,12 @@ def program(conf, context, target, image, deadline, own_handles,
                                       target.deployable_id, image['id'],
                                       trait)
                 _replace_traits(conf, target.rp_uuid, trait)
-        except exception.ProgrammingUnfinished as exc:
+        except exception.ProgrammingOutcomeUnknown as exc:
             LOG.warning('%s', exc)
             _out_until_probed(
                 conf, context, target, until,
-                f"programming with image {image['id']} did not end in "
-                f"time; the card's outcome is unknown")
+                f"programming with image {image['id']} "
+                f"{exc.kwargs['outcome']}; the card's outcome is unknown")
             notice.failed(exc)
             raise
         except Exception as exc:
@@ -256,15 +259,20 @@ def _run_agent(conf, context, target, image, data, deadline):
         raise exception.ProgrammingUnfinished(
             reason=f'the agent on {target.hostname} did not finish '
                    f'programming {target.cpid_info} within '
-                   f'{max(int(remaining), 1)} s; the card is out of the '
-                   f'schedule until a re-probe finds it well') from exc
+                   f'{max(int(remaining), 1)} s; {_OUT}',
+            outcome='did not end in time') from exc
     except Exception as exc:
         reason = agent_rpcapi.refusal(exc)
         if reason is None:
             raise           # not reached: nothing ran
-        raise exception.Conflict(
-            reason=f'the agent on {target.hostname} could not program '
-                   f'{target.cpid_info}: {reason}') from exc
+        refused = (f'the agent on {target.hostname} could not program '
+                   f'{target.cpid_info}: {reason}')
+        if agent_rpcapi.raised(exc, exception.FPGAToolFailed):
+            raise exception.ProgrammingFailed(
+                reason=f'{refused}; {_OUT}',
+                outcome=f'failed: {reason}') from exc
+        # Refused before the tool ran: the card is as it was.
+        raise exception.Conflict(reason=refused) from exc
     if not programmed:
         raise exception.BindFailed(
             reason=f'the agent on {target.hostname} could not program '
@@ -357,7 +365,7 @@ def _reserved(conf, context, target, until):
                                  for rc, inv in inventories.items()},
                 generation)
         yield
-    except exception.ProgrammingUnfinished:
+    except exception.ProgrammingOutcomeUnknown:
         raise
     except BaseException:
         _release(context, target, until, placement, saved)

@@ -100,7 +100,13 @@ class ToolProgrammable(RecordsBitstreams):
         argv = self.program_argv(controlpath_id, image_path)
         LOG.info('Programming FPGA %s with image %s: %s', controlpath_id,
                  image_uuid, ' '.join(argv))
-        privileged.run_fpga_tool(argv)
+        try:
+            privileged.run_fpga_tool(argv)
+        except exception.FPGAToolFailed:
+            # It may have written part of the card: the image it ran
+            # before is no longer known to be there.
+            self.remember(controlpath_id, None)
+            raise
         self.remember(controlpath_id, image_uuid)
 
 

@@ -529,3 +529,57 @@ def test_a_card_taken_out_by_an_unfinished_programming_comes_back_by_probe(
     assert (state, reserved) == ('healthy', 0)
     assert 'CUSTOM_ACCEL_UNHEALTHY' not in traits
 
+
+def test_a_vendor_tool_that_fails_takes_the_card_out(pconf, ctx, db, device,
+                                                     glance):
+    """The tool ran and failed: it may have written part of the card, so
+    the image recorded before is no longer trusted.  The card stays out
+    (unhealthy, image and function trait forgotten) until a re-probe;
+    the caller gets a 409 with the tool's reason, as before."""
+    _reported(pconf, db, device)
+
+    class FailingDriver(fake.FakeDriver):
+        def program(self, controlpath_id, image_path, image_uuid):
+            raise exception.FPGAToolFailed(
+                message='FPGA programming with fpgaconf failed: exit 3')
+
+    with db.begin() as c:
+        c.execute(sa.update(models.Deployable)
+                  .where(models.Deployable.id == device.deployable_id)
+                  .values(bitstream_id=str(uuidlib.uuid4())))
+    with seed.agent_endpoint(pconf, HOST, {
+            'fake_driver': FailingDriver(pconf, HOST)}):
+        image = glance.add_image(b'fail' * 10)
+        with pytest.raises(exception.Conflict) as caught:
+            programming.program_deployable(pconf, ctx,
+                                           device.deployable_uuid, image)
+    assert caught.value.code == 409
+    assert 'fpgaconf failed: exit 3' in str(caught.value)
+    assert _bitstream(ctx, device) is None
+    health, reason = _health(db, device)
+    assert health == 'unhealthy'
+    assert reason.startswith(f'programming with image {image} failed: ')
+    assert reason.endswith("the card's outcome is unknown")
+    reserved, traits = _provider(pconf, device.rp_uuid)
+    assert reserved == 4 and OLD_TRAIT not in traits
+    assert deployable_db.program_target(
+        ctx, device.deployable_uuid).programming_until is None
+
+
+def test_the_agent_s_answer_is_read_the_same_rebuilt_or_remote():
+    """Over RabbitMQ the agent's exceptions arrive as RemoteError (their
+    module is not one oslo.messaging may rebuild); in process as
+    themselves."""
+    from cyborg.agent import rpcapi as agent_rpcapi
+
+    remote = messaging.RemoteError('FPGAToolFailed',
+                                   'FPGA programming with xbutil failed\n'
+                                   'Traceback ...')
+    rebuilt = exception.FPGAToolFailed(message='FPGA programming failed')
+    for error in (remote, rebuilt):
+        assert agent_rpcapi.raised(error, exception.FPGAToolFailed)
+        assert not agent_rpcapi.raised(error, exception.Conflict)
+    assert agent_rpcapi.refusal(remote) == \
+        'FPGA programming with xbutil failed'
+    assert agent_rpcapi.refusal(messaging.MessagingTimeout()) is None
+

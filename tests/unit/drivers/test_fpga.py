@@ -45,9 +45,24 @@ def test_program_refuses_an_address_that_is_not_its_fpga(
 def test_tool_failure_is_a_clear_error(conf, scenario, in_process_privsep,
                                        fake_tools):
     scenario('mixed')
-    with pytest.raises(exception.CyborgException, match='fpgaconf failed'):
+    with pytest.raises(exception.FPGAToolFailed, match='fpgaconf failed'):
         _load(conf, 'inspur_fpga_driver').program('0000:da:00.0',
                                                   '/no/such/file', 'i')
+
+
+def test_a_tool_that_fails_leaves_the_image_unknown(
+        conf, scenario, tmp_path, in_process_privsep, fake_tools):
+    """The tool ran and failed: it may have written part of the card, so
+    the image programmed before is no longer reported as loaded."""
+    scenario('intel_fpga')
+    driver = _load(conf, 'intel_fpga_driver')
+    image = tmp_path / 'gbs'
+    image.write_bytes(b'bits')
+    driver.program('0000:d8:00.0', str(image), 'img-1')
+    with pytest.raises(exception.FPGAToolFailed):
+        driver.program('0000:d8:00.0', '/no/such/file', 'img-2')
+    assert {dep.name: dep.bitstream_id for dev in driver.discover()
+            for dep in dev.deployables}['h_0000:d8:00.0'] is None
 
 
 def test_privileged_tool_runner_only_runs_fpga_tools(in_process_privsep):
