@@ -20,7 +20,9 @@ One programming, in order:
    leaves the traits and ``bitstream_id`` as they were, and is raised.
 
 An agent that does not answer by the deadline may still be running the
-vendor tool, so what the card holds is unknown: it stays reserved, its
+vendor tool, and a tool that ran and failed may have written part of the
+card (``ProgrammingOutcomeUnknown``), so what it holds is unknown: it
+stays reserved, its
 ``bitstream_id`` and function trait are forgotten, and it is marked
 ``unhealthy`` (a ``fatal`` reading made here, code ``program:unfinished``).
 The health state machine brings it back: after the hold-down the agent
@@ -349,8 +351,8 @@ def _reserved(conf, context, target, until):
     """Mark the deployable as being programmed until ``until`` (in the
     database, so every Placement sync keeps it reserved) and reserve every
     inventory of its provider for the duration.  After
-    ``ProgrammingUnfinished`` both are kept: ``_out_until_probed`` takes
-    it from there."""
+    ``ProgrammingOutcomeUnknown`` both are kept: ``_out_until_probed``
+    takes it from there."""
     db_api.write_retrying(context, deployable_db.set_programming_until,
                           context, target.deployable_id, until)
     placement = _placement(conf) if target.rp_uuid else None
