@@ -22,9 +22,9 @@ One programming, in order:
 An agent that does not answer by the deadline may still be running the
 vendor tool, and a tool that ran and failed may have written part of the
 card (``ProgrammingOutcomeUnknown``), so what it holds is unknown: it
-stays reserved, its
-``bitstream_id`` and function trait are forgotten, and it is marked
-``unhealthy`` (a ``fatal`` reading made here, code ``program:unfinished``).
+stays reserved, its ``bitstream_id`` and function trait are forgotten,
+and it is marked ``unhealthy`` (a ``fatal`` reading made here, code
+``program:unfinished``).
 The health state machine brings it back: after the hold-down the agent
 re-probes it, and answers "not yet" while the programming still runs.
 Should the tool succeed after all, the agent's next report records the
