@@ -105,7 +105,11 @@ class ToolProgrammable(RecordsBitstreams):
         except exception.FPGAToolFailed:
             # It may have written part of the card: the image it ran
             # before is no longer known to be there.
-            self.remember(controlpath_id, None)
+            try:
+                self.remember(controlpath_id, None)
+            except Exception:
+                LOG.exception('Could not forget the image recorded for '
+                              'FPGA %s', controlpath_id)
             raise
         self.remember(controlpath_id, image_uuid)
 
