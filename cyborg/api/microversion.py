@@ -25,6 +25,7 @@ VERSIONS = [
     '2.7',  # GET /quotas and /quotas/{project_id}: limits and usage.
     '2.8',  # /remote_pools: remote (fabric-attached) accelerator pools.
     '2.9',  # /exports: inventory as Kubernetes ResourceSlices, gres.conf.
+    '2.10',  # Deployables show programming_until (an FPGA being written).
 ]
 
 # The microversions code branches on, named by what they brought.
@@ -37,6 +38,7 @@ STANDALONE = (2, 6)
 QUOTAS = (2, 7)
 REMOTE_POOLS = (2, 8)
 EXPORTS = (2, 9)
+PROGRAMMING = (2, 10)
 
 _FORMAT = re.compile(r'^([1-9]\d*)\.(0|[1-9]\d*)$')
 

@@ -31,6 +31,8 @@ class Deployable:
     health: str = states.HEALTHY
     health_reason: str = None
     health_updated_at: datetime.datetime = None
+    # Set while a conductor programs it: when that must have ended.
+    programming_until: datetime.datetime = None
 
     @classmethod
     def _from_rows(cls, context, rows):

@@ -53,10 +53,20 @@ _DEPLOYABLE = common.resource(
     rp_uuid=common.NULLABLE_STRING, driver_name=common.NULLABLE_STRING,
     bitstream_id=common.NULLABLE_STRING)
 
+_WITH_HEALTH = dict(_DEPLOYABLE, **health.fields(
+    'The effective health: the worse of its own and its device\'s (the '
+    'reason and time are those of the worse).'))
+
+_PROGRAMMING_UNTIL = dict(
+    common.NULLABLE_STRING,
+    description='While a conductor programs it (an FPGA): the time by '
+                'which that must have ended; null otherwise.  It is out of '
+                'the schedule meanwhile.')
+
 DEPLOYABLE = Versioned(
     ((2, 0), strict_object(_DEPLOYABLE)),
-    (microversion.HEALTH, strict_object(dict(_DEPLOYABLE, **health.fields(
-        'The effective health: the worse of its own and its device\'s '
-        '(the reason and time are those of the worse).')))),
+    (microversion.HEALTH, strict_object(_WITH_HEALTH)),
+    (microversion.PROGRAMMING, strict_object(dict(
+        _WITH_HEALTH, programming_until=_PROGRAMMING_UNTIL))),
 )
 DEPLOYABLE_LIST = list_of('deployables', DEPLOYABLE)

@@ -1,5 +1,6 @@
 import json
 
+from cyborg.api import microversion
 from cyborg.api import views
 
 
@@ -18,4 +19,8 @@ def show(r, deployable):
             'created_at': views.timestamp(deployable.created_at),
             'updated_at': views.timestamp(deployable.updated_at),
             'links': views.links(r, 'deployables', deployable.uuid)}
-    return views.add_health(r, body, deployable)
+    views.add_health(r, body, deployable)
+    if r.version.matches(microversion.PROGRAMMING):
+        body['programming_until'] = views.timestamp(
+            deployable.programming_until)
+    return body

@@ -23,6 +23,7 @@ from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import inventory as inventory_db
 from cyborg.db import models
 from cyborg.drivers import fake
+from cyborg.objects import deployables
 from cyborg.placement import client as placement_client
 from cyborg.placement import provider_tree
 from tests.fixtures import arqs as seed
@@ -350,11 +351,15 @@ def test_a_programming_its_conductor_left_is_taken_out_once_overdue(
     re-probe."""
     _reported(pconf, db, device)
     image = str(uuidlib.uuid4())
+    until = (timeutils.utcnow() + datetime.timedelta(minutes=5)).replace(
+        microsecond=0)
     with db.begin() as c:
         c.execute(sa.update(models.Deployable)
                   .where(models.Deployable.id == device.deployable_id)
-                  .values(bitstream_id=image, programming_until=(
-                      timeutils.utcnow() + datetime.timedelta(minutes=5))))
+                  .values(bitstream_id=image, programming_until=until))
+    # What the API shows from microversion 2.10.
+    assert deployables.Deployable.get(
+        ctx, device.deployable_uuid).programming_until == until
     assert programming.take_out_overdue(pconf, ctx) == 0
     placement_sync.sync_host(pconf, ctx, HOST, trust_memory=False)
     assert _provider(pconf, device.rp_uuid)[0] == 4
