@@ -23,9 +23,11 @@ person trying the all-in-one, break the device by writing
 what every health check reports while the file says so, for the whole
 device or, with ``deployable``, for that deployable only.  ``probe`` is
 what an active re-probe answers (default: ok, unless ``severity`` is a
-fault).  Deleting the file, or writing ``"severity": "ok"``, heals the
-device.  The file is only re-read when it changes; one that cannot be
-parsed is ignored (the previous state holds) with a warning.
+fault).  ``"program": "fail"`` makes programming fail as a vendor tool
+that ran and failed does (``FPGAToolFailed``).  Deleting the file, or
+writing ``"severity": "ok"``, heals the device.  The file is only re-read
+when it changes; one that cannot be parsed is ignored (the previous state
+holds) with a warning.
 """
 
 import json
@@ -118,6 +120,12 @@ class FakeDriver(base.Driver, fpga.RecordsBitstreams, base.HealthReporting):
         if controlpath_id != CONTROLPATH_ADDRESS:
             raise exception.ResourceNotFound(resource='Fake FPGA',
                                              id=controlpath_id)
+        if self._injection.current().get('program') == 'fail':
+            # As a vendor tool that ran and failed (fpga.ToolProgrammable).
+            self.remember(controlpath_id, None)
+            raise exception.FPGAToolFailed(
+                message='FPGA programming with the fake tool failed: '
+                        'injected')
         self.remember(controlpath_id, image_uuid)
         LOG.info('Fake FPGA %s programmed with image %s', controlpath_id,
                  image_uuid)

@@ -258,3 +258,38 @@ def test_conductor_killed_mid_bind_fails_the_arq_and_tells_nova(deployment):
     assert after['state'] == 'BindFailed'
     assert d.call('DELETE', '/accelerator_requests?instance=' +
                   instance).status_code == 204
+
+
+def test_a_vendor_tool_that_fails_takes_the_card_out(deployment):
+    """Real processes over RabbitMQ, where the agent's FPGAToolFailed
+    reaches the conductor as a RemoteError: the admin gets the 409 with
+    the tool's reason, and the card is out of the schedule (unhealthy,
+    image forgotten, reserved in Placement) until a re-probe."""
+    d = deployment
+    image = d.glance.add_image(b'\x02fpga' * 200)
+    injection = d.tmp / 'state' / 'fake_driver_health.json'
+    injection.write_text('{"program": "fail"}')
+    try:
+        deployable, = d.call('GET', f'/deployables?name={COMPUTE}_FakeDevice',
+                             headers=ADMIN).json()['deployables']
+        response = d.call(
+            'PATCH', f'/deployables/{deployable["uuid"]}/program',
+            headers=ADMIN, json=[{'path': '/program', 'op': 'replace',
+                                  'value': [{'image_uuid': image}]}])
+        assert response.status_code == 409, response.text
+        assert 'the fake tool failed' in response.text
+        shown = d.call('GET', f'/deployables/{deployable["uuid"]}',
+                       headers=dict(ADMIN, **{
+                           'OpenStack-API-Version': 'accelerator 2.10'}))
+        got = shown.json()
+        assert got['health'] == 'unhealthy', got
+        assert got['health_reason'].startswith(
+            f'programming with image {image} failed: ')
+        assert got['bitstream_id'] is None
+        assert got['programming_until'] is None
+        inventory = _placement(d.placement_url, 'GET',
+                               f'/resource_providers/{DEVICE_RP}/'
+                               f'inventories')['inventories']['FPGA']
+        assert inventory['reserved'] == inventory['total']
+    finally:
+        injection.unlink()
