@@ -171,9 +171,6 @@ def _sync(conf, context, device, device_uuid, host):
                  for row in inventory_db.host_providers(
                      context, device['hostname'])
                  if row['device_uuid'] == device_uuid}
-    plan = placement_sync.Touched(providers)
-    digest = host['report_digest'] if host else None
-    was_synced = bool(host and host['placement_synced'])
-    placement_sync.sync_after_report(conf, context, device['hostname'],
-                                     plan, digest, trust_memory=was_synced)
+    placement_sync.sync_providers(conf, context, device['hostname'],
+                                  providers, host=host)
 

@@ -95,6 +95,19 @@ def sync_after_report(conf, context, hostname, plan, digest, rp_name=None,
     return _mark_synced(context, hostname, digest, cn_uuid)
 
 
+def sync_providers(conf, context, hostname, providers, host=None):
+    """Rewrite ``providers`` of the host from the database after a change
+    no report made (a device's status, the end of an FPGA programming),
+    as ``sync_after_report`` does: True when Placement now matches,
+    failures logged and left to the next report or the reconcile.
+    ``host``: the host's row, when the caller has just read it."""
+    host = host or host_db.get(context, hostname)
+    return sync_after_report(
+        conf, context, hostname, Touched(providers),
+        host['report_digest'] if host else None,
+        trust_memory=bool(host and host['placement_synced']), host=host)
+
+
 def _mark_synced(context, hostname, digest, cn_uuid):
     """Record a completed sync (and the compute node provider it found)
     in one UPDATE, unless a later report changed the digest meanwhile."""

@@ -11,13 +11,15 @@ One programming, in order:
    deadline plus ``OVERDUE_AFTER``) and its provider reserved in
    Placement (reserved = total), so nothing is scheduled onto a device
    that is being rewritten; every Placement sync meanwhile keeps it so;
-4. the agent programs the device; the deployable's ``bitstream_id`` is set;
-5. the provider's ``CUSTOM_FPGA_FUNCTION_ID_*`` traits replaced by the
-   new function's, which is also kept as the deployable's
-   ``trait_fpga_function_id`` attribute so later Placement syncs keep it;
-6. the mark cleared and the reservation restored, whatever happened,
-   except when the agent did not answer in time.  A failure before step 5
-   leaves the traits and ``bitstream_id`` as they were, and is raised.
+4. the agent programs the device; the deployable's ``bitstream_id`` is
+   set, and the new function's ``CUSTOM_FPGA_FUNCTION_ID_*`` trait kept
+   as its ``trait_fpga_function_id`` attribute;
+5. the mark cleared and the provider synced from the database, whatever
+   happened, except when the agent did not answer in time: its
+   reservation and traits are what the deployable now is (the new
+   function's trait; reserved still if the device went into maintenance
+   or failed meanwhile).  A failure before step 4 leaves the traits and
+   ``bitstream_id`` as they were, and is raised.
 
 An agent that does not answer by the deadline may still be running the
 vendor tool, and a tool that ran and failed may have written part of the
@@ -63,6 +65,7 @@ from cyborg.common import notify
 from cyborg.common import states
 from cyborg.conductor import glance
 from cyborg.conductor import health
+from cyborg.conductor import placement_sync
 from cyborg.db import api as db_api
 from cyborg.db.api import attach_handles as handle_db
 from cyborg.db.api import deployables as deployable_db
@@ -165,7 +168,6 @@ def program(conf, context, target, image, deadline, own_handles,
                 db_api.write_retrying(context, _loaded, context,
                                       target.deployable_id, image['id'],
                                       trait)
-                _replace_traits(conf, target.rp_uuid, trait)
         except exception.ProgrammingOutcomeUnknown as exc:
             LOG.warning('%s', exc)
             _out_until_probed(
@@ -242,7 +244,7 @@ def _advertised(conf, context, target, trait):
     db_api.write_retrying(context, deployable_db.set_function_trait,
                           context, target.deployable_id, TRAIT_ATTRIBUTE,
                           trait)
-    _replace_traits(conf, target.rp_uuid, trait)
+    _sync(conf, context, target)
 
 
 def _run_agent(conf, context, target, image, data, deadline):
@@ -313,13 +315,12 @@ def _out_until_probed(conf, context, target, until, reason):
     """The card's state after a programming that did not end in time: no
     image, no function trait, unhealthy (out of the schedule until the
     hold-down and a re-probe), then its programming mark (``until``)
-    cleared.  Each step is tried; a failure is logged, and one before the
-    mark is cleared leaves it for ``take_out_overdue`` to try again."""
+    cleared and its provider synced.  Each step is tried; a failure is
+    logged, and one before the mark is cleared leaves it for
+    ``take_out_overdue`` to try again."""
     steps = (
         ('forget its image', lambda: db_api.write_retrying(
             context, _loaded, context, target.deployable_id, None, None)),
-        ('drop its function trait',
-         lambda: _replace_traits(conf, target.rp_uuid, None)),
         ('mark it unhealthy', lambda: health.apply_readings(
             conf, context, target.hostname, [health_objects.Reading(
                 device=health.device_key(target._mapping),
@@ -339,6 +340,9 @@ def _out_until_probed(conf, context, target, until, reason):
     if not failed:
         db_api.write_retrying(context, deployable_db.set_programming_until,
                               context, target.deployable_id, None, was=until)
+    # The health change synced it if the health moved; not if the card
+    # was out already, and its function trait is gone either way.
+    _sync(conf, context, target)
 
 
 def _placement(conf):
@@ -355,13 +359,11 @@ def _reserved(conf, context, target, until):
     takes it from there."""
     db_api.write_retrying(context, deployable_db.set_programming_until,
                           context, target.deployable_id, until)
-    placement = _placement(conf) if target.rp_uuid else None
-    saved = None
     try:
-        if placement is not None:
+        if target.rp_uuid:
+            placement = _placement(conf)
             generation, inventories = placement.get_inventories(
                 target.rp_uuid)
-            saved = {rc: inv['reserved'] for rc, inv in inventories.items()}
             placement.set_inventories(
                 target.rp_uuid, {rc: dict(inv, reserved=inv['total'])
                                  for rc, inv in inventories.items()},
@@ -370,42 +372,27 @@ def _reserved(conf, context, target, until):
     except exception.ProgrammingOutcomeUnknown:
         raise
     except BaseException:
-        _release(context, target, until, placement, saved)
+        _release(conf, context, target, until)
         raise
-    _release(context, target, until, placement, saved)
+    _release(conf, context, target, until)
 
 
-def _release(context, target, until, placement, saved):
-    """Clear the programming mark, then put the reservation back.  A
-    failed Placement write is left to the reconcile, which computes the
-    provider from the database (unmarked now)."""
+def _release(conf, context, target, until):
+    """Clear the programming mark, then sync the provider from the
+    database: its reservation is what the card became meanwhile (back to
+    0 unless it went into maintenance or failed), its traits those of
+    what it now runs."""
     db_api.write_retrying(context, deployable_db.set_programming_until,
                           context, target.deployable_id, None, was=until)
-    if saved is None:
-        return
-    try:
-        _, inventories = placement.get_inventories(target.rp_uuid)
-        placement.set_inventories(
-            target.rp_uuid,
-            {rc: dict(inv, reserved=saved.get(rc, inv['reserved']))
-             for rc, inv in inventories.items()})
-    except exception.PlacementError as exc:
-        LOG.warning('Could not restore the reservation of provider %s '
-                    'after programming (%s); the reconcile will.',
-                    target.rp_uuid, exc)
+    _sync(conf, context, target)
 
 
-def _replace_traits(conf, rp_uuid, trait):
-    if not rp_uuid:
-        return
-    placement = _placement(conf)
-    generation, traits = placement.get_traits(rp_uuid)
-    wanted = {t for t in traits if not t.startswith(TRAIT_PREFIX)}
-    if trait:
-        wanted.add(trait)
-        placement.ensure_traits([trait])
-    if wanted != traits:
-        placement.set_traits(rp_uuid, wanted, generation)
+def _sync(conf, context, target):
+    """Make the deployable's provider what the database says; a failure is
+    logged and left to the next report or the reconcile."""
+    if target.rp_uuid:
+        placement_sync.sync_providers(conf, context, target.hostname,
+                                      {target.rp_uuid})
 
 
 @contextlib.contextmanager

@@ -32,6 +32,7 @@ from tests.fixtures import recording_http
 
 HOST = 'fpga-host'
 OLD_TRAIT = 'CUSTOM_FPGA_FUNCTION_ID_OLD'
+FAKE_TRAIT = 'CUSTOM_FAKE_DEVICE'
 
 # The real Placement, shared by this module's tests.
 placement_url = seed.placement_url
@@ -65,20 +66,46 @@ def ctx():
 
 @pytest.fixture
 def device(pconf, db):
-    device = seed.seed_device(db, hostname=HOST, handles=4)
-    client = placement_client.get_client(pconf)
-    client.create_provider(device.rp_uuid, device.name, None)
-    client.set_inventories(device.rp_uuid,
-                           {'FPGA': {'total': 4, 'max_unit': 4}})
-    client.ensure_traits(['CUSTOM_FAKE_DEVICE', OLD_TRAIT])
-    client.set_traits(device.rp_uuid, {'CUSTOM_FAKE_DEVICE', OLD_TRAIT})
+    return _reported(pconf, db, handles=4,
+                     traits={'trait_fake': FAKE_TRAIT,
+                             programming.TRAIT_ATTRIBUTE: OLD_TRAIT})
+
+
+def _reported(conf, db, handles, traits=None, cpid_info=None,
+              bitstream_id=None):
+    """A device of HOST as its reports leave it, so that every Placement
+    sync (the reconcile, a health or status change, the end of a
+    programming) computes its provider from the database: a host row, the
+    deployable's resource class and ``traits`` ({attribute: trait}) as
+    attributes, its provider made by a sync under the host's compute node
+    provider (the shared one, made by the first test that needs it)."""
+    device = seed.seed_device(db, hostname=HOST, handles=handles,
+                              bitstream_id=bitstream_id)
+    with db.begin() as c:
+        if not c.execute(sa.select(models.Host.hostname)).first():
+            c.execute(sa.insert(models.Host).values(hostname=HOST))
+        if cpid_info:
+            c.execute(sa.update(models.ControlpathID)
+                      .where(models.ControlpathID.device_id ==
+                             device.device_id)
+                      .values(cpid_info=cpid_info))
+        for key, value in {'rc': 'FPGA', **(traits or {})}.items():
+            c.execute(sa.insert(models.Attribute).values(
+                uuid=str(uuidlib.uuid4()), key=key, value=value,
+                deployable_id=device.deployable_id))
+    client = placement_client.get_client(conf)
+    if client.get_provider_by_name(HOST) is None:
+        client.create_provider(str(uuidlib.uuid4()), HOST, None)
+    placement_sync.sync_host(conf, cyborg_context.get_admin_context(), HOST)
     return device
 
 
 def _provider(conf, rp_uuid):
+    """(reserved, traits but OWNER_CYBORG) of the provider."""
     client = placement_client.get_client(conf)
     _, inventories = client.get_inventories(rp_uuid)
-    return inventories['FPGA']['reserved'], client.get_traits(rp_uuid)[1]
+    return (inventories['FPGA']['reserved'],
+            client.get_traits(rp_uuid)[1] - {provider_tree.OWNER_TRAIT})
 
 
 def _bind(conf, ctx, db, device, group):
@@ -110,13 +137,13 @@ def test_function_id_programs_at_bind_and_replaces_traits(
     assert _loaded(agent) == image
     assert _bitstream(ctx, device) == image
     assert _provider(pconf, device.rp_uuid) == (
-        0, {'CUSTOM_FAKE_DEVICE', 'CUSTOM_FPGA_FUNCTION_ID_F_NEW_1'})
+        0, {FAKE_TRAIT, 'CUSTOM_FPGA_FUNCTION_ID_F_NEW_1'})
     # Kept as a trait attribute, so the report sync advertises it too.
     with db.connect() as c:
-        assert c.execute(sa.select(models.Attribute.key,
-                                   models.Attribute.value).where(
-            models.Attribute.deployable_id == device.deployable_id)).all() \
-            == [('trait_fpga_function_id', 'CUSTOM_FPGA_FUNCTION_ID_F_NEW_1')]
+        assert c.execute(sa.select(models.Attribute.value).where(
+            models.Attribute.deployable_id == device.deployable_id,
+            models.Attribute.key == programming.TRAIT_ATTRIBUTE)).all() \
+            == [('CUSTOM_FPGA_FUNCTION_ID_F_NEW_1',)]
     row, = [r for r in inventory_db.host_providers(ctx, HOST)
             if r['uuid'] == device.deployable_uuid]
     desired = provider_tree.provider_for(row, row['attributes'], 'enabled',
@@ -133,7 +160,7 @@ def test_bitstream_id_already_loaded_is_not_downloaded(
                  {'accel:bitstream_id': image}).state == 'Bound'
     assert len(glance.downloads()) == 1
     assert _provider(pconf, device.rp_uuid)[1] == {
-        'CUSTOM_FAKE_DEVICE', 'CUSTOM_FPGA_FUNCTION_ID_F2'}
+        FAKE_TRAIT, 'CUSTOM_FPGA_FUNCTION_ID_F2'}
 
 
 def test_corrupt_image_fails_the_bind_and_changes_nothing(
@@ -147,31 +174,19 @@ def test_corrupt_image_fails_the_bind_and_changes_nothing(
     assert _loaded(agent) is None
     assert _bitstream(ctx, device) is None
     assert _provider(pconf, device.rp_uuid) == (
-        0, {'CUSTOM_FAKE_DEVICE', OLD_TRAIT})
+        0, {FAKE_TRAIT, OLD_TRAIT})
 
 
 def _device_the_agent_cannot_find(conf, db):
     """A device at an address the fake driver does not know (it knows
     only its own control path): programming it fails on the agent."""
-    device = seed.seed_device(db, hostname=HOST, handles=1)
-    with db.begin() as c:
-        c.exec_driver_sql("UPDATE controlpath_ids SET cpid_info = "
-                          "'0000:99:00.0' WHERE device_id = "
-                          f"{device.device_id}")
-    client = placement_client.get_client(conf)
-    client.create_provider(device.rp_uuid, device.name, None)
-    client.set_inventories(device.rp_uuid, {'FPGA': {'total': 1,
-                                                     'max_unit': 1}})
-    return device
+    return _reported(conf, db, handles=1, cpid_info='0000:99:00.0',
+                     traits={programming.TRAIT_ATTRIBUTE: OLD_TRAIT})
 
 
 def test_agent_failure_rolls_back_reservation_and_traits(
         pconf, ctx, db, agent, glance):
     device = _device_the_agent_cannot_find(pconf, db)
-    client = placement_client.get_client(pconf)
-    # Made here: the Placement is shared, but tests run in any order.
-    client.ensure_traits([OLD_TRAIT])
-    client.set_traits(device.rp_uuid, {OLD_TRAIT})
     image = glance.add_image(b'data' * 10, {'accel:function_id': 'f3'})
     row = _bind(pconf, ctx, db, device, {'accel:function_id': 'f3'})
     assert row.state == 'BindFailed'
@@ -218,7 +233,7 @@ def test_admin_program_is_idempotent(pconf, ctx, db, agent, device, glance):
     assert again['bitstream_id'] == image
     assert len(glance.downloads()) == 1
     assert _provider(pconf, device.rp_uuid) == (
-        0, {'CUSTOM_FAKE_DEVICE', 'CUSTOM_FPGA_FUNCTION_ID_FA'})
+        0, {FAKE_TRAIT, 'CUSTOM_FPGA_FUNCTION_ID_FA'})
 
 
 def test_admin_program_refuses_a_device_in_use(pconf, ctx, db, agent,
@@ -250,7 +265,7 @@ def test_admin_program_the_agent_refuses_is_a_409_saying_why(
         f'Conflict: the agent on {HOST} could not program 0000:99:00.0: ')
     assert 'Traceback' not in str(error)
     assert _bitstream(ctx, device) is None
-    assert _provider(pconf, device.rp_uuid) == (0, set())
+    assert _provider(pconf, device.rp_uuid) == (0, {OLD_TRAIT})
     assert not [r for r in caplog.records
                 if 'Exception during message handling' in r.getMessage()]
 
@@ -289,24 +304,6 @@ def test_provider_is_reserved_while_programming(pconf, ctx, db, device,
     assert requests.get(glance.url + '/v2/images/' + image).ok
 
 
-def _reported(conf, db, device):
-    """The host as its reports leave it, so that the Placement sync (the
-    reconcile, a health change) computes the device's provider: a host
-    row, the deployable's resource class and function trait as
-    attributes, and its compute node provider in Placement (the shared
-    one, made by the first test that needs it)."""
-    with db.begin() as c:
-        c.execute(sa.insert(models.Host).values(hostname=HOST))
-        for key, value in (('rc', 'FPGA'),
-                           (programming.TRAIT_ATTRIBUTE, OLD_TRAIT)):
-            c.execute(sa.insert(models.Attribute).values(
-                uuid=str(uuidlib.uuid4()), key=key, value=value,
-                deployable_id=device.deployable_id))
-    client = placement_client.get_client(conf)
-    if client.get_provider_by_name(HOST) is None:
-        client.create_provider(str(uuidlib.uuid4()), HOST, None)
-
-
 def _health(db, device):
     with db.connect() as c:
         return tuple(c.execute(
@@ -320,7 +317,6 @@ def test_the_reconcile_keeps_a_card_being_programmed_reserved(
     """The reservation while a card is rewritten is in the database too:
     a Placement sync meanwhile (the periodic reconcile, a health change of
     the host) used to put reserved back to 0 mid-write."""
-    _reported(pconf, db, device)
     during = []
 
     class SyncingDriver(fake.FakeDriver):
@@ -342,6 +338,38 @@ def test_the_reconcile_keeps_a_card_being_programmed_reserved(
     assert _provider(pconf, device.rp_uuid)[0] == 0
 
 
+@pytest.mark.parametrize('meanwhile', ['maintenance', 'fatal fault'])
+def test_a_card_that_went_out_while_programmed_stays_out_after(
+        pconf, ctx, db, device, glance, meanwhile):
+    """What the card became while it was programmed decides its
+    reservation after: an admin's maintenance or a fault kept it out (it
+    was put back to the reservation seen before the programming, 0)."""
+    from cyborg.conductor import device_status
+    from cyborg.conductor import health
+
+    class InterruptedDriver(fake.FakeDriver):
+        def program(self, controlpath_id, image_path, image_uuid):
+            if meanwhile == 'maintenance':
+                device_status.set_status(pconf, ctx, device.device_uuid,
+                                         'maintaining')
+            else:
+                health.handle_report(pconf, ctx, HOST, {
+                    'full': False, 'readings': [{
+                        'device': 'PCI:0000:0c:00.0', 'severity': 'fatal',
+                        'source': 'fake', 'reason': 'fell over'}]})
+            super().program(controlpath_id, image_path, image_uuid)
+
+    with seed.agent_endpoint(pconf, HOST, {
+            'fake_driver': InterruptedDriver(pconf, HOST)}):
+        image = glance.add_image(b'out' * 10)
+        target = deployable_db.program_target(ctx, device.deployable_uuid)
+        assert programming.program(
+            pconf, ctx, target, {'id': image, **glance.images[image]},
+            timeutils.utcnow() + datetime.timedelta(minutes=1),
+            own_handles=0)
+    assert _provider(pconf, device.rp_uuid)[0] == 4
+
+
 def test_a_programming_its_conductor_left_is_taken_out_once_overdue(
         pconf, ctx, db, device):
     """A conductor that died while the agent programmed leaves the
@@ -349,7 +377,6 @@ def test_a_programming_its_conductor_left_is_taken_out_once_overdue(
     and once that time has passed any conductor's periodic job makes it
     unhealthy (what it holds is unknown), so it comes back only through a
     re-probe."""
-    _reported(pconf, db, device)
     image = str(uuidlib.uuid4())
     until = (timeutils.utcnow() + datetime.timedelta(minutes=5)).replace(
         microsecond=0)
@@ -395,7 +422,6 @@ def test_a_programming_the_agent_does_not_finish_in_time_keeps_the_card_out(
     at once).  It stays reserved, is marked unhealthy with the reason,
     forgets its image and function trait, and comes back through the
     health hold-down and a re-probe."""
-    _reported(pconf, db, device)
     release = threading.Event()
 
     class SlowDriver(fake.FakeDriver):
@@ -434,12 +460,7 @@ def test_an_image_already_loaded_gets_its_function_trait(pconf, ctx, db,
     cyborg ran), but its function trait was never advertised: asking for
     the image does not program it again, and advertises the trait."""
     image = glance.add_image(b'early' * 10, {'accel:function_id': 'f5'})
-    device = seed.seed_device(db, hostname=HOST, handles=1,
-                              bitstream_id=image)
-    client = placement_client.get_client(pconf)
-    client.create_provider(device.rp_uuid, device.name, None)
-    client.set_inventories(device.rp_uuid, {'FPGA': {'total': 1,
-                                                     'max_unit': 1}})
+    device = _reported(pconf, db, handles=1, bitstream_id=image)
     target = deployable_db.program_target(ctx, device.deployable_uuid)
     deadline = timeutils.utcnow() + datetime.timedelta(minutes=1)
     assert not programming.program(pconf, ctx, target,
@@ -504,7 +525,6 @@ def test_a_card_taken_out_by_an_unfinished_programming_comes_back_by_probe(
     from cyborg.conductor import health
 
     pconf.set_override('hold_down', 0, 'health')
-    _reported(pconf, db, device)
     target = deployable_db.program_target(ctx, device.deployable_uuid)
     programming._out_until_probed(pconf, ctx, target, None,
                                   "programming with image x did not end")
@@ -541,7 +561,6 @@ def test_a_vendor_tool_that_fails_takes_the_card_out(pconf, ctx, db, device,
     the image recorded before is no longer trusted.  The card stays out
     (unhealthy, image and function trait forgotten) until a re-probe;
     the caller gets a 409 with the tool's reason, as before."""
-    _reported(pconf, db, device)
 
     class FailingDriver(fake.FakeDriver):
         def program(self, controlpath_id, image_path, image_uuid):
