@@ -397,7 +397,17 @@ def _sync(conf, context, target):
 
 @contextlib.contextmanager
 def _deployable_lock(deployable_id):
+    """Serialise the programmings of one deployable in this conductor.
+    The lock lives while someone holds or waits for it: {deployable id:
+    [lock, users]}."""
     with _LOCKS_LOCK:
-        lock = _LOCKS.setdefault(deployable_id, threading.Lock())
-    with lock:
-        yield
+        entry = _LOCKS.setdefault(deployable_id, [threading.Lock(), 0])
+        entry[1] += 1
+    try:
+        with entry[0]:
+            yield
+    finally:
+        with _LOCKS_LOCK:
+            entry[1] -= 1
+            if not entry[1]:
+                del _LOCKS[deployable_id]

@@ -607,3 +607,37 @@ def test_the_agent_s_answer_is_read_the_same_rebuilt_or_remote():
         'FPGA programming with xbutil failed'
     assert agent_rpcapi.refusal(messaging.MessagingTimeout()) is None
 
+
+
+def test_programmings_of_one_deployable_wait_their_turn_and_leave_no_lock():
+    """One lock per deployable while it is wanted: the second programming
+    waits for the first, and none is kept after (a conductor used to keep
+    one for every deployable it ever programmed)."""
+    order, inside, go = [], threading.Event(), threading.Event()
+
+    def first():
+        with programming._deployable_lock(7):
+            order.append('first in')
+            inside.set()
+            go.wait(10)
+            order.append('first out')
+
+    def second():
+        with programming._deployable_lock(7):
+            order.append('second in')
+
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    assert inside.wait(10)
+    threads.append(threading.Thread(target=second))
+    threads[1].start()
+    for _ in range(1000):       # until the second one waits
+        if programming._LOCKS[7][1] == 2:
+            break
+        time.sleep(0.01)
+    assert programming._LOCKS[7][1] == 2 and order == ['first in']
+    go.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == ['first in', 'first out', 'second in']
+    assert 7 not in programming._LOCKS
