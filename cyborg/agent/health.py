@@ -323,8 +323,9 @@ class HealthMonitor:
             return []
         busy = self.programming.seconds(device.controlpath_id.cpid_info)
         if busy is not None:
-            # Not well yet, and no fault of the device's: "not yet" for
-            # each of its deployables (a programming takes those out).
+            # "Not yet" for the device and each of its deployables (a
+            # programming takes those out): a verdict for whichever of
+            # them the conductor is probing, no fault of the others.
             LOG.info('Probe of %s: being programmed (for %.0f s), not yet',
                      key, busy)
             return [health.Reading(
@@ -332,7 +333,7 @@ class HealthMonitor:
                 source='probe', code='probe:programming',
                 reason=f'being programmed (for {busy:.0f} s); probed again '
                        f'after the next hold-down')
-                for name in [d.name for d in device.deployables] or [None]]
+                for name in [None] + [d.name for d in device.deployables]]
         name = agent_reporter.driver_of(device)
         driver = self.drivers.get(name)
         if not isinstance(driver, base.HealthReporting):

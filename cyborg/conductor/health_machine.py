@@ -15,6 +15,7 @@ A record (the ``HealthColumns`` of a device or deployable row) moves so::
     probing --probe verdict ok--> healthy (re-admitted; flaps counted)
     probing --probe verdict fault, or any fault--> unhealthy
     probing --no verdict within probe_timeout--> unhealthy        (timer)
+    healthy/suspect --a probe's transient ("not yet")--> unchanged
     hardware vanished while allocated, or while not healthy --> lost
       (out only because a 'gone' reading saw it vanish: as healthy)
     lost --came back--> unhealthy ('came back; re-probing')
@@ -187,6 +188,11 @@ def _transient(record, reading, now, settings):
     reason = reading.reason or f'transient fault ({reading.source})'
     if record.health == states.SUSPECT and reading.restated:
         # The condition that made it suspect still holds: not a new fault.
+        return record
+    if (reading.source == 'probe' and
+            record.health in (states.HEALTHY, states.SUSPECT)):
+        # A re-probe's "not yet" (a card being programmed answers it for
+        # each of its deployables) is a verdict only for what is out.
         return record
     if record.health in (states.HEALTHY, states.SUSPECT):
         faults = (record.faults if record.health == states.SUSPECT

@@ -383,17 +383,20 @@ def test_a_card_being_programmed_is_not_probed_well(conf, conductor,
     """The conductor may re-probe a card whose programming it gave up on
     while the vendor tool still runs: the verdict is "not yet" (transient,
     so it stays out and is probed again after its next hold-down), not the
-    driver's reading of a card mid-write; it is its deployables' (which
-    the programming took out), not a fault of the device."""
+    driver's reading of a card mid-write, for the device and each of its
+    deployables (which the programming took out): the conductor takes it
+    as a verdict for whichever it probes, no fault of the others."""
     api = agent_rpcapi.AgentAPI(conf)
     with agent_server.programming.alone(GPU_A):
         api.probe_health(admin_context, HOST, [KEY_A])
         _wait_for(lambda: len(conductor.health_reports) == 2)
-    assert conductor.readings() == [(KEY_A, 'transient', 'probe')]
-    [reading] = conductor.health_reports[-1]['readings']
-    assert reading['deployable'] == base.deployable_name(HOST, GPU_A)
-    assert reading['code'] == 'probe:programming'
-    assert reading['reason'].startswith('being programmed (for ')
+    assert conductor.readings() == [(KEY_A, 'transient', 'probe')] * 2
+    readings = conductor.health_reports[-1]['readings']
+    assert [r['deployable'] for r in readings] == [
+        None, base.deployable_name(HOST, GPU_A)]
+    for reading in readings:
+        assert reading['code'] == 'probe:programming'
+        assert reading['reason'].startswith('being programmed (for ')
     # Once it ends, the probe is the driver's again (the periodic check
     # may send its own reading first: the transient one was the last sent).
     api.probe_health(admin_context, HOST, [KEY_A])

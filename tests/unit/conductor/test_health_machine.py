@@ -123,6 +123,22 @@ def test_transient_while_probing_is_unhealthy():
     assert out.health == states.UNHEALTHY and out.due_at is None
 
 
+@pytest.mark.parametrize('health', [states.HEALTHY, states.SUSPECT])
+def test_a_probe_s_not_yet_is_no_fault_of_what_was_not_probed(health):
+    """A re-probe answers "not yet" (transient) for every deployable of
+    a card being programmed, the healthy ones too: that answers a
+    question nobody asked of them, and is no fault of theirs (a healthy
+    one used to become suspect)."""
+    before = rec(health, faults=1 if health == states.SUSPECT else 0,
+                 due_at=at(300) if health == states.SUSPECT else None)
+    not_yet = reading(states.TRANSIENT, 'being programmed (for 5 s)',
+                      source='probe')
+    assert m.apply_reading(before, not_yet, at(1), S) == before
+    # A fault a probe finds is one, whoever asked.
+    assert m.apply_reading(before, PROBE_BAD, at(1), S).health == \
+        states.UNHEALTHY
+
+
 # -- fatal and gone ---------------------------------------------------------
 
 @pytest.mark.parametrize('health', [states.HEALTHY, states.SUSPECT,

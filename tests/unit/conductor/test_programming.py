@@ -304,6 +304,12 @@ def test_provider_is_reserved_while_programming(pconf, ctx, db, device,
     assert requests.get(glance.url + '/v2/images/' + image).ok
 
 
+def _device_health(db, device):
+    with db.connect() as c:
+        return c.execute(sa.select(models.Device.health).where(
+            models.Device.id == device.device_id)).scalar()
+
+
 def _health(db, device):
     with db.connect() as c:
         return tuple(c.execute(
@@ -530,29 +536,61 @@ def test_a_card_taken_out_by_an_unfinished_programming_comes_back_by_probe(
                                   "programming with image x did not end")
     key = 'PCI:0000:0c:00.0'
 
-    def report(severity, source, full=False, reason='', deployable=None):
+    def report(severity, source, full=False, reason='', about=(None,)):
         health.handle_report(pconf, ctx, HOST, {'full': full, 'readings': [
             {'device': key, 'severity': severity, 'source': source,
-             'reason': reason, 'deployable': deployable}]})
+             'reason': reason, 'deployable': deployable}
+            for deployable in about]})
         health.run_timers(pconf, ctx)   # the hold-down (0 s) is over
         return _health(db, device)[0], _provider(pconf, device.rp_uuid)
 
     # The agent's periodic snapshot reads the device well: re-probe.
     state, (reserved, _) = report('ok', 'fake', full=True)
     assert (state, reserved) == ('probing', 4)
-    # The agent's answer while the tool still runs (its deployable's).
+    # The agent's answer while the tool still runs: the device's and its
+    # deployable's.
     state, (reserved, _) = report('transient', 'probe',
                                   reason='being programmed (for 300 s)',
-                                  deployable=device.name)
+                                  about=(None, device.name))
     assert (state, reserved) == ('unhealthy', 4)
     assert _health(db, device)[1] == 'being programmed (for 300 s)'
-    with db.connect() as c:     # no fault of the device's
-        assert c.execute(sa.select(models.Device.health).where(
-            models.Device.id == device.device_id)).scalar() == 'healthy'
+    assert _device_health(db, device) == 'healthy'  # no fault of its own
     assert report('ok', 'fake', full=True)[0] == 'probing'
     state, (reserved, traits) = report('ok', 'probe')
     assert (state, reserved) == ('healthy', 0)
     assert 'CUSTOM_ACCEL_UNHEALTHY' not in traits
+
+
+def test_a_device_probed_while_an_admin_programs_it_waits_its_turn(
+        pconf, ctx, db, device):
+    """A device out for a fault of its own, vouched for by an admin
+    (re-probed at once) while an admin programs it: the agent's "not yet"
+    sends the device back out with that reason (it waited for the probe
+    timeout), and its healthy deployable stays healthy (it was made
+    suspect)."""
+    from cyborg.conductor import device_status
+    from cyborg.conductor import health
+
+    def report(severity, about, reason=''):
+        health.handle_report(pconf, ctx, HOST, {'full': False, 'readings': [
+            {'device': 'PCI:0000:0c:00.0', 'severity': severity,
+             'source': 'probe' if severity == 'transient' else 'fake',
+             'reason': reason, 'deployable': deployable}
+            for deployable in about]})
+
+    report('fatal', [None], 'fell off the bus')
+    device_status.set_status(pconf, ctx, device.device_uuid, 'enabled')
+    assert _device_health(db, device) == 'probing'
+    report('transient', [None, device.name],
+           'being programmed (for 3 s); probed again after the next '
+           'hold-down')
+    assert _device_health(db, device) == 'unhealthy'
+    assert _health(db, device) == ('healthy', None)
+    with db.connect() as c:
+        assert c.execute(sa.select(models.Device.health_reason).where(
+            models.Device.id == device.device_id)).scalar().startswith(
+            'being programmed (for 3 s)')
+    assert _provider(pconf, device.rp_uuid)[0] == 4
 
 
 def test_a_vendor_tool_that_fails_takes_the_card_out(pconf, ctx, db, device,
