@@ -357,6 +357,23 @@ def _take_at_once(context, job):
     if (job.get('remote_pool_id') is not None
             or _needs_programming(job['group'])):
         return None
+    return _take(context, job)
+
+
+def _take(context, job):
+    """A free handle of the job's deployable, taken (None: none free).
+    Refused when the card is being rewritten (an admin's programming, or
+    another bind's) since Nova chose it: the instance would start on a
+    card whose image changes under it.  A bind that programs the card
+    itself waits for that programming instead (cyborg.conductor.
+    programming).  Checked in the transaction of the take, under the
+    lock ``being_programmed`` takes: a programming starting meanwhile
+    sees this bind's handle and stops."""
+    if (not _needs_programming(job['group']) and
+            deployable_db.being_programmed(context, job['deployable_id'])):
+        raise exception.BindFailed(
+            reason=f"the device of resource provider "
+                   f"{job['device_rp_uuid']} is being programmed")
     return handle_db.take(context, job['deployable_id'])
 
 
@@ -431,7 +448,7 @@ def _validate(conf, context, bindings, known=None, allocations=True):
                                      'fabric_driver': pool.fabric_driver},
                              notice=_bind_notice(row, binding, None)))
             continue
-        target = _check_target(targets, binding, group)
+        target = _check_target(targets, binding)
         jobs.append(dict(binding, uuid=arq_uuid, group=group,
                          deployable_id=target.deployable_id,
                          agent_host=target.hostname,
@@ -475,7 +492,7 @@ def _check_fields(binding):
                    f"uuid")
 
 
-def _check_target(targets, binding, group):
+def _check_target(targets, binding):
     _check_fields(binding)
     rp_uuid, hostname = binding['device_rp_uuid'], binding['hostname']
     target = targets.get(rp_uuid)
@@ -501,15 +518,6 @@ def _check_target(targets, binding, group):
         raise exception.BindFailed(
             reason=f'the device of resource provider {rp_uuid} is '
                    f'{health}' + (f': {reason}' if reason else ''))
-    # Being rewritten (an admin's programming, or another bind's) since
-    # Nova chose it: the instance would start on a card whose image
-    # changes under it.  A bind that programs the card itself waits for
-    # that programming instead (cyborg.conductor.programming).
-    if target.programming_until is not None and not _needs_programming(
-            group):
-        raise exception.BindFailed(
-            reason=f'the device of resource provider {rp_uuid} is being '
-                   f'programmed')
     return target
 
 
@@ -846,7 +854,7 @@ def _take_handle(context, job):
 def _take_handle_in(context, job, finish=None):
     """(handle, done): ``finish(handle)`` ends the bind in the same
     transaction unless the handle is an mdev still to be created."""
-    handle = handle_db.take(context, job['deployable_id'])
+    handle = _take(context, job)
     if handle is None:
         raise exception.BindFailed(
             reason=f"no free attach handle on resource provider "

@@ -37,9 +37,11 @@ leaves the mark set: once its time has passed, any conductor's periodic
 
 Programming rewrites the whole device, so it is refused while another
 instance holds one of the deployable's handles (counted again once the
-mark is set: a bind checks the mark before it takes a handle, and refuses
-a card being programmed unless it programs it itself), and programmings
-of one deployable are serialised in this conductor.
+mark is set: a bind checks the mark in the transaction that takes a
+handle, under a share lock on the deployable's row that the mark's write
+waits for, and refuses a card being programmed unless it programs it
+itself), and programmings of one deployable are serialised in this
+conductor.
 
 Notifications (payload ``ProgramPayload``): ``deployable.program.start``
 once the checks have passed (an image already loaded, or a device in use,

@@ -173,3 +173,64 @@ def test_a_delete_racing_a_bind_leaves_no_handle_held(conf, server_db,
         assert isinstance(refused, exception.Conflict)
     assert seed.arq_rows(server_db) == {}
     assert seed.handles_in_use(server_db) == 0
+
+
+def test_a_bind_and_a_programming_never_share_a_card(conf, server_db,
+                                                     placement_url,
+                                                     monkeypatch):
+    # A bind checks that no programming marks the card, then takes a
+    # handle; a programming marks the card, then counts the handles taken
+    # (cyborg.conductor.programming._check_unused).  A programming whose
+    # mark and count both fell between the bind's check and its take went
+    # on rewriting a card the bind then gave an instance.  The bind's
+    # check holds a share lock on the deployable's row: the mark waits
+    # for the bind's commit, and the count then sees its handle.
+    from cyborg.conductor import programming
+    from cyborg.db.api import deployables as deployable_db
+    from oslo_utils import timeutils
+
+    placement_fixture.placement_conf(conf, placement_url)
+    placement_client.reset_clients()
+    device = seed.seed_device(server_db, handles=4)
+    profile = seed.seed_profile(server_db, [{'resources:FPGA': '1'}])
+    ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
+    arq = arq_binding.create(ctx, profile, 'p1')[0]['uuid']
+    target = deployable_db.program_target(ctx, device.deployable_uuid)
+    outcome = []
+
+    def program():
+        # programming.program's steps from the mark to the count.
+        admin = cyborg_context.RequestContext(project_id='p1',
+                                              is_service=True)
+        until = timeutils.utcnow().replace(microsecond=0)
+        db_api.write_retrying(admin, deployable_db.set_programming_until,
+                              admin, target.deployable_id, until)
+        try:
+            programming._check_unused(admin, target, own_handles=0)
+        except exception.InUse:
+            outcome.append('refused')
+        else:
+            outcome.append('went on')
+
+    take = handle_db.take
+    programmer = threading.Thread(target=program)
+
+    def take_while_a_programming_starts(context, deployable_id):
+        # Between the bind's check and its take.
+        programmer.start()
+        programmer.join(1.5)
+        return take(context, deployable_id)
+
+    monkeypatch.setattr(handle_db, 'take', take_while_a_programming_starts)
+    try:
+        arq_binding.start_bind(conf, ctx, {arq: {
+            'hostname': device.hostname, 'device_rp_uuid': device.rp_uuid,
+            'instance_uuid': str(uuidlib.uuid4())}}).result(30)
+        bound = True
+    except exception.BindFailed as e:
+        assert 'is being programmed' in str(e)
+        bound = False
+    finally:
+        programmer.join(30)
+    assert outcome == (['refused'] if bound else ['went on'])
+    assert seed.handles_in_use(server_db) == (1 if bound else 0)

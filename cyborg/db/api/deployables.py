@@ -104,7 +104,7 @@ def _bind_targets():
     return (sa.select(d.id.label('deployable_id'),
                       d.uuid.label('deployable_uuid'), d.rp_uuid, d.gone,
                       d.driver_name, d.bitstream_id, d.device_id,
-                      d.health, d.health_reason, d.programming_until,
+                      d.health, d.health_reason,
                       dev.hostname, dev.status,
                       dev.health.label('device_health'),
                       dev.health_reason.label('device_health_reason'),
@@ -116,6 +116,23 @@ def _bind_targets():
 
 # Built once (a bind's hottest read): see arqs._filtered.
 _BIND_TARGETS = _bind_targets()
+
+
+@writer
+def being_programmed(context, deployable_id):
+    """Whether a programming marks the deployable, read with a share lock
+    on its row until the caller's transaction ends (SQLite: its writers
+    are serialised already).  A bind reads it in the transaction that
+    takes a handle: a programming's mark, a write to that row, then waits
+    for the bind's commit, and the programming counts the bind's handle
+    when it counts the card's instances after marking it."""
+    return _sql.connection(context).execute(
+        _MARK, {'deployable_id': deployable_id}).scalar() is not None
+
+
+_MARK = (sa.select(models.Deployable.programming_until)
+         .where(models.Deployable.id == sa.bindparam('deployable_id'))
+         .with_for_update(read=True))
 
 
 @reader

@@ -552,7 +552,7 @@ def test_restarted_conductor_fails_its_own_binds_at_once(aconf, db, ctx,
                        arq_binding._Known(asked))
     handle = arq_binding._take_handle(ctx, {
         'uuid': after_handle, 'deployable_id': device.deployable_id,
-        'device_rp_uuid': device.rp_uuid})
+        'device_rp_uuid': device.rp_uuid, 'group': {}})
     started_at = timeutils.utcnow() + datetime.timedelta(seconds=1)
     earlier = started_at - datetime.timedelta(seconds=5)
     _left_binding(db, theirs, 'conductor-b', earlier)
