@@ -366,15 +366,18 @@ def _take(context, job):
     another bind's) since Nova chose it: the instance would start on a
     card whose image changes under it.  A bind that programs the card
     itself waits for that programming instead (cyborg.conductor.
-    programming).  Checked in the transaction of the take, under the
-    lock ``being_programmed`` takes: a programming starting meanwhile
-    sees this bind's handle and stops."""
-    if (not _needs_programming(job['group']) and
+    programming).  The take itself checks (``handle_db.take``), so a
+    programming starting meanwhile either stops this take or finds its
+    handle and stops; the mark is read again only to say why."""
+    programs = _needs_programming(job['group'])
+    handle = handle_db.take(context, job['deployable_id'],
+                            unless_programmed=not programs)
+    if (handle is None and not programs and
             deployable_db.being_programmed(context, job['deployable_id'])):
         raise exception.BindFailed(
             reason=f"the device of resource provider "
                    f"{job['device_rp_uuid']} is being programmed")
-    return handle_db.take(context, job['deployable_id'])
+    return handle
 
 
 def _executor(conf):

@@ -37,10 +37,9 @@ leaves the mark set: once its time has passed, any conductor's periodic
 
 Programming rewrites the whole device, so it is refused while another
 instance holds one of the deployable's handles (counted again once the
-mark is set: a bind checks the mark in the transaction that takes a
-handle, under a share lock on the deployable's row that the mark's write
-waits for, and refuses a card being programmed unless it programs it
-itself), and programmings of one deployable are serialised in this
+mark is set, waiting for binds still taking one: a bind's take checks
+the mark, and a bind refuses a card being programmed unless it programs
+it itself), and programmings of one deployable are serialised in this
 conductor.
 
 Notifications (payload ``ProgramPayload``): ``deployable.program.start``
@@ -230,7 +229,9 @@ def _loaded(context, deployable_id, image_uuid, trait):
 
 def _check_unused(context, target, own_handles):
     """InUse when an instance other than the caller's holds a handle."""
-    if handle_db.count_in_use(context, target.deployable_id) > own_handles:
+    held = db_api.write_retrying(context, handle_db.count_held, context,
+                                 target.deployable_id)
+    if held > own_handles:
         raise exception.InUse(
             resource='Deployable', id=target.deployable_uuid,
             reason='another instance uses it with its current bitstream')

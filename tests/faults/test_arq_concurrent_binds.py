@@ -175,16 +175,17 @@ def test_a_delete_racing_a_bind_leaves_no_handle_held(conf, server_db,
     assert seed.handles_in_use(server_db) == 0
 
 
+@pytest.mark.parametrize('when', ['before the take', 'after the take'])
 def test_a_bind_and_a_programming_never_share_a_card(conf, server_db,
                                                      placement_url,
-                                                     monkeypatch):
+                                                     monkeypatch, when):
     # A bind checks that no programming marks the card, then takes a
     # handle; a programming marks the card, then counts the handles taken
     # (cyborg.conductor.programming._check_unused).  A programming whose
-    # mark and count both fell between the bind's check and its take went
-    # on rewriting a card the bind then gave an instance.  The bind's
-    # check holds a share lock on the deployable's row: the mark waits
-    # for the bind's commit, and the count then sees its handle.
+    # mark and count fell between the bind's check and the commit of its
+    # take went on rewriting a card the bind then gave an instance.  Now
+    # the take checks the mark itself, and the count waits for a bind
+    # still taking a handle: one of the two always sees the other.
     from cyborg.conductor import programming
     from cyborg.db.api import deployables as deployable_db
     from oslo_utils import timeutils
@@ -215,22 +216,29 @@ def test_a_bind_and_a_programming_never_share_a_card(conf, server_db,
     take = handle_db.take
     programmer = threading.Thread(target=program)
 
-    def take_while_a_programming_starts(context, deployable_id):
-        # Between the bind's check and its take.
+    def take_while_a_programming_starts(context, deployable_id, **kwargs):
+        # In the bind's transaction, after it checked the card.
+        if when == 'before the take':
+            programmer.start()
+            programmer.join(30)
+            return take(context, deployable_id, **kwargs)
+        handle = take(context, deployable_id, **kwargs)
         programmer.start()
-        programmer.join(1.5)
-        return take(context, deployable_id)
+        programmer.join(1.5)    # it must wait for the bind's commit
+        return handle
 
     monkeypatch.setattr(handle_db, 'take', take_while_a_programming_starts)
     try:
         arq_binding.start_bind(conf, ctx, {arq: {
             'hostname': device.hostname, 'device_rp_uuid': device.rp_uuid,
             'instance_uuid': str(uuidlib.uuid4())}}).result(30)
-        bound = True
     except exception.BindFailed as e:
+        # Refused with the PATCH, nothing written.
         assert 'is being programmed' in str(e)
-        bound = False
     finally:
         programmer.join(30)
-    assert outcome == (['refused'] if bound else ['went on'])
+    bound = seed.arq_rows(server_db)[arq].state == 'Bound'
+    assert (bound, outcome) == ((False, ['went on'])
+                                if when == 'before the take'
+                                else (True, ['refused']))
     assert seed.handles_in_use(server_db) == (1 if bound else 0)

@@ -14,9 +14,10 @@ _TAKE_TRIES = 5
 
 
 @writer
-def take(context, deployable_id):
+def take(context, deployable_id, unless_programmed=False):
     """Mark one free handle of the deployable in use and return its row,
-    or None when none is free.
+    or None when none is free (or, ``unless_programmed``, when a
+    programming marks the deployable: see ``_TAKE_UNLESS_PROGRAMMED``).
     FOR UPDATE SKIP LOCKED lets concurrent binds on MariaDB/PostgreSQL
     pass each other's candidates; SQLite renders no lock clause (its
     writers are serialised), so the guarded UPDATE with its row count is
@@ -30,13 +31,15 @@ def take(context, deployable_id):
     free handle until this one commits.
     """
     connection = _sql.connection(context)
+    statement = _TAKE_UNLESS_PROGRAMMED if unless_programmed else _TAKE_HANDLE
     for _ in range(_TAKE_TRIES):
         row = connection.execute(_FREE_HANDLE,
                                  {'deployable_id': deployable_id}).first()
         if row is None:
             return None
-        taken = connection.execute(_TAKE_HANDLE, {
-            'handle_id': row.id, 'now': models._now()}).rowcount
+        taken = connection.execute(statement, {
+            'handle_id': row.id, 'marked_id': deployable_id,
+            'now': models._now()}).rowcount
         if taken:
             return row
     return None
@@ -53,6 +56,17 @@ _TAKE_HANDLE = (
     sa.update(_H).where(_H.c.id == sa.bindparam('handle_id'),
                         _H.c.in_use == sa.false())
     .values(in_use=True, updated_at=sa.bindparam('now')))
+# A bind that does not program the card takes no handle of one being
+# programmed, checked by the take itself: on MariaDB (REPEATABLE READ) the
+# subquery reads the deployable's row with a share lock, the latest
+# committed; on PostgreSQL it reads as of the statement, and a
+# programming marked later finds this handle locked when it counts the
+# card's instances (``count_held``) and waits for the bind's commit; on
+# SQLite writers are serialised.  No extra statement per bind.
+_D = models.Deployable.__table__
+_TAKE_UNLESS_PROGRAMMED = _TAKE_HANDLE.where(~sa.exists().where(
+    _D.c.id == sa.bindparam('marked_id'),
+    _D.c.programming_until.isnot(None)))
 _RELEASE_HANDLE = (
     sa.update(_H).where(_H.c.id == sa.bindparam('handle_id'))
     .values(in_use=False, updated_at=sa.bindparam('now')))
@@ -74,10 +88,12 @@ def get(context, handle_id):
         .join(c, c.id == h.cpid_id).where(h.id == handle_id)).first()
 
 
-@reader
-def count_in_use(context, deployable_id):
-    """How many of the deployable's handles are taken."""
-    h = models.AttachHandle
-    return context.session.scalar(
-        sa.select(sa.func.count()).select_from(h)
-        .where(h.deployable_id == deployable_id, h.in_use == sa.true()))
+@writer
+def count_held(context, deployable_id):
+    """How many of the deployable's handles are taken, read with a share
+    lock on every one of them (so after any bind still taking one has
+    committed: see ``_TAKE_UNLESS_PROGRAMMED``)."""
+    h = _H
+    return sum(_sql.connection(context).execute(
+        sa.select(h.c.in_use).where(h.c.deployable_id == deployable_id)
+        .with_for_update(read=True)).scalars())

@@ -120,19 +120,13 @@ _BIND_TARGETS = _bind_targets()
 
 @writer
 def being_programmed(context, deployable_id):
-    """Whether a programming marks the deployable, read with a share lock
-    on its row until the caller's transaction ends (SQLite: its writers
-    are serialised already).  A bind reads it in the transaction that
-    takes a handle: a programming's mark, a write to that row, then waits
-    for the bind's commit, and the programming counts the bind's handle
-    when it counts the card's instances after marking it."""
-    return _sql.connection(context).execute(
-        _MARK, {'deployable_id': deployable_id}).scalar() is not None
-
-
-_MARK = (sa.select(models.Deployable.programming_until)
-         .where(models.Deployable.id == sa.bindparam('deployable_id'))
-         .with_for_update(read=True))
+    """Whether a programming marks the deployable, read with a share lock:
+    the latest mark committed, even in a transaction that read the row
+    before it (MariaDB's REPEATABLE READ would show that older read)."""
+    d = models.Deployable
+    return context.session.scalar(
+        sa.select(d.programming_until).where(d.id == deployable_id)
+        .with_for_update(read=True)) is not None
 
 
 @reader
