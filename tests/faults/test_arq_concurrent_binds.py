@@ -8,15 +8,18 @@ import threading
 import time
 import uuid as uuidlib
 
+from oslo_utils import timeutils
 import pytest
 import sqlalchemy as sa
 
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
 from cyborg.conductor import arq_binding
+from cyborg.conductor import programming
 from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.db.api import attach_handles as handle_db
+from cyborg.db.api import deployables as deployable_db
 from cyborg.placement import client as placement_client
 from tests.fixtures import arqs as seed
 from tests.fixtures import databases
@@ -111,6 +114,16 @@ def test_taking_a_handle_leaves_the_others_free(server_db, devices):
     assert seed.handles_in_use(server_db) == 3
 
 
+def _one_arq(conf, engine, placement_url, handles):
+    """(device, context, uuid of one unbound ARQ asking for it)."""
+    placement_fixture.placement_conf(conf, placement_url)
+    placement_client.reset_clients()
+    device = seed.seed_device(engine, handles=handles)
+    profile = seed.seed_profile(engine, [{'resources:FPGA': '1'}])
+    ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
+    return device, ctx, arq_binding.create(ctx, profile, 'p1')[0]['uuid']
+
+
 def test_a_delete_racing_a_bind_leaves_no_handle_held(conf, server_db,
                                                       placement_url):
     # A delete reads the ARQs it deletes, then deletes them with what they
@@ -120,12 +133,7 @@ def test_a_delete_racing_a_bind_leaves_no_handle_held(conf, server_db,
     # and then finds its ARQ deleted.  (On MariaDB, REPEATABLE READ, the
     # delete re-read the ARQ in its old snapshot, found it holding
     # nothing, and deleted it without releasing the bind's handle.)
-    placement_fixture.placement_conf(conf, placement_url)
-    placement_client.reset_clients()
-    device = seed.seed_device(server_db, handles=1)
-    profile = seed.seed_profile(server_db, [{'resources:FPGA': '1'}])
-    ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
-    arq = arq_binding.create(ctx, profile, 'p1')[0]['uuid']
+    device, ctx, arq = _one_arq(conf, server_db, placement_url, handles=1)
     read = threading.Event()
 
     def bind():
@@ -186,16 +194,7 @@ def test_a_bind_and_a_programming_never_share_a_card(conf, server_db,
     # take went on rewriting a card the bind then gave an instance.  Now
     # the take checks the mark itself, and the count waits for a bind
     # still taking a handle: one of the two always sees the other.
-    from cyborg.conductor import programming
-    from cyborg.db.api import deployables as deployable_db
-    from oslo_utils import timeutils
-
-    placement_fixture.placement_conf(conf, placement_url)
-    placement_client.reset_clients()
-    device = seed.seed_device(server_db, handles=4)
-    profile = seed.seed_profile(server_db, [{'resources:FPGA': '1'}])
-    ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
-    arq = arq_binding.create(ctx, profile, 'p1')[0]['uuid']
+    device, ctx, arq = _one_arq(conf, server_db, placement_url, handles=4)
     target = deployable_db.program_target(ctx, device.deployable_uuid)
     outcome = []
 

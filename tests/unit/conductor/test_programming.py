@@ -280,25 +280,32 @@ def test_admin_program_unknown_image_or_deployable(pconf, ctx, db, agent,
                                        str(uuidlib.uuid4()))
 
 
+def _program_while(conf, ctx, device, glance, meanwhile):
+    """Program the device with a new image, the agent's driver calling
+    ``meanwhile()`` before it writes the card; returns the image."""
+
+    class Driver(fake.FakeDriver):
+        def program(self, controlpath_id, image_path, image_uuid):
+            meanwhile()
+            super().program(controlpath_id, image_path, image_uuid)
+
+    with seed.agent_endpoint(conf, HOST, {'fake_driver': Driver(conf,
+                                                                HOST)}):
+        image = glance.add_image(b'meanwhile' * 10)
+        target = deployable_db.program_target(ctx, device.deployable_uuid)
+        assert programming.program(
+            conf, ctx, target, {'id': image, **glance.images[image]},
+            timeutils.utcnow() + datetime.timedelta(minutes=1),
+            own_handles=0)
+    return image
+
+
 def test_provider_is_reserved_while_programming(pconf, ctx, db, device,
                                                 glance):
     """What Placement says while the agent programs: reserved = total."""
     seen = []
-
-    class WatchingDriver(fake.FakeDriver):
-        def program(self, controlpath_id, image_path, image_uuid):
-            seen.append(_provider(pconf, device.rp_uuid)[0])
-            super().program(controlpath_id, image_path, image_uuid)
-
-    with seed.agent_endpoint(pconf, HOST, {
-            'fake_driver': WatchingDriver(pconf, HOST)}):
-        image = glance.add_image(b'watch' * 10)
-        deadline = timeutils.utcnow() + datetime.timedelta(
-            minutes=1)
-        target = deployable_db.program_target(ctx, device.deployable_uuid)
-        assert programming.program(pconf, ctx, target,
-                                   {'id': image, **glance.images[image]},
-                                   deadline, own_handles=0)
+    image = _program_while(pconf, ctx, device, glance, lambda: seen.append(
+        _provider(pconf, device.rp_uuid)[0]))
     assert seen == [4]
     assert _provider(pconf, device.rp_uuid)[0] == 0
     assert requests.get(glance.url + '/v2/images/' + image).ok
@@ -325,20 +332,11 @@ def test_the_reconcile_keeps_a_card_being_programmed_reserved(
     the host) used to put reserved back to 0 mid-write."""
     during = []
 
-    class SyncingDriver(fake.FakeDriver):
-        def program(self, controlpath_id, image_path, image_uuid):
-            placement_sync.sync_host(pconf, ctx, HOST, trust_memory=False)
-            during.append(_provider(pconf, device.rp_uuid)[0])
-            super().program(controlpath_id, image_path, image_uuid)
+    def sync():
+        placement_sync.sync_host(pconf, ctx, HOST, trust_memory=False)
+        during.append(_provider(pconf, device.rp_uuid)[0])
 
-    with seed.agent_endpoint(pconf, HOST, {
-            'fake_driver': SyncingDriver(pconf, HOST)}):
-        image = glance.add_image(b'sync' * 10)
-        target = deployable_db.program_target(ctx, device.deployable_uuid)
-        assert programming.program(
-            pconf, ctx, target, {'id': image, **glance.images[image]},
-            timeutils.utcnow() + datetime.timedelta(minutes=1),
-            own_handles=0)
+    _program_while(pconf, ctx, device, glance, sync)
     assert during == [4]
     placement_sync.sync_host(pconf, ctx, HOST, trust_memory=False)
     assert _provider(pconf, device.rp_uuid)[0] == 0
@@ -353,26 +351,17 @@ def test_a_card_that_went_out_while_programmed_stays_out_after(
     from cyborg.conductor import device_status
     from cyborg.conductor import health
 
-    class InterruptedDriver(fake.FakeDriver):
-        def program(self, controlpath_id, image_path, image_uuid):
-            if meanwhile == 'maintenance':
-                device_status.set_status(pconf, ctx, device.device_uuid,
-                                         'maintaining')
-            else:
-                health.handle_report(pconf, ctx, HOST, {
-                    'full': False, 'readings': [{
-                        'device': 'PCI:0000:0c:00.0', 'severity': 'fatal',
-                        'source': 'fake', 'reason': 'fell over'}]})
-            super().program(controlpath_id, image_path, image_uuid)
+    def go_out():
+        if meanwhile == 'maintenance':
+            device_status.set_status(pconf, ctx, device.device_uuid,
+                                     'maintaining')
+        else:
+            health.handle_report(pconf, ctx, HOST, {
+                'full': False, 'readings': [{
+                    'device': 'PCI:0000:0c:00.0', 'severity': 'fatal',
+                    'source': 'fake', 'reason': 'fell over'}]})
 
-    with seed.agent_endpoint(pconf, HOST, {
-            'fake_driver': InterruptedDriver(pconf, HOST)}):
-        image = glance.add_image(b'out' * 10)
-        target = deployable_db.program_target(ctx, device.deployable_uuid)
-        assert programming.program(
-            pconf, ctx, target, {'id': image, **glance.images[image]},
-            timeutils.utcnow() + datetime.timedelta(minutes=1),
-            own_handles=0)
+    _program_while(pconf, ctx, device, glance, go_out)
     assert _provider(pconf, device.rp_uuid)[0] == 4
 
 
