@@ -325,15 +325,20 @@ class HealthMonitor:
         if busy is not None:
             # "Not yet" for the device and each of its deployables (a
             # programming takes those out): a verdict for whichever of
-            # them the conductor is probing, no fault of the others.
+            # them the conductor is probing, no fault of the others.  A
+            # conductor older than that would count the device's as a
+            # fault of the device: its deployables' only.
             LOG.info('Probe of %s: being programmed (for %.0f s), not yet',
                      key, busy)
+            names = [d.name for d in device.deployables]
+            if self._conductor.reads_not_yet_as_verdict() or not names:
+                names.insert(0, None)
             return [health.Reading(
                 device=key, deployable=name, severity=states.TRANSIENT,
                 source='probe', code='probe:programming',
                 reason=f'being programmed (for {busy:.0f} s); probed again '
                        f'after the next hold-down')
-                for name in [None] + [d.name for d in device.deployables]]
+                for name in names]
         name = agent_reporter.driver_of(device)
         driver = self.drivers.get(name)
         if not isinstance(driver, base.HealthReporting):

@@ -34,6 +34,9 @@ HISTORY = (
             'API no longer reads the ARQs first)'),
     ('1.6', 'device_set_status takes wait: how long the caller waits '
             'for the answer, so that preparing a device gives up first'),
+    ('1.7', 'report_health: a re-probe\'s transient reading ("not yet") '
+            'is a verdict only for what the conductor probes, so agents '
+            'send it for the device too'),
 )
 RPC_API_VERSION = HISTORY[-1][0]
 
@@ -81,6 +84,12 @@ class ConductorAPI:
         """
         return self._call(context, '1.0', 'report_inventory',
                           hostname=hostname, report=report)
+
+    def reads_not_yet_as_verdict(self):
+        """Whether the conductors leave a healthy device alone when a
+        re-probe answers "not yet" for it (1.7): older ones count it as
+        a transient fault."""
+        return self.can_send('1.7')
 
     def report_health(self, context, hostname, report):
         """Send a host's health readings (see cyborg.objects.health).

@@ -403,6 +403,20 @@ def test_a_card_being_programmed_is_not_probed_well(conf, conductor,
     _wait_for(lambda: (KEY_A, 'ok', 'probe') in conductor.readings())
 
 
+def test_a_conductor_older_than_1_7_gets_not_yet_for_deployables_only(
+        conf, conductor, watched):
+    """Capped below 1.7 (conductors that count a transient probe reading
+    for a healthy device as its fault), the agent sends "not yet" for the
+    card's deployables only, as it did before."""
+    conf.set_override('conductor', '1.6', group='upgrade_levels')
+    _reporter, monitor = _agent(conf, watched)
+    with monitor.programming.alone(GPU_A):
+        monitor.request_probe([KEY_A])
+        verdicts = monitor.probe_once()
+    assert [(v.device, v.deployable, v.code) for v in verdicts] == [
+        (KEY_A, base.deployable_name(HOST, GPU_A), 'probe:programming')]
+
+
 def test_checks_keep_a_card_s_readings_while_it_is_programmed(
         conf, conductor, watched):
     """What a check reads while a card is rewritten (errors the reset
