@@ -70,6 +70,7 @@ from cyborg.conductor import placement_sync
 from cyborg.db import api as db_api
 from cyborg.db.api import attach_handles as handle_db
 from cyborg.db.api import deployables as deployable_db
+from cyborg.db.api import hosts as host_db
 from cyborg.objects import base as objects_base
 from cyborg.objects import deployables
 from cyborg.objects import health as health_objects
@@ -341,8 +342,7 @@ def _out_until_probed(conf, context, target, until, reason):
                           'unfinished programming', target.deployable_uuid,
                           what)
     if not failed:
-        db_api.write_retrying(context, deployable_db.set_programming_until,
-                              context, target.deployable_id, None, was=until)
+        db_api.write_retrying(context, _unmarked, context, target, until)
     # The health change synced it if the health moved; not if the card
     # was out already, and its function trait is gone either way.
     _sync(conf, context, target)
@@ -385,9 +385,17 @@ def _release(conf, context, target, until):
     database: its reservation is what the card became meanwhile (back to
     0 unless it went into maintenance or failed), its traits those of
     what it now runs."""
-    db_api.write_retrying(context, deployable_db.set_programming_until,
-                          context, target.deployable_id, None, was=until)
+    db_api.write_retrying(context, _unmarked, context, target, until)
     _sync(conf, context, target)
+
+
+def _unmarked(context, target, until):
+    """Clear the programming mark ``until``; the host is no longer taken
+    as synced (Placement still holds the reservation) until a sync of it
+    completes, so a failed ``_sync`` leaves it to the reconcile."""
+    deployable_db.set_programming_until(context, target.deployable_id,
+                                        None, was=until)
+    host_db.update(context, target.hostname, placement_synced=False)
 
 
 def _sync(conf, context, target):

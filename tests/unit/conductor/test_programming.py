@@ -19,6 +19,7 @@ from cyborg.conductor import arq_binding, manager, periodics
 from cyborg.conductor import placement_sync
 from cyborg.conductor import programming
 from cyborg.conductor import glance as glance_client
+from cyborg.db import api as db_api
 from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import inventory as inventory_db
 from cyborg.db import models
@@ -363,6 +364,30 @@ def test_a_card_that_went_out_while_programmed_stays_out_after(
 
     _program_while(pconf, ctx, device, glance, go_out)
     assert _provider(pconf, device.rp_uuid)[0] == 4
+
+
+def test_placement_away_at_the_end_leaves_the_host_to_the_reconcile(
+        pconf, ctx, db, device, glance, placement_url):
+    """The sync at the end of a programming fails (Placement away): the
+    card stays reserved, and the host is no longer taken as synced, so
+    any conductor's reconcile compares its providers and repairs it."""
+    from cyborg.db.api import hosts as host_db
+
+    db_api.write_retrying(ctx, host_db.update, ctx, HOST,
+                          placement_synced=True)
+
+    def placement_goes_away():
+        placement_fixture.placement_conf(pconf, 'http://127.0.0.1:9')
+        placement_client.reset_clients()
+
+    _program_while(pconf, ctx, device, glance, placement_goes_away)
+    assert host_db.get(ctx, HOST)['placement_synced'] is False
+    placement_fixture.placement_conf(pconf, placement_url)
+    placement_client.reset_clients()
+    assert _provider(pconf, device.rp_uuid)[0] == 4
+    placement_sync.reconcile_all(pconf, ctx)
+    assert _provider(pconf, device.rp_uuid)[0] == 0
+    assert host_db.get(ctx, HOST)['placement_synced'] is True
 
 
 def test_a_programming_its_conductor_left_is_taken_out_once_overdue(
