@@ -85,6 +85,17 @@ CONDUCTOR_HEALTH_TRANSITIONS = prom.Counter(
 CONDUCTOR_BIND_SECONDS = _histogram(
     'cyborg_conductor_bind_seconds',
     'Time from BindStarted to the bind\'s outcome.', ['outcome'])
+CONDUCTOR_PROGRAMMINGS = prom.Counter(
+    'cyborg_conductor_programmings_total',
+    'FPGA programmings this conductor ran, by outcome: programmed, '
+    'failed (the card as it was) or outcome_unknown (the card taken out '
+    'of the schedule until a re-probe).', ['outcome'], registry=REGISTRY)
+CONDUCTOR_PROGRAMMING_SECONDS = prom.Histogram(
+    'cyborg_conductor_programming_seconds',
+    'Time from the start of an FPGA programming (image download '
+    'included) to its outcome.', ['outcome'],
+    buckets=(1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0),
+    registry=REGISTRY)
 CONDUCTOR_RPC_SECONDS = prom.Summary(
     'cyborg_conductor_rpc_seconds',
     'Time to serve an RPC call, by method (background bind work as '

@@ -40,6 +40,7 @@ from cyborg.common import metrics
 from cyborg.common import states
 from cyborg.conf import default as default_opts
 from cyborg.db.api import arqs as arq_db
+from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import devices as device_db
 from cyborg.db.api import hosts as host_db
 from cyborg.db.api import nova_events as event_db
@@ -51,6 +52,10 @@ NOVA_EVENTS_PENDING = (
     'cyborg_conductor_nova_events_pending',
     'Bind outcomes recorded for Nova and not delivered yet.')
 DEVICES = ('cyborg_conductor_devices', 'Devices by health state.')
+PROGRAMMING = (
+    'cyborg_conductor_programmings_in_progress',
+    'FPGA deployables a conductor is programming now (out of the '
+    'schedule meanwhile).')
 HOSTS = ('cyborg_conductor_hosts',
          'Hosts whose agent has reported its inventory.')
 SILENT_HOSTS = (
@@ -78,7 +83,8 @@ class ConductorCollector:
     def describe(self):
         """The families without samples: lets the registry check names at
         registration without touching the database."""
-        return [_arqs({}), _pending(None), _devices({})] + _hosts(None)
+        return ([_arqs({}), _pending(None), _devices({}),
+                 _gauge(PROGRAMMING, None)] + _hosts(None))
 
     def collect(self):
         context = cyborg_context.get_admin_context()
@@ -91,6 +97,9 @@ class ConductorCollector:
         health = _read(device_db.count_by_health, context)
         if health is not None:
             yield _devices(health)
+        programming = _read(deployable_db.count_programming, context)
+        if programming is not None:
+            yield _gauge(PROGRAMMING, programming)
         since = timeutils.utcnow() - self.silent_after
         hosts = _read(host_db.count_reporting, context, since=since)
         if hosts is not None:
@@ -115,7 +124,12 @@ def _arqs(counts):
 
 
 def _pending(count):
-    family = GaugeMetricFamily(*NOVA_EVENTS_PENDING)
+    return _gauge(NOVA_EVENTS_PENDING, count)
+
+
+def _gauge(name_and_doc, count):
+    """A gauge family without labels; no sample when ``count`` is None."""
+    family = GaugeMetricFamily(*name_and_doc)
     if count is not None:
         family.add_metric([], count)
     return family
@@ -129,11 +143,8 @@ def _devices(counts):
 
 
 def _hosts(counts):
-    families = [GaugeMetricFamily(*HOSTS), GaugeMetricFamily(*SILENT_HOSTS)]
-    if counts is not None:
-        for family, count in zip(families, counts):
-            family.add_metric([], count)
-    return families
+    counts = counts if counts is not None else (None, None)
+    return [_gauge(HOSTS, counts[0]), _gauge(SILENT_HOSTS, counts[1])]
 
 
 def _known(vocabulary, counts):

@@ -62,6 +62,7 @@ from oslo_utils import timeutils
 
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
+from cyborg.common import metrics
 from cyborg.common import notify
 from cyborg.common import states
 from cyborg.conductor import glance
@@ -188,8 +189,10 @@ def program(conf, context, target, image, deadline, own_handles,
 
 
 class _Notice:
-    """The notifications of one programming; sends ``start`` when made.
-    With notifications off it builds and sends nothing."""
+    """The notifications and metrics of one programming; sends ``start``
+    when made.  With notifications off it builds and sends nothing, and
+    counts the outcome (``metrics.CONDUCTOR_PROGRAMMINGS``) all the
+    same."""
 
     def __init__(self, conf, context, target, image, function_id, arq_uuid):
         self._conf = conf
@@ -206,15 +209,24 @@ class _Notice:
         self._send(notify.PROGRAM_START, notify.INFO)
 
     def ended(self):
-        self._send(notify.PROGRAM_END, notify.INFO, duration=self._elapsed())
+        self._send(notify.PROGRAM_END, notify.INFO,
+                   duration=self._elapsed('programmed'))
 
     def failed(self, error):
+        outcome = ('outcome_unknown'
+                   if isinstance(error, exception.ProgrammingOutcomeUnknown)
+                   else 'failed')
         self._send(notify.PROGRAM_ERROR, notify.ERROR,
-                   duration=self._elapsed(),
+                   duration=self._elapsed(outcome),
                    reason=(str(error) or type(error).__name__)[:1000])
 
-    def _elapsed(self):
-        return round(time.monotonic() - self._started, 3)
+    def _elapsed(self, outcome):
+        """Seconds since the start, counted and observed as ``outcome``."""
+        seconds = time.monotonic() - self._started
+        metrics.CONDUCTOR_PROGRAMMINGS.labels(outcome).inc()
+        metrics.CONDUCTOR_PROGRAMMING_SECONDS.labels(outcome).observe(
+            seconds)
+        return round(seconds, 3)
 
     def _send(self, event, priority, **changes):
         if self._data is not None:

@@ -130,6 +130,15 @@ def being_programmed(context, deployable_id):
 
 
 @reader
+def count_programming(context):
+    """How many deployables a programming marks now."""
+    d = models.Deployable
+    return context.session.scalar(
+        sa.select(sa.func.count()).select_from(d)
+        .where(d.programming_until.isnot(None)))
+
+
+@reader
 def program_target(context, deployable_uuid):
     """The deployable with its device's host, status and control path."""
     d, dev, c = models.Deployable, models.Device, models.ControlpathID

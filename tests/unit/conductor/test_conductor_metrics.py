@@ -166,6 +166,20 @@ def test_collector_counts_arqs_events_and_devices(populated):
                       'unhealthy': 1, 'lost': 0}
 
 
+def test_collector_counts_the_programmings_in_progress(db):
+    """Deployables a conductor is programming now (their mark is set),
+    whichever conductor: an FPGA taking no instance for that reason."""
+    assert _collected().get_sample_value(
+        'cyborg_conductor_programmings_in_progress') == 0
+    marked = [seed.seed_device(db, handles=1) for _ in range(3)][:2]
+    with db.begin() as c:
+        c.execute(sa.update(models.Deployable).where(
+            models.Deployable.id.in_([m.deployable_id for m in marked]))
+            .values(programming_until=models._now()))
+    assert _collected().get_sample_value(
+        'cyborg_conductor_programmings_in_progress') == 2
+
+
 def test_hosts_whose_agent_fell_silent_are_counted(db):
     """A host whose agent has not reported its inventory for
     SILENT_PERIODS report periods is silent: its devices' health is not

@@ -15,6 +15,7 @@ from oslo_utils import timeutils
 
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
+from cyborg.common import metrics
 from cyborg.conductor import arq_binding, manager, periodics
 from cyborg.conductor import placement_sync
 from cyborg.conductor import programming
@@ -235,6 +236,31 @@ def test_admin_program_is_idempotent(pconf, ctx, db, agent, device, glance):
     assert len(glance.downloads()) == 1
     assert _provider(pconf, device.rp_uuid) == (
         0, {FAKE_TRAIT, 'CUSTOM_FPGA_FUNCTION_ID_FA'})
+
+
+def _programmings(outcome):
+    """(count, seconds observed) of programmings that ended so."""
+    labels = {'outcome': outcome}
+    return tuple(metrics.REGISTRY.get_sample_value(name, labels) or 0
+                 for name in ('cyborg_conductor_programmings_total',
+                              'cyborg_conductor_programming_seconds_count'))
+
+
+def test_programmings_are_counted_and_timed_by_outcome(
+        pconf, ctx, db, agent, device, glance):
+    """Operators alert on programmings that failed, and above all on
+    those whose outcome is unknown (the card was taken out)."""
+    before = {o: _programmings(o)
+              for o in ('programmed', 'failed', 'outcome_unknown')}
+    programming.program_deployable(pconf, ctx, device.deployable_uuid,
+                                   glance.add_image(b'counted' * 10))
+    refused = _device_the_agent_cannot_find(pconf, db)
+    with pytest.raises(messaging.ExpectedException):
+        manager.ConductorManager(pconf, 'c1').deployable_program(
+            ctx, refused.deployable_uuid, glance.add_image(b'no' * 10))
+    assert {o: tuple(a - b for a, b in zip(_programmings(o), before[o]))
+            for o in before} == {'programmed': (1, 1), 'failed': (1, 1),
+                                 'outcome_unknown': (0, 0)}
 
 
 def test_admin_program_refuses_a_device_in_use(pconf, ctx, db, agent,
@@ -623,6 +649,7 @@ def test_a_vendor_tool_that_fails_takes_the_card_out(pconf, ctx, db, device,
         c.execute(sa.update(models.Deployable)
                   .where(models.Deployable.id == device.deployable_id)
                   .values(bitstream_id=str(uuidlib.uuid4())))
+    unknown = _programmings('outcome_unknown')
     with seed.agent_endpoint(pconf, HOST, {
             'fake_driver': FailingDriver(pconf, HOST)}):
         image = glance.add_image(b'fail' * 10)
@@ -630,6 +657,7 @@ def test_a_vendor_tool_that_fails_takes_the_card_out(pconf, ctx, db, device,
             programming.program_deployable(pconf, ctx,
                                            device.deployable_uuid, image)
     assert caught.value.code == 409
+    assert _programmings('outcome_unknown') == tuple(n + 1 for n in unknown)
     assert 'fpgaconf failed: exit 3' in str(caught.value)
     assert _bitstream(ctx, device) is None
     health, reason = _health(db, device)
