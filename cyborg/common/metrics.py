@@ -89,7 +89,9 @@ CONDUCTOR_PROGRAMMINGS = prom.Counter(
     'cyborg_conductor_programmings_total',
     'FPGA programmings this conductor ran, by outcome: programmed, '
     'failed (the card as it was) or outcome_unknown (the card taken out '
-    'of the schedule until a re-probe).', ['outcome'], registry=REGISTRY)
+    'of the schedule until a re-probe); abandoned: one whose conductor '
+    'stopped, taken out the same way by this one.', ['outcome'],
+    registry=REGISTRY)
 CONDUCTOR_PROGRAMMING_SECONDS = prom.Histogram(
     'cyborg_conductor_programming_seconds',
     'Time from the start of an FPGA programming (image download '

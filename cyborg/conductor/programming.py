@@ -323,6 +323,7 @@ def take_out_overdue(conf, context):
                 f"a programming did not end by {until:%Y-%m-%d %H:%M:%S} "
                 f"UTC (its conductor stopped?); the card's outcome is "
                 f"unknown")
+            metrics.CONDUCTOR_PROGRAMMINGS.labels('abandoned').inc()
             taken += 1
     return taken
 

@@ -443,7 +443,9 @@ def test_a_programming_its_conductor_left_is_taken_out_once_overdue(
                   .where(models.Deployable.id == device.deployable_id)
                   .values(programming_until=(
                       timeutils.utcnow() - datetime.timedelta(seconds=1))))
+    abandoned = _programmings('abandoned')[0]
     assert programming.take_out_overdue(pconf, ctx) == 1
+    assert _programmings('abandoned')[0] == abandoned + 1
     health, reason = _health(db, device)
     assert health == 'unhealthy'
     assert reason.startswith('a programming did not end by ')
