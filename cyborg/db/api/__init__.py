@@ -275,7 +275,11 @@ def write_retrying(context, fn, *args, **kwargs):
         try:
             with _committing(writer.using(context)):
                 _sqlite_write_lock(context)
-                return fn(*args, **kwargs)
+                try:
+                    return fn(*args, **kwargs)
+                except Exception:
+                    _roll_back(context)
+                    raise
         except AskFirst as first:
             asked += 1
             if asked > _ASK_ROUNDS:
@@ -292,6 +296,18 @@ def write_retrying(context, fn, *args, **kwargs):
                 raise
             retrying(e, getattr(fn, '__name__', fn), attempt)
             time.sleep(random.uniform(0.002, 0.02) * attempt)
+
+
+def _roll_back(context):
+    """Roll back the transaction that raised, before its error leaves
+    through the enginefacade, which logs an error its own rollback
+    replaces as "Original exception being dropped", with the traceback,
+    at ERROR.  A Galera node answers the rollback of a transaction that
+    another node's write aborted with a deadlock: that error goes out
+    instead (its cause the first), and the transaction runs again as for
+    any lost conflict, since what it decided it read in a transaction
+    that lost."""
+    context.session.rollback()
 
 
 def retrying(error, what, attempt):

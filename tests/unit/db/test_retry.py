@@ -112,3 +112,44 @@ def test_a_transaction_that_must_ask_first_is_rolled_back_and_run_again(
                    ('ran', 2)]
     assert _widgets(db) == 1
     assert _retries() == retries        # not a lost lock conflict
+
+
+def test_a_rollback_galera_answers_with_a_deadlock_runs_it_again_quietly(
+        mariadb, admin_context, caplog, monkeypatch):
+    """A Galera node answers the rollback of a transaction that another
+    node's write aborted with a deadlock.  When the transaction was
+    ending on an error of its own (here: it must ask Placement first),
+    it runs again, as for any lost conflict, and nothing is logged at
+    ERROR (the enginefacade logged the first error as "Original
+    exception being dropped", with its traceback)."""
+    undo = db_api.patch_engine(mariadb)
+    real = mariadb.dialect.do_rollback
+    aborted, attempts = [], []
+
+    def do_rollback(dbapi_connection):
+        real(dbapi_connection)
+        if aborted:
+            aborted.pop()
+            raise mariadb.dialect.dbapi.OperationalError(
+                db_api.MYSQL_DEADLOCK, CONFLICTS[1])
+
+    monkeypatch.setattr(mariadb.dialect, 'do_rollback', do_rollback)
+
+    class _Ask(db_api.AskFirst):
+        def ask(self):
+            attempts.append('asked')
+
+    def write():
+        attempts.append('ran')
+        admin_context.session.execute(sa.text('SELECT 7'))
+        if len(attempts) == 1:
+            aborted.append(1)
+            raise _Ask()
+        return 'done'
+
+    try:
+        assert db_api.write_retrying(admin_context, write) == 'done'
+    finally:
+        undo()
+    assert attempts == ['ran', 'ran']
+    assert not [r for r in caplog.records if r.levelname == 'ERROR']
