@@ -192,7 +192,8 @@ def _transient(record, reading, now, settings):
     if (reading.source == 'probe' and
             record.health in (states.HEALTHY, states.SUSPECT)):
         # A re-probe's "not yet" (a card being programmed answers it for
-        # each of its deployables) is a verdict only for what is out.
+        # the device and each of its deployables) is a verdict only for
+        # what is out.
         return record
     if record.health in (states.HEALTHY, states.SUSPECT):
         faults = (record.faults if record.health == states.SUSPECT

@@ -387,20 +387,28 @@ def test_a_card_being_programmed_is_not_probed_well(conf, conductor,
     deployables (which the programming took out): the conductor takes it
     as a verdict for whichever it probes, no fault of the others."""
     api = agent_rpcapi.AgentAPI(conf)
+
+    def verdicts():
+        # In the report the probe's verdicts go in, or beside a periodic
+        # check's readings, in the order sent.
+        return [r for report in conductor.health_reports
+                for r in report['readings'] if r['source'] == 'probe']
+
     with agent_server.programming.alone(GPU_A):
         api.probe_health(admin_context, HOST, [KEY_A])
-        _wait_for(lambda: len(conductor.health_reports) == 2)
-    assert conductor.readings() == [(KEY_A, 'transient', 'probe')] * 2
-    readings = conductor.health_reports[-1]['readings']
-    assert [r['deployable'] for r in readings] == [
-        None, base.deployable_name(HOST, GPU_A)]
+        _wait_for(lambda: len(verdicts()) == 2)
+    readings = verdicts()
+    assert [(r['device'], r['severity'], r['deployable'])
+            for r in readings] == [
+        (KEY_A, 'transient', None),
+        (KEY_A, 'transient', base.deployable_name(HOST, GPU_A))]
     for reading in readings:
         assert reading['code'] == 'probe:programming'
         assert reading['reason'].startswith('being programmed (for ')
-    # Once it ends, the probe is the driver's again (the periodic check
-    # may send its own reading first: the transient one was the last sent).
+    # Once it ends, the probe is the driver's again.
     api.probe_health(admin_context, HOST, [KEY_A])
-    _wait_for(lambda: (KEY_A, 'ok', 'probe') in conductor.readings())
+    _wait_for(lambda: (KEY_A, 'ok') in {(r['device'], r['severity'])
+                                        for r in verdicts()})
 
 
 def test_a_conductor_older_than_1_7_gets_not_yet_for_deployables_only(
