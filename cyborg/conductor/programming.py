@@ -8,9 +8,9 @@ One programming, in order:
    already runs it (so admin programming is idempotent);
 2. the data downloaded and checked against Glance's digest;
 3. the deployable marked as being programmed (``programming_until``: the
-   deadline plus ``OVERDUE_AFTER``) and its provider reserved in
-   Placement (reserved = total), so nothing is scheduled onto a device
-   that is being rewritten; every Placement sync meanwhile keeps it so;
+   deadline plus ``OVERDUE_AFTER``) and its provider synced: the mark
+   reserves it whole in Placement, so nothing is scheduled onto a device
+   that is being rewritten, and every Placement sync meanwhile keeps it so;
 4. the agent programs the device; the deployable's ``bitstream_id`` is
    set, and the new function's ``CUSTOM_FPGA_FUNCTION_ID_*`` trait kept
    as its ``trait_fpga_function_id`` attribute;
@@ -355,35 +355,22 @@ def _out_until_probed(conf, context, target, until, reason):
                           'unfinished programming', target.deployable_uuid,
                           what)
     if not failed:
-        db_api.write_retrying(context, _unmarked, context, target, until)
+        db_api.write_retrying(context, _marked, context, target, None,
+                              was=until)
     # The health change synced it if the health moved; not if the card
     # was out already, and its function trait is gone either way.
     _sync(conf, context, target)
 
 
-def _placement(conf):
-    from cyborg.placement import client as placement_client
-    return placement_client.get_client(conf)
-
-
 @contextlib.contextmanager
 def _reserved(conf, context, target, until):
-    """Mark the deployable as being programmed until ``until`` (in the
-    database, so every Placement sync keeps it reserved) and reserve every
-    inventory of its provider for the duration.  After
-    ``ProgrammingOutcomeUnknown`` both are kept: ``_out_until_probed``
-    takes it from there."""
-    db_api.write_retrying(context, deployable_db.set_programming_until,
-                          context, target.deployable_id, until)
+    """Mark the deployable as being programmed until ``until`` and sync
+    its provider: the database's mark reserves it whole, in this sync and
+    every other meanwhile.  After ``ProgrammingOutcomeUnknown`` the mark
+    is kept: ``_out_until_probed`` takes it from there."""
+    db_api.write_retrying(context, _marked, context, target, until)
     try:
-        if target.rp_uuid:
-            placement = _placement(conf)
-            generation, inventories = placement.get_inventories(
-                target.rp_uuid)
-            placement.set_inventories(
-                target.rp_uuid, {rc: dict(inv, reserved=inv['total'])
-                                 for rc, inv in inventories.items()},
-                generation)
+        _sync(conf, context, target)
         yield
     except exception.ProgrammingOutcomeUnknown:
         raise
@@ -398,16 +385,17 @@ def _release(conf, context, target, until):
     database: its reservation is what the card became meanwhile (back to
     0 unless it went into maintenance or failed), its traits those of
     what it now runs."""
-    db_api.write_retrying(context, _unmarked, context, target, until)
+    db_api.write_retrying(context, _marked, context, target, None,
+                          was=until)
     _sync(conf, context, target)
 
 
-def _unmarked(context, target, until):
-    """Clear the programming mark ``until``; the host is no longer taken
-    as synced (Placement still holds the reservation) until a sync of it
-    completes, so a failed ``_sync`` leaves it to the reconcile."""
+def _marked(context, target, until, was=None):
+    """Set the programming mark (None: clear it, if it is still ``was``);
+    the host is no longer taken as synced until a sync of it completes,
+    so a failed ``_sync`` leaves it to the reconcile."""
     deployable_db.set_programming_until(context, target.deployable_id,
-                                        None, was=until)
+                                        until, was=was)
     host_db.update(context, target.hostname, placement_synced=False)
 
 

@@ -93,7 +93,6 @@ def count_held(context, deployable_id):
     """How many of the deployable's handles are taken, read with a share
     lock on every one of them (so after any bind still taking one has
     committed: see ``_TAKE_UNLESS_PROGRAMMED``)."""
-    h = _H
     return sum(_sql.connection(context).execute(
-        sa.select(h.c.in_use).where(h.c.deployable_id == deployable_id)
+        sa.select(_H.c.in_use).where(_H.c.deployable_id == deployable_id)
         .with_for_update(read=True)).scalars())
