@@ -4,9 +4,10 @@ Read-only (it changes no GPU setting): runs the agent's NVIDIA driver as
 the agent would (``/sys`` and NVML), checks every GPU's health a few
 times and reads its usage, then compares what the driver says with
 ``nvidia-smi -q -x``: name, UUID, serial, total memory, MIG mode, memory
-in use and utilization.  Prints one JSON document; exits 1 when a value
-differs (memory in use and utilization are compared with a tolerance: the
-GPU may be working while both are read), 2 when there is nothing to
+in use, utilization, temperature, power draw and the active clock event
+reasons.  Prints one JSON document; exits 1 when a value differs (memory
+in use, utilization, temperature and power are compared with a tolerance:
+the GPU may be working while both are read), 2 when there is nothing to
 compare (no NVIDIA GPU, no nvidia-smi).
 
     python tools/nvidia_check.py [--sysfs-root /sys] [--checks 5]
@@ -33,6 +34,13 @@ MIB = 1024 * 1024
 # difference.
 MEMORY_SLACK_MIB = 64
 UTILIZATION_SLACK = 0.25
+TEMPERATURE_SLACK_C = 5
+POWER_SLACK_WATTS = 50
+# Where nvidia-smi puts the clock event reasons: today's name, then the
+# name before driver 535 ("throttle").
+_CLOCK_EVENT_SECTIONS = (('clocks_event_reasons', 'clocks_event_reason_'),
+                         ('clocks_throttle_reasons',
+                          'clocks_throttle_reason_'))
 
 
 def _conf(sysfs_root):
@@ -73,8 +81,24 @@ def parse_nvidia_smi(xml):
             'memory_mb': _leading_int(text('fb_memory_usage/total')),
             'memory_used_mb': _leading_int(text('fb_memory_usage/used')),
             'utilization': _percent(text('utilization/gpu_util')),
-            'mig_enabled': text('mig_mode/current_mig') == 'Enabled'}
+            'mig_enabled': text('mig_mode/current_mig') == 'Enabled',
+            'temperature_celsius': _leading_int(text('temperature/gpu_temp')),
+            'power_watts': _leading_float(
+                text('gpu_power_readings/average_power_draw') or
+                text('power_readings/power_draw')),
+            'clock_events': _clock_events(gpu)}
     return gpus
+
+
+def _clock_events(gpu):
+    """The active clock event reasons, by the driver's names; None when
+    nvidia-smi lists none."""
+    for section, prefix in _CLOCK_EVENT_SECTIONS:
+        node = gpu.find(section)
+        if node is not None:
+            return sorted(child.tag[len(prefix):] for child in node
+                          if (child.text or '').strip() == 'Active')
+    return None
 
 
 def _leading_int(value):
@@ -82,6 +106,14 @@ def _leading_int(value):
     number."""
     try:
         return int(value.split()[0])
+    except (AttributeError, ValueError, IndexError):
+        return None
+
+
+def _leading_float(value):
+    """692.46 of '692.46 W'; None when absent or not a number ('N/A')."""
+    try:
+        return float(value.split()[0])
     except (AttributeError, ValueError, IndexError):
         return None
 
@@ -138,11 +170,17 @@ def compare(devices, usage, smi):
                                f"{ours.get('memory_used_mb')} MiB, "
                                f"nvidia-smi {theirs.get('memory_used_mb')}"
                                f" MiB")
-        if not _close(ours.get('utilization'), theirs.get('utilization'),
-                      UTILIZATION_SLACK):
-            differences.append(f"{address} utilization: driver "
-                               f"{ours.get('utilization')}, nvidia-smi "
-                               f"{theirs.get('utilization')}")
+        for key, slack in (('utilization', UTILIZATION_SLACK),
+                           ('temperature_celsius', TEMPERATURE_SLACK_C),
+                           ('power_watts', POWER_SLACK_WATTS)):
+            if not _close(ours.get(key), theirs.get(key), slack):
+                differences.append(f'{address} {key}: driver '
+                                   f'{ours.get(key)}, nvidia-smi '
+                                   f'{theirs.get(key)}')
+        if ours.get('clock_events') != theirs.get('clock_events'):
+            differences.append(f"{address} clock_events: driver "
+                               f"{ours.get('clock_events')}, nvidia-smi "
+                               f"{theirs.get('clock_events')}")
     return differences
 
 
@@ -159,6 +197,10 @@ def _driver_values(device, usage):
     if usage:
         values['memory_used_mb'] = usage['memory_used_bytes'] // MIB
         values['utilization'] = usage['utilization']
+        for key in ('temperature_celsius', 'power_watts'):
+            values[key] = usage.get(key)
+        if usage.get('clock_events') is not None:
+            values['clock_events'] = sorted(usage['clock_events'])
     return values
 
 

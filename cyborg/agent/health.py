@@ -24,8 +24,9 @@ message per check:
   once.
 
 Every ``[health]report_interval`` seconds it also samples ``usage(devices)``
-of the drivers that have it (utilization 0..1, memory used in bytes) into
-the Prometheus gauges and, when notifications are on, as one
+of the drivers that have it (utilization 0..1, memory used in bytes and,
+where the device tells, temperature, power and the reasons its clocks are
+held down) into the Prometheus gauges and, when notifications are on, as one
 ``device.metrics`` notification per device (priority 'sample': telemetry,
 broadcast, stored by nobody here).
 """
@@ -48,6 +49,12 @@ from cyborg.drivers import base
 from cyborg.objects import health
 
 LOG = logging.getLogger(__name__)
+
+# The usage values with one gauge each (labelled by device).
+_USAGE_GAUGES = (('utilization', metrics.AGENT_UTILIZATION),
+                 ('memory_used_bytes', metrics.AGENT_MEMORY_USED),
+                 ('temperature_celsius', metrics.AGENT_TEMPERATURE),
+                 ('power_watts', metrics.AGENT_POWER))
 
 # Unsent readings kept per (device, deployable) while the conductor is
 # unreachable: enough to carry a burst of distinct events, bounded so an
@@ -132,6 +139,7 @@ class HealthMonitor:
         self._pending = []       # Readings not yet sent, oldest first
         self._full_wanted = True
         self._watched = set()    # device keys that have metric labels
+        self._clock_labels = {}  # device key -> clock event reasons labelled
         # For tests and logs.
         self.checks = 0
         self.reports_sent = 0
@@ -277,11 +285,14 @@ class HealthMonitor:
         """Drop the state and metric labels of devices no longer known, so
         a device that comes back is reported afresh."""
         for device in self._watched - present:
-            for gauge in (metrics.AGENT_DEVICE_HEALTHY,
-                          metrics.AGENT_UTILIZATION,
-                          metrics.AGENT_MEMORY_USED):
+            labels = [(gauge, (device,)) for gauge in
+                      [metrics.AGENT_DEVICE_HEALTHY] +
+                      [gauge for _, gauge in _USAGE_GAUGES]]
+            labels += [(metrics.AGENT_CLOCK_EVENTS, (device, reason))
+                       for reason in self._clock_labels.pop(device, ())]
+            for gauge, values in labels:
                 try:
-                    gauge.remove(device)
+                    gauge.remove(*values)
                 except KeyError:
                     pass
         self._watched &= present
@@ -431,11 +442,16 @@ class HealthMonitor:
         return sampled
 
     def _set_usage_gauges(self, device, values):
-        if values.get('utilization') is not None:
-            metrics.AGENT_UTILIZATION.labels(device).set(
-                values['utilization'])
-            self._watched.add(device)
-        if values.get('memory_used_bytes') is not None:
-            metrics.AGENT_MEMORY_USED.labels(device).set(
-                values['memory_used_bytes'])
+        for key, gauge in _USAGE_GAUGES:
+            if values.get(key) is not None:
+                gauge.labels(device).set(values[key])
+                self._watched.add(device)
+        active = values.get('clock_events')
+        if active is not None:
+            # A reason once seen keeps its series, at 0 when it clears.
+            labelled = self._clock_labels.setdefault(device, set())
+            labelled.update(active)
+            for reason in labelled:
+                metrics.AGENT_CLOCK_EVENTS.labels(device, reason).set(
+                    int(reason in active))
             self._watched.add(device)

@@ -59,6 +59,17 @@ AGENT_UTILIZATION = prom.Gauge(
 AGENT_MEMORY_USED = prom.Gauge(
     'cyborg_agent_device_memory_used_bytes',
     'Device memory in use.', ['device'], registry=REGISTRY)
+AGENT_TEMPERATURE = prom.Gauge(
+    'cyborg_agent_device_temperature_celsius',
+    'Device temperature (a GPU\'s core).', ['device'], registry=REGISTRY)
+AGENT_POWER = prom.Gauge(
+    'cyborg_agent_device_power_watts',
+    'Power the device draws.', ['device'], registry=REGISTRY)
+AGENT_CLOCK_EVENTS = prom.Gauge(
+    'cyborg_agent_device_clock_event_active',
+    '1 while the GPU holds its clocks down for this reason (nvidia-smi\'s '
+    'clocks event reasons), 0 once it no longer does.',
+    ['device', 'reason'], registry=REGISTRY)
 AGENT_HEALTH_CHECK_SECONDS = _histogram(
     'cyborg_agent_health_check_seconds',
     'Time of one health check round over all drivers.')

@@ -20,6 +20,19 @@ timeout.  Its sources, each skipped for a GPU that answers
   correctable AER errors are.  A GPU passed through to a virtual machine
   shows no AER statistics inside it (seen on an H100 and an H200): there
   this is the one sign of a failing link;
+- hardware slowdown: the clock event reasons (what nvidia-smi lists as
+  ``clocks_event_reasons``) sampled at each check.  The GPU halving its
+  own clocks for heat (``hw_thermal_slowdown``) or an external power
+  brake (``hw_power_brake_slowdown``) is ``transient`` while it lasts:
+  each onset is a fault, so a GPU that keeps starting to do it (failing
+  cooling or power) leaves the schedule after ``[health]suspect_threshold``
+  onsets within ``[health]suspect_window``, and one that stays slowed
+  down keeps being suspect.  NVML may also show the generic
+  ``hw_slowdown`` for a moment while the GPU changes performance state,
+  so that one counts only when two checks in a row see it.  The software
+  limits (``sw_power_cap``, ``sw_thermal_slowdown``) are a busy GPU
+  working within its budget (an H200 running matrix products sits at its
+  700 W cap): usage, not health;
 - ``NVML_ERROR_GPU_IS_LOST`` from any call: ``fatal``, the GPU has fallen
   off the bus; its handle is dropped and looked up again next time.
 
@@ -27,6 +40,9 @@ Errors that mean the session itself is broken (driver unloaded or
 reloaded, library mismatch) close it; the next check initialises NVML
 again.  When NVML cannot start at all (no driver), NVML sources are
 skipped and retried every ``RETRY_INIT`` seconds.
+
+Usage (``usage``): utilization and memory in use, and where the GPU
+answers them, its temperature, power draw and active clock event reasons.
 """
 
 import collections
@@ -64,6 +80,30 @@ _SESSION_ERRORS = ('UNINITIALIZED', 'DRIVER_NOT_LOADED', 'LIBRARY_NOT_FOUND',
                    'LIB_RM_VERSION_MISMATCH')
 
 
+# NVML's clock event reasons (nvml.h ``nvmlClocksEventReason*``, formerly
+# ``...ThrottleReason*``) by the name nvidia-smi gives each in its XML
+# (``clocks_event_reason_<name>``).
+CLOCK_EVENTS = {
+    'gpu_idle': 0x1,
+    'applications_clocks_setting': 0x2,
+    'sw_power_cap': 0x4,
+    'hw_slowdown': 0x8,
+    'sync_boost': 0x10,
+    'sw_thermal_slowdown': 0x20,
+    'hw_thermal_slowdown': 0x40,
+    'hw_power_brake_slowdown': 0x80,
+    'display_clocks_setting': 0x100,
+}
+# The hardware slowdowns that are a fault at once, most telling first;
+# the generic one only when two checks in a row see it.
+_HW_SLOWDOWNS = ('hw_thermal_slowdown', 'hw_power_brake_slowdown')
+_HW_SLOWDOWN = 'hw_slowdown'
+# The query's name from driver 535 on, then its older name.
+_CLOCK_EVENTS_QUERIES = ('nvmlDeviceGetCurrentClocksEventReasons',
+                         'nvmlDeviceGetCurrentClocksThrottleReasons')
+_MILLIWATTS_PER_WATT = 1000.0
+
+
 class _Unsupported(Exception):
     """A source NVML does not support on this GPU."""
 
@@ -73,6 +113,7 @@ class _Gpu:
     def __init__(self, handle):
         self.handle = handle
         self.events = None           # the event set, None: no events
+        self.hw_slowdown = False     # the last check saw hw_slowdown
 
 
 class NvmlWatcher:
@@ -94,6 +135,9 @@ class NvmlWatcher:
                        for name, value in _CODES.items()}
         # The version 2 memory query, None once it proved absent.
         self._memory_v2 = getattr(module, 'nvmlMemory_v2', None)
+        self._clock_events_query = next(
+            (name for name in _CLOCK_EVENTS_QUERIES
+             if hasattr(module, name)), _CLOCK_EVENTS_QUERIES[0])
 
     # -- session -----------------------------------------------------------
 
@@ -227,7 +271,8 @@ class NvmlWatcher:
         def sources(gpu):
             found = self._events(device, gpu, counters)
             for source in (self._ecc, self._retired_pages,
-                           self._remapped_rows, self._pcie_replays):
+                           self._remapped_rows, self._pcie_replays,
+                           self._slowdown):
                 try:
                     found.extend(source(device, gpu, counters))
                 except _Unsupported:
@@ -324,20 +369,58 @@ class NvmlWatcher:
                         f'{new} PCIe replays since the last check: the link '
                         f'is losing data', 'pcie:replays')]
 
+    def _slowdown(self, device, gpu, counters):
+        active = self._clock_events(gpu)
+        seen_before, gpu.hw_slowdown = gpu.hw_slowdown, (
+            _HW_SLOWDOWN in active)
+        faults = [name for name in _HW_SLOWDOWNS if name in active]
+        if not faults and not (seen_before and gpu.hw_slowdown):
+            return []
+        names = faults or [_HW_SLOWDOWN]
+        return [reading(device, states.TRANSIENT, 'nvml',
+                        f"Hardware slowdown ({', '.join(names)}): the GPU "
+                        f"cuts its clocks to protect itself from heat or a "
+                        f"power fault", 'clocks:' + names[0])]
+
+    def _clock_events(self, gpu):
+        """The names of the clock event reasons active now."""
+        mask = self._call(self._clock_events_query, gpu.handle)
+        return [name for name, bit in CLOCK_EVENTS.items() if mask & bit]
+
     # -- usage -------------------------------------------------------------
 
     def usage(self, device):
         """``{'utilization': 0..1, 'memory_used_bytes': n}`` of the GPU,
-        or None when NVML cannot tell."""
+        with ``temperature_celsius``, ``power_watts`` and ``clock_events``
+        (the names of the active clock event reasons) where the GPU
+        answers them; None when NVML cannot tell."""
         def read(gpu):
             used = self._memory_used(gpu)
             rates = self._call('nvmlDeviceGetUtilizationRates', gpu.handle)
-            return {'utilization': rates.gpu / 100.0,
-                    'memory_used_bytes': int(used)}
+            values = {'utilization': rates.gpu / 100.0,
+                      'memory_used_bytes': int(used)}
+            for key, query in (('temperature_celsius', self._temperature),
+                               ('power_watts', self._power),
+                               ('clock_events', self._clock_events)):
+                try:
+                    values[key] = query(gpu)
+                except _Unsupported:
+                    pass
+            return values
         try:
             return self._guarded(device, read, None)
         except _Unsupported:
             return None
+
+    def _temperature(self, gpu):
+        return self._call('nvmlDeviceGetTemperature', gpu.handle,
+                          self._nvml.NVML_TEMPERATURE_GPU)
+
+    def _power(self, gpu):
+        """Watts drawn (NVML answers milliwatts, averaged over about a
+        second on recent GPUs: nvidia-smi's "Average Power Draw")."""
+        milliwatts = self._call('nvmlDeviceGetPowerUsage', gpu.handle)
+        return milliwatts / _MILLIWATTS_PER_WATT
 
     def _memory_used(self, gpu):
         """Bytes of the GPU's memory in use, as nvidia-smi's "Used": NVML's

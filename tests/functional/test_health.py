@@ -8,8 +8,9 @@ application XID leaves it alone; a fatal XID takes it out of Placement
 (reserved = total, CUSTOM_ACCEL_UNHEALTHY) within 2 s and the API shows it
 unhealthy; after the hold-down a good re-probe re-admits it; failing again
 right away it stays out twice as long (hysteresis); a fatal XID on a
-MIG-mode GPU takes both its instances out; the notifications are read back
-from RabbitMQ and the metrics endpoints show what happened.
+MIG-mode GPU takes both its instances out; a GPU that keeps slowing itself
+down for heat is suspect, then out; the notifications are read back from
+RabbitMQ and the metrics endpoints show what happened.
 """
 
 import time
@@ -149,3 +150,58 @@ def test_the_fake_device_can_be_broken_and_healed(env):
     hd.wait(lambda: env.out(name), 5, 'the fake device out')
     fault.unlink()
     hd.wait(lambda: env.back(name), 15, 'the fake device back')
+
+
+def _agent_says_healthy(env, address):
+    """The agent's last reading of the GPU: True harmless, False not."""
+    line = f'cyborg_agent_device_healthy{{device="{env.device_key(address)}"}}'
+    for row in env.metrics('agent').splitlines():
+        if row.startswith(line):
+            return float(row.split()[-1]) == 1.0
+    return None
+
+
+def test_a_gpu_that_keeps_overheating_is_suspect_then_out(env):
+    gpu = env.mig[0]
+    instances = [env.provider_name(gpu, 1), env.provider_name(gpu, 2)]
+    hd.wait(lambda: all(env.back(n) for n in instances), 15,
+            'the MIG instances in service')
+    hot = {'clock_events': ['hw_slowdown', 'hw_thermal_slowdown'],
+           'temperature': 90}
+    cool = {'clock_events': ['gpu_idle'], 'temperature': 41}
+
+    # Its cooling fails: the GPU halves its clocks.  Suspect, still
+    # scheduled (a busy GPU at its power cap would not even be that).
+    env.nvml.update_gpu(gpu, **hot)
+    hd.wait(lambda: _health(env, gpu) == 'suspect', 10, 'the GPU suspect')
+    device = env.device(gpu)
+    assert device['health_reason'].startswith(
+        'Hardware slowdown (hw_thermal_slowdown)'), device
+    assert all(env.back(n) for n in instances)
+
+    # It keeps doing it: the third slowdown within [health]suspect_window
+    # takes it out.
+    for _ in range(2):
+        env.nvml.update_gpu(gpu, **cool)
+        hd.wait(lambda: _agent_says_healthy(env, gpu), 5,
+                'the agent reading the GPU cool')
+        env.nvml.update_gpu(gpu, **hot)
+        hd.wait(lambda: _agent_says_healthy(env, gpu) is False, 5,
+                'the agent reading the GPU hot')
+    hd.wait(lambda: all(env.out(n) for n in instances), 10,
+            'both MIG instances out of Placement')
+    device = env.device(gpu)
+    assert device['health'] in ('unhealthy', 'probing'), device
+    assert '3 transient faults' in device['health_reason'], device
+    text = env.metrics('agent')
+    assert 'cyborg_agent_device_temperature_celsius' in text
+    hd.wait(lambda: (f'cyborg_agent_device_clock_event_active{{device="'
+                     f'{env.device_key(gpu)}",reason="hw_thermal_slowdown"}}'
+                     f' 1.0') in env.metrics('agent'), 10,
+            'the slowdown in the agent\'s metrics')
+
+    # Cooled down: back after the hold-down and a good re-probe.
+    env.nvml.update_gpu(gpu, **cool)
+    hd.wait(lambda: all(env.back(n) for n in instances), 30,
+            'the MIG instances re-admitted')
+    assert _health(env, gpu) == 'healthy'

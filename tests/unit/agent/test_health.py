@@ -115,10 +115,10 @@ class MeteredDriver(WatchedDriver):
 
     def __init__(self, conf, host, addresses=('0000:d8:00.0',)):
         super().__init__(conf, host, addresses)
+        self.values = {'utilization': 0.25, 'memory_used_bytes': 4096}
 
     def usage(self, devices):
-        return {d.key(): {'utilization': 0.25, 'memory_used_bytes': 4096}
-                for d in devices}
+        return {d.key(): dict(self.values) for d in devices}
 
 
 def _fault(key, severity=states.FATAL, reason='XID 79: fallen off the bus',
@@ -559,6 +559,45 @@ def test_a_vanished_device_loses_its_metric_labels(conf, conductor):
                  'cyborg_agent_device_memory_used_bytes'):
         assert metrics.REGISTRY.get_sample_value(
             name, {'device': 'PCI:0000:d8:00.0'}) is None
+
+
+def test_temperature_power_and_clock_events_are_gauges(conf, conductor,
+                                                       notifications):
+    metered = MeteredDriver(conf, HOST)
+    metered.values.update(temperature_celsius=61, power_watts=690.15,
+                          clock_events=['sw_power_cap'])
+    reporter, monitor = _agent(conf, metered)
+    device = 'PCI:0000:d8:00.0'
+
+    def clock(reason):
+        return metrics.REGISTRY.get_sample_value(
+            'cyborg_agent_device_clock_event_active',
+            {'device': device, 'reason': reason})
+
+    monitor.sample_usage()
+    assert _sample('cyborg_agent_device_temperature_celsius',
+                   device=device) == 61
+    assert _sample('cyborg_agent_device_power_watts',
+                   device=device) == 690.15
+    assert (clock('sw_power_cap'), clock('gpu_idle')) == (1, None)
+    [(_ctx, message, _priority, _retry)] = notifications()
+    assert message['payload']['cyborg_object.version'] == '1.1'
+    assert message['payload']['cyborg_object.data']['clock_events'] == [
+        'sw_power_cap']
+    # The cap lifts, the GPU idles: the reason seen before reads 0.
+    metered.values.update(clock_events=['gpu_idle'])
+    monitor.sample_usage()
+    assert (clock('sw_power_cap'), clock('gpu_idle')) == (0, 1)
+    # The device goes: every series of it goes too.
+    monitor.check_once()
+    metered.addresses = ()
+    reporter.report_now()
+    monitor.check_once()
+    assert (clock('sw_power_cap'), clock('gpu_idle')) == (None, None)
+    for name in ('cyborg_agent_device_temperature_celsius',
+                 'cyborg_agent_device_power_watts'):
+        assert metrics.REGISTRY.get_sample_value(
+            name, {'device': device}) is None
 
 
 def test_check_and_reporter_metrics_are_recorded(conf, conductor, watched):

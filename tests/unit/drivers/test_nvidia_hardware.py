@@ -20,7 +20,15 @@ the fake must repeat, on both:
 - the H200's PCIe replay counter: 0 (the H100's was not read).
 
 The H100 was read idle (0 MiB used, 0 %); the H200 while it ran matrix
-products with 6 GiB allocated (6,130 MiB used, 100 %).
+products with 6 GiB allocated (6,130 MiB used, 100 %).  Temperature, power
+and clock event reasons were read from NVML later (2026-11-27), on
+another H100 and H200 of the same kind and driver: the H100 idle (35 C,
+75,758 mW, reasons mask 1: ``gpu_idle``), the H200 under the same load as
+before (56 to 60 C, 691 to 694 W against its 700 W limit, mask 4:
+``sw_power_cap``; 36 C, 78 W and ``gpu_idle`` idle).  The H200 supports
+all nine reasons (mask 511); its slowdown temperature is 89 C, its
+shutdown temperature 95 C.  ``tools/nvidia_check.py`` found no difference
+with ``nvidia-smi`` on both, idle and busy.
 """
 
 import pytest
@@ -41,12 +49,15 @@ GPUS = {
                 'uuid': 'GPU-d763925c-e70e-91d5-7fc6-15731aa57f69',
                 'serial': '1753024033999', 'memory_mb': 81559,
                 'memory_reserved_mb': 480, 'memory_used_mb': 0,
-                'utilization': 0, **_HOPPER},
+                'utilization': 0, 'temperature': 35, 'power_mw': 75758,
+                'clock_events': ['gpu_idle'], **_HOPPER},
     'h200_vm': {'name': 'NVIDIA H200', 'product_id': '2335',
                 'uuid': 'GPU-0fbaec0c-7355-555c-108d-98c4237649e5',
                 'serial': '1653724057944', 'memory_mb': 143771,
                 'memory_reserved_mb': 615, 'memory_used_mb': 6130,
-                'utilization': 100, 'pcie_replays': 0, **_HOPPER},
+                'utilization': 100, 'pcie_replays': 0, 'temperature': 60,
+                'power_mw': 691198, 'clock_events': ['sw_power_cap'],
+                **_HOPPER},
 }
 each_gpu = pytest.mark.parametrize('gpu', sorted(GPUS))
 
@@ -100,10 +111,18 @@ def test_memory_in_use_leaves_the_driver_reservation_out(
     # As nvidia-smi: version 1 would add the reservation.
     assert driver.usage(devices) == {KEY: {
         'utilization': read['utilization'] / 100,
-        'memory_used_bytes': read['memory_used_mb'] * MIB}}
+        'memory_used_bytes': read['memory_used_mb'] * MIB,
+        **_thermals(read)}}
     nvml.update_gpu(ADDRESS, memory_used_mb=2048, utilization=87)
     assert driver.usage(devices) == {
-        KEY: {'utilization': 0.87, 'memory_used_bytes': 2048 * MIB}}
+        KEY: {'utilization': 0.87, 'memory_used_bytes': 2048 * MIB,
+              **_thermals(read)}}
+
+
+def _thermals(read):
+    return {'temperature_celsius': read['temperature'],
+            'power_watts': read['power_mw'] / 1000,
+            'clock_events': read['clock_events']}
 
 
 @each_gpu
@@ -114,7 +133,8 @@ def test_an_nvml_without_the_version_2_query_counts_the_reservation(
                                     utilization=0)
     reserved = GPUS[gpu]['memory_reserved_mb']
     expected = {KEY: {'utilization': 0.0,
-                      'memory_used_bytes': (100 + reserved) * MIB}}
+                      'memory_used_bytes': (100 + reserved) * MIB,
+                      **_thermals(GPUS[gpu])}}
     assert driver.usage(devices) == expected
     # Asked once: later reads go straight to version 1.
     nvml.update_gpu(ADDRESS, memory_v2=True)

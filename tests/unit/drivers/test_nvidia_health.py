@@ -128,6 +128,48 @@ def test_a_burst_of_pcie_replays_is_transient(conf, scenario, tmp_path):
     assert _check(driver, devices) == [(states.OK, '', '')]
 
 
+def test_a_hardware_slowdown_is_transient(conf, scenario, tmp_path):
+    """The GPU cutting its clocks for heat or a power brake is a
+    transient fault at each check that sees it; the software limits of a
+    busy GPU are not."""
+    driver, nvml, devices = _setup(conf, scenario, tmp_path, gpus={
+        WHOLE: _gpu('GPU-1', clock_events=['sw_power_cap'])})
+    assert _check(driver, devices) == [(states.OK, '', '')]
+    nvml.update_gpu(WHOLE, clock_events=['sw_thermal_slowdown',
+                                         'sw_power_cap'])
+    assert _check(driver, devices) == [(states.OK, '', '')]
+    nvml.update_gpu(WHOLE, clock_events=['hw_slowdown',
+                                         'hw_thermal_slowdown'])
+    [r] = [r for r in driver.check_health(devices)
+           if r.device == 'PCI:' + WHOLE]
+    assert (r.severity, r.code, r.deployable) == (
+        states.TRANSIENT, 'clocks:hw_thermal_slowdown', None)
+    assert r.reason.startswith('Hardware slowdown (hw_thermal_slowdown)')
+    nvml.update_gpu(WHOLE, clock_events=['hw_slowdown',
+                                         'hw_power_brake_slowdown'])
+    assert _check(driver, devices) == [
+        (states.TRANSIENT, 'clocks:hw_power_brake_slowdown', '')]
+    nvml.update_gpu(WHOLE, clock_events=['gpu_idle'])
+    assert _check(driver, devices) == [(states.OK, '', '')]
+
+
+def test_the_generic_hardware_slowdown_counts_when_it_lasts(
+        conf, scenario, tmp_path):
+    """NVML may show hw_slowdown alone for a moment while the GPU
+    changes performance state: a fault only when two checks in a row see
+    it."""
+    driver, nvml, devices = _setup(conf, scenario, tmp_path, gpus={
+        WHOLE: _gpu('GPU-1', clock_events=['hw_slowdown'])})
+    assert _check(driver, devices) == [(states.OK, '', '')]
+    nvml.update_gpu(WHOLE, clock_events=[])
+    assert _check(driver, devices) == [(states.OK, '', '')]
+    nvml.update_gpu(WHOLE, clock_events=['hw_slowdown'])
+    assert _check(driver, devices) == [(states.OK, '', '')]
+    for _ in range(2):
+        assert _check(driver, devices) == [
+            (states.TRANSIENT, 'clocks:hw_slowdown', '')]
+
+
 def test_not_supported_sources_are_skipped(conf, scenario, tmp_path):
     bare = {'name': 'Tesla T4', 'uuid': 'GPU-3', 'serial': '3',
             'memory_mb': 15360, 'events': False}
@@ -182,8 +224,17 @@ def test_usage(conf, scenario, tmp_path):
     driver, nvml, devices = _setup(conf, scenario, tmp_path)
     nvml.update_gpu(VGPU, utilization=35, memory_used_mb=1024)
     usage = driver.usage(devices)
+    # Temperature, power and clock events are left out where NVML does
+    # not answer them...
     assert usage['PCI:' + VGPU] == {'utilization': 0.35,
                                     'memory_used_bytes': 1024 ** 3}
+    # ...and added where it does (power in watts, the reasons by name).
+    nvml.update_gpu(VGPU, temperature=61, power_mw=690150,
+                    clock_events=['sw_power_cap'])
+    assert driver.usage(devices)['PCI:' + VGPU] == {
+        'utilization': 0.35, 'memory_used_bytes': 1024 ** 3,
+        'temperature_celsius': 61, 'power_watts': 690.15,
+        'clock_events': ['sw_power_cap']}
     # A GPU NVML does not know (not in the fake) is left out.
     assert 'PCI:0000:86:00.0' not in usage
 
