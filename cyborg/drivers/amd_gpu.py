@@ -5,15 +5,18 @@ A GPU without SR-IOV VFs is offered whole as PGPU.  With VFs enabled
 (MxGPU), the PF stays with the host and its VFs are offered as one VGPU
 provider with one PCI attach handle per VF.  Other functions of the card
 (HDMI audio, class 0x0403) are not GPUs.
+
+Health and usage: PCI, and amdgpu's RAS error counts, bad memory pages,
+utilization, memory, temperature and power (``amdgpu_health``).
 """
 
-from cyborg.drivers import base, pci_health
+from cyborg.drivers import amdgpu_health, base
 
 VENDOR = '1002'
 GPU_CLASSES = ('0300', '0380')
 
 
-class AMDGPUDriver(base.Driver, pci_health.PCIHealth):
+class AMDGPUDriver(base.Driver, amdgpu_health.AMDGPUHealth):
 
     name = 'amd_gpu_driver'
 

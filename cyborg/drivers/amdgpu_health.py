@@ -1,0 +1,205 @@
+"""AMD GPU health and usage from the amdgpu kernel driver's sysfs, on top
+of the PCI sources (``pci_health``).
+
+RAS (reliability, availability, serviceability; kernel documentation
+``gpu/amdgpu/ras``), under the GPU's PCI function::
+
+    <function>/ras/<block>_err_count   one per IP block with RAS (umc is
+                                       the memory, then gfx, sdma, mmhub,
+                                       xgmi_wafl, ...): lines "ue: N",
+                                       "ce: N" and, for umc on recent
+                                       kernels, "de: N" (deferred)
+    <function>/ras/gpu_vram_bad_pages  one line per bad memory page,
+                                       "pfn : size : flag", flag R
+                                       (retired), P (to be retired in the
+                                       next window) or F (cannot be
+                                       retired)
+
+The counts are cumulative: an increase of uncorrectable errors in any
+block is ``fatal``; correctable errors are counted, and ``transient``
+when more than ``[agent]aer_correctable_burst`` arrive between two checks,
+as correctable PCIe errors are.  Deferred errors are counted only (the
+memory is poisoned; a workload that reads it gets an uncorrectable
+error).  A page that cannot be retired (F) is ``fatal``: memory known to
+be bad stays in use.  A count the driver cannot give right now ("Query
+currently inaccessible", during a GPU reset) is skipped.  A GPU without
+RAS (a Radeon) has no ``ras`` directory: nothing to read.
+
+Usage (``usage``), for metrics and ``device.metrics`` notifications::
+
+    <function>/gpu_busy_percent          utilization, 0..100
+    <function>/mem_info_vram_used        memory in use, bytes
+    <function>/hwmon/hwmon*/temp*_input  temperature, millidegrees C: the
+                                         sensor labelled "edge", else
+                                         "junction" (an Instinct GPU may
+                                         not read its edge)
+    <function>/hwmon/hwmon*/power1_average, else power1_input
+                                         power, microwatts
+
+This follows the kernel's documented ABI; it has not been read on an AMD
+GPU here (no such hardware was at hand), unlike the NVIDIA driver.
+"""
+
+import os
+
+from cyborg.common import states
+from cyborg.drivers import pci_health, sysfs
+
+RAS_DIR = 'ras'
+ERR_COUNT_SUFFIX = '_err_count'
+BAD_PAGES = 'gpu_vram_bad_pages'
+# The kinds of count an err_count file gives, and the counter each adds to.
+_RAS_COUNTS = {'ue': 'ras_uncorrectable', 'ce': 'ras_correctable',
+               'de': 'ras_deferred'}
+# The flags of a bad page, and the counter of each.
+_BAD_PAGE_FLAGS = {'R': 'bad_pages_retired', 'P': 'bad_pages_pending',
+                   'F': 'bad_pages_unretirable'}
+# hwmon sensors, best first.
+_TEMPERATURE_LABELS = ('edge', 'junction')
+_POWER_FILES = ('power1_average', 'power1_input')
+_MILLI = 1000.0
+_MICRO = 1000000.0
+
+
+def parse_err_count(text):
+    """``{'ue': n, 'ce': n, ...}`` of an err_count file; None when the
+    driver cannot give the counts now (or the text is not counts)."""
+    counts = {}
+    for line in (text or '').splitlines():
+        if not line.strip():
+            continue
+        kind, _, value = line.partition(':')
+        try:
+            counts[kind.strip()] = int(value)
+        except ValueError:
+            return None
+    return counts or None
+
+
+def parse_bad_pages(text):
+    """``{flag: pages}`` of a gpu_vram_bad_pages file."""
+    pages = dict.fromkeys(_BAD_PAGE_FLAGS, 0)
+    for line in (text or '').splitlines():
+        flag = line.rpartition(':')[2].strip()
+        if flag in pages:
+            pages[flag] += 1
+    return pages
+
+
+class AMDGPUHealth(pci_health.PCIHealth):
+    """PCI health plus amdgpu's RAS error counts and bad pages."""
+
+    def more_health(self, device, counters):
+        ras = os.path.join(
+            self.function_path(device.controlpath_id.cpid_info), RAS_DIR)
+        try:
+            names = sorted(os.listdir(ras))
+        except OSError:
+            return []           # no RAS on this GPU (or not amdgpu's)
+        readings = []
+        for name in names:
+            if name.endswith(ERR_COUNT_SUFFIX):
+                readings.extend(self._err_count(
+                    device, name[:-len(ERR_COUNT_SUFFIX)],
+                    os.path.join(ras, name), counters))
+        if BAD_PAGES in names:
+            readings.extend(self._bad_pages(
+                device, os.path.join(ras, BAD_PAGES), counters))
+        return readings
+
+    def _err_count(self, device, block, path, counters):
+        counts = parse_err_count(sysfs.read_text(path))
+        if counts is None:
+            return []
+        tracker = self._pci_health_state()['counters']
+        readings = []
+        for kind, counter in _RAS_COUNTS.items():
+            if kind not in counts:
+                continue
+            counters[counter] = counters.get(counter, 0) + counts[kind]
+            new = tracker.delta((device.key(), 'ras', block, kind),
+                                counts[kind])
+            if kind == 'ue' and new:
+                readings.append(pci_health.reading(
+                    device, states.FATAL, 'ras',
+                    f'{new} new uncorrectable errors in {block}',
+                    f'ras:{block}_ue'))
+            elif (kind == 'ce' and
+                  new > self.conf.agent.aer_correctable_burst):
+                readings.append(pci_health.reading(
+                    device, states.TRANSIENT, 'ras',
+                    f'{new} correctable errors in {block} since the last '
+                    f'check', f'ras:{block}_ce'))
+        return readings
+
+    def _bad_pages(self, device, path, counters):
+        pages = parse_bad_pages(sysfs.read_text(path))
+        for flag, counter in _BAD_PAGE_FLAGS.items():
+            counters[counter] = pages[flag]
+        if not pages['F']:
+            return []
+        return [pci_health.reading(
+            device, states.FATAL, 'ras',
+            f"{pages['F']} bad memory pages cannot be retired",
+            'ras:bad_pages_unretirable')]
+
+    # -- usage -------------------------------------------------------------
+
+    def usage(self, devices):
+        """``{device key: values}`` for the GPUs amdgpu tells about:
+        ``utilization`` (0..1) and ``memory_used_bytes``, with
+        ``temperature_celsius`` and ``power_watts`` where its hwmon
+        gives them."""
+        found = {}
+        for device in devices:
+            values = self._usage(
+                self.function_path(device.controlpath_id.cpid_info))
+            if values:
+                found[device.key()] = values
+        return found
+
+    def _usage(self, path):
+        values = {}
+        busy = sysfs.read_int(os.path.join(path, 'gpu_busy_percent'))
+        if busy is not None:
+            values['utilization'] = busy / 100.0
+        used = sysfs.read_int(os.path.join(path, 'mem_info_vram_used'))
+        if used is not None:
+            values['memory_used_bytes'] = used
+        for hwmon in _hwmons(path):
+            temperature = _temperature(hwmon)
+            if temperature is not None:
+                values.setdefault('temperature_celsius', temperature)
+            for name in _POWER_FILES:
+                power = sysfs.read_int(os.path.join(hwmon, name))
+                if power is not None:
+                    values.setdefault('power_watts', power / _MICRO)
+                    break
+        return values
+
+
+def _hwmons(path):
+    top = os.path.join(path, 'hwmon')
+    try:
+        return [os.path.join(top, name) for name in sorted(os.listdir(top))]
+    except OSError:
+        return []
+
+
+def _temperature(hwmon):
+    """Degrees C of the best labelled sensor that reads, else None."""
+    by_label = {}
+    try:
+        names = os.listdir(hwmon)
+    except OSError:
+        return None
+    for name in names:
+        if name.startswith('temp') and name.endswith('_label'):
+            label = sysfs.read_text(os.path.join(hwmon, name))
+            by_label[label] = os.path.join(
+                hwmon, name[:-len('_label')] + '_input')
+    for label in _TEMPERATURE_LABELS:
+        value = sysfs.read_int(by_label.get(label, ''))
+        if value is not None:
+            return value / _MILLI
+    return None
