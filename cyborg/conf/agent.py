@@ -50,12 +50,11 @@ opts = [
                      'enp3s0f0:physnet1,0000:3b:00.1:physnet2.'),
     cfg.IntOpt('aer_correctable_burst', default=10, min=0,
                help='Correctable errors (PCIe AER, PCIe replays of an '
-                    'NVIDIA GPU, FPGA memory ECC, AMD GPU RAS) of one '
-                    'device within one health check interval above which '
-                    'the device is reported as having a transient fault. '
-                    'Fewer are only '
-                    'counted: links and memories correct the odd error by '
-                    'design.'),
+                    'NVIDIA GPU, FPGA memory ECC, AMD GPU and QAT RAS) of '
+                    'one device within one health check interval above '
+                    'which the device is reported as having a transient '
+                    'fault. Fewer are only counted: links and memories '
+                    'correct the odd error by design.'),
     cfg.StrOpt('nvml_module', default='pynvml', advanced=True,
                help='Python module implementing the NVML API, for tests.'),
 ]

@@ -2,11 +2,33 @@
 generations).  Instances get VFs: a PF is offered as one provider with rc
 ``CUSTOM_QAT`` whose inventory is its VF count and whose attach handles are
 its VFs.  A PF without VFs enabled serves the host's own crypto and is not
-offered."""
+offered.
+
+Health: PCI, and the PF's error counters and state (kernel ABI
+``sysfs-driver-qat_ras`` and ``sysfs-driver-qat``)::
+
+    <PF>/qat_ras/errors_fatal        errors the endpoint cannot contain: it
+                                     needs a reset (an increase -> fatal)
+    <PF>/qat_ras/errors_nonfatal     errors confined to the requests in
+                                     flight (an increase -> transient)
+    <PF>/qat_ras/errors_correctable  corrected by the hardware: transient
+                                     only above [agent]aer_correctable_burst
+                                     in one check, as PCIe's are
+    <PF>/qat/state                   "down": the endpoint serves nothing
+                                     (-> fatal while it lasts)
+
+The in-tree driver has these since Linux 6.7 for 4xxx and later
+endpoints; Intel's out-of-tree driver names the counters ``ras_fatal``,
+``ras_uncorrectable`` and ``ras_correctable`` in the PF's directory.
+Older endpoints have none: PCI health only.
+"""
+
+import os
 
 from oslo_log import log as logging
 
-from cyborg.drivers import base, pci_health
+from cyborg.common import states
+from cyborg.drivers import base, pci_health, sysfs
 
 LOG = logging.getLogger(__name__)
 
@@ -35,6 +57,50 @@ class IntelQATDriver(base.Driver, pci_health.PCIHealth):
             devices.append(base.pci_device(pf, 'QAT', [deployable],
                                            model=model))
         return devices
+
+    # -- health ------------------------------------------------------------
+
+    def more_health(self, device, counters):
+        path = self.function_path(device.controlpath_id.cpid_info)
+        readings = []
+        tracker = self._pci_health_state()['counters']
+        for kind, names, severity in RAS_COUNTERS:
+            count = _first_int(path, names)
+            if count is None:
+                continue
+            counters[f'qat_errors_{kind}'] = count
+            new = tracker.delta((device.key(), 'qat', kind), count)
+            if severity is None:       # correctable: bursts only
+                severity = (states.TRANSIENT if new >
+                            self.conf.agent.aer_correctable_burst else None)
+            if new and severity:
+                readings.append(pci_health.reading(
+                    device, severity, 'qat',
+                    f'{new} new {kind} errors', f'qat:errors_{kind}'))
+        if sysfs.read_text(os.path.join(path, 'qat', 'state')) == 'down':
+            readings.append(pci_health.reading(
+                device, states.FATAL, 'qat',
+                'QAT endpoint is down: it serves no requests', 'qat:down'))
+        return readings
+
+
+# The PF's error counters: (kind, file names, in-tree first, severity of an
+# increase; None: correctable, transient in bursts only).
+RAS_COUNTERS = (
+    ('fatal', ('qat_ras/errors_fatal', 'ras_fatal'), states.FATAL),
+    ('nonfatal', ('qat_ras/errors_nonfatal', 'ras_uncorrectable'),
+     states.TRANSIENT),
+    ('correctable', ('qat_ras/errors_correctable', 'ras_correctable'),
+     None),
+)
+
+
+def _first_int(path, names):
+    for name in names:
+        value = sysfs.read_int(os.path.join(path, name))
+        if value is not None:
+            return value
+    return None
 
 
 def _is_qat(function):

@@ -1,0 +1,66 @@
+"""QAT endpoint health: the PF's error counters and state, as the in-tree
+driver (``qat_ras/errors_*``, ``qat/state``) and Intel's out-of-tree
+driver (``ras_*``) show them, in a fake sysfs tree."""
+
+import pytest
+
+from cyborg.common import states
+from cyborg.drivers import loader
+
+PF = '0000:3d:00.0'
+KEY = 'PCI:' + PF
+
+
+def _setup(conf, scenario, **qat):
+    tree = scenario('qat')
+    tree.set_qat(PF, **qat)
+    driver = loader.load_driver(conf, 'h', 'intel_qat_driver')
+    return tree, driver, driver.discover()
+
+
+def _check(driver, devices):
+    """[(severity, code)] of one check of the PF, and its counters."""
+    [device] = [d for d in devices if d.key() == KEY]
+    found = driver.check_health([device])
+    return sorted((r.severity, r.code or '') for r in found), \
+        found[0].counters
+
+
+@pytest.mark.parametrize('out_of_tree', [False, True])
+def test_new_errors_by_kind(conf, scenario, out_of_tree):
+    conf.set_override('aer_correctable_burst', 10, 'agent')
+    tree, driver, devices = _setup(conf, scenario, fatal=1, nonfatal=2,
+                                   correctable=30, state='up',
+                                   out_of_tree=out_of_tree)
+    readings, counters = _check(driver, devices)
+    # What the endpoint counted before the agent started is a baseline.
+    assert readings == [(states.OK, '')]
+    assert counters == {'qat_errors_fatal': 1, 'qat_errors_nonfatal': 2,
+                        'qat_errors_correctable': 30}
+    # The odd corrected error is only counted; a non-fatal one is the
+    # requests' in flight: transient.
+    tree.set_qat(PF, nonfatal=3, correctable=35, out_of_tree=out_of_tree)
+    assert _check(driver, devices)[0] == [
+        (states.TRANSIENT, 'qat:errors_nonfatal')]
+    tree.set_qat(PF, correctable=46, out_of_tree=out_of_tree)
+    assert _check(driver, devices)[0] == [
+        (states.TRANSIENT, 'qat:errors_correctable')]
+    tree.set_qat(PF, fatal=2, out_of_tree=out_of_tree)
+    readings, counters = _check(driver, devices)
+    assert readings == [(states.FATAL, 'qat:errors_fatal')]
+    assert counters['qat_errors_fatal'] == 2
+    assert _check(driver, devices)[0] == [(states.OK, '')]
+
+
+def test_an_endpoint_that_is_down_is_out_while_it_is(conf, scenario):
+    tree, driver, devices = _setup(conf, scenario, state='down')
+    assert _check(driver, devices)[0] == [(states.FATAL, 'qat:down')]
+    assert _check(driver, devices)[0] == [(states.FATAL, 'qat:down')]
+    tree.set_qat(PF, state='up')
+    assert _check(driver, devices)[0] == [(states.OK, '')]
+
+
+def test_an_endpoint_without_counters_has_pci_health_only(conf, scenario):
+    scenario('qat')
+    driver = loader.load_driver(conf, 'h', 'intel_qat_driver')
+    assert _check(driver, driver.discover()) == ([(states.OK, '')], {})
