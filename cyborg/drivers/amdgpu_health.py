@@ -57,7 +57,6 @@ _BAD_PAGE_FLAGS = {'R': 'bad_pages_retired', 'P': 'bad_pages_pending',
 # hwmon sensors, best first.
 _TEMPERATURE_LABELS = ('edge', 'junction')
 _POWER_FILES = ('power1_average', 'power1_input')
-_MILLI = 1000.0
 _MICRO = 1000000.0
 
 
@@ -166,40 +165,20 @@ class AMDGPUHealth(pci_health.PCIHealth):
         used = sysfs.read_int(os.path.join(path, 'mem_info_vram_used'))
         if used is not None:
             values['memory_used_bytes'] = used
-        for hwmon in _hwmons(path):
-            temperature = _temperature(hwmon)
-            if temperature is not None:
-                values.setdefault('temperature_celsius', temperature)
-            for name in _POWER_FILES:
-                power = sysfs.read_int(os.path.join(hwmon, name))
-                if power is not None:
-                    values.setdefault('power_watts', power / _MICRO)
-                    break
+        temperature = sysfs.hwmon_temperature(path, _TEMPERATURE_LABELS)
+        if temperature is not None:
+            values['temperature_celsius'] = temperature
+        power = _power(path)
+        if power is not None:
+            values['power_watts'] = power
         return values
 
 
-def _hwmons(path):
-    top = os.path.join(path, 'hwmon')
-    try:
-        return [os.path.join(top, name) for name in sorted(os.listdir(top))]
-    except OSError:
-        return []
-
-
-def _temperature(hwmon):
-    """Degrees C of the best labelled sensor that reads, else None."""
-    by_label = {}
-    try:
-        names = os.listdir(hwmon)
-    except OSError:
-        return None
-    for name in names:
-        if name.startswith('temp') and name.endswith('_label'):
-            label = sysfs.read_text(os.path.join(hwmon, name))
-            by_label[label] = os.path.join(
-                hwmon, name[:-len('_label')] + '_input')
-    for label in _TEMPERATURE_LABELS:
-        value = sysfs.read_int(by_label.get(label, ''))
-        if value is not None:
-            return value / _MILLI
+def _power(path):
+    """Watts from the first hwmon that reads a power file (microwatts)."""
+    for hwmon in sysfs.hwmon_dirs(path):
+        for name in _POWER_FILES:
+            power = sysfs.read_int(os.path.join(hwmon, name))
+            if power is not None:
+                return power / _MICRO
     return None

@@ -100,6 +100,30 @@ def _hex(path):
     return text.lower().removeprefix('0x')
 
 
+def hwmon_dirs(path):
+    """The hwmon directories of the device directory ``path``
+    (``<path>/hwmon/hwmon<N>``), in order."""
+    top = os.path.join(path, 'hwmon')
+    return [os.path.join(top, name) for name in _listdir(top)]
+
+
+def hwmon_temperature(path, labels):
+    """Degrees C of the device directory ``path`` from its hwmon: the
+    sensor with the first of ``labels`` that reads (``temp<N>_label``,
+    ``temp<N>_input`` in millidegrees); None when none does."""
+    for hwmon in hwmon_dirs(path):
+        inputs = {}
+        for name in _listdir(hwmon):
+            if name.startswith('temp') and name.endswith('_label'):
+                inputs[read_text(os.path.join(hwmon, name))] = os.path.join(
+                    hwmon, name[:-len('_label')] + '_input')
+        for label in labels:
+            value = read_int(inputs[label]) if label in inputs else None
+            if value is not None:
+                return value / 1000.0
+    return None
+
+
 def _link_name(path):
     try:
         return os.path.basename(os.readlink(path))
