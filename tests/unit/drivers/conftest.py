@@ -2,6 +2,7 @@ import os
 
 import pytest
 
+from cyborg.drivers import loader
 from tests.fixtures import sysfs as fake_sysfs
 
 
@@ -17,6 +18,30 @@ def scenario(conf, tmp_path):
         return tree
 
     return build
+
+
+@pytest.fixture
+def discovered(conf, scenario):
+    """``discovered(host, driver name, prepare=None)``: the fake host
+    (``prepare(tree)`` run on it first), the driver loaded as the agent
+    loads it, and what it discovers: ``(tree, driver, devices)``."""
+
+    def build(host, name, prepare=None):
+        tree = scenario(host)
+        if prepare is not None:
+            prepare(tree)
+        driver = loader.load_driver(conf, 'h', name)
+        return tree, driver, driver.discover()
+
+    return build
+
+
+def one_check(driver, devices, key):
+    """``([(severity, code)], counters)`` of one health check of the
+    device ``key`` among ``devices`` (code '' when none)."""
+    found = [r for r in driver.check_health(devices) if r.device == key]
+    return sorted((r.severity, r.code or '') for r in found), \
+        found[0].counters
 
 
 @pytest.fixture

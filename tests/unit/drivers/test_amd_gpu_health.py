@@ -3,7 +3,8 @@ memory pages, utilization, memory, hwmon), in a fake sysfs tree written
 as the kernel's ABI documentation describes the files."""
 
 from cyborg.common import states
-from cyborg.drivers import amdgpu_health, loader
+from cyborg.drivers import amdgpu_health
+from tests.unit.drivers import conftest
 
 MI210 = '0000:c3:00.0'          # amdgpu, RAS
 RADEON = '0000:23:00.0'         # no RAS directory
@@ -12,22 +13,17 @@ CLEAN = {'umc': {'ue': 0, 'ce': 0, 'de': 0}, 'gfx': {'ue': 0, 'ce': 0},
          'sdma': {'ue': 0, 'ce': 0}}
 
 
-def _setup(conf, scenario, **amdgpu):
-    tree = scenario('amd_gpu')
-    tree.set_amdgpu(MI210, **amdgpu)
-    driver = loader.load_driver(conf, 'h', 'amd_gpu_driver')
-    return tree, driver, driver.discover()
+def _setup(discovered, **amdgpu):
+    return discovered('amd_gpu', 'amd_gpu_driver',
+                      lambda tree: tree.set_amdgpu(MI210, **amdgpu))
 
 
 def _check(driver, devices, key=KEY):
-    """[(severity, code)] of one check of the MI210, and its counters."""
-    found = [r for r in driver.check_health(devices) if r.device == key]
-    return sorted((r.severity, r.code or '') for r in found), \
-        found[0].counters
+    return conftest.one_check(driver, devices, key)
 
 
-def test_a_clean_gpu_reads_ok_with_its_counts(conf, scenario):
-    _tree, driver, devices = _setup(conf, scenario, ras=CLEAN,
+def test_a_clean_gpu_reads_ok_with_its_counts(conf, discovered):
+    _tree, driver, devices = _setup(discovered, ras=CLEAN,
                                     bad_pages=('R', 'R'))
     readings, counters = _check(driver, devices)
     assert readings == [(states.OK, '')]
@@ -39,9 +35,9 @@ def test_a_clean_gpu_reads_ok_with_its_counts(conf, scenario):
     assert (readings, counters) == ([(states.OK, '')], {})
 
 
-def test_new_uncorrectable_errors_are_fatal(conf, scenario):
+def test_new_uncorrectable_errors_are_fatal(conf, discovered):
     tree, driver, devices = _setup(
-        conf, scenario, ras=dict(CLEAN, umc={'ue': 3, 'ce': 0, 'de': 0}))
+        discovered, ras=dict(CLEAN, umc={'ue': 3, 'ce': 0, 'de': 0}))
     # What a GPU counted before the agent started is a baseline.
     assert _check(driver, devices)[0] == [(states.OK, '')]
     tree.set_amdgpu(MI210, ras=dict(CLEAN, umc={'ue': 5, 'ce': 1, 'de': 2},
@@ -55,9 +51,9 @@ def test_new_uncorrectable_errors_are_fatal(conf, scenario):
     assert umc.severity == states.OK        # counted once
 
 
-def test_correctable_errors_count_only_in_bursts(conf, scenario):
+def test_correctable_errors_count_only_in_bursts(conf, discovered):
     conf.set_override('aer_correctable_burst', 10, 'agent')
-    tree, driver, devices = _setup(conf, scenario, ras=CLEAN)
+    tree, driver, devices = _setup(discovered, ras=CLEAN)
     _check(driver, devices)
     tree.set_amdgpu(MI210, ras=dict(CLEAN, umc={'ue': 0, 'ce': 10}))
     assert _check(driver, devices)[0] == [(states.OK, '')]
@@ -67,8 +63,8 @@ def test_correctable_errors_count_only_in_bursts(conf, scenario):
     assert counters['ras_correctable'] == 21
 
 
-def test_a_count_the_driver_cannot_give_now_is_skipped(conf, scenario):
-    tree, driver, devices = _setup(conf, scenario, ras=CLEAN)
+def test_a_count_the_driver_cannot_give_now_is_skipped(conf, discovered):
+    tree, driver, devices = _setup(discovered, ras=CLEAN)
     _check(driver, devices)
     tree.set_amdgpu(MI210, ras=dict(CLEAN,
                                     umc='Query currently inaccessible'))
@@ -80,8 +76,8 @@ def test_a_count_the_driver_cannot_give_now_is_skipped(conf, scenario):
     assert _check(driver, devices)[0] == [(states.FATAL, 'ras:umc_ue')]
 
 
-def test_a_bad_page_that_cannot_be_retired_is_fatal(conf, scenario):
-    tree, driver, devices = _setup(conf, scenario, ras=CLEAN,
+def test_a_bad_page_that_cannot_be_retired_is_fatal(conf, discovered):
+    tree, driver, devices = _setup(discovered, ras=CLEAN,
                                    bad_pages=('R', 'P'))
     readings, counters = _check(driver, devices)
     assert readings == [(states.OK, '')]
@@ -92,9 +88,9 @@ def test_a_bad_page_that_cannot_be_retired_is_fatal(conf, scenario):
     assert counters['bad_pages_unretirable'] == 1
 
 
-def test_usage_from_amdgpu_and_hwmon(conf, scenario):
+def test_usage_from_amdgpu_and_hwmon(conf, discovered):
     _tree, driver, devices = _setup(
-        conf, scenario,
+        discovered,
         usage={'gpu_busy_percent': 87, 'mem_info_vram_used': 4294967296},
         hwmon={'temp1_label': 'edge', 'temp1_input': 'x',
                'temp2_label': 'junction', 'temp2_input': 71000,
@@ -109,10 +105,10 @@ def test_usage_from_amdgpu_and_hwmon(conf, scenario):
     assert 'PCI:' + RADEON not in usage
 
 
-def test_power_input_where_there_is_no_average(conf, scenario):
+def test_power_input_where_there_is_no_average(conf, discovered):
     _tree, driver, devices = _setup(
-        conf, scenario, hwmon={'temp1_label': 'edge', 'temp1_input': 45000,
-                               'power1_input': 512500000})
+        discovered, hwmon={'temp1_label': 'edge', 'temp1_input': 45000,
+                           'power1_input': 512500000})
     assert driver.usage(devices) == {KEY: {'temperature_celsius': 45.0,
                                            'power_watts': 512.5}}
 

@@ -5,31 +5,25 @@ driver (``ras_*``) show them, in a fake sysfs tree."""
 import pytest
 
 from cyborg.common import states
-from cyborg.drivers import loader
+from tests.unit.drivers import conftest
 
 PF = '0000:3d:00.0'
 KEY = 'PCI:' + PF
 
 
-def _setup(conf, scenario, **qat):
-    tree = scenario('qat')
-    tree.set_qat(PF, **qat)
-    driver = loader.load_driver(conf, 'h', 'intel_qat_driver')
-    return tree, driver, driver.discover()
+def _setup(discovered, **qat):
+    return discovered('qat', 'intel_qat_driver',
+                      lambda tree: tree.set_qat(PF, **qat))
 
 
 def _check(driver, devices):
-    """[(severity, code)] of one check of the PF, and its counters."""
-    [device] = [d for d in devices if d.key() == KEY]
-    found = driver.check_health([device])
-    return sorted((r.severity, r.code or '') for r in found), \
-        found[0].counters
+    return conftest.one_check(driver, devices, KEY)
 
 
 @pytest.mark.parametrize('out_of_tree', [False, True])
-def test_new_errors_by_kind(conf, scenario, out_of_tree):
+def test_new_errors_by_kind(conf, discovered, out_of_tree):
     conf.set_override('aer_correctable_burst', 10, 'agent')
-    tree, driver, devices = _setup(conf, scenario, fatal=1, nonfatal=2,
+    tree, driver, devices = _setup(discovered, fatal=1, nonfatal=2,
                                    correctable=30, state='up',
                                    out_of_tree=out_of_tree)
     readings, counters = _check(driver, devices)
@@ -52,15 +46,14 @@ def test_new_errors_by_kind(conf, scenario, out_of_tree):
     assert _check(driver, devices)[0] == [(states.OK, '')]
 
 
-def test_an_endpoint_that_is_down_is_out_while_it_is(conf, scenario):
-    tree, driver, devices = _setup(conf, scenario, state='down')
+def test_an_endpoint_that_is_down_is_out_while_it_is(conf, discovered):
+    tree, driver, devices = _setup(discovered, state='down')
     assert _check(driver, devices)[0] == [(states.FATAL, 'qat:down')]
     assert _check(driver, devices)[0] == [(states.FATAL, 'qat:down')]
     tree.set_qat(PF, state='up')
     assert _check(driver, devices)[0] == [(states.OK, '')]
 
 
-def test_an_endpoint_without_counters_has_pci_health_only(conf, scenario):
-    scenario('qat')
-    driver = loader.load_driver(conf, 'h', 'intel_qat_driver')
-    assert _check(driver, driver.discover()) == ([(states.OK, '')], {})
+def test_an_endpoint_without_counters_has_pci_health_only(discovered):
+    _tree, driver, devices = discovered('qat', 'intel_qat_driver')
+    assert _check(driver, devices) == ([(states.OK, '')], {})
