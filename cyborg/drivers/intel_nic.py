@@ -7,16 +7,27 @@ traits ``CUSTOM_NIC``, ``CUSTOM_PHYSNET_<NAME>`` and the product, and one
 PCI attach handle per VF carrying ``physical_network`` (Nova reads it to
 plug the port).  Unmapped PFs are not offered: a VF on an unknown network
 cannot be given to a port.
+
+Health: PCI, and the link of the PF's network interfaces
+(``<PF>/net/<interface>/operstate``): "down" (taken down, or no carrier)
+or "lowerlayerdown" means its VFs carry no traffic, ``fatal`` while it
+lasts; the VFs' instances are named in the health change notification.
 """
+
+import os
 
 from oslo_log import log as logging
 
-from cyborg.drivers import base, pci_health
+from cyborg.common import states
+from cyborg.drivers import base, pci_health, sysfs
 
 LOG = logging.getLogger(__name__)
 
 VENDOR = '8086'
 ETHERNET = '0200'
+# Operational states (RFC 2863, as the kernel reports them) in which the
+# port passes no traffic.
+LINK_DOWN = ('down', 'lowerlayerdown')
 
 
 class IntelNICDriver(base.Driver, pci_health.PCIHealth):
@@ -41,6 +52,23 @@ class IntelNICDriver(base.Driver, pci_health.PCIHealth):
                 interface=','.join(pf.net_interfaces) or None)
             devices.append(base.pci_device(pf, 'NIC', [deployable]))
         return devices
+
+    def more_health(self, device, counters):
+        net = os.path.join(
+            self.function_path(device.controlpath_id.cpid_info), 'net')
+        try:
+            interfaces = sorted(os.listdir(net))
+        except OSError:
+            return []
+        readings = []
+        for interface in interfaces:
+            state = sysfs.read_text(os.path.join(net, interface, 'operstate'))
+            if state in LINK_DOWN:
+                readings.append(pci_health.reading(
+                    device, states.FATAL, 'nic',
+                    f'{interface} link is {state}: its VFs carry no '
+                    f'traffic', 'nic:link_down'))
+        return readings
 
 
 def _is_nic(function):
