@@ -180,19 +180,26 @@ def test_a_gpu_that_keeps_overheating_is_suspect_then_out(env):
     assert all(env.back(n) for n in instances)
 
     # It keeps doing it: the third slowdown within [health]suspect_window
-    # takes it out.
-    for _ in range(2):
+    # (3 s here) takes it out.  (A cycle slower than the window, on a
+    # loaded machine, starts the count again: cycle until out.)
+    for _ in range(8):
         env.nvml.update_gpu(gpu, **cool)
         hd.wait(lambda: _agent_says_healthy(env, gpu), 5,
                 'the agent reading the GPU cool')
         env.nvml.update_gpu(gpu, **hot)
         hd.wait(lambda: _agent_says_healthy(env, gpu) is False, 5,
                 'the agent reading the GPU hot')
+        try:
+            hd.wait(lambda: _health(env, gpu) != 'suspect', 0.6,
+                    'the GPU no longer only suspect')
+            break
+        except AssertionError:
+            continue
     hd.wait(lambda: all(env.out(n) for n in instances), 10,
             'both MIG instances out of Placement')
     device = env.device(gpu)
     assert device['health'] in ('unhealthy', 'probing'), device
-    assert '3 transient faults' in device['health_reason'], device
+    assert 'transient faults within 3 s' in device['health_reason'], device
     text = env.metrics('agent')
     assert 'cyborg_agent_device_temperature_celsius' in text
     hd.wait(lambda: (f'cyborg_agent_device_clock_event_active{{device="'
