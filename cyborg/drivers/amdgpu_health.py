@@ -89,12 +89,10 @@ class AMDGPUHealth(pci_health.PCIHealth):
     """PCI health plus amdgpu's RAS error counts and bad pages."""
 
     def more_health(self, device, counters):
+        # No RAS directory: a GPU without RAS, or not amdgpu's.
         ras = os.path.join(
             self.function_path(device.controlpath_id.cpid_info), RAS_DIR)
-        try:
-            names = sorted(os.listdir(ras))
-        except OSError:
-            return []           # no RAS on this GPU (or not amdgpu's)
+        names = sysfs.listdir(ras)
         readings = []
         for name in names:
             if name.endswith(ERR_COUNT_SUFFIX):

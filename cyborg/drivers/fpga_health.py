@@ -48,13 +48,6 @@ FME_REGISTERS = {
 }
 
 
-def _listdir(path):
-    try:
-        return sorted(os.listdir(path))
-    except OSError:
-        return []
-
-
 def _register(path):
     """A register's value, None when it cannot be read."""
     text = sysfs.read_text(path)
@@ -71,9 +64,9 @@ def dfl_features(function_path):
     DFL features under a PCI function."""
     top = os.path.join(function_path, 'fpga_region')
     found = []
-    for region in _listdir(top):
+    for region in sysfs.listdir(top):
         region_path = os.path.join(top, region)
-        for name in _listdir(region_path):
+        for name in sysfs.listdir(region_path):
             if name.startswith('dfl-fme.'):
                 found.append(('fme', os.path.join(region_path, name)))
             elif name.startswith('dfl-port.'):
@@ -140,7 +133,7 @@ class XilinxHealth(pci_health.PCIHealth):
     def more_health(self, device, counters):
         path = self.function_path(device.controlpath_id.cpid_info)
         readings = []
-        for name in _listdir(path):
+        for name in sysfs.listdir(path):
             sub = os.path.join(path, name)
             if name.startswith('firewall'):
                 readings.extend(self._firewall(device, sub))

@@ -74,10 +74,7 @@ class InspurNVMeSSDDriver(base.WholeFunctionDriver, pci_health.PCIHealth):
         return found
 
     def _controllers(self, device):
+        # Empty when the nvme driver does not hold the function.
         top = os.path.join(
             self.function_path(device.controlpath_id.cpid_info), 'nvme')
-        try:
-            names = sorted(os.listdir(top))
-        except OSError:
-            return []           # not held by the nvme driver
-        return [os.path.join(top, name) for name in names]
+        return [os.path.join(top, name) for name in sysfs.listdir(top)]

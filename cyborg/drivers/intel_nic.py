@@ -56,12 +56,8 @@ class IntelNICDriver(base.Driver, pci_health.PCIHealth):
     def more_health(self, device, counters):
         net = os.path.join(
             self.function_path(device.controlpath_id.cpid_info), 'net')
-        try:
-            interfaces = sorted(os.listdir(net))
-        except OSError:
-            return []
         readings = []
-        for interface in interfaces:
+        for interface in sysfs.listdir(net):
             state = sysfs.read_text(os.path.join(net, interface, 'operstate'))
             if state in LINK_DOWN:
                 readings.append(pci_health.reading(

@@ -104,7 +104,7 @@ def hwmon_dirs(path):
     """The hwmon directories of the device directory ``path``
     (``<path>/hwmon/hwmon<N>``), in order."""
     top = os.path.join(path, 'hwmon')
-    return [os.path.join(top, name) for name in _listdir(top)]
+    return [os.path.join(top, name) for name in listdir(top)]
 
 
 def hwmon_temperature(path, labels):
@@ -113,7 +113,7 @@ def hwmon_temperature(path, labels):
     ``temp<N>_input`` in millidegrees); None when none does."""
     for hwmon in hwmon_dirs(path):
         inputs = {}
-        for name in _listdir(hwmon):
+        for name in listdir(hwmon):
             if name.startswith('temp') and name.endswith('_label'):
                 inputs[read_text(os.path.join(hwmon, name))] = os.path.join(
                     hwmon, name[:-len('_label')] + '_input')
@@ -183,12 +183,12 @@ class Sysfs:
             physfn=_link_name(os.path.join(path, 'physfn')),
             mdev_types=self._mdev_types(path),
             mdevs=self._mdevs(path),
-            net_interfaces=_listdir(os.path.join(path, 'net')))
+            net_interfaces=listdir(os.path.join(path, 'net')))
 
     @staticmethod
     def _virtfns(path):
         found = []
-        for name in _listdir(path):
+        for name in listdir(path):
             if name.startswith('virtfn') and name[6:].isdigit():
                 target = _link_name(os.path.join(path, name))
                 if target:
@@ -199,7 +199,7 @@ class Sysfs:
     def _mdev_types(path):
         types_dir = os.path.join(path, 'mdev_supported_types')
         types = {}
-        for type_id in _listdir(types_dir):
+        for type_id in listdir(types_dir):
             d = os.path.join(types_dir, type_id)
             types[type_id] = MdevType(
                 type_id=type_id,
@@ -213,7 +213,7 @@ class Sysfs:
     @staticmethod
     def _mdevs(path):
         mdevs = {}
-        for name in _listdir(path):
+        for name in listdir(path):
             if _UUID.match(name):
                 mdev_type = _link_name(os.path.join(path, name, 'mdev_type'))
                 if mdev_type:
@@ -245,10 +245,12 @@ class Sysfs:
         return self.path('bus', 'mdev', 'devices', mdev_uuid, 'remove')
 
 
-def _listdir(path):
+def listdir(path):
+    """The sorted entries of directory ``path``; [] when there is none
+    (or it cannot be read)."""
     try:
         return sorted(os.listdir(path))
-    except (FileNotFoundError, NotADirectoryError):
+    except OSError:
         return []
 
 
