@@ -6,11 +6,18 @@
   the test started have ended).
 - ``admin_context``: a RequestContext for the service's own work.
 
+And for every test: log handlers a test installs on the root logger (a
+command's ``main()`` sets up oslo.log, the openstack client sets up its
+own) are taken off again afterwards.  They write to the test's captured
+stderr, which pytest closes: a thread that logs later, in another test,
+would print "--- Logging error ---" tracebacks.
+
 Every API this suite starts, in this process or as a child process,
 checks its responses against their declared schemas: oslo.config reads
 ``[api]validate_responses`` from the environment.
 """
 
+import logging
 import os
 import sys
 
@@ -24,6 +31,18 @@ from cyborg.db import api as db_api
 from cyborg.db import models
 
 os.environ.setdefault('OS_API__VALIDATE_RESPONSES', 'true')
+
+
+@pytest.fixture(autouse=True)
+def _root_log_handlers_restored():
+    root = logging.getLogger()
+    before = set(root.handlers)
+    yield
+    for handler in list(root.handlers):
+        # pytest's own capture handlers come and go with each phase.
+        if handler not in before and \
+                not type(handler).__module__.startswith('_pytest'):
+            root.removeHandler(handler)
 
 
 @pytest.fixture
