@@ -9,6 +9,11 @@ RAS (reliability, availability, serviceability; kernel documentation
                                        xgmi_wafl, ...): lines "ue: N",
                                        "ce: N" and, for umc on recent
                                        kernels, "de: N" (deferred)
+    <function>/ras/aca_<block>         the same counts where a kernel
+                                       reports them through AMD's
+                                       Accelerator Check Architecture
+                                       (Instinct MI300): read when the
+                                       block has no <block>_err_count
     <function>/ras/gpu_vram_bad_pages  one line per bad memory page,
                                        "pfn : size : flag", flag R
                                        (retired), P (to be retired in the
@@ -47,6 +52,7 @@ from cyborg.drivers import pci_health, sysfs
 
 RAS_DIR = 'ras'
 ERR_COUNT_SUFFIX = '_err_count'
+ACA_PREFIX = 'aca_'
 BAD_PAGES = 'gpu_vram_bad_pages'
 # The kinds of count an err_count file gives, and the counter each adds to.
 _RAS_COUNTS = {'ue': 'ras_uncorrectable', 'ce': 'ras_correctable',
@@ -75,6 +81,19 @@ def parse_err_count(text):
     return counts or None
 
 
+def _count_files(names):
+    """``{block: file name}`` of a RAS directory's error count files:
+    ``<block>_err_count``, else ``aca_<block>``."""
+    found = {}
+    for name in names:
+        if name.startswith(ACA_PREFIX):
+            found.setdefault(name[len(ACA_PREFIX):], name)
+    for name in names:
+        if name.endswith(ERR_COUNT_SUFFIX):
+            found[name[:-len(ERR_COUNT_SUFFIX)]] = name
+    return found
+
+
 def parse_bad_pages(text):
     """``{flag: pages}`` of a gpu_vram_bad_pages file."""
     pages = dict.fromkeys(_BAD_PAGE_FLAGS, 0)
@@ -94,11 +113,9 @@ class AMDGPUHealth(pci_health.PCIHealth):
             self.function_path(device.controlpath_id.cpid_info), RAS_DIR)
         names = sysfs.listdir(ras)
         readings = []
-        for name in names:
-            if name.endswith(ERR_COUNT_SUFFIX):
-                readings.extend(self._err_count(
-                    device, name[:-len(ERR_COUNT_SUFFIX)],
-                    os.path.join(ras, name), counters))
+        for block, name in sorted(_count_files(names).items()):
+            readings.extend(self._err_count(
+                device, block, os.path.join(ras, name), counters))
         if BAD_PAGES in names:
             readings.extend(self._bad_pages(
                 device, os.path.join(ras, BAD_PAGES), counters))

@@ -63,6 +63,22 @@ def test_correctable_errors_count_only_in_bursts(conf, discovered):
     assert counters['ras_correctable'] == 21
 
 
+def test_counts_in_aca_files(conf, discovered):
+    """A kernel that reports RAS through the Accelerator Check
+    Architecture names the files aca_<block>; an <block>_err_count file,
+    where there is one too, is the one read."""
+    tree, driver, devices = _setup(discovered, ras=CLEAN, aca=True)
+    assert _check(driver, devices)[0] == [(states.OK, '')]
+    tree.set_amdgpu(MI210, ras={'umc': {'ue': 1, 'ce': 0}}, aca=True)
+    readings, counters = _check(driver, devices)
+    assert readings == [(states.FATAL, 'ras:umc_ue')]
+    assert counters['ras_uncorrectable'] == 1
+    # Both for gfx: the err_count file wins (and counts nothing new).
+    tree.set_amdgpu(MI210, ras={'gfx': {'ue': 7, 'ce': 0}}, aca=True)
+    tree.set_amdgpu(MI210, ras={'gfx': {'ue': 0, 'ce': 0}})
+    assert _check(driver, devices)[0] == [(states.OK, '')]
+
+
 def test_a_count_the_driver_cannot_give_now_is_skipped(conf, discovered):
     tree, driver, devices = _setup(discovered, ras=CLEAN)
     _check(driver, devices)
