@@ -26,8 +26,9 @@ class Reading:
     # A deployable name when only that partition is concerned (a MIG
     # instance); None: the whole device, hence all its deployables.
     deployable: str = None
-    source: str = ''             # 'nvml', 'aer', 'pci', 'fpga', 'fake',
-                                 # 'probe' (an active re-probe's verdict)
+    source: str = ''             # 'nvml', 'aer', 'pci', 'fpga', 'ras',
+                                 # 'qat', 'nvme', 'nic', 'fake', 'probe'
+                                 # (an active re-probe's verdict)
     code: str = None             # machine-readable: 'xid:79', 'aer:fatal'
     # Cumulative counters behind the reading (for metrics and events), e.g.
     # {'xid': 3, 'aer_fatal': 0, 'ecc_uncorrected': 2}.
