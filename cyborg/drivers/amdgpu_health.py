@@ -54,9 +54,14 @@ RAS_DIR = 'ras'
 ERR_COUNT_SUFFIX = '_err_count'
 ACA_PREFIX = 'aca_'
 BAD_PAGES = 'gpu_vram_bad_pages'
-# The kinds of count an err_count file gives, and the counter each adds to.
-_RAS_COUNTS = {'ue': 'ras_uncorrectable', 'ce': 'ras_correctable',
-               'de': 'ras_deferred'}
+# The kinds of count an err_count file gives: (what they are, the counter
+# each adds to, the severity of an increase (None: counted only), whether
+# it counts only in bursts as corrected errors do).
+_RAS_COUNTS = {
+    'ue': ('uncorrectable', 'ras_uncorrectable', states.FATAL, False),
+    'ce': ('correctable', 'ras_correctable', states.TRANSIENT, True),
+    'de': ('deferred', 'ras_deferred', None, False),
+}
 # The flags of a bad page, and the counter of each.
 _BAD_PAGE_FLAGS = {'R': 'bad_pages_retired', 'P': 'bad_pages_pending',
                    'F': 'bad_pages_unretirable'}
@@ -125,25 +130,21 @@ class AMDGPUHealth(pci_health.PCIHealth):
         counts = parse_err_count(sysfs.read_text(path))
         if counts is None:
             return []
-        tracker = self._pci_health_state()['counters']
         readings = []
-        for kind, counter in _RAS_COUNTS.items():
+        for kind, (what, counter, severity, correctable) in \
+                _RAS_COUNTS.items():
             if kind not in counts:
                 continue
             counters[counter] = counters.get(counter, 0) + counts[kind]
-            new = tracker.delta((device.key(), 'ras', block, kind),
-                                counts[kind])
-            if kind == 'ue' and new:
+            if severity is None:
+                continue
+            new = self.new_errors(device, ('ras', block, kind),
+                                  counts[kind], correctable=correctable)
+            if new:
                 readings.append(pci_health.reading(
-                    device, states.FATAL, 'ras',
-                    f'{new} new uncorrectable errors in {block}',
-                    f'ras:{block}_ue'))
-            elif (kind == 'ce' and
-                  new > self.conf.agent.aer_correctable_burst):
-                readings.append(pci_health.reading(
-                    device, states.TRANSIENT, 'ras',
-                    f'{new} correctable errors in {block} since the last '
-                    f'check', f'ras:{block}_ce'))
+                    device, severity, 'ras',
+                    f'{new} new {what} errors in {block}',
+                    f'ras:{block}_{kind}'))
         return readings
 
     def _bad_pages(self, device, path, counters):

@@ -151,7 +151,6 @@ class XilinxHealth(pci_health.PCIHealth):
             'reset', 'fpga:firewall')]
 
     def _ecc(self, device, name, sub, counters):
-        tracker = self._pci_health_state()['counters']
         readings = []
         for file_name, severity in (('ecc_ue_cnt', states.FATAL),
                                     ('ecc_ce_cnt', states.TRANSIENT)):
@@ -160,10 +159,8 @@ class XilinxHealth(pci_health.PCIHealth):
                 continue
             kind = file_name[:6]
             counters[kind] = counters.get(kind, 0) + count
-            new = tracker.delta((device.key(), name, file_name), count)
-            if severity == states.TRANSIENT and \
-                    new <= self.conf.agent.aer_correctable_burst:
-                new = 0
+            new = self.new_errors(device, (name, file_name), count,
+                                  correctable=severity == states.TRANSIENT)
             if new:
                 what = ('uncorrectable' if severity == states.FATAL
                         else 'correctable')

@@ -63,17 +63,14 @@ class IntelQATDriver(base.Driver, pci_health.PCIHealth):
     def more_health(self, device, counters):
         path = self.function_path(device.controlpath_id.cpid_info)
         readings = []
-        tracker = self._pci_health_state()['counters']
-        for kind, names, severity in RAS_COUNTERS:
+        for kind, names, severity, correctable in RAS_COUNTERS:
             count = _first_int(path, names)
             if count is None:
                 continue
             counters[f'qat_errors_{kind}'] = count
-            new = tracker.delta((device.key(), 'qat', kind), count)
-            if severity is None:       # correctable: bursts only
-                severity = (states.TRANSIENT if new >
-                            self.conf.agent.aer_correctable_burst else None)
-            if new and severity:
+            new = self.new_errors(device, ('qat', kind), count,
+                                  correctable=correctable)
+            if new:
                 readings.append(pci_health.reading(
                     device, severity, 'qat',
                     f'{new} new {kind} errors', f'qat:errors_{kind}'))
@@ -84,14 +81,14 @@ class IntelQATDriver(base.Driver, pci_health.PCIHealth):
         return readings
 
 
-# The PF's error counters: (kind, file names, in-tree first, severity of an
-# increase; None: correctable, transient in bursts only).
+# The PF's error counters: (kind, file names, in-tree first, severity of
+# an increase, whether it counts only in bursts as corrected errors do).
 RAS_COUNTERS = (
-    ('fatal', ('qat_ras/errors_fatal', 'ras_fatal'), states.FATAL),
+    ('fatal', ('qat_ras/errors_fatal', 'ras_fatal'), states.FATAL, False),
     ('nonfatal', ('qat_ras/errors_nonfatal', 'ras_uncorrectable'),
-     states.TRANSIENT),
+     states.TRANSIENT, False),
     ('correctable', ('qat_ras/errors_correctable', 'ras_correctable'),
-     None),
+     states.TRANSIENT, True),
 )
 
 

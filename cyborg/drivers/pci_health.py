@@ -117,6 +117,17 @@ class PCIHealth(base.HealthReporting):
             readings.extend(self._device_health(device))
         return readings
 
+    def new_errors(self, device, key, count, correctable=False):
+        """Errors a cumulative counter ``key`` of ``device`` gained since
+        the previous check (the first value is a baseline, a lower one a
+        reset).  Correctable ones count only in bursts: 0 unless more than
+        ``[agent]aer_correctable_burst`` arrived."""
+        new = self._pci_health_state()['counters'].delta(
+            (device.key(),) + tuple(key), count)
+        if correctable and new <= self.conf.agent.aer_correctable_burst:
+            return 0
+        return new
+
     def more_health(self, device, counters):
         """Readings of driver-specific sources for ``device``, whose
         function is present; may add to ``counters`` (shared by all the
