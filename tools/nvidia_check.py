@@ -78,14 +78,15 @@ def parse_nvidia_smi(xml):
         gpus[address] = {
             'name': text('product_name'), 'uuid': text('uuid'),
             'serial': text('serial'),
-            'memory_mb': _leading_int(text('fb_memory_usage/total')),
-            'memory_used_mb': _leading_int(text('fb_memory_usage/used')),
+            'memory_mb': _leading_number(text('fb_memory_usage/total')),
+            'memory_used_mb': _leading_number(text('fb_memory_usage/used')),
             'utilization': _percent(text('utilization/gpu_util')),
             'mig_enabled': text('mig_mode/current_mig') == 'Enabled',
-            'temperature_celsius': _leading_int(text('temperature/gpu_temp')),
-            'power_watts': _leading_float(
+            'temperature_celsius': _leading_number(
+                text('temperature/gpu_temp')),
+            'power_watts': _leading_number(
                 text('gpu_power_readings/average_power_draw') or
-                text('power_readings/power_draw')),
+                text('power_readings/power_draw'), float),
             'clock_events': _clock_events(gpu)}
     return gpus
 
@@ -101,25 +102,17 @@ def _clock_events(gpu):
     return None
 
 
-def _leading_int(value):
-    """81559 of '81559 MiB', 42 of '42 %'; None when absent or not a
-    number."""
+def _leading_number(value, kind=int):
+    """81559 of '81559 MiB', 42 of '42 %' (``kind=float``: 692.46 of
+    '692.46 W'); None when absent or not a number ('N/A')."""
     try:
-        return int(value.split()[0])
-    except (AttributeError, ValueError, IndexError):
-        return None
-
-
-def _leading_float(value):
-    """692.46 of '692.46 W'; None when absent or not a number ('N/A')."""
-    try:
-        return float(value.split()[0])
+        return kind(value.split()[0])
     except (AttributeError, ValueError, IndexError):
         return None
 
 
 def _percent(value):
-    number = _leading_int(value)
+    number = _leading_number(value)
     return None if number is None else number / 100.0
 
 
