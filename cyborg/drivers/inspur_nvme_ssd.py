@@ -12,12 +12,16 @@ and its temperature alarm::
                                       out (-> transient)
     <function>/nvme/nvme<N>/hwmon/hwmon<M>/temp1_alarm
                                       1: the SMART critical warning for
-                                      temperature (-> transient)
+                                      temperature (-> transient); read at
+                                      most every SMART_INTERVAL seconds
+                                      (each read makes the kernel ask the
+                                      drive for its SMART log)
 
 Usage: the temperature (the "Composite" sensor of the same hwmon).
 """
 
 import os
+import time
 
 from cyborg.common import states
 from cyborg.drivers import base, pci_health, sysfs
@@ -27,6 +31,8 @@ NVME = '0108'
 # Controller states (the nvme driver's ``state`` file) that are faults.
 FAULTY_STATES = {'dead': states.FATAL, 'resetting': states.TRANSIENT,
                  'connecting': states.TRANSIENT}
+# Seconds between two reads of a controller's temperature alarm.
+SMART_INTERVAL = 30.0
 
 
 class InspurNVMeSSDDriver(base.WholeFunctionDriver, pci_health.PCIHealth):
@@ -52,12 +58,23 @@ class InspurNVMeSSDDriver(base.WholeFunctionDriver, pci_health.PCIHealth):
                     device, FAULTY_STATES[state], 'nvme',
                     f'NVMe controller {name} is {state}', f'nvme:{state}'))
             for hwmon in sysfs.hwmon_dirs(controller):
-                if sysfs.read_int(os.path.join(hwmon, 'temp1_alarm')):
+                if self._temperature_alarm(hwmon):
                     readings.append(pci_health.reading(
                         device, states.TRANSIENT, 'nvme',
                         f'NVMe controller {name}: critical temperature '
                         f'warning', 'nvme:temperature'))
         return readings
+
+    def _temperature_alarm(self, hwmon):
+        """The alarm as last read, read again once SMART_INTERVAL has
+        passed."""
+        alarms = self.__dict__.setdefault('_alarms', {})
+        now = time.monotonic()
+        read_at, alarm = alarms.get(hwmon, (None, False))
+        if read_at is None or now - read_at >= SMART_INTERVAL:
+            alarm = bool(sysfs.read_int(os.path.join(hwmon, 'temp1_alarm')))
+            alarms[hwmon] = (now, alarm)
+        return alarm
 
     def usage(self, devices):
         """``{device key: {'temperature_celsius': t}}`` of the controllers

@@ -3,6 +3,7 @@ state and its temperature alarm (fake sysfs tree, as the nvme driver and
 its hwmon show them)."""
 
 from cyborg.common import states
+from cyborg.drivers import inspur_nvme_ssd
 from tests.unit.drivers import conftest
 
 SSD = '0000:db:00.0'
@@ -25,7 +26,9 @@ def test_a_live_controller_is_well_and_shows_its_temperature(conf, discovered):
     assert driver.usage(devices) == {KEY: {'temperature_celsius': 38.0}}
 
 
-def test_states_and_the_temperature_alarm(conf, discovered):
+def test_states_and_the_temperature_alarm(conf, discovered, monkeypatch):
+    # The alarm read at every check here (not once per SMART_INTERVAL).
+    monkeypatch.setattr(inspur_nvme_ssd, 'SMART_INTERVAL', 0)
     tree, driver, devices = _setup(discovered, temperature=38, alarm=0)
     tree.set_nvme(SSD, state='resetting', temperature=38, alarm=0)
     assert _check(driver, devices) == [(states.TRANSIENT, 'nvme:resetting')]
@@ -34,6 +37,26 @@ def test_states_and_the_temperature_alarm(conf, discovered):
         (states.TRANSIENT, 'nvme:temperature')]
     tree.set_nvme(SSD, state='dead', temperature=81, alarm=0)
     assert _check(driver, devices) == [(states.FATAL, 'nvme:dead')]
+
+
+def test_the_alarm_is_read_once_per_smart_interval(conf, discovered,
+                                                    monkeypatch):
+    """Each read of temp1_alarm costs the drive an admin command: between
+    two reads the alarm is the one last read."""
+    tree, driver, devices = _setup(discovered, temperature=38, alarm=0)
+    assert _check(driver, devices) == [(states.OK, '')]
+    tree.set_nvme(SSD, temperature=81, alarm=1)
+    assert _check(driver, devices) == [(states.OK, '')]
+    monkeypatch.setattr(inspur_nvme_ssd, 'SMART_INTERVAL', 0)   # time up
+    assert _check(driver, devices) == [
+        (states.TRANSIENT, 'nvme:temperature')]
+    monkeypatch.setattr(inspur_nvme_ssd, 'SMART_INTERVAL', 3600)
+    tree.set_nvme(SSD, temperature=38, alarm=0)
+    # Remembered until the next read...
+    assert _check(driver, devices) == [
+        (states.TRANSIENT, 'nvme:temperature')]
+    monkeypatch.setattr(inspur_nvme_ssd, 'SMART_INTERVAL', 0)
+    assert _check(driver, devices) == [(states.OK, '')]
 
 
 def test_a_controller_passed_through_has_pci_health_only(discovered):
