@@ -850,10 +850,6 @@ def _finish(conf, context, batch_id, job, handle, deadline):
                 _due(conf, deadline))
 
 
-def _take_handle(context, job):
-    return db_api.write_retrying(context, _take_handle_in, context, job)[0]
-
-
 def _take_handle_in(context, job, finish=None):
     """(handle, done): ``finish(handle)`` ends the bind in the same
     transaction unless the handle is an mdev still to be created."""

@@ -13,6 +13,7 @@ from oslo_utils import timeutils
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
 from cyborg.conductor import arq_binding, awaited, nova
+from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.placement import client as placement_client
 from cyborg.placement import embedded
@@ -49,6 +50,13 @@ def _binding(device, instance=None):
 
 def _bind(conf, ctx, bindings):
     arq_binding.start_bind(conf, ctx, bindings).result(30)
+
+
+def _take_handle(ctx, job):
+    """Take the job's handle in a transaction of its own, as a bind that
+    has something slow to do before it ends (programming, an mdev)."""
+    return db_api.write_retrying(ctx, arq_binding._take_handle_in, ctx,
+                                 job)[0]
 
 
 def _state(db, uuid):
@@ -484,7 +492,7 @@ def test_unbind_while_binding_releases_the_handle_once(aconf, db, ctx,
         c.execute(sa.update(models.ExtARQ).where(
             models.ExtARQ.uuid == uuid).values(
             state='BindStarted', deployable_id=device.deployable_id))
-    handle = arq_binding._take_handle(ctx, jobs[0])
+    handle = _take_handle(ctx, jobs[0])
     arq_binding.unbind(aconf, ctx, [uuid])
     assert seed.handles_in_use(db) == 0
     deadline = timeutils.utcnow() + datetime.timedelta(minutes=1)
@@ -550,7 +558,7 @@ def test_restarted_conductor_fails_its_own_binds_at_once(aconf, db, ctx,
         answer.result(30)
     arq_binding._start(aconf, ctx, bindings, timeutils.utcnow(),
                        arq_binding._Known(asked))
-    handle = arq_binding._take_handle(ctx, {
+    handle = _take_handle(ctx, {
         'uuid': after_handle, 'deployable_id': device.deployable_id,
         'device_rp_uuid': device.rp_uuid, 'group': {}})
     started_at = timeutils.utcnow() + datetime.timedelta(seconds=1)
