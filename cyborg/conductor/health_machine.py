@@ -8,6 +8,8 @@ writes what changed.  The vocabulary is ``cyborg.common.states``.
 A record (the ``HealthColumns`` of a device or deployable row) moves so::
 
     healthy --transient--> suspect --(suspect_threshold faults)--> unhealthy
+    suspect --(its condition re-stated)--> suspect (window restarts)
+    suspect --(a transient reading after max_suspect_time)--> unhealthy
     suspect --(suspect_window without fault)--> healthy           (timer)
     any --fatal/gone--> unhealthy
     unhealthy --first good reading--> hold-down starts (due_at)
@@ -52,6 +54,7 @@ class Settings:
 
     suspect_threshold: int = 3
     suspect_window: int = 300
+    max_suspect_time: int = 900
     hold_down: int = 60
     max_hold_down: int = 86400
     flap_window: int = 3600
@@ -186,15 +189,28 @@ def _readmitted(record, now, settings):
 
 def _transient(record, reading, now, settings):
     reason = reading.reason or f'transient fault ({reading.source})'
-    if record.health == states.SUSPECT and reading.restated:
-        # The condition that made it suspect still holds: not a new fault.
-        return record
     if (reading.source == 'probe' and
             record.health in (states.HEALTHY, states.SUSPECT)):
         # A re-probe's "not yet" (a card being programmed answers it for
         # the device and each of its deployables) is a verdict only for
         # what is out.
         return record
+    suspect_for = _suspect_for(record, now)
+    if (settings.max_suspect_time and suspect_for is not None and
+            suspect_for >= settings.max_suspect_time):
+        # Still failing after all this time: a condition that does not
+        # clear (a GPU held in hardware slowdown, a reset that never
+        # comes) takes the device out until it reads well.
+        return _moved(record, now, states.UNHEALTHY,
+                      f'suspect for {suspect_for} s, longer than '
+                      f'max_suspect_time ({settings.max_suspect_time} s); '
+                      f'last: {reason}', due_at=None)
+    if record.health == states.SUSPECT and reading.restated:
+        # The condition that made it suspect still holds: not a new
+        # fault, but it stays suspect for as long as it lasts (and the
+        # window after it), rather than passing for healthy in between.
+        return dataclasses.replace(
+            record, due_at=now + _seconds(settings.suspect_window))
     if record.health in (states.HEALTHY, states.SUSPECT):
         faults = (record.faults if record.health == states.SUSPECT
                   else 0) + 1
@@ -209,6 +225,14 @@ def _transient(record, reading, now, settings):
         return _out(record, now, reason)
     # Unhealthy: the device is still not well; start the hold-down again.
     return dataclasses.replace(record, due_at=None)
+
+
+def _suspect_for(record, now):
+    """Whole seconds ``record`` has been suspect without a break, or None
+    when it is not suspect."""
+    if record.health != states.SUSPECT or record.updated_at is None:
+        return None
+    return int((now - record.updated_at).total_seconds())
 
 
 # -- timers -------------------------------------------------------------------

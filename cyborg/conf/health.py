@@ -26,8 +26,21 @@ opts = [
                help='Transient faults within suspect_window that make a '
                     'suspect device unhealthy.'),
     cfg.IntOpt('suspect_window', default=300, min=1,
-               help='Seconds without a fault after which a suspect device '
-                    'is healthy again.'),
+               help='Seconds without a fault, and without the condition '
+                    'that made it suspect being re-stated, after which a '
+                    'suspect device is healthy again. Keep it longer than '
+                    'report_interval.'),
+    cfg.IntOpt('max_suspect_time', default=900, min=0,
+               help='Seconds a device may stay suspect without a break (a '
+                    'transient condition that lasts, re-stated by every '
+                    'full report, or faults that keep coming below '
+                    'suspect_threshold) before the next transient reading '
+                    'takes it out as unhealthy: a GPU held in hardware '
+                    'slowdown, a row remap waiting for a reset, an SSD '
+                    'stuck resetting. It comes back as any failed device '
+                    'does, once it reads well. 0: never (such a device '
+                    'stays suspect, still scheduled, while the condition '
+                    'lasts).'),
     cfg.IntOpt('hold_down', default=60, min=0,
                help='Seconds an unhealthy device must read well before it '
                     'is actively re-probed for re-admission. Doubled for '

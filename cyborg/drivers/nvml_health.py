@@ -27,9 +27,10 @@ timeout.  Its sources, each skipped for a GPU that answers
   each onset is a fault, so a GPU that keeps starting to do it (failing
   cooling or power) leaves the schedule after ``[health]suspect_threshold``
   onsets within ``[health]suspect_window``, and one that stays slowed
-  down keeps being suspect.  NVML may also show the generic
-  ``hw_slowdown`` for a moment while the GPU changes performance state,
-  so that one counts only when two checks in a row see it.  The software
+  down is suspect until ``[health]max_suspect_time``, then out.  NVML
+  may also show the generic ``hw_slowdown`` for a moment while the GPU
+  changes performance state, so that one counts only when two checks in
+  a row see it.  The software
   limits (``sw_power_cap``, ``sw_thermal_slowdown``) are a busy GPU
   working within its budget (an H200 running matrix products sits at its
   700 W cap): usage, not health;

@@ -317,6 +317,73 @@ def test_a_restated_transient_condition_is_not_counted_again():
     assert record.health == states.UNHEALTHY
 
 
+def test_a_condition_that_lasts_keeps_the_device_suspect_throughout():
+    """Re-stated every full report, a condition that holds (a GPU in
+    hardware slowdown) keeps the device suspect: it does not pass for
+    healthy at the end of the window while it still holds, and is
+    healthy again a window after the last time it was seen."""
+    record = m.apply_reading(rec(), TRANSIENT, at(0), S)
+    restated = dataclasses.replace(TRANSIENT, restated=True)
+    for second in range(30, 601, 30):
+        record = m.step(record, [restated], at(second), S)
+        assert (record.health, record.faults, record.updated_at) == (
+            states.SUSPECT, 1, at(0)), second
+    assert m.apply_timers(record, at(899), S).health == states.SUSPECT
+    assert m.apply_timers(record, at(900), S).health == states.HEALTHY
+
+
+def test_a_device_suspect_for_too_long_is_taken_out():
+    record = m.apply_reading(rec(), TRANSIENT, at(0), S)
+    restated = dataclasses.replace(TRANSIENT, restated=True,
+                                   reason='Hardware slowdown')
+    record = m.step(record, [restated], at(899), S)
+    assert record.health == states.SUSPECT
+    out = m.step(record, [restated], at(900), S)
+    assert (out.health, out.updated_at, out.due_at, out.faults) == (
+        states.UNHEALTHY, at(900), None, 1)
+    assert out.reason == ('suspect for 900 s, longer than max_suspect_time '
+                          '(900 s); last: Hardware slowdown')
+    # Out while the condition lasts; back as any failed device once well.
+    assert m.step(out, [restated], at(930), S).due_at is None
+    held = m.step(out, [OK], at(960), S)
+    assert held.due_at == at(1020)
+    probing = m.step(held, [], at(1020), S)
+    assert m.step(probing, [PROBE_OK], at(1021), S).health == states.HEALTHY
+
+
+def test_faults_that_keep_coming_below_the_threshold_take_it_out_too():
+    settings = dataclasses.replace(S, suspect_threshold=100,
+                                   max_suspect_time=600)
+    record = rec()
+    for second in range(0, 600, 120):
+        record = m.step(record, [TRANSIENT], at(second), settings)
+        assert record.health == states.SUSPECT
+    record = m.step(record, [TRANSIENT], at(600), settings)
+    assert record.health == states.UNHEALTHY
+    assert record.reason.startswith('suspect for 600 s')
+
+
+def test_only_a_reading_takes_a_long_suspect_device_out():
+    """Time alone is no fault: a device suspect for a long window after
+    one fault is healthy again at its end if nothing else was seen."""
+    settings = dataclasses.replace(S, suspect_window=3600,
+                                   max_suspect_time=600)
+    record = m.apply_reading(rec(), TRANSIENT, at(0), settings)
+    assert m.apply_timers(record, at(1200), settings) == record
+    assert m.step(record, [OK], at(1200), settings) == record
+    assert m.apply_timers(record, at(3600), settings).health == \
+        states.HEALTHY
+
+
+def test_max_suspect_time_zero_keeps_a_lasting_condition_suspect():
+    settings = dataclasses.replace(S, max_suspect_time=0)
+    record = m.apply_reading(rec(), TRANSIENT, at(0), settings)
+    restated = dataclasses.replace(TRANSIENT, restated=True)
+    for second in range(30, 86400, 3600):
+        record = m.step(record, [restated], at(second), settings)
+    assert (record.health, record.faults) == (states.SUSPECT, 1)
+
+
 def test_an_admin_vouching_re_probes_an_unhealthy_record_now():
     flapping = dataclasses.replace(unhealthy_since(0), flaps=5,
                                    due_at=at(600), readmitted_at=at(-60))
