@@ -26,6 +26,7 @@ VERSIONS = [
     '2.8',  # /remote_pools: remote (fabric-attached) accelerator pools.
     '2.9',  # /exports: inventory as Kubernetes ResourceSlices, gres.conf.
     '2.10',  # Deployables show programming_until (an FPGA being written).
+    '2.11',  # Lists of devices, ARQs and profiles are paged (limit, marker).
 ]
 
 # The microversions code branches on, named by what they brought.
@@ -39,6 +40,7 @@ QUOTAS = (2, 7)
 REMOTE_POOLS = (2, 8)
 EXPORTS = (2, 9)
 PROGRAMMING = (2, 10)
+PAGINATION = (2, 11)
 
 _FORMAT = re.compile(r'^([1-9]\d*)\.(0|[1-9]\d*)$')
 

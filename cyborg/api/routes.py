@@ -120,7 +120,7 @@ OPERATIONS = [
               arq_schema.ARQ_LIST, query=arq_schema.LIST_QUERY,
               errors=ERRORS + (423,)),
     Operation('POST', _ARQS, arqs.create_arqs, arq_policy.CREATE,
-              arq_schema.ARQ_LIST, 201, body=arq_schema.CREATE,
+              arq_schema.CREATED_ARQS, 201, body=arq_schema.CREATE,
               errors=WRITE_ERRORS),
     Operation('PATCH', _ARQS, arqs.bind_or_unbind_arqs, arq_policy.UPDATE,
               status=202, body=arq_schema.PATCH, errors=WRITE_ERRORS),

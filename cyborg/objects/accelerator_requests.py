@@ -81,6 +81,11 @@ class AcceleratorRequest:
         return None if row is None else cls._from_row(row)
 
     @classmethod
-    def list(cls, context, project_id=None, instance_uuid=None, uuids=None):
-        rows = arq_db.get_all(context, project_id, instance_uuid, uuids)
-        return [cls._from_row(row) for row in rows]
+    def list(cls, context, project_id=None, instance_uuid=None, uuids=None,
+             limit=None, marker=None):
+        """The ARQs (of a project, an instance, these uuids): at most
+        ``limit`` after the one whose uuid is ``marker``; None when that
+        names none (of the project)."""
+        rows = arq_db.get_all(context, project_id, instance_uuid, uuids,
+                              limit, marker)
+        return None if rows is None else [cls._from_row(r) for r in rows]

@@ -131,6 +131,10 @@ class DeviceProfile:
         return cls._with_projects(context, [row])[0] if row else None
 
     @classmethod
-    def list(cls, context, names=None, visible_to=None):
-        return cls._with_projects(
-            context, profile_db.get_all(context, names, visible_to))
+    def list(cls, context, names=None, visible_to=None, limit=None,
+             marker=None):
+        """The profiles ``visible_to`` sees (with one of ``names``): at
+        most ``limit`` after the one whose uuid is ``marker``; None when
+        that names none it sees."""
+        rows = profile_db.get_all(context, names, visible_to, limit, marker)
+        return None if rows is None else cls._with_projects(context, rows)

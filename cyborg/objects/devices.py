@@ -29,7 +29,9 @@ class Device:
         return base.one(cls, device_db.get(context, uuid))
 
     @classmethod
-    def list(cls, context, filters=None):
+    def list(cls, context, filters=None, limit=None, marker=None):
         """Devices whose type, vendor, hostname, health equal
-        ``filters``."""
-        return base.many(cls, device_db.get_all(context, filters))
+        ``filters``: at most ``limit`` after the device whose uuid is
+        ``marker``; None when no device has that uuid."""
+        rows = device_db.get_all(context, filters, limit, marker)
+        return None if rows is None else base.many(cls, rows)

@@ -8,9 +8,11 @@ view (or None for 202 and 204).
 """
 
 import json
+import urllib.parse
 
 import webob
 
+from cyborg.api import microversion
 from cyborg.common import exception
 from cyborg.common import policy
 
@@ -40,6 +42,52 @@ class ApiRequest:
     def authorize(self, rule, target=None):
         """Raise 403 unless policy allows ``rule`` on ``target``."""
         policy.authorize(self.conf, self.context, rule, target)
+
+
+def page_of(r):
+    """(limit, marker) of a list request: from microversion 2.11 at most
+    ``?limit=`` items, and at most (also by default) ``[api]max_limit``,
+    after the one whose uuid is ``?marker=``; (None, None) before 2.11,
+    where a list has every item."""
+    if not r.version.matches(microversion.PAGINATION):
+        return None, None
+    max_limit = r.conf.api.max_limit
+    return (min(int(r.query.get('limit', max_limit)), max_limit),
+            r.query.get('marker'))
+
+
+def read_page(r, resource, read):
+    """``read(limit, marker)`` for the page ``r`` asks for, with one item
+    more than the page holds, to tell whether there is a next page (see
+    ``paged``); 404 when the marker names no ``resource`` the caller may
+    list."""
+    limit, marker = page_of(r)
+    items = read(None if limit is None else limit + 1, marker)
+    if items is None:
+        raise exception.ResourceNotFound(resource=f'Marker {resource}',
+                                         id=marker)
+    return items
+
+
+def paged(r, key, collection, items, show, limit=None):
+    """The body of a list: ``items`` (read with one more than the page
+    holds, as ``read_page`` does) shown, ``limit`` of them (by default
+    what ``page_of`` says), and from microversion 2.11, where more follow,
+    ``<key>_links`` with the link to the next page: the same query, its
+    marker the last item shown."""
+    if limit is None:
+        limit, _marker = page_of(r)
+    if limit is None or len(items) <= limit:
+        return {key: [show(r, item) for item in items]}
+    items = items[:limit]
+    body = {key: [show(r, item) for item in items]}
+    if r.version.matches(microversion.PAGINATION):
+        query = dict(r.query, limit=str(limit), marker=items[-1].uuid)
+        body[key + '_links'] = [{
+            'rel': 'next',
+            'href': '%s?%s' % (r.url('v2', collection),
+                               urllib.parse.urlencode(sorted(query.items())))}]
+    return body
 
 
 def require(obj, resource, id):

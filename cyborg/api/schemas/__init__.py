@@ -14,6 +14,7 @@ import json
 import jsonschema
 from jsonschema import exceptions as jsonschema_exceptions
 
+from cyborg.api.schemas import common
 from cyborg.common import exception
 
 # Reasons are cut here, after the field name, so they stay readable.
@@ -68,13 +69,21 @@ def strict_object(properties, optional=()):
             'additionalProperties': False}
 
 
-def list_of(key, item):
-    """{key: [item, ...]}, for a plain or versioned item schema."""
-    def wrap(schema):
-        return strict_object({key: {'type': 'array', 'items': schema}})
-    if isinstance(item, Versioned):
-        return item.map(wrap)
-    return wrap(item)
+def list_of(key, item, paged_since=None):
+    """{key: [item, ...]}, for a plain or versioned item schema; from
+    microversion ``paged_since`` with ``<key>_links`` (the next page) where
+    there is a next page."""
+    since = [tuple(paged_since)] if paged_since else []
+    breaks = sorted({v for v, _ in variants(item)} | set(since))
+
+    def wrap(version):
+        properties = {key: {'type': 'array', 'items': at(item, version)}}
+        if since and version >= since[0]:
+            properties[key + '_links'] = common.NEXT_LINKS
+        return strict_object(properties, optional=(key + '_links',))
+    if len(breaks) == 1:
+        return wrap(breaks[0])
+    return Versioned(*((version, wrap(version)) for version in breaks))
 
 
 @functools.lru_cache(maxsize=None)

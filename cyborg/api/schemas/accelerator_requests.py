@@ -74,13 +74,15 @@ PATCH = {
 
 # ?instance= is searched for: any value, none matching gives [].
 # ?bind_state= chooses what the call does, so only 'resolved' is valid.
-LIST_QUERY = {
-    'type': 'object',
-    'properties': {
-        'instance': {'type': 'string'},
-        'bind_state': {'type': 'string', 'enum': ['resolved']},
-    },
+_LIST_FILTERS = {
+    'instance': {'type': 'string'},
+    'bind_state': {'type': 'string', 'enum': ['resolved']},
 }
+LIST_QUERY = Versioned(
+    ((2, 0), {'type': 'object', 'properties': _LIST_FILTERS}),
+    (microversion.PAGINATION, {'type': 'object', 'properties': dict(
+        _LIST_FILTERS, **common.PAGE)}),
+)
 
 DELETE_QUERY = {
     'type': 'object',
@@ -129,4 +131,6 @@ ARQ = Versioned(
     (microversion.STANDALONE,
      strict_object(dict(_ARQ, **_DEVICE_HEALTH, **_CONSUMER))),
 )
-ARQ_LIST = list_of('arqs', ARQ)
+ARQ_LIST = list_of('arqs', ARQ, microversion.PAGINATION)
+# What a create answers: every ARQ it made, never paged.
+CREATED_ARQS = list_of('arqs', ARQ)

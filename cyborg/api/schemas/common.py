@@ -8,6 +8,16 @@ NAME = {'type': 'string', 'minLength': 1, 'maxLength': 255}
 # query strings and as numbers or strings in bodies.
 INT_STRING = {'type': 'string', 'pattern': '^[0-9]{1,10}$'}
 
+# ?limit=&marker= of a paged list (GET /deployables; from microversion
+# 2.11 the lists of devices, ARQs and device profiles too).
+PAGE = {
+    'limit': {'type': 'string', 'pattern': '^[1-9][0-9]{0,8}$',
+              'description': 'At most this many items (and at most '
+                             '[api]max_limit).'},
+    'marker': dict(UUID, description='The uuid of the last item of the '
+                   'previous page.'),
+}
+
 # -- in responses ---------------------------------------------------------
 
 STRING = {'type': 'string'}
@@ -19,6 +29,14 @@ TIMESTAMP = {'type': ['string', 'null'], 'format': 'date-time'}
 LINKS = {'type': 'array', 'minItems': 2, 'maxItems': 2, 'items': {
     'type': 'object',
     'properties': {'href': STRING, 'rel': {'enum': ['self', 'bookmark']}},
+    'required': ['href', 'rel'],
+    'additionalProperties': False}}
+
+
+# ``<key>_links`` of a paged list: the next page, where there is one.
+NEXT_LINKS = {'type': 'array', 'minItems': 1, 'maxItems': 1, 'items': {
+    'type': 'object',
+    'properties': {'href': STRING, 'rel': {'enum': ['next']}},
     'required': ['href', 'rel'],
     'additionalProperties': False}}
 

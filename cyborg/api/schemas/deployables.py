@@ -14,8 +14,7 @@ LIST_QUERY = {
     'properties': {
         # Searched for, not written: any name, none matching is [].
         'name': {'type': 'string'},
-        'limit': {'type': 'string', 'pattern': '^[1-9][0-9]{0,8}$'},
-        'marker': common.UUID,
+        **common.PAGE,
         'sort_key': {'type': 'string', 'enum': list(deployables.SORT_KEYS)},
         'sort_dir': {'type': 'string', 'enum': ['asc', 'desc']},
     },
@@ -69,4 +68,5 @@ DEPLOYABLE = Versioned(
     (microversion.PROGRAMMING, strict_object(dict(
         _WITH_HEALTH, programming_until=_PROGRAMMING_UNTIL))),
 )
-DEPLOYABLE_LIST = list_of('deployables', DEPLOYABLE)
+DEPLOYABLE_LIST = list_of('deployables', DEPLOYABLE,
+                          microversion.PAGINATION)

@@ -85,10 +85,11 @@ CREATE = Versioned(
 
 # Names are searched for, not written: ?name=x,y with none existing (or
 # an empty one) gives [].
-LIST_QUERY = {
-    'type': 'object',
-    'properties': {'name': {'type': 'string'}},
-}
+LIST_QUERY = Versioned(
+    ((2, 0), {'type': 'object', 'properties': {'name': {'type': 'string'}}}),
+    (microversion.PAGINATION, {'type': 'object', 'properties': dict(
+        name={'type': 'string'}, **common.PAGE)}),
+)
 
 DELETE_QUERY = {
     'type': 'object',
@@ -119,6 +120,7 @@ PROFILE = Versioned(
     (microversion.PROFILE_VISIBILITY,
      strict_object(dict(_PROFILE, **_SHARING))),
 )
-PROFILE_LIST = list_of('device_profiles', PROFILE)
+PROFILE_LIST = list_of('device_profiles', PROFILE,
+                       microversion.PAGINATION)
 # GET /device_profiles/{name_or_uuid} wraps it; POST answers it bare.
 PROFILE_WRAPPED = PROFILE.map(lambda s: strict_object({'device_profile': s}))

@@ -20,11 +20,13 @@ _FILTERS = {
 # Microversion 2.4 adds ?health= (below, it is refused as unknown).  Its
 # value is a word of the health vocabulary, so a misspelt one is a 400,
 # not a silent empty list.
+_HEALTH_FILTER = dict(_FILTERS, health=dict(
+    health.STATE, description=common.since(microversion.HEALTH)))
 LIST_QUERY = Versioned(
     ((2, 0), {'type': 'object', 'properties': _FILTERS}),
-    (microversion.HEALTH, {'type': 'object', 'properties': dict(
-        _FILTERS, health=dict(health.STATE, description=common.since(
-            microversion.HEALTH)))}),
+    (microversion.HEALTH, {'type': 'object', 'properties': _HEALTH_FILTER}),
+    (microversion.PAGINATION, {'type': 'object', 'properties': dict(
+        _HEALTH_FILTER, **common.PAGE)}),
 )
 
 _DEVICE = common.resource(
@@ -42,4 +44,4 @@ DEVICE = Versioned(
     (microversion.HEALTH, strict_object(dict(
         _DEVICE, **_STATUS, **health.fields('The device\'s health.')))),
 )
-DEVICE_LIST = list_of('devices', DEVICE)
+DEVICE_LIST = list_of('devices', DEVICE, microversion.PAGINATION)

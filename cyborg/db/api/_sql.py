@@ -73,3 +73,28 @@ def every(context, model, **filters):
     if not matchable(*filters.values()):
         return []
     return context.session.scalars(where_equal(model, filters)).all()
+
+
+def marker_id(context, id_column, uuid_column, marker, *scope):
+    """The id of the row whose uuid is ``marker`` among those the
+    ``scope`` conditions allow (the rows the caller may list), or None:
+    where a paged list resumes (rows with a greater id follow it)."""
+    if not matchable(marker):
+        return None
+    return context.session.execute(
+        sa.select(id_column).where(uuid_column == marker, *scope)).scalar()
+
+
+def paged(context, query, id_column, uuid_column, limit=None, marker=None,
+          scope=()):
+    """The ``query`` (ordered by ``id_column``) limited to the ``limit``
+    rows after the row whose uuid is ``marker``; None when the marker
+    names no row that ``scope`` allows."""
+    if marker is not None:
+        after = marker_id(context, id_column, uuid_column, marker, *scope)
+        if after is None:
+            return None
+        query = query.where(id_column > after)
+    if limit is not None:
+        query = query.limit(limit)
+    return query

@@ -128,23 +128,31 @@ _FILTERS = {
     'uuids': _ARQ.c.uuid.in_(sa.bindparam('uuids', expanding=True)),
     'project_id': _ARQ.c.project_id == sa.bindparam('project_id'),
     'instance_uuid': _ARQ.c.instance_uuid == sa.bindparam('instance_uuid'),
+    # Paging: the ARQs after the one whose id this is.
+    'after_id': _ARQ.c.id > sa.bindparam('after_id'),
 }
 
 
 @_sql.built_once
-def _filtered_statement(columns, order, given):
+def _filtered_statement(columns, order, given, limited):
     query = select(*columns).where(*(_FILTERS[name] for name in given))
-    return query.order_by(_ARQ.c.id) if order else query
+    if order:
+        query = query.order_by(_ARQ.c.id)
+    return query.limit(sa.bindparam('limit')) if limited else query
 
 
-def _filtered(context, columns, order=False, **params):
+def _filtered(context, columns, order=False, limit=None, **params):
     """Run ``SELECT columns`` of the ARQs matching every param that is not
-    None (names from ``_FILTERS``), built once for each set of params."""
+    None (names from ``_FILTERS``), at most ``limit`` of them, built once
+    for each set of params."""
     given = tuple(sorted(name for name, value in params.items()
                          if value is not None))
-    return _execute(context, _filtered_statement(columns, order, given), {
-        name: list(params[name]) if name == 'uuids' else params[name]
-        for name in given})
+    values = {name: list(params[name]) if name == 'uuids' else params[name]
+              for name in given}
+    if limit is not None:
+        values['limit'] = limit
+    return _execute(context, _filtered_statement(
+        columns, order, given, limit is not None), values)
 
 
 # -- reads ------------------------------------------------------------------
@@ -162,14 +170,26 @@ def get(context, uuid, project_id=None):
 
 
 @reader
-def get_all(context, project_id=None, instance_uuid=None, uuids=None):
-    """ARQs as the API shows them (``VIEW``), optionally of one project,
-    one instance, these uuids."""
-    if not _sql.matchable(project_id, instance_uuid, uuids):
+def get_all(context, project_id=None, instance_uuid=None, uuids=None,
+            limit=None, marker=None):
+    """ARQs as the API shows them (``VIEW``) by id, optionally of one
+    project, one instance, these uuids.  With ``limit`` and ``marker`` (an
+    ARQ's uuid): at most ``limit`` of them after that ARQ; None when it
+    names no ARQ (of ``project_id``, when given)."""
+    if not _sql.matchable(project_id):
+        return None if marker is not None else []
+    after_id = None
+    if marker is not None:
+        after_id = _sql.marker_id(
+            context, _ARQ.c.id, _ARQ.c.uuid, marker,
+            *([_ARQ.c.project_id == project_id] if project_id else []))
+        if after_id is None:
+            return None
+    if not _sql.matchable(instance_uuid, uuids):
         return []
-    return _filtered(context, VIEW, order=True, uuids=uuids,
-                     project_id=project_id,
-                     instance_uuid=instance_uuid).all()
+    return _filtered(context, VIEW, order=True, limit=limit, uuids=uuids,
+                     project_id=project_id, instance_uuid=instance_uuid,
+                     after_id=after_id).all()
 
 
 @reader

@@ -20,14 +20,19 @@ _SHARES = models.DeviceProfileProject
 
 def _visible(query, visible_to):
     """``query`` of profiles restricted to those ``visible_to`` sees."""
+    return query.where(*_visibility(visible_to))
+
+
+def _visibility(visible_to):
+    """The conditions of the profiles ``visible_to`` sees (none: all)."""
     if visible_to is None:
-        return query
+        return ()
     p = models.DeviceProfile
     shared = sa.select(_SHARES.profile_id).where(
         _SHARES.project_id == visible_to)
-    return query.where(sa.or_(p.visibility == states.PUBLIC,
-                              p.project_id == visible_to,
-                              p.id.in_(shared)))
+    return (sa.or_(p.visibility == states.PUBLIC,
+                   p.project_id == visible_to,
+                   p.id.in_(shared)),)
 
 
 @reader
@@ -48,16 +53,25 @@ def get(context, uuid=None, name=None, visible_to=None):
 
 
 @reader
-def get_all(context, names=None, visible_to=None):
-    """Device profiles, optionally only those with one of ``names``, and
-    only those ``visible_to`` may see."""
+def get_all(context, names=None, visible_to=None, limit=None, marker=None):
+    """Device profiles by id, optionally only those with one of ``names``,
+    and only those ``visible_to`` may see.  With ``limit`` and ``marker``
+    (a profile's uuid): at most ``limit`` of them after that profile;
+    None when it names no profile ``visible_to`` may see."""
     p = models.DeviceProfile
-    if not _sql.matchable(names, visible_to):
+    if not _sql.matchable(visible_to):
+        return None if marker is not None else []
+    query = _sql.paged(context, _visible(sa.select(p).order_by(p.id),
+                                         visible_to),
+                       p.id, p.uuid, limit, marker,
+                       scope=_visibility(visible_to))
+    if query is None:
+        return None
+    if not _sql.matchable(names):
         return []
-    query = sa.select(p).order_by(p.id)
     if names is not None:
         query = query.where(p.name.in_(list(names)))
-    return context.session.scalars(_visible(query, visible_to)).all()
+    return context.session.scalars(query).all()
 
 
 @reader

@@ -17,14 +17,22 @@ def get(context, uuid):
 
 
 @reader
-def get_all(context, filters=None):
+def get_all(context, filters=None, limit=None, marker=None):
     """Devices whose columns equal ``filters`` (type, vendor, hostname,
-    health); a type no device can have matches nothing."""
+    health), by id; a type no device can have matches nothing.  With
+    ``limit`` and ``marker`` (a device's uuid): at most ``limit`` of them
+    after that device; None when no device has that uuid."""
     filters = dict(filters or {})
-    if filters.get('type') not in (None,) + models.DEVICE_TYPES:
+    d = models.Device
+    query = _sql.paged(context, _sql.where_equal(d, filters), d.id, d.uuid,
+                       limit, marker)
+    if query is None:
+        return None
+    if (filters.get('type') not in (None,) + models.DEVICE_TYPES
+            or not _sql.matchable(*filters.values())):
         # Not a query: PostgreSQL rejects a label its enum does not know.
         return []
-    return _sql.every(context, models.Device, **filters)
+    return context.session.scalars(query).all()
 
 
 @reader

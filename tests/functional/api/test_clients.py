@@ -178,6 +178,30 @@ def test_sdk_reads(sdk):
     assert sdk.get_attribute(rc.uuid).value == 'FPGA'
 
 
+def test_sdk_follows_the_pages_of_a_list(endpoint, sdk):
+    """From microversion 2.11 lists are paged: openstacksdk, asking for
+    it, follows each page's ``<key>_links`` to the next one."""
+    names = ['paged-a', 'paged-b', 'paged-c']
+    created = [sdk.create_device_profile(
+        name=name, groups=[{'resources:FPGA': '1'}]) for name in names]
+    conn = openstack.connection.Connection(
+        auth_type='none', auth={'endpoint': endpoint},
+        accelerator_endpoint_override=endpoint,
+        accelerator_default_microversion='2.11')
+    try:
+        page = conn.accelerator.get('/device_profiles?limit=1').json()
+        assert len(page['device_profiles']) == 1
+        assert page['device_profiles_links'][0]['rel'] == 'next'
+        everything = [p.name for p in sdk.device_profiles()]
+        assert set(names) <= set(everything)
+        assert [p.name for p in conn.accelerator.device_profiles(
+            limit=1)] == everything
+    finally:
+        conn.close()
+        for profile in created:
+            sdk.delete_device_profile(profile.uuid)
+
+
 def test_sdk_device_profiles_and_arqs(sdk):
     profile = sdk.create_device_profile(
         name='sdk-dp', groups=[{'resources:FPGA': '2'}],

@@ -34,7 +34,7 @@ def _suite(name):
 # enums, integrity errors) also run on the servers' databases.
 ON_SERVERS = ('accelerator-requests', 'attributes', 'deployables',
               'device-profiles', 'device-profiles-visibility', 'devices',
-              'health')
+              'health', 'pagination')
 CASES = ([(name, 'sqlite') for name in FILES]
          + [(name, kind) for kind in ('mysql', 'postgresql')
             for name in ON_SERVERS])

@@ -27,16 +27,28 @@ def list_arqs(r):
     query = r.query
     if 'bind_state' in query and 'instance' not in query:
         raise exception.Invalid(reason='bind_state: needs instance')
-    arqs = AcceleratorRequest.list(r.context, _owner(r),
-                                   instance_uuid=query.get('instance'))
     if 'bind_state' in query:
+        # Whether every ARQ of the instance is resolved: all of them, in
+        # one answer.
+        paging = sorted({'limit', 'marker'} & set(query))
+        if paging:
+            raise exception.Invalid(reason=f'{paging[0]}: not with '
+                                           f'bind_state (an instance\'s '
+                                           f'ARQs come in one answer)')
+        arqs = AcceleratorRequest.list(r.context, _owner(r),
+                                       instance_uuid=query['instance'])
         pending = [a.uuid for a in arqs if a.state not in states.ARQ_RESOLVED]
         if pending:
             raise exception.Locked(
                 reason='accelerator requests of instance %s are still '
                        'binding: %s' % (query['instance'],
                                         ', '.join(pending)))
-    return {'arqs': [view.show(r, a) for a in arqs]}
+        return {'arqs': [view.show(r, a) for a in arqs]}
+    arqs = base.read_page(r, 'accelerator request', lambda limit, marker: (
+        AcceleratorRequest.list(r.context, _owner(r),
+                                instance_uuid=query.get('instance'),
+                                limit=limit, marker=marker)))
+    return base.paged(r, 'arqs', 'accelerator_requests', arqs, view.show)
 
 
 def show_arq(r, uuid):

@@ -10,16 +10,19 @@ from cyborg.objects.deployables import Deployable
 
 def list_deployables(r):
     query = r.query
+    # Paged at every microversion (as in OpenStack Cyborg), with a link to
+    # the next page from 2.11.
     max_limit = r.conf.api.max_limit
     limit = min(int(query.get('limit', max_limit)), max_limit)
     deployables = Deployable.list(r.context, name=query.get('name'),
-                                  limit=limit, marker=query.get('marker'),
+                                  limit=limit + 1, marker=query.get('marker'),
                                   sort_key=query.get('sort_key', 'id'),
                                   sort_dir=query.get('sort_dir', 'asc'))
     if deployables is None:
         raise exception.ResourceNotFound(resource='Marker deployable',
                                          id=query['marker'])
-    return {'deployables': [view.show(r, d) for d in deployables]}
+    return base.paged(r, 'deployables', 'deployables', deployables,
+                      view.show, limit)
 
 
 def show_deployable(r, uuid):

@@ -26,9 +26,12 @@ def list_device_profiles(r):
     names = None
     if 'name' in r.query:
         names = base.split_csv(r.query['name'])
-    profiles = DeviceProfile.list(r.context, names,
-                                  profile_objects.visible_to(r.context))
-    return {'device_profiles': [view.show(r, p) for p in profiles]}
+    visible_to = profile_objects.visible_to(r.context)
+    profiles = base.read_page(
+        r, 'device profile', lambda limit, marker: DeviceProfile.list(
+            r.context, names, visible_to, limit, marker))
+    return base.paged(r, 'device_profiles', 'device_profiles', profiles,
+                      view.show)
 
 
 def show_device_profile(r, name_or_uuid):

@@ -11,8 +11,9 @@ _FILTERS = ('type', 'vendor', 'hostname', 'health')
 
 def list_devices(r):
     filters = {k: r.query[k] for k in _FILTERS if k in r.query}
-    devices = Device.list(r.context, filters)
-    return {'devices': [view.show(r, d) for d in devices]}
+    devices = base.read_page(r, 'device', lambda limit, marker: Device.list(
+        r.context, filters, limit, marker))
+    return base.paged(r, 'devices', 'devices', devices, view.show)
 
 
 def show_device(r, uuid):
