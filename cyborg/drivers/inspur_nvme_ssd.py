@@ -21,7 +21,6 @@ Usage: the temperature (the "Composite" sensor of the same hwmon).
 """
 
 import os
-import time
 
 from cyborg.common import states
 from cyborg.drivers import base, pci_health, sysfs
@@ -58,23 +57,15 @@ class InspurNVMeSSDDriver(base.WholeFunctionDriver, pci_health.PCIHealth):
                     device, FAULTY_STATES[state], 'nvme',
                     f'NVMe controller {name} is {state}', f'nvme:{state}'))
             for hwmon in sysfs.hwmon_dirs(controller):
-                if self._temperature_alarm(hwmon):
+                if self.read_sparingly(
+                        ('nvme_alarm', hwmon), SMART_INTERVAL,
+                        lambda hwmon=hwmon: bool(sysfs.read_int(
+                            os.path.join(hwmon, 'temp1_alarm')))):
                     readings.append(pci_health.reading(
                         device, states.TRANSIENT, 'nvme',
                         f'NVMe controller {name}: critical temperature '
                         f'warning', 'nvme:temperature'))
         return readings
-
-    def _temperature_alarm(self, hwmon):
-        """The alarm as last read, read again once SMART_INTERVAL has
-        passed."""
-        alarms = self.__dict__.setdefault('_alarms', {})
-        now = time.monotonic()
-        read_at, alarm = alarms.get(hwmon, (None, False))
-        if read_at is None or now - read_at >= SMART_INTERVAL:
-            alarm = bool(sysfs.read_int(os.path.join(hwmon, 'temp1_alarm')))
-            alarms[hwmon] = (now, alarm)
-        return alarm
 
     def usage(self, devices):
         """``{device key: {'temperature_celsius': t}}`` of the controllers

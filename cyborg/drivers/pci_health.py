@@ -25,6 +25,7 @@ FPGA error registers); it is not called for a function that is gone.
 """
 
 import os
+import time
 
 from oslo_log import log as logging
 
@@ -108,7 +109,7 @@ class PCIHealth(base.HealthReporting):
         if state is None:
             state = self.__dict__['_pci_health'] = {
                 'counters': CounterTracker(), 'unbound': {}, 'aer': {},
-                'paths': {}}
+                'paths': {}, 'sparing': {}}
         return state
 
     def check_health(self, devices):
@@ -127,6 +128,19 @@ class PCIHealth(base.HealthReporting):
         if correctable and new <= self.conf.agent.aer_correctable_burst:
             return 0
         return new
+
+    def read_sparingly(self, key, seconds, read):
+        """``read()``, run again only once ``seconds`` have passed since
+        it last ran for ``key``; in between, what it returned then.  For a
+        source whose every read costs the device work (an admin command to
+        an SSD, a firmware check)."""
+        remembered = self._pci_health_state()['sparing']
+        now = time.monotonic()
+        read_at, value = remembered.get(key, (None, None))
+        if read_at is None or now - read_at >= seconds:
+            value = read()
+            remembered[key] = (now, value)
+        return value
 
     def more_health(self, device, counters):
         """Readings of driver-specific sources for ``device``, whose
