@@ -21,6 +21,22 @@ The in-tree driver has these since Linux 6.7 for 4xxx and later
 endpoints; Intel's out-of-tree driver names the counters ``ras_fatal``,
 ``ras_uncorrectable`` and ``ras_correctable`` in the PF's directory.
 Older endpoints have none: PCI health only.
+
+And the firmware's heartbeat (in-tree driver, Linux 6.6+, debugfs;
+``debugfs-driver-qat``)::
+
+    /sys/kernel/debug/qat_<class>_<PF>/heartbeat/status
+                                     reading it has the kernel check the
+                                     firmware's heartbeat counters now
+    .../heartbeat/queries_failed     checks that found the firmware not
+                                     answering (an increase -> fatal)
+
+Each read of ``status`` is a check of the firmware, and the kernel refuses
+one sooner than its heartbeat timer (500 ms by default) after the last,
+answering -1 without checking: ``status`` is read at most every
+HEARTBEAT_INTERVAL seconds, and only a failure the kernel counted is a
+fault.  Where debugfs is not mounted or the agent may not read it, the
+heartbeat is not watched.
 """
 
 import os
@@ -37,6 +53,10 @@ VENDOR = '8086'
 PF_MODELS = {'0435': 'DH895XCC', '37c8': 'C62X', '19e2': 'C3XXX',
              '4940': '4XXX', '4942': '401XX', '4944': '402XX',
              '4946': '420XX'}
+# Seconds between two heartbeat checks of an endpoint's firmware.
+HEARTBEAT_INTERVAL = 30.0
+# debugfs, as the kernel mounts it, under the sysfs root.
+DEBUGFS = os.path.join('kernel', 'debug')
 
 
 class IntelQATDriver(base.Driver, pci_health.PCIHealth):
@@ -78,7 +98,34 @@ class IntelQATDriver(base.Driver, pci_health.PCIHealth):
             readings.append(pci_health.reading(
                 device, states.FATAL, 'qat',
                 'QAT endpoint is down: it serves no requests', 'qat:down'))
+        readings.extend(self._heartbeat(device, counters))
         return readings
+
+    def _heartbeat(self, device, counters):
+        address = device.controlpath_id.cpid_info
+        failed = self.read_sparingly(
+            ('qat_heartbeat', address), HEARTBEAT_INTERVAL,
+            lambda: self._heartbeat_failures(address))
+        if failed is None:
+            return []
+        counters['qat_heartbeat_failed'] = failed
+        if not self.new_errors(device, ('qat', 'heartbeat'), failed):
+            return []
+        return [pci_health.reading(
+            device, states.FATAL, 'qat', 'QAT endpoint\'s firmware does not '
+            'answer its heartbeat: it hangs', 'qat:heartbeat')]
+
+    def _heartbeat_failures(self, address):
+        """Have the kernel check the endpoint's heartbeat now and return
+        how many of its checks failed so far; None where it shows none."""
+        debugfs = os.path.join(self.sysfs_root, DEBUGFS)
+        for name in sysfs.listdir(debugfs):
+            if name.startswith('qat_') and name.endswith('_' + address):
+                path = os.path.join(debugfs, name, 'heartbeat')
+                if _debugfs_int(os.path.join(path, 'status')) is None:
+                    return None
+                return _debugfs_int(os.path.join(path, 'queries_failed'))
+        return None
 
 
 # The PF's error counters: (kind, file names, in-tree first, severity of
@@ -98,6 +145,16 @@ def _first_int(path, names):
         if value is not None:
             return value
     return None
+
+
+def _debugfs_int(path):
+    """The number in a QAT debugfs file (which ends with a NUL), or
+    None."""
+    text = sysfs.read_text(path)
+    try:
+        return int(text.strip('\x00 \n'))
+    except (AttributeError, ValueError):
+        return None
 
 
 def _is_qat(function):

@@ -5,6 +5,7 @@ driver (``ras_*``) show them, in a fake sysfs tree."""
 import pytest
 
 from cyborg.common import states
+from cyborg.drivers import intel_qat
 from tests.unit.drivers import conftest
 
 PF = '0000:3d:00.0'
@@ -57,3 +58,50 @@ def test_an_endpoint_that_is_down_is_out_while_it_is(conf, discovered):
 def test_an_endpoint_without_counters_has_pci_health_only(discovered):
     _tree, driver, devices = discovered('qat', 'intel_qat_driver')
     assert _check(driver, devices) == ([(states.OK, '')], {})
+
+
+def test_a_firmware_that_stops_answering_its_heartbeat_is_fatal(
+        monkeypatch, discovered):
+    tree, driver, devices = _setup(discovered, state='up')
+    tree.set_qat_heartbeat(PF, failed=2)
+    # Failures before the agent started are a baseline.
+    readings, counters = _check(driver, devices)
+    assert readings == [(states.OK, '')]
+    assert counters['qat_heartbeat_failed'] == 2
+    # The kernel's next check finds the firmware silent.
+    tree.set_qat_heartbeat(PF, failed=3, alive=False)
+    monkeypatch.setattr(intel_qat, 'HEARTBEAT_INTERVAL', 0)
+    assert _check(driver, devices)[0] == [(states.FATAL, 'qat:heartbeat')]
+    # A -1 the kernel did not count (a read sooner than its heartbeat
+    # timer after another one, a device restarting) is no fault.
+    assert _check(driver, devices)[0] == [(states.OK, '')]
+    tree.set_qat_heartbeat(PF, failed=3, alive=True)
+    assert _check(driver, devices)[0] == [(states.OK, '')]
+
+
+def test_the_heartbeat_is_checked_once_per_interval(monkeypatch, discovered):
+    """Each read of ``status`` has the kernel check the firmware."""
+    tree, driver, devices = _setup(discovered, state='up')
+    tree.set_qat_heartbeat(PF, failed=0)
+    monkeypatch.setattr(intel_qat, 'HEARTBEAT_INTERVAL', 3600)
+    _check(driver, devices)
+    reads = []
+    real = intel_qat._debugfs_int
+    monkeypatch.setattr(intel_qat, '_debugfs_int',
+                        lambda path: reads.append(path) or real(path))
+    tree.set_qat_heartbeat(PF, failed=1, alive=False)
+    assert _check(driver, devices)[0] == [(states.OK, '')]
+    assert reads == []
+    monkeypatch.setattr(intel_qat, 'HEARTBEAT_INTERVAL', 0)
+    assert _check(driver, devices)[0] == [(states.FATAL, 'qat:heartbeat')]
+    assert [p.rsplit('/', 1)[1] for p in reads] == ['status',
+                                                    'queries_failed']
+
+
+def test_no_heartbeat_where_debugfs_shows_none(discovered):
+    tree, driver, devices = _setup(discovered, state='up')
+    # Another endpoint's heartbeat only.
+    tree.set_qat_heartbeat('0000:3f:00.0', failed=5, alive=False)
+    readings, counters = _check(driver, devices)
+    assert readings == [(states.OK, '')]
+    assert 'qat_heartbeat_failed' not in counters
