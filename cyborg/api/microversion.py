@@ -26,7 +26,7 @@ VERSIONS = [
     '2.8',  # /remote_pools: remote (fabric-attached) accelerator pools.
     '2.9',  # /exports: inventory as Kubernetes ResourceSlices, gres.conf.
     '2.10',  # Deployables show programming_until (an FPGA being written).
-    '2.11',  # Lists of devices, ARQs and profiles are paged (limit, marker).
+    '2.11',  # Lists of devices, ARQs, profiles, attributes: paged.
 ]
 
 # The microversions code branches on, named by what they brought.

@@ -22,6 +22,10 @@ class Attribute:
         return base.one(cls, attribute_db.get(context, uuid))
 
     @classmethod
-    def list(cls, context, deployable_id=None, key=None):
-        return base.many(cls, attribute_db.get_all(
-            context, deployable_id, key))
+    def list(cls, context, deployable_id=None, key=None, limit=None,
+             marker=None):
+        """Attributes (of a deployable, with a key): at most ``limit``
+        after the one whose uuid is ``marker``; None when none has it."""
+        rows = attribute_db.get_all(context, deployable_id, key, limit,
+                                    marker)
+        return None if rows is None else base.many(cls, rows)

@@ -1,8 +1,10 @@
 """Attribute input: a deployable is named by its integer id or uuid."""
 
+from cyborg.api import microversion
 from cyborg.api.schemas import common
 from cyborg.api.schemas import list_of
 from cyborg.api.schemas import strict_object
+from cyborg.api.schemas import Versioned
 
 DEPLOYABLE_REF = {'oneOf': [
     {'type': 'integer', 'minimum': 1, 'maximum': 2 ** 31 - 1},
@@ -37,14 +39,16 @@ CREATE = {'if': {'type': 'object', 'required': [WRAPPER]},
 
 # Filters are searched for, not written: any value is valid, and one that
 # names nothing (no such deployable, an id that is not one) gives [].
-LIST_QUERY = {
-    'type': 'object',
-    'properties': {
-        'deployable_id': {'type': 'string'},
-        'key': {'type': 'string'},
-    },
+_LIST_FILTERS = {
+    'deployable_id': {'type': 'string'},
+    'key': {'type': 'string'},
 }
+LIST_QUERY = Versioned(
+    ((2, 0), {'type': 'object', 'properties': _LIST_FILTERS}),
+    (microversion.PAGINATION, {'type': 'object', 'properties': dict(
+        _LIST_FILTERS, **common.PAGE)}),
+)
 
 ATTRIBUTE = strict_object(common.resource(
     deployable_id=common.INTEGER, key=common.STRING, value=common.STRING))
-ATTRIBUTE_LIST = list_of('attributes', ATTRIBUTE)
+ATTRIBUTE_LIST = list_of('attributes', ATTRIBUTE, microversion.PAGINATION)

@@ -68,11 +68,17 @@ def one(context, model, **filters):
         where_equal(model, filters, order=False)).first()
 
 
-def every(context, model, **filters):
-    """The ``model`` rows whose columns equal the non-None ``filters``."""
+def every(context, model, limit=None, marker=None, **filters):
+    """The ``model`` rows whose columns equal the non-None ``filters``, by
+    id: at most ``limit`` of them after the row whose uuid is ``marker``;
+    None when no row has that uuid."""
+    query = paged(context, where_equal(model, filters), model.id, model.uuid,
+                  limit, marker)
+    if query is None:
+        return None
     if not matchable(*filters.values()):
         return []
-    return context.session.scalars(where_equal(model, filters)).all()
+    return context.session.scalars(query).all()
 
 
 def marker_id(context, id_column, uuid_column, marker, *scope):

@@ -16,10 +16,12 @@ def get(context, uuid):
 
 
 @reader
-def get_all(context, deployable_id=None, key=None):
-    """Attributes, optionally of one deployable and/or with one key."""
-    return _sql.every(context, models.Attribute, deployable_id=deployable_id,
-                      key=key)
+def get_all(context, deployable_id=None, key=None, limit=None, marker=None):
+    """Attributes by id, optionally of one deployable and/or with one key:
+    at most ``limit`` after the one whose uuid is ``marker``; None when
+    no attribute has that uuid."""
+    return _sql.every(context, models.Attribute, limit, marker,
+                      deployable_id=deployable_id, key=key)
 
 
 @writer

@@ -24,15 +24,14 @@ def get_all(context, filters=None, limit=None, marker=None):
     after that device; None when no device has that uuid."""
     filters = dict(filters or {})
     d = models.Device
-    query = _sql.paged(context, _sql.where_equal(d, filters), d.id, d.uuid,
-                       limit, marker)
-    if query is None:
-        return None
-    if (filters.get('type') not in (None,) + models.DEVICE_TYPES
-            or not _sql.matchable(*filters.values())):
+    if filters.get('type') not in (None,) + models.DEVICE_TYPES:
         # Not a query: PostgreSQL rejects a label its enum does not know.
+        # Nothing matches; an unknown marker is still unknown.
+        if marker is not None and _sql.marker_id(context, d.id, d.uuid,
+                                                 marker) is None:
+            return None
         return []
-    return context.session.scalars(query).all()
+    return _sql.every(context, d, limit, marker, **filters)
 
 
 @reader

@@ -26,8 +26,10 @@ def list_attributes(r):
         if deployable is None:
             return {'attributes': []}
         deployable_id = deployable.id
-    attributes = Attribute.list(r.context, deployable_id, query.get('key'))
-    return {'attributes': [view.show(r, a) for a in attributes]}
+    attributes = base.read_page(
+        r, 'attribute', lambda limit, marker: Attribute.list(
+            r.context, deployable_id, query.get('key'), limit, marker))
+    return base.paged(r, 'attributes', 'attributes', attributes, view.show)
 
 
 def show_attribute(r, uuid):
