@@ -3,7 +3,8 @@
 Checks: the database schema is at the newest migration; the policy file,
 if there is one, is YAML (JSON policy files are no longer read) and parses;
 this host's clock is near the database server's (the API and the
-conductor compare their clocks).
+conductor compare their clocks); the health timers fit together (a full
+health report comes within the suspect window).
 """
 
 import sys
@@ -97,6 +98,21 @@ class Checks(upgradecheck.UpgradeCommands):
                               clock_db.TOLERATED_SKEW))
         return Result(Code.SUCCESS)
 
+    def _check_health_timers(self):
+        health = self.conf.health
+        if health.enabled and health.report_interval >= health.suspect_window:
+            return Result(
+                Code.WARNING,
+                '[health]report_interval (%d s) is not shorter than '
+                '[health]suspect_window (%d s): a transient condition that '
+                'lasts (a GPU held in hardware slowdown) passes for healthy '
+                'between two full reports, and counts as a new fault at '
+                'the next, instead of keeping its device suspect. Make '
+                'report_interval shorter on the agents, or suspect_window '
+                'longer on the conductors.' % (health.report_interval,
+                                               health.suspect_window))
+        return Result(Code.SUCCESS)
+
     @property
     def _upgrade_checks(self):
         return (
@@ -106,6 +122,7 @@ class Checks(upgradecheck.UpgradeCommands):
              (common_checks.check_policy_json, {'conf': self.conf})),
             ('Policy file parses as YAML', Checks._check_policy_yaml),
             ('Clock near the database server\'s', Checks._check_clock),
+            ('Health timers fit together', Checks._check_health_timers),
         )
 
 

@@ -10,10 +10,12 @@ from tests.fixtures import databases
 from tests.fixtures import processes
 
 
-def _check(tmp_path, url, policy_file=None):
+def _check(tmp_path, url, policy_file=None, health=None):
     sections = {'database': {'connection': url}}
     if policy_file:
         sections['oslo_policy'] = {'policy_file': str(policy_file)}
+    if health:
+        sections['health'] = health
     config = processes.write_config(tmp_path / 'cyborg.conf', sections)
     with pytest.raises(SystemExit) as exit_info:
         status.main(['--config-file', str(config), 'upgrade', 'check'])
@@ -52,6 +54,20 @@ def test_yaml_policy_file_passes_and_broken_yaml_fails(tmp_path, capsys):
         assert _check(tmp_path, url, policy) == 0
         policy.write_text('"cyborg:device:get_all": [unclosed\n')
         assert _check(tmp_path, url, policy) == 2
+
+
+def test_health_timers_that_do_not_fit_together_warn(tmp_path, capsys):
+    with databases.throwaway_database('sqlite') as url:
+        migration.upgrade(url)
+        assert _check(tmp_path, url) == 0
+        capsys.readouterr()
+        assert _check(tmp_path, url, health={'report_interval': 300,
+                                             'suspect_window': 300}) == 1
+        out = capsys.readouterr().out
+        assert 'report_interval (300 s) is not shorter' in out
+        assert _check(tmp_path, url, health={'report_interval': 300,
+                                             'suspect_window': 300,
+                                             'enabled': False}) == 0
 
 
 @pytest.mark.parametrize('kind', ['mysql', 'postgresql', 'sqlite'])
