@@ -77,11 +77,11 @@ def paged(r, key, collection, items, show, limit=None):
     marker the last item shown."""
     if limit is None:
         limit, _marker = page_of(r)
-    if limit is None or len(items) <= limit:
-        return {key: [show(r, item) for item in items]}
-    items = items[:limit]
+    more = limit is not None and len(items) > limit
+    if more:
+        items = items[:limit]
     body = {key: [show(r, item) for item in items]}
-    if r.version.matches(microversion.PAGINATION):
+    if more and r.version.matches(microversion.PAGINATION):
         query = dict(r.query, limit=str(limit), marker=items[-1].uuid)
         body[key + '_links'] = [{
             'rel': 'next',
