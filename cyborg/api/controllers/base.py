@@ -9,6 +9,7 @@ view (or None for 202 and 204).
 
 import json
 import urllib.parse
+import uuid as uuidlib
 
 import webob
 
@@ -53,7 +54,14 @@ def page_of(r):
         return None, None
     max_limit = r.conf.api.max_limit
     return (min(int(r.query.get('limit', max_limit)), max_limit),
-            r.query.get('marker'))
+            marker_of(r))
+
+
+def marker_of(r):
+    """``?marker=`` as uuids are stored (lower case, dashed), or None: in
+    any other spelling it names the same item on every database."""
+    marker = r.query.get('marker')
+    return None if marker is None else str(uuidlib.UUID(marker))
 
 
 def read_page(r, resource, read):

@@ -53,6 +53,10 @@ class APIFixture(fixture.GabbiFixture):
         for prefix, seeded in (('FPGA', fpga), ('GPU', gpu)):
             for key, value in seeded.items():
                 env['CYBORG_%s_%s' % (prefix, key.upper())] = str(value)
+                if key.endswith('uuid'):
+                    # The same uuid spelt otherwise (upper case, no dashes).
+                    env['CYBORG_%s_%s_PLAIN' % (prefix, key.upper())] = \
+                        str(value).upper().replace('-', '')
         os.environ.update(env)
 
 

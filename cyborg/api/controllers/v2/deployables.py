@@ -14,13 +14,14 @@ def list_deployables(r):
     # the next page from 2.11.
     max_limit = r.conf.api.max_limit
     limit = min(int(query.get('limit', max_limit)), max_limit)
+    marker = base.marker_of(r)
     deployables = Deployable.list(r.context, name=query.get('name'),
-                                  limit=limit + 1, marker=query.get('marker'),
+                                  limit=limit + 1, marker=marker,
                                   sort_key=query.get('sort_key', 'id'),
                                   sort_dir=query.get('sort_dir', 'asc'))
     if deployables is None:
         raise exception.ResourceNotFound(resource='Marker deployable',
-                                         id=query['marker'])
+                                         id=marker)
     return base.paged(r, 'deployables', 'deployables', deployables,
                       view.show, limit)
 
