@@ -37,19 +37,9 @@ def _visibility(visible_to):
 
 @reader
 def get(context, uuid=None, name=None, visible_to=None):
-    """One device profile (model instance) by uuid or name, or None (also
-    when ``visible_to`` may not see it)."""
-    if uuid is None and name is None:
-        return None
-    if not _sql.matchable(uuid, name, visible_to):
-        return None
-    p = models.DeviceProfile
-    query = sa.select(p)
-    if uuid is not None:
-        query = query.where(p.uuid == uuid)
-    if name is not None:
-        query = query.where(p.name == name)
-    return context.session.scalars(_visible(query, visible_to)).first()
+    """One device profile (a row of its columns) by uuid or name, or None
+    (also when ``visible_to`` may not see it)."""
+    return _one(context, True, uuid, name, visible_to)
 
 
 @reader
@@ -61,17 +51,37 @@ def get_all(context, names=None, visible_to=None, limit=None, marker=None):
     p = models.DeviceProfile
     if not _sql.matchable(visible_to):
         return None if marker is not None else []
-    query = _sql.paged(context, _visible(sa.select(p).order_by(p.id),
-                                         visible_to),
-                       p.id, p.uuid, limit, marker,
-                       scope=_visibility(visible_to))
-    if query is None:
-        return None
+    after_id = None
+    if marker is not None:
+        after_id = _sql.marker_id(context, p.id, p.uuid, marker,
+                                  *_visibility(visible_to))
+        if after_id is None:
+            return None
     if not _sql.matchable(names):
         return []
-    if names is not None:
-        query = query.where(p.name.in_(list(names)))
-    return context.session.scalars(query).all()
+    params = {'names': None if names is None else list(names),
+              'visible_to': visible_to, 'after_id': after_id, 'limit': limit}
+    given = {key: value for key, value in params.items()
+             if value is not None}
+    return _sql.connection(context).execute(
+        _list_statement(*(key in given for key in params)), given).all()
+
+
+@_sql.built_once
+def _list_statement(named, visible, after, limited):
+    # Nova's every boot lists the profile it names (?name=): built once
+    # per shape, with bind parameters, as the profile's other reads.
+    p = models.DeviceProfile
+    query = sa.select(p.__table__).order_by(p.id)
+    if named:
+        query = query.where(p.name.in_(sa.bindparam('names', expanding=True)))
+    if visible:
+        query = _visible(query, sa.bindparam('visible_to'))
+    if after:
+        query = query.where(p.id > sa.bindparam('after_id'))
+    if limited:
+        query = query.limit(sa.bindparam('limit'))
+    return query
 
 
 @reader
@@ -94,10 +104,17 @@ def get_groups(context, uuid=None, name=None, visible_to=None):
     """(id, name, profile_json) of a device profile by uuid or name, or
     None (also when ``visible_to`` may not see it): what making its ARQs
     needs, without loading the whole row."""
-    if not _sql.matchable(uuid, name, visible_to):
+    return _one(context, False, uuid, name, visible_to)
+
+
+def _one(context, whole, uuid, name, visible_to):
+    """The row (``whole``, or what making ARQs needs) of the profile with
+    ``uuid`` and/or ``name`` that ``visible_to`` sees, or None."""
+    if (uuid is None and name is None) or not _sql.matchable(
+            uuid, name, visible_to):
         return None
-    statement = _groups_statement(uuid is not None, name is not None,
-                                  visible_to is not None)
+    statement = _one_statement(whole, uuid is not None, name is not None,
+                               visible_to is not None)
     params = {'uuid': uuid, 'name': name, 'visible_to': visible_to}
     return _sql.connection(context).execute(statement, {
         key: value for key, value in params.items()
@@ -105,10 +122,12 @@ def get_groups(context, uuid=None, name=None, visible_to=None):
 
 
 @_sql.built_once
-def _groups_statement(by_uuid, by_name, visible):
-    # An ARQ create runs it: built once, with bind parameters.
+def _one_statement(whole, by_uuid, by_name, visible):
+    # An ARQ create and Nova's reads of a profile run it: built once, with
+    # bind parameters (building it anew cost more than running it).
     p = models.DeviceProfile
-    query = sa.select(p.id, p.name, p.profile_json)
+    query = sa.select(*((p.__table__,) if whole else
+                        (p.id, p.name, p.profile_json)))
     if by_uuid:
         query = query.where(p.uuid == sa.bindparam('uuid'))
     if by_name:

@@ -29,10 +29,30 @@ def test_null_or_equal_checks():
 
 
 def test_a_profile_read_for_arqs_binds_whom_it_is_visible_to():
-    statement = device_profiles._groups_statement(False, True, True)
-    assert device_profiles._groups_statement(False, True, True) is statement
+    statement = device_profiles._one_statement(False, False, True, True)
+    assert device_profiles._one_statement(False, False, True,
+                                          True) is statement
     sql = str(statement)
     assert 'device_profiles.name = :name' in sql
     # The project, in the owner check and in the shares subquery alike.
     assert sql.count(':visible_to') == 2
     assert ':uuid' not in sql
+    # The whole row, for the API, is a shape of its own.
+    whole = str(device_profiles._one_statement(True, True, False, False))
+    assert 'device_profiles.profile_json' in whole
+    assert 'device_profiles.visibility' in whole
+    assert 'device_profiles.uuid = :uuid' in whole
+    assert ':visible_to' not in whole
+
+
+def test_a_profile_list_binds_its_names_page_and_visibility():
+    statement = device_profiles._list_statement(True, True, True, True)
+    assert device_profiles._list_statement(True, True, True,
+                                           True) is statement
+    sql = str(statement)
+    assert 'device_profiles.name IN (__[POSTCOMPILE_names])' in sql
+    assert sql.count(':visible_to') == 2
+    assert 'device_profiles.id > :after_id' in sql
+    assert sql.rstrip().endswith('LIMIT :limit')
+    assert ':names' not in str(device_profiles._list_statement(
+        False, False, False, False))
