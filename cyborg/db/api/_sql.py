@@ -72,12 +72,16 @@ def every(context, model, limit=None, marker=None, **filters):
     """The ``model`` rows whose columns equal the non-None ``filters``, by
     id: at most ``limit`` of them after the row whose uuid is ``marker``;
     None when no row has that uuid."""
-    query = paged(context, where_equal(model, filters), model.id, model.uuid,
-                  limit, marker)
-    if query is None:
-        return None
+    query = where_equal(model, filters)
+    if marker is not None:
+        after = marker_id(context, model.id, model.uuid, marker)
+        if after is None:
+            return None
+        query = query.where(model.id > after)
     if not matchable(*filters.values()):
         return []
+    if limit is not None:
+        query = query.limit(limit)
     return context.session.scalars(query).all()
 
 
@@ -90,17 +94,3 @@ def marker_id(context, id_column, uuid_column, marker, *scope):
     return context.session.execute(
         sa.select(id_column).where(uuid_column == marker, *scope)).scalar()
 
-
-def paged(context, query, id_column, uuid_column, limit=None, marker=None,
-          scope=()):
-    """The ``query`` (ordered by ``id_column``) limited to the ``limit``
-    rows after the row whose uuid is ``marker``; None when the marker
-    names no row that ``scope`` allows."""
-    if marker is not None:
-        after = marker_id(context, id_column, uuid_column, marker, *scope)
-        if after is None:
-            return None
-        query = query.where(id_column > after)
-    if limit is not None:
-        query = query.limit(limit)
-    return query
