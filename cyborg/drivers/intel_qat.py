@@ -122,9 +122,9 @@ class IntelQATDriver(base.Driver, pci_health.PCIHealth):
         for name in sysfs.listdir(debugfs):
             if name.startswith('qat_') and name.endswith('_' + address):
                 path = os.path.join(debugfs, name, 'heartbeat')
-                if _debugfs_int(os.path.join(path, 'status')) is None:
+                if sysfs.read_int(os.path.join(path, 'status')) is None:
                     return None
-                return _debugfs_int(os.path.join(path, 'queries_failed'))
+                return sysfs.read_int(os.path.join(path, 'queries_failed'))
         return None
 
 
@@ -145,16 +145,6 @@ def _first_int(path, names):
         if value is not None:
             return value
     return None
-
-
-def _debugfs_int(path):
-    """The number in a QAT debugfs file (which ends with a NUL), or
-    None."""
-    text = sysfs.read_text(path)
-    try:
-        return int(text.strip('\x00 \n'))
-    except (AttributeError, ValueError):
-        return None
 
 
 def _is_qat(function):

@@ -72,9 +72,12 @@ class PCIFunction:
 
 
 def read_text(path, default=None):
+    """The file's text without surrounding white space, nor the NUL some
+    kernel files end with (QAT's debugfs ones); ``default`` when it cannot
+    be read."""
     try:
         with open(path) as f:
-            return f.read().strip()
+            return f.read().strip('\x00 \t\n')
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         return default
     except OSError:

@@ -6,6 +6,7 @@ import pytest
 
 from cyborg.common import states
 from cyborg.drivers import intel_qat
+from cyborg.drivers import sysfs
 from tests.unit.drivers import conftest
 
 PF = '0000:3d:00.0'
@@ -85,10 +86,14 @@ def test_the_heartbeat_is_checked_once_per_interval(monkeypatch, discovered):
     tree.set_qat_heartbeat(PF, failed=0)
     monkeypatch.setattr(intel_qat, 'HEARTBEAT_INTERVAL', 3600)
     _check(driver, devices)
-    reads = []
-    real = intel_qat._debugfs_int
-    monkeypatch.setattr(intel_qat, '_debugfs_int',
-                        lambda path: reads.append(path) or real(path))
+    reads = []      # the heartbeat files read
+    real = sysfs.read_int
+
+    def read_int(path, *args):
+        if '/heartbeat/' in path:
+            reads.append(path)
+        return real(path, *args)
+    monkeypatch.setattr(sysfs, 'read_int', read_int)
     tree.set_qat_heartbeat(PF, failed=1, alive=False)
     assert _check(driver, devices)[0] == [(states.OK, '')]
     assert reads == []
