@@ -48,41 +48,61 @@ def matchable(*values):
     return True
 
 
-def where_equal(model, filters, order=True):
-    """SELECT model WHERE column = value for each non-None filter."""
-    query = sa.select(model)
-    for column, value in filters.items():
-        if value is not None:
-            query = query.where(getattr(model, column) == value)
-    return query.order_by(model.id) if order else query
-
-
 def one(context, model, **filters):
-    """The first ``model`` row whose columns equal ``filters``, or None
-    (also when every filter is None)."""
-    if all(value is None for value in filters.values()):
+    """The first ``model`` row whose columns equal ``filters`` (a Row of
+    its columns), or None (also when every filter is None)."""
+    given = _given(filters)
+    if not given or not matchable(*given.values()):
         return None
-    if not matchable(*filters.values()):
-        return None
-    return context.session.scalars(
-        where_equal(model, filters, order=False)).first()
+    statement = _equal_statement(model.__table__, tuple(given), False, False)
+    return connection(context).execute(statement, given).first()
 
 
 def every(context, model, limit=None, marker=None, **filters):
-    """The ``model`` rows whose columns equal the non-None ``filters``, by
-    id: at most ``limit`` of them after the row whose uuid is ``marker``;
-    None when no row has that uuid."""
-    query = where_equal(model, filters)
+    """The ``model`` rows (Rows of its columns) whose columns equal the
+    non-None ``filters``, by id: at most ``limit`` of them after the row
+    whose uuid is ``marker``; None when no row has that uuid."""
+    given = _given(filters)
     if marker is not None:
         after = marker_id(context, model.id, model.uuid, marker)
         if after is None:
             return None
-        query = query.where(model.id > after)
-    if not matchable(*filters.values()):
+        given[_AFTER] = after
+    if not matchable(*given.values()):
         return []
     if limit is not None:
-        query = query.limit(limit)
-    return context.session.scalars(query).all()
+        given[_LIMIT] = limit
+    statement = _equal_statement(
+        model.__table__, tuple(c for c in given if c not in _PAGE), True,
+        marker is not None, limit is not None)
+    return connection(context).execute(statement, given).all()
+
+
+# Bind parameter names of a page (no column has them).
+_AFTER = 'cyborg_after_id'
+_LIMIT = 'cyborg_limit'
+_PAGE = (_AFTER, _LIMIT)
+
+
+def _given(filters):
+    return {column: value for column, value in filters.items()
+            if value is not None}
+
+
+@built_once
+def _equal_statement(table, columns, ordered, after=False, limited=False):
+    # The API's reads of one row or a filtered list (devices, deployables,
+    # attributes, remote pools): a Core statement per shape (the columns
+    # compared), not an ORM query built per request.
+    query = sa.select(table).where(
+        *(table.c[column] == sa.bindparam(column) for column in columns))
+    if after:
+        query = query.where(table.c.id > sa.bindparam(_AFTER))
+    if ordered:
+        query = query.order_by(table.c.id)
+    if limited:
+        query = query.limit(sa.bindparam(_LIMIT))
+    return query
 
 
 def marker_id(context, id_column, uuid_column, marker, *scope):

@@ -11,7 +11,7 @@ from cyborg.db.api import reader, writer
 
 @reader
 def get(context, uuid):
-    """One attribute (model instance), or None."""
+    """One attribute (a Row of its columns), or None."""
     return _sql.one(context, models.Attribute, uuid=uuid)
 
 

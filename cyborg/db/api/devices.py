@@ -12,7 +12,7 @@ from cyborg.db.api import reader, writer
 
 @reader
 def get(context, uuid):
-    """One device (model instance), or None."""
+    """One device (a Row of its columns), or None."""
     return _sql.one(context, models.Device, uuid=uuid)
 
 

@@ -24,14 +24,14 @@ _TAKE_TRIES = 5
 
 @reader
 def get(context, uuid=None, name=None, id=None, rp_uuid=None):
-    """One pool (model instance) by uuid, name, id or provider, or None."""
+    """One pool (a Row of its columns) by uuid, name, id or provider, or None."""
     return _sql.one(context, _POOL, uuid=uuid, name=name, id=id,
                     rp_uuid=rp_uuid)
 
 
 @reader
 def get_all(context, name=None):
-    """Every pool (model instances), optionally only the one named."""
+    """Every pool (Rows of its columns), optionally only the one named."""
     return _sql.every(context, _POOL, name=name)
 
 
@@ -73,7 +73,7 @@ def unsynced(context):
 
 @reader
 def get_handle(context, handle_id):
-    """One handle (model instance) by id, or None."""
+    """One handle (a Row of its columns) by id, or None."""
     return _sql.one(context, _HANDLE, id=handle_id)
 
 

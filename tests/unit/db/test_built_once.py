@@ -56,3 +56,19 @@ def test_a_profile_list_binds_its_names_page_and_visibility():
     assert sql.rstrip().endswith('LIMIT :limit')
     assert ':names' not in str(device_profiles._list_statement(
         False, False, False, False))
+
+
+def test_a_read_by_columns_is_built_once_per_shape():
+    table = models.Device.__table__
+    statement = _sql._equal_statement(table, ('hostname', 'type'), True,
+                                      True, True)
+    assert _sql._equal_statement(table, ('hostname', 'type'), True, True,
+                                 True) is statement
+    sql = str(statement)
+    assert 'devices.hostname = :hostname' in sql
+    assert 'devices.type = :type' in sql
+    assert 'devices.id > :cyborg_after_id' in sql
+    assert sql.rstrip().endswith('LIMIT :cyborg_limit')
+    one = str(_sql._equal_statement(table, ('uuid',), False))
+    assert 'devices.uuid = :uuid' in one
+    assert 'ORDER BY' not in one and 'LIMIT' not in one
