@@ -24,7 +24,10 @@ _TAKE_TRIES = 5
 
 @reader
 def get(context, uuid=None, name=None, id=None, rp_uuid=None):
-    """One pool (a Row of its columns) by uuid, name, id or provider, or None."""
+    """One pool (a Row of its columns) by uuid, name, id or provider.
+
+    None when there is no such pool.
+    """
     return _sql.one(context, _POOL, uuid=uuid, name=name, id=id,
                     rp_uuid=rp_uuid)
 
