@@ -8,10 +8,10 @@
 # and PostgreSQL answer on 127.0.0.1 (installing them with apt-get when
 # they are absent and we are root; starting them only when they are not
 # running) and that the Galera provider is installed (the fault matrix
-# starts a cluster of its own), then runs pytest: with no arguments in
-# two stages, every test but the fault matrix (tests/faults) and then the
-# fault matrix; with arguments, pytest with those.  Exits non-zero when
-# a test fails.
+# starts a cluster of its own) and valgrind (a benchmark's test), then
+# runs pytest: with no arguments in two stages, every test but the fault
+# matrix (tests/faults) and then the fault matrix; with arguments, pytest
+# with those.  Exits non-zero when a test fails.
 #
 # Environment: PYTHON (default python3.11, else python3), VENV (default
 # .venv), PYTEST_WORKERS (default 2), CYBORG_SKIP_SERVICES=1 to leave the
@@ -185,7 +185,14 @@ EOF
     fi
 }
 
+setup_tools() {
+    # tools/bench/api_instructions.py counts instructions with valgrind's
+    # callgrind (its test runs it briefly).
+    command -v valgrind >/dev/null || apt_install valgrind
+}
+
 setup_venv
+setup_tools
 if [ -z "${CYBORG_SKIP_SERVICES:-}" ]; then
     setup_rabbitmq
     setup_mariadb

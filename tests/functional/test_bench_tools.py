@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), 'tools', 'bench')
 
@@ -143,3 +145,33 @@ def test_side_by_side_pools_the_floors_of_its_rounds(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)['floors'] == found
     del rounds[1]['floors']
     assert side.floors_of(rounds) is None
+
+
+def test_api_instructions_counts_a_route_under_callgrind():
+    """A short run on SQLite: two dumps, the second of twice the requests
+    of the first, and what one request costs between them."""
+    result = subprocess.run(
+        [sys.executable, os.path.join(BENCH, 'api_instructions.py'),
+         '--db', 'sqlite', '--route', 'device', '--requests', '3'],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    [(tree, routes)] = report['trees'].items()
+    assert os.path.samefile(tree, os.path.dirname(os.path.dirname(BENCH)))
+    first, second = routes['device']['dumps']
+    # A GET of one device runs millions of instructions; three more of
+    # them make the second dump larger by about three times that.
+    assert routes['device']['per_request'] > 1_000_000
+    assert second - first == pytest.approx(
+        3 * routes['device']['per_request'], abs=3)
+
+
+def test_api_instructions_reads_callgrind_dumps(tmp_path):
+    instructions = _load('api_instructions')
+    for number, total in ((2, 5_000), (1, 3_000)):
+        (tmp_path / f'callgrind.out.{number}').write_text(
+            f'version: 1\nevents: Ir\nsummary: {total}\ntotals: {total}\n')
+    (tmp_path / 'callgrind.out').write_text('totals: 7\n')
+    totals = instructions._dump_totals(str(tmp_path / 'callgrind.out'))
+    assert totals == [3_000, 5_000]
+    assert instructions.per_request(totals, 10) == 200
