@@ -40,9 +40,8 @@ class Deployable:
         rows (a deployable and its device's health), with their
         attributes."""
         found = deployable_db.attribute_lists(
-            context, [row.Deployable.id for row in rows])
-        return [base.from_row(cls, row.Deployable,
-                              attributes=found.get(row.Deployable.id, []),
+            context, [row.id for row in rows])
+        return [base.from_row(cls, row, attributes=found.get(row.id, []),
                               **effective_health(row))
                 for row in rows]
 
@@ -79,15 +78,14 @@ def effective_health(row):
     (``states.worst``), then the device's.  A word outside the vocabulary
     ranks as healthy, as in the ARQ query: a bad row must not fail a
     list."""
-    own = row.Deployable
-    mine = _known(own.health)
+    mine = _known(row.health)
     device = _known(row.device_health)
     if device != mine and states.worst(mine, device) == device:
         return {'health': row.device_health,
                 'health_reason': row.device_health_reason,
                 'health_updated_at': row.device_health_updated_at}
-    return {'health': own.health, 'health_reason': own.health_reason,
-            'health_updated_at': own.health_updated_at}
+    return {'health': row.health, 'health_reason': row.health_reason,
+            'health_updated_at': row.health_updated_at}
 
 
 def _known(health):

@@ -4,6 +4,7 @@ programming (cyborg.conductor.programming), and what programming records.
 A host's deployables as a whole are read and written by its reports
 (``inventory``)."""
 
+import datetime
 import uuid as uuidlib
 
 import sqlalchemy as sa
@@ -19,72 +20,131 @@ def get(context, uuid=None, id=None):
     return _sql.one(context, models.Deployable, uuid=uuid, id=id)
 
 
-def _deployable_query():
-    """Deployables (``row.Deployable``) with their device's health
-    (``row.device_health``, ``_reason``, ``_updated_at``): one join."""
-    d, dev = models.Deployable, models.Device
-    return (sa.select(d, dev.health.label('device_health'),
-                      dev.health_reason.label('device_health_reason'),
-                      dev.health_updated_at.label(
+_DEPLOYABLES = models.Deployable.__table__
+_DEVICES = models.Device.__table__
+
+# A sort key's NULL (updated_at of a row never updated): no row value
+# comparison with it holds, and each database puts it elsewhere in the
+# order; pages sort it as this, the earliest time, on every database.
+_NO_TIME = datetime.datetime(1970, 1, 1)
+
+# Bind parameter names of a page (no column has them).
+_AFTER_KEY = 'cyborg_after_key'
+_AFTER_ID = 'cyborg_after_id'
+_LIMIT = 'cyborg_limit'
+
+
+def _with_device_health():
+    """Deployables (Rows of their columns) with their device's health
+    (``device_health``, ``_reason``, ``_updated_at``): one join."""
+    d, dev = _DEPLOYABLES, _DEVICES
+    return (sa.select(d, dev.c.health.label('device_health'),
+                      dev.c.health_reason.label('device_health_reason'),
+                      dev.c.health_updated_at.label(
                           'device_health_updated_at'))
-            .join(dev, dev.id == d.device_id))
+            .join(dev, dev.c.id == d.c.device_id))
+
+
+@_sql.built_once
+def _one_statement(columns):
+    # The API's reads of one deployable, by uuid or id (``columns``).
+    return _with_device_health().where(
+        *(_DEPLOYABLES.c[column] == sa.bindparam(column)
+          for column in columns))
+
+
+def _sort_column(sort_key):
+    """What a page sorts by for ``sort_key``, one of the object's
+    SORT_KEYS (the API checks it, so the shapes are few): the column, the
+    times with their NULL as ``_NO_TIME``."""
+    column = _DEPLOYABLES.c[sort_key]
+    if not column.nullable:
+        return column
+    assert isinstance(column.type, sa.DateTime), sort_key
+    return sa.func.coalesce(column, sa.literal(_NO_TIME, column.type))
+
+
+@_sql.built_once
+def _page_statement(sort_key, descending, named, after, limited):
+    d = _DEPLOYABLES
+    column = _sort_column(sort_key)
+    order = sa.desc if descending else sa.asc
+    query = _with_device_health().order_by(order(column), order(d.c.id))
+    if named:
+        query = query.where(d.c.name == sa.bindparam('name'))
+    if after:
+        key = sa.tuple_(column, d.c.id)
+        last = sa.tuple_(sa.bindparam(_AFTER_KEY, type_=column.type),
+                         sa.bindparam(_AFTER_ID, type_=d.c.id.type))
+        query = query.where(key < last if descending else key > last)
+    if limited:
+        query = query.limit(sa.bindparam(_LIMIT))
+    return query
+
+
+@_sql.built_once
+def _marker_statement(sort_key):
+    # Where a page resumes: the marker's sort key and id.
+    d = _DEPLOYABLES
+    return sa.select(_sort_column(sort_key).label('key'), d.c.id).where(
+        d.c.uuid == sa.bindparam('marker'))
 
 
 @reader
 def get_with_device(context, uuid=None, id=None):
-    """One deployable row of ``_deployable_query`` by uuid or integer id,
-    or None."""
-    d = models.Deployable
-    if (uuid is None and id is None) or not _sql.matchable(uuid):
+    """One deployable row of ``_with_device_health`` by uuid or integer
+    id, or None."""
+    given = {column: value for column, value in
+             (('uuid', uuid), ('id', id)) if value is not None}
+    if not given or not _sql.matchable(uuid):
         return None
-    query = _deployable_query()
-    if uuid is not None:
-        query = query.where(d.uuid == uuid)
-    if id is not None:
-        query = query.where(d.id == id)
-    return context.session.execute(query).first()
+    return _sql.connection(context).execute(
+        _one_statement(tuple(given)), given).first()
 
 
 @reader
 def get_page(context, name=None, limit=None, marker=None, sort_key='id',
              sort_dir='asc'):
-    """A page of ``_deployable_query`` rows, ordered by ``sort_key`` then
-    id.
+    """A page of ``_with_device_health`` rows, ordered by ``sort_key``
+    then id.
 
     ``marker`` is the uuid of the last deployable of the previous page.
     """
-    d = models.Deployable
     if not _sql.matchable(name, marker):
         return None if marker is not None else []
-    column = getattr(d, sort_key)
-    order = sa.desc if sort_dir == 'desc' else sa.asc
-    query = _deployable_query().order_by(order(column), order(d.id))
+    connection = _sql.connection(context)
+    given = {}
     if name is not None:
-        query = query.where(d.name == name)
+        given['name'] = name
     if marker is not None:
-        last = context.session.execute(
-            sa.select(column.label('key'), d.id).where(d.uuid == marker)
-        ).first()
+        last = connection.execute(_marker_statement(sort_key),
+                                  {'marker': marker}).first()
         if last is None:
             return None
-        after = (sa.tuple_(column, d.id) > sa.tuple_(last.key, last.id)
-                 if sort_dir != 'desc' else
-                 sa.tuple_(column, d.id) < sa.tuple_(last.key, last.id))
-        query = query.where(after)
+        given[_AFTER_KEY], given[_AFTER_ID] = last.key, last.id
     if limit is not None:
-        query = query.limit(limit)
-    return context.session.execute(query).all()
+        given[_LIMIT] = limit
+    statement = _page_statement(sort_key, sort_dir == 'desc',
+                                name is not None, marker is not None,
+                                limit is not None)
+    return connection.execute(statement, given).all()
+
+
+# Built once, like the reads above.
+_ATTRIBUTE_LISTS = (
+    sa.select(models.Attribute.deployable_id, models.Attribute.key,
+              models.Attribute.value)
+    .where(models.Attribute.deployable_id.in_(
+        sa.bindparam('deployable_ids', expanding=True)))
+    .order_by(models.Attribute.id))
 
 
 @reader
 def attribute_lists(context, deployable_ids):
     """{deployable id: [(key, value), ...]} for these deployables."""
-    a = models.Attribute
-    rows = context.session.execute(
-        sa.select(a.deployable_id, a.key, a.value)
-        .where(a.deployable_id.in_(list(deployable_ids))).order_by(a.id))
     found = {}
-    for row in rows:
+    for row in _sql.connection(context).execute(
+            _ATTRIBUTE_LISTS, {'deployable_ids': list(deployable_ids)}):
         found.setdefault(row.deployable_id, []).append((row.key, row.value))
     return found
 

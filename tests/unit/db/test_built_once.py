@@ -4,6 +4,7 @@ once), another shape its own, and the NULL checks render as such."""
 
 from cyborg.db.api import _sql
 from cyborg.db.api import arqs
+from cyborg.db.api import deployables
 from cyborg.db.api import device_profiles
 from cyborg.db.api import hosts
 from cyborg.db import models
@@ -72,3 +73,23 @@ def test_a_read_by_columns_is_built_once_per_shape():
     one = str(_sql._equal_statement(table, ('uuid',), False))
     assert 'devices.uuid = :uuid' in one
     assert 'ORDER BY' not in one and 'LIMIT' not in one
+
+
+def test_a_deployable_page_is_built_once_per_sort_and_shape():
+    statement = deployables._page_statement('updated_at', True, True, True,
+                                            True)
+    assert deployables._page_statement('updated_at', True, True, True,
+                                       True) is statement
+    sql = str(statement)
+    assert 'JOIN devices ON devices.id = deployables.device_id' in sql
+    assert 'deployables.name = :name' in sql
+    # Never updated sorts as the earliest time, on the page and its marker.
+    assert 'coalesce(deployables.updated_at' in sql
+    assert 'coalesce(deployables.updated_at' in str(
+        deployables._marker_statement('updated_at'))
+    assert '< (:cyborg_after_key, :cyborg_after_id)' in sql
+    assert sql.rstrip().endswith('LIMIT :cyborg_limit')
+    by_name = str(deployables._page_statement('name', False, False, False,
+                                              False))
+    assert 'ORDER BY deployables.name ASC, deployables.id ASC' in by_name
+    assert 'coalesce' not in by_name and 'LIMIT' not in by_name
