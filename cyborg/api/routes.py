@@ -211,10 +211,9 @@ def _segments(path):
     return [s for s in path.split('/') if s]
 
 
-def _match_path(template, segments):
-    wanted = _segments(template)
-    if len(wanted) != len(segments):
-        return None
+def _match_path(wanted, segments):
+    """{variable: value} when ``segments`` fit a template's ``wanted``
+    segments (of the same number), else None."""
     found = {}
     for want, got in zip(wanted, segments):
         if want.startswith('{'):
@@ -224,13 +223,27 @@ def _match_path(template, segments):
     return found
 
 
+def _by_length():
+    # The operations, in their order, with their templates' segments, by
+    # the number of segments: a request is matched against those of its
+    # own length only (a fifth of them), split once per process.
+    found = {}
+    for operation in OPERATIONS:
+        wanted = tuple(_segments(operation.path))
+        found.setdefault(len(wanted), []).append((operation, wanted))
+    return found
+
+
+_BY_LENGTH = _by_length()
+
+
 def template(path):
     """The template of the operation(s) ``path`` matches, whatever the
     method (a 405 belongs to its path too), or None: what metrics label a
     request with, never the raw path."""
     segments = _segments(path)
-    for operation in OPERATIONS:
-        if _match_path(operation.path, segments) is not None:
+    for operation, wanted in _BY_LENGTH.get(len(segments), ()):
+        if _match_path(wanted, segments) is not None:
             return operation.path
     return None
 
@@ -247,10 +260,10 @@ def match(method, path, version=None):
     if method == 'HEAD':
         method = 'GET'      # the server sends the headers only
     allowed = []
-    for operation in OPERATIONS:
+    for operation, wanted in _BY_LENGTH.get(len(segments), ()):
         if version is not None and not operation.available_at(version):
             continue
-        found = _match_path(operation.path, segments)
+        found = _match_path(wanted, segments)
         if found is None:
             continue
         if operation.method == method:

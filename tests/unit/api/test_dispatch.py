@@ -7,6 +7,7 @@ import ast
 import dataclasses
 import inspect
 import json
+import re
 
 import pytest
 import webob
@@ -52,6 +53,8 @@ def _with_operation(monkeypatch, **fields):
     fields.setdefault('policy', device_policy.GET_ALL)
     op = routes.Operation('GET', '/v2/test_only', **fields)
     monkeypatch.setattr(routes, 'OPERATIONS', routes.OPERATIONS + [op])
+    # Routing reads its index of OPERATIONS, built at import.
+    monkeypatch.setattr(routes, '_BY_LENGTH', routes._by_length())
     return op
 
 
@@ -270,3 +273,18 @@ def test_uuids_in_the_path_are_taken_in_the_form_stored():
         {'name_or_uuid': 'gpu-dp'}) == {'name_or_uuid': 'gpu-dp'}
     assert api_dispatch._canonical_uuids(
         {'project_id': stored.upper()}) == {'project_id': stored.upper()}
+
+
+def test_every_operation_is_matched_by_its_own_path():
+    """Routing (an index of the operations by the number of segments)
+    finds each operation by its own path, and its path's template."""
+    for op in routes.OPERATIONS:
+        path = re.sub(r'{[^}]+}', 'x-1', op.path)
+        found, variables, allowed = routes.match(op.method, path,
+                                                 op.min_version)
+        assert found is op, (op.method, op.path)
+        assert variables == dict.fromkeys(
+            re.findall(r'{([^}]+)}', op.path), 'x-1')
+        assert routes.template(path) == op.path
+    assert routes.match('GET', '/v2/devices/a/b/c/d/e') == (None, {}, [])
+    assert routes.template('/v2/nothing/here') is None
