@@ -48,6 +48,13 @@ def matchable(*values):
     return True
 
 
+# Bind parameter names of a page (no column has them): the id a page
+# resumes after, and its size.
+AFTER_ID = 'cyborg_after_id'
+LIMIT = 'cyborg_limit'
+_PAGE = (AFTER_ID, LIMIT)
+
+
 def one(context, model, **filters):
     """The first ``model`` row whose columns equal ``filters`` (a Row of
     its columns), or None (also when every filter is None)."""
@@ -67,21 +74,15 @@ def every(context, model, limit=None, marker=None, **filters):
         after = marker_id(context, model.id, model.uuid, marker)
         if after is None:
             return None
-        given[_AFTER] = after
+        given[AFTER_ID] = after
     if not matchable(*given.values()):
         return []
     if limit is not None:
-        given[_LIMIT] = limit
+        given[LIMIT] = limit
     statement = _equal_statement(
         model.__table__, tuple(c for c in given if c not in _PAGE), True,
         marker is not None, limit is not None)
     return connection(context).execute(statement, given).all()
-
-
-# Bind parameter names of a page (no column has them).
-_AFTER = 'cyborg_after_id'
-_LIMIT = 'cyborg_limit'
-_PAGE = (_AFTER, _LIMIT)
 
 
 def _given(filters):
@@ -97,11 +98,11 @@ def _equal_statement(table, columns, ordered, after=False, limited=False):
     query = sa.select(table).where(
         *(table.c[column] == sa.bindparam(column) for column in columns))
     if after:
-        query = query.where(table.c.id > sa.bindparam(_AFTER))
+        query = query.where(table.c.id > sa.bindparam(AFTER_ID))
     if ordered:
         query = query.order_by(table.c.id)
     if limited:
-        query = query.limit(sa.bindparam(_LIMIT))
+        query = query.limit(sa.bindparam(LIMIT))
     return query
 
 

@@ -28,10 +28,9 @@ _DEVICES = models.Device.__table__
 # order; pages sort it as this, the earliest time, on every database.
 _NO_TIME = datetime.datetime(1970, 1, 1)
 
-# Bind parameter names of a page (no column has them).
+# Bind parameter name of the sort key a page resumes after (the id and
+# the size are _sql's).
 _AFTER_KEY = 'cyborg_after_key'
-_AFTER_ID = 'cyborg_after_id'
-_LIMIT = 'cyborg_limit'
 
 
 def _with_device_health():
@@ -75,10 +74,10 @@ def _page_statement(sort_key, descending, named, after, limited):
     if after:
         key = sa.tuple_(column, d.c.id)
         last = sa.tuple_(sa.bindparam(_AFTER_KEY, type_=column.type),
-                         sa.bindparam(_AFTER_ID, type_=d.c.id.type))
+                         sa.bindparam(_sql.AFTER_ID, type_=d.c.id.type))
         query = query.where(key < last if descending else key > last)
     if limited:
-        query = query.limit(sa.bindparam(_LIMIT))
+        query = query.limit(sa.bindparam(_sql.LIMIT))
     return query
 
 
@@ -121,9 +120,9 @@ def get_page(context, name=None, limit=None, marker=None, sort_key='id',
                                   {'marker': marker}).first()
         if last is None:
             return None
-        given[_AFTER_KEY], given[_AFTER_ID] = last.key, last.id
+        given[_AFTER_KEY], given[_sql.AFTER_ID] = last.key, last.id
     if limit is not None:
-        given[_LIMIT] = limit
+        given[_sql.LIMIT] = limit
     statement = _page_statement(sort_key, sort_dir == 'desc',
                                 name is not None, marker is not None,
                                 limit is not None)
