@@ -58,7 +58,7 @@ _PAGE = (AFTER_ID, LIMIT)
 def one(context, model, **filters):
     """The first ``model`` row whose columns equal ``filters`` (a Row of
     its columns), or None (also when every filter is None)."""
-    given = _given(filters)
+    given = not_none(filters)
     if not given or not matchable(*given.values()):
         return None
     statement = _equal_statement(model.__table__, tuple(given), False, False)
@@ -69,7 +69,7 @@ def every(context, model, limit=None, marker=None, **filters):
     """The ``model`` rows (Rows of its columns) whose columns equal the
     non-None ``filters``, by id: at most ``limit`` of them after the row
     whose uuid is ``marker``; None when no row has that uuid."""
-    given = _given(filters)
+    given = not_none(filters)
     if marker is not None:
         after = marker_id(context, model.id, model.uuid, marker)
         if after is None:
@@ -85,9 +85,17 @@ def every(context, model, limit=None, marker=None, **filters):
     return connection(context).execute(statement, given).all()
 
 
-def _given(filters):
+def not_none(filters):
+    """The ``filters`` that are set: the columns a read compares."""
     return {column: value for column, value in filters.items()
             if value is not None}
+
+
+def equal_to(table, columns):
+    """``column = :column`` for each of ``columns``: the bind parameters
+    are named after the columns, so ``not_none(filters)`` binds them."""
+    return tuple(table.c[column] == sa.bindparam(column)
+                 for column in columns)
 
 
 @built_once
@@ -95,8 +103,7 @@ def _equal_statement(table, columns, ordered, after=False, limited=False):
     # The API's reads of one row or a filtered list (devices, deployables,
     # attributes, remote pools): a Core statement per shape (the columns
     # compared), not an ORM query built per request.
-    query = sa.select(table).where(
-        *(table.c[column] == sa.bindparam(column) for column in columns))
+    query = sa.select(table).where(*equal_to(table, columns))
     if after:
         query = query.where(table.c.id > sa.bindparam(AFTER_ID))
     if ordered:

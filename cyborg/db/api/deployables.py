@@ -47,9 +47,7 @@ def _with_device_health():
 @_sql.built_once
 def _one_statement(columns):
     # The API's reads of one deployable, by uuid or id (``columns``).
-    return _with_device_health().where(
-        *(_DEPLOYABLES.c[column] == sa.bindparam(column)
-          for column in columns))
+    return _with_device_health().where(*_sql.equal_to(_DEPLOYABLES, columns))
 
 
 def _sort_column(sort_key):
@@ -93,9 +91,8 @@ def _marker_statement(sort_key):
 def get_with_device(context, uuid=None, id=None):
     """One deployable row of ``_with_device_health`` by uuid or integer
     id, or None."""
-    given = {column: value for column, value in
-             (('uuid', uuid), ('id', id)) if value is not None}
-    if not given or not _sql.matchable(uuid):
+    given = _sql.not_none({'uuid': uuid, 'id': id})
+    if not given or not _sql.matchable(*given.values()):
         return None
     return _sql.connection(context).execute(
         _one_statement(tuple(given)), given).first()
