@@ -164,6 +164,14 @@ def test_api_instructions_counts_a_route_under_callgrind():
     assert routes['device']['per_request'] > 1_000_000
     assert second - first == pytest.approx(
         3 * routes['device']['per_request'], abs=3)
+    # Each dump counts only its own requests (callgrind zeroes after a
+    # dump): six cost more than three, and less than twice three plus
+    # what dumping costs (cumulative dumps would be three times).
+    assert first < second < 2 * first
+    # Every request ran to its access line: two to set up, the warm-up,
+    # three and six.
+    warmup = _load('api_instructions').WARMUP
+    assert routes['device']['log_lines'] == 2 + warmup + 3 + 6
 
 
 def test_api_instructions_reads_callgrind_dumps(tmp_path):
