@@ -1,3 +1,5 @@
+import sqlalchemy as sa
+
 from cyborg.db import api as db_api
 from cyborg.db import models
 
@@ -9,7 +11,9 @@ def test_schema_roundtrip(db, admin_context):
 
     @db_api.reader
     def _get(context):
-        return context.session.query(models.Host).one().hostname
+        # A reader's transaction is a connection (Core), not a session.
+        return context.connection.execute(
+            sa.select(models.Host.hostname)).scalar_one()
 
     _add(admin_context)
     assert _get(admin_context) == 'h1'

@@ -22,7 +22,12 @@ read and write rows live in the module of the noun they touch:
 Callers import the module they need (``from cyborg.db.api import arqs as
 arq_db``).  Every function takes a RequestContext first; functions
 decorated as ``reader``/``writer`` nest into the caller's transaction, so a
-conductor step made of several of them commits once.  Rows come back as
+conductor step made of several of them commits once.  A ``reader``'s
+transaction is a connection alone (Core statements through
+``_sql.connection``; making, beginning and closing an ORM session cost a
+read more than its statement's own Python); a ``writer``'s is an ORM
+session, and a reader called inside a writer reads through that
+session's connection.  Rows come back as
 SQLAlchemy rows, model instances or plain dicts; nothing here knows
 ``cyborg.objects``.  Keep each function short and its query indexed.
 """
@@ -45,7 +50,7 @@ from cyborg.common import timing
 LOG = logging.getLogger(__name__)
 
 context_manager = enginefacade.transaction_context()
-reader = context_manager.reader
+reader = context_manager.reader.connection
 writer = context_manager.writer
 
 

@@ -24,10 +24,17 @@ def equal_or_null(table, column, null, param):
 
 
 def connection(context):
-    """The transaction's connection, for Core statements on plain columns:
-    it skips the ORM session's work per statement (a report's handful of
-    statements are most of its database cost)."""
-    return context.session.connection()
+    """The transaction's connection, for Core statements on plain columns.
+
+    A reader's transaction is a connection alone (``reader`` is
+    enginefacade's connection mode: no ORM session is made, begun and
+    closed for a read); a writer's is an ORM session, and this is its
+    connection, which skips the session's work per statement (a report's
+    handful of statements are most of its database cost)."""
+    transaction = context.transaction_ctx
+    if transaction.connection is not None:
+        return transaction.connection
+    return transaction.session.connection()
 
 
 def rows(result):
@@ -119,6 +126,6 @@ def marker_id(context, id_column, uuid_column, marker, *scope):
     where a paged list resumes (rows with a greater id follow it)."""
     if not matchable(marker):
         return None
-    return context.session.execute(
+    return connection(context).execute(
         sa.select(id_column).where(uuid_column == marker, *scope)).scalar()
 

@@ -83,7 +83,7 @@ def release(context, handle_id):
 def get(context, handle_id):
     """(id, uuid, attach_type, attach_info, cpid_info) of a handle."""
     h, c = models.AttachHandle, models.ControlpathID
-    return context.session.execute(
+    return _sql.connection(context).execute(
         sa.select(h.id, h.uuid, h.attach_type, h.attach_info, c.cpid_info)
         .join(c, c.id == h.cpid_id).where(h.id == handle_id)).first()
 

@@ -189,7 +189,7 @@ def being_programmed(context, deployable_id):
 def count_programming(context):
     """How many deployables a programming marks now."""
     d = models.Deployable
-    return context.session.scalar(
+    return _sql.connection(context).scalar(
         sa.select(sa.func.count()).select_from(d)
         .where(d.programming_until.isnot(None)))
 
@@ -198,7 +198,7 @@ def count_programming(context):
 def program_target(context, deployable_uuid):
     """The deployable with its device's host, status and control path."""
     d, dev, c = models.Deployable, models.Device, models.ControlpathID
-    return context.session.execute(
+    return _sql.connection(context).execute(
         sa.select(d.id.label('deployable_id'),
                   d.uuid.label('deployable_uuid'), d.rp_uuid, d.gone,
                   d.driver_name, d.bitstream_id, d.device_id, d.name,
@@ -214,7 +214,7 @@ def program_target(context, deployable_uuid):
 def program_target_by_id(context, deployable_id):
     """``program_target`` of the deployable with this integer id."""
     d = models.Deployable
-    uuid = context.session.scalar(
+    uuid = _sql.connection(context).scalar(
         sa.select(d.uuid).where(d.id == deployable_id))
     return None if uuid is None else program_target(context, uuid)
 
@@ -248,7 +248,7 @@ def overdue_programmings(context, now, limit=100):
     should have ended by ``now`` (``deployables_programming_until_idx``
     finds the few there are)."""
     d = models.Deployable
-    return [tuple(row) for row in context.session.execute(
+    return [tuple(row) for row in _sql.connection(context).execute(
         sa.select(d.id, d.programming_until)
         .where(d.programming_until <= now)
         .order_by(d.programming_until).limit(limit))]
@@ -259,7 +259,7 @@ def function_trait(context, deployable_id, key):
     """The FPGA function trait kept as the deployable's attribute ``key``
     (``set_function_trait``), or None."""
     at = models.Attribute
-    return context.session.scalar(
+    return _sql.connection(context).scalar(
         sa.select(at.value).where(at.deployable_id == deployable_id,
                                   at.key == key))
 

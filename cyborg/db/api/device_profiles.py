@@ -91,7 +91,7 @@ def shared_with(context, profile_ids):
     if not profile_ids:
         return {}
     found = {}
-    for profile_id, project_id in context.session.execute(
+    for profile_id, project_id in _sql.connection(context).execute(
             sa.select(_SHARES.profile_id, _SHARES.project_id)
             .where(_SHARES.profile_id.in_(list(profile_ids)))
             .order_by(_SHARES.project_id)):
@@ -171,6 +171,6 @@ def delete_many(context, uuids):
 def in_use(context, uuids):
     """Uuids of the profiles among ``uuids`` that ARQs use."""
     a, p = models.ExtARQ, models.DeviceProfile
-    return set(context.session.scalars(
+    return set(_sql.connection(context).scalars(
         sa.select(p.uuid).distinct().join(a, a.device_profile_id == p.id)
         .where(p.uuid.in_(list(uuids)))))

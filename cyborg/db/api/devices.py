@@ -38,7 +38,7 @@ def get_all(context, filters=None, limit=None, marker=None):
 def hostnames(context):
     """The hosts that have devices, sorted."""
     d = models.Device
-    return list(context.session.scalars(
+    return list(_sql.connection(context).scalars(
         sa.select(d.hostname).distinct().order_by(d.hostname)))
 
 
@@ -59,14 +59,14 @@ def lifecycle_target(context, device_uuid):
     and 'deployables': [{uuid, name, rp_uuid}], or None if unknown."""
     d, c = models.Device.__table__, models.ControlpathID.__table__
     dep = models.Deployable.__table__
-    row = context.session.execute(
+    row = _sql.connection(context).execute(
         sa.select(d, c.c.cpid_type, c.c.cpid_info)
         .outerjoin(c, c.c.device_id == d.c.id)
         .where(d.c.uuid == device_uuid)).mappings().first()
     if row is None:
         return None
     found = dict(row)
-    found['deployables'] = _sql.rows(context.session.execute(
+    found['deployables'] = _sql.rows(_sql.connection(context).execute(
         sa.select(dep.c.uuid, dep.c.name, dep.c.rp_uuid)
         .where(dep.c.device_id == found['id']).order_by(dep.c.id)))
     return found
@@ -77,5 +77,5 @@ def count_by_health(context):
     """{health state: number of devices} for the states that have any
     (one GROUP BY on an indexed column)."""
     dev = models.Device
-    return dict(context.session.execute(
+    return dict(_sql.connection(context).execute(
         sa.select(dev.health, sa.func.count()).group_by(dev.health)).all())

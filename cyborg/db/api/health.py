@@ -34,13 +34,13 @@ def records(context, hostname):
     rp_uuid and gone.  Two queries whatever the number of devices."""
     d, c = models.Device.__table__, models.ControlpathID.__table__
     dep = models.Deployable.__table__
-    devices = _sql.rows(context.session.execute(
+    devices = _sql.rows(_sql.connection(context).execute(
         sa.select(d.c.id, d.c.uuid, d.c.status, d.c.type, d.c.vendor,
                   d.c.model, c.c.cpid_type, c.c.cpid_info,
                   *_health_columns(d))
         .outerjoin(c, c.c.device_id == d.c.id)
         .where(d.c.hostname == hostname).order_by(d.c.id)))
-    deployables = _sql.rows(context.session.execute(
+    deployables = _sql.rows(_sql.connection(context).execute(
         sa.select(dep.c.id, dep.c.uuid, dep.c.name, dep.c.device_id,
                   dep.c.rp_uuid, dep.c.gone, *_health_columns(dep))
         .where(dep.c.device_id.in_([row['id'] for row in devices]))
@@ -82,8 +82,8 @@ def write(context, table_name, rows):
 def due_hosts(context, now, limit=100):
     """Hosts with a device or deployable whose timed health step (suspect
     expiry, end of hold-down, probe timeout) is due at ``now``."""
-    return list(context.session.scalars(_DUE_HOSTS,
-                                        {'now': now, 'limit': limit}))
+    return list(_sql.connection(context).scalars(
+        _DUE_HOSTS, {'now': now, 'limit': limit}))
 
 
 def _due_hosts():

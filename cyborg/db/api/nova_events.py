@@ -27,7 +27,7 @@ def get_batch(context, batch_id):
 def due_batches(context, now, limit=50):
     """Batch ids with an event whose next attempt is due."""
     e = models.NovaEvent
-    return list(context.session.scalars(
+    return list(_sql.connection(context).scalars(
         sa.select(e.batch_id).where(e.next_attempt_at <= now)
         .group_by(e.batch_id).limit(limit)))
 
@@ -87,5 +87,5 @@ _FORGET_BATCH = sa.delete(_E).where(_E.c.batch_id == sa.bindparam('batch_id'))
 @reader
 def count_pending(context):
     """Bind outcomes recorded for Nova and not delivered yet."""
-    return context.session.scalar(
+    return _sql.connection(context).scalar(
         sa.select(sa.func.count()).select_from(models.NovaEvent))

@@ -44,16 +44,18 @@ def by_rp_uuids(context, rp_uuids):
     ``rp_uuids``: the targets a bind may name besides deployables."""
     if not rp_uuids or not _sql.matchable(rp_uuids):
         return {}
-    pools = context.session.scalars(
-        sa.select(_POOL).where(_POOL.rp_uuid.in_(list(rp_uuids)))).all()
+    pools = _sql.connection(context).execute(
+        sa.select(_POOL.__table__)
+        .where(_POOL.rp_uuid.in_(list(rp_uuids)))).all()
     return {pool.rp_uuid: pool for pool in pools}
 
 
 @reader
 def handles(context, pool_ids):
-    """The handles of these pools (model instances), in order."""
-    return context.session.scalars(
-        sa.select(_HANDLE).where(_HANDLE.pool_id.in_(list(pool_ids)))
+    """The handles of these pools (Rows of their columns), in order."""
+    return _sql.connection(context).execute(
+        sa.select(_HANDLE.__table__)
+        .where(_HANDLE.pool_id.in_(list(pool_ids)))
         .order_by(_HANDLE.id)).all()
 
 
@@ -61,17 +63,9 @@ def handles(context, pool_ids):
 def holders(context, pool_id):
     """Uuids of the ARQs binding or bound to the pool (whether or not they
     hold a handle yet)."""
-    return list(context.session.scalars(
+    return list(_sql.connection(context).scalars(
         sa.select(_ARQ.uuid).where(_ARQ.remote_pool_id == pool_id)
         .order_by(_ARQ.id)))
-
-
-@reader
-def unsynced(context):
-    """Pools Placement may not hold as described (a sync cut short)."""
-    return context.session.scalars(
-        sa.select(_POOL).where(_POOL.placement_synced.is_(False))
-        .order_by(_POOL.id)).all()
 
 
 @reader

@@ -77,6 +77,16 @@ def test_a_read_ends_with_one_rollback(facade):
     assert ends == ['ROLLBACK']
 
 
+def test_a_read_on_a_connection_ends_with_one_rollback(facade):
+    # As cyborg's readers read: enginefacade's connection mode.
+    manager, ends = facade
+    context = cyborg_context.get_admin_context()
+    for _ in range(2):
+        with manager.reader.connection.using(context) as connection:
+            connection.execute(sa.text('SELECT 1'))
+    assert ends == ['ROLLBACK', 'ROLLBACK']
+
+
 def test_a_transaction_broken_off_is_still_rolled_back(facade):
     manager, ends = facade
     context = cyborg_context.get_admin_context()
