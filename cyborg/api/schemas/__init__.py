@@ -93,9 +93,26 @@ def _cached(schema_text):
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
+# Validators by the schema object they were asked for: the declarations'
+# schemas are made once, at import, so finding one by identity spares
+# each request serialising its schema to find the validator by content.
+# The entry keeps the schema alive, so its id cannot name another object;
+# schemas made on the fly (tests) fill at most _MAX_BY_OBJECT entries and
+# are then found by content alone.
+_BY_OBJECT = {}
+_MAX_BY_OBJECT = 1024
+
+
 def validator(schema):
-    """A (cached) validator for ``schema``."""
-    return _cached(json.dumps(schema, sort_keys=True))
+    """A (cached) validator for ``schema``, which must not change once
+    it has been validated against."""
+    entry = _BY_OBJECT.get(id(schema))
+    if entry is not None and entry[0] is schema:
+        return entry[1]
+    found = _cached(json.dumps(schema, sort_keys=True))
+    if len(_BY_OBJECT) < _MAX_BY_OBJECT:
+        _BY_OBJECT[id(schema)] = (schema, found)
+    return found
 
 
 def first_error(data, schema):
