@@ -112,6 +112,7 @@ def find(request):
                              *later.min_version, request.version,
                              *later.min_version))
         raise webob_exc.HTTPNotFound()
+    request.environ[routes.MATCHED] = operation.path
     return operation, path_vars
 
 

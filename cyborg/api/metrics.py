@@ -45,7 +45,7 @@ def count_requests(app, prefix):
     def middleware(environ, start_response):
         method = environ.get('REQUEST_METHOD', '').upper()
         method = method if method in METHODS else 'other'
-        route = _route(environ.get('PATH_INFO', ''), prefix)
+        path = environ.get('PATH_INFO', '')
         status = ['500']
 
         def recording_start_response(status_line, headers, *exc_info):
@@ -59,8 +59,13 @@ def count_requests(app, prefix):
             finally:
                 # Bodies are built before they are returned (webob), so
                 # this is the time of the whole request.
+                elapsed = time.monotonic() - started
+                # The dispatcher's match, else (refused by auth, unknown,
+                # a method the path does not take) the path's template.
+                route = (environ.get(routes.MATCHED)
+                         or _route(path, prefix))
                 metrics.API_REQUEST_SECONDS.labels(method, route).observe(
-                    time.monotonic() - started)
+                    elapsed)
                 metrics.API_REQUESTS.labels(method, route, status[0]).inc()
                 _record_phases(method, route, timings)
     return middleware

@@ -236,6 +236,11 @@ def _by_length():
 
 _BY_LENGTH = _by_length()
 
+# Where the dispatcher leaves the template of the operation it found, in
+# the request's environ: the metrics' label for the request, without
+# matching its path a second time (``template`` labels the others).
+MATCHED = 'cyborg.route'
+
 
 def template(path):
     """The template of the operation(s) ``path`` matches, whatever the

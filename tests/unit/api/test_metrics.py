@@ -171,3 +171,21 @@ def test_a_request_records_where_its_time_went(app):
                        **labels) == count + 1, phase
     assert _sample(app, phases + '_sum', phase='handler', **labels) > 0
     assert _sample(app, statements, **labels) >= ran + 1
+
+
+def test_a_dispatched_request_is_labelled_by_its_operation(app,
+                                                           monkeypatch):
+    # The dispatcher's match labels the request: its path is not matched
+    # again for the label (routes.template is only for the requests the
+    # dispatcher found no operation for).
+    from cyborg.api import routes
+
+    def unmatched_again(path):
+        raise AssertionError('matched again: %s' % path)
+    route = '/v2/device_profiles/{name_or_uuid}'
+    before = _requests(app, route, '404')
+    monkeypatch.setattr(routes, 'template', unmatched_again)
+    assert _get(app, '/accelerator/v2/device_profiles/'
+                + str(uuid.uuid4())).status_int == 404
+    monkeypatch.undo()
+    assert _requests(app, route, '404') == before + 1
