@@ -21,7 +21,7 @@ import uuid as uuidlib
 from oslo_log import log as logging
 import oslo_messaging as messaging
 from oslo_utils import uuidutils
-import webob.dec
+import webob
 from webob import exc as webob_exc
 
 from cyborg.api import auth
@@ -52,8 +52,14 @@ class Application:
         self.conf = conf
         self.conductor = conductor
 
-    @webob.dec.wsgify
-    def __call__(self, req):
+    def __call__(self, environ, start_response):
+        # Plain WSGI around a webob request: webob.dec.wsgify would also
+        # make a response object per request that no handler uses.
+        return self._respond(webob.Request(environ))(environ,
+                                                      start_response)
+
+    def _respond(self, req):
+        """The response to ``req`` (a webob request)."""
         req.conf = self.conf
         req.conductor = self.conductor
         req.version = microversion.MIN_VERSION
