@@ -172,14 +172,32 @@ def test_api_instructions_counts_a_route_under_callgrind():
     # three and six.
     warmup = _load('api_instructions').WARMUP
     assert routes['device']['log_lines'] == 2 + warmup + 3 + 6
+    # Every thread's count includes the main thread's, and more: the
+    # in-process conductor's listener ran too.
+    for main, every in zip(routes['device']['dumps'],
+                           routes['device']['dumps_all_threads']):
+        assert every > main
 
 
 def test_api_instructions_reads_callgrind_dumps(tmp_path):
     instructions = _load('api_instructions')
-    for number, total in ((2, 5_000), (1, 3_000)):
-        (tmp_path / f'callgrind.out.{number}').write_text(
-            f'version: 1\nevents: Ir\nsummary: {total}\ntotals: {total}\n')
-    (tmp_path / 'callgrind.out').write_text('totals: 7\n')
-    totals = instructions._dump_totals(str(tmp_path / 'callgrind.out'))
-    assert totals == [3_000, 5_000]
-    assert instructions.per_request(totals, 10) == 200
+    # Dump N of thread T (--separate-threads) is callgrind.out.N-T; the
+    # files at exit (callgrind.out-T) are no dump of the tool's.
+    for number, thread, total in ((2, 1, 5_000), (1, 1, 3_000),
+                                  (2, 2, 700), (1, 2, 400),
+                                  (1, 3, 20)):
+        (tmp_path / f'callgrind.out.{number}-0{thread}').write_text(
+            f'version: 1\nevents: Ir\npart: {number}\nthread: {thread}\n'
+            f'summary: {total}\ntotals: {total}\n')
+    (tmp_path / 'callgrind.out-01').write_text('totals: 7\n')
+    prefix = str(tmp_path / 'callgrind.out')
+    main = instructions._dump_totals(prefix, main_only=True)
+    assert main == [3_000, 5_000]
+    assert instructions.per_request(main, 10) == 200
+    assert instructions._dump_totals(prefix) == [3_420, 5_700]
+
+
+def test_api_instructions_names_a_tree_given_twice_twice():
+    instructions = _load('api_instructions')
+    assert instructions._names(['/a', '/b', '/a', '/b', '/a']) == [
+        '/a', '/b', '/a (2)', '/b (2)', '/a (3)']

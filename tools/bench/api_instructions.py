@@ -2,8 +2,8 @@
 
 On a shared machine the API's CPU time per request moves by a third from
 one minute to the next, more than most changes to the code; the number of
-instructions it runs does not (valgrind's callgrind counts them; the same
-code, data and input give the same count within a percent or two).  This
+instructions it runs hardly does (valgrind's callgrind counts them; the
+same code, data and input give the same count within a percent).  This
 counts them per request for the API's hot routes, in one or more
 checkouts, so a change to the request path can be compared with the code
 before it on any machine, however busy.
@@ -19,12 +19,18 @@ its counters, runs twice as many, and dumps again; the difference of the
 two dumps divided by the difference of the requests is what one request
 costs, and what asking callgrind costs cancels out.
 
-Counted: cyborg's Python, the libraries it calls and the database driver
-on the client side, and for ``arq_create_delete`` the conductor's work
-too (its two RPC calls run in this process).  Not counted: the database
-server, RabbitMQ and gunicorn (other processes), nor waiting.  It is a
-measure of work, not of latency: a change that saves a round trip to the
-database shows only as the driver's instructions it saves.
+Counted, in ``per_request``: the main thread, which makes the requests
+and serves them: cyborg's Python, the libraries it calls and the
+database driver on the client side; for ``arq_create_delete``, the API's
+side (the conductor answers its two RPC calls in threads of its own).
+``all_threads`` adds every other thread of the process: the conductor's
+work for ``arq_create_delete``, but also the in-memory transport's
+listener, which looks for messages every 50 ms whether or not there are
+any, so it grows with how long the run takes (several percent on a busy
+machine): compare ``per_request``.  Not counted: the database server,
+RabbitMQ and gunicorn (other processes), nor waiting.  It is a measure of
+work, not of latency: a change that saves a round trip to the database
+shows only as the driver's instructions it saves.
 
 Usage (from the repository root; needs valgrind, and MariaDB or
 PostgreSQL unless ``--db sqlite``)::
@@ -36,8 +42,11 @@ PostgreSQL unless ``--db sqlite``)::
         --tree . --route devices --route profile_by_name
 
 It prints one JSON document: per tree and route, the instructions per
-request (``per_request``) and each dump's count.  A benchmark, not a
-test.
+request (``per_request``, ``all_threads``), each dump's count
+(``dumps``: the main thread's; ``dumps_all_threads``) and the access
+log's lines.  A tree named twice is measured twice (the second as
+``<tree> (2)``): alternating ``--tree A --tree B --tree A --tree B``
+shows how far the counts move.  A benchmark, not a test.
 """
 
 import argparse
@@ -74,17 +83,22 @@ ROUTES = {
 WARMUP = 30
 
 
-def _dump_totals(prefix):
-    """The ``totals`` of each callgrind dump ``prefix``.N, by N."""
+def _dump_totals(prefix, main_only=False):
+    """The ``totals`` of each callgrind dump, by its number N: the sum
+    over the threads' files ``prefix``.N-T (``--separate-threads``), or
+    thread 1's alone (the main thread) with ``main_only``."""
     found = {}
-    for path in glob.glob(prefix + '.*'):
-        number = path.rsplit('.', 1)[1]
-        if not number.isdigit():
+    for path in glob.glob(prefix + '.*-*'):
+        number, thread = path.rsplit('.', 1)[1].split('-', 1)
+        if not (number.isdigit() and thread.isdigit()):
+            continue
+        if main_only and int(thread) != 1:
             continue
         with open(path) as f:
             for line in f:
                 if line.startswith(('totals:', 'summary:')):
-                    found[int(number)] = int(line.split()[1])
+                    found[int(number)] = (found.get(int(number), 0)
+                                          + int(line.split()[1]))
                     break
     return [found[n] for n in sorted(found)]
 
@@ -99,10 +113,12 @@ def per_request(totals, requests):
 
 def measure(tree, route, db, requests, python):
     """Run ``route`` of ``tree``'s cyborg under callgrind; returns
-    {'per_request', 'dumps'}."""
+    {'per_request', 'dumps', 'all_threads', 'dumps_all_threads',
+    'log_lines'}."""
     with tempfile.TemporaryDirectory(prefix='cyborg-callgrind-') as out:
         prefix = os.path.join(out, 'callgrind.out')
         command = ['valgrind', '--tool=callgrind', '--instr-atstart=no',
+                   '--separate-threads=yes',
                    f'--callgrind-out-file={prefix}', python,
                    os.path.abspath(__file__), '--child', route,
                    '--tree', tree, '--db', db,
@@ -116,13 +132,17 @@ def measure(tree, route, db, requests, python):
         if result.returncode != 0:
             sys.exit(f'{route} in {tree} failed:\n{result.stdout}'
                      f'{result.stderr[-4000:]}')
-        totals = _dump_totals(prefix)
-        if len(totals) < 2:
-            sys.exit(f'{route} in {tree}: callgrind left {len(totals)} '
+        main = _dump_totals(prefix, main_only=True)
+        every = _dump_totals(prefix)
+        if len(main) < 2:
+            sys.exit(f'{route} in {tree}: callgrind left {len(main)} '
                      f'dumps, not 2:\n{result.stderr[-4000:]}')
         log_lines = _count_lines(os.path.join(out, 'api.log'))
-        return {'per_request': per_request(totals[:2], requests),
-                'dumps': totals[:2], 'log_lines': log_lines}
+        return {'per_request': per_request(main[:2], requests),
+                'dumps': main[:2],
+                'all_threads': per_request(every[:2], requests),
+                'dumps_all_threads': every[:2],
+                'log_lines': log_lines}
 
 
 def _count_lines(path):
@@ -216,6 +236,16 @@ def _tune(engine):
     db_api._tune_pool(engine)
 
 
+def _names(trees):
+    """A name per tree for the report: the tree, then ``<tree> (2)`` and
+    so on for the times it is named again."""
+    names, seen = [], {}
+    for tree in trees:
+        seen[tree] = seen.get(tree, 0) + 1
+        names.append(tree if seen[tree] == 1 else f'{tree} ({seen[tree]})')
+    return names
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--tree', action='append',
@@ -239,10 +269,11 @@ def main(argv=None):
         return child(args.child, trees[0], args.db, args.requests,
                      args.log_file)
     routes = args.route or list(ROUTES)
-    results = {tree: {} for tree in trees}
+    names = _names(trees)
+    results = {name: {} for name in names}
     for route in routes:
-        for tree in trees:
-            results[tree][route] = measure(tree, route, args.db,
+        for name, tree in zip(names, trees):
+            results[name][route] = measure(tree, route, args.db,
                                            args.requests, sys.executable)
     print(json.dumps({'db': args.db, 'requests': args.requests,
                       'devices': DEVICES, 'trees': results}, indent=2))
