@@ -2,8 +2,10 @@
 
 On a shared machine the API's CPU time per request moves by a third from
 one minute to the next, more than most changes to the code; the number of
-instructions it runs hardly does (valgrind's callgrind counts them; the
-same code, data and input give the same count within a percent).  This
+instructions it runs moves far less (valgrind's callgrind counts them:
+the same code, data and input give counts within about 3 % of each
+other from one run to the next, whatever else the machine does; name
+each tree several times, alternating, and compare medians).  This
 counts them per request for the API's hot routes, in one or more
 checkouts, so a change to the request path can be compared with the code
 before it on any machine, however busy.
@@ -26,8 +28,9 @@ side (the conductor answers its two RPC calls in threads of its own).
 ``all_threads`` adds every other thread of the process: the conductor's
 work for ``arq_create_delete``, but also the in-memory transport's
 listener, which looks for messages every 50 ms whether or not there are
-any, so it grows with how long the run takes (several percent on a busy
-machine): compare ``per_request``.  Not counted: the database server,
+any, so it grows with how long the run takes: compare ``per_request``.
+For a GET the conductor is stopped after the warm-up (a read never
+calls it), so the two are the same.  Not counted: the database server,
 RabbitMQ and gunicorn (other processes), nor waiting.  It is a measure of
 work, not of latency: a change that saves a round trip to the database
 shows only as the driver's instructions it saves.
@@ -206,6 +209,12 @@ def child(route, tree, db, requests, log_file):
                     arq['uuid'] for arq in arqs), expect=(204,))
         for _ in range(WARMUP):
             one()
+        if method == 'GET':
+            # A read never calls the conductor: its RPC server's listener
+            # (which wakes every 50 ms, for as long as the run takes) would
+            # only take the interpreter from the main thread now and then.
+            service.server.stop()
+            service.server.wait()
         _callgrind('--instr=on')
         _callgrind('--zero')
         for count in (requests, 2 * requests):
