@@ -3,7 +3,7 @@
 On a shared machine the API's CPU time per request moves by a third from
 one minute to the next, more than most changes to the code; the number of
 instructions it runs moves far less (valgrind's callgrind counts them:
-the same code, data and input give counts within about 3 % of each
+the same code, data and input give counts within about 4 % of each
 other from one run to the next, whatever else the machine does; name
 each tree several times, alternating, and compare medians).  This
 counts them per request for the API's hot routes, in one or more
