@@ -1,9 +1,10 @@
 """The database layer (models, readers/writers, migrations).
 
 Importing it turns ``RequestContext`` into an enginefacade transaction
-context provider (``context.session`` in readers and writers); it is done
-here rather than in ``cyborg.common.context`` so that processes that never
-touch the database (the agent) do not load SQLAlchemy.
+context provider (``context.connection`` in readers, ``context.session``
+in writers); it is done here rather than in ``cyborg.common.context`` so
+that processes that never touch the database (the agent) do not load
+SQLAlchemy.
 """
 
 from oslo_db.sqlalchemy import enginefacade
