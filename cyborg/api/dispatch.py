@@ -98,7 +98,9 @@ def _context(environ):
 
 
 def find(request):
-    """(operation, path variables) of ``request``; raises 404 or 405."""
+    """(operation, path variables) of ``request``; raises 404 or 405.
+    The operation's template is left in the environ
+    (``routes.MATCHED``): the request's label in the metrics."""
     from cyborg.api import routes
     version = request.version.as_tuple()
     operation, path_vars, allowed = routes.match(
