@@ -63,11 +63,32 @@ def test_floors_runs_and_prints_its_medians():
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout)
     medians = report['median']
-    assert set(medians) == {'http', 'rpc', 'amqp'}
+    assert set(medians) == {'http', 'rpc', 'amqp', 'database'}
     for part in medians.values():
         assert all(value > 0 for value in part.values())
+    get, post = medians['http']['get_ms'], medians['http']['post_ms']
+    rpc = medians['rpc']['bare_ms']
+    commit, read = (medians['database']['commit_ms'],
+                    medians['database']['read_ms'])
     assert report['lifecycle_floor_ms'] == round(
-        4 * medians['http']['get_ms'] + 3 * medians['rpc']['bare_ms'], 2)
+        4 * get + 3 * rpc + 3 * commit + read, 2)
+    # No Placement timed: the bind's lookup counts as nothing.
+    assert report['target_floors_ms'] == {
+        'create': round(post + rpc + commit, 2),
+        'delete': round(get + rpc + commit, 2),
+        'bound': round(post + rpc + commit + get + read, 2),
+        'get': round(get + read, 2)}
+
+
+def test_floors_without_a_database():
+    floors = _load('floors')
+    medians = {'http': {'get_ms': 1.0, 'post_ms': 1.25},
+               'rpc': {'bare_ms': 2.0, 'cyborg_ms': 2.5},
+               'amqp': {'round_trip_ms': 0.5},
+               'placement': {'allocations_get_ms': 3.0}}
+    assert floors.lifecycle_floor(medians) == 4 * 1.0 + 3 * 2.0 + 3.0
+    assert floors.target_floors(medians) == {
+        'create': 3.25, 'delete': 3.0, 'bound': 7.25, 'get': 1.0}
 
 
 def test_side_by_side_ratios_and_targets():
@@ -121,7 +142,8 @@ def test_side_by_side_pools_earlier_runs(tmp_path, capsys):
 def _floors(get_ms, bare_ms):
     return {'http': {'get_ms': get_ms, 'post_ms': get_ms + 0.1},
             'rpc': {'bare_ms': bare_ms, 'cyborg_ms': bare_ms + 0.2},
-            'amqp': {'round_trip_ms': 0.5}}
+            'amqp': {'round_trip_ms': 0.5},
+            'database': {'commit_ms': 0.5, 'read_ms': 0.25}}
 
 
 def test_side_by_side_pools_the_floors_of_its_rounds(tmp_path, capsys):
@@ -138,13 +160,44 @@ def test_side_by_side_pools_the_floors_of_its_rounds(tmp_path, capsys):
     found = side.floors_of(rounds)
     assert found['median']['http'] == {'get_ms': 1.4, 'post_ms': 1.5}
     assert found['median']['rpc']['bare_ms'] == 2.6
-    assert found['lifecycle_floor_ms'] == round(4 * 1.4 + 3 * 2.6, 2)
+    assert found['lifecycle_floor_ms'] == round(
+        4 * 1.4 + 3 * 2.6 + 3 * 0.5 + 0.25, 2)
+    assert found['target_floors_ms'] == {
+        'create': round(1.5 + 2.6 + 0.5, 2), 'delete': 4.5,
+        'bound': round(1.5 + 2.6 + 0.5 + 1.4 + 0.25, 2), 'get': 1.65}
     path = tmp_path / 'run.json'
     path.write_text(json.dumps({'rounds': rounds}))
     assert side.main(['--pool', str(path)]) == 0
     assert json.loads(capsys.readouterr().out)['floors'] == found
     del rounds[1]['floors']
     assert side.floors_of(rounds) is None
+
+
+def test_side_by_side_sets_each_absolute_target_beside_its_floor():
+    """With floors timed, an absolute target's verdict carries the floor
+    of its step, and says when the target lies below it; ratio targets
+    have no floor."""
+    side = _load('side_by_side')
+    summary = {
+        'lifecycles_per_s c=1': {'ours': 30.0, 'reference': 6.0,
+                                 'ratio': 5.0, 'ratio_range': [5.0, 5.0]},
+        'create p50 c=1': {'ours': 5.0, 'reference': 15.0, 'ratio': 3.0,
+                           'ratio_range': [3.0, 3.0]},
+        'GET /v2/device_profiles p50': {'ours': 1.4, 'reference': 4.0,
+                                        'ratio': 2.9,
+                                        'ratio_range': [2.9, 2.9]}}
+    found = {'target_floors_ms': {'create': 4.6, 'delete': 4.5,
+                                  'bound': 6.0, 'get': 1.2}}
+    verdicts = {v['figure']: v for v in side.judge(summary, found)}
+    assert verdicts['create p50 c=1'] == {
+        'figure': 'create p50 c=1', 'kind': 'ms', 'target': 4.0,
+        'value': 5.0, 'met': False, 'floor_ms': 4.6, 'below_floor': True}
+    assert verdicts['GET /v2/device_profiles p50']['met'] is True
+    assert verdicts['GET /v2/device_profiles p50']['floor_ms'] == 1.2
+    assert verdicts['GET /v2/device_profiles p50']['below_floor'] is False
+    assert 'floor_ms' not in verdicts['lifecycles_per_s c=1']
+    # Without floors, the verdicts are as before.
+    assert 'floor_ms' not in side.judge(summary)[1]
 
 
 def test_api_instructions_counts_a_route_under_callgrind():

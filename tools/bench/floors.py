@@ -20,17 +20,27 @@ code cost alone, so a target can be set against what is reachable:
 ``amqp``
     the same round trip in raw AMQP (py-amqp, publisher confirms): what
     RabbitMQ itself costs, below oslo.messaging.
+``database``
+    (``--database``, MariaDB unless ``none``) on a throwaway database of
+    the local server, through the driver cyborg is deployed with and no
+    ORM: ``commit_ms``, one row inserted and committed (every write
+    commits once, and the server's commit waits for its log to reach the
+    disk), and ``read_ms``, one row read by its key and the transaction
+    rolled back (what a GET reads, at least).
 ``placement``
     (with ``--placement URL``) one ``GET /allocations/{consumer}``, what a
     bind asks Placement.
 
 From those it prints ``lifecycle_floor_ms``: four HTTP requests, three
-RPC calls and the bind's Placement lookup (the ARQ lifecycle's fixed
-parts with no SQL, no policy and no logging at all).  Each figure is the
-median of ``--rounds`` rounds of ``--count`` calls; the JSON also holds
-the load average before and after.
+RPC calls and, when timed, three commits, the poll's read and the bind's
+Placement lookup (the ARQ lifecycle's fixed parts with no policy, no
+logging and no statement beyond those).  ``target_floors_ms`` does the
+same for each step the absolute targets name (``TARGET_FLOORS``): a
+target below its floor cannot be met on that machine by any code.  Each
+figure is the median of ``--rounds`` rounds of ``--count`` calls; the
+JSON also holds the load average before and after.
 
-Usage (from the repository root; needs the local RabbitMQ)::
+Usage (from the repository root; needs the local RabbitMQ and MariaDB)::
 
     .venv/bin/python tools/bench/floors.py
     .venv/bin/python tools/bench/floors.py --placement http://127.0.0.1:8778
@@ -51,12 +61,13 @@ import time
 import uuid
 
 import requests
+import sqlalchemy as sa
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tests.fixtures import processes, rabbit  # noqa: E402
+from tests.fixtures import databases, processes, rabbit  # noqa: E402
 
 APP = textwrap.dedent('''
     BODY = b'{"arqs": []}'
@@ -266,6 +277,38 @@ def measure_placement(url, count):
     return {'allocations_get_ms': timed(lookup, count)}
 
 
+def measure_database(url, count):
+    """A write's commit and a read's round trips on database ``url``,
+    through its DBAPI driver directly (no ORM, no pool checkout)."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    with engine.begin() as connection:
+        # A fresh table each round, on the run's scratch database.
+        connection.execute(sa.text('DROP TABLE IF EXISTS floors'))
+        connection.execute(sa.text(
+            'CREATE TABLE floors (id INTEGER PRIMARY KEY, '
+            'uuid VARCHAR(36) NOT NULL)'))
+    raw = engine.raw_connection()
+    ids = iter(range(1, 10 ** 9))
+    try:
+        cursor = raw.cursor()
+
+        def commit():
+            cursor.execute('INSERT INTO floors (id, uuid) VALUES (%s, %s)',
+                           (next(ids), str(uuid.uuid4())))
+            raw.commit()
+
+        def read():
+            cursor.execute('SELECT id, uuid FROM floors WHERE id = %s',
+                           (1,))
+            cursor.fetchall()
+            raw.rollback()
+        return {'commit_ms': timed(commit, count),
+                'read_ms': timed(read, count)}
+    finally:
+        raw.close()
+        engine.dispose()
+
+
 def median_of(rounds):
     """{part: {figure: median}} of rounds made by ``one_round``."""
     return {part: {name: round(statistics.median(
@@ -273,23 +316,78 @@ def median_of(rounds):
         for part, values in rounds[0].items()}
 
 
-def lifecycle_floor(medians):
-    """The ARQ lifecycle's fixed parts, in ms: four HTTP requests, three
-    RPC calls and, when timed, the bind's Placement lookup."""
-    return round(4 * medians['http']['get_ms'] + 3 * medians['rpc']['bare_ms']
-                 + medians.get('placement', {}).get('allocations_get_ms', 0),
+def _parts(medians):
+    """The floors a step is made of, by name, in ms (0 for one not
+    timed): ``get``, ``post``, ``rpc``, ``commit``, ``read``,
+    ``placement``."""
+    database = medians.get('database', {})
+    return {'get': medians['http']['get_ms'],
+            'post': medians['http']['post_ms'],
+            'rpc': medians['rpc']['bare_ms'],
+            'commit': database.get('commit_ms', 0),
+            'read': database.get('read_ms', 0),
+            'placement': medians.get('placement', {}).get(
+                'allocations_get_ms', 0)}
+
+
+# The fixed parts of each step an absolute ARQ target names, as counts
+# of ``_parts``: a create is a POST, a call to the conductor and its
+# commit; a delete the same with a body-less request; a bind until it is
+# seen Bound is the PATCH, its call, its Placement lookup and its commit,
+# then the GET that reads it back; a GET is a request and a read.
+TARGET_FLOORS = {
+    'create': {'post': 1, 'rpc': 1, 'commit': 1},
+    'delete': {'get': 1, 'rpc': 1, 'commit': 1},
+    'bound': {'post': 1, 'rpc': 1, 'commit': 1, 'placement': 1, 'get': 1,
+              'read': 1},
+    'get': {'get': 1, 'read': 1},
+}
+# The lifecycle: create, bind, the poll, delete.
+LIFECYCLE_FLOOR = {'get': 4, 'rpc': 3, 'commit': 3, 'read': 1,
+                   'placement': 1}
+
+
+def _sum_of(parts, counts):
+    return round(sum(parts[name] * times for name, times in counts.items()),
                  2)
 
 
-def one_round(args, workdir, url):
+def lifecycle_floor(medians):
+    """The ARQ lifecycle's fixed parts, in ms: four HTTP requests, three
+    RPC calls and, when timed, three commits, the poll's read and the
+    bind's Placement lookup."""
+    return _sum_of(_parts(medians), LIFECYCLE_FLOOR)
+
+
+def target_floors(medians):
+    """{step: ms} of ``TARGET_FLOORS`` from the timed floors."""
+    parts = _parts(medians)
+    return {step: _sum_of(parts, counts)
+            for step, counts in TARGET_FLOORS.items()}
+
+
+def one_round(args, workdir, url, database_url=None):
     result = {}
     with gunicorn_app(workdir) as app_url:
         result['http'] = measure_http(app_url, args.count)
     result['rpc'] = measure_rpc(url, args.count)
     result['amqp'] = measure_amqp(args.count)
+    if database_url is not None:
+        result['database'] = measure_database(database_url, args.count)
     if args.placement:
         result['placement'] = measure_placement(args.placement, args.count)
     return result
+
+
+@contextlib.contextmanager
+def scratch_database(kind):
+    """A throwaway database of ``kind`` on the local server for the
+    run's rounds (None for ``none``)."""
+    if kind == 'none':
+        yield None
+        return
+    with databases.throwaway_database(kind) as url:
+        yield url
 
 
 def main(argv=None):
@@ -299,13 +397,18 @@ def main(argv=None):
     parser.add_argument('--rounds', type=int, default=3)
     parser.add_argument('--placement', default=None,
                         help='a Placement endpoint (noauth2) to time')
+    parser.add_argument('--database', default='mysql',
+                        choices=('mysql', 'postgresql', 'none'),
+                        help='the local server whose commit and read to '
+                             'time (default mysql: MariaDB)')
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
     rounds = []
     with tempfile.TemporaryDirectory() as workdir, \
-            rabbit.throwaway_vhost() as url:
+            rabbit.throwaway_vhost() as url, \
+            scratch_database(args.database) as database_url:
         for _ in range(args.rounds):
-            rounds.append(one_round(args, workdir, url))
+            rounds.append(one_round(args, workdir, url, database_url))
     medians = median_of(rounds)
     print(json.dumps({
         'cpus': os.cpu_count(),
@@ -314,6 +417,8 @@ def main(argv=None):
         'median': medians,
         'lifecycle_floor_ms': lifecycle_floor(medians),
         'lifecycle_floor_includes_placement': bool(args.placement),
+        'lifecycle_floor_includes_database': args.database != 'none',
+        'target_floors_ms': target_floors(medians),
         'load_average_before': [round(x, 2) for x in load_before],
         'load_average_after': [round(x, 2) for x in os.getloadavg()],
     }, indent=1))

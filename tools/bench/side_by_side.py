@@ -22,10 +22,12 @@ quieter machine):
 
 ``--floors`` adds, after both in each round, what ``floors.py`` times
 (an empty gunicorn GET and POST, a bare and a cyborg oslo.messaging call,
-a raw AMQP round trip; ``--floor-count`` of each): the floors of the
-machine the round ran on, against which the absolute targets read (a
-slow machine's floors are most of a create or a GET).  Needs the local
-RabbitMQ, as ``floors.py`` does.
+a raw AMQP round trip, a commit and a read on ``--floor-database``;
+``--floor-count`` of each): the floors of the machine the round ran on,
+against which the absolute targets read (a slow machine's floors are
+most of a create or a GET).  Each absolute target's verdict then carries
+its step's floor and whether the target lies below it.  Needs the local
+RabbitMQ and database server, as ``floors.py`` does.
 
 ``--pool A.json B.json ...`` measures nothing: it pools the rounds of
 earlier runs' output and prints their summary and targets (a noisy
@@ -52,17 +54,19 @@ import time
 # This folder, where the benchmark runs from.
 import arq_lifecycle
 
-# (figure, kind, bound): "ratio" figures are judged on the median ratio
-# (at least ``bound``), "ms" figures on our median p50 (at most
-# ``bound``).  The ARQ targets of doc/source/scaling.rst.
+# (figure, kind, bound, step): "ratio" figures are judged on the median
+# ratio (at least ``bound``), "ms" figures on our median p50 (at most
+# ``bound``), and, with floors timed, set beside the floor of their
+# ``step`` (floors.TARGET_FLOORS).  The ARQ targets of
+# doc/source/scaling.rst.
 TARGETS = (
-    ('lifecycles_per_s c=1', 'ratio', 5.0),
-    ('lifecycles_per_s c=8', 'ratio', 5.0),
-    ('create p50 c=1', 'ms', 4.0),
-    ('bound p50 c=1', 'ms', 8.0),
-    ('delete p50 c=1', 'ms', 4.0),
-    ('GET /v2/device_profiles p50', 'ms', 1.5),
-    ('GET /v2/accelerator_requests p50', 'ms', 1.5),
+    ('lifecycles_per_s c=1', 'ratio', 5.0, None),
+    ('lifecycles_per_s c=8', 'ratio', 5.0, None),
+    ('create p50 c=1', 'ms', 4.0, 'create'),
+    ('bound p50 c=1', 'ms', 8.0, 'bound'),
+    ('delete p50 c=1', 'ms', 4.0, 'delete'),
+    ('GET /v2/device_profiles p50', 'ms', 1.5, 'get'),
+    ('GET /v2/accelerator_requests p50', 'ms', 1.5, 'get'),
 )
 LIST_PATHS = ('/device_profiles', '/accelerator_requests')
 SPANS = ('create', 'bind', 'bound', 'delete', 'lifecycle')
@@ -141,12 +145,17 @@ def floors_of(rounds):
     import floors
     medians = floors.median_of([r['floors'] for r in rounds])
     return {'median': medians,
-            'lifecycle_floor_ms': floors.lifecycle_floor(medians)}
+            'lifecycle_floor_ms': floors.lifecycle_floor(medians),
+            'target_floors_ms': floors.target_floors(medians)}
 
 
-def judge(summary):
+def judge(summary, found_floors=None):
+    """Each target with the figure it is judged on and whether it is
+    met; with ``found_floors`` (``floors_of``), an absolute target also
+    carries the machine's floor for its step (``floor_ms``) and whether
+    the target lies below it (``below_floor``: no code meets it there)."""
     verdicts = []
-    for figure, kind, bound in TARGETS:
+    for figure, kind, bound, step in TARGETS:
         if figure not in summary:
             continue
         if kind == 'ratio':
@@ -155,8 +164,12 @@ def judge(summary):
         else:
             value = summary[figure]['ours']
             met = value <= bound
-        verdicts.append({'figure': figure, 'kind': kind, 'target': bound,
-                         'value': value, 'met': met})
+        verdict = {'figure': figure, 'kind': kind, 'target': bound,
+                   'value': value, 'met': met}
+        if step is not None and found_floors is not None:
+            floor = found_floors['target_floors_ms'][step]
+            verdict.update(floor_ms=floor, below_floor=bound < floor)
+        verdicts.append(verdict)
     return verdicts
 
 
@@ -169,9 +182,11 @@ def pool(paths):
         with open(path) as f:
             rounds += json.load(f)['rounds']
     summary = summarize(rounds)
+    found_floors = floors_of(rounds)
     print(json.dumps({'pooled': paths, 'rounds': len(rounds),
-                      'summary': summary, 'targets': judge(summary),
-                      'floors': floors_of(rounds)}, indent=2))
+                      'summary': summary,
+                      'targets': judge(summary, found_floors),
+                      'floors': found_floors}, indent=2))
     return 0
 
 
@@ -186,8 +201,9 @@ def _floor_timer(args):
     from tests.fixtures import rabbit
     settings = argparse.Namespace(count=args.floor_count, placement=None)
     with tempfile.TemporaryDirectory() as workdir, \
-            rabbit.throwaway_vhost() as url:
-        yield lambda: floors.one_round(settings, workdir, url)
+            rabbit.throwaway_vhost() as url, \
+            floors.scratch_database(args.floor_database) as database_url:
+        yield lambda: floors.one_round(settings, workdir, url, database_url)
 
 
 def main(argv=None):
@@ -215,6 +231,10 @@ def main(argv=None):
                              '(floors.py)')
     parser.add_argument('--floor-count', type=int, default=200,
                         help='calls of each floor per round')
+    parser.add_argument('--floor-database', default='mysql',
+                        help='with --floors, the local server whose commit '
+                             'and read to time: mysql (MariaDB, the '
+                             'default), postgresql or none')
     args = parser.parse_args(argv)
     args.levels = [int(level) for level in args.concurrency.split(',')]
 
@@ -238,12 +258,14 @@ def main(argv=None):
             print(f'round {number + 1} of {args.rounds} done',
                   file=sys.stderr)
     summary = summarize(rounds)
+    found_floors = floors_of(rounds)
     print(json.dumps({
         'ours': args.ours, 'reference': args.reference,
         'count': args.count, 'gets': args.gets,
         'load_average': {'before': load_before, 'after': os.getloadavg()},
         'rounds': rounds, 'summary': summary,
-        'targets': judge(summary), 'floors': floors_of(rounds)}, indent=2))
+        'targets': judge(summary, found_floors), 'floors': found_floors},
+        indent=2))
     if args.floors:
         # oslo.messaging's threads would keep the process alive.
         sys.stdout.flush()
