@@ -310,10 +310,13 @@ def measure_database(url, count):
 
 
 def median_of(rounds):
-    """{part: {figure: median}} of rounds made by ``one_round``."""
+    """{part: {figure: median}} of rounds made by ``one_round``: of the
+    parts every round timed (runs pooled may have timed different
+    ones)."""
+    parts = set.intersection(*(set(round_) for round_ in rounds))
     return {part: {name: round(statistics.median(
         round_[part][name] for round_ in rounds), 3) for name in values}
-        for part, values in rounds[0].items()}
+        for part, values in rounds[0].items() if part in parts}
 
 
 def _parts(medians):
