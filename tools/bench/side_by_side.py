@@ -22,7 +22,8 @@ quieter machine):
 
 ``--floors`` adds, after both in each round, what ``floors.py`` times
 (an empty gunicorn GET and POST, a bare and a cyborg oslo.messaging call,
-a raw AMQP round trip, a commit and a read on ``--floor-database``;
+a raw AMQP round trip, a commit and a read on ``--floor-database``,
+with ``--floor-placement URL`` the allocation lookup a bind makes;
 ``--floor-count`` of each): the floors of the machine the round ran on,
 against which the absolute targets read (a slow machine's floors are
 most of a create or a GET).  Each absolute target's verdict then carries
@@ -199,7 +200,8 @@ def _floor_timer(args):
         return
     import floors
     from tests.fixtures import rabbit
-    settings = argparse.Namespace(count=args.floor_count, placement=None)
+    settings = argparse.Namespace(count=args.floor_count,
+                                  placement=args.floor_placement)
     with tempfile.TemporaryDirectory() as workdir, \
             rabbit.throwaway_vhost() as url, \
             floors.scratch_database(args.floor_database) as database_url:
@@ -231,6 +233,10 @@ def main(argv=None):
                              '(floors.py)')
     parser.add_argument('--floor-count', type=int, default=200,
                         help='calls of each floor per round')
+    parser.add_argument('--floor-placement', default=None,
+                        help="with --floors, our Placement's URL (noauth2): "
+                             "its allocation lookup, which a bind waits "
+                             "for, counts in the bind's floor")
     parser.add_argument('--floor-database', default='mysql',
                         help='with --floors, the local server whose commit '
                              'and read to time: mysql (MariaDB, the '
