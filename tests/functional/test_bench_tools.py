@@ -139,6 +139,62 @@ def test_side_by_side_pools_earlier_runs(tmp_path, capsys):
     assert pooled['targets'][0]['met'] is True
 
 
+def _call(calls, statements, **ms):
+    return {'calls': calls, 'statements': statements, 'ms': ms}
+
+
+def test_side_by_side_pools_the_breakdown_of_its_rounds():
+    """Each phase of each call is the median over the rounds that have
+    it; rounds without a breakdown (a side without metrics) are left
+    out, and none at all gives None."""
+    side = _load('side_by_side')
+    rounds = [
+        {'breakdown': {'c=1': {
+            'api': {'POST /v2/accelerator_requests': _call(
+                100, 0.0, total=6.0, rpc=5.0, messaging=3.0)},
+            'conductor': {'arq_create': _call(100, 2.0, total=2.0,
+                                              commit=0.6)}}}},
+        {'breakdown': {'c=1': {
+            'api': {'POST /v2/accelerator_requests': _call(
+                100, 0.0, total=8.0, rpc=7.0, messaging=4.0)},
+            'conductor': {'arq_create': _call(100, 2.0, total=3.0,
+                                              commit=0.8, db=1.0)}}}},
+        {'breakdown': {'c=1': {
+            'api': {'POST /v2/accelerator_requests': _call(
+                100, 0.0, total=7.0, rpc=6.0, messaging=3.5)},
+            'conductor': {'arq_create': _call(100, 2.0, total=2.5,
+                                              commit=0.7)}},
+            'c=8': {'api': {}, 'conductor': {
+                'arq_delete': _call(100, 4.0, total=9.0)}}}},
+        {},
+    ]
+    pooled = side.breakdown_of(rounds)
+    assert set(pooled) == {'c=1', 'c=8'}
+    post = pooled['c=1']['api']['POST /v2/accelerator_requests']
+    assert post == {'calls': 100, 'statements': 0.0, 'rounds': 3,
+                    'ms': {'total': 7.0, 'rpc': 6.0, 'messaging': 3.5}}
+    create = pooled['c=1']['conductor']['arq_create']
+    assert create['ms'] == {'total': 2.5, 'commit': 0.7, 'db': 1.0}
+    assert pooled['c=8']['conductor']['arq_delete']['rounds'] == 1
+    assert side.breakdown_of([{}, {'breakdown': {}}]) is None
+
+
+def test_side_by_side_pools_runs_of_different_levels(tmp_path, capsys):
+    side = _load('side_by_side')
+    paths = []
+    for number, levels in enumerate([(1, 8), (1, 2)]):
+        figures = {f'lifecycles_per_s c={level}': 10.0 * level
+                   for level in levels}
+        path = tmp_path / f'run{number}.json'
+        path.write_text(json.dumps({'rounds': [
+            {'ours': figures, 'reference': figures}]}))
+        paths.append(str(path))
+    assert side.main(['--pool'] + paths) == 0
+    pooled = json.loads(capsys.readouterr().out)
+    assert list(pooled['summary']) == ['lifecycles_per_s c=1']
+    assert pooled['breakdown'] is None
+
+
 def _floors(get_ms, bare_ms):
     return {'http': {'get_ms': get_ms, 'post_ms': get_ms + 0.1},
             'rpc': {'bare_ms': bare_ms, 'cyborg_ms': bare_ms + 0.2},

@@ -30,6 +30,12 @@ most of a create or a GET).  Each absolute target's verdict then carries
 its step's floor and whether the target lies below it.  Needs the local
 RabbitMQ and database server, as ``floors.py`` does.
 
+Where our API serves ``/metrics`` (``[metrics]enabled``), each round
+also carries the per-hop breakdown of our lifecycles at each level
+(``arq_lifecycle.py``'s: every API route's and, with
+``--conductor-metrics URL``, every conductor method's phases), and the
+output their medians over the rounds (``breakdown``).
+
 ``--pool A.json B.json ...`` measures nothing: it pools the rounds of
 earlier runs' output and prints their summary and targets (a noisy
 machine gives runs minutes apart ratios a fifth apart; several runs'
@@ -51,6 +57,8 @@ import statistics
 import sys
 import tempfile
 import time
+
+import requests
 
 # This folder, where the benchmark runs from.
 import arq_lifecycle
@@ -76,17 +84,40 @@ SPANS = ('create', 'bind', 'bound', 'delete', 'lifecycle')
 class Side:
     """One API under test: its client, and what a lifecycle uses."""
 
-    def __init__(self, name, url, args):
+    def __init__(self, name, url, args, conductor_metrics=None):
         self.name = name
         self.client = arq_lifecycle.Client(url, args.token,
                                            args.service_token)
         self.profile = arq_lifecycle.find_profile(self.client, None)
         self.host, self.rp_uuid = arq_lifecycle.find_target(self.client)
+        # The per-hop breakdown, where the API serves /metrics
+        # ([metrics]enabled) and the conductor's endpoint is given.
+        self.api_metrics = url.rstrip('/') + '/metrics'
+        if requests.get(self.api_metrics, timeout=30).status_code != 200:
+            self.api_metrics = None
+        self.conductor_metrics = conductor_metrics
 
     def lifecycles(self, count, concurrency):
+        """``arq_lifecycle.run``'s result, with its ``breakdown`` when the
+        side has metrics."""
+        if not (self.api_metrics or self.conductor_metrics):
+            return self._run(count, concurrency)
+        api_before, conductor_before = self._scrape()
+        result = self._run(count, concurrency)
+        api_after, conductor_after = self._scrape()
+        result['breakdown'] = arq_lifecycle.breakdown(
+            self.api_metrics and (api_before, api_after),
+            self.conductor_metrics and (conductor_before, conductor_after))
+        return result
+
+    def _run(self, count, concurrency):
         return arq_lifecycle.run(self.client, self.profile, self.host,
                                  self.rp_uuid, count, concurrency,
                                  wait_bound=True)
+
+    def _scrape(self):
+        return tuple(url and arq_lifecycle.scrape(url)
+                     for url in (self.api_metrics, self.conductor_metrics))
 
     def gets(self, path, count):
         """p50 ms of ``count`` sequential GETs of ``path``."""
@@ -99,8 +130,9 @@ class Side:
 
 
 def measure(side, args):
-    """{figure: value} of one round against ``side``."""
-    figures = {}
+    """({figure: value}, {'c=N': per-hop breakdown}) of one round against
+    ``side`` (no breakdown for a side without metrics)."""
+    figures, breakdowns = {}, {}
     for path in LIST_PATHS:
         figures[f'GET /v2{path} p50'] = side.gets(path, args.gets)
     for level in args.levels:
@@ -113,7 +145,9 @@ def measure(side, args):
         for span in SPANS:
             figures[f'{span} p50 c={level}'] = \
                 result['latency_ms'][span]['p50']
-    return figures
+        if 'breakdown' in result:
+            breakdowns[f'c={level}'] = result['breakdown']
+    return figures, breakdowns
 
 
 def _higher_is_better(figure):
@@ -123,7 +157,11 @@ def _higher_is_better(figure):
 def summarize(rounds):
     """Medians of each side and the ratios (above 1: ours faster)."""
     summary = {}
-    for figure in rounds[0]['ours']:
+    # Runs pooled may have measured different levels: the figures every
+    # round has.
+    for figure in [f for f in rounds[0]['ours']
+                   if all(f in r['ours'] and f in r['reference']
+                          for r in rounds)]:
         ours = [r['ours'][figure] for r in rounds]
         theirs = [r['reference'][figure] for r in rounds]
         if _higher_is_better(figure):
@@ -148,6 +186,35 @@ def floors_of(rounds):
     return {'median': medians,
             'lifecycle_floor_ms': floors.lifecycle_floor(medians),
             'target_floors_ms': floors.target_floors(medians)}
+
+
+def breakdown_of(rounds):
+    """The per-hop breakdown of our side over the rounds that have one:
+    for each concurrency level, API route and conductor method, the
+    median over the rounds of its calls, statements and each phase's
+    mean ms; None when no round has one."""
+    found = [r['breakdown'] for r in rounds if r.get('breakdown')]
+    if not found:
+        return None
+    pooled = {}
+    for level in sorted({level for b in found for level in b}):
+        pooled[level] = {}
+        for side in ('api', 'conductor'):
+            calls = [b[level][side] for b in found if level in b]
+            pooled[level][side] = {
+                call: _median_call([c[call] for c in calls if call in c])
+                for call in sorted({call for c in calls for call in c})}
+    return pooled
+
+
+def _median_call(calls):
+    phases = sorted({phase for call in calls for phase in call['ms']})
+    return {'calls': statistics.median_low(c['calls'] for c in calls),
+            'statements': statistics.median(c['statements'] for c in calls),
+            'ms': {phase: round(statistics.median(
+                c['ms'][phase] for c in calls if phase in c['ms']), 3)
+                for phase in phases},
+            'rounds': len(calls)}
 
 
 def judge(summary, found_floors=None):
@@ -187,7 +254,8 @@ def pool(paths):
     print(json.dumps({'pooled': paths, 'rounds': len(rounds),
                       'summary': summary,
                       'targets': judge(summary, found_floors),
-                      'floors': found_floors}, indent=2))
+                      'floors': found_floors,
+                      'breakdown': breakdown_of(rounds)}, indent=2))
     return 0
 
 
@@ -233,6 +301,9 @@ def main(argv=None):
                              '(floors.py)')
     parser.add_argument('--floor-count', type=int, default=200,
                         help='calls of each floor per round')
+    parser.add_argument('--conductor-metrics', default=None,
+                        help="our conductor's metrics URL: its phases join "
+                             "the API's in each round's per-hop breakdown")
     parser.add_argument('--floor-placement', default=None,
                         help="with --floors, our Placement's URL (noauth2): "
                              "its allocation lookup, which a bind waits "
@@ -244,7 +315,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     args.levels = [int(level) for level in args.concurrency.split(',')]
 
-    sides = {'ours': Side('ours', args.ours, args),
+    sides = {'ours': Side('ours', args.ours, args,
+                          conductor_metrics=args.conductor_metrics),
              'reference': Side('reference', args.reference, args)}
     for side in sides.values():
         side.lifecycles(args.warmup, 1)
@@ -255,10 +327,14 @@ def main(argv=None):
             order = ['ours', 'reference']
             if number % 2:
                 order.reverse()
+            measured = {name: measure(sides[name], args)
+                        for name in order}
             rounds.append({'order': order,
                            'load_average': os.getloadavg()[0],
-                           **{name: measure(sides[name], args)
-                              for name in order}})
+                           **{name: figures
+                              for name, (figures, _) in measured.items()}})
+            if measured['ours'][1]:
+                rounds[-1]['breakdown'] = measured['ours'][1]
             if time_floors is not None:
                 rounds[-1]['floors'] = time_floors()
             print(f'round {number + 1} of {args.rounds} done',
@@ -270,8 +346,8 @@ def main(argv=None):
         'count': args.count, 'gets': args.gets,
         'load_average': {'before': load_before, 'after': os.getloadavg()},
         'rounds': rounds, 'summary': summary,
-        'targets': judge(summary, found_floors), 'floors': found_floors},
-        indent=2))
+        'targets': judge(summary, found_floors), 'floors': found_floors,
+        'breakdown': breakdown_of(rounds)}, indent=2))
     if args.floors:
         # oslo.messaging's threads would keep the process alive.
         sys.stdout.flush()
