@@ -240,10 +240,14 @@ def _log_to(path):
 
 
 def _tune(engine):
-    # The pool as the services tune it (the fixture's engine is not made
-    # by db_api.configure).
+    # The pool as the services tune it: the fixture's engine is not made
+    # by db_api.configure, and in trees before 2026-11-29 the fixture did
+    # not tune it (later ones do: left as it is).
+    from sqlalchemy.pool import base as pool_base
+
     from cyborg.db import api as db_api
-    db_api._tune_pool(engine)
+    if engine.pool._reset_on_return is not pool_base.reset_none:
+        db_api._tune_pool(engine)
 
 
 def _names(trees):

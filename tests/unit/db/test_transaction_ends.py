@@ -153,3 +153,25 @@ def test_a_connection_dropped_in_a_transaction_is_rolled_back(facade):
     del connection
     gc.collect()
     assert ends == ['ROLLBACK']
+
+
+def test_the_tests_engine_ends_transactions_as_the_services_do():
+    """The API fixture's engine (what tests and the instruction counter
+    run on) is tuned as the services' is: a read is one ROLLBACK, with no
+    ping before it and no second ROLLBACK after it."""
+    from tests.fixtures import api as api_fixture
+
+    with api_fixture.database_in_use('mysql') as engine:
+        ends = []
+        dialect = engine.dialect
+        rollback, ping = dialect.do_rollback, dialect.do_ping
+        dialect.do_rollback = lambda c: (ends.append('ROLLBACK'),
+                                         rollback(c))
+        dialect.do_ping = lambda c: (ends.append('PING'), ping(c))[1]
+        context = cyborg_context.get_admin_context()
+        for _ in range(3):
+            with db_api.reader.using(context) as connection:
+                connection.execute(sa.text('SELECT 1'))
+        # The connection oslo.db opened to try the server, before the
+        # tuning saw it, is pinged at its first use (as in the services).
+        assert ends in (['ROLLBACK'] * 3, ['PING'] + ['ROLLBACK'] * 3)
