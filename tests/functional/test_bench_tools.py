@@ -139,6 +139,57 @@ def test_side_by_side_pools_earlier_runs(tmp_path, capsys):
     assert pooled['targets'][0]['met'] is True
 
 
+def _metrics_server(pages):
+    """A local HTTP server answering each GET with the next of ``pages``
+    (Prometheus text); yields its URL."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = pages.pop(0).encode()
+            self.send_response(200)
+            self.send_header('Content-Length', str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _conductor_page(calls, seconds, commit):
+    return (f'cyborg_conductor_rpc_seconds_count{{method="arq_create"}} '
+            f'{calls}\n'
+            f'cyborg_conductor_rpc_seconds_sum{{method="arq_create"}} '
+            f'{seconds}\n'
+            f'cyborg_conductor_rpc_phase_seconds_sum{{method="arq_create",'
+            f'phase="commit"}} {commit}\n')
+
+
+def test_a_run_with_breakdown_reads_the_metrics_before_and_after():
+    lifecycle = _load('arq_lifecycle')
+    assert lifecycle.with_breakdown(lambda: {'n': 1}, None, None) == {
+        'n': 1}
+    pages = [_conductor_page(10, 1.0, 0.2), _conductor_page(30, 1.1, 0.24)]
+    server = _metrics_server(pages)
+    try:
+        url = f'http://127.0.0.1:{server.server_port}/metrics'
+        result = lifecycle.with_breakdown(lambda: {'n': 2}, None, url)
+    finally:
+        server.shutdown()
+    assert pages == []
+    assert result['n'] == 2
+    assert result['breakdown']['api'] == {}
+    create = result['breakdown']['conductor']['arq_create']
+    # 20 calls between the reads: 100 ms and 40 ms of commit in all.
+    assert create['calls'] == 20
+    assert create['ms'] == {'commit': 2.0, 'total': 5.0}
+
+
 def _call(calls, statements, **ms):
     return {'calls': calls, 'statements': statements, 'ms': ms}
 

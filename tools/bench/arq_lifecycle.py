@@ -250,6 +250,31 @@ def _means(scrapes, prefix, key):
     return means
 
 
+def api_metrics_url(endpoint):
+    """The API's ``/metrics`` URL, or None when it serves none
+    (``[metrics]enabled`` off, or not cyborg)."""
+    url = endpoint.rstrip('/') + '/metrics'
+    return url if requests.get(url, timeout=30).status_code == 200 else None
+
+
+def with_breakdown(run, api_metrics, conductor_metrics):
+    """``run()``'s result, with its per-hop ``breakdown`` when either
+    metrics URL is given: both endpoints are read before and after."""
+    if not (api_metrics or conductor_metrics):
+        return run()
+
+    def scrapes():
+        return [url and scrape(url)
+                for url in (api_metrics, conductor_metrics)]
+    api_before, conductor_before = scrapes()
+    result = run()
+    api_after, conductor_after = scrapes()
+    result['breakdown'] = breakdown(
+        api_metrics and (api_before, api_after),
+        conductor_metrics and (conductor_before, conductor_after))
+    return result
+
+
 def breakdown(api, conductor):
     """Mean ms per call of each phase, from (before, after) scrapes."""
     result = {'api': _means(api, 'cyborg_api_request', _route) if api
@@ -354,29 +379,22 @@ def main(argv=None):
     host, rp_uuid = find_target(client)
     if args.warmup:
         run(client, profile, host, rp_uuid, args.warmup, 1, args.wait_bound)
-    api_metrics = None
-    if not args.no_api_metrics:
-        api_metrics = args.endpoint.rstrip('/') + '/metrics'
-        if requests.get(api_metrics, timeout=30).status_code != 200:
-            api_metrics = None  # [metrics]enabled is off
+    api_metrics = (None if args.no_api_metrics
+                   else api_metrics_url(args.endpoint))
     results = []
     for level in args.concurrency.split(','):
-        api_before = api_metrics and scrape(api_metrics)
-        conductor_before = (args.conductor_metrics
-                            and scrape(args.conductor_metrics))
-        cpu_before = cpu_now(targets)
-        results.append(run(client, profile, host, rp_uuid, args.count,
-                           int(level), args.wait_bound))
-        if targets:
-            cpu_after, done = cpu_now(targets), results[-1]['lifecycles']
-            results[-1]['cpu_ms_per_lifecycle'] = {
-                name: round((cpu_after[name] - cpu_before[name]) * 1000
-                            / max(done, 1), 2) for name in targets}
-        if api_metrics or args.conductor_metrics:
-            results[-1]['breakdown'] = breakdown(
-                api_metrics and (api_before, scrape(api_metrics)),
-                args.conductor_metrics and (conductor_before,
-                                            scrape(args.conductor_metrics)))
+        def run_level():
+            cpu_before = cpu_now(targets)
+            result = run(client, profile, host, rp_uuid, args.count,
+                         int(level), args.wait_bound)
+            if targets:
+                cpu_after, done = cpu_now(targets), result['lifecycles']
+                result['cpu_ms_per_lifecycle'] = {
+                    name: round((cpu_after[name] - cpu_before[name]) * 1000
+                                / max(done, 1), 2) for name in targets}
+            return result
+        results.append(with_breakdown(run_level, api_metrics,
+                                      args.conductor_metrics))
     print(json.dumps({'endpoint': args.endpoint, 'device_profile': profile,
                       'hostname': host, 'device_rp_uuid': rp_uuid,
                       'wait_bound': args.wait_bound, 'results': results},

@@ -50,6 +50,7 @@ A benchmark, not a test.
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import statistics
@@ -288,7 +289,7 @@ def measure_database(url, count):
             'CREATE TABLE floors (id INTEGER PRIMARY KEY, '
             'uuid VARCHAR(36) NOT NULL)'))
     raw = engine.raw_connection()
-    ids = iter(range(1, 10 ** 9))
+    ids = itertools.count(1)
     try:
         cursor = raw.cursor()
 

@@ -58,8 +58,6 @@ import sys
 import tempfile
 import time
 
-import requests
-
 # This folder, where the benchmark runs from.
 import arq_lifecycle
 
@@ -92,32 +90,17 @@ class Side:
         self.host, self.rp_uuid = arq_lifecycle.find_target(self.client)
         # The per-hop breakdown, where the API serves /metrics
         # ([metrics]enabled) and the conductor's endpoint is given.
-        self.api_metrics = url.rstrip('/') + '/metrics'
-        if requests.get(self.api_metrics, timeout=30).status_code != 200:
-            self.api_metrics = None
+        self.api_metrics = arq_lifecycle.api_metrics_url(url)
         self.conductor_metrics = conductor_metrics
 
     def lifecycles(self, count, concurrency):
         """``arq_lifecycle.run``'s result, with its ``breakdown`` when the
         side has metrics."""
-        if not (self.api_metrics or self.conductor_metrics):
-            return self._run(count, concurrency)
-        api_before, conductor_before = self._scrape()
-        result = self._run(count, concurrency)
-        api_after, conductor_after = self._scrape()
-        result['breakdown'] = arq_lifecycle.breakdown(
-            self.api_metrics and (api_before, api_after),
-            self.conductor_metrics and (conductor_before, conductor_after))
-        return result
-
-    def _run(self, count, concurrency):
-        return arq_lifecycle.run(self.client, self.profile, self.host,
-                                 self.rp_uuid, count, concurrency,
-                                 wait_bound=True)
-
-    def _scrape(self):
-        return tuple(url and arq_lifecycle.scrape(url)
-                     for url in (self.api_metrics, self.conductor_metrics))
+        return arq_lifecycle.with_breakdown(
+            lambda: arq_lifecycle.run(self.client, self.profile, self.host,
+                                      self.rp_uuid, count, concurrency,
+                                      wait_bound=True),
+            self.api_metrics, self.conductor_metrics)
 
     def gets(self, path, count):
         """p50 ms of ``count`` sequential GETs of ``path``."""
