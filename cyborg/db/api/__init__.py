@@ -222,6 +222,13 @@ def configure(conf, wait_for_database=True):
     context_manager.configure(**engine_options(conf, wait_for_database))
 
 
+# What every engine is made with besides [database]'s options: no
+# oslo.db sleep(0) on every connection check-in, which lets greenthreads
+# run; we use OS threads (doc/source/decisions.rst), for which it is only
+# a forced context switch on every request.
+ENGINE_SETTINGS = {'thread_checkin': False}
+
+
 def engine_options(conf, wait_for_database=True):
     """The enginefacade's options for ``conf.database`` (``configure``)."""
     options = dict(conf.database.items())
@@ -231,10 +238,7 @@ def engine_options(conf, wait_for_database=True):
     if bounded:
         options['connection_parameters'] = '&'.join(
             filter(None, [options.get('connection_parameters'), bounded]))
-    # oslo.db's sleep(0) on every connection check-in lets greenthreads
-    # run; we use OS threads (doc/source/decisions.rst), for which it is
-    # only a forced context switch on every request.
-    options['thread_checkin'] = False
+    options.update(ENGINE_SETTINGS)
     if not wait_for_database:
         options['max_retries'] = 0
     return options
