@@ -60,6 +60,13 @@ def test_the_process_engine_gets_it():
     assert db_api._tune_pool in hooks
 
 
+def test_the_services_engine_does_not_sleep_on_check_in():
+    from tests.fixtures import api as api_fixture
+
+    conf = api_fixture.make_conf({('database', 'connection'): 'sqlite://'})
+    assert db_api.engine_options(conf)['thread_checkin'] is False
+
+
 def test_a_write_ends_with_its_commit_alone(facade):
     manager, ends = facade
     context = cyborg_context.get_admin_context()
