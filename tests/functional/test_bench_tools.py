@@ -230,6 +230,31 @@ def test_side_by_side_pools_the_breakdown_of_its_rounds():
     assert side.breakdown_of([{}, {'breakdown': {}}]) is None
 
 
+def test_side_by_side_keeps_the_reference_breakdown_apart(tmp_path,
+                                                          capsys):
+    """A reference that is a cyborg too (an A/B run) has its breakdown
+    pooled on its own, never mixed into ours."""
+    side = _load('side_by_side')
+    figures = {'lifecycles_per_s c=1': 10.0}
+
+    def breakdown(total):
+        return {'c=1': {'api': {'POST /v2/accelerator_requests': _call(
+            100, 0.0, total=total)}, 'conductor': {}}}
+    path = tmp_path / 'ab.json'
+    path.write_text(json.dumps({'rounds': [
+        {'ours': figures, 'reference': figures,
+         'breakdown': breakdown(5.0), 'reference_breakdown': breakdown(9.0)},
+        {'ours': figures, 'reference': figures,
+         'breakdown': breakdown(7.0), 'reference_breakdown': breakdown(11.0)},
+    ]}))
+    assert side.main(['--pool', str(path)]) == 0
+    pooled = json.loads(capsys.readouterr().out)
+    route = 'POST /v2/accelerator_requests'
+    assert pooled['breakdown']['c=1']['api'][route]['ms'] == {'total': 6.0}
+    assert pooled['reference_breakdown']['c=1']['api'][route]['ms'] == {
+        'total': 10.0}
+
+
 def test_side_by_side_pools_runs_of_different_levels(tmp_path, capsys):
     side = _load('side_by_side')
     paths = []
@@ -244,6 +269,7 @@ def test_side_by_side_pools_runs_of_different_levels(tmp_path, capsys):
     pooled = json.loads(capsys.readouterr().out)
     assert list(pooled['summary']) == ['lifecycles_per_s c=1']
     assert pooled['breakdown'] is None
+    assert pooled['reference_breakdown'] is None
 
 
 def _floors(get_ms, bare_ms):

@@ -34,7 +34,11 @@ Where our API serves ``/metrics`` (``[metrics]enabled``), each round
 also carries the per-hop breakdown of our lifecycles at each level
 (``arq_lifecycle.py``'s: every API route's and, with
 ``--conductor-metrics URL``, every conductor method's phases), and the
-output their medians over the rounds (``breakdown``).
+output their medians over the rounds (``breakdown``).  Where the
+reference is a cyborg too (two trees compared, A against B) and serves
+``/metrics``, its breakdown comes the same way, with
+``--reference-conductor-metrics URL`` for its conductor's
+(``reference_breakdown``); OpenStack Cyborg serves none.
 
 ``--pool A.json B.json ...`` measures nothing: it pools the rounds of
 earlier runs' output and prints their summary and targets (a noisy
@@ -77,6 +81,8 @@ TARGETS = (
 )
 LIST_PATHS = ('/device_profiles', '/accelerator_requests')
 SPANS = ('create', 'bind', 'bound', 'delete', 'lifecycle')
+# Where a round (and the output) keeps each side's per-hop breakdown.
+BREAKDOWNS = {'ours': 'breakdown', 'reference': 'reference_breakdown'}
 
 
 class Side:
@@ -171,12 +177,13 @@ def floors_of(rounds):
             'target_floors_ms': floors.target_floors(medians)}
 
 
-def breakdown_of(rounds):
-    """The per-hop breakdown of our side over the rounds that have one:
-    for each concurrency level, API route and conductor method, the
+def breakdown_of(rounds, key='breakdown'):
+    """The per-hop breakdown of one side (``key``: ``breakdown`` ours,
+    ``reference_breakdown`` the reference's) over the rounds that have
+    one: for each concurrency level, API route and conductor method, the
     median over the rounds of its calls, statements and each phase's
     mean ms; None when no round has one."""
-    found = [r['breakdown'] for r in rounds if r.get('breakdown')]
+    found = [r[key] for r in rounds if r.get(key)]
     if not found:
         return None
     pooled = {}
@@ -188,6 +195,11 @@ def breakdown_of(rounds):
                 call: _median_call([c[call] for c in calls if call in c])
                 for call in sorted({call for c in calls for call in c})}
     return pooled
+
+
+def breakdowns_of(rounds):
+    """Both sides' pooled breakdowns, under the keys the rounds use."""
+    return {key: breakdown_of(rounds, key) for key in BREAKDOWNS.values()}
 
 
 def _median_call(calls):
@@ -238,7 +250,7 @@ def pool(paths):
                       'summary': summary,
                       'targets': judge(summary, found_floors),
                       'floors': found_floors,
-                      'breakdown': breakdown_of(rounds)}, indent=2))
+                      **breakdowns_of(rounds)}, indent=2))
     return 0
 
 
@@ -287,6 +299,9 @@ def main(argv=None):
     parser.add_argument('--conductor-metrics', default=None,
                         help="our conductor's metrics URL: its phases join "
                              "the API's in each round's per-hop breakdown")
+    parser.add_argument('--reference-conductor-metrics', default=None,
+                        help="the reference's conductor's metrics URL, "
+                             'where the reference is a cyborg too')
     parser.add_argument('--floor-placement', default=None,
                         help="with --floors, our Placement's URL (noauth2): "
                              "its allocation lookup, which a bind waits "
@@ -300,7 +315,9 @@ def main(argv=None):
 
     sides = {'ours': Side('ours', args.ours, args,
                           conductor_metrics=args.conductor_metrics),
-             'reference': Side('reference', args.reference, args)}
+             'reference': Side(
+                 'reference', args.reference, args,
+                 conductor_metrics=args.reference_conductor_metrics)}
     for side in sides.values():
         side.lifecycles(args.warmup, 1)
     load_before = os.getloadavg()
@@ -316,8 +333,9 @@ def main(argv=None):
                            'load_average': os.getloadavg()[0],
                            **{name: figures
                               for name, (figures, _) in measured.items()}})
-            if measured['ours'][1]:
-                rounds[-1]['breakdown'] = measured['ours'][1]
+            for name, key in BREAKDOWNS.items():
+                if measured[name][1]:
+                    rounds[-1][key] = measured[name][1]
             if time_floors is not None:
                 rounds[-1]['floors'] = time_floors()
             print(f'round {number + 1} of {args.rounds} done',
@@ -330,7 +348,7 @@ def main(argv=None):
         'load_average': {'before': load_before, 'after': os.getloadavg()},
         'rounds': rounds, 'summary': summary,
         'targets': judge(summary, found_floors), 'floors': found_floors,
-        'breakdown': breakdown_of(rounds)}, indent=2))
+        **breakdowns_of(rounds)}, indent=2))
     if args.floors:
         # oslo.messaging's threads would keep the process alive.
         sys.stdout.flush()
