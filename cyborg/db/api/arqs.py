@@ -32,11 +32,25 @@ _DEVICE = models.Device.__table__
 _REMOTE = models.RemotePoolHandle.__table__
 
 
+def _constant(value, type_=None):
+    """``value`` written into the statement's text, not bound: these
+    reads run on every GET and bind, and each bound constant is a
+    parameter built, escaped and sent on every execution (the health
+    ranks were 45 of them).  Only for the module's own constants
+    (identifiers and small integers), never for what a caller gives."""
+    if not str(value).replace('_', '').isalnum():
+        raise ValueError(f'not a constant to write into SQL: {value!r}')
+    text = str(value) if isinstance(value, int) else f"'{value}'"
+    return sa.literal_column(text, type_)
+
+
 def _health_rank(column):
     """How bad a health column is: its index in HEALTH_STATES (the order
     ``states.worst`` uses), 0 for anything unknown."""
-    ranks = {state: i for i, state in enumerate(states.HEALTH_STATES)}
-    return sa.case(ranks, value=column, else_=0)
+    return sa.case(
+        *((column == _constant(state), _constant(rank))
+          for rank, state in enumerate(states.HEALTH_STATES)),
+        else_=_constant(0))
 
 
 def _worse(column):
@@ -54,7 +68,7 @@ def _worse(column):
 # remote pool's fabric handle (type FABRIC): one of the two outer joins
 # finds it.  The enum is cast so both branches are strings (PostgreSQL).
 _HANDLE_TYPE = sa.case(
-    (_REMOTE.c.id.is_not(None), sa.literal(states.FABRIC, sa.String)),
+    (_REMOTE.c.id.is_not(None), _constant(states.FABRIC, sa.String)),
     else_=sa.cast(_HANDLE.c.attach_type, sa.String))
 
 # What an ARQ is and where it is bound, with its profile's name and its

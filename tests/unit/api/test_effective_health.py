@@ -1,10 +1,12 @@
 """Effective health: a deployable's (worked out in Python) and an ARQ's
 device_health (worked out in SQL) agree with ``states.worst`` for every
-pair of states, and a word outside the vocabulary fails no list."""
+pair of states, and a word outside the vocabulary fails no list, on
+every database kind (the ARQ's is SQL the database works out)."""
 
 import itertools
 import json
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy import orm
 
@@ -13,8 +15,15 @@ from cyborg.db import models
 from cyborg.objects.accelerator_requests import AcceleratorRequest
 from cyborg.objects.deployables import Deployable
 from tests.fixtures import api as api_fixture
+from tests.fixtures import databases
 
 PAIRS = list(itertools.product(states.HEALTH_STATES, repeat=2))
+
+
+@pytest.fixture(params=databases.KINDS)
+def db(request):
+    with api_fixture.database_in_use(request.param) as engine:
+        yield engine
 
 
 def _seed(engine, pairs):
