@@ -267,7 +267,8 @@ _TO_BIND = select(*CHANGE).where(sa.or_(
     _ARQ.c.uuid.in_(sa.bindparam('uuids', expanding=True)),
     sa.and_(
         _ARQ.c.instance_uuid.in_(sa.bindparam('instances', expanding=True)),
-        _ARQ.c.state.in_(states.ARQ_HOLDING))))
+        _ARQ.c.state.in_([_constant(state)
+                          for state in states.ARQ_HOLDING]))))
 
 
 @reader

@@ -28,6 +28,12 @@ def test_a_change_read_binds_only_its_filters():
     assert "'FABRIC'" in str(compiled)
 
 
+def test_the_bind_read_binds_only_the_arqs_and_instances():
+    compiled = arqs._TO_BIND.compile(dialect=postgresql.dialect())
+    assert set(compiled.params) == {'uuids', 'instances'}
+    assert "'BindStarted'" in str(compiled)
+
+
 @pytest.mark.parametrize('value', ["x'; DROP TABLE devices; --", 'a b', ''])
 def test_only_identifiers_and_integers_are_written_into_sql(value):
     with pytest.raises(ValueError):
