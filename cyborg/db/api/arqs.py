@@ -48,9 +48,9 @@ def _health_rank(column):
     """How bad a health column is: its index in HEALTH_STATES (the order
     ``states.worst`` uses), 0 for anything unknown."""
     return sa.case(
-        *((column == _constant(state), _constant(rank))
+        *((_constant(state), _constant(rank))
           for rank, state in enumerate(states.HEALTH_STATES)),
-        else_=_constant(0))
+        value=column, else_=_constant(0))
 
 
 def _worse(column):
