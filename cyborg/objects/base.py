@@ -37,22 +37,9 @@ def to_dict(obj):
     """JSON-able dict of a data class (for RPC): its fields, one level.
 
     The object classes' fields hold plain values (strings, numbers,
-    times, dicts and lists of those), so the dict is made field by field
-    rather than by ``dataclasses.asdict``, which copies every container
-    deeply (some 20 us for an ARQ, which every create returns, against
-    about 1).  The containers are the object's own, not copies: the dict
-    is for sending.  A field declared as a data class is still turned
-    into a dict."""
-    cls = type(obj)
-    values = {name: getattr(obj, name) for name in _field_names(cls)}
-    for name in _nested_fields(cls):
-        if values[name] is not None:
-            values[name] = dataclasses.asdict(values[name])
-    return values
-
-
-@functools.lru_cache(maxsize=None)
-def _nested_fields(cls):
-    return tuple(f.name for f in dataclasses.fields(cls)
-                 if isinstance(f.type, type)
-                 and dataclasses.is_dataclass(f.type))
+    times, dicts and lists of those; a test keeps it so), so the dict is
+    made field by field rather than by ``dataclasses.asdict``, which
+    copies every container deeply (some 20 us for an ARQ, which every
+    create returns, against about 1).  The containers are the object's
+    own, not copies: the dict is for sending."""
+    return {name: getattr(obj, name) for name in _field_names(type(obj))}
