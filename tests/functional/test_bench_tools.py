@@ -230,6 +230,23 @@ def test_side_by_side_pools_the_breakdown_of_its_rounds():
     assert side.breakdown_of([{}, {'breakdown': {}}]) is None
 
 
+def test_a_round_records_each_sides_breakdown_under_its_own_key():
+    side = _load('side_by_side')
+    ours, theirs = {'c=1': {'api': {}, 'conductor': {'a': 1}}}, {
+        'c=1': {'api': {'b': 2}, 'conductor': {}}}
+    record = side.round_of(['reference', 'ours'], {
+        'reference': ({'x': 2.0}, theirs), 'ours': ({'x': 1.0}, ours)})
+    assert record['order'] == ['reference', 'ours']
+    assert (record['ours'], record['reference']) == ({'x': 1.0}, {'x': 2.0})
+    assert record['breakdown'] == ours
+    assert record['reference_breakdown'] == theirs
+    # A side without metrics (OpenStack Cyborg) records none.
+    plain = side.round_of(['ours', 'reference'], {
+        'ours': ({'x': 1.0}, ours), 'reference': ({'x': 2.0}, {})})
+    assert 'reference_breakdown' not in plain
+    assert plain['breakdown'] == ours
+
+
 def test_side_by_side_keeps_the_reference_breakdown_apart(tmp_path,
                                                           capsys):
     """A reference that is a cyborg too (an A/B run) has its breakdown

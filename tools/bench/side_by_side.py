@@ -143,6 +143,18 @@ def _higher_is_better(figure):
     return figure.startswith('lifecycles_per_s')
 
 
+def round_of(order, measured):
+    """One round's record from ``measure``'s (figures, breakdowns) of
+    each side: each side's figures, and each side's breakdown, where it
+    has one, under its ``BREAKDOWNS`` key."""
+    record = {'order': order, 'load_average': os.getloadavg()[0]}
+    for name, (figures, breakdowns) in measured.items():
+        record[name] = figures
+        if breakdowns:
+            record[BREAKDOWNS[name]] = breakdowns
+    return record
+
+
 def summarize(rounds):
     """Medians of each side and the ratios (above 1: ours faster)."""
     summary = {}
@@ -327,15 +339,8 @@ def main(argv=None):
             order = ['ours', 'reference']
             if number % 2:
                 order.reverse()
-            measured = {name: measure(sides[name], args)
-                        for name in order}
-            rounds.append({'order': order,
-                           'load_average': os.getloadavg()[0],
-                           **{name: figures
-                              for name, (figures, _) in measured.items()}})
-            for name, key in BREAKDOWNS.items():
-                if measured[name][1]:
-                    rounds[-1][key] = measured[name][1]
+            rounds.append(round_of(order, {
+                name: measure(sides[name], args) for name in order}))
             if time_floors is not None:
                 rounds[-1]['floors'] = time_floors()
             print(f'round {number + 1} of {args.rounds} done',
