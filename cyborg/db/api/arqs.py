@@ -37,8 +37,11 @@ def _constant(value, type_=None):
     reads run on every GET and bind, and each bound constant is a
     parameter built, escaped and sent on every execution (the health
     ranks were 45 of them).  Only for the module's own constants
-    (identifiers and small integers), never for what a caller gives."""
-    if not str(value).replace('_', '').isalnum():
+    (identifiers and small integers), never for what a caller gives.  A
+    boolean is refused: it would be written as ``True``, which not every
+    database reads as a value."""
+    if (isinstance(value, bool)
+            or not str(value).replace('_', '').isalnum()):
         raise ValueError(f'not a constant to write into SQL: {value!r}')
     text = str(value) if isinstance(value, int) else f"'{value}'"
     return sa.literal_column(text, type_)

@@ -34,7 +34,8 @@ def test_the_bind_read_binds_only_the_arqs_and_instances():
     assert "'BindStarted'" in str(compiled)
 
 
-@pytest.mark.parametrize('value', ["x'; DROP TABLE devices; --", 'a b', ''])
+@pytest.mark.parametrize('value', ["x'; DROP TABLE devices; --", 'a b', '',
+                                   True, False])
 def test_only_identifiers_and_integers_are_written_into_sql(value):
     with pytest.raises(ValueError):
         arqs._constant(value)
