@@ -17,6 +17,10 @@ HERE = pathlib.Path(__file__).parent
 # pytest-xdist then starts it at once on one worker while the other works
 # through the rest, instead of starting it last and waiting for it alone.
 FIRST = 'test_schemathesis.py'
+if not (HERE / FIRST).is_file():
+    # Renamed or moved, it would match nothing and only slow the stage.
+    raise RuntimeError('tests/faults/conftest.py: FIRST names %s, which is '
+                       'not there' % FIRST)
 
 
 def pytest_collection_modifyitems(config, items):
