@@ -241,8 +241,10 @@ def _bind(conf, context, job, rp_uuid, deadline):
         raise exception.BindFailed(
             reason=f'resource provider {rp_uuid}, which Placement offered, '
                    f'has no enabled device here')
+    # agent_host: whose agent makes the mdev of an MDEV handle.
     job.update(hostname=target.hostname, device_rp_uuid=rp_uuid,
-               deployable_id=target.deployable_id)
+               deployable_id=target.deployable_id,
+               agent_host=target.hostname)
     job['notice']['deployable_uuid'] = target.deployable_uuid
     if not db_api.write_retrying(
             context, arq_db.transition, context, job['uuid'],

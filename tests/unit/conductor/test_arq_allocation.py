@@ -34,18 +34,21 @@ def trait():
     return 'CUSTOM_T_' + uuidlib.uuid4().hex.upper()
 
 
-def _provide(conf, db, trait, total=2, hostname=None, status='enabled'):
-    """A seeded device whose provider Placement offers: ``total`` FPGAs
-    under a compute node provider, with OWNER_CYBORG and ``trait``."""
+def _provide(conf, db, trait, total=2, hostname=None, status='enabled',
+             resource_class='FPGA', **handles):
+    """A seeded device whose provider Placement offers: ``total`` units of
+    ``resource_class`` under a compute node provider, with OWNER_CYBORG
+    and ``trait``; ``handles``: how seed_device makes its attach handles
+    (attach_type, asked_type)."""
     hostname = hostname or 'host-' + uuidlib.uuid4().hex[:8]
     device = seed.seed_device(db, hostname=hostname, handles=total,
-                              status=status)
+                              status=status, **handles)
     placement = placement_client.get_client(conf)
     compute = str(uuidlib.uuid4())
     placement.create_provider(compute, hostname, None)
     placement.create_provider(device.rp_uuid, device.name, compute)
     placement.set_inventories(device.rp_uuid, {
-        'FPGA': {'total': total, 'max_unit': total}})
+        resource_class: {'total': total, 'max_unit': total}})
     placement.ensure_traits([trait])
     placement.set_traits(device.rp_uuid, {'OWNER_CYBORG', trait})
     with db.begin() as connection:

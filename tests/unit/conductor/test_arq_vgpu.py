@@ -1,6 +1,6 @@
-"""vGPU binds: MDEV handles make the agent create the mdev at bind and
-remove it at unbind (the real agent endpoint on a fake sysfs tree, over an
-in-process fake:// transport)."""
+"""vGPU binds: MDEV handles make the agent create the mdev at bind (Nova's
+or a standalone allocation) and remove it at unbind (the real agent
+endpoint on a fake sysfs tree, over an in-process fake:// transport)."""
 
 import os
 import uuid as uuidlib
@@ -9,12 +9,14 @@ import pytest
 
 from cyborg.agent import privileged
 from cyborg.common import context as cyborg_context
+from cyborg.conductor import arq_allocation
 from cyborg.conductor import arq_binding
 from cyborg.db.api import attach_handles as handle_db
 from cyborg.placement import client as placement_client
 from tests.fixtures import arqs as seed
 from tests.fixtures import placement as placement_fixture
 from tests.fixtures import sysfs as fake_sysfs
+from tests.unit.conductor import test_arq_allocation as allocation
 
 HOST = 'gpu-host'
 GPU = '0000:0c:00.0'
@@ -81,6 +83,24 @@ def test_mdev_created_at_bind_and_removed_at_unbind(vconf, db, agent, tree):
         assert f.read() == '1'
     assert seed.arq_rows(db)[arq].state == 'Unbound'
     assert seed.handles_in_use(db) == 0
+
+
+def test_a_standalone_allocation_creates_the_mdev(vconf, db, agent, tree):
+    """No Nova: Placement picks the vGPU, the conductor claims it and the
+    agent of the GPU's host makes the mdev of the handle taken."""
+    ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
+    trait = 'CUSTOM_T_' + uuidlib.uuid4().hex.upper()
+    device = allocation._provide(vconf, db, trait, total=1, hostname=HOST,
+                                 resource_class='VGPU', attach_type='MDEV',
+                                 asked_type=VGPU_TYPE)
+    arq, = allocation._arqs(db, ctx, {'resources:VGPU': '1',
+                                      'trait:' + trait: 'required'})
+    assert arq_allocation.allocate(vconf, ctx, arq, 'pod-1', 'k8s-pod') == {
+        'uuid': arq, 'device_rp_uuid': device.rp_uuid, 'hostname': HOST}
+    row = seed.arq_rows(db)[arq]
+    assert row.state == 'Bound', row.bind_failure_reason
+    assert _create_file(tree) == handle_db.get(ctx,
+                                               row.attach_handle_id).uuid
 
 
 def test_mdev_creation_failure_fails_the_bind(vconf, db, agent, tree):
