@@ -16,11 +16,9 @@ only what is particular to them.
 
 import codecs
 import json
-import uuid as uuidlib
 
 from oslo_log import log as logging
 import oslo_messaging as messaging
-from oslo_utils import uuidutils
 import webob
 from webob import exc as webob_exc
 
@@ -170,14 +168,12 @@ _UUID_VARS = ('uuid', 'name_or_uuid')
 
 
 def _canonical_uuids(path_vars):
-    """The path variables with each uuid in the form we store (lower case,
-    dashed): a uuid in upper case or without dashes names the same
-    resource on every database (MariaDB's collation would find the upper
-    case one, PostgreSQL would not)."""
+    """The path variables with each uuid in the form we store
+    (``base.canonical_uuid``)."""
     for name in _UUID_VARS:
-        value = path_vars.get(name)
-        if value is not None and uuidutils.is_uuid_like(value):
-            path_vars = dict(path_vars, **{name: str(uuidlib.UUID(value))})
+        if path_vars.get(name) is not None:
+            path_vars = dict(path_vars,
+                             **{name: base.canonical_uuid(path_vars[name])})
     return path_vars
 
 

@@ -12,6 +12,7 @@ import urllib.parse
 import uuid as uuidlib
 
 import webob
+from oslo_utils import uuidutils
 
 from cyborg.api import microversion
 from cyborg.common import exception
@@ -57,11 +58,20 @@ def page_of(r):
             marker_of(r))
 
 
+def canonical_uuid(value):
+    """``value`` as uuids are stored (lower case, dashed) when it is a uuid
+    in any spelling, else as it is: a uuid in upper case or without dashes
+    then names the same item on every database (MariaDB's collation would
+    find the upper case one, PostgreSQL would not)."""
+    if isinstance(value, str) and uuidutils.is_uuid_like(value):
+        return str(uuidlib.UUID(value))
+    return value
+
+
 def marker_of(r):
-    """``?marker=`` as uuids are stored (lower case, dashed), or None: in
-    any other spelling it names the same item on every database."""
+    """``?marker=`` as uuids are stored (``canonical_uuid``), or None."""
     marker = r.query.get('marker')
-    return None if marker is None else str(uuidlib.UUID(marker))
+    return None if marker is None else canonical_uuid(marker)
 
 
 def read_page(r, resource, read):

@@ -35,8 +35,9 @@ def list_arqs(r):
             raise exception.Invalid(reason=f'{paging[0]}: not with '
                                            f'bind_state (an instance\'s '
                                            f'ARQs come in one answer)')
-        arqs = AcceleratorRequest.list(r.context, _owner(r),
-                                       instance_uuid=query['instance'])
+        arqs = AcceleratorRequest.list(
+            r.context, _owner(r),
+            instance_uuid=base.canonical_uuid(query['instance']))
         pending = [a.uuid for a in arqs if a.state not in states.ARQ_RESOLVED]
         if pending:
             raise exception.Locked(
@@ -46,7 +47,8 @@ def list_arqs(r):
         return {'arqs': [view.show(r, a) for a in arqs]}
     arqs = base.read_page(r, 'accelerator request', lambda limit, marker: (
         AcceleratorRequest.list(r.context, _owner(r),
-                                instance_uuid=query.get('instance'),
+                                instance_uuid=base.canonical_uuid(
+                                    query.get('instance')),
                                 limit=limit, marker=marker)))
     return base.paged(r, 'arqs', 'accelerator_requests', arqs, view.show)
 
@@ -104,7 +106,7 @@ def bind_or_unbind_arq(r, uuid):
     """PATCH /{uuid} {uuid: [json patch ops]}: the same for one ARQ, on
     its own URL (what openstacksdk and both CLIs send)."""
     patch = r.body
-    if [key.lower() for key in patch] != [uuid.lower()]:
+    if [base.canonical_uuid(key) for key in patch] != [uuid]:
         raise exception.Invalid(
             reason='the body must patch the accelerator request of the '
                    'URL, %s, and only it' % uuid)
@@ -117,13 +119,16 @@ def _bind_or_unbind(r, patch):
         raise exception.Invalid(
             reason='all operations must be "add" (bind) or all "remove" '
                    '(unbind)')
+    uuids = [base.canonical_uuid(u) for u in patch]
+    if len(set(uuids)) != len(uuids):
+        raise exception.Invalid(reason='an accelerator request is named '
+                                       'twice (spelled two ways)')
     bindings = None
     if ops == {'add'}:
-        bindings = {uuid.lower(): _binding(uuid, changes)
-                    for uuid, changes in patch.items()}
+        bindings = {uuid: _binding(uuid, changes)
+                    for uuid, changes in zip(uuids, patch.values())}
     _check_project_path(r, patch)
     _require_service(r, 'Binding or unbinding accelerator requests')
-    uuids = [u.lower() for u in patch]
     # The conductor answers 404 for ARQs the caller cannot see (in the
     # transaction that binds them): no read here first.
     if bindings is not None:
@@ -138,7 +143,8 @@ def delete_arqs(r):
     if 'instance' in query:
         _require_service(r, 'Deleting the accelerator requests of an '
                             'instance')
-        r.conductor.arq_delete(r.context, instance_uuid=query['instance'])
+        r.conductor.arq_delete(
+            r.context, instance_uuid=base.canonical_uuid(query['instance']))
         return
     uuids = base.split_csv(query['arqs'])
     if not uuids:
@@ -146,7 +152,8 @@ def delete_arqs(r):
     for uuid in uuids:
         if not uuidutils.is_uuid_like(uuid):
             raise exception.Invalid(reason='arqs: %s is not a uuid' % uuid)
-    _delete(r, uuids)
+    # As stored, each once however often and however it was spelled.
+    _delete(r, list(dict.fromkeys(base.canonical_uuid(u) for u in uuids)))
 
 
 def delete_arq(r, uuid):
@@ -228,4 +235,5 @@ def _binding(uuid, changes):
         if not uuidutils.is_uuid_like(values[field]):
             raise exception.Invalid(reason='%s: %s is not a uuid' % (
                 uuid, field))
+        values[field] = base.canonical_uuid(values[field])
     return values

@@ -9,7 +9,6 @@ Admins see every profile.
 """
 
 import json
-import uuid as uuidlib
 
 from oslo_utils import uuidutils
 
@@ -52,9 +51,8 @@ def create_device_profile(r):
     profile_objects.check(values, path='0/')
     values = dict(values, project_id=r.context.project_id)
     if values.get('uuid'):
-        # Stored as every uuid is (lower case, dashed), so that it is
-        # found by any spelling of it (cyborg.api.dispatch).
-        values['uuid'] = str(uuidlib.UUID(values['uuid']))
+        # Stored as every uuid is, so that any spelling of it finds it.
+        values['uuid'] = base.canonical_uuid(values['uuid'])
     created = r.conductor.device_profile_create(r.context, values=values)
     profile = DeviceProfile.get_by_uuid(r.context, created['uuid'])
     return view.show(r, profile)
