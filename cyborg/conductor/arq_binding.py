@@ -56,6 +56,7 @@ import uuid as uuidlib
 
 import futurist
 from futurist import waiters
+from oslo_db import exception as db_exc
 from oslo_log import log as logging
 import oslo_messaging as messaging
 from oslo_utils import timeutils
@@ -187,8 +188,13 @@ def create(context, device_profile_uuid, project_id, conf=None,
         limits = quotas.limits_for(conf, project_id)
     profile = {'uuid': device_profile_uuid, 'name': device_profile_name,
                'visible_to': visible_to}
-    arqs = awaited.write(context, _create_in, context, profile,
-                         project_id, limits)
+    try:
+        arqs = awaited.write(context, _create_in, context, profile,
+                             project_id, limits)
+    except db_exc.DBReferenceError:
+        # The profile was deleted between its read and the ARQs' insert.
+        raise exception.DeviceProfileNotFound(
+            name=device_profile_name or device_profile_uuid)
     _notify_created(conf, context, arqs)
     return arqs
 
