@@ -369,13 +369,23 @@ class HealthMonitor:
     # -- sending -------------------------------------------------------
 
     def send_once(self):
-        """Send the queued changes, or a full report when one is due.
+        """Send the queued changes, then a full report when one is due.
 
-        Returns True when nothing was left to send or the conductor took
-        it; False when it failed (everything is kept for the next try).
+        A change is an event the conductor counts; a full report only
+        re-states what holds.  So when both are due, the changes go first
+        in a report of their own (once this monitor has reported at all:
+        its first report says what holds, which is no news).  Returns True
+        when nothing was left to send or the conductor took it; False when
+        it failed (everything is kept for the next try).
         """
-        full = self._full_wanted
-        readings = self._full_readings() if full else list(self._pending)
+        if self._full_wanted and self._pending and self._sent:
+            if not self._send(list(self._pending), full=False):
+                return False
+        if self._full_wanted:
+            return self._send(self._full_readings(), full=True)
+        return self._send(list(self._pending), full=False)
+
+    def _send(self, readings, full):
         if not readings:
             return True
         report = {'full': full, 'readings': [r.to_dict() for r in readings]}
@@ -398,14 +408,16 @@ class HealthMonitor:
         for reading in readings:
             self._sent[reading_key(reading)] = signature(reading)
         self._pending = []
-        self._full_wanted = False
+        if full:
+            self._full_wanted = False
         self.reports_sent += 1
         self.last_report = report
         return True
 
     def _full_readings(self):
-        """Unsent changes (in order: each event counts), then the current
-        reading of every key whose last queued reading is not it already."""
+        """Unsent readings (in order; only those of a first report, see
+        ``send_once``), then the current reading of every key whose last
+        queued reading is not it already."""
         last_queued = {reading_key(r): r for r in self._pending}
         return self._pending + [
             reading for key, reading in self._current.items()

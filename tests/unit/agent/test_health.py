@@ -296,6 +296,31 @@ def test_readings_a_failed_send_carried_are_sent_in_order_later(
     assert len(conductor.health_reports) == 2
 
 
+def test_changes_due_with_a_full_report_go_first_as_changes(conf, conductor,
+                                                             watched):
+    """A fault the conductor could not take before the next full report
+    was due still reaches it as a change (counted), not only inside the
+    full report (a re-statement, never counted)."""
+    conf.set_override('report_interval', 1, 'health')
+    _reporter, monitor = _agent(conf, watched)
+    monitor.start()
+    try:
+        _wait_for(lambda: len(conductor.health_reports) == 1)
+        conductor.refuse = True
+        watched.faults[KEY_A] = _fault(KEY_A)
+        _wait_for(lambda: conductor.refused >= 1)
+        time.sleep(1.2)     # the next full report is due meanwhile
+        conductor.refuse = False
+        _wait_for(lambda: len(conductor.health_reports) == 3)
+    finally:
+        monitor.stop()
+    assert [r['full'] for r in conductor.health_reports] == [True, False,
+                                                             True]
+    assert conductor.readings(1) == [(KEY_A, 'fatal', 'test')]
+    assert sorted(conductor.readings(2)) == [(KEY_A, 'fatal', 'test'),
+                                             (KEY_B, 'ok', 'test')]
+
+
 def test_unsent_readings_are_bounded_per_device(conf, conductor, watched):
     _reporter, monitor = _agent(conf, watched)
     conductor.refuse = True
