@@ -19,7 +19,12 @@ What a GPU is offered as, decided per physical GPU (a PF):
 GPUs in ``[agent]nvidia_excluded_devices`` (a display, a GPU the host uses)
 are never offered.  With NVML (``nvidia-ml-py``) importable and a driver
 loaded, memory size, serial, UUID and MIG state are added; without it the
-driver reports from sysfs alone.
+driver reports from sysfs alone.  Except for a GPU NVML last said was in
+MIG mode: sysfs cannot tell MIG mode, so while NVML cannot read that GPU
+(NVML failing to start, a driver being reloaded) its MIG instances are
+reported as last discovered, never the whole GPU under running instances.
+(An agent started while NVML fails has nothing to go by, and reports from
+sysfs.)
 
 Health: the PCI sources of every PCI driver (``pci_health``) plus NVML's
 (``nvml_health``: XIDs, ECC, row remapping, PCIe replays, GPU lost),
@@ -28,6 +33,7 @@ utilization and memory in use for telemetry.  The NVML module is
 ``[agent]nvml_module`` (``pynvml``), or the one passed in.
 """
 
+import copy
 import importlib
 
 from oslo_log import log as logging
@@ -61,6 +67,10 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
                       else _import_nvml(conf.agent.nvml_module))
         self._watcher = nvml_health.NvmlWatcher(
             self._nvml, conf.agent.aer_correctable_burst)
+        # {PCI address: the device last discovered} of the GPUs NVML last
+        # said were in MIG mode: sysfs alone cannot tell MIG mode, and
+        # would offer such a GPU whole while its instances run.
+        self._mig_devices = {}
 
     def discover(self):
         functions = sysfs.Sysfs(self.sysfs_root).pci_functions()
@@ -77,8 +87,15 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
                     LOG.debug('GPU %s is excluded by configuration.',
                               function.address)
                     continue
-                device = self._device(function, by_address,
-                                      nvml.info(function.address))
+                info = nvml.info(function.address)
+                if info is None and function.address in self._mig_devices:
+                    LOG.warning('NVML cannot read GPU %s, last seen in MIG '
+                                'mode: its MIG instances are reported as '
+                                'then.', function.address)
+                    device = copy.deepcopy(
+                        self._mig_devices[function.address])
+                else:
+                    device = self._device(function, by_address, info)
                 if device.deployables:
                     devices.append(device)
         return devices
@@ -121,9 +138,15 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
         elif info and info.get('mig_enabled'):
             deployables = [self._mig_deployable(pf, mig)
                            for mig in info['migs']]
+            device = base.pci_device(pf, 'GPU', deployables,
+                                     model=info.get('name'))
+            self._mig_devices[pf.address] = copy.deepcopy(device)
+            return device
         else:
             deployables = [base.whole_function_deployable(
                 self, pf, 'PGPU', self._traits(pf), **extra)]
+        if info is not None:
+            self._mig_devices.pop(pf.address, None)
         model = info.get('name') if info else None
         return base.pci_device(pf, 'GPU', deployables, model=model)
 

@@ -54,6 +54,37 @@ def test_nvml_that_cannot_start_means_sysfs_only(conf, scenario, tmp_path):
     assert with_failing.keys() == without.keys()
 
 
+def test_a_mig_gpu_nvml_cannot_read_keeps_its_instances(conf, scenario,
+                                                       tmp_path):
+    """NVML failing (not started, a GPU it cannot read) for a GPU it said
+    was in MIG mode: its MIG instances are reported as last seen, never the
+    whole GPU beside the instances still running on it.  Once NVML reads it
+    again, what it says goes (here: MIG mode turned off)."""
+    scenario('nvidia_sriov')
+    gpu = dict(A100, mig=[{'gpu_instance_id': 1, 'profile': '3g.20gb',
+                           'memory_mb': 20096, 'uuid': 'MIG-aaaa'}])
+    nvml = fake_nvml.create(tmp_path / 'nvml.json', {'0000:3b:00.0': gpu})
+    driver = nvidia_gpu.NvidiaGPUDriver(conf, 'h', nvml=nvml)
+
+    def names():
+        return sorted(dep.name for dev in driver.discover()
+                      for dep in dev.deployables
+                      if dep.name.startswith('h_0000:3b:00.0'))
+
+    assert names() == ['h_0000:3b:00.0_MIG1']
+    state = nvml.read()
+    nvml.write(dict(state, driver_loaded=False))
+    assert names() == ['h_0000:3b:00.0_MIG1']
+    nvml.write(state)
+    nvml.update_gpu('0000:3b:00.0', lost=True)
+    assert names() == ['h_0000:3b:00.0_MIG1']
+    nvml.update_gpu('0000:3b:00.0', lost=False, mig=False)
+    assert names() == ['h_0000:3b:00.0']
+    # Not in MIG mode when last read: NVML failing leaves it whole.
+    nvml.write(dict(nvml.read(), driver_loaded=False))
+    assert names() == ['h_0000:3b:00.0']
+
+
 def test_enabling_vfs_takes_the_gpu_off_as_whole(conf, scenario):
     tree = scenario('nvidia_sriov')
     tree.add_vfs('0000:3b:00.0', ['0000:3b:00.4', '0000:3b:00.5'],
