@@ -91,7 +91,8 @@ UNBIND_FROM = (states.INITIAL, states.BIND_STARTED, states.BOUND,
                states.BIND_FAILED, states.UNBIND_FAILED)
 UNBIND_FAILED_FROM = (states.BIND_STARTED, states.BOUND,
                       states.UNBIND_FAILED)
-FAIL_FROM = states.ARQ_HOLDING
+# Only a bind still in progress fails (a Bound ARQ stays Bound).
+BIND_FAILED_FROM = (states.BIND_STARTED,)
 ANY_STATE = states.ARQ_STATES
 BIND_FIELDS = ('hostname', 'device_rp_uuid', 'instance_uuid')
 
@@ -901,9 +902,7 @@ def _fail(conf, context, batch_id, arq_uuid, reason, deadline, job=None,
 
 
 def _fail_in(conf, context, batch_id, arq_uuid, reason, deadline, kept=()):
-    # Only a bind still in progress fails here (a Bound ARQ stays Bound).
-    row = _leave(context, arq_uuid, states.BIND_FAILED,
-                 (states.BIND_STARTED,),
+    row = _leave(context, arq_uuid, states.BIND_FAILED, BIND_FAILED_FROM,
                  {'bind_failure_reason': reason[:4000],
                   'attach_handle_id': None, 'remote_pool_id': None,
                   'remote_handle_id': None}, kept=kept)
