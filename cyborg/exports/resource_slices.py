@@ -13,6 +13,8 @@ cyborg driver's under ``DRIVER_DOMAIN``: these slices describe what
 cyborg manages, for a DRA driver or an operator to publish.
 """
 
+import re
+
 from cyborg.exports import dns_label, dns_subdomain, exported, units
 
 API_VERSION = 'resource.k8s.io/v1'
@@ -23,6 +25,10 @@ MAX_DEVICES = 128
 # A driver name is at most 63 characters; a string attribute 64.
 MAX_DRIVER = 63
 MAX_STRING = 64
+# An attribute value taken as a number: ASCII digits that fit an int64
+# (an admin may set any string, e.g. "--1" or "²").
+_INTEGER = re.compile(r'-?[0-9]{1,18}')
+_COUNT = re.compile(r'[0-9]{1,18}')
 
 
 def driver_name(cyborg_driver):
@@ -60,15 +66,16 @@ def _attributes(device, deployable, handle):
                       ('gpu_uuid', 'gpuUUID')):
         if attrs.get(key):
             out[name] = _string(attrs[key])
-    if str(attrs.get('numa_node', '')).lstrip('-').isdigit():
-        out['numaNode'] = {'int': int(attrs['numa_node'])}
+    numa_node = str(attrs.get('numa_node', ''))
+    if _INTEGER.fullmatch(numa_node):
+        out['numaNode'] = {'int': int(numa_node)}
     out['deployableUUID'] = _string(deployable.uuid)
     return out
 
 
 def _capacity(deployable, unit_count):
     memory = str(deployable.attributes.get('memory_mb') or '')
-    if unit_count == 1 and memory.isdigit():
+    if unit_count == 1 and _COUNT.fullmatch(memory):
         return {'memory': {'value': '%sMi' % memory}}
     return {}
 

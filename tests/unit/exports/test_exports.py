@@ -336,11 +336,12 @@ def test_the_checks_catch_what_kubernetes_and_slurm_refuse():
     assert parse_gres_conf('name=gpu file=/dev/nvidia[0-3] count=4 # ok')
 
 
-def _inventory(handles):
+def _inventory(handles, **attributes):
     from cyborg.objects import exports
     deployable = exports.Deployable(
         uuid='d' * 36, name='h_dev', driver_name='intel_qat_driver',
-        num_accelerators=handles, attributes={'rc': 'CUSTOM_QAT'},
+        num_accelerators=handles,
+        attributes=dict(attributes, rc='CUSTOM_QAT'),
         handles=[exports.Handle(uuid='h%d' % i, attach_type='PCI',
                                 attach_info={'domain': '0000', 'bus': '3d',
                                              'device': '01',
@@ -350,6 +351,25 @@ def _inventory(handles):
     return exports.HostInventory(hostname='h', devices=[exports.Device(
         uuid='u', type='QAT', vendor='8086', model='C62X',
         deployables=[deployable])])
+
+
+@pytest.mark.parametrize('numa_node, memory_mb, numbers', [
+    ('1', '512', ({'int': 1}, {'memory': {'value': '512Mi'}})),
+    ('-1', '0', ({'int': -1}, {'memory': {'value': '0Mi'}})),
+    # What an admin may set (POST /v2/attributes takes any string): left
+    # out, not a 500 for every host's export.
+    ('--1', '-5', (None, None)),
+    ('\u00b2', '\u00b2', (None, None)),
+    ('1' * 30, '1' * 30, (None, None)),
+    (' 1', '1.5', (None, None)),
+])
+def test_attributes_that_are_not_numbers_are_left_out(numa_node, memory_mb,
+                                                      numbers):
+    item, = resource_slices.slices(
+        _inventory(1, numa_node=numa_node, memory_mb=memory_mb), 1)
+    device, = item['spec']['devices']
+    assert (device['attributes'].get('numaNode'),
+            device.get('capacity')) == numbers
 
 
 @pytest.mark.parametrize('text', ['Compute_1', 'a' * 80, '--x--', '',
