@@ -346,6 +346,34 @@ def test_refused_registrations_leave_nothing(deployment):
                   headers=ADMIN).status_code == 204
 
 
+def test_a_pool_s_uuids_are_stored_as_every_uuid_is(deployment):
+    """Registered with uuids in upper case and without dashes, the pool is
+    found by any spelling and shows them lower case and dashed; a name
+    that looks like a uuid is refused (it would be taken for one)."""
+    d = deployment
+    pool, handle = uuidlib.uuid4(), uuidlib.uuid4()
+    created = d.call('POST', '/remote_pools', headers=ADMIN, json={
+        'name': 'spelled', 'uuid': pool.hex.upper(), 'resource_class': RC,
+        'aggregates': [AGGREGATE.upper()], 'fabric_driver': 'fake',
+        'handles': [{'fabric_address': 'spelled-1',
+                     'uuid': handle.hex.upper()}]})
+    assert created.status_code == 201, created.text
+    shown = _pool(d, pool.hex)
+    assert shown['uuid'] == str(pool)
+    assert shown['aggregates'] == [AGGREGATE]
+    assert [h['uuid'] for h in shown['handles']] == [str(handle)]
+    assert _pool(d, str(pool).upper())['name'] == 'spelled'
+
+    named = d.call('POST', '/remote_pools', headers=ADMIN, json={
+        'name': uuidlib.uuid4().hex, 'resource_class': RC,
+        'aggregates': [AGGREGATE], 'fabric_driver': 'fake',
+        'handles': [{'fabric_address': 'named-1'}]})
+    assert named.status_code == 400, named.text
+    assert 'looks like a uuid' in named.text
+    assert d.call('DELETE', '/remote_pools/' + pool.hex.upper(),
+                  headers=ADMIN).status_code == 204
+
+
 def test_fabric_refusing_to_attach_fails_the_bind(deployment):
     d = deployment
     pool = _register(d, 'flaky', ['nqn.2026-01.org.example:flaky:1'])

@@ -5,6 +5,7 @@ from oslo_utils import uuidutils
 
 from cyborg.api.controllers import base
 from cyborg.api.views import remote_pools as view
+from cyborg.common import exception
 from cyborg.objects.remote_pools import RemotePool
 
 
@@ -19,8 +20,27 @@ def show_remote_pool(r, name_or_uuid):
 
 def create_remote_pool(r):
     """Register the pool; answered once Placement holds its provider."""
-    uuid = r.conductor.remote_pool_create(r.context, values=r.body)
+    uuid = r.conductor.remote_pool_create(r.context,
+                                          values=_as_stored(r.body))
     return view.show(r, _find(r, uuid))
+
+
+def _as_stored(values):
+    """The pool's uuids (its own, its aggregates', its handles') as every
+    uuid is stored, so that any spelling finds them and they compare with
+    Placement's; a name that looks like a uuid is refused (a pool is
+    shown and deleted by name or uuid: it would be taken for a uuid)."""
+    if uuidutils.is_uuid_like(values['name']):
+        raise exception.Invalid(
+            reason=f"name: {values['name']!r} looks like a uuid; a remote "
+                   f"pool is named by name or uuid, so its name may not")
+    values = dict(values, aggregates=list(dict.fromkeys(
+        base.canonical_uuid(a) for a in values['aggregates'])), handles=[
+        dict(h, uuid=base.canonical_uuid(h['uuid'])) if 'uuid' in h else h
+        for h in values['handles']])
+    if 'uuid' in values:
+        values['uuid'] = base.canonical_uuid(values['uuid'])
+    return values
 
 
 def delete_remote_pool(r, name_or_uuid):
