@@ -171,12 +171,15 @@ class Reporter:
                 found = [d for d in acked_devices or ()
                          if driver_of(d) == name]
             for device in found:
-                if device.key() in seen:
-                    LOG.error('Device %s is claimed by drivers %s and %s; '
-                              'reporting it once, for %s.', device.key(),
-                              seen[device.key()], name, seen[device.key()])
+                taken = sorted(c for c in claims(device) if c in seen)
+                if taken:
+                    first = seen[taken[0]]
+                    LOG.error('Device %s is claimed by drivers %s and %s '
+                              '(%s); reporting it once, for %s.',
+                              device.key(), first, name, ', '.join(taken),
+                              first)
                     continue
-                seen[device.key()] = name
+                seen.update(dict.fromkeys(claims(device), name))
                 for deployable in device.deployables:
                     deployable.driver_name = deployable.driver_name or name
                 devices.append(device)
@@ -321,6 +324,25 @@ def _log_failure(count, message, *args):
     log."""
     level = logging.WARNING if count & (count - 1) == 0 else logging.DEBUG
     LOG.log(level, message + ' (failure %d in a row)', *args, count)
+
+
+def claims(device):
+    """What reporting ``device`` takes for itself on the host: its key, the
+    PCI functions it or its handles are (a VF pool's VFs), and its
+    deployables' names (each is a Placement provider).  Two drivers may
+    find the same hardware in different shapes (a NIC's VF pool, and the
+    generic PCI driver's VFs one by one); what the first claimed is not
+    reported again, or the same function would be offered twice."""
+    found = {device.key()}
+    if device.controlpath_id.cpid_type == 'PCI':
+        found.add('PCI function ' + device.controlpath_id.cpid_info)
+    for deployable in device.deployables:
+        found.add('deployable ' + deployable.name)
+        for handle in deployable.attach_handles:
+            if handle.attach_type == 'PCI':
+                found.add('PCI function ' +
+                          inventory.pci_address(handle.attach_info))
+    return found
 
 
 def driver_of(device):

@@ -409,7 +409,7 @@ def parse_report(report):
             report['removed'], list):
         raise exception.Invalid(reason='devices and removed are lists')
     parsed = Report([], [])
-    keys = set()
+    keys, names = set(), set()
     for index, values in enumerate(report['devices']):
         device = _parse_device(parsed, index, values)
         if device is None:
@@ -418,6 +418,12 @@ def parse_report(report):
             raise exception.Invalid(
                 reason=f'device {device.key()} reported twice')
         keys.add(device.key())
+        for deployable in device.deployables:
+            # Its Placement provider's name, and its row's identity.
+            if deployable.name in names:
+                raise exception.Invalid(
+                    reason=f'deployable {deployable.name} reported twice')
+            names.add(deployable.name)
         parsed.devices.append(device)
     if not report['full']:
         parsed.removed = [str(k) for k in report['removed']]

@@ -230,3 +230,29 @@ def test_a_report_that_carries_something_is_one_info_line(conf, host,
     assert lines('INFO') == []
     assert lines('DEBUG') == ['Reporting the inventory of %s: delta, 0 '
                               'device(s) sent, 0 removed' % HOST]
+
+
+@pytest.mark.parametrize('first', ['intel_qat_driver', 'pci_driver'])
+def test_hardware_two_drivers_find_is_reported_once(conf, host, conductor,
+                                                    caplog, first):
+    """The QAT driver's PF offers its VFs as one pool; the generic PCI
+    driver, allowed the same VFs, would offer each again as a device of
+    its own (different device keys, the same functions).  The driver
+    enabled first keeps them, the other's overlapping devices are left
+    out with an error naming both, and the host's report is stored."""
+    conf.set_override('passthrough_whitelist',
+                      ['{"vendor_id": "8086", "product_id": "37c9"}'],
+                      'agent')
+    order = [first] + [d for d in ('intel_qat_driver', 'pci_driver')
+                       if d != first]
+    conf.set_override('enabled_drivers', ['fake_driver'] + order, 'agent')
+    reporter = _reporter(conf)
+    reporter.report_now()
+    stored = conductor.deployables()
+    vfs = [name for name in stored if '0000:3d:01.' in name]
+    if first == 'intel_qat_driver':
+        assert QAT in stored and vfs == []
+    else:
+        assert QAT not in stored and len(vfs) == 3
+    assert FAKE in stored
+    assert 'is claimed by drivers %s and %s' % tuple(order) in caplog.text

@@ -309,6 +309,18 @@ def test_duplicates_are_invalid():
         ip.parse_report(cf.report([dup, dup]))
 
 
+def test_a_deployable_name_two_devices_give_is_invalid():
+    """Two devices (two drivers' views of the same functions) naming one
+    deployable: refused at once, rather than two rows with one uuid that
+    fail the insert after every retry."""
+    first = cf.device(HOST, '0000:81:00.0')
+    second = cf.device(HOST, '0000:81:00.1')
+    second.deployables[0].name = first.deployables[0].name
+    with pytest.raises(exception.Invalid,
+                       match='deployable host1_0000:81:00.0 reported twice'):
+        ip.parse_report(cf.report([first, second]))
+
+
 def _newer_report():
     """What an agent newer than this conductor could send: a device of a
     type it does not know, one with an attach type it does not know, one
