@@ -172,10 +172,13 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
             if supported:
                 type_name = supported.name
             used = sum(1 for t in parent.mdevs.values() if t == mdev_type)
-            for _ in range(available + used):
+            # Numbered within the parent (whose address the handle also
+            # carries): a change on one VF must not renumber, and so
+            # replace, the handles of the VFs after it.
+            for index in range(available + used):
                 handles.append(base.pci_handle(
                     parent.address, 'MDEV', asked_type=mdev_type,
-                    vgpu_mark='%s_%d' % (mdev_type, len(handles))))
+                    vgpu_mark='%s_%d' % (mdev_type, index)))
         attributes = base.make_attributes(
             'VGPU', self._traits(pf, base.custom_name(mdev_type)),
             vgpu_type=mdev_type, vgpu_type_name=type_name,

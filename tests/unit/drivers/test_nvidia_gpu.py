@@ -1,4 +1,5 @@
 from cyborg.drivers import nvidia_gpu
+from cyborg.objects import inventory
 from tests.fixtures import fake_nvml
 from tests.fixtures import sysfs as fake_sysfs
 
@@ -97,6 +98,39 @@ def test_enabling_vfs_takes_the_gpu_off_as_whole(conf, scenario):
         tree.add_mdev_type(vf, 'nvidia-471', 'GRID A100-4C', 1)
     deps, _ = _discover(conf)
     assert deps['h_0000:3b:00.0_nvidia-471'].num_accelerators == 2
+
+
+def test_a_vf_s_vgpu_handles_keep_their_identity_when_another_vf_changes(
+        conf, scenario):
+    """SR-IOV vGPUs of two types, one VF each: a vGPU of one type made on
+    the first VF (which then offers no other) leaves the handles of the
+    VF after it as they were (the conductor would otherwise replace them,
+    keeping the old one while it is in use beside a new free one for the
+    same slot)."""
+    tree = scenario('nvidia_sriov')
+    vfs = ['0000:3b:00.4', '0000:3b:00.5']
+    tree.add_vfs('0000:3b:00.0', vfs, driver='nvidia')
+    for vf in vfs:
+        tree.add_mdev_type(vf, 'nvidia-471', 'GRID A100-4C', 1)
+        tree.add_mdev_type(vf, 'nvidia-472', 'GRID A100-8C', 1)
+    conf.set_override('enabled_vgpu_types', ['nvidia-471', 'nvidia-472'],
+                      'agent')
+
+    def handles(deps, mdev_type, parent=None):
+        return sorted(
+            h.key() for h in
+            deps['h_0000:3b:00.0_' + mdev_type].attach_handles
+            if parent in (None, inventory.pci_address(h.attach_info)))
+
+    before, _ = _discover(conf)
+    tree.add_mdev(vfs[0], '7a3c9e51-0d4b-4f6e-9a2b-3c1d5e7f9a0b',
+                  'nvidia-471')
+    tree.set_available(vfs[0], 'nvidia-471', 0)
+    tree.set_available(vfs[0], 'nvidia-472', 0)
+    after, _ = _discover(conf)
+    assert handles(after, 'nvidia-472') == handles(before, 'nvidia-472',
+                                                   parent=vfs[1])
+    assert handles(after, 'nvidia-471') == handles(before, 'nvidia-471')
 
 
 def test_excluded_gpu_comes_back_when_no_longer_excluded(conf, scenario):
