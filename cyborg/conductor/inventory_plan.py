@@ -456,6 +456,12 @@ def _check_device(device):
         if not isinstance(deployable.num_accelerators, int) or \
                 deployable.num_accelerators < 0:
             return f'bad num_accelerators on {deployable.name}'
+        for key, value in deployable.attributes.items():
+            # Placement would refuse it, and with it every later sync of
+            # the host (the API checks what an admin sets the same way).
+            problem = inventory.attribute_problem(key, value)
+            if problem:
+                return f'{deployable.name}: {problem}'
         for handle in deployable.attach_handles:
             # A deployable without the handles it reports would be offered
             # to the scheduler and fail every bind: skip the device.

@@ -353,6 +353,23 @@ def test_a_newer_agents_report_keeps_what_this_version_understands():
     assert 'TPU' in problems and 'numa_node' in problems
 
 
+def test_a_device_placement_would_refuse_is_skipped_alone():
+    """A trait or resource class Placement refuses (an allowlist tag too
+    long, a name not upper case) would fail every later sync of the host:
+    that device is skipped, saying why, and the others are stored."""
+    long_trait = cf.device(HOST, '0000:82:00.0',
+                           traits=['CUSTOM_' + 'X' * 250])
+    lower_rc = cf.device(HOST, '0000:83:00.0', rc='CUSTOM_fpga')
+    parsed = ip.parse_report(cf.report([cf.device(HOST, '0000:81:00.0'),
+                                        long_trait, lower_rc]))
+    assert [d.key() for d in parsed.devices] == ['PCI:0000:81:00.0']
+    assert sorted(parsed.skipped) == ['PCI:0000:82:00.0',
+                                      'PCI:0000:83:00.0']
+    assert 'attribute trait0 names a trait for Placement' in (
+        parsed.skipped['PCI:0000:82:00.0'])
+    assert "'CUSTOM_fpga' is neither" in parsed.skipped['PCI:0000:83:00.0']
+
+
 def test_a_report_this_version_fully_understands_is_complete():
     parsed = ip.parse_report(cf.report(_devices()))
     assert parsed.complete and not parsed.unidentified
