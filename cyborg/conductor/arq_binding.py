@@ -1067,6 +1067,7 @@ def unbind(conf, context, arq_uuids):
     release_allocations(conf, freed)
     moved = db_api.write_retrying(context, _leave_all, context, freed,
                                   states.UNBOUND, UNBIND_FROM, kept=kept)
+    remote_pools.resync(conf, context, kept)
     if failed:
         # Logged once committed: a retried or rolled back try says nothing.
         for arq_uuid in db_api.write_retrying(context, _unbind_failed_in,
@@ -1185,6 +1186,7 @@ def _delete_releasing(conf, context, arq_uuids, instance_uuid,
             context, _delete_released, context, arq_uuids, instance_uuid,
             guard_holding, rows, kept)
         if moved is not None:
+            remote_pools.resync(conf, context, kept)
             return rows, moved
     raise exception.Conflict(
         reason='the accelerator requests kept being bound while they were '
@@ -1260,6 +1262,7 @@ def _fail_abandoned(conf, context, arq_uuids, reason):
         if _fail(conf, context, batch_id, arq_uuid, reason,
                  timeutils.utcnow(), kept=kept):
             failed.append(arq_uuid)
+    remote_pools.resync(conf, context, kept)
     # A standalone allocation: what it claimed in Placement goes with it
     # (its ARQ is BindFailed now).
     released = [standalone[u] for u in failed if u in standalone]

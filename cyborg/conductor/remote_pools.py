@@ -165,10 +165,16 @@ def sync(conf, context, pool):
     client.ensure_resource_classes([pool.resource_class])
     client.ensure_traits(traits)
     client.create_provider(pool.rp_uuid, provider_name(pool.name), None)
-    total = len(pool_db.handles(context, [pool.id]))
+    handles = pool_db.handles(context, [pool.id])
+    total = len(handles)
+    # A handle whose detach the fabric refused is out of use until a retry
+    # works, while its instance's allocation goes: reserved, so that
+    # Placement does not offer it (a bind would find no free handle).
+    reserved = sum(1 for h in handles if quarantined(h))
     want = {pool.resource_class: {'total': total, 'max_unit': total,
                                   'min_unit': 1, 'step_size': 1,
-                                  'reserved': 0, 'allocation_ratio': 1.0}}
+                                  'reserved': reserved,
+                                  'allocation_ratio': 1.0}}
     generation, have = client.get_inventories(pool.rp_uuid)
     fields = want[pool.resource_class]
     if {rc: {k: inv.get(k) for k in fields}
@@ -204,11 +210,40 @@ def reconcile(conf, context):
     return synced
 
 
-def _retry_detaches(conf, context, pool):
-    for handle in pool_db.handles(context, [pool.id]):
-        info = json.loads(handle.attach_info or '{}')
-        if not handle.in_use or not info.get(DETACH_FAILED):
+def quarantined(handle):
+    """Whether ``handle`` (a row) is kept out of use: in use, its detach
+    refused by the fabric, no ARQ holding it any more."""
+    return bool(handle.in_use and
+                json.loads(handle.attach_info or '{}').get(DETACH_FAILED))
+
+
+def resync(conf, context, handle_ids):
+    """After handles ``handle_ids`` were kept out of use (their detach
+    refused; committed): their pools' providers reserve them now, rather
+    than at the next reconcile.  Best effort: a failure is logged, and the
+    reconcile syncs again."""
+    pool_ids = {h.pool_id for h in (pool_db.get_handle(context, i)
+                                    for i in handle_ids) if h is not None}
+    for pool_id in sorted(pool_ids):
+        pool = pool_db.get(context, id=pool_id)
+        if pool is None or pool.state != states.POOL_ACTIVE:
             continue
+        try:
+            sync(conf, context, pool)
+        except exception.PlacementError as e:
+            LOG.warning('Remote pool %s: could not reserve the handles kept '
+                        'out of use in Placement (%s); the reconcile will',
+                        pool.name, e)
+
+
+def _retry_detaches(conf, context, pool):
+    """Detach again the handles kept out of use; their pool's provider is
+    synced again when any is freed."""
+    freed = 0
+    for handle in pool_db.handles(context, [pool.id]):
+        if not quarantined(handle):
+            continue
+        info = json.loads(handle.attach_info)
         try:
             detach(conf, pool, handle.uuid, handle.fabric_address,
                    handle.hostname, info.get('instance_uuid'))
@@ -218,8 +253,15 @@ def _retry_detaches(conf, context, pool):
                         handle.hostname, e)
             continue
         db_api.write_retrying(context, pool_db.release, context, handle.id)
+        freed += 1
         LOG.info('Remote pool %s: %s detached from %s at last and free',
                  pool.name, handle.fabric_address, handle.hostname)
+    if freed:
+        try:
+            sync(conf, context, pool)
+        except exception.PlacementError as e:
+            LOG.warning('Remote pool %s: Placement sync failed: %s',
+                        pool.name, e)
 
 
 # -- binding -----------------------------------------------------------

@@ -67,6 +67,12 @@ def _pool_on_a_new_host(pconf, ctx, placement_url, *addresses):
     return host, pool_uuid, pool_db.get(ctx, uuid=pool_uuid)
 
 
+def _reserved(url, rp_uuid):
+    return _placement(url, 'GET', f'/resource_providers/{rp_uuid}/'
+                      'inventories')['inventories']['CUSTOM_REMOTE_GPU'][
+        'reserved']
+
+
 def test_refused_detach_keeps_the_handle_until_reconciled(
         pconf, db, placement_url, tmp_path):
     ctx = cyborg_context.get_admin_context()
@@ -89,10 +95,14 @@ def test_refused_detach_keeps_the_handle_until_reconciled(
     # the handle is not given to anyone else, and the pool cannot go.
     assert handle.in_use and handle.hostname == host
     assert json.loads(handle.attach_info)['detach_failed'] == 'true'
+    # Nor does Placement offer it once Nova lets the instance's
+    # allocation go: reserved, from the delete on.
+    assert _reserved(placement_url, pool.rp_uuid) == 1
     with pytest.raises(exception.InUse):
         remote_pools.delete(pconf, ctx, pool_uuid)
     remote_pools.reconcile(pconf, ctx)
     assert pool_db.handles(ctx, [pool.id])[0].in_use
+    assert _reserved(placement_url, pool.rp_uuid) == 1
 
     (tmp_path / fake.FAIL_DETACH).unlink()
     assert remote_pools.reconcile(pconf, ctx) == 1
@@ -100,6 +110,7 @@ def test_refused_detach_keeps_the_handle_until_reconciled(
     assert not handle.in_use and handle.hostname is None
     assert json.loads(handle.attach_info) == {'fabric_address': 'gpu-7'}
     assert fake.attached(str(tmp_path)) == {}
+    assert _reserved(placement_url, pool.rp_uuid) == 0
     remote_pools.delete(pconf, ctx, pool_uuid)
     assert pool_db.get(ctx, uuid=pool_uuid) is None
 
