@@ -9,8 +9,8 @@ import re
 from cyborg.common import states
 from cyborg.conductor import arq_binding
 
-CONTRACT = (pathlib.Path(__file__).resolve().parents[3] / 'doc' / 'source'
-            / 'contract.rst')
+TABLE_PAGE = (pathlib.Path(__file__).resolve().parents[3] / 'doc'
+              / 'source' / 'contract.rst')
 GUARDS = {
     states.BIND_STARTED: arq_binding.BIND_FROM,
     states.BOUND: arq_binding.BOUND_FROM,
@@ -23,7 +23,7 @@ GUARDS = {
 
 def _table():
     """{to state: [from states]} of the contract's transition table."""
-    lines = CONTRACT.read_text().splitlines()
+    lines = TABLE_PAGE.read_text().splitlines()
     start = lines.index('To                  Only from')
     rows, to = {}, None
     for line in lines[start + 2:]:
