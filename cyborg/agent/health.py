@@ -346,7 +346,7 @@ class HealthMonitor:
                 names.insert(0, None)
             return [health.Reading(
                 device=key, deployable=name, severity=states.TRANSIENT,
-                source='probe', code='probe:programming',
+                source='probe', code=health.PROBE_NOT_YET,
                 reason=f'being programmed (for {busy:.0f} s); probed again '
                        f'after the next hold-down')
                 for name in names]

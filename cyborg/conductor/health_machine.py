@@ -17,7 +17,7 @@ A record (the ``HealthColumns`` of a device or deployable row) moves so::
     probing --probe verdict ok--> healthy (re-admitted; flaps counted)
     probing --probe verdict fault, or any fault--> unhealthy
     probing --no verdict within probe_timeout--> unhealthy        (timer)
-    healthy/suspect --a probe's transient ("not yet")--> unchanged
+    healthy/suspect --a probe's "not yet" (probe:programming)--> unchanged
     hardware vanished while allocated, or while not healthy --> lost
       (out only because a 'gone' reading saw it vanish: as healthy)
     lost --came back--> unhealthy ('came back; re-probing')
@@ -34,6 +34,7 @@ import dataclasses
 import datetime
 
 from cyborg.common import states
+from cyborg.objects import health as health_objects
 
 # A hold-down doubles per flap; past this many doublings it is capped by
 # max_hold_down anyway (and 2**n stays a small integer).
@@ -189,11 +190,11 @@ def _readmitted(record, now, settings):
 
 def _transient(record, reading, now, settings):
     reason = reading.reason or f'transient fault ({reading.source})'
-    if (reading.source == 'probe' and
+    if (reading.code == health_objects.PROBE_NOT_YET and
             record.health in (states.HEALTHY, states.SUSPECT)):
         # A re-probe's "not yet" (a card being programmed answers it for
         # the device and each of its deployables) is a verdict only for
-        # what is out.
+        # what is out.  Any other fault a probe finds is one.
         return record
     suspect_for = _suspect_for(record, now)
     if (settings.max_suspect_time and suspect_for is not None and

@@ -17,6 +17,11 @@ import dataclasses
 
 from cyborg.common import states
 
+# The code of a re-probe's "not yet" (a card being programmed: probed
+# again after the next hold-down), sent for the device and each of its
+# deployables; a verdict only for what is out.
+PROBE_NOT_YET = 'probe:programming'
+
 
 @dataclasses.dataclass
 class Reading:

@@ -7,6 +7,7 @@ import pytest
 
 from cyborg.common import states
 from cyborg.conductor import health_machine as m
+from cyborg.objects.health import PROBE_NOT_YET
 from cyborg.objects.health import Reading
 
 T0 = datetime.datetime(2025, 1, 1, 12, 0, 0)
@@ -19,9 +20,9 @@ def at(seconds):
     return T0 + datetime.timedelta(seconds=seconds)
 
 
-def reading(severity, reason='', source='nvml'):
+def reading(severity, reason='', source='nvml', code=None):
     return Reading(device=DEV, severity=severity, reason=reason,
-                   source=source)
+                   source=source, code=code)
 
 
 OK = reading(states.OK)
@@ -132,11 +133,17 @@ def test_a_probe_s_not_yet_is_no_fault_of_what_was_not_probed(health):
     before = rec(health, faults=1 if health == states.SUSPECT else 0,
                  due_at=at(300) if health == states.SUSPECT else None)
     not_yet = reading(states.TRANSIENT, 'being programmed (for 5 s)',
-                      source='probe')
+                      source='probe', code=PROBE_NOT_YET)
     assert m.apply_reading(before, not_yet, at(1), S) == before
-    # A fault a probe finds is one, whoever asked.
+    # A fault a probe finds is one, whoever asked: a transient one too
+    # (the probe's check took the event; no later check sees it again).
     assert m.apply_reading(before, PROBE_BAD, at(1), S).health == \
         states.UNHEALTHY
+    found = m.apply_reading(before, reading(
+        states.TRANSIENT, 'AER non-fatal', source='probe',
+        code='aer:nonfatal'), at(1), S)
+    assert (found.health, found.faults) == (states.SUSPECT,
+                                            before.faults + 1)
 
 
 # -- fatal and gone ---------------------------------------------------------
