@@ -26,6 +26,7 @@ from cyborg.db.api import inventory as inventory_db
 from cyborg.db import models
 from cyborg.drivers import fake
 from cyborg.objects import deployables
+from cyborg.objects.health import PROBE_NOT_YET
 from cyborg.placement import client as placement_client
 from cyborg.placement import provider_tree
 from tests.fixtures import arqs as seed
@@ -579,9 +580,12 @@ def test_a_card_taken_out_by_an_unfinished_programming_comes_back_by_probe(
     key = 'PCI:0000:0c:00.0'
 
     def report(severity, source, full=False, reason='', about=(None,)):
+        # A probe's transient is the agent's "not yet" here.
+        code = (PROBE_NOT_YET if (source, severity) == ('probe', 'transient')
+                else None)
         health.handle_report(pconf, ctx, HOST, {'full': full, 'readings': [
             {'device': key, 'severity': severity, 'source': source,
-             'reason': reason, 'deployable': deployable}
+             'reason': reason, 'deployable': deployable, 'code': code}
             for deployable in about]})
         health.run_timers(pconf, ctx)   # the hold-down (0 s) is over
         return _health(db, device)[0], _provider(pconf, device.rp_uuid)
@@ -617,6 +621,7 @@ def test_a_device_probed_while_an_admin_programs_it_waits_its_turn(
         health.handle_report(pconf, ctx, HOST, {'full': False, 'readings': [
             {'device': 'PCI:0000:0c:00.0', 'severity': severity,
              'source': 'probe' if severity == 'transient' else 'fake',
+             'code': PROBE_NOT_YET if severity == 'transient' else None,
              'reason': reason, 'deployable': deployable}
             for deployable in about]})
 
