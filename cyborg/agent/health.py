@@ -357,14 +357,19 @@ class HealthMonitor:
                         'health; no verdict sent.', key, name)
             return []
         try:
-            verdict = driver.probe(device)
+            verdicts = driver.probe(device)
         except Exception as exc:
             LOG.exception('Probe of %s by driver %s failed', key, name)
             return [health.Reading(device=key, severity=states.FATAL,
                                    reason=f'probe failed: {exc}',
                                    source='probe', code='probe:error')]
-        LOG.info('Probe of %s: %s %s', key, verdict.severity, verdict.reason)
-        return [verdict]
+        if not isinstance(verdicts, list):
+            verdicts = [verdicts]     # a driver's one verdict
+        for verdict in verdicts:
+            LOG.info('Probe of %s%s: %s %s', key,
+                     f' ({verdict.deployable})' if verdict.deployable
+                     else '', verdict.severity, verdict.reason)
+        return verdicts
 
     # -- sending -------------------------------------------------------
 

@@ -154,14 +154,23 @@ class HealthReporting(abc.ABC):
 
     def probe(self, device):
         """An active test of ``device`` before it is re-admitted; returns
-        one ``health.Reading`` whose source is 'probe'.  The default asks
-        ``check_health`` once more; drivers that can exercise the device
-        do more."""
-        found = health.worst(self.check_health([device]))
-        if found is None:
-            return health.Reading(device=device.key(), severity=states.OK,
-                                  source='probe')
-        return dataclasses.replace(found, source='probe')
+        one ``health.Reading`` whose source is 'probe' (the verdict on the
+        device), or a list: that verdict first, then its partitions'
+        faults.  The default asks ``check_health`` once more; drivers
+        that can exercise the device do more.
+
+        The verdict is the worst of the device's own readings: a
+        partition's fault is that partition's, and is sent beside the
+        verdict so that the device's good verdict does not re-admit it."""
+        found = self.check_health([device])
+        verdict = health.worst([r for r in found if r.deployable is None])
+        if verdict is None:
+            verdict = health.Reading(device=device.key(),
+                                     severity=states.OK)
+        partitions = [r for r in found if r.deployable is not None
+                      and r.severity not in states.HARMLESS]
+        return [dataclasses.replace(r, source='probe')
+                for r in [verdict] + partitions]
 
 
 class Preparable(abc.ABC):

@@ -168,8 +168,14 @@ class PCIHealth(base.HealthReporting):
                              f'health check failed: {exc}', 'check:error')]
         for each in found:
             each.counters = {**counters, **each.counters}
-        return found or [reading(device, states.OK, 'pci',
-                                 counters=counters)]
+        if not any(each.deployable is None for each in found):
+            # Only partitions' findings (an FPGA port's error register, a
+            # MIG instance's XID), or none: the device itself reads well.
+            # Left out, the device would keep its last reading, a fault
+            # that has cleared included, and never be re-admitted.
+            found.append(reading(device, states.OK, 'pci',
+                                 counters=counters))
+        return found
 
     def _paths(self, address):
         """The function's directory, driver link and AER files (joined
