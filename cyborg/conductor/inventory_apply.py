@@ -175,7 +175,7 @@ def _write(conf, context, hostname, report, parsed, held):
     outbox = _notifications(conf, context, hostname, plan, stored, changes)
     was_synced = bool(host['placement_synced'])
     synced = was_synced and plan.empty
-    digest = stored_digest_of(report['digest'], parsed)
+    digest = stored_digest_of(report['digest'], parsed, plan)
     host_db.update(context, hostname, report_digest=digest,
                    placement_synced=synced,
                    last_report_at=timeutils.utcnow())
@@ -183,13 +183,16 @@ def _write(conf, context, hostname, report, parsed, held):
                     outbox=outbox, host=host, changes=changes)
 
 
-def stored_digest_of(digest, parsed):
+def stored_digest_of(digest, parsed, plan=None):
     """The digest to store for a report: its own when all of it was
     stored; else one no agent sends, so that the agent's next report,
     a delta based on the digest it was acknowledged, is answered
     ``need_full`` and a full report follows.  Each period thus re-sends
-    what was skipped, and a conductor upgraded meanwhile stores it."""
-    if parsed.complete:
+    what was skipped, and a conductor upgraded meanwhile stores it.  The
+    same while the plan kept vanished handles an ARQ holds: each period's
+    full report drops those the ARQs have let go (nothing else would: the
+    agent's picture does not change when they are freed)."""
+    if parsed.complete and not (plan is not None and plan.kept_handles):
         return digest
     return hashlib.sha256(b'incomplete\0' + digest.encode()).hexdigest()
 

@@ -96,6 +96,9 @@ class Plan:
     removed_providers: set = dataclasses.field(default_factory=set)
     # Providers the plan would delete; held ones must be kept instead.
     removal_candidates: set = dataclasses.field(default_factory=set)
+    # Handles no longer reported but kept while an ARQ holds them: a later
+    # full report drops each once it is free.
+    kept_handles: int = 0
 
     @property
     def empty(self):
@@ -337,7 +340,8 @@ def _change_attributes(plan, hostname, deployable, dep_row, rows):
 
 def _change_handles(plan, hostname, device_key, deployable, dep_row, rows):
     """Add new handles, drop vanished free ones.  A vanished handle still
-    in use stays until its ARQ lets go (a later full report drops it)."""
+    in use stays until its ARQ lets go (a later full report drops it:
+    ``plan.kept_handles`` counts them)."""
     existing = {r['uuid']: r for r in rows}
     for handle in deployable.attach_handles:
         uuid = attach_handle_uuid(hostname, deployable.name, handle.key())
@@ -348,6 +352,8 @@ def _change_handles(plan, hostname, device_key, deployable, dep_row, rows):
     for uuid, old in existing.items():
         if not old.get('in_use'):
             plan.delete['attach_handles'].append(uuid)
+        else:
+            plan.kept_handles += 1
 
 
 # -- report validation --------------------------------------------------------

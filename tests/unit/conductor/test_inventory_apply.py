@@ -248,6 +248,44 @@ def test_a_newer_agent_never_stops_its_hosts_inventory(
     assert _report(conf, admin_context, unchanged)['need_full'] is False
 
 
+def _unchanged(report):
+    return {'digest': report['digest'], 'base_digest': report['digest'],
+            'full': False, 'devices': [], 'removed': []}
+
+
+def test_a_vanished_handle_an_arq_holds_goes_once_it_is_free(
+        conf, db, admin_context, cn):
+    """The FPGA's fourth function is no longer reported while an ARQ holds
+    it: kept, and the agent is asked for full reports (its own picture
+    does not change when the handle is freed), the first one after the
+    ARQ let go drops it."""
+    _report(conf, admin_context, cf.report(_devices()))
+    fourth = sa.select(models.AttachHandle.id).where(
+        models.AttachHandle.attach_info.like('%"function": "3"%'))
+    with db.begin() as conn:
+        conn.execute(sa.update(models.AttachHandle).where(
+            models.AttachHandle.id.in_(fourth.scalar_subquery()))
+            .values(in_use=True))
+    devices = _devices()
+    devices[1].deployables[0].attach_handles = \
+        devices[1].deployables[0].attach_handles[:3]
+    shrunk = cf.report(devices)
+    assert _report(conf, admin_context, shrunk)['need_full'] is False
+    assert _count(db, 'attach_handles') == 5
+    # Still held: each period's report is a full one, and keeps it.
+    assert _report(conf, admin_context, _unchanged(shrunk))['need_full']
+    assert _report(conf, admin_context, shrunk)['need_full'] is False
+    assert _count(db, 'attach_handles') == 5
+    with db.begin() as conn:
+        conn.execute(sa.update(models.AttachHandle).values(in_use=False))
+    assert _report(conf, admin_context, _unchanged(shrunk))['need_full']
+    assert _report(conf, admin_context, shrunk)['need_full'] is False
+    assert _count(db, 'attach_handles') == 4
+    # Nothing kept any more: unchanged reports are unchanged again.
+    assert _report(conf, admin_context,
+                   _unchanged(shrunk))['need_full'] is False
+
+
 def test_report_kept_until_compute_node_appears(
         conf, db, admin_context, placement):  # noqa: F811
     pf.placement_conf(conf, placement.url)

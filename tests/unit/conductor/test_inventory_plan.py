@@ -280,6 +280,7 @@ def test_vanished_handle_in_use_is_kept():
     plan = ip.make_plan(HOST, stored, devices, full=True)
     deleted = set(plan.delete['attach_handles'])
     assert len(deleted) == 1 and handles[0]['uuid'] not in deleted
+    assert plan.kept_handles == 1
 
 
 def test_new_handle_on_existing_deployable_uses_its_control_path():
