@@ -171,7 +171,8 @@ class Reporter:
                 found = [d for d in acked_devices or ()
                          if driver_of(d) == name]
             for device in found:
-                taken = sorted(c for c in claims(device) if c in seen)
+                claimed = claims(device)
+                taken = sorted(claimed & seen.keys())
                 if taken:
                     first = seen[taken[0]]
                     LOG.error('Device %s is claimed by drivers %s and %s '
@@ -179,7 +180,7 @@ class Reporter:
                               device.key(), first, name, ', '.join(taken),
                               first)
                     continue
-                seen.update(dict.fromkeys(claims(device), name))
+                seen.update(dict.fromkeys(claimed, name))
                 for deployable in device.deployables:
                     deployable.driver_name = deployable.driver_name or name
                 devices.append(device)

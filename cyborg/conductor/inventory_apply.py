@@ -183,7 +183,7 @@ def _write(conf, context, hostname, report, parsed, held):
                     outbox=outbox, host=host, changes=changes)
 
 
-def stored_digest_of(digest, parsed, plan=None):
+def stored_digest_of(digest, parsed, plan):
     """The digest to store for a report: its own when all of it was
     stored; else one no agent sends, so that the agent's next report,
     a delta based on the digest it was acknowledged, is answered
@@ -192,7 +192,7 @@ def stored_digest_of(digest, parsed, plan=None):
     same while the plan kept vanished handles an ARQ holds: each period's
     full report drops those the ARQs have let go (nothing else would: the
     agent's picture does not change when they are freed)."""
-    if parsed.complete and not (plan is not None and plan.kept_handles):
+    if parsed.complete and not plan.kept_handles:
         return digest
     return hashlib.sha256(b'incomplete\0' + digest.encode()).hexdigest()
 

@@ -200,13 +200,15 @@ def reconcile(conf, context):
     for pool in pool_db.get_all(context):
         if pool.state != states.POOL_ACTIVE:
             continue
+        # The detaches first: the sync then reserves only what is still
+        # kept out of use.
+        _retry_detaches(conf, context, pool)
         try:
             sync(conf, context, pool)
             synced += 1
         except exception.PlacementError as e:
             LOG.warning('Remote pool %s: Placement sync failed: %s',
                         pool.name, e)
-        _retry_detaches(conf, context, pool)
     return synced
 
 
@@ -237,9 +239,8 @@ def resync(conf, context, handle_ids):
 
 
 def _retry_detaches(conf, context, pool):
-    """Detach again the handles kept out of use; their pool's provider is
-    synced again when any is freed."""
-    freed = 0
+    """Detach again the handles kept out of use (freeing those the fabric
+    now lets go)."""
     for handle in pool_db.handles(context, [pool.id]):
         if not quarantined(handle):
             continue
@@ -253,15 +254,8 @@ def _retry_detaches(conf, context, pool):
                         handle.hostname, e)
             continue
         db_api.write_retrying(context, pool_db.release, context, handle.id)
-        freed += 1
         LOG.info('Remote pool %s: %s detached from %s at last and free',
                  pool.name, handle.fabric_address, handle.hostname)
-    if freed:
-        try:
-            sync(conf, context, pool)
-        except exception.PlacementError as e:
-            LOG.warning('Remote pool %s: Placement sync failed: %s',
-                        pool.name, e)
 
 
 # -- binding -----------------------------------------------------------

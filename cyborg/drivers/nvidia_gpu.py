@@ -123,6 +123,7 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
 
     def _device(self, pf, by_address, info):
         extra = _nvml_attributes(info)
+        mig_offered = False
         if pf.sriov_numvfs > 0:
             parents = [by_address[a] for a in pf.virtfns if a in by_address]
         else:
@@ -136,19 +137,20 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
                      'not offered.', pf.address, pf.sriov_numvfs)
             deployables = []
         elif info and info.get('mig_enabled'):
+            mig_offered = True
             deployables = [self._mig_deployable(pf, mig)
                            for mig in info['migs']]
-            device = base.pci_device(pf, 'GPU', deployables,
-                                     model=info.get('name'))
-            self._mig_devices[pf.address] = copy.deepcopy(device)
-            return device
         else:
             deployables = [base.whole_function_deployable(
                 self, pf, 'PGPU', self._traits(pf), **extra)]
-        if info is not None:
-            self._mig_devices.pop(pf.address, None)
         model = info.get('name') if info else None
-        return base.pci_device(pf, 'GPU', deployables, model=model)
+        device = base.pci_device(pf, 'GPU', deployables, model=model)
+        if mig_offered:
+            self._mig_devices[pf.address] = copy.deepcopy(device)
+        elif info is not None:
+            # NVML read it, and it is not offered as MIG instances.
+            self._mig_devices.pop(pf.address, None)
+        return device
 
     def _vgpu_types(self, parents):
         supported = set()
