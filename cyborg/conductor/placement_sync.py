@@ -23,6 +23,14 @@ A host's first sync makes its providers: a create each, a trait PUT each,
 then one reshape for all their inventories and one listing to learn their
 generations (``_fill_new``): two calls per provider plus three.
 
+Two syncs of one host may overlap (quick status changes, a reconcile
+and a report, two conductors).  Each lists the tree before it reads the
+rows and writes each provider against the generation it listed or read;
+a conflict means another writer came after that listing, so the rows may
+be older than what Placement now holds: the provider is worked out again
+from a new listing and new rows, never written again with the same body.
+The sync that read the newest rows is the last to write.
+
 To keep an unchanged tree cheap, this process remembers each provider's
 generation after it last wrote or checked it: a provider whose generation
 Placement still reports is unchanged, anything else (an edit by hand,
@@ -153,30 +161,29 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
         # handled meanwhile adds is never taken for an orphan.
         owned = {p['uuid'] for p in client.list_tree(
             cn_uuid, required=[provider_tree.OWNER_TRAIT])}
-    desired = [provider_tree.provider_for(
-                   row, row['attributes'], row['device_status'], cn_uuid,
-                   health_machine.effective(row['health'],
-                                            row['device_health']))
-               for row in inventory_db.host_providers(context, hostname)]
-    rcs, traits = provider_tree.custom_names(desired)
-    client.ensure_resource_classes(rcs)
-    client.ensure_traits(traits)
-    failures, made = [], []
-    done = collections.Counter()
-    for provider in desired:
-        try:
-            outcome = _sync_provider(client, provider,
-                                     actual.get(provider.uuid), touched,
-                                     trust_memory)
-        except exception.PlacementError as exc:
-            failures.append(exc)
-            continue
-        if outcome == 'made':
-            made.append(provider)
-            outcome = 'created'
-        done[outcome] += 1
-    failures += _fill_new(client, cn_uuid, made)
-    unwanted = (set(removed) | owned) - {p.uuid for p in desired} - {cn_uuid}
+    failures, done, wanted = [], collections.Counter(), None
+    pending = None                      # every provider of the host
+    passes = placement_client.GENERATION_RETRIES
+    for _pass in range(passes):
+        desired = _desired(context, hostname, cn_uuid, pending)
+        if wanted is None:
+            wanted = {p.uuid for p in desired}
+        overtaken = _sync_pass(client, cn_uuid, desired, actual, touched,
+                               trust_memory, done, failures)
+        if not overtaken:
+            break
+        # Another writer came first (another sync of this host, an
+        # allocation): what we wrote from may be old.  Read the tree,
+        # THEN the rows, and write those providers again from them.
+        LOG.debug('Placement sync of host %s: %d provider(s) changed '
+                  'meanwhile; working them out again', hostname,
+                  len(overtaken))
+        pending = touched = overtaken
+        actual = _by_uuid(client.list_tree(cn_uuid))
+    else:
+        failures += [placement_client.GenerationConflict(
+            uuid=rp_uuid, attempts=passes) for rp_uuid in overtaken]
+    unwanted = (set(removed) | owned) - wanted - {cn_uuid}
     for rp_uuid in sorted(unwanted):
         if rp_uuid in actual:
             _remove_provider(client, rp_uuid)
@@ -185,6 +192,48 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     if failures:
         raise failures[0]
     return cn_uuid
+
+
+def _desired(context, hostname, cn_uuid, only=None):
+    """The host's providers as its rows describe them (those in ``only``
+    when given)."""
+    providers = [provider_tree.provider_for(
+                     row, row['attributes'], row['device_status'], cn_uuid,
+                     health_machine.effective(row['health'],
+                                              row['device_health']))
+                 for row in inventory_db.host_providers(context, hostname)]
+    return [p for p in providers if only is None or p.uuid in only]
+
+
+def _sync_pass(client, cn_uuid, desired, actual, touched, trust_memory,
+               done, failures):
+    """Make each of ``desired`` right (``actual``: the tree as listed
+    before the rows were read); counts outcomes in ``done`` and errors in
+    ``failures``, and returns the providers another writer changed after
+    that listing (each write is made against the generation listed, or
+    read, and never sent again on a conflict)."""
+    rcs, traits = provider_tree.custom_names(desired)
+    client.ensure_resource_classes(rcs)
+    client.ensure_traits(traits)
+    overtaken, made = set(), []
+    for provider in desired:
+        try:
+            outcome = _sync_provider(client, provider,
+                                     actual.get(provider.uuid), touched,
+                                     trust_memory)
+        except placement_client.GenerationConflict:
+            overtaken.add(provider.uuid)
+            continue
+        except exception.PlacementError as exc:
+            failures.append(exc)
+            continue
+        if outcome == 'made':
+            made.append(provider)
+            outcome = 'created'
+        done[outcome] += 1
+    filled, late = _fill_new(client, cn_uuid, made)
+    failures += filled
+    return overtaken | late
 
 
 def _log_sync(hostname, done, failures):
@@ -238,7 +287,10 @@ def _by_uuid(providers):
 def _sync_provider(client, provider, actual, touched, trust_memory):
     """Make one provider right; says what it took: ``made`` (just created
     and still empty, for ``_fill_new`` to fill), ``updated`` or
-    ``unchanged``."""
+    ``unchanged``.  Raises GenerationConflict when it changed after
+    ``actual`` was listed (or after it was read here): the rows read
+    since may be older than what was written, so nothing is sent again.
+    """
     if actual is None:
         created = client.create_provider(provider.uuid, provider.name,
                                          provider.parent_uuid)
@@ -254,8 +306,8 @@ def _sync_provider(client, provider, actual, touched, trust_memory):
             else 'unchanged'
     if (actual['name'] != provider.name or
             actual['parent_provider_uuid'] != provider.parent_uuid):
-        actual = client.update_provider(provider.uuid, provider.name,
-                                        provider.parent_uuid)
+        client.update_provider(provider.uuid, provider.name,
+                               provider.parent_uuid)
         _check_provider(client, provider)
         return 'updated'
     if touched is not None and provider.uuid in touched:
@@ -263,8 +315,8 @@ def _sync_provider(client, provider, actual, touched, trust_memory):
         return 'updated'
     if (not trust_memory or
             _remembered(client, provider.uuid) != actual['generation']):
-        return 'updated' if _check_provider(client, provider) \
-            else 'unchanged'
+        return 'updated' if _check_provider(
+            client, provider, actual['generation']) else 'unchanged'
     return 'unchanged'
 
 
@@ -273,14 +325,19 @@ def _fill_new(client, cn_uuid, made):
     PUT each, and their inventories in ONE reshape, then read their
     generations back with one listing of the tree: 2 calls per provider
     plus 2.  Where Placement will not reshape, one inventory PUT each.
-    Returns the errors met."""
-    failures, stocked = [], []
+    Returns (the errors met, the providers another writer filled first).
+    """
+    failures, stocked, late = [], [], set()
     for provider in made:
         generation = 0
         try:
             if provider.traits:
-                generation = client.set_traits(provider.uuid,
-                                               provider.traits, generation)
+                generation = client.set_traits(
+                    provider.uuid, provider.traits, generation,
+                    reread=False)
+        except placement_client.GenerationConflict:
+            late.add(provider.uuid)
+            continue
         except exception.PlacementError as exc:
             failures.append(exc)
             continue
@@ -289,26 +346,29 @@ def _fill_new(client, cn_uuid, made):
         else:
             _remember(client, provider.uuid, generation)
     if not stocked:
-        return failures
+        return failures, late
     try:
         batched = client.reshape_inventories(
             {p.uuid: (g, p.inventories) for p, g in stocked})
     except exception.PlacementError as exc:
+        # Nothing was written (a reshape is one transaction): one by one,
+        # against the same generations.
         LOG.info('Setting the inventories of %d new providers at once '
                  'failed (%s); setting them one by one.', len(stocked), exc)
         batched = False
-        # Their generations are read again.
-        stocked = [(p, None) for p, _g in stocked]
     if batched:
         _remember_tree(client, cn_uuid, [p.uuid for p, _g in stocked])
-        return failures
+        return failures, late
     for provider, generation in stocked:
         try:
             _remember(client, provider.uuid, client.set_inventories(
-                provider.uuid, provider.inventories, generation))
+                provider.uuid, provider.inventories, generation,
+                reread=False))
+        except placement_client.GenerationConflict:
+            late.add(provider.uuid)
         except exception.PlacementError as exc:
             failures.append(exc)
-    return failures
+    return failures, late
 
 
 def _remember_tree(client, cn_uuid, rp_uuids):
@@ -327,32 +387,44 @@ def _remember_tree(client, cn_uuid, rp_uuids):
 
 def _write_provider(client, provider, generation):
     generation = client.set_inventories(provider.uuid, provider.inventories,
-                                        generation)
+                                        generation, reread=False)
     generation = client.set_traits(provider.uuid, provider.traits,
-                                   generation)
+                                   generation, reread=False)
     _remember(client, provider.uuid, generation)
 
 
-def _check_provider(client, provider):
+def _check_provider(client, provider, listed=None):
     """Read inventories and traits; write only what differs.  True when
-    something was written."""
+    something was written.  ``listed``: the generation the provider had
+    before its row was read; GenerationConflict when it has moved on
+    since (the row may then be older than what Placement holds)."""
     wrote = False
     generation, inventories = client.get_inventories(provider.uuid)
+    _still(provider, listed, generation)
     if provider_tree.inventories_differ(provider.inventories, inventories):
         LOG.info('Repairing the inventory of provider %s (%s)',
                  provider.name, provider.uuid)
         generation = client.set_inventories(provider.uuid,
-                                            provider.inventories, generation)
+                                            provider.inventories, generation,
+                                            reread=False)
         wrote = True
+    listed = generation
     generation, traits = client.get_traits(provider.uuid)
+    _still(provider, listed, generation)
     if traits != set(provider.traits):
         LOG.info('Repairing the traits of provider %s (%s)', provider.name,
                  provider.uuid)
         generation = client.set_traits(provider.uuid, provider.traits,
-                                       generation)
+                                       generation, reread=False)
         wrote = True
     _remember(client, provider.uuid, generation)
     return wrote
+
+
+def _still(provider, expected, generation):
+    if expected is not None and generation != expected:
+        raise placement_client.GenerationConflict(uuid=provider.uuid,
+                                                  attempts=1)
 
 
 def _remove_provider(client, rp_uuid):

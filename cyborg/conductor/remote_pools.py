@@ -156,6 +156,18 @@ def desired_traits(pool):
             {states.SHARES_VIA_AGGREGATE, provider_tree.OWNER_TRAIT})
 
 
+def _inventory(pool, handles):
+    total = len(handles)
+    # A handle whose detach the fabric refused is out of use until a retry
+    # works, while its instance's allocation goes: reserved, so that
+    # Placement does not offer it (a bind would find no free handle).
+    reserved = sum(1 for h in handles if quarantined(h))
+    return {pool.resource_class: {'total': total, 'max_unit': total,
+                                  'min_unit': 1, 'step_size': 1,
+                                  'reserved': reserved,
+                                  'allocation_ratio': 1.0}}
+
+
 def sync(conf, context, pool):
     """Make Placement hold the pool's provider as the database describes
     it (idempotent; each write only when it differs), then record the
@@ -165,21 +177,24 @@ def sync(conf, context, pool):
     client.ensure_resource_classes([pool.resource_class])
     client.ensure_traits(traits)
     client.create_provider(pool.rp_uuid, provider_name(pool.name), None)
-    handles = pool_db.handles(context, [pool.id])
-    total = len(handles)
-    # A handle whose detach the fabric refused is out of use until a retry
-    # works, while its instance's allocation goes: reserved, so that
-    # Placement does not offer it (a bind would find no free handle).
-    reserved = sum(1 for h in handles if quarantined(h))
-    want = {pool.resource_class: {'total': total, 'max_unit': total,
-                                  'min_unit': 1, 'step_size': 1,
-                                  'reserved': reserved,
-                                  'allocation_ratio': 1.0}}
-    generation, have = client.get_inventories(pool.rp_uuid)
-    fields = want[pool.resource_class]
-    if {rc: {k: inv.get(k) for k in fields}
-            for rc, inv in have.items()} != want:
-        generation = client.set_inventories(pool.rp_uuid, want, generation)
+    for attempt in range(placement_client.GENERATION_RETRIES):
+        # The inventory (its generation) first, then the handles: a
+        # conflict means another sync wrote after that read, from handles
+        # perhaps newer than ours, so ours are read again rather than
+        # sent again (placement_sync does the same for hosts).
+        generation, have = client.get_inventories(pool.rp_uuid)
+        want = _inventory(pool, pool_db.handles(context, [pool.id]))
+        fields = want[pool.resource_class]
+        if {rc: {k: inv.get(k) for k in fields}
+                for rc, inv in have.items()} == want:
+            break
+        try:
+            client.set_inventories(pool.rp_uuid, want, generation,
+                                   reread=False)
+            break
+        except placement_client.GenerationConflict:
+            if attempt + 1 == placement_client.GENERATION_RETRIES:
+                raise
     _generation, have_traits = client.get_traits(pool.rp_uuid)
     if have_traits != traits:
         client.set_traits(pool.rp_uuid, traits)

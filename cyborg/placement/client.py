@@ -56,6 +56,9 @@ CONCURRENT_UPDATE = 'placement.concurrent_update'
 NOAUTH_ROLES = 'admin,service'
 PROVIDER_IN_USE = 'placement.resource_provider.inuse'
 INVENTORY_IN_USE = 'placement.inventory.inuse'
+# How many times a write meets a generation another writer moved on
+# before we give up: re-reading the generation (``_put_generational``), or
+# working the provider out again from the database (the syncs).
 GENERATION_RETRIES = 5
 # Of the calls made over our own connections (``keepalive``).
 USER_AGENT = 'cyborg-placement-client'
@@ -332,23 +335,28 @@ class PlacementClient:
         body = resp.json()
         return body['resource_provider_generation'], body[what]
 
-    def set_inventories(self, uuid, inventories, generation=None):
+    def set_inventories(self, uuid, inventories, generation=None,
+                        reread=True):
         """Replace the provider's inventories; returns the new generation.
 
         ``generation`` saves a read when the caller knows it; on a
         generation conflict the generation is re-read and the write
-        retried, at most GENERATION_RETRIES times."""
+        retried, at most GENERATION_RETRIES times.  With ``reread``
+        False a conflict raises GenerationConflict at once: for a caller
+        whose body may be older than what was written meanwhile, which
+        has to work it out again rather than send it again."""
         url = f'/resource_providers/{uuid}/inventories'
         return self._put_generational(
             uuid, url, {'inventories': inventories}, generation,
-            lambda: self.get_inventories(uuid)[0])
+            lambda: self.get_inventories(uuid)[0], reread)
 
-    def set_traits(self, uuid, traits, generation=None):
-        """Replace the provider's traits; returns the new generation."""
+    def set_traits(self, uuid, traits, generation=None, reread=True):
+        """Replace the provider's traits; returns the new generation
+        (``reread`` as for ``set_inventories``)."""
         url = f'/resource_providers/{uuid}/traits'
         return self._put_generational(
             uuid, url, {'traits': sorted(traits)}, generation,
-            lambda: self.get_traits(uuid)[0])
+            lambda: self.get_traits(uuid)[0], reread)
 
     def reshape_inventories(self, inventories):
         """Replace the inventories of several providers in ONE request
@@ -376,8 +384,9 @@ class PlacementClient:
             return False
         return True
 
-    def _put_generational(self, uuid, url, body, generation, read_generation):
-        for _attempt in range(GENERATION_RETRIES):
+    def _put_generational(self, uuid, url, body, generation, read_generation,
+                          reread=True):
+        for attempt in range(GENERATION_RETRIES if reread else 1):
             if generation is None:
                 generation = read_generation()
             body['resource_provider_generation'] = generation
@@ -389,9 +398,10 @@ class PlacementClient:
                 raise ProviderNotFound(uuid=uuid)
             if _error_code(resp) != CONCURRENT_UPDATE:
                 raise self._error('PUT', url, resp)
-            LOG.debug('Generation conflict on %s; re-reading', url)
+            LOG.debug('Generation conflict on %s%s', url,
+                      '; re-reading' if reread else '')
             generation = None
-        raise GenerationConflict(uuid=uuid, attempts=GENERATION_RETRIES)
+        raise GenerationConflict(uuid=uuid, attempts=attempt + 1)
 
     def get_aggregates(self, uuid):
         """``(generation, set of aggregate uuids)`` of the provider."""

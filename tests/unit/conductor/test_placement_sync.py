@@ -1,6 +1,7 @@
 """Placement sync, the periodic reconcile and device status, against the
 real (embedded) Placement."""
 
+import concurrent.futures
 import time
 
 import pytest
@@ -293,3 +294,53 @@ def test_an_adopted_provider_already_right_is_not_written(
         {'PGPU': {'total': 1, 'reserved': 0, 'min_unit': 1, 'max_unit': 1,
                   'step_size': 1, 'allocation_ratio': 1.0}})
     assert _first_report(conf, admin_context, placement) == before
+
+
+def test_a_sync_overtaken_by_a_newer_one_does_not_write_its_old_state(
+        conf, admin_context, reported, placement):  # noqa: F811
+    """Disable, then enable at once: the disable's sync, held on its way
+    to Placement, arrives after the enable's.  Its write meets a
+    generation conflict; it used to re-read the generation and send its
+    old body again, leaving the device reserved (out of the schedule)
+    while the database said enabled, with the host marked synced."""
+    fpga_dev = inventory.row_uuid(HOST, 'PCI:0000:82:00.0')
+    rp = inventory.provider_uuid(FPGA)
+    with pf.held(conf, placement.url, 'PUT',
+               f'/resource_providers/{rp}/inventories') as gate:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            disabling = pool.submit(device_status.set_status, conf,
+                                    admin_context, fpga_dev, 'maintaining')
+            assert gate.arrived.wait(30)
+            device_status.set_status(conf, admin_context, fpga_dev,
+                                     'enabled')
+            assert _inventory(placement, FPGA)['inventories']['FPGA'][
+                'reserved'] == 0
+            gate.go.set()
+            assert disabling.result(30)['status'] == 'maintaining'
+    assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
+        == 0
+    assert host_db.get(admin_context, HOST)['placement_synced']
+
+
+def test_a_reconcile_that_read_the_rows_before_a_change_does_not_undo_it(
+        conf, admin_context, reported, placement):  # noqa: F811
+    """The reconcile reads the host's rows, then each provider's
+    inventory; a disable synced between the two made the inventory differ
+    from the rows it had read, and it 'repaired' it back to enabled."""
+    fpga_dev = inventory.row_uuid(HOST, 'PCI:0000:82:00.0')
+    rp = inventory.provider_uuid(FPGA)
+    with pf.held(conf, placement.url, 'GET',
+               f'/resource_providers/{rp}/inventories') as gate:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            reconciling = pool.submit(placement_sync.reconcile_all, conf,
+                                      admin_context)
+            assert gate.arrived.wait(30)
+            device_status.set_status(conf, admin_context, fpga_dev,
+                                     'maintaining')
+            gate.go.set()
+            assert reconciling.result(30) == 1
+    assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
+        == 4
+    placement_sync.reconcile_all(conf, admin_context)
+    assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
+        == 4

@@ -3,6 +3,7 @@ Placement and a recording Nova: a bind through the fake fabric, a detach
 the fabric refuses (the handle stays out of use, the pool cannot go) and
 the reconcile that detaches it at last."""
 
+import concurrent.futures
 import json
 import uuid as uuidlib
 
@@ -171,3 +172,36 @@ def test_reconcile_repairs_the_provider(pconf, db, placement_url):
                            f'{rp}/inventories')['inventories']
     assert (inventory['FPGA']['total'], inventory['FPGA']['max_unit']) == (
         2, 2)
+
+
+def test_a_sync_that_read_the_handles_first_does_not_undo_a_release(
+        pconf, db, placement_url, tmp_path):
+    """A pool's sync read its handles (one held after a refused detach),
+    then the provider's inventory; a reconcile that detached the handle
+    and synced between the two left the sync 'correcting' the inventory
+    back to reserved: the free handle out of the schedule until the next
+    reconcile.  The inventory (its generation) is read first now."""
+    ctx = cyborg_context.get_admin_context()
+    host, pool_uuid, pool = _pool_on_a_new_host(pconf, ctx, placement_url,
+                                                'gpu-8')
+    profile = seed.seed_profile(db, [{'resources:CUSTOM_REMOTE_GPU': '1'}])
+    arq, = arq_binding.create(ctx, profile, 'p1')
+    instance = str(uuidlib.uuid4())
+    arq_binding.start_bind(pconf, ctx, {arq['uuid']: {
+        'hostname': host, 'device_rp_uuid': pool.rp_uuid,
+        'instance_uuid': instance}}).result(30)
+    (tmp_path / fake.FAIL_DETACH).write_text('')
+    arq_binding.delete(pconf, ctx, instance_uuid=instance)
+    assert _reserved(placement_url, pool.rp_uuid) == 1
+    (tmp_path / fake.FAIL_DETACH).unlink()
+    with placement_fixture.held(
+            pconf, placement_url, 'GET',
+            f'/resource_providers/{pool.rp_uuid}/inventories') as gate:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool_sync:
+            syncing = pool_sync.submit(remote_pools.sync, pconf, ctx, pool)
+            assert gate.arrived.wait(30)
+            assert remote_pools.reconcile(pconf, ctx) == 1
+            assert not pool_db.handles(ctx, [pool.id])[0].in_use
+            gate.go.set()
+            syncing.result(30)
+    assert _reserved(placement_url, pool.rp_uuid) == 0
