@@ -136,6 +136,10 @@ class HealthMonitor:
         # when the thread is not running).
         self._current = {}       # key -> Reading of the last check
         self._sent = {}          # key -> signature the conductor last got
+        # Partition keys whose condition cleared since their last reading
+        # (a partition reads nothing while well): whatever was sent for
+        # them, their next reading is news.
+        self._cleared = set()
         self._pending = []       # Readings not yet sent, oldest first
         self._full_wanted = True
         self._watched = set()    # device keys that have metric labels
@@ -200,7 +204,7 @@ class HealthMonitor:
         """One check round over all health-reporting drivers; changes are
         queued for ``send_once``.  Returns the readings of this round."""
         started = time.monotonic()
-        readings = []
+        readings, checked = [], set()
         quiet = self.programming.quiet()
         for name, driver, devices in self._watched_drivers():
             if not isinstance(driver, base.HealthReporting):
@@ -215,9 +219,10 @@ class HealthMonitor:
             self._log.succeeded(name, 'Health check of driver %s works '
                                 'again', name)
             readings.extend(self._held(found, devices, quiet))
+            checked.update(d.key() for d in devices)
         metrics.AGENT_HEALTH_CHECK_SECONDS.observe(time.monotonic() - started)
         self.checks += 1
-        self._record(readings)
+        self._record(readings, checked)
         return readings
 
     def _held(self, found, devices, quiet):
@@ -245,7 +250,10 @@ class HealthMonitor:
                 for name, driver in self.drivers.items()
                 if by_driver.get(name)]
 
-    def _record(self, readings):
+    def _record(self, readings, checked=()):
+        """Queue what is news in a check's ``readings``; ``checked``: the
+        devices whose driver's check ran (a partition of one of them that
+        read something last time and nothing now has cleared)."""
         current = {}
         for reading in readings:
             key = reading_key(reading)
@@ -253,10 +261,18 @@ class HealthMonitor:
             metrics.AGENT_HEALTH_READINGS.labels(reading.severity).inc()
             if signature(reading) != self._last_signature(key):
                 self._queue(reading)
+        told = (set(self._current) | set(self._sent) |
+                {reading_key(r) for r in self._pending})
+        self._cleared.update(
+            key for key in told
+            if key[1] is not None and key[0] in checked and
+            key not in current)
         self._current = current
         self._set_healthy_gauges(readings)
 
     def _last_signature(self, key):
+        if key in self._cleared:
+            return None
         for reading in reversed(self._pending):
             if reading_key(reading) == key:
                 return signature(reading)
@@ -264,6 +280,7 @@ class HealthMonitor:
 
     def _queue(self, reading):
         key = reading_key(reading)
+        self._cleared.discard(key)
         self._pending.append(reading)
         same_key = [r for r in self._pending if reading_key(r) == key]
         if len(same_key) > MAX_PENDING_PER_KEY:
@@ -298,6 +315,7 @@ class HealthMonitor:
         self._watched &= present
         self._sent = {k: v for k, v in self._sent.items()
                       if k[0] in present}
+        self._cleared = {k for k in self._cleared if k[0] in present}
 
     # -- probes --------------------------------------------------------
 

@@ -321,6 +321,86 @@ def test_changes_due_with_a_full_report_go_first_as_changes(conf, conductor,
                                              (KEY_B, 'ok', 'test')]
 
 
+class PartitionedDriver(WatchedDriver):
+    """WatchedDriver whose deployables (partitions) read a fault of their
+    own while ``partition_faults`` names them, and nothing while well (as
+    the FPGA port and MIG checks do)."""
+
+    name = 'partitioned_driver'
+
+    def __init__(self, conf, host):
+        super().__init__(conf, host)
+        self.partition_faults = {}      # deployable name -> Reading
+
+    def check_health(self, devices):
+        return super().check_health(devices) + [
+            self.partition_faults[dep.name] for d in devices
+            for dep in d.deployables if dep.name in self.partition_faults]
+
+
+def _partition_fault(name, xid=1):
+    return health.Reading(device=KEY_A, deployable=name,
+                          severity=states.FATAL, reason='port error',
+                          source='test', code='port:error',
+                          counters={'errors': xid})
+
+
+def test_a_partition_fault_that_clears_and_comes_back_is_news(conf,
+                                                              conductor):
+    """A partition reads nothing once well, so its last sent fault stayed
+    the one 'the conductor already has': the same fault coming back was
+    not sent (only re-stated by the next full report, never counted)."""
+    driver = PartitionedDriver(conf, HOST)
+    name = base.deployable_name(HOST, GPU_A)
+    _reporter, monitor = _agent(conf, driver)
+    monitor.check_once()
+    assert monitor.send_once() and monitor.last_report['full'] is True
+
+    def partition_reports():
+        return [r for report in conductor.health_reports[1:]
+                for r in report['readings'] if r['deployable'] == name]
+
+    driver.partition_faults[name] = _partition_fault(name)
+    monitor.check_once()
+    monitor.send_once()
+    assert len(partition_reports()) == 1
+    # Still there: nothing new.  Then it clears (the device's own reading
+    # says OK, as it did all along: nothing to send either).
+    monitor.check_once()
+    monitor.send_once()
+    del driver.partition_faults[name]
+    monitor.check_once()
+    monitor.send_once()
+    assert len(partition_reports()) == 1
+    driver.partition_faults[name] = _partition_fault(name)
+    monitor.check_once()
+    monitor.send_once()
+    assert len(partition_reports()) == 2
+    assert conductor.health_reports[-1]['full'] is False
+
+    # A round whose check fails reads nothing: the fault has not cleared,
+    # and the round after it does not send it again.
+    driver.broken = True
+    monitor.check_once()
+    driver.broken = False
+    monitor.check_once()
+    monitor.send_once()
+    assert len(partition_reports()) == 2
+
+    # Cleared and back while the conductor cannot be reached: the return
+    # is kept and reaches it later.
+    conductor.refuse = True
+    del driver.partition_faults[name]
+    monitor.check_once()
+    assert monitor.send_once()          # nothing to send
+    driver.partition_faults[name] = _partition_fault(name, xid=1)
+    monitor.check_once()
+    assert monitor.send_once() is False
+    conductor.refuse = False
+    assert monitor.send_once()
+    assert len(partition_reports()) == 3
+
+
 def test_unsent_readings_are_bounded_per_device(conf, conductor, watched):
     _reporter, monitor = _agent(conf, watched)
     conductor.refuse = True
