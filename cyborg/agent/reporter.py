@@ -103,6 +103,9 @@ class Reporter:
         # life; the on-disk cache stands in, see known_devices()).
         self._known = None
         self._known_lock = threading.Lock()
+        # Whether the drivers were told what was acknowledged before this
+        # agent started (Driver.recall), before its first discovery.
+        self._recalled = False
         # For tests and logs: reports acknowledged by the conductor.
         self.reports_acknowledged = 0
         self.last_report = None
@@ -162,8 +165,12 @@ class Reporter:
     def _drivers_discover(self, acked_devices):
         devices = []
         seen = {}
+        recall, self._recalled = not self._recalled, True
         for name, driver in self.drivers.items():
             try:
+                if recall:
+                    driver.recall([d for d in acked_devices or ()
+                                   if driver_of(d) == name])
                 found = driver.discover()
             except Exception:
                 LOG.exception('Driver %s failed to discover devices; '

@@ -110,6 +110,14 @@ class Driver(abc.ABC):
         rather than reporting them gone.
         """
 
+    def recall(self, devices):
+        """Told once, before the agent's first discovery after it starts:
+        ``devices``, this driver's devices as the conductor last
+        acknowledged them (the agent's on-disk cache; empty on a first
+        start).  For a driver that needs to remember what it cannot read
+        again right now (NVIDIA: which GPUs were in MIG mode while NVML
+        cannot say).  Nothing by default."""
+
 
 class Programmable(abc.ABC):
     """A device that is programmed with a bitstream (FPGA)."""

@@ -69,15 +69,25 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
             self._nvml, conf.agent.aer_correctable_burst)
         # {PCI address: the device last discovered} of the GPUs NVML last
         # said were in MIG mode: sysfs alone cannot tell MIG mode, and
-        # would offer such a GPU whole while its instances run.
+        # would offer such a GPU whole while its instances run.  Seeded
+        # from the agent's cache at start (``recall``), so an agent started
+        # while NVML fails does not offer them whole either; a GPU gone
+        # from sysfs is forgotten.
         self._mig_devices = {}
+
+    def recall(self, devices):
+        for device in devices:
+            if any('mig_uuid' in dep.attributes
+                   for dep in device.deployables):
+                self._mig_devices.setdefault(
+                    device.controlpath_id.cpid_info, copy.deepcopy(device))
 
     def discover(self):
         functions = sysfs.Sysfs(self.sysfs_root).pci_functions()
         by_address = sysfs.functions_by_address(functions)
         excluded = {a.strip().lower() for a in
                     self.conf.agent.nvidia_excluded_devices}
-        devices = []
+        devices, present = [], set()
         with _Nvml(self._nvml) as nvml:
             for function in functions:
                 if (function.vendor != VENDOR or function.is_vf or
@@ -87,6 +97,7 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
                     LOG.debug('GPU %s is excluded by configuration.',
                               function.address)
                     continue
+                present.add(function.address)
                 info = nvml.info(function.address)
                 if info is None and function.address in self._mig_devices:
                     LOG.warning('NVML cannot read GPU %s, last seen in MIG '
@@ -98,6 +109,10 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
                     device = self._device(function, by_address, info)
                 if device.deployables:
                     devices.append(device)
+        for address in set(self._mig_devices) - present:
+            # Gone (or excluded): whatever comes back at that address is
+            # read afresh.
+            del self._mig_devices[address]
         return devices
 
     def mdev_parent(self, pci_address, mdev_type):

@@ -11,6 +11,7 @@ from oslo_messaging import exceptions as messaging_exc
 from cyborg.agent import hotplug
 from cyborg.agent import reporter as agent_reporter
 from cyborg.conductor import rpcapi as conductor_rpcapi
+from cyborg.drivers import fake
 from cyborg.drivers import loader
 from tests.fixtures import sysfs as fake_sysfs
 
@@ -76,6 +77,33 @@ def test_restart_with_the_cache_sends_no_inventory(conf, host, conductor):
     restarted.report_now()
     assert restarted.last_report['full'] is False
     assert restarted.last_report['devices'] == []
+
+
+class RecallingFake(fake.FakeDriver):
+    """The fake driver, keeping what the agent told it at start."""
+
+    def __init__(self, conf, host):
+        super().__init__(conf, host)
+        self.recalled = []
+
+    def recall(self, devices):
+        self.recalled.append([d.key() for d in devices])
+
+
+def test_drivers_recall_what_was_acknowledged_before_the_restart(
+        conf, host, conductor):
+    """Once, before the first discovery, each driver is given its own
+    devices from the cache (NVIDIA remembers MIG GPUs with it)."""
+    first = _reporter(conf)
+    first.report_now()
+    fakes = [d.key() for d in first.known_devices()
+             if agent_reporter.driver_of(d) == 'fake_driver']
+    assert fakes
+    restarted = _reporter(conf)
+    driver = restarted.drivers['fake_driver'] = RecallingFake(conf, HOST)
+    restarted.report_now()
+    restarted.report_now()
+    assert driver.recalled == [fakes]
 
 
 def test_a_change_during_an_outage_arrives_when_the_conductor_returns(

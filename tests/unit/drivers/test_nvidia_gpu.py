@@ -86,6 +86,39 @@ def test_a_mig_gpu_nvml_cannot_read_keeps_its_instances(conf, scenario,
     assert names() == ['h_0000:3b:00.0']
 
 
+def _mig_names(driver):
+    return sorted(dep.name for dev in driver.discover()
+                  for dep in dev.deployables
+                  if dep.name.startswith('h_0000:3b:00.0'))
+
+
+def test_a_restarted_agent_keeps_a_mig_gpu_nvml_cannot_read(conf, scenario,
+                                                            tmp_path):
+    """The MIG GPUs the conductor last acknowledged (the agent's cache,
+    given to ``recall`` at start) are remembered as such: an agent started
+    while NVML fails reports their instances, not the whole GPU beside
+    them.  A GPU taken out of sysfs is forgotten: whatever comes back at
+    its address is read afresh."""
+    tree = scenario('nvidia_sriov')
+    gpu = dict(A100, mig=[{'gpu_instance_id': 1, 'profile': '3g.20gb',
+                           'memory_mb': 20096, 'uuid': 'MIG-aaaa'}])
+    nvml = fake_nvml.create(tmp_path / 'nvml.json', {'0000:3b:00.0': gpu})
+    before = nvidia_gpu.NvidiaGPUDriver(conf, 'h', nvml=nvml)
+    acknowledged = before.discover()
+    nvml.write(dict(nvml.read(), driver_loaded=False))
+
+    fresh = nvidia_gpu.NvidiaGPUDriver(conf, 'h', nvml=nvml)
+    assert _mig_names(fresh) == ['h_0000:3b:00.0']     # nothing recalled
+    restarted = nvidia_gpu.NvidiaGPUDriver(conf, 'h', nvml=nvml)
+    restarted.recall(acknowledged)
+    assert _mig_names(restarted) == ['h_0000:3b:00.0_MIG1']
+
+    tree.remove_pci('0000:3b:00.0')
+    assert _mig_names(restarted) == []
+    tree.add_pci('0000:3b:00.0', *fake_sysfs.A100, driver='nvidia')
+    assert _mig_names(restarted) == ['h_0000:3b:00.0']
+
+
 def test_enabling_vfs_takes_the_gpu_off_as_whole(conf, scenario):
     tree = scenario('nvidia_sriov')
     tree.add_vfs('0000:3b:00.0', ['0000:3b:00.4', '0000:3b:00.5'],
