@@ -163,16 +163,18 @@ def _start(context, arq_uuid, consumer_id, consumer_type, hostname, now,
                 reason=f'host {hostname} has no accelerators in Placement')
         compute_rp_uuid = host['compute_rp_uuid']
     query = request_query(group, compute_rp_uuid)
+    bind_id = str(uuidlib.uuid4())
     if not arq_db.transition(
             context, arq_uuid, states.BIND_STARTED, arq_binding.BIND_FROM,
             {'consumer_id': consumer_id, 'consumer_type': consumer_type,
              'bind_started_at': now, 'bind_owner': owner,
-             'bind_failure_reason': None},
+             'bind_failure_reason': None, 'bind_id': bind_id},
             where={'attach_handle_id': None}):
         raise exception.Conflict(
             reason=f'accelerator request {arq_uuid} is already being '
                    f'bound')
-    return {'uuid': arq_uuid, 'previous_state': row.state, 'group': group,
+    return {'uuid': arq_uuid, 'bind_id': bind_id,
+            'previous_state': row.state, 'group': group,
             'query': query, 'project_id': row.project_id,
             'consumer_id': consumer_id, 'consumer_type': consumer_type,
             'instance_uuid': None, 'hostname': hostname,
@@ -251,9 +253,9 @@ def _bind(conf, context, job, rp_uuid, deadline):
             states.BIND_STARTED, (states.BIND_STARTED,),
             {'hostname': target.hostname, 'device_rp_uuid': rp_uuid,
              'deployable_id': target.deployable_id},
-            where={'attach_handle_id': None}):
+            where={'attach_handle_id': None, 'bind_id': job['bind_id']}):
         raise arq_binding._Lost()
-    handle = arq_binding._bind_one(conf, context, str(uuidlib.uuid4()), job,
+    handle = arq_binding._bind_one(conf, context, job['bind_id'], job,
                                    deadline)
     arq_binding._notify_bound(conf, context, job, handle)
 
@@ -277,7 +279,8 @@ def _undo(placement, context, job, claimed, error):
         db_api.write_retrying(context, arq_binding._leave, context,
                               job['uuid'], job['previous_state'],
                               (states.BIND_STARTED,),
-                              dict(arq_binding._CLEARED))
+                              dict(arq_binding._CLEARED),
+                              bind_id=job['bind_id'])
     LOG.info('Allocating accelerator request %s failed: %s', job['uuid'],
              error)
     if isinstance(error, arq_binding._Lost):

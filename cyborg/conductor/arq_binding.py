@@ -100,7 +100,7 @@ _CLEARED = {'hostname': None, 'device_rp_uuid': None, 'instance_uuid': None,
             'deployable_id': None, 'attach_handle_id': None,
             'remote_pool_id': None, 'remote_handle_id': None,
             'bind_started_at': None, 'bind_failure_reason': None,
-            'consumer_id': None, 'consumer_type': None}
+            'bind_id': None, 'consumer_id': None, 'consumer_type': None}
 
 # A remote pool's handle once attached, as a bound handle is logged and
 # announced.
@@ -308,14 +308,18 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
     known = known or _Known()
     jobs = _validate(conf, context, bindings, known,
                      allocations=not known.overlap)
+    bind_id = batch_id or str(uuidlib.uuid4())
     for job in jobs:
+        # The bind's identity: its late work writes only while the ARQ
+        # is still its own (not unbound and bound again meanwhile).
+        job['bind_id'] = bind_id
         values = {'hostname': job['hostname'],
                   'device_rp_uuid': job['device_rp_uuid'],
                   'instance_uuid': job['instance_uuid'],
                   'deployable_id': job['deployable_id'],
                   'remote_pool_id': job.get('remote_pool_id'),
                   'bind_started_at': now, 'bind_owner': conf.host,
-                  'bind_failure_reason': None}
+                  'bind_failure_reason': None, 'bind_id': bind_id}
         if job.get('project_id'):
             values['project_id'] = job['project_id']
         if (job.get('remote_pool_id') is not None
@@ -786,9 +790,36 @@ def _bind_one(conf, context, batch_id, job, deadline, quick=False):
                               handle, deadline)
     except Exception:
         if mdev_created:
-            _mdev_remove(conf, context, job['agent_host'], handle)
+            _undo_mdev(conf, context, job, handle)
         raise
     return handle
+
+
+def _held_by_another(context, job, handle_id, remote=False):
+    """Whether another bind than the job's holds the handle now."""
+    holder = arq_db.handle_holder(context, handle_id, remote=remote)
+    return holder is not None and holder != job['bind_id']
+
+
+def _undo_mdev(conf, context, job, handle):
+    """Remove the mdev this bind made, unless the handle (whose uuid
+    the mdev carries) is another bind's now: the ARQ was unbound and bound
+    again meanwhile, and that bind made (or makes) the same mdev.  If
+    another bind took it while this removal was on its way, the mdev is
+    made again for it (creating one that exists changes nothing)."""
+    if _held_by_another(context, job, handle.id):
+        LOG.info('Leaving mdev %s to the bind that holds its handle now',
+                 handle.uuid)
+        return
+    _mdev_remove(conf, context, job['agent_host'], handle)
+    if _held_by_another(context, job, handle.id):
+        try:
+            _mdev_create(conf, context, job['agent_host'], handle,
+                         timeutils.utcnow() + datetime.timedelta(
+                             seconds=conf.bind_timeout))
+        except Exception as e:  # noqa: BLE001 - that bind's own create
+            LOG.warning('Could not make mdev %s again for the bind that '
+                        'took its handle: %s', handle.uuid, e)
 
 
 def _bind_remote(conf, context, batch_id, job, deadline):
@@ -802,7 +833,13 @@ def _bind_remote(conf, context, batch_id, job, deadline):
         db_api.write_retrying(context, _finish_remote, conf, context,
                               batch_id, job, handle, info, deadline)
     except Exception:
-        _detach_quietly(conf, job, handle)
+        if _held_by_another(context, job, handle.id, remote=True):
+            # Unbound meanwhile, and bound again to the same handle: the
+            # attachment is that bind's now.
+            LOG.info('Leaving %s attached for the bind that holds it now',
+                     handle.fabric_address)
+        else:
+            _detach_quietly(conf, job, handle)
         raise
     return _RemoteBound(handle.uuid, states.FABRIC, json.dumps(info))
 
@@ -813,7 +850,8 @@ def _take_remote_in(context, job):
         raise exception.BindFailed(
             reason=f"no free handle in remote pool "
                    f"{job['remote']['pool_name']}")
-    if not arq_db.set_remote_handle(context, job['uuid'], handle.id):
+    if not arq_db.set_remote_handle(context, job['uuid'], handle.id,
+                                    job['bind_id']):
         raise _Lost()  # rolls the take back
     return handle
 
@@ -821,7 +859,8 @@ def _take_remote_in(context, job):
 def _finish_remote(conf, context, batch_id, job, handle, info, deadline):
     """Bound, the handle's attachment and the event in one transaction."""
     if not arq_db.transition(context, job['uuid'], states.BOUND, BOUND_FROM,
-                             where={'remote_handle_id': handle.id}):
+                             where={'remote_handle_id': handle.id,
+                                    'bind_id': job['bind_id']}):
         raise _Lost()
     pool_db.set_attached(context, handle.id, job['hostname'],
                          json.dumps(info))
@@ -850,7 +889,8 @@ def _detach_quietly(conf, job, handle):
 def _finish(conf, context, batch_id, job, handle, deadline):
     """Bound, and its event, in one transaction."""
     if not arq_db.transition(context, job['uuid'], states.BOUND, BOUND_FROM,
-                             where={'attach_handle_id': handle.id}):
+                             where={'attach_handle_id': handle.id,
+                                    'bind_id': job['bind_id']}):
         raise _Lost()
     nova.record(conf, context, batch_id,
                 [(job['instance_uuid'], job['uuid'], 'completed')],
@@ -865,7 +905,8 @@ def _take_handle_in(context, job, finish=None):
         raise exception.BindFailed(
             reason=f"no free attach handle on resource provider "
                    f"{job['device_rp_uuid']}")
-    if not arq_db.set_attach_handle(context, job['uuid'], handle.id):
+    if not arq_db.set_attach_handle(context, job['uuid'], handle.id,
+                                    job['bind_id']):
         raise _Lost()  # rolls the take back
     if finish is not None and handle.attach_type != 'MDEV':
         finish(handle)
@@ -888,10 +929,12 @@ def _due(conf, deadline):
 def _fail(conf, context, batch_id, arq_uuid, reason, deadline, job=None,
           kept=()):
     """Move the ARQ from BindStarted to BindFailed, record its event and
-    notify; False when it had already left BindStarted.  ``kept``: remote
-    handles whose detach failed (kept out of use)."""
+    notify; False when it had already left BindStarted (or, for a
+    ``job``'s bind, is another bind's now).  ``kept``: remote handles whose
+    detach failed (kept out of use)."""
     row = db_api.write_retrying(context, _fail_in, conf, context, batch_id,
-                                arq_uuid, reason, deadline, kept)
+                                arq_uuid, reason, deadline, kept,
+                                job.get('bind_id') if job else None)
     if row is None:
         LOG.info('Accelerator request %s left BindStarted before its '
                  'failure could be recorded: %s', arq_uuid, reason)
@@ -901,11 +944,12 @@ def _fail(conf, context, batch_id, arq_uuid, reason, deadline, job=None,
     return True
 
 
-def _fail_in(conf, context, batch_id, arq_uuid, reason, deadline, kept=()):
+def _fail_in(conf, context, batch_id, arq_uuid, reason, deadline, kept=(),
+             bind_id=None):
     row = _leave(context, arq_uuid, states.BIND_FAILED, BIND_FAILED_FROM,
                  {'bind_failure_reason': reason[:4000],
                   'attach_handle_id': None, 'remote_pool_id': None,
-                  'remote_handle_id': None}, kept=kept)
+                  'remote_handle_id': None}, kept=kept, bind_id=bind_id)
     if row is not None:
         nova.record(conf, context, batch_id,
                     [(row.instance_uuid, arq_uuid, 'failed')],
@@ -914,20 +958,23 @@ def _fail_in(conf, context, batch_id, arq_uuid, reason, deadline, kept=()):
 
 
 def _leave(context, arq_uuid, to_state, from_states, values, known=None,
-           kept=()):
+           kept=(), bind_id=None):
     """Move an ARQ and release the handle it held, in the caller's
     transaction.  Returns the row as it was, or None if not moved.
     ``known``: the ARQ as just read, tried first to save a query.
     ``kept``: remote handles whose fabric detach failed: unlinked from the
-    ARQ but kept out of use, marked for the reconcile to retry."""
+    ARQ but kept out of use, marked for the reconcile to retry.
+    ``bind_id``: only while the ARQ is still that bind's."""
+    guard = {} if bind_id is None else {'bind_id': bind_id}
     for _ in range(3):
         row, known = known or arq_db.handle_state(context, arq_uuid), None
         if row is None or row.state not in from_states:
             return None
         if arq_db.transition(context, arq_uuid, to_state, from_states,
-                             values, where={
-                                 'attach_handle_id': row.attach_handle_id,
-                                 'remote_handle_id': row.remote_handle_id}):
+                             values, where=dict(
+                                 guard,
+                                 attach_handle_id=row.attach_handle_id,
+                                 remote_handle_id=row.remote_handle_id)):
             _release_held(context, row, kept)
             return row
         # The bind worker took a handle between our read and write.

@@ -300,6 +300,9 @@ class ExtARQ(Base):
     bind_started_at = sa.Column(sa.DateTime, nullable=True)
     bind_owner = sa.Column(NAME, nullable=True)
     bind_failure_reason = sa.Column(sa.Text, nullable=True)
+    # Ours: the bind (its batch) an ARQ in BindStarted or Bound belongs
+    # to; a bind's late work writes only while the ARQ is still its own.
+    bind_id = sa.Column(UUID, nullable=True)
     # Ours (microversion 2.6): who holds an ARQ allocated without Nova
     # (POST /accelerator_requests/{uuid}/allocate), e.g. a pod's uid and
     # 'k8s-pod'.  Such an ARQ is its own Placement consumer.

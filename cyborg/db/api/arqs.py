@@ -363,24 +363,38 @@ def _transition_statement(value_columns, where_shape):
         **{k: sa.bindparam('v_' + k) for k in value_columns})
 
 
+@reader
+def handle_holder(context, handle_id, remote=False):
+    """The bind (``bind_id``; '' for one an older release made) of the
+    ARQ holding attach handle ``handle_id`` (with ``remote``, the remote
+    pool's handle), or None when none does."""
+    column = _ARQ.c.remote_handle_id if remote else _ARQ.c.attach_handle_id
+    row = _execute(context, select(_ARQ.c.bind_id).where(
+        column == handle_id)).first()
+    return None if row is None else (row.bind_id or '')
+
+
 @writer
-def set_attach_handle(context, uuid, handle_id):
-    """Record the handle on an ARQ still in BindStarted with none."""
+def set_attach_handle(context, uuid, handle_id, bind_id):
+    """Record the handle on an ARQ still in BindStarted with none, for
+    the bind ``bind_id``."""
     result = context.session.execute(
         sa.update(_ARQ).where(_ARQ.c.uuid == uuid,
                               _ARQ.c.state == states.BIND_STARTED,
+                              _ARQ.c.bind_id == bind_id,
                               _ARQ.c.attach_handle_id.is_(None))
         .values(attach_handle_id=handle_id, updated_at=models._now()))
     return result.rowcount
 
 
 @writer
-def set_remote_handle(context, uuid, handle_id):
+def set_remote_handle(context, uuid, handle_id, bind_id):
     """Record a remote pool's handle on an ARQ still in BindStarted with
-    none."""
+    none, for the bind ``bind_id``."""
     result = context.session.execute(
         sa.update(_ARQ).where(_ARQ.c.uuid == uuid,
                               _ARQ.c.state == states.BIND_STARTED,
+                              _ARQ.c.bind_id == bind_id,
                               _ARQ.c.remote_handle_id.is_(None))
         .values(remote_handle_id=handle_id, updated_at=models._now()))
     return result.rowcount

@@ -52,9 +52,11 @@ def _bind(conf, ctx, bindings):
     arq_binding.start_bind(conf, ctx, bindings).result(30)
 
 
-def _take_handle(ctx, job):
+def _take_handle(db, ctx, job):
     """Take the job's handle in a transaction of its own, as a bind that
-    has something slow to do before it ends (programming, an mdev)."""
+    has something slow to do before it ends (programming, an mdev), for
+    the bind the ARQ is in."""
+    job['bind_id'] = seed.arq_rows(db)[job['uuid']].bind_id
     return db_api.write_retrying(ctx, arq_binding._take_handle_in, ctx,
                                  job)[0]
 
@@ -491,8 +493,9 @@ def test_unbind_while_binding_releases_the_handle_once(aconf, db, ctx,
     with db.begin() as c:
         c.execute(sa.update(models.ExtARQ).where(
             models.ExtARQ.uuid == uuid).values(
-            state='BindStarted', deployable_id=device.deployable_id))
-    handle = _take_handle(ctx, jobs[0])
+            state='BindStarted', deployable_id=device.deployable_id,
+            bind_id='b1'))
+    handle = _take_handle(db, ctx, jobs[0])
     arq_binding.unbind(aconf, ctx, [uuid])
     assert seed.handles_in_use(db) == 0
     deadline = timeutils.utcnow() + datetime.timedelta(minutes=1)
@@ -558,7 +561,7 @@ def test_restarted_conductor_fails_its_own_binds_at_once(aconf, db, ctx,
         answer.result(30)
     arq_binding._start(aconf, ctx, bindings, timeutils.utcnow(),
                        arq_binding._Known(asked))
-    handle = _take_handle(ctx, {
+    handle = _take_handle(db, ctx, {
         'uuid': after_handle, 'deployable_id': device.deployable_id,
         'device_rp_uuid': device.rp_uuid, 'group': {}})
     started_at = timeutils.utcnow() + datetime.timedelta(seconds=1)

@@ -3,10 +3,12 @@ or a standalone allocation) and remove it at unbind (the real agent
 endpoint on a fake sysfs tree, over an in-process fake:// transport)."""
 
 import os
+import threading
 import uuid as uuidlib
 
 import pytest
 
+from cyborg.agent import manager as agent_manager
 from cyborg.agent import privileged
 from cyborg.common import context as cyborg_context
 from cyborg.conductor import arq_allocation
@@ -15,6 +17,7 @@ from cyborg.db.api import attach_handles as handle_db
 from cyborg.placement import client as placement_client
 from tests.fixtures import arqs as seed
 from tests.fixtures import placement as placement_fixture
+from tests.fixtures import recording_http
 from tests.fixtures import sysfs as fake_sysfs
 from tests.unit.conductor import test_arq_allocation as allocation
 
@@ -24,6 +27,7 @@ VGPU_TYPE = 'nvidia-223'
 
 # The real Placement, shared by this module's tests.
 placement_url = seed.placement_url
+fake_nova = recording_http.fake_nova
 
 
 @pytest.fixture
@@ -153,3 +157,86 @@ def test_mdev_removal_failure_ends_unbind_failed(vconf, db, agent, tree,
     assert arq_binding.delete(vconf, ctx, [arq]) == []
     assert arq not in seed.arq_rows(db)
     assert seed.handles_in_use(db) == 0
+
+
+class HeldAgent(agent_manager.AgentManager):
+    """The agent, each mdev creation held (in the order asked) until the
+    test lets it go: a slow driver, to make two binds' order certain."""
+
+    def __init__(self, conf, host):
+        super().__init__(conf, host, drivers={})
+        self.asked = []                 # (mdev uuid, arrived, go)
+        self._lock = threading.Lock()
+
+    def create_vgpu_mdev(self, context, pci_address, asked_type, mdev_uuid):
+        arrived, go = threading.Event(), threading.Event()
+        with self._lock:
+            self.asked.append((mdev_uuid, arrived, go))
+        arrived.set()
+        assert go.wait(30), 'the held mdev creation was never let go'
+        return super().create_vgpu_mdev(context, pci_address, asked_type,
+                                        mdev_uuid)
+
+    def creation(self, index):
+        """The ``index``-th creation asked, once it is waiting."""
+        for _ in range(300):
+            with self._lock:
+                if len(self.asked) > index:
+                    return self.asked[index]
+            threading.Event().wait(0.1)
+        raise AssertionError(f'mdev creation {index} was never asked')
+
+
+@pytest.mark.parametrize('stale_ends', ['first', 'last'])
+def test_a_bind_unbound_and_bound_again_is_not_ended_by_the_first(
+        vconf, db, tree, fake_nova, stale_ends):
+    """A vGPU bind, slow in making its mdev, is unbound and the ARQ bound
+    again for another instance, which takes the same (only) handle.  The
+    first bind's work, ending late, used to pass for the second's: ending
+    it Bound with the first instance's event (the second instance's never
+    came), or, ending after it, removing the mdev the second had made
+    (same handle, same mdev uuid)."""
+    vconf.set_override('auth_type', 'none', group='nova')
+    vconf.set_override('endpoint_override', fake_nova.url, group='nova')
+    ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
+    device = seed.seed_device(db, hostname=HOST, handles=1,
+                              attach_type='MDEV', asked_type=VGPU_TYPE)
+    profile = seed.seed_profile(db, [{'resources:VGPU': '1'}])
+    arq = arq_binding.create(ctx, profile, 'p1')[0]['uuid']
+    first, second = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+    agent = HeldAgent(vconf, HOST)
+    privileged.default.set_client_mode(False)
+    try:
+        with seed.agent_endpoint(vconf, HOST, manager=agent):
+            def bind(instance):
+                return arq_binding.start_bind(vconf, ctx, {arq: {
+                    'hostname': HOST, 'device_rp_uuid': device.rp_uuid,
+                    'instance_uuid': instance}})
+
+            stale = bind(first)
+            handle, _arrived, stale_go = agent.creation(0)
+            arq_binding.unbind(vconf, ctx, [arq])
+            fresh = bind(second)
+            again, _arrived, fresh_go = agent.creation(1)
+            assert again == handle          # the same handle, the same mdev
+            if stale_ends == 'first':
+                stale_go.set()
+                stale.result(30)
+                fresh_go.set()
+                fresh.result(30)
+            else:
+                fresh_go.set()
+                fresh.result(30)
+                tree.add_mdev(GPU, handle, VGPU_TYPE)  # the kernel's part
+                stale_go.set()
+                stale.result(30)
+    finally:
+        privileged.default.set_client_mode(True)
+    row = seed.arq_rows(db)[arq]
+    assert (row.state, row.instance_uuid) == ('Bound', second), \
+        row.bind_failure_reason
+    assert [(e['server_uuid'], e['tag'], e['status'])
+            for e in fake_nova.events] == [(second, arq, 'completed')]
+    remove = os.path.join(tree.root, 'bus', 'mdev', 'devices', handle,
+                          'remove')
+    assert not os.path.exists(remove) or open(remove).read() != '1'
