@@ -90,6 +90,9 @@ def sync_after_report(conf, context, hostname, plan, digest, rp_name=None,
     now matches.  Failures are logged, not raised: the report is stored
     and the next report or the reconcile finishes the job.  ``host``: the
     host's row, when the caller has just read it."""
+    # Read before the rows: a change committed after it (its own sync
+    # may fail) keeps the host unsynced whatever this sync writes.
+    serial = host_db.sync_serial(context, hostname)
     try:
         cn_uuid = sync_host(conf, context, hostname,
                             touched=plan.touched_providers if plan else set(),
@@ -100,7 +103,7 @@ def sync_after_report(conf, context, hostname, plan, digest, rp_name=None,
         LOG.warning('Placement sync of host %s failed, will retry: %s',
                     hostname, exc)
         return False
-    return _mark_synced(context, hostname, digest, cn_uuid)
+    return _mark_synced(context, hostname, digest, cn_uuid, serial)
 
 
 def sync_providers(conf, context, hostname, providers, host=None):
@@ -116,11 +119,15 @@ def sync_providers(conf, context, hostname, providers, host=None):
         trust_memory=bool(host and host['placement_synced']), host=host)
 
 
-def _mark_synced(context, hostname, digest, cn_uuid):
+def _mark_synced(context, hostname, digest, cn_uuid, serial):
     """Record a completed sync (and the compute node provider it found)
-    in one UPDATE, unless a later report changed the digest meanwhile."""
+    in one UPDATE, unless a later report changed the digest, or a later
+    change made Placement lag (``serial``, the host's ``sync_serial`` as
+    read before the rows), meanwhile: that change's sync, or the
+    reconcile, marks it.  True when Placement matched at the end of the
+    sync."""
     if cn_uuid:
-        host_db.update(context, hostname, digest=digest,
+        host_db.update(context, hostname, digest=digest, serial=serial,
                        placement_synced=True, compute_rp_uuid=cn_uuid)
     return bool(cn_uuid)
 
@@ -477,13 +484,14 @@ def reconcile_host(conf, context, hostname, digest=None,
                    trust_memory=False):
     """Drop gone deployables whose allocations ended, then check every
     provider of the host and delete orphans.  True when in sync."""
+    serial = host_db.sync_serial(context, hostname)
     rows = inventory_db.host_providers(context, hostname)
     removed = _drop_released(conf, context, hostname,
                              [row for row in rows if row['gone']])
     cn_uuid = sync_host(conf, context, hostname, touched=None,
                         removed=removed, remove_orphans=True,
                         trust_memory=trust_memory)
-    return _mark_synced(context, hostname, digest, cn_uuid)
+    return _mark_synced(context, hostname, digest, cn_uuid, serial)
 
 
 def drop_released_gone(conf, context):

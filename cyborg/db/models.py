@@ -59,6 +59,11 @@ class Host(Base):
     compute_node_name = sa.Column(NAME, nullable=True)
     # False while Placement still lags the database for this host.
     placement_synced = sa.Column(sa.Boolean, nullable=False, default=False)
+    # One more for each change that set placement_synced false: a sync
+    # marks the host synced only if it has not moved since the sync read
+    # it (cyborg.db.api.hosts.update).
+    sync_serial = sa.Column(sa.Integer, nullable=False, default=0,
+                            server_default='0')
     last_report_at = sa.Column(sa.DateTime, nullable=True)
 
 

@@ -23,6 +23,7 @@ _TOUCH = sa.update(_HOST).where(
     _HOST.c.placement_synced.is_(True)).values(
         last_report_at=sa.bindparam('v_now'))
 _GET = sa.select(_HOST).where(_BY_NAME)
+_SERIAL = sa.select(_HOST.c.sync_serial).where(_BY_NAME)
 _LOCK = _GET.with_for_update()
 _INSERT = sa.insert(_HOST)
 
@@ -98,23 +99,42 @@ def count_reporting(context, since):
     return known, int(quiet)
 
 
+@reader
+def sync_serial(context, hostname):
+    """The host's ``sync_serial`` (None: unknown host): read by a
+    Placement sync before the rows it writes from."""
+    return _sql.connection(context).execute(
+        _SERIAL, {'b_hostname': hostname}).scalar()
+
+
 @writer
-def update(context, hostname, digest=None, **values):
+def update(context, hostname, digest=None, serial=None, **values):
     """Set host columns; with ``digest``, only if it is still the stored
-    one (a later report wins).  True if the row was updated."""
-    statement = _update_statement(tuple(sorted(values)), digest is not None)
+    one (a later report wins); with ``serial``, only if the host's
+    ``sync_serial`` still is (no change made Placement lag since).
+    Setting ``placement_synced`` false counts one such change.  True if
+    the row was updated."""
+    statement = _update_statement(tuple(sorted(values)), digest is not None,
+                                  serial is not None,
+                                  values.get('placement_synced') is False)
     params = {'b_hostname': hostname}
     if digest is not None:
         params['b_digest'] = digest
+    if serial is not None:
+        params['b_serial'] = serial
     params.update(('v_' + name, value) for name, value in values.items())
     result = _sql.connection(context).execute(statement, params)
     return result.rowcount == 1
 
 
 @_sql.built_once
-def _update_statement(value_columns, with_digest):
+def _update_statement(value_columns, with_digest, with_serial, lagging):
     conditions = [_BY_NAME]
     if with_digest:
         conditions.append(_HOST.c.report_digest == sa.bindparam('b_digest'))
-    return sa.update(_HOST).where(*conditions).values(
-        **{name: sa.bindparam('v_' + name) for name in value_columns})
+    if with_serial:
+        conditions.append(_HOST.c.sync_serial == sa.bindparam('b_serial'))
+    values = {name: sa.bindparam('v_' + name) for name in value_columns}
+    if lagging:
+        values['sync_serial'] = _HOST.c.sync_serial + 1
+    return sa.update(_HOST).where(*conditions).values(**values)

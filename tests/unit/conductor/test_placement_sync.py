@@ -344,3 +344,32 @@ def test_a_reconcile_that_read_the_rows_before_a_change_does_not_undo_it(
     placement_sync.reconcile_all(conf, admin_context)
     assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
         == 4
+
+
+def test_a_sync_older_than_a_change_whose_sync_failed_leaves_the_host_unsynced(
+        conf, admin_context, reported, placement):  # noqa: F811
+    """A disable's sync, held on its way, finishes after an enable whose
+    own sync failed (Placement unreachable for it).  It wrote what was
+    right when it read the rows (the device out of the schedule), and
+    used to record the host as synced: the reconcile then trusted it, and
+    the enabled device stayed out of the schedule for good."""
+    fpga_dev = inventory.row_uuid(HOST, 'PCI:0000:82:00.0')
+    rp = inventory.provider_uuid(FPGA)
+    with pf.held(conf, placement.url, 'PUT',
+                 f'/resource_providers/{rp}/inventories') as gate:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            disabling = pool.submit(device_status.set_status, conf,
+                                    admin_context, fpga_dev, 'maintaining')
+            assert gate.arrived.wait(30)
+            pf.placement_conf(conf, 'http://127.0.0.1:9')
+            device_status.set_status(conf, admin_context, fpga_dev,
+                                     'enabled')
+            gate.go.set()
+            disabling.result(30)
+    assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
+        == 4
+    assert not host_db.get(admin_context, HOST)['placement_synced']
+    placement_sync.reconcile_all(conf, admin_context)
+    assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
+        == 0
+    assert host_db.get(admin_context, HOST)['placement_synced']
