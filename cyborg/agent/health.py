@@ -9,10 +9,13 @@ debounce, so a condition that holds (a device that stays broken) costs no
 message per check:
 
 - a change is sent AT ONCE (``ConductorAPI.report_health`` with ``'full':
-  False``): a reading whose (severity, reason, code) differs from the last
-  one sent for its (device, deployable), or a non-harmless reading whose
-  counters moved (a new event of the same kind: one more XID 79, one more
-  fatal AER error);
+  False``): a reading whose (severity, reason, code) no reading of the
+  previous check of its (device, deployable) had (a condition that
+  appears, changes or comes back after it cleared, a device reading well
+  again), and every event that is not harmless (``Reading.event``: one
+  more XID 79, new fatal AER errors).  A condition that holds is not sent
+  again, whatever other counters of the device move meanwhile; a device
+  whose driver's check failed keeps its previous readings for that round;
 - a full report (every device's current reading, ``'full': True``) goes
   out right after start and every ``[health]report_interval`` seconds, the
   safety net for a lost change;
@@ -32,7 +35,6 @@ broadcast, stored by nobody here).
 """
 
 import collections
-import json
 import threading
 import time
 
@@ -77,13 +79,19 @@ def reading_key(reading):
 
 
 def signature(reading):
-    """What makes a reading news: severity, reason and code, plus the
-    counters when something is wrong (a counter that moved under the same
-    fault is a new event; harmless counters moving is not news)."""
-    counters = None
-    if not reading.harmless:
-        counters = json.dumps(reading.counters, sort_keys=True, default=str)
-    return reading.severity, reading.reason, reading.code, counters
+    """What a reading says: severity, reason and code.  The counters are
+    not part of it: they are the device's, shared by all its readings, and
+    move under a condition that holds (a new event says so itself,
+    ``Reading.event``)."""
+    return reading.severity, reading.reason, reading.code
+
+
+def news(reading, before):
+    """Whether ``reading`` is to be sent as a change: an event that is not
+    harmless, or a signature not among ``before`` (those of the previous
+    check's readings of its key)."""
+    return ((reading.event and not reading.harmless) or
+            signature(reading) not in before)
 
 
 class _BackoffLog:
@@ -134,12 +142,8 @@ class HealthMonitor:
         self._log = _BackoffLog()
         # Owned by the monitor thread (or the caller of the *_once methods
         # when the thread is not running).
-        self._current = {}       # key -> Reading of the last check
+        self._current = {}       # key -> [Reading] of the last check
         self._sent = {}          # key -> signature the conductor last got
-        # Partition keys whose condition cleared since their last reading
-        # (a partition reads nothing while well): whatever was sent for
-        # them, their next reading is news.
-        self._cleared = set()
         self._pending = []       # Readings not yet sent, oldest first
         self._full_wanted = True
         self._watched = set()    # device keys that have metric labels
@@ -237,7 +241,8 @@ class HealthMonitor:
         if not held:
             return found
         return ([r for r in found if r.device not in held] +
-                [r for r in self._current.values() if r.device in held])
+                [r for key, readings in self._current.items()
+                 if key[0] in held for r in readings])
 
     def _watched_drivers(self):
         """``(name, driver, its known devices)`` for drivers with devices."""
@@ -251,36 +256,30 @@ class HealthMonitor:
                 if by_driver.get(name)]
 
     def _record(self, readings, checked=()):
-        """Queue what is news in a check's ``readings``; ``checked``: the
-        devices whose driver's check ran (a partition of one of them that
-        read something last time and nothing now has cleared)."""
-        current = {}
+        """Queue what is news in a check's ``readings`` against the
+        previous check's.  ``checked``: the devices whose driver's check
+        ran; the others keep their previous readings (a check that failed
+        read nothing, which is not the end of their conditions).  A key
+        with no reading now (a partition reads nothing while well) has
+        cleared: what it reads next is news."""
+        previous = self._current
+        current = {key: found for key, found in previous.items()
+                   if key[0] not in checked}
+        fresh = collections.defaultdict(list)
         for reading in readings:
-            key = reading_key(reading)
-            current[key] = reading
-            metrics.AGENT_HEALTH_READINGS.labels(reading.severity).inc()
-            if signature(reading) != self._last_signature(key):
-                self._queue(reading)
-        told = (set(self._current) | set(self._sent) |
-                {reading_key(r) for r in self._pending})
-        self._cleared.update(
-            key for key in told
-            if key[1] is not None and key[0] in checked and
-            key not in current)
+            fresh[reading_key(reading)].append(reading)
+        for key, found in fresh.items():
+            before = {signature(r) for r in previous.get(key, ())}
+            for reading in found:
+                metrics.AGENT_HEALTH_READINGS.labels(reading.severity).inc()
+                if news(reading, before):
+                    self._queue(reading)
+        current.update(fresh)
         self._current = current
         self._set_healthy_gauges(readings)
 
-    def _last_signature(self, key):
-        if key in self._cleared:
-            return None
-        for reading in reversed(self._pending):
-            if reading_key(reading) == key:
-                return signature(reading)
-        return self._sent.get(key)
-
     def _queue(self, reading):
         key = reading_key(reading)
-        self._cleared.discard(key)
         self._pending.append(reading)
         same_key = [r for r in self._pending if reading_key(r) == key]
         if len(same_key) > MAX_PENDING_PER_KEY:
@@ -315,7 +314,8 @@ class HealthMonitor:
         self._watched &= present
         self._sent = {k: v for k, v in self._sent.items()
                       if k[0] in present}
-        self._cleared = {k for k in self._cleared if k[0] in present}
+        self._current = {k: v for k, v in self._current.items()
+                         if k[0] in present}
 
     # -- probes --------------------------------------------------------
 
@@ -439,12 +439,12 @@ class HealthMonitor:
 
     def _full_readings(self):
         """Unsent readings (in order; only those of a first report, see
-        ``send_once``), then the current reading of every key whose last
-        queued reading is not it already."""
-        last_queued = {reading_key(r): r for r in self._pending}
+        ``send_once``), then the current readings of every key, those
+        queued already left out."""
+        queued = {id(r) for r in self._pending}
         return self._pending + [
-            reading for key, reading in self._current.items()
-            if last_queued.get(key) is not reading]
+            reading for readings in self._current.values()
+            for reading in readings if id(reading) not in queued]
 
     # -- telemetry -----------------------------------------------------
 

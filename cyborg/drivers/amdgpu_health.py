@@ -144,7 +144,7 @@ class AMDGPUHealth(pci_health.PCIHealth):
                 readings.append(pci_health.reading(
                     device, severity, 'ras',
                     f'{new} new {what} errors in {block}',
-                    f'ras:{block}_{kind}'))
+                    f'ras:{block}_{kind}', event=True))
         return readings
 
     def _bad_pages(self, device, path, counters):

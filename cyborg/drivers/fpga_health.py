@@ -167,5 +167,5 @@ class XilinxHealth(pci_health.PCIHealth):
                 readings.append(pci_health.reading(
                     device, severity, 'fpga',
                     f'{new} new {what} ECC errors in memory controller '
-                    f'{name}', f'fpga:{kind}'))
+                    f'{name}', f'fpga:{kind}', event=True))
         return readings

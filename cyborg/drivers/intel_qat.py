@@ -93,7 +93,8 @@ class IntelQATDriver(base.Driver, pci_health.PCIHealth):
             if new:
                 readings.append(pci_health.reading(
                     device, severity, 'qat',
-                    f'{new} new {kind} errors', f'qat:errors_{kind}'))
+                    f'{new} new {kind} errors', f'qat:errors_{kind}',
+                    event=True))
         if sysfs.read_text(os.path.join(path, 'qat', 'state')) == 'down':
             readings.append(pci_health.reading(
                 device, states.FATAL, 'qat',
@@ -113,7 +114,7 @@ class IntelQATDriver(base.Driver, pci_health.PCIHealth):
             return []
         return [pci_health.reading(
             device, states.FATAL, 'qat', 'QAT endpoint\'s firmware does not '
-            'answer its heartbeat: it hangs', 'qat:heartbeat')]
+            'answer its heartbeat: it hangs', 'qat:heartbeat', event=True)]
 
     def _heartbeat_failures(self, address):
         """Have the kernel check the endpoint's heartbeat now and return

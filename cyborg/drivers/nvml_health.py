@@ -301,7 +301,7 @@ class NvmlWatcher:
             if count > 1:
                 reason += f' (x{count})'
             found.append(reading(device, severity, 'nvml', reason, code,
-                                 deployable=deployable))
+                                 deployable=deployable, event=True))
         return found
 
     def _event(self, device, data):
@@ -335,7 +335,7 @@ class NvmlWatcher:
             return []
         return [reading(device, states.FATAL, 'nvml',
                         f'{new} new uncorrectable ECC errors',
-                        'ecc:uncorrected')]
+                        'ecc:uncorrected', event=True)]
 
     def _retired_pages(self, device, gpu, counters):
         pending = self._call('nvmlDeviceGetRetiredPagesPendingStatus',
@@ -368,7 +368,7 @@ class NvmlWatcher:
             return []
         return [reading(device, states.TRANSIENT, 'nvml',
                         f'{new} PCIe replays since the last check: the link '
-                        f'is losing data', 'pcie:replays')]
+                        f'is losing data', 'pcie:replays', event=True)]
 
     def _slowdown(self, device, gpu, counters):
         active = self._clock_events(gpu)

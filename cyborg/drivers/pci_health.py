@@ -92,12 +92,13 @@ class CounterTracker:
 
 
 def reading(device, severity, source, reason='', code=None, counters=None,
-            deployable=None):
-    """A ``health.Reading`` of ``device`` (a ``DriverDevice``)."""
+            deployable=None, event=False):
+    """A ``health.Reading`` of ``device`` (a ``DriverDevice``); ``event``
+    for errors new since the last check (``new_errors``)."""
     return health.Reading(device=device.key(), severity=severity,
                           reason=reason, deployable=deployable,
                           source=source, code=code,
-                          counters=dict(counters or {}))
+                          counters=dict(counters or {}), event=event)
 
 
 class PCIHealth(base.HealthReporting):
@@ -242,7 +243,7 @@ class PCIHealth(base.HealthReporting):
                     device, severity, 'aer',
                     f'PCIe AER {kind[4:]} errors: '
                     f'{_increases(previous[1], counts) or kind}',
-                    f'aer:{kind[4:]}'))
+                    f'aer:{kind[4:]}', event=True))
         return found
 
     def _aer_severity(self, kind, new):

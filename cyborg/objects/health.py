@@ -38,6 +38,13 @@ class Reading:
     # Cumulative counters behind the reading (for metrics and events), e.g.
     # {'xid': 3, 'aer_fatal': 0, 'ecc_uncorrected': 2}.
     counters: dict = dataclasses.field(default_factory=dict)
+    # A new occurrence the check saw happen (an XID, new ECC or AER
+    # errors, a failed heartbeat), as opposed to a condition that holds (a
+    # slowdown, a pending row remap, an error register set): the agent
+    # sends each event that is not harmless, and a condition only when it
+    # appears.  The agent's alone (a conductor ignores it, an older one
+    # drops it: no RPC version).
+    event: bool = False
     # Set by the conductor for the readings of a full snapshot: they
     # re-state conditions the agent already reported, so a transient one
     # does not count as one more fault (the agent sends a new event at

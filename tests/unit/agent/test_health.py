@@ -26,8 +26,11 @@ from cyborg.common import service
 from cyborg.common import states
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.drivers import base
+from cyborg.drivers import nvidia_gpu
 from cyborg.objects import health
 from cyborg.objects import inventory
+from tests.fixtures import fake_nvml
+from tests.fixtures import sysfs as fake_sysfs
 
 HOST = 'compute-1'
 GPU_A = '0000:3b:00.0'
@@ -122,9 +125,12 @@ class MeteredDriver(WatchedDriver):
 
 
 def _fault(key, severity=states.FATAL, reason='XID 79: fallen off the bus',
-           code='xid:79', **counters):
+           code='xid:79', event=False, **counters):
+    """A condition that holds while the test leaves it; ``event``: an
+    occurrence (an XID as NVML delivers it), seen by one check."""
     return health.Reading(device=key, severity=severity, reason=reason,
-                          source='test', code=code, counters=counters)
+                          source='test', code=code, counters=counters,
+                          event=event)
 
 
 @pytest.fixture
@@ -237,29 +243,35 @@ def test_a_new_event_of_the_same_kind_is_sent_a_harmless_one_is_not(
     monitor.check_once()
     assert monitor.send_once() and monitor.last_report['full'] is True
 
-    watched.faults[KEY_A] = _fault(KEY_A, xid=1)
+    watched.faults[KEY_A] = _fault(KEY_A, xid=1, event=True)
     monitor.check_once()
     monitor.send_once()
     assert conductor.readings() == [(KEY_A, 'fatal', 'test')]
-    # One more XID 79: same severity, reason and code, counters moved.
-    watched.faults[KEY_A] = _fault(KEY_A, xid=2)
+    # One more XID 79 in the next check: same severity, reason and code,
+    # a new event.
+    watched.faults[KEY_A] = _fault(KEY_A, xid=2, event=True)
     monitor.check_once()
     monitor.send_once()
     assert len(conductor.health_reports) == 3
     assert conductor.health_reports[-1]['readings'][0]['counters'] == \
         {'xid': 2}
+    # No event in the next check: the device reads well again (news).
+    del watched.faults[KEY_A]
+    monitor.check_once()
+    monitor.send_once()
+    assert conductor.readings() == [(KEY_A, 'ok', 'test')]
 
     # Application faults: the first is news, more of them are not.
     app = {'severity': states.APPLICATION, 'reason': 'XID 13',
            'code': 'xid:13'}
-    watched.faults[KEY_B] = _fault(KEY_B, xid=1, **app)
+    watched.faults[KEY_B] = _fault(KEY_B, xid=1, event=True, **app)
     monitor.check_once()
     monitor.send_once()
     assert conductor.readings() == [(KEY_B, 'application', 'test')]
-    watched.faults[KEY_B] = _fault(KEY_B, xid=2, **app)
+    watched.faults[KEY_B] = _fault(KEY_B, xid=2, event=True, **app)
     monitor.check_once()
     monitor.send_once()
-    assert len(conductor.health_reports) == 4
+    assert len(conductor.health_reports) == 5
 
 
 def test_a_full_report_goes_out_every_report_interval(conf, conductor,
@@ -401,11 +413,49 @@ def test_a_partition_fault_that_clears_and_comes_back_is_news(conf,
     assert len(partition_reports()) == 3
 
 
+def test_a_condition_that_holds_is_not_sent_again_when_counters_move(
+        conf, conductor, tmp_path):
+    """A GPU held in hardware slowdown (a transient condition, counted
+    once) while application XIDs arrive and PCIe replays tick below their
+    burst: the device's counters, shared by all its readings, moved, and
+    the slowdown went out again as a change each time, counted as one more
+    fault (two application crashes took the GPU out).  Only the events go
+    now; a fatal XID still does."""
+    tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
+    tree.add_pci(GPU_A, *fake_sysfs.A100, driver='nvidia', numa_node=0)
+    conf.set_override('sysfs_root', tree.root, 'agent')
+    nvml = fake_nvml.create(tmp_path / 'nvml.json', {GPU_A: {
+        'name': 'NVIDIA A100', 'uuid': 'GPU-1', 'serial': '1',
+        'memory_mb': 40960, 'clock_events': ['hw_thermal_slowdown'],
+        'pcie_replays': 0, 'events': True}})
+    driver = nvidia_gpu.NvidiaGPUDriver(conf, HOST, nvml=nvml)
+    driver.name = 'nvidia_gpu_driver'
+    _reporter, monitor = _agent(conf, driver)
+
+    def sent():
+        before = len(conductor.health_reports)
+        monitor.check_once()
+        assert monitor.send_once()
+        return [r['code'] for report in conductor.health_reports[before:]
+                for r in report['readings']]
+
+    assert 'clocks:hw_thermal_slowdown' in sent()      # the first, full
+    assert sent() == []
+    nvml.add_xid(GPU_A, 13)
+    nvml.add_xid(GPU_A, 43)
+    assert sorted(sent()) == ['xid:13', 'xid:43']
+    nvml.update_gpu(GPU_A, pcie_replays=2)
+    assert sent() == []
+    nvml.add_xid(GPU_A, 79)
+    assert sent() == ['xid:79']
+    assert sent() == []
+
+
 def test_unsent_readings_are_bounded_per_device(conf, conductor, watched):
     _reporter, monitor = _agent(conf, watched)
     conductor.refuse = True
     for count in range(agent_health.MAX_PENDING_PER_KEY + 5):
-        watched.faults[KEY_A] = _fault(KEY_A, xid=count)
+        watched.faults[KEY_A] = _fault(KEY_A, xid=count, event=True)
         monitor.check_once()
         assert monitor.send_once() is False
     conductor.refuse = False
