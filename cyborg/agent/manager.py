@@ -57,6 +57,7 @@ class AgentManager:
         # The reporter's, which the health monitor shares: both must know.
         self.programming = (reporter.programming if reporter is not None
                             else programming.InProgress())
+        _sweep_bitstreams(conf)
 
     # -- FPGA --------------------------------------------------------------
 
@@ -167,6 +168,25 @@ class AgentManager:
             self.reporter.request_report()
 
 
+_BITSTREAM_PREFIX = 'cyborg-bitstream-'
+
+
+def _sweep_bitstreams(conf):
+    """Remove the bitstream files an agent stopped mid-programming left
+    (each the size of an image) before this one serves programmings."""
+    try:
+        names = os.listdir(conf.state_path)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(_BITSTREAM_PREFIX) and name.endswith('.bin'):
+            try:
+                os.unlink(os.path.join(conf.state_path, name))
+                LOG.info('Removed %s, left by an earlier programming', name)
+            except OSError as exc:
+                LOG.warning('Could not remove %s: %s', name, exc)
+
+
 class _bitstream_file:
     """The bitstream's content as a file path, checked against its
     checksum; a temporary file (removed afterwards) when sent inline."""
@@ -188,11 +208,16 @@ class _bitstream_file:
             # Under the state directory, the one place the agent writes
             # (a container may have no writable /tmp).
             os.makedirs(self._conf.state_path, exist_ok=True)
-            fd, self._tmp = tempfile.mkstemp(prefix='cyborg-bitstream-',
+            fd, self._tmp = tempfile.mkstemp(prefix=_BITSTREAM_PREFIX,
                                              suffix='.bin',
                                              dir=self._conf.state_path)
-            with os.fdopen(fd, 'wb') as f:
-                f.write(data)
+            try:
+                with os.fdopen(fd, 'wb') as f:
+                    f.write(data)
+            except BaseException:
+                # __exit__ does not run when __enter__ raises.
+                self.__exit__(None, None, None)
+                raise
             return self._tmp
         path = bitstream.get('path')
         if not path or not os.path.isfile(path):
@@ -205,7 +230,8 @@ class _bitstream_file:
 
     def __exit__(self, *exc_info):
         if self._tmp is not None:
-            os.unlink(self._tmp)
+            tmp, self._tmp = self._tmp, None
+            os.unlink(tmp)
 
 
 def _verify(data, checksum):

@@ -780,9 +780,10 @@ def _bind_one(conf, context, batch_id, job, deadline, quick=False):
     try:
         if _needs_programming(job['group']):
             from cyborg.conductor import programming
-            programming.program_for_bind(conf, context, job['deployable_id'],
-                                         job['group'], deadline,
-                                         arq_uuid=job['uuid'])
+            programming.program_for_bind(
+                conf, context, job['deployable_id'], job['group'], deadline,
+                arq_uuid=job['uuid'],
+                bind=(job['uuid'], job['bind_id'], handle.id))
         if handle.attach_type == 'MDEV':
             _mdev_create(conf, context, job['agent_host'], handle, deadline)
             mdev_created = True

@@ -39,8 +39,20 @@ Programming rewrites the whole device, so it is refused while another
 instance holds one of the deployable's handles (counted again once the
 mark is set, waiting for binds still taking one: a bind's take checks
 the mark, and a bind refuses a card being programmed unless it programs
-it itself), and programmings of one deployable are serialised in this
-conductor.
+it itself).  A bind that programs counts its own handle only while its
+ARQ still holds it for that bind (unbound meanwhile, it programs
+nothing).  Programmings of one deployable are serialised in this
+conductor, and across conductors by the mark itself: it is set only where
+none is (``claim_programming``), and a programming that finds one, even
+for an image the card already runs, is refused (409; a bind fails), as
+the card is about to change or, left behind by a conductor that died,
+holds what nobody knows.
+
+The agent's answer tells whether the card changed: a refusal it makes
+before running the tool (a card or driver it does not have, a bad
+bitstream, a card it is programming already) leaves the card as it was
+(409); the tool failing, or any other error of the agent's (the tool may
+have run), is an unknown outcome, as above.
 
 Notifications (payload ``ProgramPayload``): ``deployable.program.start``
 once the checks have passed (an image already loaded, or a device in use,
@@ -69,6 +81,7 @@ from cyborg.conductor import glance
 from cyborg.conductor import health
 from cyborg.conductor import placement_sync
 from cyborg.db import api as db_api
+from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import attach_handles as handle_db
 from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import hosts as host_db
@@ -94,6 +107,11 @@ OVERDUE_AFTER = 60
 
 _LOCKS = {}
 _LOCKS_LOCK = threading.Lock()
+
+# What an agent answers when it refuses a programming before running the
+# vendor tool (``AgentManager.fpga_program``): the card is as it was.
+_REFUSED_BEFORE = (exception.ResourceNotFound, exception.Invalid,
+                   exception.Conflict)
 
 
 def function_trait(function_id):
@@ -121,9 +139,11 @@ def program_deployable(conf, context, deployable_uuid, image_uuid):
 
 
 def program_for_bind(conf, context, deployable_id, group, deadline,
-                     arq_uuid=None):
+                     arq_uuid=None, bind=None):
     """Program the bound deployable as the profile group asks (the bind
-    of ARQ ``arq_uuid`` has taken one of its handles)."""
+    of ARQ ``arq_uuid`` has taken one of its handles); ``bind``: (ARQ
+    uuid, bind id, handle id) of that bind, which must still hold the
+    handle."""
     bitstream_id = group.get('accel:bitstream_id')
     function_id = group.get('accel:function_id')
     if bitstream_id and function_id:
@@ -137,25 +157,35 @@ def program_for_bind(conf, context, deployable_id, group, deadline,
     if target is None:
         raise exception.BindFailed(reason='the deployable is gone')
     program(conf, context, target, image, deadline, own_handles=1,
-            function_id=function_id, arq_uuid=arq_uuid)
+            function_id=function_id, arq_uuid=arq_uuid, bind=bind)
 
 
 def program(conf, context, target, image, deadline, own_handles,
-            function_id=None, arq_uuid=None):
+            function_id=None, arq_uuid=None, bind=None):
     """Steps 2-6 above; returns False when the image was already loaded.
     ``own_handles``: handles of the deployable the caller holds;
-    ``arq_uuid``: the ARQ whose bind programs, for the notifications."""
+    ``arq_uuid``: the ARQ whose bind programs, for the notifications;
+    ``bind``: (ARQ uuid, bind id, handle id) of a bind that programs, whose
+    handle is counted as its own only while it holds it."""
     with _deployable_lock(target.deployable_id):
         current = deployable_db.program_target_by_id(
             context, target.deployable_id)
         function_id = function_id or image.get(glance.FUNCTION_ID_PROPERTY)
+        if current.programming_until is not None:
+            # Another conductor's programming (or one left behind): the
+            # card is about to change, or holds what nobody knows.
+            raise exception.Conflict(
+                reason=f'deployable {target.deployable_uuid} is being '
+                       f'programmed (until '
+                       f'{current.programming_until:%Y-%m-%d %H:%M:%S} '
+                       f'UTC)')
         if current.bitstream_id == image['id']:
             LOG.info('Deployable %s already runs image %s',
                      target.deployable_uuid, image['id'])
             if function_id:
                 _advertised(conf, context, target, function_trait(function_id))
             return False
-        _check_unused(context, target, own_handles)
+        _check_unused(context, target, own_handles, bind)
         notice = _Notice(conf, context, target, image, function_id, arq_uuid)
         try:
             data = glance.download(conf, image)
@@ -165,7 +195,7 @@ def program(conf, context, target, image, deadline, own_handles,
                 # Again now that binds see the mark: one that took a
                 # handle since the first count would get a card rewritten
                 # under it.
-                _check_unused(context, target, own_handles)
+                _check_unused(context, target, own_handles, bind)
                 _run_agent(conf, context, target, image, data, deadline)
                 trait = function_trait(function_id) if function_id else None
                 db_api.write_retrying(context, _loaded, context,
@@ -240,14 +270,28 @@ def _loaded(context, deployable_id, image_uuid, trait):
                                          TRAIT_ATTRIBUTE, trait)
 
 
-def _check_unused(context, target, own_handles):
+def _check_unused(context, target, own_handles, bind=None):
     """InUse when an instance other than the caller's holds a handle."""
-    held = db_api.write_retrying(context, handle_db.count_held, context,
-                                 target.deployable_id)
+    held = db_api.write_retrying(context, _held, context, target, bind)
     if held > own_handles:
         raise exception.InUse(
             resource='Deployable', id=target.deployable_uuid,
             reason='another instance uses it with its current bitstream')
+
+
+def _held(context, target, bind):
+    """How many of the deployable's handles are held (see
+    ``count_held``), the binding caller's counted only while its ARQ still
+    holds it for that bind: BindFailed when it does not (it was unbound,
+    and another instance may hold the handle now)."""
+    held = handle_db.count_held(context, target.deployable_id)
+    if bind is not None:
+        arq_uuid, bind_id, handle_id = bind
+        if arq_db.handle_holder(context, handle_id) != bind_id:
+            raise exception.BindFailed(
+                reason=f'accelerator request {arq_uuid} was unbound while '
+                       f'its device was to be programmed')
+    return held
 
 
 def _advertised(conf, context, target, trait):
@@ -257,10 +301,16 @@ def _advertised(conf, context, target, trait):
     if deployable_db.function_trait(context, target.deployable_id,
                                     TRAIT_ATTRIBUTE) == trait:
         return
-    db_api.write_retrying(context, deployable_db.set_function_trait,
-                          context, target.deployable_id, TRAIT_ATTRIBUTE,
-                          trait)
+    db_api.write_retrying(context, _advertise_in, context, target, trait)
     _sync(conf, context, target)
+
+
+def _advertise_in(context, target, trait):
+    """The function trait, and the host no longer taken as synced (a
+    failed ``_sync`` is the reconcile's to finish)."""
+    deployable_db.set_function_trait(context, target.deployable_id,
+                                     TRAIT_ATTRIBUTE, trait)
+    host_db.update(context, target.hostname, placement_synced=False)
 
 
 def _run_agent(conf, context, target, image, data, deadline):
@@ -287,12 +337,14 @@ def _run_agent(conf, context, target, image, data, deadline):
             raise           # not reached: nothing ran
         refused = (f'the agent on {target.hostname} could not program '
                    f'{target.cpid_info}: {reason}')
-        if agent_rpcapi.raised(exc, exception.FPGAToolFailed):
-            raise exception.ProgrammingFailed(
-                reason=f'{refused}; {_OUT}',
-                outcome=f'failed: {reason}') from exc
-        # Refused before the tool ran: the card is as it was.
-        raise exception.Conflict(reason=refused) from exc
+        if any(agent_rpcapi.raised(exc, cls) for cls in _REFUSED_BEFORE):
+            # Refused before the tool ran: the card is as it was.
+            raise exception.Conflict(reason=refused) from exc
+        # The tool failed, or something after it started (recording what
+        # it loaded, the privileged daemon): the card may have changed.
+        raise exception.ProgrammingFailed(
+            reason=f'{refused}; {_OUT}',
+            outcome=f'failed: {reason}') from exc
     if not programmed:
         raise exception.BindFailed(
             reason=f'the agent on {target.hostname} could not program '
@@ -355,8 +407,7 @@ def _out_until_probed(conf, context, target, until, reason):
                           'unfinished programming', target.deployable_uuid,
                           what)
     if not failed:
-        db_api.write_retrying(context, _marked, context, target, None,
-                              was=until)
+        db_api.write_retrying(context, _unmarked, context, target, until)
     # The health change synced it if the health moved; not if the card
     # was out already, and its function trait is gone either way.
     _sync(conf, context, target)
@@ -366,9 +417,11 @@ def _out_until_probed(conf, context, target, until, reason):
 def _reserved(conf, context, target, until):
     """Mark the deployable as being programmed until ``until`` and sync
     its provider: the database's mark reserves it whole, in this sync and
-    every other meanwhile.  After ``ProgrammingOutcomeUnknown`` the mark
-    is kept: ``_out_until_probed`` takes it from there."""
-    db_api.write_retrying(context, _marked, context, target, until)
+    every other meanwhile.  Conflict, nothing written, when a mark is set
+    already (another conductor programs it).  After
+    ``ProgrammingOutcomeUnknown`` the mark is kept: ``_out_until_probed``
+    takes it from there."""
+    db_api.write_retrying(context, _claimed, context, target, until)
     try:
         _sync(conf, context, target)
         yield
@@ -385,17 +438,27 @@ def _release(conf, context, target, until):
     database: its reservation is what the card became meanwhile (back to
     0 unless it went into maintenance or failed), its traits those of
     what it now runs."""
-    db_api.write_retrying(context, _marked, context, target, None,
-                          was=until)
+    db_api.write_retrying(context, _unmarked, context, target, until)
     _sync(conf, context, target)
 
 
-def _marked(context, target, until, was=None):
-    """Set the programming mark (None: clear it, if it is still ``was``);
-    the host is no longer taken as synced until a sync of it completes,
-    so a failed ``_sync`` leaves it to the reconcile."""
+def _claimed(context, target, until):
+    """Set the programming mark where none is; the host unsynced."""
+    if not deployable_db.claim_programming(context, target.deployable_id,
+                                           until):
+        raise exception.Conflict(
+            reason=f'deployable {target.deployable_uuid} is being '
+                   f'programmed by another request')
+    host_db.update(context, target.hostname, placement_synced=False)
+
+
+def _unmarked(context, target, was):
+    """Clear the programming mark if it is still ``was`` (a later
+    programming's is left alone); the host is no longer taken as synced
+    until a sync of it completes, so a failed ``_sync`` leaves it to the
+    reconcile."""
     deployable_db.set_programming_until(context, target.deployable_id,
-                                        until, was=was)
+                                        None, was=was)
     host_db.update(context, target.hostname, placement_synced=False)
 
 

@@ -14,8 +14,11 @@ reprogramming the card by hand makes it unknown again, not wrong).
 """
 
 import abc
+import contextlib
 import json
 import os
+import tempfile
+import threading
 
 from oslo_log import log as logging
 
@@ -24,6 +27,11 @@ from cyborg.drivers import base
 from cyborg.objects import inventory
 
 LOG = logging.getLogger(__name__)
+
+
+# Serialises the records' read-modify-write in this process: the agent
+# programs two cards of one driver at once (one RPC thread each).
+_RECORDS_LOCK = threading.Lock()
 
 
 class BitstreamRecord:
@@ -44,14 +52,28 @@ class BitstreamRecord:
             return {}
 
     def save(self, controlpath_id, image_uuid, fingerprint):
-        records = self.load()
-        records[controlpath_id] = {'image_uuid': image_uuid,
-                                   'fingerprint': fingerprint}
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = self.path + '.tmp'
-        with open(tmp, 'w') as f:
-            json.dump(records, f, sort_keys=True)
-        os.replace(tmp, self.path)
+        """Record one card, the others' records kept: under a lock, and
+        through a temporary file of its own (renamed into place), so two
+        cards recorded at once neither lose each other's record nor mix
+        their writes."""
+        directory = os.path.dirname(self.path)
+        os.makedirs(directory, exist_ok=True)
+        with _RECORDS_LOCK:
+            records = self.load()
+            records[controlpath_id] = {'image_uuid': image_uuid,
+                                       'fingerprint': fingerprint}
+            fd, tmp = tempfile.mkstemp(
+                prefix=os.path.basename(self.path) + '.', dir=directory)
+            try:
+                with os.fdopen(fd, 'w') as f:
+                    json.dump(records, f, sort_keys=True)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
 
 
 def fingerprint(device):
@@ -67,8 +89,13 @@ class RecordsBitstreams(base.Programmable):
     def _record(self):
         return BitstreamRecord(self.conf, self.name, self.host)
 
+    def _unsaved(self):
+        """{controlpath id: record} written since the file could not be:
+        this process's word wins over the file's until a save works."""
+        return self.__dict__.setdefault('_unsaved_records', {})
+
     def with_bitstreams(self, devices):
-        records = self._record().load()
+        records = dict(self._record().load(), **self._unsaved())
         for device in devices:
             record = records.get(device.controlpath_id.cpid_info)
             if record and record['fingerprint'] == fingerprint(device):
@@ -77,11 +104,19 @@ class RecordsBitstreams(base.Programmable):
         return devices
 
     def remember(self, controlpath_id, image_uuid):
-        """Record ``image_uuid`` as what ``controlpath_id`` now runs."""
+        """Record ``image_uuid`` as what ``controlpath_id`` now runs.
+        Where that fails it is kept in memory: with the card's function
+        ids when they could be read, else with none, which matches no card
+        (its image then reads as unknown, never as the one before)."""
+        unsaved = self._unsaved()
+        unsaved[controlpath_id] = {'image_uuid': image_uuid,
+                                   'fingerprint': None}
         found = [d for d in self.discover()
                  if d.controlpath_id.cpid_info == controlpath_id]
         marks = fingerprint(found[0]) if found else []
+        unsaved[controlpath_id]['fingerprint'] = marks
         self._record().save(controlpath_id, image_uuid, marks)
+        unsaved.pop(controlpath_id, None)
 
 
 class ToolProgrammable(RecordsBitstreams):
@@ -111,7 +146,15 @@ class ToolProgrammable(RecordsBitstreams):
                 LOG.exception('Could not forget the image recorded for '
                               'FPGA %s', controlpath_id)
             raise
-        self.remember(controlpath_id, image_uuid)
+        try:
+            self.remember(controlpath_id, image_uuid)
+        except Exception:
+            # The card runs the image: the programming succeeded, and the
+            # conductor records it.  What reports say it runs comes from
+            # memory meanwhile (``remember``).
+            LOG.exception('FPGA %s was programmed with image %s, but the '
+                          'record of it could not be written',
+                          controlpath_id, image_uuid)
 
 
 def opae_argv(address, image_path):

@@ -242,6 +242,19 @@ def set_programming_until(context, deployable_id, until, was=None):
         .execution_options(synchronize_session=False)).rowcount == 1
 
 
+@writer
+def claim_programming(context, deployable_id, until):
+    """Mark the deployable as being programmed until ``until`` unless a
+    programming marks it already (this conductor's or another's, live or
+    left behind); returns whether it is now ours."""
+    d = models.Deployable
+    return context.session.execute(
+        sa.update(d).where(d.id == deployable_id,
+                           d.programming_until.is_(None))
+        .values(programming_until=until)
+        .execution_options(synchronize_session=False)).rowcount == 1
+
+
 @reader
 def overdue_programmings(context, now, limit=100):
     """``[(deployable id, programming_until)]`` of programmings that

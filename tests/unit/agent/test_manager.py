@@ -241,3 +241,17 @@ def test_a_failure_stays_loud(conf, tmp_path, admin_context):
     with pytest.raises(exception.CyborgException, match='exit status 3'):
         manager.fpga_program(admin_context, '0000:5e:00.0', bitstream,
                              'broken')
+
+
+def test_bitstream_files_left_by_a_stopped_agent_are_removed_at_start(
+        conf, tmp_path):
+    """An agent stopped mid-programming (restarted to end a hung tool)
+    left its bitstream file, the size of an image, in the state directory
+    for good; the next agent removes such files before it serves."""
+    conf.set_override('state_path', str(tmp_path))
+    left = tmp_path / 'cyborg-bitstream-abc123.bin'
+    left.write_bytes(b'\0' * 1024)
+    kept = tmp_path / 'agent-host.json'
+    kept.write_text('{}')
+    agent_manager.AgentManager(conf, 'host')
+    assert not left.exists() and kept.exists()

@@ -728,3 +728,127 @@ def test_programmings_of_one_deployable_wait_their_turn_and_leave_no_lock():
         thread.join(10)
     assert order == ['first in', 'first out', 'second in']
     assert 7 not in programming._LOCKS
+
+
+def _mark(db, device, minutes=5):
+    """The card marked as another conductor marks what it programs."""
+    until = (timeutils.utcnow() + datetime.timedelta(minutes=minutes)
+             ).replace(microsecond=0)
+    with db.begin() as c:
+        c.execute(sa.update(models.Deployable)
+                  .where(models.Deployable.id == device.deployable_id)
+                  .values(programming_until=until))
+    return until
+
+
+def test_a_card_another_conductor_programs_is_not_programmed_again(
+        pconf, ctx, db, agent, device, glance):
+    """Another conductor's mark (an admin's retry landing elsewhere, a
+    bind on another conductor) was overwritten, and cleared by the second
+    programming when the agent refused it: the card was offered while the
+    first one's tool still wrote it.  And a bind asking for the image the
+    card runs took it while it was being rewritten.  Both are refused now,
+    the mark left as it was."""
+    loaded = glance.add_image(b'running' * 10)
+    with db.begin() as c:
+        c.execute(sa.update(models.Deployable)
+                  .where(models.Deployable.id == device.deployable_id)
+                  .values(bitstream_id=loaded))
+    until = _mark(db, device)
+    new = glance.add_image(b'another' * 10)
+    with pytest.raises(exception.Conflict, match='is being programmed'):
+        programming.program_deployable(pconf, ctx, device.deployable_uuid,
+                                       new)
+    row = _bind(pconf, ctx, db, device, {'accel:bitstream_id': loaded})
+    assert row.state == 'BindFailed'
+    assert 'is being programmed' in row.bind_failure_reason
+    assert deployable_db.program_target(
+        ctx, device.deployable_uuid).programming_until == until
+    assert _loaded(agent) is None
+    assert seed.handles_in_use(db) == 0
+
+
+def test_a_bind_unbound_while_its_image_downloads_programs_nothing(
+        pconf, ctx, db, agent, device, glance, monkeypatch):
+    """A bind that programs is unbound while its image downloads, and
+    another instance's bind (nothing to program) takes the handle it let
+    go: the first bind counted that handle as its own, and rewrote the
+    card under the other instance."""
+    image = glance.add_image(b'late' * 10)
+    download = glance_client.download
+    profile = seed.seed_profile(db, [{'resources:FPGA': '1'}])
+    other, = arq_binding.create(ctx, profile, 'p1')
+    programs = seed.seed_profile(db, [{'resources:FPGA': '1',
+                                       'accel:bitstream_id': image}])
+    first, = arq_binding.create(ctx, programs, 'p1')
+
+    def binding(arq):
+        return {arq['uuid']: {
+            'hostname': device.hostname, 'device_rp_uuid': device.rp_uuid,
+            'instance_uuid': str(uuidlib.uuid4())}}
+
+    def download_while_unbound_and_bound_again(conf, meta):
+        arq_binding.unbind(pconf, ctx, [first['uuid']])
+        arq_binding.start_bind(pconf, ctx, binding(other)).result(60)
+        return download(conf, meta)
+
+    monkeypatch.setattr(glance_client, 'download',
+                        download_while_unbound_and_bound_again)
+    arq_binding.start_bind(pconf, ctx, binding(first)).result(60)
+    rows = seed.arq_rows(db)
+    assert rows[other['uuid']].state == 'Bound'
+    assert rows[first['uuid']].state == 'Unbound'
+    assert _loaded(agent) is None
+    assert seed.handles_in_use(db) == 1
+    assert deployable_db.program_target(
+        ctx, device.deployable_uuid).programming_until is None
+
+
+def test_an_agent_error_after_the_tool_ran_is_an_unknown_outcome(
+        pconf, ctx, db, device, glance):
+    """The agent failed after its vendor tool ran (recording the image,
+    its privileged daemon): the card may run the new image.  It was taken
+    for a refusal before the tool ('the card is as it was'): the old
+    image and function trait stayed advertised, and the card offered."""
+
+    class Driver(fake.FakeDriver):
+        def program(self, controlpath_id, image_path, image_uuid):
+            super().program(controlpath_id, image_path, image_uuid)
+            raise OSError(28, 'No space left on device')
+
+    with seed.agent_endpoint(pconf, HOST, {'fake_driver': Driver(pconf,
+                                                                 HOST)}):
+        image = glance.add_image(b'written' * 10)
+        with pytest.raises(exception.ProgrammingOutcomeUnknown) as caught:
+            programming.program_deployable(pconf, ctx,
+                                           device.deployable_uuid, image)
+    assert caught.value.code == 409
+    assert 'No space left on device' in str(caught.value)
+    assert _health(db, device)[0] == 'unhealthy'
+    reserved, traits = _provider(pconf, device.rp_uuid)
+    assert reserved == 4 and OLD_TRAIT not in traits
+
+
+def test_an_advertised_trait_placement_missed_is_left_to_the_reconcile(
+        pconf, ctx, db, agent, glance, placement_url):
+    """The card runs the image; its function trait is advertised while
+    Placement is away.  The host stayed marked synced, so the reconcile
+    trusted what this conductor last wrote and never added the trait."""
+    from cyborg.db.api import hosts as host_db
+
+    image = glance.add_image(b'early' * 10, {'accel:function_id': 'f6'})
+    device = _reported(pconf, db, handles=1, bitstream_id=image)
+    placement_sync.reconcile_all(pconf, ctx)
+    assert host_db.get(ctx, HOST)['placement_synced']
+    placement_fixture.placement_conf(pconf, 'http://127.0.0.1:9')
+    placement_client.reset_clients()
+    target = deployable_db.program_target(ctx, device.deployable_uuid)
+    assert not programming.program(
+        pconf, ctx, target, {'id': image, **glance.images[image]},
+        timeutils.utcnow() + datetime.timedelta(minutes=1), own_handles=0)
+    assert not host_db.get(ctx, HOST)['placement_synced']
+    placement_fixture.placement_conf(pconf, placement_url)
+    placement_client.reset_clients()
+    placement_sync.reconcile_all(pconf, ctx)
+    assert _provider(pconf, device.rp_uuid)[1] == {
+        'CUSTOM_FPGA_FUNCTION_ID_F6'}

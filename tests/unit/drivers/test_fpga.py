@@ -91,3 +91,66 @@ def test_programmed_image_is_reported_until_the_card_changes(
     tree.add_fpga_region('0000:d8:00.0', 'region3',
                          afu_id='00000000000000000000000000000001')
     assert bitstreams()['h_0000:d8:00.0'] is None
+
+
+def test_two_cards_recorded_at_once_keep_both_records(conf, tmp_path,
+                                                      monkeypatch):
+    """The agent programs two cards of one driver at once (one RPC thread
+    each): both read the record file, and the later write dropped the
+    other card's image (or both wrote one temporary file)."""
+    import threading
+
+    from cyborg.drivers import fpga
+
+    conf.set_override('state_path', str(tmp_path))
+    record = fpga.BitstreamRecord(conf, 'intel_fpga_driver', 'h')
+    together = threading.Barrier(2, timeout=0.5)
+    load = fpga.BitstreamRecord.load
+
+    def load_together(self):
+        records = load(self)
+        try:
+            together.wait()     # both have read before either writes
+        except threading.BrokenBarrierError:
+            pass                # the other one cannot read yet
+        return records
+
+    monkeypatch.setattr(fpga.BitstreamRecord, 'load', load_together)
+    threads = [threading.Thread(target=record.save,
+                                args=(address, image, ['']))
+               for address, image in (('0000:d8:00.0', 'img-1'),
+                                      ('0000:d9:00.0', 'img-2'))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert {address: entry['image_uuid']
+            for address, entry in load(record).items()} == {
+        '0000:d8:00.0': 'img-1', '0000:d9:00.0': 'img-2'}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        'fpga-intel_fpga_driver-h.json']
+
+
+def test_a_programming_whose_record_cannot_be_written_still_succeeds(
+        conf, scenario, tmp_path, in_process_privsep, fake_tools,
+        monkeypatch):
+    """The tool wrote the card; recording it failed (a full disk): the
+    programming is a success (the card runs the image, and the conductor
+    records it), and reports say so from memory, never the image before.
+    It raised, which the conductor took for a refusal before the tool
+    ran: the card as it was."""
+    from cyborg.drivers import fpga
+
+    scenario('intel_fpga')
+    driver = _load(conf, 'intel_fpga_driver')
+    image = tmp_path / 'gbs'
+    image.write_bytes(b'bits')
+    driver.program('0000:d8:00.0', str(image), 'img-1')
+
+    def full_disk(self, *args):
+        raise OSError(28, 'No space left on device')
+
+    monkeypatch.setattr(fpga.BitstreamRecord, 'save', full_disk)
+    driver.program('0000:d8:00.0', str(image), 'img-2')
+    assert {dep.name: dep.bitstream_id for dev in driver.discover()
+            for dep in dev.deployables}['h_0000:d8:00.0'] == 'img-2'
