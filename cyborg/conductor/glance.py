@@ -19,6 +19,8 @@ import requests
 from cyborg.common import exception
 
 FUNCTION_ID_PROPERTY = 'accel:function_id'
+# The one image status whose data can be downloaded.
+ACTIVE = 'active'
 
 _CONNECTIONS = {}
 _LOCK = threading.Lock()
@@ -45,7 +47,9 @@ def _unavailable(e):
 
 
 def get_image(conf, image_uuid):
-    """The image's metadata; Invalid (400) when Glance has no such image."""
+    """The image's metadata; Invalid (400) when Glance has no such image,
+    or has it but not active (being uploaded or imported, deactivated):
+    its data cannot be downloaded."""
     try:
         image = _connection(conf).image.get_image(image_uuid)
     except sdk_exc.NotFoundException:
@@ -53,6 +57,10 @@ def get_image(conf, image_uuid):
             reason=f'image {image_uuid} not found in Glance')
     except (sdk_exc.SDKException, ks_exc.ClientException) as e:
         raise _unavailable(e)
+    if image.status and image.status != ACTIVE:
+        raise exception.Invalid(
+            reason=f'image {image_uuid} is {image.status} in Glance, not '
+                   f'{ACTIVE}')
     values = dict(image.properties or {})
     values.update(id=image.id, checksum=image.checksum,
                   os_hash_algo=image.hash_algo,
@@ -61,17 +69,20 @@ def get_image(conf, image_uuid):
 
 
 def find_by_function_id(conf, function_id):
-    """The one image whose ``accel:function_id`` property is
-    ``function_id``."""
+    """The one active image whose ``accel:function_id`` property is
+    ``function_id`` (a new version still being uploaded, or an old one
+    deactivated, does not count)."""
     try:
         response = _connection(conf).image.get(
-            '/images', params={FUNCTION_ID_PROPERTY: function_id})
+            '/images', params={FUNCTION_ID_PROPERTY: function_id,
+                               'status': ACTIVE})
     except (sdk_exc.SDKException, ks_exc.ClientException) as e:
         raise _unavailable(e)
     if response.status_code != 200:
         raise _unavailable(f'listing images answered {response.status_code}')
     images = [i for i in response.json().get('images', [])
-              if i.get(FUNCTION_ID_PROPERTY) == function_id]
+              if i.get(FUNCTION_ID_PROPERTY) == function_id
+              and i.get('status', ACTIVE) == ACTIVE]
     if len(images) != 1:
         raise exception.Invalid(
             reason=f'{len(images)} images in Glance have function id '

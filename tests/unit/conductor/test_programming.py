@@ -852,3 +852,21 @@ def test_an_advertised_trait_placement_missed_is_left_to_the_reconcile(
     placement_sync.reconcile_all(pconf, ctx)
     assert _provider(pconf, device.rp_uuid)[1] == {
         'CUSTOM_FPGA_FUNCTION_ID_F6'}
+
+
+def test_only_an_active_image_is_programmed(pconf, ctx, db, agent, device,
+                                            glance):
+    """A new version of a bitstream still being uploaded, beside the
+    active one with the same function id, failed every bind asking for
+    that function ('2 images ... want exactly one'); an image that is not
+    active was only found out at its download (a 503)."""
+    image = glance.add_image(b'active' * 10, {'accel:function_id': 'f7'})
+    queued = glance.add_image(b'upload' * 10, {'accel:function_id': 'f7'})
+    glance.images[queued]['status'] = 'queued'
+    row = _bind(pconf, ctx, db, device, {'accel:function_id': 'f7'})
+    assert row.state == 'Bound', row.bind_failure_reason
+    assert _loaded(agent) == image
+    glance.images[image]['status'] = 'deactivated'
+    with pytest.raises(exception.Invalid, match='is deactivated in Glance'):
+        programming.program_deployable(pconf, ctx, device.deployable_uuid,
+                                       image)
