@@ -7,6 +7,11 @@ never longer than ``MAX_DELAY`` after the first, so a device that appears
 is reported within a second even while events keep coming (enabling 64
 VFs makes hundreds of them).
 
+A monitor that fails (``ENOBUFS`` when a burst of VF events overflows
+the netlink socket's buffer) is opened again after a short back-off, and
+a report is asked for at once: the events lost meanwhile are found by
+discovery rather than waited for until the periodic report.
+
 Tests put synthetic events into the same queue with ``inject()``, so the
 debounce path they exercise is the production one.
 """
@@ -26,6 +31,10 @@ ACTIONS = ('add', 'remove', 'bind', 'unbind', 'change', 'move')
 # Latest a burst's report is triggered after its first event, in seconds.
 MAX_DELAY = 0.8
 _POLL_TIMEOUT = 0.5
+# Seconds before a failed udev monitor is opened again, doubled at each
+# failure in a row up to MAX_REOPEN_DELAY.
+REOPEN_DELAY = 1.0
+MAX_REOPEN_DELAY = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,16 +107,41 @@ class HotplugWatcher:
 
     def _read_udev(self):
         monitor = self._monitor
+        delay = REOPEN_DELAY
+        opened = time.monotonic()
         while not self._stopping.is_set():
             try:
                 device = monitor.poll(timeout=_POLL_TIMEOUT)
-            except Exception:
-                LOG.exception('udev monitor failed; hotplug off until the '
-                              'agent restarts')
-                return
+            except Exception as exc:
+                if time.monotonic() - opened > MAX_REOPEN_DELAY:
+                    delay = REOPEN_DELAY    # it worked for a good while
+                monitor = self._reopen(exc, delay)
+                if monitor is None:
+                    return              # stopping
+                opened = time.monotonic()
+                delay = min(delay * 2, MAX_REOPEN_DELAY)
+                continue
             if device is not None and device.action in ACTIONS:
                 self._queue.put(Event(device.action, device.subsystem,
                                       device.sys_path))
+
+    def _reopen(self, exc, delay):
+        """A new monitor in place of one that failed, tried after
+        ``delay`` seconds and then, doubling, up to every
+        MAX_REOPEN_DELAY until it opens; None when the watcher stops
+        meanwhile."""
+        self.monitoring = False
+        LOG.warning('udev monitor failed (%s); opening it again in %.0f s.',
+                    exc, delay)
+        while not self._stopping.wait(delay):
+            monitor = self._open_monitor()      # says why it cannot
+            if monitor is not None:
+                self._monitor = monitor
+                # Events may have been lost (what ENOBUFS says): report.
+                self._queue.put(Event('change', 'udev', 'monitor reopened'))
+                return monitor
+            delay = min(delay * 2, MAX_REOPEN_DELAY)
+        return None
 
     def _debounce(self):
         while not self._stopping.is_set():

@@ -246,17 +246,29 @@ class Reporter:
             self._cache.clear()
             return
         if reply.get('digest') == report['digest']:
-            if report['base_digest'] != report['digest'] or report['full']:
-                self._cache.save(report['digest'], devices)
+            # What the conductor knows now, whatever becomes of the file.
             with self._known_lock:
                 self._known = devices
             self.reports_acknowledged += 1
+            if report['base_digest'] != report['digest'] or report['full']:
+                self._save(report['digest'], devices)
         else:
             LOG.warning('Conductor stored digest %s for %s, not the %s '
                         'reported; sending a full report next.',
                         reply.get('digest'), self.host, report['digest'])
             self._cache.clear()
             self.request_full_report()
+
+    def _save(self, digest, devices):
+        """Record an acknowledged report.  A record that cannot be written
+        (disk full, read-only) costs the next report: it is based on the
+        old record, which the conductor refuses, asking for a full one."""
+        try:
+            self._cache.save(digest, devices)
+        except OSError as exc:
+            LOG.warning('Cannot record the inventory of %s the conductor '
+                        'acknowledged in %s (%s); the next report repeats '
+                        'it in full.', self.host, self._cache.path, exc)
 
     # -- triggers ------------------------------------------------------
 

@@ -16,8 +16,8 @@ Each is a hexadecimal register (``0x0`` when clean) that holds its bits
 until cleared, so a non-zero value is a condition reported at every check,
 and ``ok`` again once cleared.  ``inject_errors`` (a test aid) and
 ``first_error`` / ``next_error`` (details of the same bits) are not read.
-Port errors concern the deployable that owns the port when the device has
-one per VF.
+Port errors of a VF concern the deployable that owns the VF, also when it
+is the card's only one (a card with one port has one VF).
 
 Xilinx Alveo cards under XRT (``XilinxHealth``): the management function
 (xclmgmt) has one sub-device directory per IP, e.g. ``firewall.*`` and
@@ -92,18 +92,18 @@ class DFLHealth(pci_health.PCIHealth):
     @staticmethod
     def _dfl_functions(device):
         """``[(PCI address, deployable name or None)]``: the control path
-        (the FME, maybe a port) and each deployable's own function when
-        the device has one deployable per VF."""
+        (the FME, maybe a port) and every other function a deployable is
+        given (a VF, with its own port), however many deployables there
+        are: a card with one port has one VF, the only deployable."""
         controlpath = device.controlpath_id.cpid_info
         functions = [(controlpath, None)]
-        if len(device.deployables) > 1:
-            for deployable in device.deployables:
-                for handle in deployable.attach_handles:
-                    info = handle.attach_info
-                    address = '{domain}:{bus}:{device}.{function}'.format(
-                        **info)
-                    if address != controlpath:
-                        functions.append((address, deployable.name))
+        for deployable in device.deployables:
+            for handle in deployable.attach_handles:
+                info = handle.attach_info
+                address = '{domain}:{bus}:{device}.{function}'.format(
+                    **info)
+                if address != controlpath:
+                    functions.append((address, deployable.name))
         return functions
 
     def _fme(self, device, errors):

@@ -60,6 +60,9 @@ from cyborg.drivers.pci_health import CounterTracker, reading
 LOG = logging.getLogger(__name__)
 
 RETRY_INIT = 60.0
+# Seconds before a failed registration of a GPU's events is tried again,
+# doubled at each failure in a row up to RETRY_INIT.
+EVENTS_RETRY = 1.0
 # Events drained from one GPU per check: bounds a check's time when a
 # workload floods XIDs; the rest are read at the next check.
 MAX_EVENTS = 64
@@ -114,6 +117,9 @@ class _Gpu:
     def __init__(self, handle):
         self.handle = handle
         self.events = None           # the event set, None: no events
+        self.registered = False      # events registered, or unsupported
+        self.register_failures = 0   # failed registrations in a row
+        self.register_at = 0.0       # when to try registering again
         self.hw_slowdown = False     # the last check saw hw_slowdown
 
 
@@ -180,6 +186,7 @@ class NvmlWatcher:
     def _gpu(self, address):
         gpu = self._gpus.get(address)
         if gpu is not None:
+            self._watch_events(address, gpu)
             return gpu
         if time.monotonic() < self._unknown.get(address, 0):
             return None
@@ -192,8 +199,34 @@ class NvmlWatcher:
             self._unknown[address] = time.monotonic() + RETRY_INIT
             return None
         gpu = self._gpus[address] = _Gpu(handle)
-        gpu.events = self._register_events(handle)
+        self._watch_events(address, gpu)
         return gpu
+
+    def _watch_events(self, address, gpu):
+        """Register ``gpu``'s events unless that is done.  A failure
+        (NVML_ERROR_UNKNOWN, say) is tried again at later checks, backing
+        off, while the GPU's other sources are read: given up at once, the
+        GPU's XIDs would go unseen until the agent restarts.  A GPU lost
+        or a broken session is the caller's to handle."""
+        if gpu.registered or time.monotonic() < gpu.register_at:
+            return
+        try:
+            gpu.events = self._register_events(gpu.handle)
+        except self._error as exc:
+            if self._is(exc, 'GPU_IS_LOST', *_SESSION_ERRORS):
+                raise
+            delay = min(EVENTS_RETRY * 2 ** gpu.register_failures,
+                        RETRY_INIT)
+            gpu.register_failures += 1
+            gpu.register_at = time.monotonic() + delay
+            LOG.warning('NVML cannot register the events of GPU %s (%s): '
+                        'its XIDs are not watched; retrying in %ds.',
+                        address, exc, delay)
+            return
+        if gpu.register_failures:
+            LOG.info('NVML registered the events of GPU %s after %d '
+                     'failures.', address, gpu.register_failures)
+        gpu.registered = True
 
     def _register_events(self, handle):
         nvml = self._nvml

@@ -8,7 +8,12 @@ bases.  For each device it reads, under ``<sysfs_root>/bus/pci/devices/
   that fell off the bus and was removed by the kernel);
 - its ``driver`` link: missing for two checks in a row -> ``gone``, reason
   "unbound" (one check is tolerated because libvirt unbinds and rebinds
-  passed-through functions, which may be caught in between);
+  passed-through functions, which may be caught in between), once this
+  agent has seen the function bound to a host driver at a check (a
+  passthrough stub, vfio-pci or pci-stub, does not count).  A
+  function never bound is as its host wants it: VFs made with
+  ``sriov_drivers_autoprobe`` off, functions handed to vfio-pci only
+  while an instance has them;
 - its PCIe AER statistics (``aer_dev_fatal``, ``aer_dev_nonfatal``,
   ``aer_dev_correctable``; kernel ABI ``sysfs-bus-pci-devices-aer_stats``):
   one ``<error name> <count>`` line per error kind, then a
@@ -46,6 +51,9 @@ AER_FILES = {
 # Consecutive checks without a driver before the function counts as
 # unbound (see the module docstring).
 UNBOUND_CHECKS = 2
+# Drivers that only hold a function for passthrough: one that leaves
+# them is given back, not failing (see the module docstring).
+PASSTHROUGH_STUBS = frozenset(('vfio-pci', 'pci-stub'))
 
 
 def parse_aer(text):
@@ -101,6 +109,14 @@ def reading(device, severity, source, reason='', code=None, counters=None,
                           counters=dict(counters or {}), event=event)
 
 
+def _driver_name(driver_link):
+    """The name of the function's kernel driver, None when unbound."""
+    try:
+        return os.path.basename(os.readlink(driver_link))
+    except OSError:
+        return None
+
+
 class PCIHealth(base.HealthReporting):
     """``check_health`` for drivers whose devices are PCI functions."""
 
@@ -110,7 +126,7 @@ class PCIHealth(base.HealthReporting):
         if state is None:
             state = self.__dict__['_pci_health'] = {
                 'counters': CounterTracker(), 'unbound': {}, 'aer': {},
-                'paths': {}, 'sparing': {}}
+                'paths': {}, 'sparing': {}, 'bound': set()}
         return state
 
     def check_health(self, devices):
@@ -195,6 +211,10 @@ class PCIHealth(base.HealthReporting):
         address = device.controlpath_id.cpid_info
         path, driver_link, aer_files = self._paths(address)
         if not os.path.exists(path):
+            # Whatever comes back at this address is watched afresh.
+            state = self._pci_health_state()
+            state['bound'].discard(address)
+            state['unbound'].pop(address, None)
             return [reading(device, states.GONE, 'pci',
                             f'PCI function {address} disappeared',
                             'pci:gone')]
@@ -207,10 +227,24 @@ class PCIHealth(base.HealthReporting):
         found.extend(self._aer_readings(device, aer_files, counters))
         return found
 
+    def _note_driver(self, address, driver_link=None):
+        """Note the function's driver; True when it has one."""
+        if driver_link is None:
+            driver_link = self._paths(address)[1]
+        driver = _driver_name(driver_link)
+        if driver is not None and driver not in PASSTHROUGH_STUBS:
+            self._pci_health_state()['bound'].add(address)
+        return driver is not None
+
     def _unbound(self, address, driver_link):
-        seen = self._pci_health_state()['unbound']
-        if os.path.lexists(driver_link):
+        """Whether the function's driver has unbound (see the module
+        docstring): only a function seen bound to a host driver can."""
+        state = self._pci_health_state()
+        seen = state['unbound']
+        if self._note_driver(address, driver_link):
             seen.pop(address, None)
+            return False
+        if address not in state['bound']:
             return False
         seen[address] = seen.get(address, 0) + 1
         return seen[address] >= UNBOUND_CHECKS

@@ -1,3 +1,4 @@
+import os
 import threading
 import time
 
@@ -73,3 +74,53 @@ def test_separate_events_make_separate_calls(conf):
         assert len(counter.calls) == 2
     finally:
         watcher.stop()
+
+
+def _break(monitor):
+    """Make the real udev monitor's next poll fail as a netlink socket in
+    trouble does (libudev's receive raises OSError): its descriptor now
+    reads from /dev/null, which is no socket."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(null, monitor.fileno())
+    finally:
+        os.close(null)
+
+
+def test_a_failed_udev_monitor_is_opened_again(conf, monkeypatch, caplog):
+    """A monitor that fails (ENOBUFS in a burst of VF events) is opened
+    again after a back-off, and a report is asked for: events were lost."""
+    caplog.set_level('WARNING', logger='cyborg.agent.hotplug')
+    monkeypatch.setattr(hotplug, 'REOPEN_DELAY', 0.1)
+    watcher, counter = _watcher(conf, debounce=0.05)
+    watcher.start()
+    try:
+        broken = watcher._monitor
+        _break(broken)
+        assert counter.event.wait(3.0)
+        assert watcher.monitoring and watcher._monitor is not broken
+        assert 'udev monitor failed' in caplog.text
+        # The new monitor is read: it keeps working, and so do reports.
+        counter.event.clear()
+        time.sleep(2 * hotplug._POLL_TIMEOUT)
+        assert all(t.is_alive() for t in watcher._threads)
+        watcher.inject('add', 'pci', '/devices/x')
+        assert counter.event.wait(1.0)
+        assert len(counter.calls) == 2
+    finally:
+        watcher.stop()
+
+
+def test_stopping_while_the_monitor_waits_to_reopen(conf, monkeypatch):
+    monkeypatch.setattr(hotplug, 'REOPEN_DELAY', 3600)
+    watcher, counter = _watcher(conf)
+    watcher.start()
+    _break(watcher._monitor)
+    time.sleep(2 * hotplug._POLL_TIMEOUT)
+    assert not watcher.monitoring
+    started = time.monotonic()
+    threads = list(watcher._threads)
+    watcher.stop()
+    assert time.monotonic() - started < 1.0
+    assert not any(t.is_alive() for t in threads)
+    assert counter.calls == []

@@ -2,6 +2,7 @@
 full first report, cheap unchanged reports, deltas, restart with the
 cache, a conductor outage, need_full."""
 
+import os
 import socket
 import time
 
@@ -156,6 +157,52 @@ def test_conductor_that_lost_track_gets_a_full_report(conf, host, conductor,
     assert reply['need_full'] is False
     assert reporter.last_report['full'] is True
     assert set(conductor.deployables()) == {FAKE, QAT}
+
+
+def test_a_cache_that_cannot_be_written_costs_full_reports_only(
+        conf, host, conductor, tmp_path):
+    """An acknowledged report the agent cannot record (disk full,
+    read-only) still is what the conductor knows: the health monitor
+    watches its devices, and the next reports, based on the old record
+    the conductor refuses, go in full until the record can be written."""
+    reporter = _reporter(conf)
+    reporter.report_now()
+    # The record cannot be replaced: its temporary file cannot be made.
+    blocker = tmp_path / 'state' / f'agent-{HOST}.json.tmp.{os.getpid()}'
+    blocker.mkdir()
+    host.add_vfs('0000:3f:00.0', ['0000:3f:01.0'], device='37c9')
+    reply = reporter.report_now()
+    assert reply['need_full'] is False
+    assert 'PCI:0000:3f:00.0' in [d.key() for d in reporter.known_devices()]
+    assert conductor.deployables()['compute-1_0000:3f:00.0'] == 1
+    for _ in range(2):
+        acknowledged = reporter.reports_acknowledged
+        reply = reporter.report_now()
+        assert reply['need_full'] is False
+        assert reporter.last_report['full'] is True
+        assert reporter.reports_acknowledged == acknowledged + 1
+    blocker.rmdir()
+    reporter.report_now()               # recorded at last
+    reporter.report_now()
+    assert reporter.last_report['full'] is False
+    assert reporter.last_report['devices'] == []
+    assert conductor.deployables() == {FAKE: 16, QAT: 3,
+                                       'compute-1_0000:3f:00.0': 1}
+
+
+def test_a_cache_path_taken_by_a_directory_is_no_cache(conf, host,
+                                                       conductor, tmp_path):
+    """A record that cannot even be read: every report is a full one,
+    and every one is acknowledged."""
+    (tmp_path / 'state' / f'agent-{HOST}.json').mkdir(parents=True)
+    reporter = _reporter(conf)
+    reporter.report_now()
+    host.add_vfs('0000:3f:00.0', ['0000:3f:01.0'], device='37c9')
+    reporter.report_now()
+    assert reporter.last_report['full'] is True
+    assert reporter.reports_acknowledged == 2
+    assert 'PCI:0000:3f:00.0' in [d.key() for d in reporter.known_devices()]
+    assert conductor.deployables()['compute-1_0000:3f:00.0'] == 1
 
 
 def test_a_failing_driver_keeps_its_devices(conf, host, conductor):

@@ -3,7 +3,7 @@
 import time
 
 from cyborg.common import metrics, states
-from cyborg.drivers import nvidia_gpu
+from cyborg.drivers import nvidia_gpu, nvml_health
 from tests.fixtures import fake_nvml
 from tests.fixtures import sysfs as fake_sysfs
 
@@ -179,6 +179,37 @@ def test_not_supported_sources_are_skipped(conf, scenario, tmp_path):
     nvml.add_xid(WHOLE, 79)
     assert _check(driver, devices) == [(states.OK, '', '')]
     assert driver.usage(devices) == {}
+
+
+def test_a_failed_event_registration_is_tried_again(
+        conf, scenario, tmp_path, monkeypatch):
+    """An NVML error registering a GPU's events (other than "not
+    supported") is retried at a later check: the GPU's XIDs are watched
+    from then on, not lost until the agent restarts."""
+    monkeypatch.setattr(nvml_health, 'EVENTS_RETRY', 0)
+    driver, nvml, devices = _setup(conf, scenario, tmp_path, gpus={
+        WHOLE: _gpu('GPU-1', events_error='UNKNOWN')})
+    assert _check(driver, devices) == [(states.OK, '', '')]
+    nvml.update_gpu(WHOLE, events_error=None)
+    assert _check(driver, devices) == [(states.OK, '', '')]   # registers
+    nvml.add_xid(WHOLE, 79)
+    assert _check(driver, devices) == [(states.FATAL, 'xid:79', '')]
+
+
+def test_event_registration_retries_back_off(
+        conf, scenario, tmp_path, monkeypatch, caplog):
+    """A registration that keeps failing is not tried (and logged) at
+    every check; the GPU's other sources are read meanwhile."""
+    caplog.set_level('WARNING', logger='cyborg.drivers.nvml_health')
+    monkeypatch.setattr(nvml_health, 'EVENTS_RETRY', 3600)
+    driver, nvml, devices = _setup(conf, scenario, tmp_path, gpus={
+        WHOLE: _gpu('GPU-1', events_error='UNKNOWN')})
+    for _ in range(3):
+        assert _check(driver, devices) == [(states.OK, '', '')]
+    assert len([r for r in caplog.records
+                if 'cannot register the events' in r.getMessage()]) == 1
+    nvml.update_gpu(WHOLE, ecc_uncorrected=1)
+    assert _check(driver, devices) == [(states.FATAL, 'ecc:uncorrected', '')]
 
 
 def test_lost_gpu_is_fatal_and_found_again(conf, scenario, tmp_path):

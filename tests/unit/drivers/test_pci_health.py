@@ -7,6 +7,7 @@ import pytest
 
 from cyborg.common import metrics, states
 from cyborg.drivers import base, fake, loader, pci_health
+from tests.fixtures import sysfs as fake_sysfs
 
 N3000 = '0000:5e:00.0'
 
@@ -118,6 +119,7 @@ def test_unbound_driver_is_gone_after_a_grace_check(conf, scenario):
     driver = _driver(conf, 'intel_nic_driver')
     devices = driver.discover()
     key = 'PCI:0000:b1:00.0'
+    assert _check_devices(driver, devices)[key].severity == states.OK
     tree.set_driver('0000:b1:00.0', None)
     # One check without a driver may be a rebind in progress.
     assert _check_devices(driver, devices)[key].severity == states.OK
@@ -126,6 +128,66 @@ def test_unbound_driver_is_gone_after_a_grace_check(conf, scenario):
     assert 'unbound' in r.reason
     tree.set_driver('0000:b1:00.0', 'ice')
     assert _check_devices(driver, devices)[key].severity == states.OK
+
+
+def _vf_host(conf, tmp_path, driver=None):
+    """A ConnectX PF whose two VFs the generic PCI driver offers, the VFs
+    bound to ``driver`` (None: never bound, as with
+    sriov_drivers_autoprobe off)."""
+    tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
+    tree.add_pci('0000:e3:00.0', '15b3', '101d', '020000',
+                 driver='mlx5_core', iommu_group=180, sriov_totalvfs=8)
+    tree.add_vfs('0000:e3:00.0', ['0000:e3:00.2', '0000:e3:00.3'],
+                 device='101e', driver=driver, iommu_base=181)
+    conf.set_override('sysfs_root', str(tmp_path / 'sys'), 'agent')
+    conf.set_override('passthrough_whitelist',
+                      ['{"vendor_id": "15b3", "product_id": "101e"}'],
+                      'agent')
+    driver = _driver(conf, 'pci_driver')
+    devices = driver.discover()
+    assert sorted(d.key() for d in devices) == [
+        'PCI:0000:e3:00.2', 'PCI:0000:e3:00.3']
+    return tree, driver, devices
+
+
+def test_a_function_never_bound_is_not_unbound(conf, tmp_path):
+    """VFs nobody bound (autoprobe off; vfio-pci bound only while an
+    instance has one) are as their host wants them, not gone."""
+    tree, driver, devices = _vf_host(conf, tmp_path)
+    for _ in range(3):
+        found = _check_devices(driver, devices)
+        assert {k: r.severity for k, r in found.items()} == {
+            'PCI:0000:e3:00.2': states.OK, 'PCI:0000:e3:00.3': states.OK}
+    # An instance gets one through vfio-pci, and gives it back.
+    tree.set_driver('0000:e3:00.2', 'vfio-pci')
+    assert _check_devices(driver, devices)[
+        'PCI:0000:e3:00.2'].severity == states.OK
+    tree.set_driver('0000:e3:00.2', None)
+    for _ in range(3):
+        assert _check_devices(driver, devices)[
+            'PCI:0000:e3:00.2'].severity == states.OK
+
+
+def test_a_function_seen_bound_then_unbound_is_gone(conf, tmp_path):
+    tree, driver, devices = _vf_host(conf, tmp_path)
+    key = 'PCI:0000:e3:00.3'
+    _check_devices(driver, devices)
+    # Its host driver takes it (seen at a check), then lets it go.
+    tree.set_driver('0000:e3:00.3', 'mlx5_core')
+    assert _check_devices(driver, devices)[key].severity == states.OK
+    tree.set_driver('0000:e3:00.3', None)
+    assert _check_devices(driver, devices)[key].severity == states.OK
+    r = _check_devices(driver, devices)[key]
+    assert (r.severity, r.code) == (states.GONE, 'pci:unbound')
+    assert _check_devices(driver, devices)[
+        'PCI:0000:e3:00.2'].severity == states.OK
+    # A VF made again at its address, never bound, is watched afresh.
+    tree.disable_vfs('0000:e3:00.0')
+    assert _check_devices(driver, devices)[key].code == 'pci:gone'
+    tree.add_vfs('0000:e3:00.0', ['0000:e3:00.2', '0000:e3:00.3'],
+                 device='101e')
+    for _ in range(2):
+        assert _check_devices(driver, devices)[key].severity == states.OK
 
 
 def test_parse_aer_reads_names_with_spaces():
@@ -179,6 +241,23 @@ def test_dfl_port_errors_name_the_vf_deployable(conf, scenario):
     assert [(v.severity, v.deployable, v.source) for v in verdicts] == [
         (states.OK, None, 'probe'),
         (states.TRANSIENT, 'h_0000:5e:00.1', 'probe')]
+
+
+def test_dfl_port_errors_of_a_card_with_one_vf_are_read(conf, scenario):
+    """A card with one port has one VF (sriov_totalvfs=1), its only
+    deployable once enabled: that VF's port errors are read too."""
+    tree = scenario('intel_fpga')
+    tree.set_fpga_errors('0000:5e:00.1', 'region2', 'dfl-port.0',
+                         errors=0x4)
+    driver = _driver(conf, 'intel_fpga_driver')
+    [device] = [d for d in driver.discover() if d.key() == 'PCI:' + N3000]
+    assert [d.name for d in device.deployables] == ['h_0000:5e:00.1']
+    assert _check(driver)['PCI:' + N3000] == [
+        (states.TRANSIENT, 'fpga:port_errors', 'h_0000:5e:00.1'),
+        (states.OK, None, None)]
+    tree.set_fpga_errors('0000:5e:00.1', 'region2', 'dfl-port.0',
+                         errors=0)
+    assert _check(driver)['PCI:' + N3000] == [(states.OK, None, None)]
 
 
 def test_xilinx_firewall_and_memory_ecc(conf, scenario):
