@@ -134,12 +134,7 @@ def call(request, operation, path_vars):
             r.authorize(operation.policy, target)
     with timing.phase(timing.VALIDATE):
         if operation.query is not None:
-            # The last value of a repeated parameter wins.
-            try:
-                r.query = dict(request.GET.items())
-            except UnicodeDecodeError:
-                raise exception.Invalid(
-                    reason='the query string is not valid UTF-8') from None
+            r.query = _query(request)
             _check_query_names(operation, version, r.query)
             schemas.validate(r.query, operation.query, version)
         if operation.body is not None:
@@ -175,6 +170,29 @@ def _canonical_uuids(path_vars):
             path_vars = dict(path_vars,
                              **{name: base.canonical_uuid(path_vars[name])})
     return path_vars
+
+
+def _query(request):
+    """{name: value} of the request's query string.  A parameter given
+    twice is a 400: keeping one of its values would silently drop the
+    other (``DELETE /accelerator_requests?arqs=A&arqs=B`` deleting B
+    alone); several values go in one, separated by commas."""
+    try:
+        pairs = list(request.GET.items())
+    except UnicodeDecodeError:
+        raise exception.Invalid(
+            reason='the query string is not valid UTF-8') from None
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen = set()
+        for name, _value in pairs:
+            if name in seen:
+                raise exception.Invalid(reason=(
+                    '%s: given twice; give a query parameter once (where '
+                    'it takes several values, separate them with commas '
+                    'in that one)' % name)[:schemas.MAX_REASON])
+            seen.add(name)
+    return found
 
 
 def _check_query_names(operation, version, query):
@@ -216,7 +234,7 @@ def json_body(request):
         raise exception.Invalid(reason='the body is not valid UTF-8: %s'
                                        % e)
     try:
-        data = json.loads(text or 'null')
+        data = json.loads(text or 'null', object_pairs_hook=_object)
     except RecursionError:
         data = _TOO_DEEP
     except ValueError as e:
@@ -269,10 +287,30 @@ def _strings(data):
 _TOO_DEEP = object()
 
 
+def _object(pairs):
+    """A JSON object as a dict; 400 when it gives a key twice, rather
+    than keep the last value and drop the others unseen."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen = set()
+        for key, _value in pairs:
+            if key in seen:
+                shown = repr(key)
+                if len(shown) > schemas.MAX_VALUE:
+                    shown = shown[:schemas.MAX_VALUE] + '...'
+                raise exception.Invalid(
+                    reason='the body gives key %s twice in one object'
+                           % shown)
+            seen.add(key)
+    return found
+
+
 def _codec_name(charset):
+    """Python's name of the codec ``charset`` names, or None.  A name
+    with a NUL in it is a ValueError there, not a LookupError."""
     try:
         return codecs.lookup(charset).name
-    except LookupError:
+    except (LookupError, ValueError):
         return None
 
 

@@ -43,6 +43,9 @@ PROGRAMMING = (2, 10)
 PAGINATION = (2, 11)
 
 _FORMAT = re.compile(r'^([1-9]\d*)\.(0|[1-9]\d*)$')
+# A number longer than this is no version we will have, and one of
+# thousands of digits is more than int() takes (a ValueError, a 500).
+_MAX_DIGITS = 6
 
 
 class APIVersion:
@@ -54,11 +57,17 @@ class APIVersion:
 
     @classmethod
     def parse(cls, text):
+        """The version ``text`` names: 400 when it is malformed, 406 when
+        a number is too long for any version to have it."""
         match = _FORMAT.match(text.strip())
         if not match:
             raise exception.Invalid(
                 reason='invalid microversion %r; expected "accelerator '
                        '2.N" or "accelerator latest"' % text)
+        if max(map(len, match.groups())) > _MAX_DIGITS:
+            shown = text.strip()
+            raise _out_of_range(shown if len(shown) <= 20
+                                else shown[:20] + '...')
         return cls(int(match.group(1)), int(match.group(2)))
 
     def as_tuple(self):
@@ -111,10 +120,14 @@ def from_headers(headers):
         return MAX_VERSION
     version = APIVersion.parse(requested)
     if not version.matches(MIN_VERSION.as_tuple(), MAX_VERSION.as_tuple()):
-        raise exception.NotAcceptable(
-            reason='version %s is not supported by the API; minimum is %s '
-                   'and maximum is %s' % (version, MIN_VERSION, MAX_VERSION))
+        raise _out_of_range(version)
     return version
+
+
+def _out_of_range(version):
+    return exception.NotAcceptable(
+        reason='version %s is not supported by the API; minimum is %s '
+               'and maximum is %s' % (version, MIN_VERSION, MAX_VERSION))
 
 
 def response_headers(version):

@@ -71,8 +71,17 @@ def parse(argv):
     if problem:
         service.config_error(PROG, problem)
     state_dir = os.path.abspath(os.path.expanduser(conf.state_dir))
-    os.makedirs(state_dir, exist_ok=True)
-    lock_state_dir(state_dir)
+    try:
+        os.makedirs(state_dir, exist_ok=True)
+        lock_state_dir(state_dir)
+    except OSError as exc:
+        # A file there, a path under /proc, a read-only directory.
+        why = exc.strerror or str(exc)
+        if os.path.exists(state_dir) and not os.path.isdir(state_dir):
+            why = 'not a directory'
+        sys.exit('cyborg-aio cannot start: the state directory %s is not '
+                 'usable (%s); give another with --state-dir'
+                 % (state_dir, why))
     # A default, so --log-file (or use_stderr in a config file) still wins.
     conf.set_default('log_file', os.path.join(state_dir, 'cyborg-aio.log'))
     logging.setup(conf, 'cyborg')

@@ -7,13 +7,13 @@ conductor compare their clocks); the health timers fit together (a full
 health report comes within the suspect window).
 """
 
+import json
 import sys
 
 from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_upgradecheck import common_checks
 from oslo_upgradecheck import upgradecheck
-from oslo_utils import fileutils
 import sqlalchemy as sa
 import yaml
 
@@ -54,15 +54,45 @@ class Checks(upgradecheck.UpgradeCommands):
                           % (current, head))
         return Result(Code.SUCCESS)
 
-    def _check_policy_yaml(self):
+    def _policy_file(self):
+        """(path, text, failure) of the policy file: path None when there
+        is none; failure, a FAILURE Result naming it, when it cannot be
+        read as UTF-8 text (a directory, unreadable, another encoding)."""
         path = self.conf.find_file(self.conf.oslo_policy.policy_file)
-        if not path or fileutils.is_json(path):
+        if not path:
+            return None, None, None
+        try:
+            with open(path, 'rb') as f:
+                return path, f.read().decode('utf-8'), None
+        except (OSError, UnicodeDecodeError) as exc:
+            why = getattr(exc, 'strerror', None) or exc
+            return path, None, Result(
+                Code.FAILURE, 'Policy file %s cannot be read as UTF-8 '
+                              'text: %s' % (path, why))
+
+    def _check_policy_json(self):
+        """oslo's common check, which reads the file outside any ``try``:
+        a file it cannot read is a failure naming it, not a traceback
+        that ends the command before any other check is reported."""
+        path, _text, failure = self._policy_file()
+        if failure is not None:
+            return failure
+        try:
+            return common_checks.check_policy_json(self, self.conf)
+        except (OSError, ValueError) as exc:
+            return Result(Code.FAILURE, 'Policy file %s cannot be read: %s'
+                                        % (path, exc))
+
+    def _check_policy_yaml(self):
+        path, text, failure = self._policy_file()
+        if failure is not None:
+            return failure
+        if not path or _is_json(text):
             # No file: defaults apply.  JSON: the common check reports it.
             return Result(Code.SUCCESS)
         try:
-            with open(path) as f:
-                rules = yaml.safe_load(f)
-        except (OSError, yaml.YAMLError) as exc:
+            rules = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
             return Result(Code.FAILURE, 'Policy file %s cannot be read as '
                                         'YAML: %s' % (path, exc))
         if rules is not None and not isinstance(rules, dict):
@@ -119,11 +149,21 @@ class Checks(upgradecheck.UpgradeCommands):
             ('Database schema at the newest revision',
              Checks._check_database),
             ('Policy File JSON to YAML Migration',
-             (common_checks.check_policy_json, {'conf': self.conf})),
+             Checks._check_policy_json),
             ('Policy file parses as YAML', Checks._check_policy_yaml),
             ('Clock near the database server\'s', Checks._check_clock),
             ('Health timers fit together', Checks._check_health_timers),
         )
+
+
+def _is_json(text):
+    """Whether ``text`` parses as JSON (as ``fileutils.is_json`` decides
+    for a file)."""
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def main(argv=None):

@@ -10,6 +10,7 @@ the response too; the OpenAPI document lists every variant.
 
 import functools
 import json
+import re
 
 import jsonschema
 from jsonschema import exceptions as jsonschema_exceptions
@@ -86,11 +87,107 @@ def list_of(key, item, paged_since=None):
     return Versioned(*((version, wrap(version)) for version in breaks))
 
 
+def python_regex(pattern):
+    r"""``pattern``, an ECMA 262 regex as JSON schema and the OpenAPI
+    document write them, for Python's ``re``: each ``$`` outside a
+    character class becomes ``\Z``.  ECMA's ``$`` matches only at the end
+    of the text; Python's also before a final newline, which let a name
+    ending in "\n" (or a uuid and a newline, too long for its column)
+    through."""
+    out = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == '\\':
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = char != ']'
+        elif char == '[':
+            in_class = True
+            # A ']' first in a class ("[]a]", "[^]a]") is one of its
+            # characters, not its end.
+            start = i + 2 if pattern.startswith('[^', i) else i + 1
+            if pattern.startswith(']', start):
+                out.append(pattern[i:start + 1])
+                i = start + 1
+                continue
+        elif char == '$':
+            char = '\\Z'
+        out.append(char)
+        i += 1
+    return ''.join(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _regex(pattern):
+    return re.compile(python_regex(pattern))
+
+
+def _pattern(validator, pattern, instance, schema):
+    if validator.is_type(instance, 'string') and not _regex(
+            pattern).search(instance):
+        yield jsonschema_exceptions.ValidationError(
+            '%r does not match %r' % (instance, pattern))
+
+
+def _pattern_properties(validator, patterns, instance, schema):
+    if not validator.is_type(instance, 'object'):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _regex(pattern).search(key):
+                yield from validator.descend(value, subschema, path=key,
+                                             schema_path=pattern)
+
+
+def _additional_properties(validator, allowed, instance, schema):
+    """jsonschema's additionalProperties, with ``patternProperties``
+    matched as ``_pattern_properties`` matches them."""
+    if not validator.is_type(instance, 'object'):
+        return
+    known = schema.get('properties', {})
+    patterns = [_regex(p) for p in schema.get('patternProperties', {})]
+    extras = [key for key in instance if key not in known
+              and not any(p.search(key) for p in patterns)]
+    if validator.is_type(allowed, 'object'):
+        for extra in extras:
+            yield from validator.descend(instance[extra], allowed,
+                                         path=extra)
+    elif not allowed and extras:
+        extras.sort()
+        if 'patternProperties' in schema:
+            yield jsonschema_exceptions.ValidationError(
+                '%s %s not match any of the regexes: %s' % (
+                    ', '.join(map(repr, extras)),
+                    'does' if len(extras) == 1 else 'do',
+                    ', '.join(map(repr, sorted(
+                        schema['patternProperties'])))))
+        else:
+            yield jsonschema_exceptions.ValidationError(
+                'Additional properties are not allowed (%s %s '
+                'unexpected)' % (', '.join(map(repr, extras)),
+                                 'was' if len(extras) == 1 else 'were'))
+
+
+# The keywords that match regexes, as ECMA 262 means them.
+_ECMA_KEYWORDS = {'pattern': _pattern,
+                  'patternProperties': _pattern_properties,
+                  'additionalProperties': _additional_properties}
+
+
+@functools.lru_cache(maxsize=None)
+def _validator_class(cls):
+    return jsonschema.validators.extend(cls, _ECMA_KEYWORDS)
+
+
 @functools.lru_cache(maxsize=None)
 def _cached(schema_text):
     schema = json.loads(schema_text)
     cls = jsonschema.validators.validator_for(schema)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return _validator_class(cls)(schema,
+                                 format_checker=cls.FORMAT_CHECKER)
 
 
 # Validators by the schema object they were asked for: the declarations'

@@ -61,6 +61,18 @@ JUST_TOO_DEEP = b'[{"name": "p", "groups": [' + b'[' * 40 + b']' * 40 + b']}]'
     (b'[' + b' ' * LIMIT + b']', 'application/json', {}, 413,
      'larger than %d bytes' % LIMIT),
     (b'{"name": ', 'application/json', {}, 400, 'malformed JSON'),
+    # A NUL in the charset's name made the codec lookup a ValueError.
+    (json.dumps(PROFILE).encode(), 'application/json; charset=utf-8\x00',
+     {}, 400, 'charset utf-8\x00 is not supported'),
+    # A key given twice was the last value, the others dropped unseen.
+    (b'[{"name": "p", "name": "q", "groups": [{"resources:FPGA": "1"}]}]',
+     'application/json', {}, 400, "the body gives key 'name' twice"),
+    (b'[{"name": "p", "groups": [{"resources:FPGA": "1", '
+     b'"resources:FPGA": "2"}]}]', 'application/json', {}, 400,
+     "the body gives key 'resources:FPGA' twice"),
+    (b'[{"name": "p", "groups": [{"resources:FPGA": "1", '
+     b'"resources:\\u0046PGA": "2"}]}]', 'application/json', {}, 400,
+     "the body gives key 'resources:FPGA' twice"),
 ])
 def test_refused_with_the_reason_and_nothing_written(
         service, body, content_type, headers, status, reason):

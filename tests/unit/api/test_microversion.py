@@ -1,7 +1,11 @@
+import json
+
 import pytest
+import webob
 
 from cyborg.api import microversion
 from cyborg.common import exception
+from tests.fixtures import api as api_fixture
 
 
 def _version(header):
@@ -51,3 +55,28 @@ def test_versions_are_consecutive():
     minors = [microversion.APIVersion.parse(v).minor
               for v in microversion.VERSIONS]
     assert minors == list(range(len(minors)))
+
+
+@pytest.mark.parametrize('header', [
+    'accelerator 2.' + '1' * 4301, 'accelerator ' + '1' * 4301 + '.0',
+    'accelerator 2.1000000'])
+def test_a_number_too_long_for_any_version_is_406(header):
+    """Thousands of digits were more than int() takes: a ValueError,
+    and a 500."""
+    with pytest.raises(exception.NotAcceptable) as raised:
+        _version(header)
+    assert len(str(raised.value)) < 200
+
+
+def test_a_number_too_long_is_406_on_the_unauthenticated_root():
+    with api_fixture.api_service() as service:
+        resp = webob.Request.blank('/v2', headers={
+            'OpenStack-API-Version': 'accelerator 2.' + '1' * 4301}
+        ).get_response(service.app)
+    assert resp.status_int == 406, resp.text
+    fault = json.loads(resp.json['error_message'])
+    assert fault['faultcode'] == 'Client'
+    assert fault['faultstring'].startswith(
+        'Not acceptable: version 2.1111')
+    assert 'minimum is 2.0 and maximum is %s' % (
+        microversion.MAX_VERSION) in fault['faultstring']

@@ -4,6 +4,8 @@ of the same schema."""
 
 import copy
 
+import pytest
+
 from cyborg.api import routes
 from cyborg.api import schemas
 
@@ -48,3 +50,35 @@ def test_schemas_made_on_the_fly_do_not_grow_the_cache(monkeypatch):
     # Past the cap, a schema is still validated by its own content.
     assert schemas.first_error('abcdefghijk', made[-1]) is not None
     assert schemas.first_error('abc', made[0]) is not None
+
+
+@pytest.mark.parametrize('pattern, python', [
+    ('^[a-z]+$', '^[a-z]+\\Z'),
+    # Escaped, or in a character class, a '$' is a dollar sign.
+    ('^a\\$$', '^a\\$\\Z'),
+    ('^[$]+$', '^[$]+\\Z'),
+    ('^[]$]$', '^[]$]\\Z'),
+    ('^[^]$]$', '^[^]$]\\Z'),
+    ('^(a$|b$)', '^(a\\Z|b\\Z)'),
+    ('^[^\\]$]+$', '^[^\\]$]+\\Z'),
+])
+def test_a_pattern_s_end_is_the_end_of_the_value(pattern, python):
+    """ECMA 262's ``$`` (JSON schema's) is Python's ``\\Z``: Python's
+    own ``$`` also matches before a final newline."""
+    assert schemas.python_regex(pattern) == python
+
+
+@pytest.mark.parametrize('schema, value', [
+    ({'type': 'string', 'pattern': '^[a-z]+$'}, 'abc\n'),
+    ({'type': 'object', 'patternProperties': {'^[a-z]+$': {}},
+      'additionalProperties': False}, {'abc\n': 1}),
+    ({'type': 'object', 'patternProperties': {
+        '^[a-z]+$': {'type': 'string', 'pattern': '^[0-9]$'}}},
+     {'abc': '1\n'}),
+])
+def test_a_trailing_newline_does_not_match(schema, value):
+    assert schemas.first_error(value, schema) is not None
+    assert schemas.first_error(
+        value.rstrip('\n') if isinstance(value, str) else
+        {k.rstrip('\n'): v.rstrip('\n') if isinstance(v, str) else v
+         for k, v in value.items()}, schema) is None

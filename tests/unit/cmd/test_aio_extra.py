@@ -156,3 +156,24 @@ def test_a_second_aio_on_the_same_state_dir_is_refused(tmp_path):
     lock = aio.lock_state_dir(str(tmp_path))
     aio._HELD_LOCKS.remove(lock)
     os.close(lock)
+
+
+def test_an_unusable_state_dir_is_one_line(tmp_path):
+    """A file, a path no directory can be made at, a path under a file:
+    one line naming the directory, no traceback, nothing started."""
+    a_file = tmp_path / 'a-file'
+    a_file.write_text('')
+    for state_dir, why in ((a_file, 'not a directory'),
+                           (a_file / 'sub', 'Not a directory'),
+                           ('/proc/cyborg-aio-state', None)):
+        done = subprocess.run(
+            [os.path.join(sys.prefix, 'bin', 'cyborg-aio'), '--port',
+             str(processes.free_port()), '--state-dir', str(state_dir)],
+            capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1, done.stderr
+        assert 'Traceback' not in done.stderr, done.stderr
+        line, = done.stderr.splitlines()
+        assert line.startswith(
+            'cyborg-aio cannot start: the state directory %s is not usable'
+            % state_dir), line
+        assert why is None or '(%s)' % why in line, line

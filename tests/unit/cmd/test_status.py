@@ -115,3 +115,31 @@ def test_debug_is_accepted_and_shows_why_a_check_failed(tmp_path, capsys):
     captured = capsys.readouterr()
     assert 'Cannot read the schema revision' in captured.out
     assert 'Traceback' in captured.out + captured.err
+
+
+@pytest.mark.parametrize('make, why', [
+    (lambda path: path.write_bytes(b'"cyborg:device:get_all": "\xff"\n'),
+     "can't decode byte 0xff"),
+    (lambda path: path.write_bytes(b'{"cyborg:device:get_all": "\xe9"}'),
+     "can't decode byte 0xe9"),
+    (lambda path: path.mkdir(), 'Is a directory'),
+])
+def test_a_policy_file_that_cannot_be_read_fails_and_the_rest_run(
+        tmp_path, capsys, make, why):
+    """Not UTF-8, or a directory: each policy check fails naming the
+    file, and the checks after them are still reported (it was a
+    UnicodeDecodeError or IsADirectoryError traceback, exit 255)."""
+    policy = tmp_path / 'policy.yaml'
+    make(policy)
+    with databases.throwaway_database('sqlite') as url:
+        migration.upgrade(url)
+        assert _check(tmp_path, url, policy) == 2
+    out = capsys.readouterr().out
+    # The table wraps the details anywhere: compared without spaces.
+    text = ''.join(out.replace('|', ' ').split())
+    assert text.count(''.join((
+        'Policy file %s cannot be read as UTF-8 text' % policy).split())
+    ) == 2, out
+    assert ''.join(why.split()) in text, out
+    assert 'Health timers fit together' in out
+    assert "Clock near the database server's" in out

@@ -8,6 +8,7 @@ private profile is "not found", exactly like one that does not exist.
 Admins see every profile.
 """
 
+import datetime
 import json
 
 from oslo_utils import uuidutils
@@ -17,6 +18,7 @@ from cyborg.api.controllers import base
 from cyborg.api.schemas import device_profiles as schema
 from cyborg.api.views import device_profiles as view
 from cyborg.common import exception
+from cyborg.common import states
 from cyborg.objects import device_profiles as profile_objects
 from cyborg.objects.device_profiles import DeviceProfile
 
@@ -54,8 +56,9 @@ def create_device_profile(r):
         # Stored as every uuid is, so that any spelling of it finds it.
         values['uuid'] = base.canonical_uuid(values['uuid'])
     created = r.conductor.device_profile_create(r.context, values=values)
-    profile = DeviceProfile.get_by_uuid(r.context, created['uuid'])
-    return view.show(r, profile)
+    # The conductor returns the profile it wrote: rendered, not read
+    # again (a delete in between would leave nothing to read).
+    return view.show(r, _from_created(created))
 
 
 def delete_device_profile(r, name_or_uuid):
@@ -72,6 +75,23 @@ def delete_device_profiles(r):
         raise exception.Invalid(reason='value: no device profile named')
     uuids = sorted({_find(r, item).uuid for item in wanted})
     r.conductor.device_profile_delete(r.context, uuids=uuids)
+
+
+def _from_created(created):
+    """The profile the conductor's create returned (timestamps as ISO
+    text once over RPC)."""
+    times = {name: created.get(name) for name in ('created_at',
+                                                  'updated_at')}
+    for name, value in times.items():
+        if isinstance(value, str):
+            times[name] = datetime.datetime.fromisoformat(value)
+    return DeviceProfile(
+        id=None, uuid=created['uuid'], name=created['name'],
+        description=created.get('description'),
+        profile_json=json.dumps(created['groups']),
+        project_id=created.get('project_id'),
+        visibility=created.get('visibility') or states.PUBLIC,
+        projects=list(created.get('projects') or ()), **times)
 
 
 def _find(r, name_or_uuid):
