@@ -178,6 +178,7 @@ class Reporter:
                 found = [d for d in acked_devices or ()
                          if driver_of(d) == name]
             for device in found:
+                _distinct_deployables(name, device)
                 claimed = claims(device)
                 taken = sorted(claimed & seen.keys())
                 if taken:
@@ -344,6 +345,22 @@ def _log_failure(count, message, *args):
     log."""
     level = logging.WARNING if count & (count - 1) == 0 else logging.DEBUG
     LOG.log(level, message + ' (failure %d in a row)', *args, count)
+
+
+def _distinct_deployables(driver_name, device):
+    """Keep the first of deployables a driver named alike in one device:
+    the conductor refuses a report naming a deployable twice, and with it
+    everything else the host had to say, at every period."""
+    names, kept = set(), []
+    for deployable in device.deployables:
+        if deployable.name in names:
+            LOG.error('Driver %s reports deployable %s of %s twice; '
+                      'reporting the first.', driver_name, deployable.name,
+                      device.key())
+            continue
+        names.add(deployable.name)
+        kept.append(deployable)
+    device.deployables[:] = kept
 
 
 def claims(device):

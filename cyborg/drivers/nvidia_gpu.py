@@ -213,7 +213,9 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
             **pf.descriptive())
         return inventory.Deployable(
             name=base.deployable_name(self.host, pf.address,
-                                      'MIG%d' % mig['gpu_instance_id']),
+                                      nvml_health.mig_suffix(
+                                          mig['gpu_instance_id'],
+                                          mig['compute_instance_id'])),
             num_accelerators=1, attributes=attributes, attach_handles=[],
             driver_name=self.name)
 
@@ -292,12 +294,22 @@ class _Nvml:
             name = _text(nvml.nvmlDeviceGetName(mig))
             migs.append({
                 'gpu_instance_id': nvml.nvmlDeviceGetGpuInstanceId(mig),
+                'compute_instance_id': self._compute_instance_id(mig),
                 'uuid': _text(nvml.nvmlDeviceGetUUID(mig)),
                 'profile': name.rsplit(' ', 1)[-1],
                 'memory_mb': nvml.nvmlDeviceGetMemoryInfo(mig).total //
                 (1024 * 1024)})
-        migs.sort(key=lambda m: m['gpu_instance_id'])
+        migs.sort(key=lambda m: (m['gpu_instance_id'],
+                                 m['compute_instance_id']))
         return True, migs
+
+    def _compute_instance_id(self, mig):
+        """The MIG device's compute instance within its GPU instance (0,
+        the first, where NVML cannot say)."""
+        try:
+            return self._module.nvmlDeviceGetComputeInstanceId(mig)
+        except (AttributeError, *self._errors):
+            return 0
 
 
 def _text(value):

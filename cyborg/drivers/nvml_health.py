@@ -353,7 +353,9 @@ class NvmlWatcher:
         deployable = None
         instance = getattr(data, 'gpuInstanceId', NO_INSTANCE)
         if severity == states.APPLICATION and instance != NO_INSTANCE:
-            deployable = _mig_deployable(device, instance)
+            compute = getattr(data, 'computeInstanceId', NO_INSTANCE)
+            deployable = _mig_deployable(
+                device, instance, 0 if compute == NO_INSTANCE else compute)
         return (severity, f'xid:{number}', f'XID {number}: {description}',
                 deployable)
 
@@ -477,11 +479,23 @@ class NvmlWatcher:
         return self._call('nvmlDeviceGetMemoryInfo', gpu.handle).used
 
 
-def _mig_deployable(device, instance):
+def mig_suffix(gpu_instance_id, compute_instance_id=0):
+    """The deployable name's suffix of a MIG device: ``MIG<gpu
+    instance>`` for a GPU instance's first compute instance (the only one
+    unless it is split), ``MIG<gpu instance>.<compute instance>`` for the
+    others.  Each compute instance is a MIG device of its own, one
+    instance's worth; the first keeps the name it had before the GPU
+    instance was split."""
+    if not compute_instance_id:
+        return 'MIG%d' % gpu_instance_id
+    return 'MIG%d.%d' % (gpu_instance_id, compute_instance_id)
+
+
+def _mig_deployable(device, instance, compute=0):
     """The name of ``device``'s deployable for MIG GPU instance
-    ``instance`` (see ``NvidiaGPUDriver._mig_deployable``), None when it
-    offers none."""
-    suffix = '_' + 'MIG%d' % instance
+    ``instance``, compute instance ``compute`` (see ``mig_suffix``), None
+    when it offers none."""
+    suffix = '_' + mig_suffix(instance, compute)
     for deployable in device.deployables:
         if deployable.name.endswith(suffix):
             return deployable.name

@@ -331,3 +331,26 @@ def test_hardware_two_drivers_find_is_reported_once(conf, host, conductor,
         assert QAT not in stored and len(vfs) == 3
     assert FAKE in stored
     assert 'is claimed by drivers %s and %s' % tuple(order) in caplog.text
+
+
+class TwiceNamingFake(fake.FakeDriver):
+    """The fake driver with its deployable listed twice, as a driver bug
+    (or hardware it does not expect) may make it."""
+
+    def discover(self):
+        devices = super().discover()
+        for device in devices:
+            device.deployables.append(device.deployables[0])
+        return devices
+
+
+def test_a_deployable_a_driver_names_twice_is_reported_once(conf, host,
+                                                            conductor):
+    """The conductor refuses a report naming one deployable twice, and
+    with it the rest of the host's inventory, at every period: the agent
+    reports the first and says so."""
+    reporter = _reporter(conf)
+    reporter.drivers['fake_driver'] = TwiceNamingFake(conf, HOST)
+    reply = reporter.report_now()
+    assert reply['need_full'] is False
+    assert conductor.deployables() == {FAKE: 16, QAT: 3}

@@ -187,3 +187,39 @@ def test_whole_gpu_once_its_mdevs_and_types_are_gone(conf, tmp_path):
     # An mdev exists: its type is in use, the GPU is not whole any more.
     assert list(deps) == ['h_0000:41:00.0_nvidia-223']
     assert deps['h_0000:41:00.0_nvidia-223'].num_accelerators == 8
+
+
+def test_a_gpu_instance_split_in_compute_instances_names_each(
+        conf, scenario, tmp_path):
+    """A GPU instance split into two compute instances is two MIG
+    devices with one GPU instance id: both were named ..._MIG1, and the
+    conductor refused the whole report of the host (a deployable
+    reported twice) at every period.  The first keeps its name."""
+    from cyborg.conductor import inventory_plan
+    from cyborg.agent import reporter as agent_reporter
+
+    scenario('nvidia_sriov')
+    gpu = dict(A100, mig=[
+        {'gpu_instance_id': 1, 'compute_instance_id': 0,
+         'profile': '1c.3g.20gb', 'memory_mb': 20096, 'uuid': 'MIG-a'},
+        {'gpu_instance_id': 1, 'compute_instance_id': 1,
+         'profile': '1c.3g.20gb', 'memory_mb': 20096, 'uuid': 'MIG-b'},
+        {'gpu_instance_id': 2, 'profile': '3g.20gb', 'memory_mb': 20096,
+         'uuid': 'MIG-c'}])
+    nvml = fake_nvml.create(tmp_path / 'nvml.json', {'0000:3b:00.0': gpu})
+    driver = nvidia_gpu.NvidiaGPUDriver(conf, 'h', nvml=nvml)
+    driver.name = 'nvidia_gpu_driver'
+    assert _mig_names(driver) == ['h_0000:3b:00.0_MIG1',
+                                  'h_0000:3b:00.0_MIG1.1',
+                                  'h_0000:3b:00.0_MIG2']
+    devices = driver.discover()
+    report = agent_reporter.build_report(devices, None, None, True)
+    assert inventory_plan.parse_report(report).devices
+    # An application's XID in the second compute instance is that
+    # instance's.
+    nvml.update_gpu('0000:3b:00.0', events=True)
+    driver.check_health(devices)
+    nvml.add_xid('0000:3b:00.0', 13, gpu_instance_id=1,
+                 compute_instance_id=1)
+    assert [r.deployable for r in driver.check_health(devices)
+            if r.code == 'xid:13'] == ['h_0000:3b:00.0_MIG1.1']
