@@ -261,14 +261,24 @@ class _Nvml:
         if not self._ready:
             return None
         nvml = self._module
+        reads = (
+            ('name', lambda: _text(nvml.nvmlDeviceGetName(handle))),
+            ('uuid', lambda: _text(nvml.nvmlDeviceGetUUID(handle))),
+            ('serial', lambda: _text(nvml.nvmlDeviceGetSerial(handle))),
+            ('memory_mb', lambda: nvml.nvmlDeviceGetMemoryInfo(
+                handle).total // (1024 * 1024)))
+        info = {'mig_enabled': False, 'migs': []}
         try:
             handle = nvml.nvmlDeviceGetHandleByPciBusId(address)
-            info = {'name': _text(nvml.nvmlDeviceGetName(handle)),
-                    'uuid': _text(nvml.nvmlDeviceGetUUID(handle)),
-                    'serial': _text(nvml.nvmlDeviceGetSerial(handle)),
-                    'memory_mb': nvml.nvmlDeviceGetMemoryInfo(
-                        handle).total // (1024 * 1024),
-                    'mig_enabled': False, 'migs': []}
+            for key, read in reads:
+                try:
+                    info[key] = read()
+                except self._errors as exc:
+                    # One value a GPU does not have (a serial number
+                    # without an inforom) costs that value alone.
+                    if not _not_supported(nvml, exc):
+                        raise
+                    info[key] = None
         except self._errors as exc:
             LOG.warning('NVML cannot read GPU %s (%s); sysfs only.',
                         address, exc)
@@ -310,6 +320,11 @@ class _Nvml:
             return self._module.nvmlDeviceGetComputeInstanceId(mig)
         except (AttributeError, *self._errors):
             return 0
+
+
+def _not_supported(nvml, exc):
+    return getattr(exc, 'value', None) == getattr(
+        nvml, 'NVML_ERROR_NOT_SUPPORTED', object())
 
 
 def _text(value):

@@ -29,6 +29,23 @@ def test_nvml_adds_memory_serial_uuid_and_model(conf, scenario, tmp_path):
     assert nvml.initialised == 0      # every session is shut down
 
 
+def test_a_gpu_without_a_serial_number_keeps_what_nvml_reads(
+        conf, scenario, tmp_path):
+    """A GPU with no inforom answers NOT_SUPPORTED for its serial number:
+    that value is left out, not everything NVML could read (memory, UUID,
+    model, MIG mode), with a warning at every discovery."""
+    scenario('nvidia_sriov')
+    gpu = {k: v for k, v in A100.items() if k != 'serial'}
+    nvml = fake_nvml.create(tmp_path / 'nvml.json', {'0000:3b:00.0': gpu})
+    deps, driver = _discover(conf, nvml)
+    whole = deps['h_0000:3b:00.0']
+    assert whole.attributes['memory_mb'] == '40960'
+    assert whole.attributes['gpu_uuid'] == 'GPU-1111'
+    assert 'serial' not in whole.attributes
+    devices = {d.controlpath_id.cpid_info: d for d in driver.discover()}
+    assert devices['0000:3b:00.0'].model == 'NVIDIA A100-PCIE-40GB'
+
+
 def test_mig_instances_are_deployables(conf, scenario, tmp_path):
     scenario('nvidia_sriov')
     gpu = dict(A100, mig=[
