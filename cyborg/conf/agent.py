@@ -44,10 +44,14 @@ opts = [
                          '[pci]device_spec format, e.g. {"vendor_id": '
                          '"8086", "product_id": "0d5c"} or {"address": '
                          '"0000:81:00.*"}.'),
-    cfg.DictOpt('physical_device_mappings', default={},
+    # A list, not a dict: a dict splits each entry at its FIRST colon, and
+    # two PCI addresses of one domain were then one key given twice.
+    cfg.ListOpt('physical_device_mappings', default=[],
                 help='For intel_nic_driver: PF interface name or PCI '
-                     'address to physical network, e.g. '
-                     'enp3s0f0:physnet1,0000:3b:00.1:physnet2.'),
+                     'address to physical network, each '
+                     '<interface or address>:<physnet>, e.g. '
+                     'enp3s0f0:physnet1,0000:3b:00.0:physnet2,'
+                     '0000:3b:00.1:physnet3.'),
     cfg.IntOpt('aer_correctable_burst', default=10, min=0,
                help='Correctable errors (PCIe AER, PCIe replays of an '
                     'NVIDIA GPU, FPGA memory ECC, AMD GPU and QAT RAS) of '

@@ -72,12 +72,17 @@ def _is_nic(function):
 
 
 def _mappings(option):
-    """oslo.config splits ``0000:3b:00.1:physnet2`` at its first colon;
-    put PCI-address keys back together (physnet names have no colon)."""
+    """{interface or PCI address: physnet} of ``[agent]
+    physical_device_mappings``: each entry split at its LAST colon (a PCI
+    address has colons, a physnet name none); an entry without one is
+    logged and left out."""
     mappings = {}
-    for key, value in option.items():
-        if ':' in value:
-            key, value = (f'{key}:{value}').rsplit(':', 1)
+    for entry in option:
+        key, colon, value = entry.strip().rpartition(':')
+        if not colon or not key or not value:
+            LOG.warning('Ignoring [agent]physical_device_mappings entry %r: '
+                        'not <interface or PCI address>:<physnet>', entry)
+            continue
         mappings[key] = value
     return mappings
 

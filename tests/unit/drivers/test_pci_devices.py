@@ -3,10 +3,13 @@
 import json
 
 import pytest
+from oslo_config import cfg
 
+import cyborg.conf
 from cyborg.agent import reporter
 from cyborg.common import exception
 from cyborg.drivers import loader, pci
+from tests.fixtures import sysfs as fake_sysfs
 
 
 def _deps(conf, name):
@@ -31,13 +34,35 @@ def test_nic_physnet_mapping_by_name_and_address(conf, scenario):
     assert 'CUSTOM_PHYSNET_PHYSNET2' in second.traits
     assert {h.attach_info['physical_network']
             for h in second.attach_handles} == {'physnet2'}
-    # As oslo.config parses 'eno1:phys-net.3,0000:b1:00.1:physnet2'.
     conf.set_override('physical_device_mappings',
-                      {'eno1': 'phys-net.3', '0000': 'b1:00.1:physnet2'},
-                      'agent')
+                      ['eno1:phys-net.3', '0000:b1:00.1:physnet2'], 'agent')
     deps = _deps(conf, 'intel_nic_driver')
     assert sorted(deps) == ['h_0000:18:00.0', 'h_0000:b1:00.1']
     assert 'CUSTOM_PHYSNET_PHYS_NET_3' in deps['h_0000:18:00.0'].traits
+
+
+def test_two_pfs_of_one_domain_mapped_by_address(tmp_path):
+    """Both ports of a NIC mapped by PCI address, as a config file says
+    it: the option was a dict, which split each entry at its first colon,
+    so both keys were '0000' and reading the option failed (the NIC
+    driver's discovery with it: no NIC was ever offered)."""
+    config = tmp_path / 'agent.conf'
+    config.write_text('[agent]\nphysical_device_mappings = '
+                      '0000:b1:00.0:physnet1, 0000:b1:00.1:physnet2, '
+                      'ens9\n')
+    conf = cfg.ConfigOpts()
+    cyborg.conf.register_opts(conf)
+    conf(['--config-file', str(config)], project='cyborg',
+         default_config_files=[], default_config_dirs=[])
+    root = tmp_path / 'sys'
+    _tree, options = fake_sysfs.build('nic', root)
+    options.pop('physical_device_mappings')
+    fake_sysfs.apply_options(conf, options, root, tmp_path / 'state')
+    deps = _deps(conf, 'intel_nic_driver')
+    assert {name: {h.attach_info['physical_network']
+                   for h in dep.attach_handles}
+            for name, dep in deps.items()} == {
+        'h_0000:b1:00.0': {'physnet1'}, 'h_0000:b1:00.1': {'physnet2'}}
 
 
 @pytest.mark.parametrize('spec, expected', [
