@@ -341,6 +341,15 @@ class HealthMonitor:
             self._queue(verdict)
         return verdicts
 
+    def probe_now(self, device_keys):
+        """Probe on the caller's thread and send the verdicts (and any
+        unsent before them) at once, as a change: for an agent whose
+        health watching is off, so that no monitor thread runs.  True when
+        the conductor took them."""
+        self.request_probe(device_keys)
+        self.probe_once()
+        return self._send(list(self._pending), full=False)
+
     def _probe(self, key, device):
         """The verdicts of one device's re-probe (none: the conductor's
         probe timeout decides)."""

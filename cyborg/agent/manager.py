@@ -13,10 +13,12 @@ import functools
 import hashlib
 import os
 import tempfile
+import threading
 
 import oslo_messaging as messaging
 from oslo_log import log as logging
 
+from cyborg.agent import health as agent_health
 from cyborg.agent import programming
 from cyborg.agent import reporter as agent_reporter
 from cyborg.agent import rpcapi
@@ -57,6 +59,9 @@ class AgentManager:
         # The reporter's, which the health monitor shares: both must know.
         self.programming = (reporter.programming if reporter is not None
                             else programming.InProgress())
+        # Probes asked for while health watching is off (probe_health).
+        self._prober = None
+        self._probe_lock = threading.Lock()
         _sweep_bitstreams(conf)
 
     # -- FPGA --------------------------------------------------------------
@@ -117,12 +122,27 @@ class AgentManager:
     @_answer
     def probe_health(self, context, device_keys):
         """Re-probe devices (a cast): the probes run on the health
-        monitor's thread, their verdicts go back as a health report."""
-        if self.health_monitor is None:
+        monitor's thread, their verdicts go back as a health report.
+        With health watching off (``[health]enabled``) they run here and
+        their verdicts go at once: the conductor still takes devices out
+        that nothing else brings back (a programming whose outcome is
+        unknown), and an operator enabling one asks for this probe."""
+        if self.health_monitor is not None:
+            self.health_monitor.request_probe(device_keys)
+            return
+        if self.reporter is None:
             LOG.warning('Asked to probe %s but health watching is off '
                         '([health]enabled); ignoring.', device_keys)
             return
-        self.health_monitor.request_probe(device_keys)
+        with self._probe_lock:
+            if self._prober is None:
+                self._prober = agent_health.HealthMonitor(
+                    self.conf, self.host, self.drivers,
+                    self.reporter.known_devices,
+                    in_progress=self.programming)
+            LOG.info('Probing %s on request (health watching is off)',
+                     ', '.join(device_keys))
+            self._prober.probe_now(device_keys)
 
     @_answer
     def prepare_device(self, context, device_key):

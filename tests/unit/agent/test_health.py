@@ -641,6 +641,25 @@ def test_prepare_device_finds_a_device_not_reported_yet(conf, conductor,
     assert prepared.prepared == ['PCI:0000:b0:00.0']
 
 
+def test_a_probe_is_answered_with_health_watching_off(conf, conductor,
+                                                     admin_context):
+    """With [health]enabled off no monitor runs, and the conductor's
+    re-probes were ignored: a card it took out (a programming whose
+    outcome is unknown) timed out back to unhealthy at every probe, and
+    not even an operator enabling it could bring it back.  The probe runs
+    at once and its verdict is sent."""
+    watched = WatchedDriver(conf, HOST)
+    reporter, _monitor = _agent(conf, watched)
+    manager = agent_manager.AgentManager(conf, HOST, reporter=reporter,
+                                         drivers=reporter.drivers)
+    manager.probe_health(admin_context, [KEY_A])
+    assert [r['full'] for r in conductor.health_reports] == [False]
+    assert conductor.readings() == [(KEY_A, 'ok', 'probe')]
+    watched.faults[KEY_B] = _fault(KEY_B)
+    manager.probe_health(admin_context, [KEY_B])
+    assert conductor.readings() == [(KEY_B, 'fatal', 'probe')]
+
+
 def test_probe_with_health_off_is_ignored(conf, admin_context):
     manager = agent_manager.AgentManager(conf, HOST)
     assert manager.probe_health(admin_context, [KEY_A]) is None
