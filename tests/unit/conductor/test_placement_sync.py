@@ -296,6 +296,25 @@ def test_an_adopted_provider_already_right_is_not_written(
     assert _first_report(conf, admin_context, placement) == before
 
 
+FPGA_DEVICE = inventory.row_uuid(HOST, 'PCI:0000:82:00.0')
+
+
+def _disabled_past(conf, admin_context, placement, meanwhile):  # noqa: F811
+    """Disable the FPGA device, its sync held on its way to Placement
+    while ``meanwhile()`` runs."""
+    rp = inventory.provider_uuid(FPGA)
+    with pf.held(conf, placement.url, 'PUT',
+                 f'/resource_providers/{rp}/inventories') as gate:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            disabling = pool.submit(device_status.set_status, conf,
+                                    admin_context, FPGA_DEVICE,
+                                    'maintaining')
+            assert gate.arrived.wait(30)
+            meanwhile()
+            gate.go.set()
+            assert disabling.result(30)['status'] == 'maintaining'
+
+
 def test_a_sync_overtaken_by_a_newer_one_does_not_write_its_old_state(
         conf, admin_context, reported, placement):  # noqa: F811
     """Disable, then enable at once: the disable's sync, held on its way
@@ -303,20 +322,13 @@ def test_a_sync_overtaken_by_a_newer_one_does_not_write_its_old_state(
     generation conflict; it used to re-read the generation and send its
     old body again, leaving the device reserved (out of the schedule)
     while the database said enabled, with the host marked synced."""
-    fpga_dev = inventory.row_uuid(HOST, 'PCI:0000:82:00.0')
-    rp = inventory.provider_uuid(FPGA)
-    with pf.held(conf, placement.url, 'PUT',
-               f'/resource_providers/{rp}/inventories') as gate:
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            disabling = pool.submit(device_status.set_status, conf,
-                                    admin_context, fpga_dev, 'maintaining')
-            assert gate.arrived.wait(30)
-            device_status.set_status(conf, admin_context, fpga_dev,
-                                     'enabled')
-            assert _inventory(placement, FPGA)['inventories']['FPGA'][
-                'reserved'] == 0
-            gate.go.set()
-            assert disabling.result(30)['status'] == 'maintaining'
+    def enable():
+        device_status.set_status(conf, admin_context, FPGA_DEVICE,
+                                 'enabled')
+        assert _inventory(placement, FPGA)['inventories']['FPGA'][
+            'reserved'] == 0
+
+    _disabled_past(conf, admin_context, placement, enable)
     assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
         == 0
     assert host_db.get(admin_context, HOST)['placement_synced']
@@ -353,19 +365,13 @@ def test_a_sync_older_than_a_change_whose_sync_failed_leaves_the_host_unsynced(
     right when it read the rows (the device out of the schedule), and
     used to record the host as synced: the reconcile then trusted it, and
     the enabled device stayed out of the schedule for good."""
-    fpga_dev = inventory.row_uuid(HOST, 'PCI:0000:82:00.0')
-    rp = inventory.provider_uuid(FPGA)
-    with pf.held(conf, placement.url, 'PUT',
-                 f'/resource_providers/{rp}/inventories') as gate:
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            disabling = pool.submit(device_status.set_status, conf,
-                                    admin_context, fpga_dev, 'maintaining')
-            assert gate.arrived.wait(30)
-            pf.placement_conf(conf, 'http://127.0.0.1:9')
-            device_status.set_status(conf, admin_context, fpga_dev,
-                                     'enabled')
-            gate.go.set()
-            disabling.result(30)
+    def enable_while_placement_is_away():
+        pf.placement_conf(conf, 'http://127.0.0.1:9')
+        device_status.set_status(conf, admin_context, FPGA_DEVICE,
+                                 'enabled')
+
+    _disabled_past(conf, admin_context, placement,
+                   enable_while_placement_is_away)
     assert _inventory(placement, FPGA)['inventories']['FPGA']['reserved'] \
         == 4
     assert not host_db.get(admin_context, HOST)['placement_synced']

@@ -74,17 +74,25 @@ def _reserved(url, rp_uuid):
         'reserved']
 
 
-def test_refused_detach_keeps_the_handle_until_reconciled(
-        pconf, db, placement_url, tmp_path):
+def _bound(pconf, db, placement_url, address):
+    """A pool of one handle at ``address`` on a new host, bound to a new
+    instance: (context, host, pool uuid, pool row, instance uuid)."""
     ctx = cyborg_context.get_admin_context()
     host, pool_uuid, pool = _pool_on_a_new_host(pconf, ctx, placement_url,
-                                                'gpu-7')
+                                                address)
     profile = seed.seed_profile(db, [{'resources:CUSTOM_REMOTE_GPU': '1'}])
     arq, = arq_binding.create(ctx, profile, 'p1')
     instance = str(uuidlib.uuid4())
     arq_binding.start_bind(pconf, ctx, {arq['uuid']: {
         'hostname': host, 'device_rp_uuid': pool.rp_uuid,
         'instance_uuid': instance}}).result(30)
+    return ctx, host, pool_uuid, pool, instance
+
+
+def test_refused_detach_keeps_the_handle_until_reconciled(
+        pconf, db, placement_url, tmp_path):
+    ctx, host, pool_uuid, pool, instance = _bound(pconf, db, placement_url,
+                                                  'gpu-7')
     assert fake.attached(str(tmp_path)) == {'gpu-7': {
         'hostname': host, 'instance_uuid': instance,
         'handle': pool_db.handles(ctx, [pool.id])[0].uuid}}
@@ -181,15 +189,8 @@ def test_a_sync_that_read_the_handles_first_does_not_undo_a_release(
     and synced between the two left the sync 'correcting' the inventory
     back to reserved: the free handle out of the schedule until the next
     reconcile.  The inventory (its generation) is read first now."""
-    ctx = cyborg_context.get_admin_context()
-    host, pool_uuid, pool = _pool_on_a_new_host(pconf, ctx, placement_url,
-                                                'gpu-8')
-    profile = seed.seed_profile(db, [{'resources:CUSTOM_REMOTE_GPU': '1'}])
-    arq, = arq_binding.create(ctx, profile, 'p1')
-    instance = str(uuidlib.uuid4())
-    arq_binding.start_bind(pconf, ctx, {arq['uuid']: {
-        'hostname': host, 'device_rp_uuid': pool.rp_uuid,
-        'instance_uuid': instance}}).result(30)
+    ctx, _host, _pool_uuid, pool, instance = _bound(pconf, db,
+                                                    placement_url, 'gpu-8')
     (tmp_path / fake.FAIL_DETACH).write_text('')
     arq_binding.delete(pconf, ctx, instance_uuid=instance)
     assert _reserved(placement_url, pool.rp_uuid) == 1
