@@ -243,6 +243,7 @@ def _bind(conf, context, job, rp_uuid, deadline):
         raise exception.BindFailed(
             reason=f'resource provider {rp_uuid}, which Placement offered, '
                    f'has no enabled device here')
+    arq_binding.check_health(target, rp_uuid)
     # agent_host: whose agent makes the mdev of an MDEV handle.
     job.update(hostname=target.hostname, device_rp_uuid=rp_uuid,
                deployable_id=target.deployable_id,
@@ -260,13 +261,25 @@ def _bind(conf, context, job, rp_uuid, deadline):
     arq_binding._notify_bound(conf, context, job, handle)
 
 
+def _taken_over(context, job):
+    """Whether the ARQ now belongs to another bind than the job's."""
+    bind_id = arq_db.bind_of(context, job['uuid'])
+    return bind_id is not None and bind_id != job['bind_id']
+
+
 def _undo(placement, context, job, claimed, error):
     """Release the claim and put the ARQ back as it was (if it is still
     ours: a delete or unbind meanwhile has its own way out).  A claim
     sent is released even where its answer was lost (``claimed`` None):
     Placement may have made it."""
     released = True
-    if claimed is not None or job.get('claim_sent'):
+    if _taken_over(context, job):
+        # Unbound meanwhile and allocated again: the consumer (the ARQ's
+        # uuid) holds the newer allocation's claim, not ours (which the
+        # unbind released).
+        LOG.info('Accelerator request %s is another allocation\'s now; '
+                 'its claim is left alone', job['uuid'])
+    elif claimed is not None or job.get('claim_sent'):
         try:
             placement.delete_allocations(job['uuid'])
         except exception.PlacementError as e:

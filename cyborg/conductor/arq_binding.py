@@ -522,9 +522,15 @@ def _check_target(targets, binding):
         raise exception.BindFailed(
             reason=f'the device of resource provider {rp_uuid} is in '
                    f'maintenance')
-    # Out of the schedule since Nova chose it (a fault between the
-    # scheduler's claim and the bind): the instance would get a broken
-    # device.
+    check_health(target, rp_uuid)
+    return target
+
+
+def check_health(target, rp_uuid):
+    """BindFailed when the target (a ``bind_targets`` row) is out of the
+    schedule for its health: a fault between the scheduler's claim (Nova's
+    or a standalone allocation's) and the bind; the consumer would get a
+    broken device."""
     health = states.worst(target.health, target.device_health)
     if health in states.OUT_OF_SCHEDULE:
         reason = (target.health_reason if health == target.health
@@ -532,7 +538,6 @@ def _check_target(targets, binding):
         raise exception.BindFailed(
             reason=f'the device of resource provider {rp_uuid} is '
                    f'{health}' + (f': {reason}' if reason else ''))
-    return target
 
 
 def _check_pool(pool, binding, group):
@@ -1109,12 +1114,20 @@ def unbind(conf, context, arq_uuids):
     rows = [r for r in arq_db.get_to_change(context, arq_uuids)
             if _visible(context, r)]
     _check_found(arq_uuids, {r.uuid for r in rows})
-    failed = _release_mdevs(conf, context, rows)
-    freed = [r for r in rows if r.uuid not in failed]
-    kept = remote_pools.detach_for_release(conf, context, freed)
-    release_allocations(conf, freed)
-    moved = db_api.write_retrying(context, _leave_all, context, freed,
-                                  states.UNBOUND, UNBIND_FROM, kept=kept)
+    for _round in range(DELETE_ROUNDS):
+        failed = _release_mdevs(conf, context, rows)
+        freed = [r for r in rows if r.uuid not in failed]
+        kept = remote_pools.detach_for_release(conf, context, freed)
+        release_allocations(conf, freed)
+        rows, moved = db_api.write_retrying(
+            context, _unbind_released, context, [r.uuid for r in rows],
+            freed, kept)
+        if moved is not None:
+            break
+    else:
+        raise exception.Conflict(
+            reason='the accelerator requests kept being bound while they '
+                   'were unbound; try again')
     remote_pools.resync(conf, context, kept)
     if failed:
         # Logged once committed: a retried or rolled back try says nothing.
@@ -1124,6 +1137,24 @@ def unbind(conf, context, arq_uuids):
                         arq_uuid, failed[arq_uuid])
     _notify_left(conf, context, notify.ARQ_UNBIND, freed, moved,
                  states.UNBOUND)
+
+
+def _unbind_released(context, arq_uuids, released, kept):
+    """Unbind the ARQs of ``released`` (as read before their releases) if
+    they hold what they held then: (rows, moved).  Where one holds
+    something not released (a standalone allocation, or a bind, ended
+    meanwhile: its claim, mdev or fabric handle), (rows, None), writing
+    nothing: the releases run again for what the rows hold now, as a
+    delete does (its claim was left in Placement for good)."""
+    arq_db.lock(context, arq_uuids)
+    rows = [r for r in arq_db.get_to_change(context, arq_uuids)
+            if _visible(context, r)]
+    names = {r.uuid for r in released}
+    now = [r for r in rows if r.uuid in names]
+    if _holdings(now) - _holdings(released):
+        return rows, None
+    return rows, _leave_all(context, now, states.UNBOUND, UNBIND_FROM,
+                            kept=kept)
 
 
 def _unbind_failed_in(context, failed):
@@ -1254,8 +1285,8 @@ def _delete_released(context, arq_uuids, instance_uuid, guard_holding,
 
 def _holdings(rows):
     """What ARQ ``rows`` hold that is released outside the database."""
-    return {(r.uuid, r.attach_handle_id, r.remote_handle_id, r.consumer_id)
-            for r in rows if _releases_outside(r)}
+    return {(r.uuid, r.attach_handle_id, r.remote_handle_id, r.consumer_id,
+             r.bind_id) for r in rows if _releases_outside(r)}
 
 
 # -- a conductor starting again -----------------------------------------------
@@ -1313,7 +1344,10 @@ def _fail_abandoned(conf, context, arq_uuids, reason):
     remote_pools.resync(conf, context, kept)
     # A standalone allocation: what it claimed in Placement goes with it
     # (its ARQ is BindFailed now).
-    released = [standalone[u] for u in failed if u in standalone]
+    # Not one allocated again since (unbound and claimed anew: the
+    # consumer, the ARQ's uuid, holds the newer claim).
+    released = [standalone[u] for u in failed if u in standalone and
+                arq_db.bind_of(context, u) in (None, standalone[u].bind_id)]
     try:
         release_allocations(conf, released)
     except exception.PlacementError as e:

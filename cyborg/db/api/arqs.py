@@ -97,6 +97,7 @@ VIEW = _COMMON + (_worse('health').label('device_health'),
 # device's host (the agent to ask: the ARQ's own ``hostname`` is the
 # compute node's name, which may differ).
 CHANGE = _COMMON + (_ARQ.c.attach_handle_id, _ARQ.c.remote_handle_id,
+                    _ARQ.c.bind_id,
                     _PROFILE.c.profile_json,
                     _DEPLOYABLE.c.uuid.label('deployable_uuid'),
                     _DEVICE.c.hostname.label('device_hostname'))
@@ -361,6 +362,13 @@ def _transition_statement(value_columns, where_shape):
     return sa.update(_ARQ).where(*conditions).values(
         state=sa.bindparam('t_to'), updated_at=sa.bindparam('t_now'),
         **{k: sa.bindparam('v_' + k) for k in value_columns})
+
+
+@reader
+def bind_of(context, uuid):
+    """The ARQ's ``bind_id`` (None: in no bind, or gone)."""
+    return _execute(context, select(_ARQ.c.bind_id).where(
+        _ARQ.c.uuid == uuid)).scalar()
 
 
 @reader

@@ -429,3 +429,82 @@ def test_a_name_placement_does_not_know_matches_nothing(aconf, db, ctx,
         arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
     row = _row(db, uuid)
     assert (row.state, row.consumer_id) == ('Initial', None)
+
+
+def test_a_stale_allocation_leaves_the_newer_one_s_claim(
+        aconf, db, ctx, trait, placement_url, monkeypatch):
+    """An allocation slow in binding (here: the ARQ unbound and allocated
+    again for another pod while it binds) found its ARQ taken and undid
+    its claim by deleting the consumer's allocations, the ARQ's uuid's:
+    the newer allocation's.  Its ARQ stayed Bound with nothing held in
+    Placement, which offered the unit again."""
+    device = _provide(aconf, db, trait)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    bind = arq_allocation._bind
+    calls = []
+
+    def unbound_and_allocated_again_first(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            arq_binding.unbind(aconf, ctx, [uuid])
+            arq_allocation.allocate(aconf, ctx, uuid, 'pod-2', 'k8s-pod')
+        return bind(*args, **kwargs)
+
+    monkeypatch.setattr(arq_allocation, '_bind',
+                        unbound_and_allocated_again_first)
+    with pytest.raises(exception.Conflict):
+        arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+    row = _row(db, uuid)
+    assert (row.state, row.consumer_id) == ('Bound', 'pod-2')
+    assert {rp: a['resources'] for rp, a in _held(
+        placement_url, uuid)['allocations'].items()} == {
+        device.rp_uuid: {'FPGA': 1}}
+    assert _usage(placement_url, device.rp_uuid) == 1
+
+
+def test_an_unbind_racing_an_allocation_releases_its_claim(
+        aconf, db, ctx, trait, placement_url, monkeypatch):
+    """An unbind that read its ARQ before an allocation ended (nothing to
+    release then) moved the newly Bound ARQ to Unbound, freeing its
+    handle, but left its Placement claim for good: nothing else releases
+    a standalone claim.  It releases what the ARQ holds now."""
+    device = _provide(aconf, db, trait)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    detach = arq_binding.remote_pools.detach_for_release
+    calls = []
+
+    def allocated_meanwhile(conf, context, rows):
+        calls.append(1)
+        if len(calls) == 1:
+            arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+        return detach(conf, context, rows)
+
+    monkeypatch.setattr(arq_binding.remote_pools, 'detach_for_release',
+                        allocated_meanwhile)
+    arq_binding.unbind(aconf, ctx, [uuid])
+    row = _row(db, uuid)
+    assert (row.state, row.consumer_id) == ('Unbound', None)
+    assert _held(placement_url, uuid)['allocations'] == {}
+    assert _usage(placement_url, device.rp_uuid) == 0
+    assert seed.handles_in_use(db) == 0
+
+
+def test_an_allocation_refuses_a_device_out_of_the_schedule(
+        aconf, db, ctx, trait, placement_url):
+    """A device that turned unhealthy after Placement offered it (its
+    provider not reserved yet): a pod would get a broken device.  Nova's
+    bind refuses it; a standalone allocation bound it."""
+    device = _provide(aconf, db, trait)
+    with db.begin() as c:
+        c.execute(sa.update(models.Deployable)
+                  .where(models.Deployable.id == device.deployable_id)
+                  .values(health='unhealthy', health_reason='XID 79'))
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    with pytest.raises(exception.BindFailed, match='is unhealthy: XID 79'):
+        arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+    assert _row(db, uuid).state == 'Initial'
+    assert _held(placement_url, uuid)['allocations'] == {}
+    assert seed.handles_in_use(db) == 0
