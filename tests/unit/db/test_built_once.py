@@ -16,8 +16,12 @@ def test_a_shape_is_built_once():
     assert arqs._transition_statement(*shape) is first
     other = arqs._transition_statement(('hostname',), ())
     assert other is not first
-    assert hosts._update_statement(('report_digest',), True) is \
-        hosts._update_statement(('report_digest',), True)
+    shape = (('report_digest',), True, True, False)
+    assert hosts._update_statement(*shape) is hosts._update_statement(*shape)
+    # Marking a host unsynced counts one more change: sync_serial + 1.
+    lagging = str(hosts._update_statement(('placement_synced',), False,
+                                          False, True))
+    assert 'sync_serial=(hosts.sync_serial + :sync_serial_1)' in lagging
 
 
 def test_null_or_equal_checks():
