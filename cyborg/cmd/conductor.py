@@ -34,12 +34,16 @@ def build_services(conf, metrics_of=metrics.CONDUCTOR):
                                  started_at)
     clock = periodics.AtStart(conf, 'check_clock',
                               'cyborg.conductor.clock:check', started_at)
-    # Stopped and waited for in the reverse order: the background binds
-    # last, once no call can start one any more.
+    # Stopped and waited for in the reverse order: the RPC server first,
+    # so no call is taken once the stop has begun (another conductor
+    # takes it); the periodic jobs, which need no broker, before it, so
+    # they run while the broker is away (the RPC server's start waits for
+    # it); the background binds last, once no call can start one any
+    # more.
     return [arq_binding.BackgroundBinds(), recovery, clock,
+            periodics.PeriodicRunner(conf),
             service.RPCService(conf, conductor_rpcapi.TOPIC, conf.host,
-                               endpoints),
-            periodics.PeriodicRunner(conf)]
+                               endpoints)]
 
 
 def serve_metrics(conf, only=metrics.CONDUCTOR):

@@ -15,6 +15,7 @@ table imports nothing and any module may add its row.
 
 import importlib
 import threading
+import time
 
 from oslo_log import log as logging
 
@@ -22,6 +23,9 @@ from cyborg.common import context as cyborg_context
 from cyborg.common import exception
 
 LOG = logging.getLogger(__name__)
+
+# Seconds a stopping conductor waits, in all, for periodic jobs running.
+STOP_WAIT = 2.0
 
 JOBS = (
     # Repair Placement drift and finish syncs a failed report left behind.
@@ -79,11 +83,22 @@ class PeriodicRunner:
             thread.start()
             self._threads.append(thread)
 
-    def stop(self, timeout=30):
-        """Ask every job to stop and wait for the running ones to end."""
+    def stop(self):
+        """Ask every job to stop (one running ends its run first)."""
         self._stop.set()
+
+    def wait(self, timeout=STOP_WAIT):
+        """Wait, ``timeout`` seconds at most in all, for running jobs to
+        end.  A job still running then (a re-send to a Nova that does not
+        answer, a long reconcile) is left to its daemon thread: every job
+        is safe to cut short and run again, and a stopping conductor has
+        others to wait for (its background binds)."""
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if any(thread.is_alive() for thread in self._threads):
+            LOG.info('Periodic jobs still running at stop are left to end '
+                     'with the process')
         self._threads = []
 
     def __str__(self):

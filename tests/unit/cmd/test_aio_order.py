@@ -37,6 +37,10 @@ def test_background_binds_drain_before_the_agent_and_placement_stop(
     assert at('embedded Placement') == 0
     assert at('RPC server cyborg-agent.') < at('background binds')
     assert at('background binds') < at('RPC server cyborg-conductor.')
+    # Stopped first, the conductor's RPC server takes no call once the
+    # stop began; started after them, it does not hold up the periodic
+    # jobs while the broker is away.
+    assert at('periodic jobs') < at('RPC server cyborg-conductor.')
     assert at('RPC server cyborg-conductor.') < at('inventory reporter')
     assert at('inventory reporter') < at('health monitor')
     assert at('API server') == len(order) - 1

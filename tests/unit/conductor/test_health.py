@@ -555,6 +555,7 @@ def test_periodic_runner_applies_the_health_timers(
             time.sleep(0.1)
     finally:
         runner.stop()
+        runner.wait()
 
 
 # -- hardware lost and back ---------------------------------------------------

@@ -179,6 +179,7 @@ def test_periodic_runner_runs_the_reconcile(
             time.sleep(0.2)
     finally:
         runner.stop()
+        runner.wait()
 
 
 def test_plain_maintenance_enables_without_asking_the_agent(
