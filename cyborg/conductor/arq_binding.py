@@ -695,7 +695,15 @@ def _run_batch(conf, context, batch_id, jobs, deadline, started=None,
     ``recorded``: the batch's events when they are known already (every
     bind ended in the PATCH's transaction), else None."""
     for job in jobs:
-        _resolve(conf, context, batch_id, job, deadline, started)
+        try:
+            _resolve(conf, context, batch_id, job, deadline, started)
+        except Exception:
+            # Recording the outcome failed (the database away longer than
+            # its retries): the ARQ stays BindStarted for fail_stuck; the
+            # batch's other ARQs and its events go on.
+            LOG.exception('Could not record how the bind of accelerator '
+                          'request %s ended; the stuck-bind check fails it '
+                          'after the bind timeout', job['uuid'])
     try:
         if recorded is not None:
             nova.deliver_recorded(conf, context, batch_id, recorded)

@@ -60,6 +60,15 @@ MICROVERSION = '2.82'
 USER_AGENT = 'cyborg-nova-client'
 # Immediate attempts per delivery; then the periodic takes over.
 _TRIES = 3
+# Events in one POST: about 160 bytes each, well under the 112 KiB Nova
+# takes in a request body by default (oslo.middleware's sizelimit).
+MAX_EVENTS_PER_POST = 200
+# What Nova's 404 says when none of the events' instances exists (the
+# events are then delivered: nobody waits for them); any other 404 is
+# not Nova's answer to them.
+_NO_INSTANCES = 'No instances found for any event'
+# Answers after which the events are kept and tried again later.
+_LATER = (404, 408, 413, 429)
 _FIRST_BACKOFF = 0.5
 # Longest wait between two periodic attempts of one batch.
 _MAX_POSTPONE = 300
@@ -220,15 +229,27 @@ def payload(events):
 
 
 def send(conf, events):
-    """POST the events; True when Nova has answered for good (accepted,
-    or told us the instances are gone), False to try again later."""
+    """POST the events, at most ``MAX_EVENTS_PER_POST`` in one request
+    (Nova refuses a body over its size limit, 413); True when Nova has
+    answered for good (accepted, or told us the instances are gone),
+    False to try again later."""
+    for start in range(0, len(events), MAX_EVENTS_PER_POST):
+        if not _send(conf, events[start:start + MAX_EVENTS_PER_POST]):
+            # Those delivered already are sent again with the rest: Nova
+            # ignores an event for a bind it no longer waits for.
+            return False
+    return True
+
+
+def _send(conf, events):
     body = payload(events)
     delay = _FIRST_BACKOFF
     for attempt in range(1, _TRIES + 1):
         try:
             response = _post(conf, body)
-        except (ks_exc.ConnectionError, ks_exc.EndpointNotFound,
-                ks_exc.DiscoveryFailure, socket.timeout) as e:
+        except (ks_exc.ClientException, socket.timeout) as e:
+            # Nova or Keystone unreachable, or Keystone refusing our
+            # credentials (its 401 is an HttpError): kept, tried again.
             LOG.warning('Nova unreachable sending %d event(s) (try %d): %s',
                         len(events), attempt, e)
         else:
@@ -260,7 +281,9 @@ def _post(conf, body):
         seconds = time.monotonic() - started
         metrics.CONDUCTOR_NOVA_SECONDS.observe(seconds)
         timing.add(timing.NOVA, seconds)
-    if response.status_code >= 500 or response.status_code in (401, 403):
+    if response.status_code >= 400 and not (
+            response.status_code == 404 and
+            _NO_INSTANCES in response.text):
         metrics.CONDUCTOR_NOVA_ERRORS.inc()
     return response
 
@@ -275,13 +298,19 @@ def _final(status, response, events):
         if odd:
             LOG.warning('Nova refused some accelerator events: %s', codes)
         return True
-    if status == 404:
+    if status == 404 and _NO_INSTANCES in response.text:
         LOG.info('Nova knows none of the instances of %d event(s)',
                  len(events))
         return True
     if status in (401, 403):
         # A configuration problem an operator can fix: keep the events.
         LOG.error('Nova refused our credentials (%s); events kept', status)
+        return False
+    if status in _LATER:
+        # Not Nova's word on the events: a wrong endpoint or a proxy's
+        # 404, a proxy's rate limit, a timeout.  Kept, tried again.
+        LOG.error('Nova answered %s to %d accelerator event(s), events '
+                  'kept: %s', status, len(events), response.text[:500])
         return False
     LOG.error('Nova rejected %d accelerator event(s) with %s: %s',
               len(events), status, response.text[:500])

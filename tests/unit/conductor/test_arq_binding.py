@@ -674,3 +674,47 @@ def test_writes_too_late_for_their_caller_are_rolled_back(aconf, db, ctx,
         ctx.to_dict(), answer_by=time.time() + 20)
     assert arq_binding.delete(aconf, in_time, [uuid]) == []
     assert seed.arq_rows(db) == {}
+
+
+def test_a_bind_whose_outcome_cannot_be_recorded_leaves_the_rest_going(
+        aconf, db, ctx, device, fake_nova, monkeypatch):
+    """The background work of one PATCH: the first ARQ's failure could not
+    be written (the database away longer than the retries).  That error
+    left the loop: the other ARQs were never bound, the batch's events
+    never sent, and nothing logged (the future's exception was never
+    read)."""
+    from oslo_db import exception as db_exc
+
+    first, second = _create(db, ctx, [{'resources:FPGA': '2'}])
+    instance = str(uuidlib.uuid4())
+    jobs = arq_binding._validate(aconf, ctx, {
+        first: _binding(device, instance),
+        second: _binding(device, instance)}, allocations=False)
+    with db.begin() as c:
+        c.execute(sa.update(models.ExtARQ).where(
+            models.ExtARQ.uuid.in_([first, second])).values(
+            state='BindStarted', deployable_id=device.deployable_id,
+            instance_uuid=instance, hostname=device.hostname,
+            device_rp_uuid=device.rp_uuid, bind_id='b1'))
+    for job in jobs:
+        job['bind_id'] = 'b1'
+    bind_one, fail = arq_binding._bind_one, arq_binding._fail
+
+    def first_one_breaks(conf, context, batch_id, job, *args, **kwargs):
+        if job['uuid'] == first:
+            raise RuntimeError('the agent went away')
+        return bind_one(conf, context, batch_id, job, *args, **kwargs)
+
+    def database_away(conf, context, batch_id, arq_uuid, *args, **kwargs):
+        if arq_uuid == first:
+            raise db_exc.DBConnectionError('database away')
+        return fail(conf, context, batch_id, arq_uuid, *args, **kwargs)
+
+    monkeypatch.setattr(arq_binding, '_bind_one', first_one_breaks)
+    monkeypatch.setattr(arq_binding, '_fail', database_away)
+    deadline = timeutils.utcnow() + datetime.timedelta(minutes=1)
+    arq_binding._run_batch(aconf, ctx, 'b1', jobs, deadline)
+    assert _state(db, first).state == 'BindStarted'
+    assert _state(db, second).state == 'Bound'
+    assert [(e['tag'], e['status']) for e in fake_nova.events] == [
+        (second, 'completed')]

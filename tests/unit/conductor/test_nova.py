@@ -10,6 +10,7 @@ import uuid as uuidlib
 
 import pytest
 import sqlalchemy as sa
+from keystoneauth1 import loading as ks_loading
 from oslo_utils import timeutils
 
 from cyborg.conductor import nova
@@ -293,3 +294,69 @@ def test_restarted_conductor_resends_its_own_events_at_once(
         e[1] for e in before)
     assert {r.arq_uuid for r in _pending(db)} == {theirs[0][1], since[0][1]}
     assert {r.owner for r in _pending(db)} == {'conductor-a', 'conductor-b'}
+
+
+def test_only_nova_s_own_404_drops_the_events(nconf, db, admin_context,
+                                              fake_nova):
+    """Nova answers 404 "No instances found for any event" when none of
+    the instances exists: nobody waits, the events are done.  Any other
+    404 (an endpoint missing its /v2.1, a proxy's) was taken for that
+    answer and the events dropped for good; they are kept now."""
+    fake_nova.statuses = [(404, {}, {'itemNotFound': {
+        'code': 404, 'message': 'The resource could not be found.'}})]
+    batch, events = _record(nconf, admin_context, db=db)
+    assert not nova.deliver_batch(nconf, admin_context, batch)
+    assert len(_pending(db)) == 2
+    fake_nova.statuses = [(404, {}, {'itemNotFound': {
+        'code': 404, 'message': 'No instances found for any event'}})]
+    assert nova.deliver_batch(nconf, admin_context, batch)
+    assert _pending(db) == []
+
+
+@pytest.mark.parametrize('status', [408, 413, 429])
+def test_a_refusal_to_try_later_keeps_the_events(nconf, db, admin_context,
+                                                 fake_nova, status):
+    fake_nova.statuses = [(status, {}, {'error': 'later'})]
+    batch, _ = _record(nconf, admin_context, db=db, count=1)
+    assert not nova.deliver_batch(nconf, admin_context, batch)
+    assert len(_pending(db)) == 1
+
+
+def test_a_large_batch_goes_in_requests_nova_takes(nconf, db, admin_context,
+                                                   fake_nova):
+    """A restarted conductor fails up to a thousand binds it left in one
+    batch: one POST of them all was over Nova's body size limit (a 413,
+    and every event dropped)."""
+    count = nova.MAX_EVENTS_PER_POST + 5
+    batch, events = _record(nconf, admin_context, db=db, count=count)
+    assert nova.deliver_batch(nconf, admin_context, batch)
+    assert [len(p.json()['events']) for p in fake_nova.event_posts()] == [
+        nova.MAX_EVENTS_PER_POST, 5]
+    assert len(fake_nova.events) == count
+    assert _pending(db) == []
+
+
+def test_keystone_refusing_our_credentials_keeps_the_events(
+        conf, db, admin_context):
+    """Keystone answers 401 to the [nova] credentials (a wrong password):
+    keystoneauth raises an HttpError, which escaped the send (a traceback,
+    the batch neither postponed nor counted)."""
+    keystone = recording_http.RecordingServer(lambda request: (
+        401, {}, {'error': {'code': 401, 'title': 'Unauthorized',
+                            'message': 'The request you have made requires '
+                                       'authentication.'}}))
+    with keystone:
+        conf.register_opts(
+            ks_loading.get_auth_plugin_conf_options('v3password'),
+            group='nova')
+        conf.set_override('auth_type', 'v3password', group='nova')
+        conf.set_override('auth_url', keystone.url + '/v3', group='nova')
+        conf.set_override('username', 'cyborg', group='nova')
+        conf.set_override('password', 'wrong', group='nova')
+        conf.set_override('user_domain_name', 'Default', group='nova')
+        conf.set_override('project_name', 'service', group='nova')
+        conf.set_override('project_domain_name', 'Default', group='nova')
+        batch, _ = _record(conf, admin_context, db=db, count=1)
+        assert not nova.deliver_batch(conf, admin_context, batch)
+    rows = _pending(db)
+    assert len(rows) == 1 and rows[0].attempts == 1
