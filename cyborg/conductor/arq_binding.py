@@ -941,14 +941,15 @@ def _due(conf, deadline):
 
 
 def _fail(conf, context, batch_id, arq_uuid, reason, deadline, job=None,
-          kept=()):
+          kept=(), bind_id=None):
     """Move the ARQ from BindStarted to BindFailed, record its event and
     notify; False when it had already left BindStarted (or, for a
-    ``job``'s bind, is another bind's now).  ``kept``: remote handles whose
-    detach failed (kept out of use)."""
+    ``job``'s bind or ``bind_id``, is another bind's now).  ``kept``:
+    remote handles whose detach failed (kept out of use)."""
+    if job is not None:
+        bind_id = job.get('bind_id')
     row = db_api.write_retrying(context, _fail_in, conf, context, batch_id,
-                                arq_uuid, reason, deadline, kept,
-                                job.get('bind_id') if job else None)
+                                arq_uuid, reason, deadline, kept, bind_id)
     if row is None:
         LOG.info('Accelerator request %s left BindStarted before its '
                  'failure could be recorded: %s', arq_uuid, reason)
@@ -1332,23 +1333,28 @@ def fail_stuck(conf, context):
     return len(stuck)
 
 
-def _fail_abandoned(conf, context, arq_uuids, reason):
+def _fail_abandoned(conf, context, abandoned, reason):
     """Fail binds nobody carries on any more (BindStarted ARQs of a dead
     conductor), undoing what the bind may already have done outside the
-    database, and tell Nova; returns how many were failed."""
-    if not arq_uuids:
+    database, and tell Nova; returns how many were failed.
+    ``abandoned``: {ARQ uuid: the bind it was found in}: an ARQ that has
+    left that bind since (it ended, or was unbound and bound again) is
+    left alone, its remote handle not detached."""
+    if not abandoned:
         return 0
     batch_id = str(uuidlib.uuid4())
-    rows = arq_db.get_to_change(context, arq_uuids)
+    rows = [r for r in arq_db.get_to_change(context, list(abandoned))
+            if r.state == states.BIND_STARTED and
+            r.bind_id == abandoned[r.uuid]]
     # A remote handle the dead conductor may have attached is detached
     # before it is freed.
     kept = remote_pools.detach_for_release(conf, context, rows)
     standalone = {r.uuid: r for r in rows if r.consumer_id}
     failed = []
-    for arq_uuid in arq_uuids:
-        if _fail(conf, context, batch_id, arq_uuid, reason,
-                 timeutils.utcnow(), kept=kept):
-            failed.append(arq_uuid)
+    for row in rows:
+        if _fail(conf, context, batch_id, row.uuid, reason,
+                 timeutils.utcnow(), kept=kept, bind_id=row.bind_id):
+            failed.append(row.uuid)
     remote_pools.resync(conf, context, kept)
     # A standalone allocation: what it claimed in Placement goes with it
     # (its ARQ is BindFailed now).

@@ -289,22 +289,24 @@ def holding(context, deployable_ids):
 
 @reader
 def stuck(context, started_before, limit=100):
-    """Uuids of ARQs in BindStarted since before ``started_before``."""
-    return list(_execute(context, select(_ARQ.c.uuid)
+    """``{uuid: bind_id}`` of ARQs in BindStarted since before
+    ``started_before``: the bind each is stuck in, so that what is done
+    to it is done to that bind only."""
+    return dict(_execute(context, select(_ARQ.c.uuid, _ARQ.c.bind_id)
                          .where(_ARQ.c.state == states.BIND_STARTED,
                                 _ARQ.c.bind_started_at < started_before)
-                         .order_by(_ARQ.c.id).limit(limit)).scalars())
+                         .order_by(_ARQ.c.id).limit(limit)).all())
 
 
 @reader
 def owned_binding(context, owner, started_before, limit=1000):
-    """Uuids of ARQs in BindStarted whose bind conductor ``owner``
-    started before ``started_before``."""
-    return list(_execute(context, select(_ARQ.c.uuid)
+    """``{uuid: bind_id}`` of ARQs in BindStarted whose bind conductor
+    ``owner`` started before ``started_before``."""
+    return dict(_execute(context, select(_ARQ.c.uuid, _ARQ.c.bind_id)
                          .where(_ARQ.c.bind_owner == owner,
                                 _ARQ.c.state == states.BIND_STARTED,
                                 _ARQ.c.bind_started_at < started_before)
-                         .order_by(_ARQ.c.id).limit(limit)).scalars())
+                         .order_by(_ARQ.c.id).limit(limit)).all())
 
 
 @reader

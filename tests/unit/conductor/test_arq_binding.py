@@ -718,3 +718,25 @@ def test_a_bind_whose_outcome_cannot_be_recorded_leaves_the_rest_going(
     assert _state(db, second).state == 'Bound'
     assert [(e['tag'], e['status']) for e in fake_nova.events] == [
         (second, 'completed')]
+
+
+def test_a_stuck_bind_is_failed_only_while_the_arq_is_still_in_it(
+        aconf, db, ctx, device, fake_nova):
+    """The stuck-bind check (and a restarted conductor's) read the ARQs,
+    then failed them: one unbound and bound again in between, a new bind
+    well under way, was failed for the old one (and its remote handle
+    detached).  What is failed is the bind found stuck."""
+    uuid, = _create(db, ctx)
+    with db.begin() as c:
+        c.execute(sa.update(models.ExtARQ).where(
+            models.ExtARQ.uuid == uuid).values(
+            state='BindStarted', deployable_id=device.deployable_id,
+            instance_uuid=str(uuidlib.uuid4()), hostname=device.hostname,
+            device_rp_uuid=device.rp_uuid, bind_id='the-new-bind'))
+    assert arq_binding._fail_abandoned(aconf, ctx, {uuid: 'the-old-bind'},
+                                       'stuck') == 0
+    assert _state(db, uuid).state == 'BindStarted'
+    assert fake_nova.events == []
+    assert arq_binding._fail_abandoned(aconf, ctx, {uuid: 'the-new-bind'},
+                                       'stuck') == 1
+    assert _state(db, uuid).state == 'BindFailed'
