@@ -74,7 +74,9 @@ def request_query(group, compute_rp_uuid=None):
 
     ``resources:<RC>`` gives the resource class; ``trait:<T>: required``
     and ``forbidden`` become the group's required traits and ``!T``;
-    ``compute_rp_uuid`` keeps the candidates in that host's tree.
+    ``compute_rp_uuid`` keeps the candidates in that host's tree.  Remote
+    pools' sharing providers are left out: what they offer is bound to an
+    instance's host, which a standalone allocation has not.
     """
     classes = sorted(profile_objects.resource_amounts(group))
     if len(classes) != 1:
@@ -84,7 +86,7 @@ def request_query(group, compute_rp_uuid=None):
                    'offers one); this group asks for %s'
                    % (', '.join(classes) or 'none'))
     required = {OWNER_TRAIT}
-    forbidden = set()
+    forbidden = {states.SHARES_VIA_AGGREGATE}
     for key, value in group.items():
         if key.startswith('trait:'):
             trait = key.split(':', 1)[1]

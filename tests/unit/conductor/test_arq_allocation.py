@@ -89,7 +89,8 @@ def test_request_query_has_one_unit_and_the_group_s_traits():
         compute_rp_uuid='c0ffee')
     sfx = arq_allocation.SUFFIX
     assert query == {'resources' + sfx: 'FPGA:1',
-                     'required' + sfx: 'CUSTOM_A,OWNER_CYBORG,!CUSTOM_B',
+                     'required' + sfx: 'CUSTOM_A,OWNER_CYBORG,!CUSTOM_B,'
+                                       '!MISC_SHARES_VIA_AGGREGATE',
                      'in_tree' + sfx: 'c0ffee',
                      'limit': arq_allocation.CANDIDATES}
 
@@ -508,3 +509,32 @@ def test_an_allocation_refuses_a_device_out_of_the_schedule(
     assert _row(db, uuid).state == 'Initial'
     assert _held(placement_url, uuid)['allocations'] == {}
     assert seed.handles_in_use(db) == 0
+
+
+def test_a_remote_pool_is_no_candidate(aconf, db, ctx, trait,
+                                       placement_url):
+    """A remote pool's sharing provider (an aggregate's, OWNER_CYBORG, of
+    the same class) was a candidate: claimed, then refused as "no enabled
+    device here" (400), no other candidate tried.  It is not asked for:
+    with no device free, the answer is that none is (409)."""
+    device = _provide(aconf, db, trait, total=1)
+    other, = _arqs(db, ctx, {'resources:FPGA': '1',
+                             'trait:' + trait: 'required'})
+    arq_allocation.allocate(aconf, ctx, other, 'pod-0', 'k8s-pod')
+    placement = placement_client.get_client(aconf)
+    pool = str(uuidlib.uuid4())
+    placement.create_provider(pool, 'remote_pool_' + pool[:8], None)
+    placement.set_inventories(pool, {'FPGA': {'total': 1, 'max_unit': 1}})
+    placement.ensure_traits([trait])
+    placement.set_traits(pool, {trait, 'OWNER_CYBORG',
+                                'MISC_SHARES_VIA_AGGREGATE'})
+    aggregate = str(uuidlib.uuid4())
+    placement.set_aggregates(pool, {aggregate})
+    compute = placement.get_provider_by_name(device.hostname)['uuid']
+    placement.set_aggregates(compute, {aggregate})
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    with pytest.raises(exception.NoCandidate):
+        arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+    assert _held(placement_url, uuid)['allocations'] == {}
+    assert _row(db, uuid).state == 'Initial'
