@@ -383,6 +383,8 @@ class NovaEvent(Base):
     __table_args__ = (
         sa.Index('nova_events_next_attempt_at_idx', 'next_attempt_at'),
         sa.Index('nova_events_owner_idx', 'owner'),
+        # Each batch is read, claimed, postponed and forgotten by its id.
+        sa.Index('nova_events_batch_id_idx', 'batch_id'),
     )
 
     # Events of one PATCH share a batch and reach Nova in one request.

@@ -57,3 +57,21 @@ def test_one_head_only():
     config = migration._config('sqlite://')
     heads = script.ScriptDirectory.from_config(config).get_heads()
     assert len(heads) == 1, 'alembic branches must be merged: %s' % heads
+
+
+def test_a_batch_of_nova_events_is_found_by_its_index():
+    """Each batch of Nova events is read, claimed, postponed and forgotten
+    by its id; MariaDB scanned (and, for the UPDATE and DELETE, locked)
+    every row of the table for it, waiting on every bind recording its
+    own event meanwhile."""
+    with databases.throwaway_database('mysql') as url:
+        databases.create_schema(url)
+        engine = sa.create_engine(url)
+        try:
+            with engine.connect() as c:
+                plan = c.execute(sa.text(
+                    "EXPLAIN DELETE FROM nova_events WHERE batch_id = 'b'")
+                ).mappings().first()
+        finally:
+            engine.dispose()
+    assert plan['key'] == 'nova_events_batch_id_idx', dict(plan)
