@@ -50,15 +50,13 @@ from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import hosts as host_db
 from cyborg.objects import device_profiles as profile_objects
 from cyborg.placement import client as placement_client
+from cyborg.placement import provider_tree
 
 LOG = logging.getLogger(__name__)
 
 # The request group's suffix in Placement's query (1.33: any string of up
 # to 64 of [a-zA-Z0-9_-]), named as Nova names a profile group's.
 SUFFIX = '_device_profile'
-# Every provider cyborg reports carries this trait: an allocation never
-# lands on a provider some other service made.
-OWNER_TRAIT = 'OWNER_CYBORG'
 # Candidates asked for at a time, claims tried in all, rounds of asking.
 CANDIDATES = 5
 MAX_CLAIMS = 10
@@ -85,7 +83,9 @@ def request_query(group, compute_rp_uuid=None):
                    'for exactly one resource class (one device provider '
                    'offers one); this group asks for %s'
                    % (', '.join(classes) or 'none'))
-    required = {OWNER_TRAIT}
+    # Every provider cyborg reports carries it: an allocation never lands
+    # on a provider some other service made.
+    required = {provider_tree.OWNER_TRAIT}
     forbidden = {states.SHARES_VIA_AGGREGATE}
     for key, value in group.items():
         if key.startswith('trait:'):
