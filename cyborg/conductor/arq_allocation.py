@@ -76,7 +76,10 @@ def request_query(group, compute_rp_uuid=None):
     pools' sharing providers are left out: what they offer is bound to an
     instance's host, which a standalone allocation has not.
     """
-    classes = sorted(profile_objects.resource_amounts(group))
+    # A class asked for 0 times is not asked for (as quotas count it).
+    classes = sorted(rc for rc, amount in
+                     profile_objects.resource_amounts(group).items()
+                     if amount > 0)
     if len(classes) != 1:
         raise exception.Invalid(
             reason='standalone allocation needs a profile group that asks '

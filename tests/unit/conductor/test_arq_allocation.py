@@ -95,6 +95,14 @@ def test_request_query_has_one_unit_and_the_group_s_traits():
                      'limit': arq_allocation.CANDIDATES}
 
 
+def test_request_query_leaves_out_a_class_asked_for_zero_times():
+    """As quotas and the profile's size count it: a group naming a class
+    with amount 0 besides its one class was refused (two classes)."""
+    query = arq_allocation.request_query(
+        {'resources:FPGA': '1', 'resources:CUSTOM_X': '0'})
+    assert query['resources' + arq_allocation.SUFFIX] == 'FPGA:1'
+
+
 @pytest.mark.parametrize('group, message', [
     ({'resources:FPGA': '1', 'resources:CUSTOM_X': '1'},
      'exactly one resource class'),
