@@ -207,12 +207,22 @@ def resend_due(conf, context):
     now = timeutils.utcnow()
     for batch_id in event_db.due_batches(context, now):
         # Claiming pushes the due time forward so that another
-        # conductor's periodic does not send the same batch now.
+        # conductor's periodic does not send the same batch meanwhile: by
+        # as long as a delivery may take, or a slow Nova gets it twice.
         claimed = db_api.write_retrying(
             context, event_db.claim_batch, context, batch_id, now,
-            _next_attempt(conf, 0))
+            max(_next_attempt(conf, 0), now + datetime.timedelta(
+                seconds=delivery_time(conf))))
         if claimed:
             deliver_batch(conf, context, batch_id)
+
+
+def delivery_time(conf):
+    """The longest one delivery of a batch's request may take: its tries,
+    each within ``[nova]timeout``, and the pauses between them."""
+    timeout = conf.nova.timeout or 0
+    pauses = sum(_FIRST_BACKOFF * 2 ** n for n in range(_TRIES - 1))
+    return _TRIES * timeout + pauses
 
 
 def _next_attempt(conf, attempts):

@@ -360,3 +360,27 @@ def test_keystone_refusing_our_credentials_keeps_the_events(
         assert not nova.deliver_batch(conf, admin_context, batch)
     rows = _pending(db)
     assert len(rows) == 1 and rows[0].attempts == 1
+
+
+def test_a_slow_delivery_is_not_sent_again_by_another_periodic(
+        nconf, db, admin_context, fake_nova):
+    """A periodic re-send claims a due batch by pushing its next attempt
+    forward: by the retry interval only, shorter than a delivery to a
+    slow Nova may take, so another conductor's periodic (here: the next
+    run) sent the same batch again while the first still waited."""
+    nconf.set_override('timeout', 3, group='nova')
+    batch, _ = _record(nconf, admin_context, db=db, count=1,
+                       due_at=timeutils.utcnow())
+    fake_nova.delay = 2
+    first = threading.Thread(target=nova.resend_due,
+                             args=(nconf, admin_context))
+    first.start()
+    try:
+        fake_nova.wait_for(lambda requests: len(requests) >= 1)
+        time.sleep(1.3)     # past the 1 s retry interval
+        nova.resend_due(nconf, admin_context)
+    finally:
+        fake_nova.release()
+        first.join(30)
+    assert len(fake_nova.event_posts()) == 1
+    assert _pending(db) == []
