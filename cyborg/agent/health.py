@@ -87,11 +87,13 @@ def signature(reading):
 
 
 def news(reading, before):
-    """Whether ``reading`` is to be sent as a change: an event that is not
-    harmless, or a signature not among ``before`` (those of the previous
-    check's readings of its key)."""
-    return ((reading.event and not reading.harmless) or
-            signature(reading) not in before)
+    """Whether ``reading`` is to be sent as a change, ``before`` being the
+    previous check's readings of its key: an event that is not harmless
+    (unless it is one of those, kept while its card is programmed), or a
+    signature none of them has."""
+    if reading.event and not reading.harmless:
+        return not any(r is reading for r in before)
+    return signature(reading) not in {signature(r) for r in before}
 
 
 class _BackoffLog:
@@ -269,7 +271,7 @@ class HealthMonitor:
         for reading in readings:
             fresh[reading_key(reading)].append(reading)
         for key, found in fresh.items():
-            before = {signature(r) for r in previous.get(key, ())}
+            before = previous.get(key, ())
             for reading in found:
                 metrics.AGENT_HEALTH_READINGS.labels(reading.severity).inc()
                 if news(reading, before):

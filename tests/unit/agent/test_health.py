@@ -849,3 +849,23 @@ def test_stop_returns_promptly_while_the_conductor_hangs(conf, watched):
     monitor.stop()
     assert time.monotonic() - started < 2
     hanging.release.set()
+
+
+def test_an_event_kept_while_its_card_is_programmed_goes_once(
+        conf, conductor, watched):
+    """A card's readings are kept, as they were, while it is programmed:
+    an event among them (an XID the check before read) was sent again at
+    every check of the programming, each one more fault."""
+    _reporter, monitor = _agent(conf, watched)
+    monitor.check_once()
+    assert monitor.send_once()
+    watched.faults[KEY_A] = _fault(KEY_A, event=True)
+    monitor.check_once()
+    assert monitor.send_once()
+    assert conductor.readings() == [(KEY_A, 'fatal', 'test')]
+    reports = len(conductor.health_reports)
+    with monitor.programming.alone(GPU_A):
+        for _ in range(3):
+            monitor.check_once()
+            assert monitor.send_once()
+    assert len(conductor.health_reports) == reports
