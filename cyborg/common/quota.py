@@ -121,6 +121,14 @@ class Limits:
         """The resources Keystone holds a limit of for this project."""
         return set(self.registered) | set(self.project)
 
+    def required_by_name(self):
+        """The resources the strategy names as required (limit 0 unless
+        Keystone holds one): the listed ones under ``require``.  (Under
+        ``ignore`` every resource but the listed is required: no list.)"""
+        if not self.enforced or self.strategy != quota_conf.REQUIRE:
+            return set()
+        return set(self.listed)
+
     def check(self, used, deltas):
         """Raise QuotaExceeded when adding ``deltas`` to ``used`` takes any
         resource of ``deltas`` over its limit (every one over is named)."""

@@ -2,10 +2,13 @@ from cyborg.common import quota
 
 
 def show(project_id, limits, used):
-    """A project's quota: each resource Keystone limits or the project
-    uses, with its limit (-1 for none) and its usage."""
-    names = limits.names() | {name for name, value in used.items()
-                              if value} | {quota.ARQS}
+    """A project's quota: each resource Keystone limits, the strategy
+    limits to 0 by name (``[quota]unified_limits_resource_list`` under
+    ``require``), or the project uses, with its limit (-1 for none) and
+    its usage."""
+    names = (limits.names() | limits.required_by_name() |
+             {name for name, value in used.items() if value} |
+             {quota.ARQS})
     resources = {}
     for name in sorted(names):
         limit = limits.limit(name)
