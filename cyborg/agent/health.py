@@ -145,7 +145,6 @@ class HealthMonitor:
         # Owned by the monitor thread (or the caller of the *_once methods
         # when the thread is not running).
         self._current = {}       # key -> [Reading] of the last check
-        self._sent = {}          # key -> signature the conductor last got
         self._pending = []       # Readings not yet sent, oldest first
         self._full_wanted = True
         self._watched = set()    # device keys that have metric labels
@@ -314,8 +313,6 @@ class HealthMonitor:
                 except KeyError:
                     pass
         self._watched &= present
-        self._sent = {k: v for k, v in self._sent.items()
-                      if k[0] in present}
         self._current = {k: v for k, v in self._current.items()
                          if k[0] in present}
 
@@ -412,7 +409,7 @@ class HealthMonitor:
         when nothing was left to send or the conductor took it; False when
         it failed (everything is kept for the next try).
         """
-        if self._full_wanted and self._pending and self._sent:
+        if self._full_wanted and self._pending and self.reports_sent:
             if not self._send(list(self._pending), full=False):
                 return False
         if self._full_wanted:
@@ -439,8 +436,6 @@ class HealthMonitor:
             return True
         self._log.succeeded('conductor', 'Health reports of %s reach the '
                             'conductor again', self.host)
-        for reading in readings:
-            self._sent[reading_key(reading)] = signature(reading)
         self._pending = []
         if full:
             self._full_wanted = False

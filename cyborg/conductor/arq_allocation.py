@@ -266,19 +266,13 @@ def _bind(conf, context, job, rp_uuid, deadline):
     arq_binding._notify_bound(conf, context, job, handle)
 
 
-def _taken_over(context, job):
-    """Whether the ARQ now belongs to another bind than the job's."""
-    bind_id = arq_db.bind_of(context, job['uuid'])
-    return bind_id is not None and bind_id != job['bind_id']
-
-
 def _undo(placement, context, job, claimed, error):
     """Release the claim and put the ARQ back as it was (if it is still
     ours: a delete or unbind meanwhile has its own way out).  A claim
     sent is released even where its answer was lost (``claimed`` None):
     Placement may have made it."""
     released = True
-    if _taken_over(context, job):
+    if arq_binding.in_another_bind(context, job['uuid'], job['bind_id']):
         # Unbound meanwhile and allocated again: the consumer (the ARQ's
         # uuid) holds the newer allocation's claim, not ours (which the
         # unbind released).

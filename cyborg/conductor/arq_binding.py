@@ -809,6 +809,13 @@ def _bind_one(conf, context, batch_id, job, deadline, quick=False):
     return handle
 
 
+def in_another_bind(context, arq_uuid, bind_id):
+    """Whether the ARQ is now in another bind than ``bind_id`` (unbound
+    and bound, or allocated, again); not when it is in none, or gone."""
+    now = arq_db.bind_of(context, arq_uuid)
+    return now is not None and now != bind_id
+
+
 def _held_by_another(context, job, handle_id, remote=False):
     """Whether another bind than the job's holds the handle now."""
     holder = arq_db.handle_holder(context, handle_id, remote=remote)
@@ -1361,7 +1368,7 @@ def _fail_abandoned(conf, context, abandoned, reason):
     # Not one allocated again since (unbound and claimed anew: the
     # consumer, the ARQ's uuid, holds the newer claim).
     released = [standalone[u] for u in failed if u in standalone and
-                arq_db.bind_of(context, u) in (None, standalone[u].bind_id)]
+                not in_another_bind(context, u, standalone[u].bind_id)]
     try:
         release_allocations(conf, released)
     except exception.PlacementError as e:

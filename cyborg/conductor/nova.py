@@ -291,9 +291,7 @@ def _post(conf, body):
         seconds = time.monotonic() - started
         metrics.CONDUCTOR_NOVA_SECONDS.observe(seconds)
         timing.add(timing.NOVA, seconds)
-    if response.status_code >= 400 and not (
-            response.status_code == 404 and
-            _NO_INSTANCES in response.text):
+    if response.status_code >= 400 and not _instances_gone(response):
         metrics.CONDUCTOR_NOVA_ERRORS.inc()
     return response
 
@@ -308,7 +306,7 @@ def _final(status, response, events):
         if odd:
             LOG.warning('Nova refused some accelerator events: %s', codes)
         return True
-    if status == 404 and _NO_INSTANCES in response.text:
+    if _instances_gone(response):
         LOG.info('Nova knows none of the instances of %d event(s)',
                  len(events))
         return True
@@ -325,6 +323,12 @@ def _final(status, response, events):
     LOG.error('Nova rejected %d accelerator event(s) with %s: %s',
               len(events), status, response.text[:500])
     return True
+
+
+def _instances_gone(response):
+    """Whether Nova answered that none of the events' instances exists
+    (its own 404, not a route's or a proxy's)."""
+    return response.status_code == 404 and _NO_INSTANCES in response.text
 
 
 def _events_of(response):

@@ -227,10 +227,8 @@ class PCIHealth(base.HealthReporting):
         found.extend(self._aer_readings(device, aer_files, counters))
         return found
 
-    def _note_driver(self, address, driver_link=None):
+    def _note_driver(self, address, driver_link):
         """Note the function's driver; True when it has one."""
-        if driver_link is None:
-            driver_link = self._paths(address)[1]
         driver = _driver_name(driver_link)
         if driver is not None and driver not in PASSTHROUGH_STUBS:
             self._pci_health_state()['bound'].add(address)
