@@ -2,7 +2,8 @@
 allocation ``ResourceSlice`` objects (``resource_slices``) and Slurm's
 ``gres.conf`` (``gres_conf``).  Pure functions from the HostInventory
 data of ``cyborg.objects.exports`` to documents; the API serves them at
-microversion 2.9 (doc/source/exports.rst)."""
+microversion 2.9 (doc/source/exports.rst).  Both offer only units no
+consumer holds (``free_units``)."""
 
 import re
 
@@ -30,9 +31,24 @@ def exported(deployable):
 
 
 def units(deployable):
-    """The allocatable units of a deployable: its attach handles, or, for
-    a deployable without any (a MIG instance), ``num_accelerators`` units
-    of its own (None stands for "the deployable itself")."""
+    """Every allocatable unit of a deployable, free or held: its attach
+    handles, or, for a deployable without any (a MIG instance),
+    ``num_accelerators`` units of its own (None stands for "the
+    deployable itself")."""
     if deployable.handles:
         return list(deployable.handles)
     return [None] * max(deployable.num_accelerators, 0)
+
+
+def held(unit):
+    """Whether a consumer holds a unit of ``units()``: a handle bound to a
+    Nova instance or allocated to a standalone consumer (a pod, a job)
+    is cyborg's to give back, not another scheduler's to give again.  A
+    deployable's own units (None) are never seen held: cyborg keeps no
+    per-unit record of them."""
+    return unit is not None and unit.in_use
+
+
+def free_units(deployable):
+    """The units of a deployable another scheduler may hand out."""
+    return [unit for unit in units(deployable) if not held(unit)]

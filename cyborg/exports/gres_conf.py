@@ -9,13 +9,15 @@ One line per deployable offered to schedulers::
 (the vGPU or MIG type where there is one).  ``File`` names the VFIO group
 device a whole PCI function is passed through with, when the driver
 reported its IOMMU group; pools of VFs or mdevs have no single file and
-carry ``Count`` alone.  Deployables out of the schedule (in maintenance,
-unhealthy, gone) are left out and named in a comment.
+carry ``Count`` alone.  ``Count`` is the units no consumer holds
+(``cyborg.exports.free_units``).  Deployables out of the schedule (in
+maintenance, unhealthy, gone), or with every unit held, are left out and
+named in a comment.
 """
 
 import re
 
-from cyborg.exports import exported, units
+from cyborg.exports import exported, free_units, units
 
 GRES_NAMES = {'GPU': 'gpu', 'FPGA': 'fpga', 'QAT': 'qat', 'NIC': 'nic',
               'SSD': 'nvme', 'AICHIP': 'aichip'}
@@ -51,18 +53,23 @@ def lines(inventory):
     out = []
     for device in inventory.devices:
         for deployable in device.deployables:
-            count = len(units(deployable))
-            if not count:
+            total = len(units(deployable))
+            if not total:
                 continue
             if not exported(deployable):
                 out.append('# %s: out of the schedule, not offered'
                            % deployable.name)
                 continue
+            count = len(free_units(deployable))
+            if not count:
+                out.append('# %s: all %d in use, not offered'
+                           % (deployable.name, total))
+                continue
             fields = ['NodeName=%s' % _node(inventory.hostname),
                       'Name=%s' % GRES_NAMES.get(device.type,
                                                  device.type.lower()),
                       'Type=%s' % _type(device, deployable)]
-            path = _file(deployable, count)
+            path = _file(deployable, total)
             if path:
                 fields.append('File=%s' % path)
             fields.append('Count=%d' % count)

@@ -15,7 +15,7 @@ cyborg manages, for a DRA driver or an operator to publish.
 
 import re
 
-from cyborg.exports import dns_label, dns_subdomain, exported, units
+from cyborg.exports import dns_label, dns_subdomain, exported, held, units
 
 API_VERSION = 'resource.k8s.io/v1'
 KIND = 'ResourceSlice'
@@ -102,21 +102,26 @@ def _device_name(device, deployable, handle, index, taken):
 
 def _pools(inventory):
     """{driver name: [device dicts]} of one host, in a stable order."""
-    pools = {}
+    pools, names = {}, {}
     for device in inventory.devices:
         for deployable in device.deployables:
             if not exported(deployable):
                 continue
-            devices = pools.setdefault(driver_name(deployable.driver_name),
-                                       [])
-            taken = {d['name'] for d in devices}
+            driver = driver_name(deployable.driver_name)
+            devices = pools.setdefault(driver, [])
+            taken = names.setdefault(driver, set())
+            # Names and capacity as if every unit were free, so that a
+            # unit's name does not change as others are taken; the held
+            # units themselves are not offered.
             found = units(deployable)
+            capacity = _capacity(deployable, len(found))
             for index, handle in enumerate(found):
-                entry = {'name': _device_name(device, deployable, handle,
-                                              index, taken),
+                name = _device_name(device, deployable, handle, index, taken)
+                if held(handle):
+                    continue
+                entry = {'name': name,
                          'attributes': _attributes(device, deployable,
                                                    handle)}
-                capacity = _capacity(deployable, len(found))
                 if capacity:
                     entry['capacity'] = capacity
                 devices.append(entry)
