@@ -4,8 +4,6 @@ start-up recovery of the binds and events its previous run left and,
 with ``[metrics]enabled``, Prometheus metrics on
 ``[metrics]host:conductor_port``."""
 
-from oslo_utils import timeutils
-
 from cyborg.common import metrics
 from cyborg.common import quota
 from cyborg.common import rpc
@@ -16,14 +14,15 @@ from cyborg.conductor import metrics_collector
 from cyborg.conductor import periodics
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db import api as db_api
+from cyborg.db.api import clock as clock_db
 
 
 def build_services(conf, metrics_of=metrics.CONDUCTOR):
     """The conductor's services, in start order; also serves metrics,
     the families named by ``metrics_of`` (the all-in-one builds its
     conductor here too and serves all of its one process's)."""
-    started_at = timeutils.utcnow()
     db_api.configure(conf)
+    started_at = clock_db.utcnow()
     rpc.reconnect_fast(conf)
     serve_metrics(conf, metrics_of)
     endpoints = [conductor_manager.ConductorManager(conf, conf.host)]

@@ -15,6 +15,7 @@ The measurement itself is the caller's (``cyborg.objects.clock``: one
 statement to the database); this module knows no database.
 """
 
+import datetime
 import threading
 import time
 
@@ -55,6 +56,12 @@ class ReferenceClock:
         if self._due():
             self._measure_unless_measuring()
         return host_clock() - self.skew
+
+    def utcnow(self):
+        """``now()`` as the database columns hold times: a naive UTC
+        datetime."""
+        return datetime.datetime.fromtimestamp(
+            self.now(), datetime.timezone.utc).replace(tzinfo=None)
 
     def measure(self, context=None):
         """Measure now; returns the skew (None: no clock to compare

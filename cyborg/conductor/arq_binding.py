@@ -59,7 +59,6 @@ from futurist import waiters
 from oslo_db import exception as db_exc
 from oslo_log import log as logging
 import oslo_messaging as messaging
-from oslo_utils import timeutils
 from oslo_utils import uuidutils
 
 from cyborg.common import context as cyborg_context
@@ -75,6 +74,7 @@ from cyborg.conductor import remote_pools
 from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import attach_handles as handle_db
+from cyborg.db.api import clock as clock_db
 from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import device_profiles as profile_db
 from cyborg.db.api import remote_pools as pool_db
@@ -211,7 +211,7 @@ def _create_in(context, wanted, project_id, limits=None):
     quotas.check(context, project_id, groups, limits)
     # Whole seconds: what is returned now is what a later read shows, on
     # every engine (a DATETIME column may round a fraction).
-    now = timeutils.utcnow().replace(microsecond=0)
+    now = clock_db.utcnow().replace(microsecond=0)
     rows = []
     for group_id, group in enumerate(groups):
         for _ in range(profile_objects.group_size(group)):
@@ -256,7 +256,7 @@ def bind(conf, context, bindings):
 
 def start_bind(conf, context, bindings):
     """``bind``, returning the future of the background work."""
-    now = timeutils.utcnow()
+    now = clock_db.utcnow()
     started = time.monotonic()
     deadline = now + datetime.timedelta(seconds=conf.bind_timeout)
     batch_id = str(uuidlib.uuid4())
@@ -836,7 +836,7 @@ def _undo_mdev(conf, context, job, handle):
     if _held_by_another(context, job, handle.id):
         try:
             _mdev_create(conf, context, job['agent_host'], handle,
-                         timeutils.utcnow() + datetime.timedelta(
+                         clock_db.utcnow() + datetime.timedelta(
                              seconds=conf.bind_timeout))
         except Exception as e:  # noqa: BLE001 - that bind's own create
             LOG.warning('Could not make mdev %s again for the bind that '
@@ -1045,7 +1045,7 @@ def _mdev_create(conf, context, hostname, handle, deadline):
     from cyborg.objects import inventory
 
     info = json.loads(handle.attach_info)
-    remaining = (deadline - timeutils.utcnow()).total_seconds()
+    remaining = (deadline - clock_db.utcnow()).total_seconds()
     if remaining <= 0:
         raise exception.BindFailed(reason='bind timed out')
     agent_rpcapi.AgentAPI(conf, timeout=max(int(remaining), 1)
@@ -1332,7 +1332,7 @@ def fail_stuck(conf, context):
     """Periodic: fail ARQs in BindStarted for longer than bind_timeout
     (their conductor died, or their work hung) and tell Nova."""
     timeout = datetime.timedelta(seconds=conf.bind_timeout)
-    stuck = arq_db.stuck(context, timeutils.utcnow() - timeout)
+    stuck = arq_db.stuck(context, clock_db.utcnow() - timeout)
     if not stuck:
         return 0
     _fail_abandoned(conf, context, stuck, f'bind did not finish within '
@@ -1360,7 +1360,7 @@ def _fail_abandoned(conf, context, abandoned, reason):
     failed = []
     for row in rows:
         if _fail(conf, context, batch_id, row.uuid, reason,
-                 timeutils.utcnow(), kept=kept, bind_id=row.bind_id):
+                 clock_db.utcnow(), kept=kept, bind_id=row.bind_id):
             failed.append(row.uuid)
     remote_pools.resync(conf, context, kept)
     # A standalone allocation: what it claimed in Placement goes with it

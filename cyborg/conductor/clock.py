@@ -3,9 +3,11 @@
 The API and the conductor tell the time of ``RequestContext.answer_by``
 by the database server's clock, each measuring how far its own is from it
 (``cyborg.objects.clock.reference``); this start-up job takes the
-conductor's first measurement.  A host whose clock is off still writes
-timestamps that are off (``created_at``, health times), so it is also
-worth a WARNING (``cyborg-status upgrade check`` compares an API host's).
+conductor's first measurement.  The times the conductor writes are told
+by the same clock (``cyborg.db.api.clock.utcnow``); a host whose clock is
+off is worth a WARNING all the same (its logs are off, Keystone's tokens
+may be refused), and ``cyborg-status upgrade check`` compares an API
+host's.
 """
 
 from oslo_log import log as logging

@@ -30,7 +30,6 @@ import dataclasses
 import time
 
 from oslo_log import log as logging
-from oslo_utils import timeutils
 
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
@@ -41,6 +40,7 @@ from cyborg.conductor import health_machine as machine
 from cyborg.conductor import placement_sync
 from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
+from cyborg.db.api import clock as clock_db
 from cyborg.db.api import health as health_db
 from cyborg.db.api import hosts as host_db
 from cyborg.objects import health as health_objects
@@ -92,7 +92,7 @@ def run_timers(conf, context):
     """Periodic job (``periodics.JOBS``): the timed steps now due (suspect
     expiry, end of a hold-down, probe timeout), host by host.  Returns how
     many records changed."""
-    now = timeutils.utcnow()
+    now = clock_db.utcnow()
     changed = 0
     for hostname in health_db.due_hosts(context, now):
         try:
@@ -264,7 +264,7 @@ def _note(result, kind, row, device, old, new):
 # -- applying -----------------------------------------------------------------
 
 def _apply(conf, context, hostname, readings, now=None, vouched=frozenset()):
-    now = now or timeutils.utcnow()
+    now = now or clock_db.utcnow()
     settings = machine.Settings.from_conf(conf)
     # Optimistic first look without a lock: most reports change nothing.
     with db_api.reader.using(context):

@@ -27,13 +27,13 @@ import time
 
 from oslo_db import exception as db_exc
 from oslo_log import log as logging
-from oslo_utils import timeutils
 
 from cyborg.common import metrics
 from cyborg.common import notify
 from cyborg.conductor import health, health_machine
 from cyborg.conductor import inventory_plan, placement_sync
 from cyborg.db import api as db_api
+from cyborg.db.api import clock as clock_db
 from cyborg.db.api import hosts as host_db
 from cyborg.db.api import inventory as inventory_db
 
@@ -178,7 +178,7 @@ def _write(conf, context, hostname, report, parsed, held):
     digest = stored_digest_of(report['digest'], parsed, plan)
     host_db.update(context, hostname, report_digest=digest,
                    placement_synced=synced,
-                   last_report_at=timeutils.utcnow())
+                   last_report_at=clock_db.utcnow())
     return _Outcome(digest, plan=plan, synced=synced, was_synced=was_synced,
                     outbox=outbox, host=host, changes=changes)
 
@@ -206,7 +206,7 @@ def _plan(conf, context, hostname, full, parsed, held):
                  [d.key() for d in devices] + list(removed)]
     stored = inventory_db.load(context, hostname, uuids)
     options = {'new_device_status': conf.conductor.new_device_status,
-               'now': timeutils.utcnow(), 'kept_keys': parsed.kept_keys,
+               'now': clock_db.utcnow(), 'kept_keys': parsed.kept_keys,
                'remove_unreported': not parsed.unidentified}
     plan = inventory_plan.make_plan(hostname, stored, devices, removed, full,
                                     **options)

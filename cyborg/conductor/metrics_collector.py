@@ -32,7 +32,6 @@ import datetime
 import threading
 
 from oslo_log import log as logging
-from oslo_utils import timeutils
 from prometheus_client.core import GaugeMetricFamily
 
 from cyborg.common import context as cyborg_context
@@ -40,6 +39,7 @@ from cyborg.common import metrics
 from cyborg.common import states
 from cyborg.conf import default as default_opts
 from cyborg.db.api import arqs as arq_db
+from cyborg.db.api import clock as clock_db
 from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import devices as device_db
 from cyborg.db.api import hosts as host_db
@@ -100,7 +100,7 @@ class ConductorCollector:
         programming = _read(deployable_db.count_programming, context)
         if programming is not None:
             yield _gauge(PROGRAMMING, programming)
-        since = timeutils.utcnow() - self.silent_after
+        since = clock_db.utcnow() - self.silent_after
         hosts = _read(host_db.count_reporting, context, since=since)
         if hosts is not None:
             yield from _hosts(hosts)

@@ -41,7 +41,6 @@ from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
 from keystoneauth1 import service_token
 from oslo_log import log as logging
-from oslo_utils import timeutils
 
 from cyborg.common import keepalive
 from cyborg.common import metrics
@@ -49,6 +48,7 @@ from cyborg.common import states
 from cyborg.common import timing
 from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
+from cyborg.db.api import clock as clock_db
 from cyborg.db.api import nova_events as event_db
 
 LOG = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ def resend_owned(conf, context, started_at):
     if not enabled(conf):
         return 0
     due = db_api.write_retrying(context, event_db.make_owned_due, context,
-                                conf.host, started_at, timeutils.utcnow())
+                                conf.host, started_at, clock_db.utcnow())
     if due:
         resend_due(conf, context)
     return due
@@ -204,7 +204,7 @@ def resend_due(conf, context):
     """Periodic: deliver batches whose next attempt is due."""
     if not enabled(conf):
         return
-    now = timeutils.utcnow()
+    now = clock_db.utcnow()
     for batch_id in event_db.due_batches(context, now):
         # Claiming pushes the due time forward so that another
         # conductor's periodic does not send the same batch meanwhile: by
@@ -228,7 +228,7 @@ def delivery_time(conf):
 def _next_attempt(conf, attempts):
     delay = min(conf.conductor.nova_event_retry_interval * 2 ** attempts,
                 _MAX_POSTPONE)
-    return timeutils.utcnow() + datetime.timedelta(seconds=delay)
+    return clock_db.utcnow() + datetime.timedelta(seconds=delay)
 
 
 def payload(events):

@@ -42,11 +42,11 @@ import threading
 import weakref
 
 from oslo_log import log as logging
-from oslo_utils import timeutils
 
 from cyborg.common import exception
 from cyborg.conductor import health_machine
 from cyborg.db import api as db_api
+from cyborg.db.api import clock as clock_db
 from cyborg.db.api import hosts as host_db
 from cyborg.db.api import inventory as inventory_db
 from cyborg.placement import client as placement_client
@@ -519,7 +519,7 @@ def _drop_released(conf, context, hostname, gone):
     their providers."""
     client = placement_client.get_client(conf)
     settings = health_machine.Settings.from_conf(conf)
-    now = timeutils.utcnow()
+    now = clock_db.utcnow()
     released = [row['uuid'] for row in gone
                 if not health_machine.remembered(
                     health_machine.Record.from_row(row), now, settings)

@@ -9,9 +9,9 @@ collide on a unique key instead of creating duplicates.
 
 import sqlalchemy as sa
 from sqlalchemy import orm
-from oslo_utils import timeutils
 
 from cyborg.common import states
+from cyborg.db.api import clock as clock_db
 
 DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
 ATTACH_TYPES = ('PCI', 'MDEV', 'TEST_PCI')
@@ -28,7 +28,8 @@ NAME = sa.String(255)
 
 
 def _now():
-    return timeutils.utcnow()
+    # By the clock every conductor shares, not this host's.
+    return clock_db.utcnow()
 
 
 class Base(orm.DeclarativeBase):

@@ -1,13 +1,7 @@
 """The database server's time, which the API and the conductor share
-(``cyborg.common.clock``): ``reference.now()``."""
+(``cyborg.common.clock``): ``reference.now()``, measured and kept by the
+database layer (``cyborg.db.api.clock``), which stamps rows by it too."""
 
-from cyborg.common import clock
-from cyborg.common import context as cyborg_context
 from cyborg.db.api import clock as clock_db
 
-
-def _skew(context=None):
-    return clock_db.skew(context or cyborg_context.get_admin_context())
-
-
-reference = clock.ReferenceClock(_skew)
+reference = clock_db.reference

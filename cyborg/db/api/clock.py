@@ -1,10 +1,14 @@
 """The database server's clock: the one clock every cyborg host shares.
 
-``skew`` measures how far this host's clock is from it: the API and the
-conductor time ``RequestContext.answer_by`` by the server's clock
-(``cyborg.objects.clock.reference``), and ``cyborg-status`` and the
-conductor's start warn when a host's clock is off (the times it writes,
-``created_at`` and health times, are off too).
+``skew`` measures how far this host's clock is from it, and
+``reference`` is this host's clock less that skew: the API and the
+conductor time ``RequestContext.answer_by`` by it, and every time a
+conductor writes or compares with another's (``utcnow``: when a bind
+started, when a Nova batch is due, health timers, programming marks,
+``created_at``) is told by it, so that a conductor whose clock is off
+neither fails another's binds early nor holds back what is due.
+``cyborg-status`` and the conductor's start warn when a host's clock is
+off all the same.
 """
 
 import datetime
@@ -12,6 +16,8 @@ import datetime
 import sqlalchemy as sa
 
 from cyborg.common import clock
+from cyborg.common import context as cyborg_context
+from cyborg.db import api as db_api
 from cyborg.db.api import _sql
 from cyborg.db.api import reader
 
@@ -46,3 +52,22 @@ def skew_on(connection):
     after = clock.host_clock()
     return (before + after) / 2 - server.replace(
         tzinfo=datetime.timezone.utc).timestamp()
+
+
+def _measure(context=None):
+    """``skew``, for ``reference``: None, and no transaction, where the
+    database has no clock of its own.  Raises where this process has not
+    configured its database yet (the reference measures again soon)."""
+    if not db_api.context_manager._factory._started:
+        raise RuntimeError('no database configured yet')
+    if db_api.get_engine().dialect.name not in _SERVER_UTC:
+        return None
+    return skew(context or cyborg_context.get_admin_context())
+
+
+reference = clock.ReferenceClock(_measure)
+
+
+def utcnow():
+    """Now by ``reference``, as the columns hold times (naive UTC)."""
+    return reference.utcnow()

@@ -7,10 +7,10 @@ lock a host's row to serialise with its reports and mark it unsynced.
 """
 
 import sqlalchemy as sa
-from oslo_utils import timeutils
 
 from cyborg.db import models
 from cyborg.db.api import _sql
+from cyborg.db.api import clock as clock_db
 from cyborg.db.api import reader, writer
 
 _HOST = models.Host.__table__
@@ -34,7 +34,7 @@ def touch(context, hostname, digest):
     known with this digest and in sync with Placement."""
     result = _sql.connection(context).execute(_TOUCH, {
         'b_hostname': hostname, 'b_digest': digest,
-        'v_now': timeutils.utcnow()})
+        'v_now': clock_db.utcnow()})
     return result.rowcount == 1
 
 
@@ -60,7 +60,7 @@ def lock_or_create(context, hostname):
     if get(context, hostname) is not None:
         return lock(context, hostname)
     values = {'hostname': hostname, 'placement_synced': False,
-              'created_at': timeutils.utcnow()}
+              'created_at': clock_db.utcnow()}
     _sql.connection(context).execute(_INSERT, values)
     return dict({c.name: None for c in _HOST.c if c.name != 'id'},
                 **values)

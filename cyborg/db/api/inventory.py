@@ -8,10 +8,10 @@ travel as plain dicts of columns.
 """
 
 import sqlalchemy as sa
-from oslo_utils import timeutils
 
 from cyborg.db import models
 from cyborg.db.api import _sql
+from cyborg.db.api import clock as clock_db
 from cyborg.db.api import reader, writer
 
 # The tables of a host's inventory, by the names a plan uses.
@@ -83,7 +83,7 @@ def write(context, add, update, delete):
             continue
         for parent in parents:
             _resolve_ids(s, ids, parent, rows)
-        now = timeutils.utcnow()
+        now = clock_db.utcnow()
         t = TABLES[table].__table__
         values = [_without_refs(r, parents, ids, now) for r in rows]
         parent = _PARENT_OF.get(table)
