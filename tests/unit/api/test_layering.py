@@ -71,9 +71,16 @@ def test_api_imports_no_database_placement_or_driver_module():
             assert not name.startswith(FORBIDDEN_MODULES), (path, name)
 
 
+# Values of cyborg.db.api the objects may read besides reader functions:
+# the shared clock, whose measurement is a reader (clock.skew).
+READ_ONLY_VALUES = {'cyborg.db.api.clock': {'reference'}}
+
+
 def test_objects_call_database_readers_only():
     writers = _db_functions('writer')
     readers = _db_functions('reader')
+    for module, names in READ_ONLY_VALUES.items():
+        readers[module] |= names
     assert any(writers.values()) and any(readers.values())
     calls = 0
     for path, tree in _modules('objects', skip=('inventory.py',)):
