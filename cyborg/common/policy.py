@@ -151,12 +151,29 @@ def authorize(conf, context, rule, target=None):
 
     The target defaults to the caller's own project, which is what list
     calls and calls on objects without an owner are checked against.
+
+    A caller with no project (noauth without ``X-Project-Id``) owns
+    nothing: no check on the project (``project_id:%(project_id)s``)
+    matches for it, so only the rules that need no project (admin,
+    service) let it in.
     """
     target = dict(target or {})
     target.setdefault('project_id', context.project_id)
+    target = _present(target)
     values = context.to_policy_values()
     # A plain dict: oslo.context warns about any key added to its own.
-    creds = dict(getattr(values, '_data', values))
+    creds = _present(dict(getattr(values, '_data', values)))
     creds['is_service'] = bool(context.is_service)
     if not get_enforcer(conf).decide(rule, target, creds):
         raise exception.PolicyNotAuthorized(action=rule)
+
+
+def _present(values):
+    """``values`` without those that are None or empty.
+
+    oslo.policy compares text: a caller without a project checked against
+    a target without one would be ``'None' == 'None'``, a match, and the
+    caller would pass every rule of a project.  A key that is missing on
+    either side matches nothing instead."""
+    return {name: value for name, value in values.items()
+            if value is not None and value != ''}

@@ -492,9 +492,10 @@ def _field(binding, name):
 
 def _visible(context, arq):
     """The ownership rule the API applies too (RequestContext's
-    ``sees_every_project``)."""
-    return (context.sees_every_project or not context.project_id
-            or arq.project_id == context.project_id)
+    ``sees_every_project``): a caller with no project owns none."""
+    return (context.sees_every_project
+            or (bool(context.project_id)
+                and arq.project_id == context.project_id))
 
 
 def _check_fields(binding):

@@ -740,3 +740,15 @@ def test_a_stuck_bind_is_failed_only_while_the_arq_is_still_in_it(
     assert arq_binding._fail_abandoned(aconf, ctx, {uuid: 'the-new-bind'},
                                        'stuck') == 1
     assert _state(db, uuid).state == 'BindFailed'
+
+
+def test_a_caller_with_no_project_binds_no_one_s_arqs(aconf, db, ctx,
+                                                      device):
+    """The conductor applies the API's ownership rule too: a caller that
+    names no project (and is neither an admin nor a service) owns no ARQ;
+    it does not see every project's."""
+    uuid, = _create(db, ctx)
+    nobody = cyborg_context.RequestContext(user_id='u1', roles=['member'])
+    with pytest.raises(exception.ARQNotFound):
+        arq_binding.bind(aconf, nobody, {uuid: _binding(device)})
+    assert _state(db, uuid).state == 'Initial'

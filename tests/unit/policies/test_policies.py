@@ -119,6 +119,49 @@ def test_quota_of_another_project_is_denied_to_its_non_readers(conf):
                      target)
 
 
+def _project_rules():
+    """The rules a project's reader, member or manager may pass."""
+    return sorted(r.name for r in policies.operation_rules()
+                  if 'project_' in r.check_str)
+
+
+@pytest.mark.parametrize('rule', _project_rules())
+@pytest.mark.parametrize('project', [None, ''])
+def test_a_caller_without_a_project_passes_no_project_rule(conf, rule,
+                                                           project):
+    """noauth without X-Project-Id: no project, so no project's rule.  It
+    passed them all (oslo.policy compared the missing owner of the
+    target, its own project, with its missing project: 'None' ==
+    'None')."""
+    ctx = _ctx(['manager', 'member', 'reader'], project)
+    with pytest.raises(exception.PolicyNotAuthorized):
+        policy.authorize(conf, ctx, rule)
+
+
+@pytest.mark.parametrize('target', [None, {'project_id': None},
+                                    {'project_id': 'None'},
+                                    {'project_id': ''}])
+def test_a_caller_without_a_project_reads_no_projects_quota(conf, target):
+    with pytest.raises(exception.PolicyNotAuthorized):
+        policy.authorize(conf, _ctx(['reader'], None), 'cyborg:quota:get',
+                         target)
+
+
+@pytest.mark.parametrize('roles, service', [
+    (['admin'], False), (['service'], False), ([], True)])
+def test_admins_and_services_need_no_project(conf, roles, service):
+    """What the noauth all-in-one's operator and a service without a
+    project may still do: the rules that name no project."""
+    ctx = _ctx(roles, None, service)
+    policy.authorize(conf, ctx, 'cyborg:arq:get_all')
+    policy.authorize(conf, ctx, 'cyborg:arq:create')
+    policy.authorize(conf, ctx, 'cyborg:arq:allocate')
+    if roles == ['admin']:
+        policy.authorize(conf, ctx, 'cyborg:device:get_all')
+        policy.authorize(conf, ctx, 'cyborg:quota:get',
+                         {'project_id': 'p2'})
+
+
 def test_new_defaults_are_enforced(conf):
     policy.get_enforcer(conf)
     assert conf.oslo_policy.enforce_new_defaults is True

@@ -165,12 +165,13 @@ def _delete(r, uuids):
     others) when any is missing or not the caller's.  The conductor checks
     who may delete a bound one (a 403 deletes nothing); one older than
     1.5 cannot, and the ARQs are read here first."""
+    owner = _owner(r)
     if r.conductor.can_guard_delete():
         missing = r.conductor.arq_delete_guarded(r.context, uuids)
         if missing:
             raise exception.ARQNotFound(uuid=', '.join(sorted(missing)))
         return
-    visible = AcceleratorRequest.list(r.context, _owner(r), uuids=uuids)
+    visible = AcceleratorRequest.list(r.context, owner, uuids=uuids)
     arq_objects.check_may_delete(r.context, visible)
     missing = set(uuids) - {a.uuid for a in visible}
     if visible:
@@ -182,9 +183,18 @@ def _delete(r, uuids):
 
 
 def _owner(r):
-    """The project whose ARQs the caller may see; None for all."""
+    """The project whose ARQs the caller may see and change; None for all.
+
+    403 for a caller that neither sees every project nor names one (a
+    policy that let it in): it owns no ARQ, and None would be all of
+    them."""
     if r.context.sees_every_project:
         return None
+    if not r.context.project_id:
+        raise exception.Forbidden(
+            reason='the request names no project, and a caller sees and '
+                   'changes only its project\'s accelerator requests '
+                   '(admins and services every project\'s)')
     return r.context.project_id
 
 
