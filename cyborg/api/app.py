@@ -52,6 +52,9 @@ def _wrap(app, conf, metrics_of):
     - CORS answers preflight requests before anything else needs a token
       (only requests with an Origin header go through it: it does nothing
       to the others);
+    - the version headers go on every /v2 response, whoever answers it
+      (the app, auth's 401, the body limit's 413, CORS's preflight), so
+      they are put on outside all of those;
     - request_id comes next so every line logged below carries the id;
     - http_proxy_to_wsgi fixes scheme and host from the proxy's headers
       before anyone builds a link (only with
@@ -74,6 +77,7 @@ def _wrap(app, conf, metrics_of):
     app = api_metrics.serve_metrics(app, conf, MOUNT_PREFIX, metrics_of)
     _cors_defaults(conf)
     app = _cors(app, conf)
+    app = _version_headers(app)
     app = middleware.request_id(app)
     conf.register_opts(http_proxy_to_wsgi.OPTS, group='oslo_middleware')
     if conf.oslo_middleware.enable_proxy_headers_parsing:
@@ -131,10 +135,34 @@ def _strip_prefix(app):
     """Serve ``/accelerator/...`` like ``/...``; links keep the prefix."""
     def middleware(environ, start_response):
         path = environ.get('PATH_INFO', '')
-        if path == MOUNT_PREFIX or path.startswith(MOUNT_PREFIX + '/'):
+        if _mounted(path):
             environ['SCRIPT_NAME'] = (environ.get('SCRIPT_NAME', '')
                                       + MOUNT_PREFIX)
             environ['PATH_INFO'] = path[len(MOUNT_PREFIX):] or '/'
         return app(environ, start_response)
+    return middleware
+
+
+def _mounted(path):
+    return path == MOUNT_PREFIX or path.startswith(MOUNT_PREFIX + '/')
+
+
+def _version_headers(app):
+    """Name the microversion in every /v2 response (doc/source/contract.rst,
+    "Versions and microversions"): the version the app served, or for a
+    response made before the app read it, the one the request asked for
+    (``microversion.answered_at``).  Plain WSGI; other paths pass
+    untouched."""
+    def middleware(environ, start_response):
+        path = environ.get('PATH_INFO', '')
+        if _mounted(path):
+            path = path[len(MOUNT_PREFIX):]
+        if not dispatch.is_v2(path):
+            return app(environ, start_response)
+
+        def adding_start_response(status, headers, exc_info=None):
+            return start_response(status, microversion.with_response_headers(
+                headers, microversion.answered_at(environ)), exc_info)
+        return app(environ, adding_start_response)
     return middleware
 

@@ -10,8 +10,10 @@ schemas of the request's microversion; calls the handler, which returns
 the body to send (or None); answers with the declared status; and, with
 ``[api]validate_responses``, checks the body against the declared response
 schema.  Any exception becomes the error body (doc/source/contract.rst,
-"Errors"), and every /v2 response names its microversion.  Handlers hold
-only what is particular to them.
+"Errors"); the version served is left in the environ
+(``microversion.SERVED``) for the middleware that names it in every /v2
+response (``cyborg.api.app``).  Handlers hold only what is particular to
+them.
 """
 
 import codecs
@@ -69,13 +71,11 @@ class Application:
         try:
             if is_v2(req.path_info):
                 req.version = microversion.from_headers(req.headers)
+                req.environ[microversion.SERVED] = req.version
             req.cyborg_context = _context(req.environ)
             resp = call(req, *find(req))
         except Exception as exc:  # noqa: BLE001 - every error has a body
             resp = error_response(req, exc)
-        if is_v2(req.path_info):
-            for name, value in microversion.response_headers(req.version):
-                resp.headers[name] = value
         if req.method == 'HEAD':
             resp.body = b''
         return resp

@@ -11,6 +11,11 @@ SERVICE_TYPE = 'accelerator'
 HEADER = 'OpenStack-API-Version'
 MIN_HEADER = 'OpenStack-API-Minimum-Version'
 MAX_HEADER = 'OpenStack-API-Maximum-Version'
+# HEADER as the WSGI environ names it.
+_ENVIRON_HEADER = 'HTTP_' + HEADER.upper().replace('-', '_')
+# Where the application leaves the version it serves a request at, for
+# the response headers (``answered_at``).
+SERVED = 'cyborg.api_version'
 
 # Every microversion, oldest first, with what it changed.  Our own additions
 # start at 2.4, one per feature.
@@ -136,3 +141,36 @@ def response_headers(version):
             (MIN_HEADER, str(MIN_VERSION)),
             (MAX_HEADER, str(MAX_VERSION)),
             ('Vary', HEADER)]
+
+
+def answered_at(environ):
+    """The version a /v2 response names: the one the application served
+    the request at (``SERVED``); for a request answered before the
+    application read its version (auth_token's 401, the body limit's
+    413, a path that is not UTF-8), the one it asked for when valid,
+    else the minimum, as the application's own errors about the version
+    answer."""
+    version = environ.get(SERVED)
+    if version is not None:
+        return version
+    try:
+        return from_headers({HEADER: environ.get(_ENVIRON_HEADER)})
+    except exception.CyborgException:
+        return MIN_VERSION
+
+
+def with_response_headers(headers, version):
+    """WSGI ``headers`` with those every /v2 response carries at
+    ``version`` (``response_headers``) in place of any already there;
+    ``Vary`` keeps what it named (CORS's ``Origin``)."""
+    ours = response_headers(version)
+    names = {name.lower() for name, _value in ours}
+    varies = [item.strip() for name, value in headers
+              if name.lower() == 'vary' for item in value.split(',')
+              if item.strip()]
+    if HEADER.lower() not in (item.lower() for item in varies):
+        varies.append(HEADER)
+    return ([(name, value) for name, value in headers
+             if name.lower() not in names]
+            + [(name, value) for name, value in ours if name != 'Vary']
+            + [('Vary', ', '.join(varies))])

@@ -10,6 +10,7 @@ import webob
 
 from cyborg.api import app as api_app
 from cyborg.api import auth
+from cyborg.api import microversion
 
 
 def _get(app, path, headers=None):
@@ -39,6 +40,20 @@ def test_keystone_mode_refuses_a_request_without_a_token(conf):
     assert resp.status_int == 401
     assert _fault(resp)['faultcode'] == 'Client'
     assert 'WWW-Authenticate' in resp.headers
+    assert resp.headers['OpenStack-API-Version'] == 'accelerator 2.0'
+    # auth_token answers before the app reads the version: it is named
+    # all the same, the one asked for when it is valid.
+    for path in ('/v2/devices', '/accelerator/v2/devices'):
+        resp = _get(app, path, {'OpenStack-API-Version': 'accelerator 2.7'})
+        assert resp.status_int == 401
+        assert resp.headers['OpenStack-API-Version'] == 'accelerator 2.7'
+        assert resp.headers['OpenStack-API-Maximum-Version'] == (
+            str(microversion.MAX_VERSION))
+        assert resp.headers['Vary'] == 'OpenStack-API-Version'
+    resp = _get(app, '/v2/devices', {'OpenStack-API-Version':
+                                     'accelerator 9.9'})
+    assert resp.status_int == 401
+    assert resp.headers['OpenStack-API-Version'] == 'accelerator 2.0'
 
 
 def _marked(environ, roles=('service',)):
@@ -106,4 +121,5 @@ def test_a_hung_keystone_answers_503_in_bounded_time(conf):
     assert resp.status_int == 503, resp.text
     assert 'identity service cannot be reached' in \
         _fault(resp)['faultstring']
+    assert resp.headers['OpenStack-API-Version'] == 'accelerator 2.0'
     assert took < 10, took

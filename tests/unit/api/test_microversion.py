@@ -1,8 +1,10 @@
 import json
 
+from oslo_middleware import cors
 import pytest
 import webob
 
+from cyborg.api import app as api_app
 from cyborg.api import microversion
 from cyborg.common import exception
 from tests.fixtures import api as api_fixture
@@ -80,3 +82,96 @@ def test_a_number_too_long_is_406_on_the_unauthenticated_root():
         'Not acceptable: version 2.1111')
     assert 'minimum is 2.0 and maximum is %s' % (
         microversion.MAX_VERSION) in fault['faultstring']
+
+
+def _version_headers(resp):
+    return {name: resp.headers.get(name) for name in (
+        'OpenStack-API-Version', 'OpenStack-API-Minimum-Version',
+        'OpenStack-API-Maximum-Version', 'Vary')}
+
+
+def _named(version):
+    return {'OpenStack-API-Version': 'accelerator %s' % version,
+            'OpenStack-API-Minimum-Version': str(microversion.MIN_VERSION),
+            'OpenStack-API-Maximum-Version': str(microversion.MAX_VERSION),
+            'Vary': 'OpenStack-API-Version'}
+
+
+LIMIT = 114688      # [oslo_middleware]max_request_body_size's default
+
+
+def _too_large(req):
+    req.method = 'POST'
+    req.headers['Content-Type'] = 'application/json'
+    req.body = b'[' + b' ' * LIMIT + b']'
+
+
+def _chunked_too_large(req):
+    _too_large(req)
+    del req.headers['Content-Length']
+    req.environ.pop('CONTENT_LENGTH', None)
+    req.headers['Transfer-Encoding'] = 'chunked'
+
+
+@pytest.fixture(scope='module')
+def service():
+    with api_fixture.api_service() as service:
+        yield service
+
+
+@pytest.mark.parametrize('path, change, status', [
+    # The application's own error (400 or 406 for a bad version).
+    ('/v2/nothing_here', None, None),
+    ('/v2/device_profiles/%FF', None, 400),
+    ('/accelerator/v2/device_profiles/%FF', None, 400),
+    ('/v2/device_profiles', _too_large, 413),
+    ('/v2/device_profiles', _chunked_too_large, 413),
+    ('/accelerator/v2/device_profiles', _too_large, 413),
+], ids=['404', 'path-not-utf8', 'mounted-path-not-utf8', '413',
+        '413-chunked', 'mounted-413'])
+@pytest.mark.parametrize('asked, named', [
+    (None, '2.0'), ('accelerator 2.7', '2.7'),
+    ('accelerator latest', str(microversion.MAX_VERSION)),
+    ('accelerator two', '2.0'), (ONE_PAST_MAX, '2.0')])
+def test_every_v2_error_names_its_version(service, path, change, status,
+                                          asked, named):
+    """Errors made before the application read the version (the body
+    limit's 413, a path that is not UTF-8) lacked the headers: they name
+    the version asked for when it is valid, else the minimum, as the
+    application's own errors do."""
+    req = webob.Request.blank(path)
+    if asked is not None:
+        req.headers['OpenStack-API-Version'] = asked
+    if change is not None:
+        change(req)
+    resp = req.get_response(service.app)
+    assert resp.status_int >= 400, resp.text
+    if status is not None:
+        assert resp.status_int == status, resp.text
+    assert _version_headers(resp) == _named(named)
+
+
+def test_other_paths_name_no_version(service):
+    for path in ('/', '/healthcheck', '/nothing', '/v2x'):
+        resp = webob.Request.blank(path).get_response(service.app)
+        assert set(_version_headers(resp).values()) == {None}, path
+
+
+def test_cors_keeps_its_vary():
+    """A browser's request: CORS's ``Vary: Origin`` and ours, on its
+    preflight as on the answer."""
+    conf = api_fixture.make_conf()
+    conf.register_opts(cors.CORS_OPTS, 'cors')
+    conf.set_override('allowed_origin', ['https://dashboard.example'],
+                      group='cors')
+    app = api_app.build_app(conf)
+    origin = {'Origin': 'https://dashboard.example'}
+    preflight = webob.Request.blank(
+        '/v2/devices', method='OPTIONS', headers=dict(
+            origin, **{'Access-Control-Request-Method': 'GET'}),
+    ).get_response(app)
+    answer = webob.Request.blank('/v2', headers=origin).get_response(app)
+    for resp in (preflight, answer):
+        assert resp.status_int == 200, resp.text
+        assert resp.headers['OpenStack-API-Version'] == 'accelerator 2.0'
+        assert resp.headers['Vary'] == 'Origin, OpenStack-API-Version'
