@@ -53,7 +53,9 @@ class AllocateAcceleratorRequest(command.ShowOne):
         proxy = self.app.client_manager.sdk_connection.accelerator
         body = {'consumer_id': parsed_args.consumer_id,
                 'consumer_type': parsed_args.consumer_type}
-        if parsed_args.host:
+        # Sent whenever given, even empty: the API refuses an empty one
+        # (400), where leaving it out would allocate on any host.
+        if parsed_args.host is not None:
             body['hostname'] = parsed_args.host
         response = proxy.post(
             '/accelerator_requests/%s/allocate' % parsed_args.uuid,

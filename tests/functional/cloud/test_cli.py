@@ -301,6 +301,9 @@ def test_arq_allocate(cli, cloud, keystone):
     assert 'HTTP 403' in refused and 'cyborg:arq:allocate' in refused
     unknown_host = cli.fails(*allocate, '--host', 'nowhere')
     assert 'host nowhere has no accelerators in Placement' in unknown_host
+    # An empty host is sent, and refused: dropped, it allocated anywhere.
+    empty_host = cli.fails(*allocate, '--host', '')
+    assert 'HTTP 400' in empty_host and 'hostname' in empty_host
     allocated = cli.ok(*allocate, '--host', deployment_fixture.AGENT_HOST,
                        catalog=True)
     assert allocated['state'] == 'Bound'
