@@ -57,6 +57,9 @@ _USAGE_GAUGES = (('utilization', metrics.AGENT_UTILIZATION),
                  ('memory_used_bytes', metrics.AGENT_MEMORY_USED),
                  ('temperature_celsius', metrics.AGENT_TEMPERATURE),
                  ('power_watts', metrics.AGENT_POWER))
+# Per-device series the drivers set during their checks, labelled also by
+# what they saw (an XID number and its severity, an AER error kind).
+_DRIVER_SERIES = (metrics.AGENT_XID_EVENTS, metrics.AGENT_AER_ERRORS)
 
 # Unsent readings kept per (device, deployable) while the conductor is
 # unreachable: enough to carry a burst of distinct events, bounded so an
@@ -312,6 +315,8 @@ class HealthMonitor:
                     gauge.remove(*values)
                 except KeyError:
                     pass
+            for family in _DRIVER_SERIES:
+                metrics.remove_series(family, device=device)
         self._watched &= present
         self._current = {k: v for k, v in self._current.items()
                          if k[0] in present}

@@ -197,6 +197,25 @@ class Only:
                     self._prefixes)
 
 
+def remove_series(family, **labels):
+    """Remove every series of ``family`` (a labelled counter or gauge)
+    whose labels include ``labels``, whatever its other labels: those of a
+    device that is gone, labelled also by what its driver saw (an XID
+    number, an AER error kind), values only that driver knows.  The
+    series are read off ``collect()``, whose samples carry a series'
+    labels in the family's order (``remove_by_labels`` is newer than the
+    oldest prometheus_client this service runs with)."""
+    wanted = {name: str(value) for name, value in labels.items()}
+    found = {tuple(sample.labels.values())
+             for metric in family.collect() for sample in metric.samples
+             if wanted.items() <= sample.labels.items()}
+    for values in found:
+        try:
+            family.remove(*values)
+        except KeyError:
+            pass      # removed meanwhile
+
+
 def register_collector(collector):
     """Add a collector whose values are computed at scrape time (e.g. the
     conductor's ARQs by state, read from the database)."""

@@ -259,8 +259,11 @@ class PCIHealth(base.HealthReporting):
                 continue
             if previous is not None and previous[0] == raw:
                 # Unchanged since the last check (the common case): no
-                # parsing, and the gauge already holds the value.
+                # parsing.  The gauge is set all the same: the agent
+                # removes a vanished device's series, and a device back
+                # at its address with the same counts must show them.
                 counters[kind] = previous[2]
+                metrics.AGENT_AER_ERRORS.labels(key, kind).set(previous[2])
                 continue
             counts = parse_aer(raw.decode('ascii', 'replace'))
             total = counts.pop(total_label, sum(counts.values()))

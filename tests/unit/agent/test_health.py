@@ -718,14 +718,52 @@ def test_telemetry_is_sampled_with_the_full_report(conf, conductor,
         monitor.stop()
 
 
-def test_a_vanished_device_loses_its_metric_labels(conf, conductor):
+def test_a_vanished_device_loses_its_metric_labels(conf, conductor,
+                                                  tmp_path):
+    """Every series of a device that is gone goes, those its driver set
+    during checks too: XID events by number and severity, AER counters
+    by kind (they stayed at their last values, a GPU long gone still
+    counting errors).  Another GPU's stay."""
     metered = MeteredDriver(conf, HOST)
-    reporter, monitor = _agent(conf, metered)
+    gone, kept = '0000:17:00.0', '0000:65:00.0'
+    tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
+    for address in (gone, kept):
+        tree.add_pci(address, *fake_sysfs.A100, driver='nvidia',
+                     numa_node=0)
+        tree.set_aer(address, fatal={}, nonfatal={'Completion Timeout': 3},
+                     correctable={'Receiver Error': 7})
+    conf.set_override('sysfs_root', tree.root, 'agent')
+    nvml = fake_nvml.create(tmp_path / 'nvml.json', {
+        address: {'name': 'NVIDIA A100', 'uuid': f'GPU-{address}',
+                  'serial': address, 'memory_mb': 40960, 'events': True}
+        for address in (gone, kept)})
+    gpus = nvidia_gpu.NvidiaGPUDriver(conf, HOST, nvml=nvml)
+    gpus.name = 'nvidia_gpu_driver'
+    reporter, monitor = _agent(conf, metered, gpus)
+    monitor.check_once()              # registers the GPUs' NVML events
+    for address in (gone, kept):
+        nvml.add_xid(address, 13)
     monitor.check_once()
     monitor.sample_usage()
     assert _sample('cyborg_agent_device_healthy',
                    device='PCI:0000:d8:00.0') == 1
+
+    def driver_series(address):
+        device = 'PCI:' + address
+        return (metrics.REGISTRY.get_sample_value(
+                    'cyborg_agent_xid_events_total',
+                    {'device': device, 'xid': '13',
+                     'severity': states.APPLICATION}),
+                metrics.REGISTRY.get_sample_value(
+                    'cyborg_agent_aer_errors',
+                    {'device': device, 'kind': 'aer_nonfatal'}),
+                metrics.REGISTRY.get_sample_value(
+                    'cyborg_agent_aer_errors',
+                    {'device': device, 'kind': 'aer_correctable'}))
+
+    assert driver_series(gone) == driver_series(kept) == (1, 3, 7)
     metered.addresses = ()
+    tree.remove_pci(gone)
     reporter.report_now()
     monitor.check_once()
     for name in ('cyborg_agent_device_healthy',
@@ -733,6 +771,19 @@ def test_a_vanished_device_loses_its_metric_labels(conf, conductor):
                  'cyborg_agent_device_memory_used_bytes'):
         assert metrics.REGISTRY.get_sample_value(
             name, {'device': 'PCI:0000:d8:00.0'}) is None
+    assert driver_series(gone) == (None, None, None)
+    assert not [sample for family in metrics.REGISTRY.collect()
+                for sample in family.samples
+                if sample.labels.get('device') == 'PCI:' + gone]
+    assert driver_series(kept) == (1, 3, 7)
+    # Back at the same address with the same AER counts: its AER series
+    # are there again (the counts unchanged since they were last read).
+    tree.add_pci(gone, *fake_sysfs.A100, driver='nvidia', numa_node=0)
+    tree.set_aer(gone, fatal={}, nonfatal={'Completion Timeout': 3},
+                 correctable={'Receiver Error': 7})
+    reporter.report_now()
+    monitor.check_once()
+    assert driver_series(gone) == (None, 3, 7)
 
 
 def test_temperature_power_and_clock_events_are_gauges(conf, conductor,
