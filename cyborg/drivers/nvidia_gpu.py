@@ -7,7 +7,11 @@ What a GPU is offered as, decided per physical GPU (a PF):
   mdevs that already exist on it.  Capacity = ``available_instances`` +
   existing mdevs of the type, counted on the PF, or on its VFs when SR-IOV
   is on (Ampere and later host one vGPU per VF).  Each instance is an
-  ``MDEV`` attach handle on the function that parents it.
+  ``MDEV`` attach handle on the function that parents it.  A free VF
+  says 1 for every type the GPU can still host, however many of them it
+  can host: with SR-IOV the free VFs offered are capped at the type's
+  ``max_instance`` (its ``description``) minus the vGPUs already on the
+  GPU's VFs (``vgpu_room``); the VFs holding one are always offered.
 - **nothing** when SR-IOV VFs are enabled but no vGPU type is: a PF whose
   VFs are enabled cannot be passed through whole, and a VF is never a
   physical GPU of its own (Cyborg offered PF and VFs as separate GPUs).
@@ -35,6 +39,7 @@ utilization and memory in use for telemetry.  The NVML module is
 
 import copy
 import importlib
+import re
 
 from oslo_log import log as logging
 
@@ -45,6 +50,37 @@ LOG = logging.getLogger(__name__)
 
 VENDOR = '10de'
 GPU_CLASSES = ('0300', '0302')
+
+# How many vGPUs of a type one GPU hosts, in the type's sysfs description
+# ("num_heads=4, frl_config=60, framebuffer=2048M,
+# max_resolution=5120x2880, max_instance=8").
+_MAX_INSTANCE = re.compile(r'(?:^|[\s,])max_instance=(\d+)')
+
+
+def max_instance(description):
+    """The ``max_instance`` an mdev type's ``description`` names, None
+    when it names none (an older driver, another vendor's type)."""
+    found = _MAX_INSTANCE.search(description or '')
+    return int(found.group(1)) if found else None
+
+
+def vgpu_room(parents, mdev_type, mixes):
+    """How many more vGPUs of ``mdev_type`` a GPU whose SR-IOV VFs are
+    ``parents`` can host: the type's ``max_instance`` minus the vGPUs
+    already on those VFs, of that type where the GPU ``mixes`` types (MIG
+    mode: one vGPU per slice, slices of several sizes), of any type where
+    it does not (time-sliced vGPUs all of one type, the documented way:
+    one enabled type per GPU).  A GPU in mixed-size mode is counted as one
+    that does not mix: offered less than it hosts, never more.  None when
+    no VF's description of the type names a ``max_instance``."""
+    limits = [max_instance(parent.mdev_types[mdev_type].description)
+              for parent in parents if mdev_type in parent.mdev_types]
+    limits = [limit for limit in limits if limit is not None]
+    if not limits:
+        return None
+    created = sum(1 for parent in parents for each in parent.mdevs.values()
+                  if each == mdev_type or not mixes)
+    return max(0, min(limits) - created)
 
 
 def _import_nvml(name):
@@ -145,7 +181,12 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
             parents = [pf]
         vgpu_types = self._vgpu_types(parents)
         if vgpu_types:
-            deployables = [self._vgpu_deployable(pf, parents, t, extra)
+            # MIG-backed vGPUs of several types share a GPU in MIG mode
+            # (one per slice); time-sliced ones are taken to be of one
+            # type per GPU (``vgpu_room``).
+            mixes = bool(info and info.get('mig_enabled'))
+            deployables = [self._vgpu_deployable(pf, parents, t, extra,
+                                                 mixes)
                            for t in vgpu_types]
         elif pf.sriov_numvfs > 0:
             LOG.info('GPU %s has %d SR-IOV VFs but no enabled vGPU type: '
@@ -180,15 +221,25 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
     def _traits(pf, *more):
         return [base.custom_name('NVIDIA', pf.device)] + list(more)
 
-    def _vgpu_deployable(self, pf, parents, mdev_type, extra):
+    def _vgpu_deployable(self, pf, parents, mdev_type, extra, mixes):
         handles = []
         type_name = None
+        # With SR-IOV, the free VFs offered: at most what the GPU can
+        # still host, the first ones in VF order (the same ones from one
+        # discovery to the next).  A VF holding a vGPU of the type is
+        # always offered: its handle may be bound to an instance.  A PF
+        # counts its own room in available_instances.
+        room = (vgpu_room(parents, mdev_type, mixes)
+                if pf.sriov_numvfs > 0 else None)
         for parent in parents:
             supported = parent.mdev_types.get(mdev_type)
             available = supported.available_instances if supported else 0
             if supported:
                 type_name = supported.name
             used = sum(1 for t in parent.mdevs.values() if t == mdev_type)
+            if room is not None:
+                available = min(available, room)
+                room -= available
             # Numbered within the parent (whose address the handle also
             # carries): a change on one VF must not renumber, and so
             # replace, the handles of the VFs after it.

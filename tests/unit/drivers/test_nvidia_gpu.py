@@ -240,3 +240,120 @@ def test_a_gpu_instance_split_in_compute_instances_names_each(
                  compute_instance_id=1)
     assert [r.deployable for r in driver.check_health(devices)
             if r.code == 'xid:13'] == ['h_0000:3b:00.0_MIG1.1']
+
+
+# -- SR-IOV vGPU capacity ----------------------------------------------------
+
+# An A100 40GB's GRID A100-10C: four per GPU, as its description says.
+A100_10C = ('nvidia-474', 'GRID A100-10C',
+            'num_heads=1, frl_config=60, framebuffer=10240M, '
+            'max_resolution=4096x2160, max_instance=4')
+A100_8C = ('nvidia-473', 'GRID A100-8C',
+           'num_heads=1, frl_config=60, framebuffer=8192M, '
+           'max_resolution=4096x2160, max_instance=5')
+
+
+def _sriov_gpu(tree, conf, vfs=8, types=(A100_10C,)):
+    """The scenario's whole A100 with ``vfs`` VFs, each free VF offering
+    every type once (as NVIDIA's driver shows them), and ``types[0]``
+    enabled; returns the VFs' addresses."""
+    addresses = ['0000:3b:%02x.%d' % (i // 8, i % 8)
+                 for i in range(4, vfs + 4)]
+    tree.add_vfs('0000:3b:00.0', addresses, driver='nvidia')
+    for vf in addresses:
+        for type_id, name, description in types:
+            tree.add_mdev_type(vf, type_id, name, 1, description=description)
+    conf.set_override('enabled_vgpu_types', [types[0][0]], 'agent')
+    return addresses
+
+
+def _make_vgpu(tree, vf, mdev_uuid, mdev_type, types=(A100_10C,)):
+    """A vGPU made on ``vf``, which then offers no type."""
+    tree.add_mdev(vf, mdev_uuid, mdev_type)
+    for type_id, _name, _description in types:
+        tree.set_available(vf, type_id, 0)
+
+
+def _vfs_offered(deployable):
+    return [inventory.pci_address(h.attach_info)
+            for h in deployable.attach_handles]
+
+
+def test_max_instance_is_read_off_the_type_description():
+    assert nvidia_gpu.max_instance(A100_10C[2]) == 4
+    assert nvidia_gpu.max_instance('max_instance=16') == 16
+    assert nvidia_gpu.max_instance(
+        'num_heads=4, frl_config=60, framebuffer=2048M, '
+        'max_resolution=5120x2880') is None
+    assert nvidia_gpu.max_instance('') is None
+
+
+def test_sriov_vgpus_are_offered_as_many_as_the_gpu_hosts(conf, scenario):
+    """Each free VF says 1 for a type the GPU can still host: 8 VFs
+    offered 8 vGPUs of a type that fits 4 times, and binds past the 4th
+    failed making the mdev.  The free VFs offered are capped at the
+    type's max_instance minus the vGPUs on the GPU; a VF holding one is
+    always offered (an instance may have it), free ones beyond the cap
+    are not."""
+    from cyborg.placement import provider_tree
+
+    tree = scenario('nvidia_sriov')
+    vfs = _sriov_gpu(tree, conf)
+    deps, _ = _discover(conf)
+    vgpu = deps['h_0000:3b:00.0_nvidia-474']
+    assert vgpu.num_accelerators == 4
+    assert _vfs_offered(vgpu) == vfs[:4]
+    # Two vGPUs made: one on a VF offered, one on a VF that was not
+    # (made by hand): both stay offered, and 2 free VFs beside them.
+    _make_vgpu(tree, vfs[1], fake_sysfs.MDEV_A, 'nvidia-474')
+    _make_vgpu(tree, vfs[6], fake_sysfs.MDEV_B, 'nvidia-474')
+    deps, _ = _discover(conf)
+    vgpu = deps['h_0000:3b:00.0_nvidia-474']
+    assert vgpu.num_accelerators == 4
+    assert _vfs_offered(vgpu) == [vfs[0], vfs[1], vfs[2], vfs[6]]
+    # Placement's inventory follows: 4 in all, none reserved (the two
+    # bound are allocations, the two free ones are what is left).
+    provider = provider_tree.provider_for(
+        {'name': vgpu.name, 'num_accelerators': vgpu.num_accelerators},
+        vgpu.attributes, 'enabled', 'compute-node-uuid')
+    assert {k: provider.inventories['VGPU'][k]
+            for k in ('total', 'reserved')} == {'total': 4, 'reserved': 0}
+    # Full: the vGPUs in use alone, never fewer.
+    _make_vgpu(tree, vfs[0], fake_sysfs.MDEV_C, 'nvidia-474')
+    _make_vgpu(tree, vfs[7], fake_sysfs.MDEV_D, 'nvidia-474')
+    deps, _ = _discover(conf)
+    assert _vfs_offered(deps['h_0000:3b:00.0_nvidia-474']) == [
+        vfs[0], vfs[1], vfs[6], vfs[7]]
+
+
+def test_sriov_vgpus_without_max_instance_are_one_per_free_vf(conf,
+                                                              scenario):
+    """A description without max_instance (an older vGPU driver): every
+    free VF is offered, as before."""
+    tree = scenario('nvidia_sriov')
+    vfs = _sriov_gpu(tree, conf, types=[(
+        'nvidia-474', 'GRID A100-10C', 'num_heads=1, frl_config=60, '
+        'framebuffer=10240M, max_resolution=4096x2160')])
+    deps, _ = _discover(conf)
+    assert _vfs_offered(deps['h_0000:3b:00.0_nvidia-474']) == vfs
+
+
+def test_vgpus_of_another_type_take_room_unless_the_gpu_is_in_mig_mode(
+        conf, scenario, tmp_path):
+    """Time-sliced vGPUs on one GPU are all of one type: a vGPU of any
+    type takes one of the places.  In MIG mode each is on its own slice,
+    and only those of the type count against its max_instance."""
+    tree = scenario('nvidia_sriov')
+    types = (A100_10C, A100_8C)
+    vfs = _sriov_gpu(tree, conf, types=types)
+    _make_vgpu(tree, vfs[0], fake_sysfs.MDEV_A, 'nvidia-473', types)
+    deps, _ = _discover(conf)
+    # 4 - 1 free VFs for the enabled type; the existing type's deployable
+    # keeps its vGPU and offers 5 - 1 free ones.
+    assert _vfs_offered(deps['h_0000:3b:00.0_nvidia-474']) == vfs[1:4]
+    assert _vfs_offered(deps['h_0000:3b:00.0_nvidia-473']) == vfs[:5]
+    nvml = fake_nvml.create(tmp_path / 'nvml.json', {'0000:3b:00.0': dict(
+        A100, mig=[{'gpu_instance_id': 1, 'profile': '3g.20gb',
+                    'memory_mb': 20096, 'uuid': 'MIG-aaaa'}])})
+    deps, _ = _discover(conf, nvml)
+    assert _vfs_offered(deps['h_0000:3b:00.0_nvidia-474']) == vfs[1:5]
