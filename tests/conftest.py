@@ -53,6 +53,11 @@ def conf():
     c.set_override('connection', 'sqlite://', group='database')
     yield c
     c.reset()
+    # Nova taken for away is kept by id(conf), which a later test's conf
+    # may reuse.
+    nova = sys.modules.get('cyborg.conductor.nova')
+    if nova is not None:
+        nova._AWAY.clear()
 
 
 @pytest.fixture

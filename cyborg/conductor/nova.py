@@ -11,6 +11,9 @@ recorded without reading it back (``deliver_recorded``).  Rows are deleted
 once Nova answers; rows left behind (Nova down, conductor killed between
 commit and POST) are re-sent by the periodic ``resend_due``, and at once
 by their conductor (``owner``) when it starts again (``resend_owned``).
+After a delivery failed, Nova is taken for away for a retry interval
+(``away``): deliveries right after binds leave their batches to the
+periodic unsent, and a periodic pass stops at its first failure.
 
 What is sent is exactly how each bind ended: an event read back from the
 database goes out only while its ARQ still exists, is still bound to the
@@ -79,6 +82,15 @@ _OUTCOME = {'completed': states.BOUND, 'failed': states.BIND_FAILED}
 _ADAPTERS = {}
 _ADAPTERS_LOCK = threading.Lock()
 
+# {_key(conf): time.monotonic() until which that Nova is taken for away}:
+# set when a delivery's tries all failed, cleared by one that goes
+# through.  Meanwhile a delivery right after a bind leaves its batch to
+# the periodic at once, instead of holding a bind worker for
+# ``delivery_time()`` to find Nova away again (queued binds, mdevs and
+# programming, would wait behind it), and a periodic pass stops at its
+# first failure.
+_AWAY = {}
+
 
 def enabled(conf):
     """Whether events go to Nova at all."""
@@ -122,9 +134,11 @@ def record(conf, context, batch_id, events, due_at):
         event_db.create_many(context, rows)
 
 
-def deliver_batch(conf, context, batch_id):
+def deliver_batch(conf, context, batch_id, probe=False):
     """Send a batch's recorded events in one request; forget them once
-    Nova has answered, else postpone them for the periodic."""
+    Nova has answered, else postpone them for the periodic.  While Nova
+    is taken for away (``away``) the batch is postponed unsent, unless
+    ``probe`` (the periodic's try)."""
     if not enabled(conf):
         return True
     rows, events = _batch(context, batch_id)
@@ -132,7 +146,7 @@ def deliver_batch(conf, context, batch_id):
         return True
     return _send_or_postpone(
         conf, context, batch_id, events, max(r.attempts for r in rows),
-        event_db.delete_ids, [r.id for r in rows])
+        event_db.delete_ids, [r.id for r in rows], probe)
 
 
 def deliver_recorded(conf, context, batch_id, events):
@@ -149,15 +163,37 @@ def deliver_recorded(conf, context, batch_id, events):
 
 
 def _send_or_postpone(conf, context, batch_id, events, attempts, forget,
-                      which):
+                      which, probe=False):
     """Send ``events`` (none: nothing left to say) and ``forget(context,
     which)`` their rows once Nova has answered; else postpone the batch
     after ``attempts`` earlier ones.  True when delivered."""
-    if not events or send(conf, events):
+    if events and away(conf) and not probe:
+        LOG.debug('Nova is away: batch %s is left to the periodic',
+                  batch_id)
+        delivered = False
+    else:
+        delivered = not events or _sent(conf, events)
+    if delivered:
         db_api.write_retrying(context, forget, context, which)
         return True
     db_api.write_retrying(context, event_db.postpone_batch,
                           context, batch_id, _next_attempt(conf, attempts))
+    return False
+
+
+def away(conf):
+    """Whether the last delivery to this Nova failed, less than
+    ``[conductor]nova_event_retry_interval`` seconds ago."""
+    return time.monotonic() < _AWAY.get(_key(conf), 0.0)
+
+
+def _sent(conf, events):
+    """``send``, noting whether Nova took them for ``away``."""
+    if send(conf, events):
+        _AWAY.pop(_key(conf), None)
+        return True
+    _AWAY[_key(conf)] = (time.monotonic()
+                         + conf.conductor.nova_event_retry_interval)
     return False
 
 
@@ -213,8 +249,13 @@ def resend_due(conf, context):
             context, event_db.claim_batch, context, batch_id, now,
             max(_next_attempt(conf, 0), now + datetime.timedelta(
                 seconds=delivery_time(conf))))
-        if claimed:
-            deliver_batch(conf, context, batch_id)
+        # Nova away: the rest wait for the next pass (each would spend
+        # ``delivery_time()`` finding that out again).
+        if claimed and not deliver_batch(conf, context, batch_id,
+                                         probe=True):
+            LOG.info('Nova did not take batch %s; the batches due after '
+                     'it wait for the next pass', batch_id)
+            return
 
 
 def delivery_time(conf):
