@@ -28,6 +28,14 @@ allocation (``arq_binding.release_allocations``); a conductor that dies
 half-way leaves the ARQ in BindStarted, which ``fail_stuck`` fails after
 ``[DEFAULT]bind_timeout``, releasing the claim.
 
+A delete or unbind may run its release before this allocation's claim
+lands in Placement; the allocation then finds its ARQ gone or moved and
+releases the claim itself.  Where Placement cannot be reached to do so,
+no ARQ row holds the claim any more (the stuck-bind periodic works on
+rows): the consumer is recorded (``placement_releases``), and
+``release_left_claims``, which ``fail_stuck`` runs, releases it once
+Placement answers and the ARQ is gone.
+
 The call is synchronous: the API answers once the ARQ is Bound.  A profile
 that programs an FPGA can take longer than ``[api]conductor_timeout``;
 the allocation still completes, and the ARQ shows its outcome.
@@ -38,6 +46,7 @@ import json
 import re
 import uuid as uuidlib
 
+from oslo_db import exception as db_exc
 from oslo_log import log as logging
 from oslo_utils import timeutils
 
@@ -48,6 +57,7 @@ from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import hosts as host_db
+from cyborg.db.api import placement_releases as release_db
 from cyborg.objects import device_profiles as profile_objects
 from cyborg.placement import client as placement_client
 from cyborg.placement import provider_tree
@@ -282,10 +292,7 @@ def _undo(placement, context, job, claimed, error):
         try:
             placement.delete_allocations(job['uuid'])
         except exception.PlacementError as e:
-            # Left in BindStarted with its consumer: fail_stuck or a
-            # delete releases it once Placement answers again.
-            LOG.warning('Could not release the claim of accelerator '
-                        'request %s: %s', job['uuid'], e)
+            _owe_release(context, job, e)
             released = False
     if released:
         db_api.write_retrying(context, arq_binding._leave, context,
@@ -299,3 +306,69 @@ def _undo(placement, context, job, claimed, error):
         raise exception.Conflict(
             reason=f"accelerator request {job['uuid']} was deleted or "
                    f"unbound while it was being allocated") from error
+
+
+def _owe_release(context, job, error):
+    """The claim of ``job`` could not be released (Placement away).  An
+    ARQ still in this allocation stays BindStarted with its consumer:
+    ``fail_stuck``, a delete or an unbind releases the claim once
+    Placement answers.  One that has left it (deleted or unbound
+    meanwhile, its release run before our claim landed) says nothing of
+    the claim any more: the consumer is recorded for
+    ``release_left_claims``."""
+    try:
+        if arq_db.bind_of(context, job['uuid']) == job['bind_id']:
+            LOG.warning('Could not release the claim of accelerator '
+                        'request %s: %s; the stuck-bind check releases it '
+                        'once Placement answers', job['uuid'], error)
+            return
+        db_api.write_retrying(context, release_db.add, context, job['uuid'])
+    except db_exc.DBDuplicateEntry:
+        pass                    # recorded by another conductor's undo
+    except Exception:  # noqa: BLE001 - the allocation's own error goes on
+        LOG.exception('Could not release the claim of accelerator request '
+                      '%s (%s), nor record it for a later release: release '
+                      'it by hand (openstack resource provider allocation '
+                      'delete %s)', job['uuid'], error, job['uuid'])
+        return
+    LOG.warning('Could not release the claim of accelerator request %s, '
+                'deleted or unbound while it was allocated: %s; it is '
+                'released once Placement answers and the request is gone',
+                job['uuid'], error)
+
+
+def release_left_claims(conf, context):
+    """Periodic (run by ``arq_binding.fail_stuck``): release the claims
+    ``_owe_release`` recorded whose ARQ is gone, and forget them; returns
+    how many.
+
+    Only once the ARQ is gone: its uuid, the consumer, is then never
+    claimed again, so the release takes nothing from anyone, however many
+    conductors run it at once.  While it exists (unbound meanwhile), a
+    new allocation of it may claim under the same consumer at any moment,
+    and a release could take that claim: it waits for the ARQ's delete
+    (which releases nothing of an unbound ARQ's)."""
+    owed = release_db.owed(context)
+    if not owed:
+        return 0
+    alive = arq_db.outcomes(context, owed)
+    gone = [consumer for consumer in owed if consumer not in alive]
+    if not gone:
+        return 0
+    placement = placement_client.get_client(conf)
+    released = 0
+    for consumer in gone:
+        try:
+            placement.delete_allocations(consumer)
+        except exception.PlacementError as e:
+            LOG.warning('Could not release the claim of deleted accelerator '
+                        'request %s: %s; tried again at the next stuck-bind '
+                        'check', consumer, e)
+            if getattr(e, 'status_code', 503) >= 500:
+                break           # Placement away: the others would wait too
+            continue
+        db_api.write_retrying(context, release_db.forget, context, consumer)
+        LOG.info('Released the claim of accelerator request %s, deleted '
+                 'while it was being allocated', consumer)
+        released += 1
+    return released

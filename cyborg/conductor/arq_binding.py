@@ -1331,7 +1331,12 @@ def recover(conf, context, started_at):
 
 def fail_stuck(conf, context):
     """Periodic: fail ARQs in BindStarted for longer than bind_timeout
-    (their conductor died, or their work hung) and tell Nova."""
+    (their conductor died, or their work hung) and tell Nova; first,
+    release the claims standalone allocations could not release for ARQs
+    deleted meanwhile (``arq_allocation.release_left_claims``)."""
+    from cyborg.conductor import arq_allocation
+
+    arq_allocation.release_left_claims(conf, context)
     timeout = datetime.timedelta(seconds=conf.bind_timeout)
     stuck = arq_db.stuck(context, clock_db.utcnow() - timeout)
     if not stuck:

@@ -414,3 +414,20 @@ class QuotaLock(Base):
     )
 
     project_id = sa.Column(NAME, nullable=False)
+
+
+class PlacementRelease(Base):
+    """Ours: a Placement consumer whose allocations cyborg owes a release:
+    the claim of a standalone allocation whose accelerator request was
+    deleted or unbound while it was made (that release ran before the
+    claim landed), which Placement could not release then.  No ARQ row
+    says the claim is there any more; this one does until the stuck-bind
+    periodic has released it (cyborg.conductor.arq_allocation)."""
+
+    __tablename__ = 'placement_releases'
+    __table_args__ = (
+        sa.UniqueConstraint('consumer_uuid',
+                            name='uniq_placement_releases0consumer_uuid'),
+    )
+
+    consumer_uuid = sa.Column(UUID, nullable=False)

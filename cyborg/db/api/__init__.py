@@ -16,6 +16,7 @@ read and write rows live in the module of the noun they touch:
   arqs             accelerator requests: every ARQ read goes through
                    ``arqs.select``; every state change is a guarded UPDATE
   nova_events      bind outcomes Nova has not accepted yet
+  placement_releases  Placement claims owed a release whose ARQ is gone
   quotas           a project's quota usage and the lock quota-checked
                    creates take
 

@@ -3,6 +3,7 @@ against the real (embedded) Placement: claim, bind, release, and every
 refusal leaving the ARQ and Placement as they were."""
 
 import datetime
+import threading
 import uuid as uuidlib
 
 import pytest
@@ -14,7 +15,9 @@ from cyborg.common import context as cyborg_context
 from cyborg.common import exception
 from cyborg.conductor import arq_allocation
 from cyborg.conductor import arq_binding
+from cyborg.db import api as db_api
 from cyborg.db import models
+from cyborg.db.api import placement_releases as release_db
 from cyborg.placement import client as placement_client
 from tests.fixtures import arqs as seed
 from tests.fixtures import placement as placement_fixture
@@ -320,6 +323,11 @@ def _forwarding(placement_url, lose):
     """A Placement front forwarding every request to the real one; a
     request ``lose(request)`` picks is carried out but answered 502, as
     when the answer is lost on the way back."""
+    return recording_http.RecordingServer(_forwarder(placement_url, lose))
+
+
+def _forwarder(placement_url, lose):
+    """The responder of ``_forwarding``."""
     def respond(request):
         headers = {k: v for k, v in request.headers.items()
                    if k.lower() not in ('host', 'content-length')}
@@ -333,7 +341,7 @@ def _forwarding(placement_url, lose):
         kept = {k: v for k, v in answer.headers.items()
                 if k.lower() in ('content-type', 'openstack-api-version')}
         return answer.status_code, kept, answer.content
-    return recording_http.RecordingServer(respond)
+    return respond
 
 
 def test_a_claim_whose_answer_is_lost_is_released(aconf, db, ctx, trait,
@@ -546,3 +554,109 @@ def test_a_remote_pool_is_no_candidate(aconf, db, ctx, trait,
         arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
     assert _held(placement_url, uuid)['allocations'] == {}
     assert _row(db, uuid).state == 'Initial'
+
+
+def _releases_refused(placement_url, consumer):
+    """A Placement front forwarding every request to the real one, but
+    answering a release of ``consumer``'s allocations 503, without
+    forwarding it, while ``front.away`` is set: Placement gone."""
+    away = threading.Event()
+    forward = _forwarder(placement_url, lambda request: False)
+
+    def respond(request):
+        if (away.is_set() and request.method == 'DELETE'
+                and request.path == '/allocations/' + consumer):
+            return 503, {}, {'errors': [{'status': 503,
+                                         'detail': 'Placement is away'}]}
+        return forward(request)
+
+    front = recording_http.RecordingServer(respond)
+    front.away = away
+    return front
+
+
+def _allocated_racing(aconf, ctx, uuid, meanwhile, placement_url,
+                      monkeypatch):
+    """Allocate ARQ ``uuid`` while ``meanwhile()`` (a delete or an unbind
+    of it) runs its release just before the claim lands, Placement then
+    going away before the allocation can release the claim itself."""
+    claim = arq_allocation._claim
+
+    def released_first(placement, context, job):
+        meanwhile()
+        front.away.set()
+        return claim(placement, context, job)
+
+    monkeypatch.setattr(arq_allocation, '_claim', released_first)
+    front = _releases_refused(placement_url, uuid)
+    with front:
+        placement_fixture.placement_conf(aconf, front.url)
+        placement_client.reset_clients()
+        with pytest.raises(exception.Conflict, match='deleted or unbound'):
+            arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+        # Placement still away: the claim stays, and so does the record.
+        assert arq_binding.fail_stuck(aconf, ctx) == 0
+        assert _held(placement_url, uuid)['allocations'] != {}
+    placement_fixture.placement_conf(aconf, placement_url)
+    placement_client.reset_clients()
+
+
+def _owed(db):
+    with db.connect() as c:
+        return c.scalars(sa.select(
+            models.PlacementRelease.consumer_uuid)).all()
+
+
+def test_a_claim_a_delete_raced_is_released_once_placement_is_back(
+        aconf, db, ctx, trait, placement_url, monkeypatch):
+    """A delete released the ARQ's claim before the allocation's landed;
+    the allocation, finding the ARQ gone, could not release it (Placement
+    away) and said the stuck-bind check would: that check works on ARQ
+    rows, and there was none.  The claim held the unit for good."""
+    device = _provide(aconf, db, trait)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    _allocated_racing(aconf, ctx, uuid, lambda: arq_binding.delete(
+        aconf, ctx, arq_uuids=[uuid]), placement_url, monkeypatch)
+    assert _row(db, uuid) is None
+    assert _usage(placement_url, device.rp_uuid) == 1
+    # Placement back: the periodic releases it, and forgets it.
+    assert arq_binding.fail_stuck(aconf, ctx) == 0
+    assert _held(placement_url, uuid)['allocations'] == {}
+    assert _usage(placement_url, device.rp_uuid) == 0
+    assert _owed(db) == []
+
+
+def test_a_claim_an_unbind_raced_is_released_once_its_arq_is_deleted(
+        aconf, db, ctx, trait, placement_url, monkeypatch):
+    """An unbind that raced the allocation leaves the ARQ Unbound, with no
+    consumer: deleting it released nothing, and the claim stayed for
+    good.  It is released once the ARQ is gone (not before: a new
+    allocation of the ARQ claims under the same consumer)."""
+    device = _provide(aconf, db, trait)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    _allocated_racing(aconf, ctx, uuid, lambda: arq_binding.unbind(
+        aconf, ctx, [uuid]), placement_url, monkeypatch)
+    assert (_row(db, uuid).state, _row(db, uuid).consumer_id) == (
+        'Unbound', None)
+    assert arq_binding.fail_stuck(aconf, ctx) == 0
+    assert _usage(placement_url, device.rp_uuid) == 1
+    assert arq_binding.delete(aconf, ctx, arq_uuids=[uuid]) == []
+    assert _usage(placement_url, device.rp_uuid) == 1
+    assert arq_binding.fail_stuck(aconf, ctx) == 0
+    assert _held(placement_url, uuid)['allocations'] == {}
+    assert _usage(placement_url, device.rp_uuid) == 0
+    assert _owed(db) == []
+
+
+def test_a_release_owed_is_recorded_once(ctx, db):
+    """Two allocations of one ARQ (unbound between them) may both leave
+    its claim behind: one record."""
+    consumer = str(uuidlib.uuid4())
+    for _ in range(2):
+        db_api.write_retrying(ctx, release_db.add, ctx, consumer)
+    assert _owed(db) == [consumer]
+    assert release_db.owed(ctx) == [consumer]
+    db_api.write_retrying(ctx, release_db.forget, ctx, consumer)
+    assert _owed(db) == []
