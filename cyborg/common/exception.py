@@ -152,6 +152,25 @@ class ProgrammingFailed(ProgrammingOutcomeUnknown, Conflict):
     """The vendor tool ran and failed (``FPGAToolFailed`` on the agent)."""
 
 
+class ProgrammingTimedOut(ServiceUnavailable):
+    """The time a programming has (``[DEFAULT]bind_timeout``) ran out
+    before the agent was asked to write the card (fetching the bitstream
+    from Glance took it): the card is as it was.  A 503 of its own: the
+    request was good, the service could not finish it in time."""
+    message = ('Could not program %(what)s in time: %(reason)s; nothing '
+               'was programmed')
+
+
+class BitstreamTooLarge(Invalid):
+    """A bitstream over ``[glance]max_bitstream_size``: the conductor
+    sends it to the agent in one RPC message, which the message broker
+    would refuse."""
+    message = ('Image %(image)s is too large to program (%(size)s); '
+               '[glance]max_bitstream_size is %(limit)s bytes: the '
+               'conductor sends a bitstream to the agent in one message, '
+               'which the message broker refuses beyond its maximum size')
+
+
 class PlacementError(CyborgException):
     message = 'Placement request failed: %(reason)s'
     code = 503

@@ -2,9 +2,15 @@
 keystoneauth options (no cloud names: the conductor's own config).
 
 ``get_image`` and ``find_by_function_id`` return an image's metadata as a
-dict (``id``, ``os_hash_algo``, ``os_hash_value``, ``checksum`` and the
-custom properties such as ``accel:function_id``); ``download`` returns its
-data once the digest Glance advertises has been checked.
+dict (``id``, ``os_hash_algo``, ``os_hash_value``, ``checksum``, ``size``
+and the custom properties such as ``accel:function_id``); ``download``
+returns its data once the digest Glance advertises has been checked.
+
+A bitstream goes to the agent in one RPC message, which the message
+broker refuses beyond its maximum size: one over
+``[glance]max_bitstream_size`` is refused (``check_size``) before it is
+downloaded where Glance gives its size, and as soon as its download
+passes the limit where Glance does not (or gives a wrong one).
 """
 
 import hashlib
@@ -90,16 +96,40 @@ def find_by_function_id(conf, function_id):
     return get_image(conf, images[0]['id'])
 
 
+def check_size(conf, image):
+    """BitstreamTooLarge (400) when Glance gives the image's size and it
+    is over ``[glance]max_bitstream_size``, before anything downloads
+    it."""
+    size = image.get('size')
+    if size is not None and size > conf.glance.max_bitstream_size:
+        raise exception.BitstreamTooLarge(
+            image=image['id'], size=f'{size} bytes',
+            limit=conf.glance.max_bitstream_size)
+
+
 def download(conf, image):
     """The image data, checked against ``os_hash_value`` (else the md5
-    ``checksum``) before anyone uses it."""
+    ``checksum``) before anyone uses it; BitstreamTooLarge before the
+    download when Glance's size is over the limit, or as soon as the data
+    received passes it."""
+    check_size(conf, image)
     algo, expected = _expected_digest(image)
+    limit = conf.glance.max_bitstream_size
     digest = hashlib.new(algo)
     chunks = []
+    received = 0
     try:
         response = _connection(conf).image.download_image(
             image['id'], stream=True)
         for chunk in response.iter_content(conf.glance.download_chunk_size):
+            received += len(chunk)
+            if received > limit:
+                # Not read to its end: the rest would only be dropped.
+                response.close()
+                raise exception.BitstreamTooLarge(
+                    image=image['id'],
+                    size=f'more than {limit} bytes downloaded; Glance '
+                         f'gave {_size_given(image)}', limit=limit)
             digest.update(chunk)
             chunks.append(chunk)
     except (sdk_exc.SDKException, ks_exc.ClientException) as e:
@@ -114,6 +144,11 @@ def download(conf, image):
                    f'says {expected}, the data hashes to '
                    f'{digest.hexdigest()}')
     return b''.join(chunks)
+
+
+def _size_given(image):
+    size = image.get('size')
+    return 'no size' if size is None else f'a size of {size} bytes'
 
 
 def _expected_digest(image):

@@ -5,8 +5,11 @@
 One programming, in order:
 
 1. the image's metadata from Glance; nothing to do when the deployable
-   already runs it (so admin programming is idempotent);
-2. the data downloaded and checked against Glance's digest;
+   already runs it (so admin programming is idempotent); refused (400)
+   when it is larger than ``[glance]max_bitstream_size`` (the bitstream
+   goes to the agent inline, in one RPC message);
+2. the data downloaded (refused as soon as it passes that size, where
+   Glance gave none) and checked against Glance's digest;
 3. the deployable marked as being programmed (``programming_until``: the
    deadline plus ``OVERDUE_AFTER``) and its provider synced: the mark
    reserves it whole in Placement, so nothing is scheduled onto a device
@@ -20,6 +23,12 @@ One programming, in order:
    function's trait; reserved still if the device went into maintenance
    or failed meanwhile).  A failure before step 4 leaves the traits and
    ``bitstream_id`` as they were, and is raised.
+
+A programming has until its deadline (``[DEFAULT]bind_timeout`` after
+the bind or the administrator's request began).  One whose time ran out
+before the agent could be asked (the download took it) programs nothing
+and raises ``ProgrammingTimedOut``: a 503 for an administrator's program,
+the reason of a failed bind.
 
 An agent that does not answer by the deadline may still be running the
 vendor tool, and a tool that ran and failed may have written part of the
@@ -185,10 +194,13 @@ def program(conf, context, target, image, deadline, own_handles,
             if function_id:
                 _advertised(conf, context, target, function_trait(function_id))
             return False
+        glance.check_size(conf, image)
         _check_unused(context, target, own_handles, bind)
         notice = _Notice(conf, context, target, image, function_id, arq_uuid)
         try:
+            fetching = time.monotonic()
             data = glance.download(conf, image)
+            fetched = time.monotonic() - fetching
             until = (deadline + datetime.timedelta(seconds=OVERDUE_AFTER)
                      ).replace(microsecond=0)   # as a DATETIME keeps it
             with _reserved(conf, context, target, until):
@@ -196,7 +208,8 @@ def program(conf, context, target, image, deadline, own_handles,
                 # handle since the first count would get a card rewritten
                 # under it.
                 _check_unused(context, target, own_handles, bind)
-                _run_agent(conf, context, target, image, data, deadline)
+                _run_agent(conf, context, target, image, data, deadline,
+                           fetched)
                 trait = function_trait(function_id) if function_id else None
                 db_api.write_retrying(context, _loaded, context,
                                       target.deployable_id, image['id'],
@@ -313,10 +326,18 @@ def _advertise_in(context, target, trait):
     host_db.update(context, target.hostname, placement_synced=False)
 
 
-def _run_agent(conf, context, target, image, data, deadline):
+def _run_agent(conf, context, target, image, data, deadline, fetched):
+    """Have the agent write ``data`` onto the card by ``deadline``;
+    ``fetched``: the seconds its download from Glance took."""
     remaining = (deadline - timeutils.utcnow()).total_seconds()
     if remaining <= 0:
-        raise exception.BindFailed(reason='timed out before programming')
+        raise exception.ProgrammingTimedOut(
+            what=f"deployable {target.deployable_uuid} with image "
+                 f"{image['id']}",
+            reason=f'its time ([DEFAULT]bind_timeout, {conf.bind_timeout} '
+                   f's) ran out before the agent could be asked; '
+                   f'downloading the bitstream from Glance took '
+                   f'{fetched:.0f} s')
     bitstream = {'image_uuid': image['id'],
                  'data': base64.b64encode(data).decode('ascii'),
                  'checksum': image.get('checksum')}

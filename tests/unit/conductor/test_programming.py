@@ -13,6 +13,7 @@ import requests
 import sqlalchemy as sa
 from oslo_utils import timeutils
 
+from cyborg.api import faults
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
 from cyborg.common import metrics
@@ -870,3 +871,89 @@ def test_only_an_active_image_is_programmed(pconf, ctx, db, agent, device,
     with pytest.raises(exception.Invalid, match='is deactivated in Glance'):
         programming.program_deployable(pconf, ctx, device.deployable_uuid,
                                        image)
+
+
+def test_a_download_that_uses_up_the_time_is_a_503_of_its_own(
+        pconf, ctx, db, agent, device, glance):
+    """Glance took the programming's whole time ([DEFAULT]bind_timeout):
+    an administrator's program answered 400 "Binding failed: timed out
+    before programming", as if the request were wrong, about a bind there
+    is none of.  It is a 503 saying that nothing was programmed."""
+    image = glance.add_image(b'slow glance' * 10, {'accel:function_id': 'fs'})
+    glance.delay = 1.5
+    target = deployable_db.program_target(ctx, device.deployable_uuid)
+    deadline = timeutils.utcnow() + datetime.timedelta(seconds=1)
+    try:
+        with pytest.raises(exception.ProgrammingTimedOut) as caught:
+            programming.program(pconf, ctx, target,
+                                {'id': image, **glance.images[image]},
+                                deadline, own_handles=0)
+    finally:
+        glance.release()
+    error = caught.value
+    assert error.code == 503
+    assert str(error).startswith(
+        f'Could not program deployable {device.deployable_uuid} with '
+        f'image {image} in time: ')
+    assert 'downloading the bitstream from Glance took' in str(error)
+    assert str(error).endswith('nothing was programmed')
+    # As the API reads it from the conductor's answer.
+    answered = faults.as_cyborg_exception(messaging.RemoteError(
+        type(error).__name__, str(error)))
+    assert (answered.code, str(answered)) == (503, str(error))
+    assert _loaded(agent) is None
+    assert _bitstream(ctx, device) is None
+    assert _provider(pconf, device.rp_uuid) == (0, {FAKE_TRAIT, OLD_TRAIT})
+
+
+def test_a_bitstream_over_the_limit_is_refused_before_its_download(
+        pconf, ctx, db, agent, device, glance):
+    """The conductor sends the bitstream to the agent in one RPC message:
+    one larger than the broker takes failed obscurely, after its whole
+    download.  Glance gives the size: refused before anything downloads,
+    a 400 saying why, for an administrator and a bind alike."""
+    pconf.set_override('max_bitstream_size', 100, group='glance')
+    image = glance.add_image(b'x' * 101, {'accel:function_id': 'fbig'})
+    with pytest.raises(messaging.ExpectedException) as caught:
+        manager.ConductorManager(pconf, 'c1').deployable_program(
+            ctx, device.deployable_uuid, image)
+    error = caught.value.exc_info[1]
+    assert isinstance(error, exception.BitstreamTooLarge)
+    assert error.code == 400
+    assert str(error).startswith(
+        f'Image {image} is too large to program (101 bytes); '
+        f'[glance]max_bitstream_size is 100 bytes')
+    row = _bind(pconf, ctx, db, device, {'accel:bitstream_id': image})
+    assert row.state == 'BindFailed'
+    assert row.bind_failure_reason == str(error)
+    assert glance.downloads() == []
+    assert _loaded(agent) is None
+    assert _provider(pconf, device.rp_uuid) == (0, {FAKE_TRAIT, OLD_TRAIT})
+    # At the limit, it is programmed.
+    fits = glance.add_image(b'y' * 100)
+    programming.program_deployable(pconf, ctx, device.deployable_uuid, fits)
+    assert _loaded(agent) == fits
+
+
+def test_a_bitstream_glance_gives_no_size_of_is_refused_while_downloaded(
+        pconf, glance):
+    """Without Glance's size (or with a wrong one), the download stops as
+    soon as it passes the limit, rather than reading the rest (here Glance
+    stalls after that: reading on would wait for [glance]timeout)."""
+    pconf.set_override('max_bitstream_size', 10000, group='glance')
+    pconf.set_override('download_chunk_size', 4096, group='glance')
+    pconf.set_override('timeout', 5, group='glance')
+    image_uuid = glance.add_image(b'z' * 100000)
+    glance.images[image_uuid]['size'] = None
+    image = glance_client.get_image(pconf, image_uuid)
+    glance.stall_after = 30000
+    started = time.monotonic()
+    try:
+        with pytest.raises(exception.BitstreamTooLarge,
+                           match='more than 10000 bytes downloaded; Glance '
+                                 'gave no size'):
+            glance_client.download(pconf, image)
+    finally:
+        glance.release()
+    assert time.monotonic() - started < 4
+    assert len(glance.downloads()) == 1
