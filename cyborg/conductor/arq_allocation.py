@@ -48,13 +48,13 @@ import uuid as uuidlib
 
 from oslo_db import exception as db_exc
 from oslo_log import log as logging
-from oslo_utils import timeutils
 
 from cyborg.common import exception
 from cyborg.common import states
 from cyborg.conductor import arq_binding
 from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
+from cyborg.db.api import clock as clock_db
 from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import hosts as host_db
 from cyborg.db.api import placement_releases as release_db
@@ -131,7 +131,7 @@ def allocate(conf, context, arq_uuid, consumer_id, consumer_type,
     CyborgException, leaving the ARQ as it was, when it cannot."""
     from cyborg.placement import client as placement_client
 
-    started = timeutils.utcnow()
+    started = clock_db.utcnow()
     job = db_api.write_retrying(context, _start, context, arq_uuid,
                                 consumer_id, consumer_type, hostname,
                                 started, conf.host)

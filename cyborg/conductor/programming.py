@@ -79,7 +79,6 @@ import time
 
 from oslo_log import log as logging
 import oslo_messaging as messaging
-from oslo_utils import timeutils
 
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
@@ -92,6 +91,7 @@ from cyborg.conductor import placement_sync
 from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import attach_handles as handle_db
+from cyborg.db.api import clock as clock_db
 from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import hosts as host_db
 from cyborg.objects import base as objects_base
@@ -140,7 +140,7 @@ def program_deployable(conf, context, deployable_uuid, image_uuid):
             reason=f'deployable {deployable_uuid} is a '
                    f'{target.device_type}, not an FPGA')
     image = glance.get_image(conf, image_uuid)
-    deadline = timeutils.utcnow() + datetime.timedelta(
+    deadline = clock_db.utcnow() + datetime.timedelta(
         seconds=conf.bind_timeout)
     program(conf, context, target, image, deadline, own_handles=0)
     return objects_base.to_dict(deployables.Deployable.get(context,
@@ -329,7 +329,7 @@ def _advertise_in(context, target, trait):
 def _run_agent(conf, context, target, image, data, deadline, fetched):
     """Have the agent write ``data`` onto the card by ``deadline``;
     ``fetched``: the seconds its download from Glance took."""
-    remaining = (deadline - timeutils.utcnow()).total_seconds()
+    remaining = (deadline - clock_db.utcnow()).total_seconds()
     if remaining <= 0:
         raise exception.ProgrammingTimedOut(
             what=f"deployable {target.deployable_uuid} with image "
@@ -377,7 +377,7 @@ def take_out_overdue(conf, context):
     mid-way (their mark outlived its time) leave their card in an unknown
     state: take it out as for an unfinished one.  Returns how many."""
     overdue = deployable_db.overdue_programmings(context,
-                                                 timeutils.utcnow())
+                                                 clock_db.utcnow())
     taken = 0
     for deployable_id, until in overdue:
         with _deployable_lock(deployable_id):

@@ -1,8 +1,9 @@
 """The times one conductor writes and another compares with are told by
 the database server's clock (``cyborg.db.api.clock.reference``), not each
 host's: a conductor whose clock is two hours off neither fails another's
-bind as stuck the moment it started, nor holds back a Nova batch that is
-due, nor stamps the rows it makes with its own wrong time."""
+bind as stuck the moment it started, nor takes out a card another is
+programming, nor holds back a Nova batch that is due, nor stamps the rows
+it makes with its own wrong time."""
 
 import datetime
 import time
@@ -14,7 +15,7 @@ from oslo_utils import timeutils
 
 from cyborg.common import clock
 from cyborg.common import context as cyborg_context
-from cyborg.conductor import arq_binding, nova
+from cyborg.conductor import arq_binding, nova, programming
 from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.db.api import clock as clock_db
@@ -114,3 +115,22 @@ def test_a_conductor_behind_sends_a_due_batch(conf, server_db, ctx,
                     _server_now(server_db) - datetime.timedelta(seconds=1))
     nova.resend_due(conf, ctx)
     assert [e['tag'] for e in fake_nova.events] == [arq]
+
+
+def test_a_conductor_ahead_leaves_another_s_programming_alone(
+        conf, server_db, ctx, host_clock_off):
+    """Another conductor is programming a card, its mark good for five
+    more minutes by the true time: a conductor two hours ahead does not
+    take the card out as abandoned."""
+    device = seed.seed_device(server_db, handles=1)
+    until = (_server_now(server_db) + datetime.timedelta(minutes=5)
+             ).replace(microsecond=0)
+    with server_db.begin() as c:
+        c.execute(sa.update(models.Deployable).where(
+            models.Deployable.id == device.deployable_id).values(
+            bitstream_id=str(uuidlib.uuid4()), programming_until=until))
+    host_clock_off(OFF)
+    assert programming.take_out_overdue(conf, ctx) == 0
+    with server_db.connect() as c:
+        assert c.scalar(sa.select(models.Deployable.programming_until).where(
+            models.Deployable.id == device.deployable_id)) == until
