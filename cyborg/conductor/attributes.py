@@ -1,19 +1,29 @@
-"""Attribute writes (conductor side of POST/DELETE /attributes)."""
+"""Attribute writes (conductor side of POST/DELETE /attributes).
+
+A deployable's attributes make its provider in Placement (its resource
+class, ``rc``, and traits, ``trait*``): each write marks the host no
+longer synced in its transaction and then syncs the provider, as a
+device's status change does; a sync that fails is the next report's or
+the reconcile's to finish.
+"""
 
 from oslo_db import exception as db_exc
 from oslo_utils import uuidutils
 
 from cyborg.common import exception
 from cyborg.conductor import awaited
+from cyborg.conductor import placement_sync
 from cyborg.db.api import attributes as attribute_db
 from cyborg.db.api import deployables as deployable_db
+from cyborg.db.api import hosts as host_db
+from cyborg.objects import inventory
 
 
 def create(conf, context, deployable_uuid, key, value):
     """Add ``key`` = ``value`` to a deployable; 409 if it has that key."""
     try:
-        return awaited.write(context, _create_in, context,
-                             deployable_uuid, key, value)
+        attribute, target = awaited.write(context, _create_in, context,
+                                          deployable_uuid, key, value)
     except db_exc.DBDuplicateEntry:
         raise exception.Conflict(
             reason='deployable %s already has attribute %s' % (
@@ -21,6 +31,8 @@ def create(conf, context, deployable_uuid, key, value):
     except db_exc.DBReferenceError:
         raise exception.ResourceNotFound(resource='Deployable',
                                          id=deployable_uuid)
+    _sync(conf, context, target)
+    return attribute
 
 
 def _create_in(context, deployable_uuid, key, value):
@@ -32,17 +44,37 @@ def _create_in(context, deployable_uuid, key, value):
         context, {'uuid': uuidutils.generate_uuid(),
                   'deployable_id': deployable.id, 'key': key,
                   'value': value})
-    return _as_dict(row)
+    return _as_dict(row), _unsynced(context, deployable.id)
 
 
 def delete(conf, context, attribute_uuid):
-    awaited.write(context, _delete_in, context, attribute_uuid)
+    target = awaited.write(context, _delete_in, context, attribute_uuid)
+    _sync(conf, context, target)
 
 
 def _delete_in(context, attribute_uuid):
-    if not attribute_db.delete(context, attribute_uuid):
+    attribute = attribute_db.get(context, attribute_uuid)
+    if attribute is None or not attribute_db.delete(context,
+                                                    attribute_uuid):
         raise exception.ResourceNotFound(resource='Attribute',
                                          id=attribute_uuid)
+    return _unsynced(context, attribute.deployable_id)
+
+
+def _unsynced(context, deployable_id):
+    """The deployable's host no longer taken as synced; returns the
+    deployable with its host (``program_target``) for ``_sync``."""
+    target = deployable_db.program_target_by_id(context, deployable_id)
+    if target is not None:
+        host_db.update(context, target.hostname, placement_synced=False)
+    return target
+
+
+def _sync(conf, context, target):
+    if target is not None:
+        placement_sync.sync_providers(
+            conf, context, target.hostname,
+            {target.rp_uuid or inventory.provider_uuid(target.name)})
 
 
 def _as_dict(row):
