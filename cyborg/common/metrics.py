@@ -147,7 +147,8 @@ NOTIFICATIONS = prom.Counter(
     registry=REGISTRY)
 # Computed at scrape time from the database by the conductor's collector
 # (cyborg.conductor.metrics_collector): cyborg_conductor_arqs{state},
-# cyborg_conductor_nova_events_pending, cyborg_conductor_devices{health}.
+# cyborg_conductor_nova_events_pending, cyborg_conductor_devices{health},
+# cyborg_conductor_deployables{health} and the hosts' counts.
 
 # -- API -------------------------------------------------------------
 

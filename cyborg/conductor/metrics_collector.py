@@ -1,12 +1,16 @@
 """The conductor's scrape-time metrics: counts read from the database.
 
 Nothing is stored for metrics: each scrape of the conductor's registry runs
-four small queries (one GROUP BY or COUNT each, with an admin context)::
+a few small queries (one GROUP BY or COUNT each, with an admin context)::
 
     cyborg_conductor_arqs{state}              ARQs by state
     cyborg_conductor_nova_events_pending      bind outcomes not yet
                                               accepted by Nova
     cyborg_conductor_devices{health}          devices by health state
+    cyborg_conductor_deployables{health}      deployables (partitions:
+                                              MIG instances, FPGA
+                                              regions...) by their own
+                                              health state
     cyborg_conductor_hosts                    hosts whose agent ever
                                               reported
     cyborg_conductor_silent_hosts             of them, those with no
@@ -52,6 +56,11 @@ NOVA_EVENTS_PENDING = (
     'cyborg_conductor_nova_events_pending',
     'Bind outcomes recorded for Nova and not delivered yet.')
 DEVICES = ('cyborg_conductor_devices', 'Devices by health state.')
+DEPLOYABLES = (
+    'cyborg_conductor_deployables',
+    'Deployables (partitions: MIG instances, FPGA regions, vGPU types, '
+    'VF pools) by their own health state; a device\'s fault is counted '
+    'in cyborg_conductor_devices.')
 PROGRAMMING = (
     'cyborg_conductor_programmings_in_progress',
     'FPGA deployables a conductor is programming now (out of the '
@@ -84,7 +93,8 @@ class ConductorCollector:
         """The families without samples: lets the registry check names at
         registration without touching the database."""
         return ([_arqs({}), _pending(None), _devices({}),
-                 _gauge(PROGRAMMING, None)] + _hosts(None))
+                 _devices({}, DEPLOYABLES), _gauge(PROGRAMMING, None)]
+                + _hosts(None))
 
     def collect(self):
         context = cyborg_context.get_admin_context()
@@ -97,6 +107,9 @@ class ConductorCollector:
         health = _read(device_db.count_by_health, context)
         if health is not None:
             yield _devices(health)
+        health = _read(deployable_db.count_by_health, context)
+        if health is not None:
+            yield _devices(health, DEPLOYABLES)
         programming = _read(deployable_db.count_programming, context)
         if programming is not None:
             yield _gauge(PROGRAMMING, programming)
@@ -135,8 +148,8 @@ def _gauge(name_and_doc, count):
     return family
 
 
-def _devices(counts):
-    family = GaugeMetricFamily(*DEVICES, labels=['health'])
+def _devices(counts, name_and_doc=DEVICES):
+    family = GaugeMetricFamily(*name_and_doc, labels=['health'])
     for health in _known(states.HEALTH_STATES, counts):
         family.add_metric([health], counts.get(health, 0))
     return family

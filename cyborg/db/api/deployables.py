@@ -195,6 +195,16 @@ def count_programming(context):
 
 
 @reader
+def count_by_health(context):
+    """{health state: number of deployables} by their own health (a
+    partition's fault, apart from its device's), for the states that
+    have any."""
+    d = models.Deployable
+    return dict(_sql.connection(context).execute(
+        sa.select(d.health, sa.func.count()).group_by(d.health)).all())
+
+
+@reader
 def program_target(context, deployable_uuid):
     """The deployable with its device's host, status and control path."""
     d, dev, c = models.Deployable, models.Device, models.ControlpathID

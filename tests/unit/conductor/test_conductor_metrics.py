@@ -164,6 +164,19 @@ def test_collector_counts_arqs_events_and_devices(populated):
               for h in states.HEALTH_STATES}
     assert health == {'healthy': 1, 'suspect': 0, 'probing': 0,
                       'unhealthy': 1, 'lost': 0}
+    # Partitions by their own health: a fault of one alone is counted.
+    partitions = {h: registry.get_sample_value(
+        'cyborg_conductor_deployables', {'health': h})
+        for h in states.HEALTH_STATES}
+    assert partitions == {'healthy': 2, 'suspect': 0, 'probing': 0,
+                          'unhealthy': 0, 'lost': 0}
+    with populated.begin() as c:
+        c.execute(sa.update(models.Deployable).where(
+            models.Deployable.id == sa.select(sa.func.min(
+                models.Deployable.id)).scalar_subquery()).values(
+            health='unhealthy'))
+    assert _collected().get_sample_value(
+        'cyborg_conductor_deployables', {'health': 'unhealthy'}) == 1
 
 
 def test_collector_counts_the_programmings_in_progress(db):
