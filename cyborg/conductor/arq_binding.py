@@ -817,9 +817,9 @@ def in_another_bind(context, arq_uuid, bind_id):
     return now is not None and now != bind_id
 
 
-def _held_by_another(context, job, handle_id, remote=False):
+def _held_by_another(context, job, handle_id):
     """Whether another bind than the job's holds the handle now."""
-    holder = arq_db.handle_holder(context, handle_id, remote=remote)
+    holder = arq_db.handle_holder(context, handle_id)
     return holder is not None and holder != job['bind_id']
 
 
@@ -848,22 +848,34 @@ def _bind_remote(conf, context, batch_id, job, deadline):
     """Bind one ARQ to a remote pool: take a free handle (committed, so a
     concurrent unbind finds and detaches it), attach it to the host through
     the pool's fabric driver, then end Bound with the driver's answer.
-    An attach that fails, or a bind lost meanwhile, is detached again."""
+    An attach that fails, or a bind lost meanwhile, is detached again;
+    where the fabric refuses that detach, the handle is kept out of use
+    (``_keep_attached``)."""
     handle = db_api.write_retrying(context, _take_remote_in, context, job)
     try:
         info = remote_pools.attach(conf, job, handle)
         db_api.write_retrying(context, _finish_remote, conf, context,
                               batch_id, job, handle, info, deadline)
     except Exception:
-        if _held_by_another(context, job, handle.id, remote=True):
-            # Unbound meanwhile, and bound again to the same handle: the
-            # attachment is that bind's now.
-            LOG.info('Leaving %s attached for the bind that holds it now',
-                     handle.fabric_address)
-        else:
-            _detach_quietly(conf, job, handle)
+        if not _undo_attach(conf, context, job, handle):
+            _keep_attached(conf, context, job, handle)
         raise
     return _RemoteBound(handle.uuid, states.FABRIC, json.dumps(info))
+
+
+def _undo_attach(conf, context, job, handle):
+    """Detach what this bind attached, unless another bind holds the
+    handle for the same host (unbound meanwhile, and bound again to the
+    same handle there: the attachment is that bind's now).  A holder on
+    another host has, or will have, its own attachment: this bind's would
+    be left behind.  False when the fabric refused the detach."""
+    holder = pool_db.holder(context, handle.id)
+    if (holder is not None and (holder.bind_id or '') != job['bind_id']
+            and holder.hostname == job['hostname']):
+        LOG.info('Leaving %s attached to %s for the bind that holds it now',
+                 handle.fabric_address, job['hostname'])
+        return True
+    return _detach_quietly(conf, job, handle)
 
 
 def _take_remote_in(context, job):
@@ -893,8 +905,7 @@ def _finish_remote(conf, context, batch_id, job, handle, info, deadline):
 
 def _detach_quietly(conf, job, handle):
     """Undo an attach whose bind did not end Bound (the driver's detach
-    is idempotent; a failure is only logged: the handle was never the
-    instance's)."""
+    is idempotent); False, logged, when the fabric refused."""
     from cyborg.fabric import base as fabric_base
     from cyborg.fabric import loader as fabric_loader
 
@@ -903,9 +914,37 @@ def _detach_quietly(conf, job, handle):
             fabric_base.FabricHandle(handle.uuid, handle.fabric_address,
                                      job['remote']['pool_name']),
             job['hostname'], job['instance_uuid'])
-    except Exception as e:  # noqa: BLE001 - logged, see above
-        LOG.warning('Could not detach %s from %s after a failed bind: %s',
+    except Exception as e:  # noqa: BLE001 - the handle is kept out of use
+        LOG.warning('Could not detach %s from %s after a failed bind (%s); '
+                    'the handle stays out of use until a retry succeeds',
                     handle.fabric_address, job['hostname'], e)
+        return False
+    return True
+
+
+def _keep_attached(conf, context, job, handle):
+    """The fabric refused to undo this bind's attach: the handle stays
+    attached to the job's host, out of use until the reconcile detaches
+    it, as after any refused detach.  While the ARQ still holds it for
+    this bind, the bind's failure keeps it (``job['kept']``, which
+    ``_fail`` passes on).  A handle freed meanwhile (its ARQ deleted or
+    unbound, their detach run before the attach landed) is taken out of
+    use again here; one another bind took since is left to that bind."""
+    holder = pool_db.holder(context, handle.id)
+    if holder is not None and (holder.bind_id or '') == job['bind_id']:
+        job['kept'] = {handle.id: job['hostname']}
+        return
+    info = remote_pools.quarantine_info(
+        pool_db.resting_info(handle.fabric_address), job['instance_uuid'],
+        job['hostname'])
+    if db_api.write_retrying(context, pool_db.keep_out, context, handle.id,
+                             info):
+        remote_pools.resync(conf, context, [handle.id])
+    else:
+        LOG.warning('%s stays attached to %s; its handle is in use again '
+                    '(kept by a release whose detach was refused too, or '
+                    'taken by another bind) and is left as it is',
+                    handle.fabric_address, job['hostname'])
 
 
 def _finish(conf, context, batch_id, job, handle, deadline):
@@ -953,15 +992,19 @@ def _fail(conf, context, batch_id, arq_uuid, reason, deadline, job=None,
     """Move the ARQ from BindStarted to BindFailed, record its event and
     notify; False when it had already left BindStarted (or, for a
     ``job``'s bind or ``bind_id``, is another bind's now).  ``kept``:
-    remote handles whose detach failed (kept out of use)."""
+    {remote handle id: host} of the handles whose detach failed (kept out
+    of use); a ``job``'s are those its own undo could not detach."""
     if job is not None:
         bind_id = job.get('bind_id')
+        kept = job.get('kept', kept)
     row = db_api.write_retrying(context, _fail_in, conf, context, batch_id,
                                 arq_uuid, reason, deadline, kept, bind_id)
     if row is None:
         LOG.info('Accelerator request %s left BindStarted before its '
                  'failure could be recorded: %s', arq_uuid, reason)
         return False
+    if job is not None and kept:
+        remote_pools.resync(conf, context, kept)
     LOG.info('Binding accelerator request %s failed: %s', arq_uuid, reason)
     _notify_failed(conf, context, arq_uuid, reason, job)
     return True
@@ -985,8 +1028,9 @@ def _leave(context, arq_uuid, to_state, from_states, values, known=None,
     """Move an ARQ and release the handle it held, in the caller's
     transaction.  Returns the row as it was, or None if not moved.
     ``known``: the ARQ as just read, tried first to save a query.
-    ``kept``: remote handles whose fabric detach failed: unlinked from the
-    ARQ but kept out of use, marked for the reconcile to retry.
+    ``kept``: {remote handle id: host} of the handles whose fabric detach
+    failed: unlinked from the ARQ but kept out of use, marked (with the
+    host they stay attached to) for the reconcile to retry.
     ``bind_id``: only while the ARQ is still that bind's."""
     guard = {} if bind_id is None else {'bind_id': bind_id}
     for _ in range(3):
@@ -1024,17 +1068,18 @@ def _release_held(context, row, kept):
     if row.attach_handle_id is not None:
         handle_db.release(context, row.attach_handle_id)
     if row.remote_handle_id in kept:
-        _keep_out(context, row)
+        _keep_out(context, row, kept[row.remote_handle_id])
     elif row.remote_handle_id is not None:
         pool_db.release(context, row.remote_handle_id)
 
 
-def _keep_out(context, row):
+def _keep_out(context, row, hostname):
     handle = pool_db.get_handle(context, row.remote_handle_id)
     if handle is not None:
         pool_db.set_attach_info(context, handle.id,
                                 remote_pools.quarantine_info(
-                                    row, handle.attach_info))
+                                    handle.attach_info, row.instance_uuid,
+                                    hostname))
 
 
 # -- mdevs ----------------------------------------------------------------

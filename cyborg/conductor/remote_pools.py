@@ -19,8 +19,9 @@ Binding (cyborg.conductor.arq_binding) takes a free handle of the pool
 and calls the pool's fabric driver (cyborg.fabric) to attach it to the
 instance's host; unbinding and deleting the ARQ detach it before the
 handle is freed.  A detach the fabric refuses leaves the handle out of use
-(``detach_failed`` in its attach_info) until the periodic
-``reconcile_remote_pools`` succeeds in detaching it.
+(``detach_failed`` in its attach_info, with the host it stays attached
+to) until the periodic ``reconcile_remote_pools`` succeeds in detaching
+it.
 
 Like every Placement write of the conductor, none happens inside a
 database transaction: registration writes the rows, syncs the provider,
@@ -49,6 +50,10 @@ LOG = logging.getLogger(__name__)
 PROVIDER_PREFIX = 'remote_pool_'
 # What attach_info says of a handle whose detach the fabric refused.
 DETACH_FAILED = 'detach_failed'
+# ... and of the host it stays attached to: the handle's hostname is only
+# written once its bind is Bound, and a bind cut short before that (its
+# conductor died, its ARQ deleted meanwhile) attached it all the same.
+ATTACHED_HOST = 'hostname'
 
 
 def provider_name(pool_name):
@@ -122,17 +127,20 @@ def delete(conf, context, pool_uuid):
     """Delete a pool that nothing uses: 409 while an ARQ binds or holds
     one of its handles, a handle awaits its detach, or Placement still
     holds allocations against its provider (Nova's, until it deletes
-    them)."""
+    them).  The first two are checked as the pool is marked ``deleting``,
+    in one transaction (``start_deleting``): a handle kept out of use by
+    a release between a check and the mark would go with the pool while
+    the fabric still has it attached."""
     pool = pool_db.get(context, uuid=pool_uuid)
     if pool is None:
         raise exception.ResourceNotFound(resource='Remote pool',
                                          id=pool_uuid)
-    busy = [h.uuid for h in pool_db.handles(context, [pool.id]) if h.in_use]
-    if busy or not db_api.write_retrying(context, pool_db.start_deleting,
-                                         context, pool.id):
+    if not db_api.write_retrying(context, pool_db.start_deleting, context,
+                                 pool.id):
         raise exception.InUse(
             resource='Remote pool', id=pool.name,
-            reason='accelerator requests hold or are binding its handles')
+            reason='accelerator requests hold or are binding its handles, '
+                   'or a handle awaits a detach the fabric refused')
     try:
         placement_client.get_client(conf).delete_provider(pool.rp_uuid)
     except placement_client.ProviderInUse as e:
@@ -168,15 +176,52 @@ def _inventory(pool, handles):
                                   'allocation_ratio': 1.0}}
 
 
+def _active(context, pool_id):
+    pool = pool_db.get(context, id=pool_id)
+    return pool is not None and pool.state == states.POOL_ACTIVE
+
+
 def sync(conf, context, pool):
     """Make Placement hold the pool's provider as the database describes
     it (idempotent; each write only when it differs), then record the
-    sync.  Raises PlacementError when Placement cannot be written."""
+    sync; True if synced.  Raises PlacementError when Placement cannot be
+    written.
+
+    False, leaving Placement without the provider, for a pool no longer
+    active: ``pool`` was read before a deletion that may have removed
+    the provider already, which a sync must not bring back (Placement
+    would offer a pool that is gone).  The pool is read again before the
+    provider is created, and after the writes: gone or going by then, it
+    takes its provider with it (the deletion, if it fails after all,
+    puts the pool back active and the reconcile syncs it again).
+    """
+    if not _active(context, pool.id):
+        return False
     client = placement_client.get_client(conf)
     traits = desired_traits(pool)
     client.ensure_resource_classes([pool.resource_class])
     client.ensure_traits(traits)
     client.create_provider(pool.rp_uuid, provider_name(pool.name), None)
+    refused = None
+    try:
+        _write_provider(client, context, pool, traits)
+    except exception.PlacementError as e:
+        # A pool deleted meanwhile (its handles with it, its provider
+        # perhaps too) fails these writes: whether it is gone decides.
+        refused = e
+    if not _active(context, pool.id):
+        _remove_provider(conf, pool)
+        return False
+    if refused is not None:
+        raise refused
+    db_api.write_retrying(context, pool_db.set_synced, context, pool.id,
+                          True)
+    return True
+
+
+def _write_provider(client, context, pool, traits):
+    """The provider's inventory, traits and aggregates, each written only
+    when it differs."""
     for attempt in range(placement_client.GENERATION_RETRIES):
         # The inventory (its generation) first, then the handles: a
         # conflict means another sync wrote after that read, from handles
@@ -202,8 +247,22 @@ def sync(conf, context, pool):
     _generation, have_aggregates = client.get_aggregates(pool.rp_uuid)
     if have_aggregates != aggregates:
         client.set_aggregates(pool.rp_uuid, aggregates)
-    db_api.write_retrying(context, pool_db.set_synced, context, pool.id,
-                          True)
+
+
+def _remove_provider(conf, pool):
+    """Remove the provider a sync wrote for a pool deleted meanwhile."""
+    try:
+        placement_client.get_client(conf).delete_provider(pool.rp_uuid)
+    except exception.PlacementError as e:
+        # Allocations against it (the deletion fails for them too, and
+        # the pool is active again) or Placement away: the deletion
+        # decides.
+        LOG.warning('Remote pool %s went while it was synced; its '
+                    'provider %s could not be removed again: %s',
+                    pool.name, pool.rp_uuid, e)
+        return
+    LOG.info('Remote pool %s went while it was synced; its provider %s '
+             'is removed again', pool.name, pool.rp_uuid)
 
 
 def reconcile(conf, context):
@@ -219,8 +278,8 @@ def reconcile(conf, context):
         # kept out of use.
         _retry_detaches(conf, context, pool)
         try:
-            sync(conf, context, pool)
-            synced += 1
+            if sync(conf, context, pool):
+                synced += 1
         except exception.PlacementError as e:
             LOG.warning('Remote pool %s: Placement sync failed: %s',
                         pool.name, e)
@@ -254,23 +313,43 @@ def resync(conf, context, handle_ids):
 
 
 def _retry_detaches(conf, context, pool):
-    """Detach again the handles kept out of use (freeing those the fabric
-    now lets go)."""
+    """Detach again the handles kept out of use from the host each stays
+    attached to, freeing those the fabric now lets go.
+
+    A handle is freed only as it was read (in use, the same attach_info):
+    another conductor's reconcile may have detached and freed it since,
+    and a bind taken it, which this detach (from the old host) did not
+    touch.  One with no host recorded stays out of use: a "detach" from
+    no host would free a handle still attached."""
     for handle in pool_db.handles(context, [pool.id]):
         if not quarantined(handle):
             continue
         info = json.loads(handle.attach_info)
+        host = handle.hostname or info.get(ATTACHED_HOST)
+        if not host:
+            LOG.error('Remote pool %s: %s is kept out of use after a '
+                      'refused detach, but no host it is attached to is '
+                      'recorded; it stays out of use (and the pool cannot '
+                      'be deleted) until the host is recorded as %r in its '
+                      'attach_info', pool.name, handle.fabric_address,
+                      ATTACHED_HOST)
+            continue
         try:
-            detach(conf, pool, handle.uuid, handle.fabric_address,
-                   handle.hostname, info.get('instance_uuid'))
+            detach(conf, pool, handle.uuid, handle.fabric_address, host,
+                   info.get('instance_uuid'))
         except Exception as e:  # noqa: BLE001 - retried next time
             LOG.warning('Remote pool %s: detaching %s from %s failed '
                         'again: %s', pool.name, handle.fabric_address,
-                        handle.hostname, e)
+                        host, e)
             continue
-        db_api.write_retrying(context, pool_db.release, context, handle.id)
-        LOG.info('Remote pool %s: %s detached from %s at last and free',
-                 pool.name, handle.fabric_address, handle.hostname)
+        if db_api.write_retrying(context, pool_db.release, context,
+                                 handle.id, handle.attach_info):
+            LOG.info('Remote pool %s: %s detached from %s at last and '
+                     'free', pool.name, handle.fabric_address, host)
+        else:
+            LOG.info('Remote pool %s: %s detached from %s, but it was '
+                     'freed (and perhaps taken again) meanwhile; left as '
+                     'it is', pool.name, handle.fabric_address, host)
 
 
 # -- binding -----------------------------------------------------------
@@ -324,10 +403,11 @@ def detach(conf, pool, handle_uuid, fabric_address, hostname,
 
 def detach_for_release(conf, context, rows):
     """Before ARQs of ``rows`` (``arqs.get_to_change`` rows) leave their
-    remote handles: detach each.  Returns the ids of handles the fabric
-    refused to detach: they must stay out of use (the caller unlinks them
-    from their ARQ without freeing them)."""
-    failed = set()
+    remote handles: detach each.  Returns {handle id: host} of the
+    handles the fabric refused to detach: they must stay out of use,
+    attached to that host (the caller unlinks them from their ARQ without
+    freeing them, ``quarantine_info``)."""
+    failed = {}
     pools = {}
     for row in rows:
         if row.remote_handle_id is None:
@@ -348,14 +428,15 @@ def detach_for_release(conf, context, rows):
                         'the handle stays out of use until a retry '
                         'succeeds', pool.name, handle.fabric_address, host,
                         e)
-            failed.add(handle.id)
+            failed[handle.id] = host
     return failed
 
 
-def quarantine_info(row, handle_attach_info):
-    """The attach_info of a handle whose detach failed: what it was, plus
-    ``detach_failed`` and the instance (for the retry)."""
+def quarantine_info(handle_attach_info, instance_uuid, hostname):
+    """The attach_info of a handle whose detach from ``hostname`` failed:
+    what it was, plus ``detach_failed``, the instance and the host (what
+    the retry detaches it from)."""
     info = json.loads(handle_attach_info or '{}')
-    info.update({DETACH_FAILED: 'true',
-                 'instance_uuid': row.instance_uuid or ''})
+    info.update({DETACH_FAILED: 'true', 'instance_uuid': instance_uuid or '',
+                 ATTACHED_HOST: hostname or ''})
     return json.dumps(info)

@@ -374,13 +374,12 @@ def bind_of(context, uuid):
 
 
 @reader
-def handle_holder(context, handle_id, remote=False):
+def handle_holder(context, handle_id):
     """The bind (``bind_id``; '' for one an older release made) of the
-    ARQ holding attach handle ``handle_id`` (with ``remote``, the remote
-    pool's handle), or None when none does."""
-    column = _ARQ.c.remote_handle_id if remote else _ARQ.c.attach_handle_id
+    ARQ holding attach handle ``handle_id``, or None when none does (a
+    remote pool's handle: ``remote_pools.holder`` of cyborg.db.api)."""
     row = _execute(context, select(_ARQ.c.bind_id).where(
-        column == handle_id)).first()
+        _ARQ.c.attach_handle_id == handle_id)).first()
     return None if row is None else (row.bind_id or '')
 
 

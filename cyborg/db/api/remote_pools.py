@@ -69,6 +69,15 @@ def holders(context, pool_id):
 
 
 @reader
+def holder(context, handle_id):
+    """(bind_id, hostname) of the ARQ holding the handle (its bind, the
+    host it binds for), or None when none does."""
+    return _sql.connection(context).execute(
+        sa.select(_ARQ.bind_id, _ARQ.hostname)
+        .where(_ARQ.remote_handle_id == handle_id)).first()
+
+
+@reader
 def get_handle(context, handle_id):
     """One handle (a Row of its columns) by id, or None."""
     return _sql.one(context, _HANDLE, id=handle_id)
@@ -104,12 +113,24 @@ def set_synced(context, pool_id, synced):
 
 @writer
 def start_deleting(context, pool_id):
-    """Mark an active pool 'deleting' if no ARQ holds it (checked in the
-    same transaction, under the pool row's lock); True if marked."""
+    """Mark an active pool 'deleting' if no ARQ holds it and none of its
+    handles is in use (checked in the same transaction, under the pool
+    row's lock); True if marked.
+
+    The ARQs before the handles: a release that keeps a handle out of use
+    (its detach refused) drops its ARQ and marks the handle in one commit,
+    so a check that finds the ARQ gone finds the handle in use.
+    """
     locked = context.session.execute(
         sa.select(_POOL.id).where(_POOL.id == pool_id)
         .with_for_update()).first()
     if locked is None or holders(context, pool_id):
+        return False
+    in_use = context.session.execute(
+        sa.select(_HANDLE.id).where(_HANDLE.pool_id == pool_id,
+                                    _HANDLE.in_use.is_(True))
+        .limit(1)).first()
+    if in_use is not None:
         return False
     return bool(_update(context, pool_id, state=states.POOL_DELETING))
 
@@ -180,18 +201,39 @@ def resting_info(fabric_address):
 
 
 @writer
-def release(context, handle_id):
-    """Mark the handle free again, its attach_info back to its address."""
+def release(context, handle_id, attach_info=None):
+    """Mark the handle free again, its attach_info back to its address;
+    True if freed.  With ``attach_info``, only while the handle is in use
+    with that attach_info: a handle kept out of use, freed as it was
+    read, not after another conductor freed it and a bind took it."""
     address = context.session.scalar(
         sa.select(_HANDLE.fabric_address).where(_HANDLE.id == handle_id))
     if address is None:
-        return
-    context.session.execute(
-        sa.update(_HANDLE).where(_HANDLE.id == handle_id)
+        return False
+    guard = [_HANDLE.id == handle_id]
+    if attach_info is not None:
+        guard += [_HANDLE.in_use.is_(True),
+                  _HANDLE.attach_info == attach_info]
+    return bool(context.session.execute(
+        sa.update(_HANDLE).where(*guard)
         .values(in_use=False, hostname=None,
                 attach_info=resting_info(address),
                 updated_at=models._now())
-        .execution_options(synchronize_session=False))
+        .execution_options(synchronize_session=False)).rowcount)
+
+
+@writer
+def keep_out(context, handle_id, attach_info):
+    """Take a free handle out of use with ``attach_info`` (a kept handle's,
+    ``quarantine_info``): the fabric refused to detach it, though no ARQ
+    holds it any more.  True if it was free; a handle taken meanwhile
+    is left to its bind."""
+    return bool(context.session.execute(
+        sa.update(_HANDLE).where(_HANDLE.id == handle_id,
+                                 _HANDLE.in_use.is_(False))
+        .values(in_use=True, attach_info=attach_info,
+                updated_at=models._now())
+        .execution_options(synchronize_session=False)).rowcount)
 
 
 @writer
