@@ -383,9 +383,21 @@ def attach(conf, job, handle):
     the instance, and what the driver answered)."""
     remote = job['remote']
     driver = fabric_loader.get(conf, remote['fabric_driver'])
-    answer = driver.attach(
-        _handle(remote['pool_name'], handle.uuid, handle.fabric_address),
-        job['hostname'], job['instance_uuid'])
+    try:
+        answer = driver.attach(
+            _handle(remote['pool_name'], handle.uuid, handle.fabric_address),
+            job['hostname'], job['instance_uuid'])
+    except Exception as e:
+        # The driver's text is the bind's failure reason (FabricDriver):
+        # the fabric's refusal, not an internal error of ours.
+        LOG.warning('The %s fabric did not attach %s to %s: %s',
+                    remote['fabric_driver'], handle.fabric_address,
+                    job['hostname'], e)
+        raise exception.BindFailed(
+            reason=f"the {remote['fabric_driver']} fabric did not attach "
+                   f"{handle.fabric_address} of remote pool "
+                   f"{remote['pool_name']} to {job['hostname']}: "
+                   f"{e or type(e).__name__}") from e
     info = {str(k): str(v) for k, v in (answer or {}).items()}
     info.update(fabric_address=handle.fabric_address,
                 instance_uuid=job['instance_uuid'])

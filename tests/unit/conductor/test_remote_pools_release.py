@@ -198,7 +198,12 @@ def test_a_refused_undo_of_a_failed_attach_keeps_the_handle(
     future.result(30)
     monkeypatch.undo()
     (tmp_path / fake.FAIL_DETACH).unlink()
-    assert seed.arq_rows(db)[arq].state == 'BindFailed'
+    failed = seed.arq_rows(db)[arq]
+    assert failed.state == 'BindFailed'
+    # The driver's text is the reason: the fabric's, not ours.
+    assert failed.bind_failure_reason.endswith(
+        f': the fake fabric did not attach gpu-w of remote pool '
+        f'{pool.name} to {host}: fabric manager did not answer in time')
     kept = pool_db.handles(ctx, [pool.id])[0]
     assert kept.fabric_address == 'gpu-w'
     assert remote_pools.quarantined(kept)
