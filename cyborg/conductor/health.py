@@ -92,11 +92,14 @@ def run_timers(conf, context):
     """Periodic job (``periodics.JOBS``): the timed steps now due (suspect
     expiry, end of a hold-down, probe timeout), host by host.  Returns how
     many records changed."""
-    now = clock_db.utcnow()
     changed = 0
-    for hostname in health_db.due_hosts(context, now):
+    for hostname in health_db.due_hosts(context, clock_db.utcnow()):
         try:
-            changed += len(_apply(conf, context, hostname, [], now).changes)
+            # Each host at its own time: the hosts before it may have
+            # taken long (a Placement sync each), and a step stamped
+            # earlier would cut short the probe timeout it starts.
+            changed += len(_apply(conf, context, hostname, [],
+                                  clock_db.utcnow()).changes)
         except Exception:
             LOG.exception('Health timers of host %s failed; they run again '
                           'at the next tick', hostname)

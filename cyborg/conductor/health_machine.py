@@ -20,6 +20,7 @@ A record (the ``HealthColumns`` of a device or deployable row) moves so::
     healthy/suspect --a probe's "not yet" (probe:programming)--> unchanged
     hardware vanished while allocated, or while not healthy --> lost
       (out only because a 'gone' reading saw it vanish: as healthy)
+    hardware vanished in the status an operator gave it --> lost
     lost --came back--> unhealthy ('came back; re-probing')
     unhealthy --an admin enables the device--> probing (flaps forgotten)
 
@@ -45,6 +46,10 @@ LOST_REASON = 'the hardware vanished while allocations still hold it'
 # How the reason of hardware that vanished while not healthy begins: such a
 # record is remembered (``remembered``) after no allocation holds it.
 VANISHED_UNHEALTHY = 'the hardware vanished while not healthy'
+# How the reason of hardware that vanished while its device was in a
+# status an operator gave it (not the one a new device starts in) begins:
+# remembered the same way, so that it comes back in that status.
+VANISHED_IN_STATUS = 'the hardware vanished while its device was'
 # How the reason of a record taken out by a 'gone' reading alone begins.
 GONE_REASON = 'the device vanished or its driver was unbound'
 
@@ -306,29 +311,38 @@ def worst(*records):
                else states.HEALTH_STATES.index(r.health))
 
 
-def vanished(record, now, worst=None):
+def vanished(record, now, worst=None, status=None):
     """The hardware of ``record`` vanished: 'lost'.  ``worst``: the record
     deciding its health (its own, by default; its device's, or a device's
     deployables', when worse).  Not healthy then, the reason says how it
     was, so that the row is kept (``remembered``) and its return is
-    re-probed instead of trusted; healthy until it vanished
-    (``healthy_until_it_vanished``), only allocations holding it keep it
+    re-probed instead of trusted.  Healthy until it vanished
+    (``healthy_until_it_vanished``) with a ``status`` to keep (its
+    device's, an operator's, not the one a new device starts in), the
+    reason says that status, so that the row is kept the same way and the
+    device comes back in it; otherwise only allocations holding it keep it
     (``LOST_REASON``)."""
     worst = worst or record
-    if worst.health == states.LOST or healthy_until_it_vanished(worst):
+    if worst.health != states.LOST and not healthy_until_it_vanished(worst):
+        reason = f'{VANISHED_UNHEALTHY} ({worst.health}' + (
+            f': {worst.reason})' if worst.reason else ')')
+    elif status:
+        reason = f'{VANISHED_IN_STATUS} {status}'
+    else:
         return lost(record, now)
-    reason = f'{VANISHED_UNHEALTHY} ({worst.health}' + (
-        f': {worst.reason})' if worst.reason else ')')
     return _moved(record, now, states.LOST, reason, due_at=None, faults=0)
 
 
 def remembered(record, now, settings):
-    """Whether the row of hardware that vanished while not healthy is
-    still kept, though no allocation holds it: for ``max_hold_down`` (the
-    longest a failing device is held out) after it vanished, so that it
-    comes back unhealthy, not healthy, within that time."""
+    """Whether the row of hardware that vanished while not healthy, or
+    while its device was in a status an operator gave it, is still kept,
+    though no allocation holds it: for ``max_hold_down`` (the longest a
+    failing device is held out) after it vanished, so that within that
+    time it comes back unhealthy, not healthy, and in its status, not in
+    a new device's."""
     return (record.health == states.LOST and bool(record.reason)
-            and record.reason.startswith(VANISHED_UNHEALTHY)
+            and record.reason.startswith((VANISHED_UNHEALTHY,
+                                          VANISHED_IN_STATUS))
             and record.updated_at is not None
             and now - record.updated_at < _seconds(settings.max_hold_down))
 

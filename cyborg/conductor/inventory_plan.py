@@ -21,15 +21,22 @@ device row stays while one of its deployables does); when the hardware
 comes back it is 'unhealthy' until the health state machine's hold-down
 and re-probe re-admit it (``health_machine``).  Hardware that vanishes
 while not healthy (its own health or its device's) is kept the same way,
-allocated or not, so that it does not come back as new and healthy.
-Gone rows are removed (``placement_sync.drop_released_gone`` and the
-reconcile) once no allocation holds them and ``health_machine.remembered``
-no longer keeps them.
+allocated or not, so that it does not come back as new and healthy; so
+is a device that vanishes in a status other than the one a new device
+starts in (an operator's ``maintaining``, or ``enabled`` where new devices
+start ``maintaining``), with its deployables, so that it comes back in
+that status.  Such a device is kept even when it has no deployable (a
+GPU in MIG mode without MIG instances).  Gone rows are removed
+(``placement_sync.drop_released_gone`` and the reconcile) once no
+allocation holds them and ``health_machine.remembered`` no longer keeps
+them; a device row only once it is itself 'lost' (it vanished: a device
+still reported may have no deployable left) and has none left.
 
 Lifecycle: a device the report adds starts in the status the caller
 passes (``[conductor]new_device_status``); a device already known keeps
-its status (it is the operator's, never the report's), and one that comes
-back keeps its uuid, derived from the host and its address.
+its status (it is the operator's, never the report's), also across a
+vanishing as above, and one that comes back keeps its uuid, derived from
+the host and its address.
 """
 
 import dataclasses
@@ -166,7 +173,8 @@ def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
     for uuid in gone:
         row = stored.devices.get(uuid)
         if row is not None:
-            _remove_device(plan, stored, row, held_providers, now)
+            _remove_device(plan, stored, row, held_providers, now,
+                           new_device_status)
     return plan
 
 
@@ -214,18 +222,32 @@ def _change_device(plan, hostname, stored, row, device, held, now):
         _remove_deployable(plan, old, held, now)
 
 
-def _remove_device(plan, stored, row, held, now):
+def _remove_device(plan, stored, row, held, now, new_device_status):
+    """Delete the vanished device, or keep it as lost: while one of its
+    deployables is kept, or when it was not healthy, or was in a status
+    a new device would not get (``_kept_status``), deployables or not."""
     device = health_machine.Record.from_row(row)
-    kept = [_remove_deployable(plan, d, held, now, device)
+    status = _kept_status(row, new_device_status)
+    kept = [_remove_deployable(plan, d, held, now, device, status)
             for d in stored.deployables.get(row['id'], ())]
     kept = [record for record in kept if record is not None]
-    if not kept:
+    if (not kept and status is None
+            and health_machine.healthy_until_it_vanished(device)):
         plan.delete['devices'].append(row['uuid'])
     elif row.get('health') != states.LOST:
         # Lost with the worst health of what it held.
         plan.update['devices'].append(dict(
             _health_change(row, _vanished(health_machine.worst(
-                device, *kept)), now), uuid=row['uuid']))
+                device, *kept), status), now), uuid=row['uuid']))
+
+
+def _kept_status(row, new_device_status):
+    """The status of a vanished device row to keep across its absence:
+    one an operator gave it, not the one it would get were it new when it
+    comes back (``maintaining`` for maintenance where new devices start
+    enabled, ``enabled`` where they wait for an admin); else None."""
+    status = row.get('status')
+    return status if status and status != new_device_status else None
 
 
 # -- deployables --------------------------------------------------------------
@@ -283,19 +305,21 @@ def _change_deployable(plan, hostname, device_key, stored, row,
         plan.touched_providers.add(rp)
 
 
-def _remove_deployable(plan, row, held, now, device=None):
+def _remove_deployable(plan, row, held, now, device=None, status=None):
     """Delete the deployable, or keep it as gone: while allocations hold
     it, or when it, or its vanished ``device`` (a Record), was not
-    healthy.  Returns the record that decided its health when kept (its
-    own or its device's, the worse), None when deleted."""
+    healthy, or when that device's ``status`` is kept (``_kept_status``).
+    Returns the record that decided its health when kept (its own or its
+    device's, the worse), None when deleted."""
     rp = row.get('rp_uuid') or _rp_uuid(row['name'])
     plan.removal_candidates.add(rp)
     worst = health_machine.worst(health_machine.Record.from_row(row),
                                  *([device] if device is not None else []))
-    if rp in held or not health_machine.healthy_until_it_vanished(worst):
+    if (rp in held or status is not None
+            or not health_machine.healthy_until_it_vanished(worst)):
         if not row.get('gone'):
             plan.update['deployables'].append(dict(
-                _health_change(row, _vanished(worst), now),
+                _health_change(row, _vanished(worst, status), now),
                 uuid=row['uuid'], gone=True))
             plan.touched_providers.add(rp)
         return worst
@@ -304,10 +328,12 @@ def _remove_deployable(plan, row, held, now, device=None):
     return None
 
 
-def _vanished(worst):
+def _vanished(worst, status=None):
     """The move of a row whose hardware vanished (``health_machine
-    .vanished``), ``worst`` the record deciding its health."""
-    return functools.partial(health_machine.vanished, worst=worst)
+    .vanished``), ``worst`` the record deciding its health, ``status``
+    its device's status when kept."""
+    return functools.partial(health_machine.vanished, worst=worst,
+                             status=status)
 
 
 def _health_change(row, move, now):

@@ -485,9 +485,8 @@ def reconcile_host(conf, context, hostname, digest=None,
     """Drop gone deployables whose allocations ended, then check every
     provider of the host and delete orphans.  True when in sync."""
     serial = host_db.sync_serial(context, hostname)
-    rows = inventory_db.host_providers(context, hostname)
     removed = _drop_released(conf, context, hostname,
-                             [row for row in rows if row['gone']])
+                             inventory_db.gone(context, hostname))
     cn_uuid = sync_host(conf, context, hostname, touched=None,
                         removed=removed, remove_orphans=True,
                         trust_memory=trust_memory)
@@ -497,8 +496,9 @@ def reconcile_host(conf, context, hostname, digest=None,
 def drop_released_gone(conf, context):
     """Periodic: remove the deployables kept as gone (their hardware
     vanished) whose allocations ended, and their providers, soon after
-    Nova releases them, rather than at the next full reconcile.  One
-    query when nothing is gone.  Returns how many were removed."""
+    Nova releases them, rather than at the next full reconcile; and the
+    lost devices left with no deployable.  One query when nothing is
+    gone.  Returns how many deployables were removed."""
     by_host = {}
     for row in inventory_db.gone(context):
         by_host.setdefault(row['hostname'], []).append(row)
@@ -512,22 +512,43 @@ def drop_released_gone(conf, context):
     return dropped
 
 
+def _delete_gone_in(context, hostname, deployables, devices):
+    """``inventory_db.delete_gone`` under the host's lock, as every writer
+    of a host's rows: a report bringing the hardware back (another
+    conductor's) either commits first, and the rows are no longer gone,
+    or finds them deleted and adds them anew; never are rows a report
+    has just brought back deleted under it."""
+    host_db.lock(context, hostname)
+    return inventory_db.delete_gone(context, deployables, devices)
+
+
 def _drop_released(conf, context, hostname, gone):
-    """Delete those of the host's ``gone`` deployable rows whose provider
-    no allocation holds (and, for hardware that vanished while not
-    healthy, that ``health_machine.remembered`` no longer keeps); returns
-    their providers."""
+    """Delete those of the host's ``gone`` rows (``inventory_db.gone``)
+    that nothing keeps: a deployable whose provider no allocation holds,
+    a lost device none of whose deployables is kept, either (for
+    hardware that vanished while not healthy, or in a status an operator
+    gave it) once ``health_machine.remembered`` no longer keeps it.
+    Returns the providers of the deployables deleted."""
     client = placement_client.get_client(conf)
     settings = health_machine.Settings.from_conf(conf)
     now = clock_db.utcnow()
-    released = [row['uuid'] for row in gone
-                if not health_machine.remembered(
-                    health_machine.Record.from_row(row), now, settings)
-                and not client.get_allocations(row['rp_uuid'])]
-    if not released:
+    unkept = [row for row in gone if not health_machine.remembered(
+        health_machine.Record.from_row(row), now, settings)]
+    released = {row['uuid'] for row in unkept
+                if row['kind'] == 'deployable'
+                and not client.get_allocations(row['rp_uuid'])}
+    # A lost device goes with the last of its deployables (all gone).
+    kept = {row['device_uuid'] for row in gone
+            if row['kind'] == 'deployable' and row['uuid'] not in released}
+    devices = [row['uuid'] for row in unkept
+               if row['kind'] == 'device' and row['uuid'] not in kept]
+    if not released and not devices:
         return set()
     deleted = set(db_api.write_retrying(
-        context, inventory_db.delete_gone, context, released))
-    LOG.info('Removed %d deployable(s) of host %s whose hardware went away '
-             'and whose allocations ended.', len(deleted), hostname)
-    return {row['rp_uuid'] for row in gone if row['uuid'] in deleted}
+        context, _delete_gone_in, context, hostname, sorted(released),
+        devices))
+    LOG.info('Removed %d deployable(s) and %d device(s) of host %s whose '
+             'hardware went away and that nothing keeps any more.',
+             len(deleted & released), len(deleted - released), hostname)
+    return {row['rp_uuid'] for row in gone if row['uuid'] in released
+            and row['uuid'] in deleted}

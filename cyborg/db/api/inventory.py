@@ -9,6 +9,7 @@ travel as plain dicts of columns.
 
 import sqlalchemy as sa
 
+from cyborg.common import states
 from cyborg.db import models
 from cyborg.db.api import _sql
 from cyborg.db.api import clock as clock_db
@@ -210,33 +211,68 @@ _ATTRIBUTES_OF = sa.select(_A.c.deployable_id, _A.c.key, _A.c.value).where(
 
 
 @reader
-def gone(context):
-    """Every deployable kept as gone, of every host: [{'hostname', 'uuid',
-    'rp_uuid', 'health', 'health_reason', 'health_updated_at'}], in one
-    query (few are: ``deployables_gone_idx`` finds them)."""
-    return _sql.rows(_sql.connection(context).execute(_GONE))
+def gone(context, hostname=None):
+    """The rows of vanished hardware, of every host (or of ``hostname``),
+    in one query (few are: ``deployables_gone_idx`` and
+    ``devices_health_idx`` find them): the deployables kept as gone and
+    the devices that are 'lost' (a device is only when it vanished; a
+    device still reported may have no deployable left), as
+    [{'kind': 'deployable' or 'device', 'hostname', 'uuid', 'rp_uuid'
+    (None for a device), 'device_uuid' (a device's: its own),
+    'health', 'health_reason', 'health_updated_at'}]."""
+    if hostname is None:
+        return _sql.rows(_sql.connection(context).execute(
+            _gone_statement(False)))
+    return _sql.rows(_sql.connection(context).execute(
+        _gone_statement(True), {'hostname': hostname}))
 
 
-_GONE = (
-    sa.select(_D.c.hostname, _DEP.c.uuid, _DEP.c.rp_uuid, _DEP.c.health,
-              _DEP.c.health_reason, _DEP.c.health_updated_at)
-    .join(_D, _D.c.id == _DEP.c.device_id)
-    .where(_DEP.c.gone == sa.true()).order_by(_D.c.hostname, _DEP.c.id))
+@_sql.built_once
+def _gone_statement(by_host):
+    """``gone``'s query, of every host or (``by_host``) of one: both
+    kinds of rows in one UNION ALL, each part through its index."""
+    deployables = (
+        sa.select(sa.literal_column("'deployable'").label('kind'),
+                  _D.c.hostname, _DEP.c.uuid, _DEP.c.rp_uuid,
+                  _D.c.uuid.label('device_uuid'), _DEP.c.health,
+                  _DEP.c.health_reason, _DEP.c.health_updated_at)
+        .join(_D, _D.c.id == _DEP.c.device_id)
+        .where(_DEP.c.gone == sa.true()))
+    devices = (
+        sa.select(sa.literal_column("'device'").label('kind'),
+                  _D.c.hostname, _D.c.uuid,
+                  sa.cast(sa.null(), _DEP.c.rp_uuid.type).label('rp_uuid'),
+                  _D.c.uuid.label('device_uuid'), _D.c.health,
+                  _D.c.health_reason, _D.c.health_updated_at)
+        .where(_D.c.health == states.LOST))
+    if by_host:
+        deployables = deployables.where(
+            _D.c.hostname == sa.bindparam('hostname'))
+        devices = devices.where(_D.c.hostname == sa.bindparam('hostname'))
+    return sa.union_all(deployables, devices)
 
 
 @writer
-def delete_gone(context, deployable_uuids):
-    """Delete these deployables if still gone, and the devices left with
-    no deployable; returns the uuids deleted."""
+def delete_gone(context, deployable_uuids, device_uuids=()):
+    """Delete these deployables if still gone, then those of these
+    devices that are still 'lost' and have no deployable left (never a
+    device still reported: it is not lost, and may have none); returns
+    the uuids deleted."""
     s = _sql.connection(context)
     dep = models.Deployable.__table__
-    rows = s.execute(sa.select(dep.c.id, dep.c.uuid, dep.c.device_id).where(
+    d = models.Device.__table__
+    rows = s.execute(sa.select(dep.c.id, dep.c.uuid).where(
         dep.c.uuid.in_(list(deployable_uuids)), dep.c.gone.is_(True))).all()
-    if not rows:
-        return []
+    devices = s.execute(sa.select(d.c.id, d.c.uuid).where(
+        d.c.uuid.in_(list(device_uuids)), d.c.health == states.LOST)).all() \
+        if device_uuids else []
     ids = {r.id for r in rows}
-    device_ids = {r.device_id for r in rows}
-    still_used = set(s.scalars(sa.select(dep.c.device_id).where(
-        dep.c.device_id.in_(device_ids), dep.c.id.not_in(ids))))
-    _delete_with_children(s, ids, device_ids - still_used)
-    return [r.uuid for r in rows]
+    device_ids = {r.id for r in devices}
+    if device_ids:
+        device_ids -= set(s.scalars(sa.select(dep.c.device_id).where(
+            dep.c.device_id.in_(device_ids), dep.c.id.not_in(ids))))
+    if not ids and not device_ids:
+        return []
+    _delete_with_children(s, ids, device_ids)
+    return [r.uuid for r in rows] + [r.uuid for r in devices
+                                     if r.id in device_ids]

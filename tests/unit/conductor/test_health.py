@@ -22,8 +22,10 @@ from cyborg.common import notify
 from cyborg.common import states
 from cyborg.conductor import device_status
 from cyborg.conductor import health, health_machine, inventory_apply
+from cyborg.conductor import placement_sync
 from cyborg.conductor import manager, periodics
 from cyborg.db import api as db_api
+from cyborg.db.api import clock as clock_db
 from cyborg.db.api import health as health_db
 from cyborg.db.api import hosts as host_db
 from cyborg.db import models
@@ -540,6 +542,36 @@ def test_job_intervals_name_their_option_group(conf):
         assert callable(periodics._load(path))
 
 
+def test_each_host_s_timers_run_at_its_own_time(
+        conf, db, admin_context, cn, placement):  # noqa: F811
+    # Two hosts whose suspect devices are due back to healthy: the second
+    # host's step is taken, and stamped, when its turn comes, not when
+    # the pass began (the hosts before it may take long: a Placement
+    # sync each).
+    other = 'host2'
+    inventory_apply.handle_report(conf, admin_context, other, cf.report(
+        [cf.device(other, '0000:81:00.0')]))
+    for hostname in (HOST, other):
+        health.handle_report(conf, admin_context, hostname, {
+            'full': False,
+            'readings': [_reading(GPU_KEY, states.TRANSIENT, 'ecc')]})
+    _age(db, 301)
+    assert health.run_timers(conf, admin_context) == 2
+    stamps = {}
+    for hostname in (HOST, other):
+        row = _health(db, 'devices', uuid=inventory.row_uuid(hostname,
+                                                            GPU_KEY))
+        assert row.health == 'healthy'
+        t = models.Device.__table__
+        with db.connect() as conn:
+            stamps[hostname] = conn.execute(
+                sa.select(t.c.health_updated_at).where(
+                    t.c.hostname == hostname,
+                    t.c.uuid == inventory.row_uuid(hostname, GPU_KEY))
+            ).scalar_one()
+    assert stamps[HOST] < stamps[other]
+
+
 def test_periodic_runner_applies_the_health_timers(
         conf, db, admin_context, cn, placement):  # noqa: F811
     conf.set_override('tick_interval', 0.1, group='health')
@@ -662,6 +694,151 @@ def test_hardware_seen_vanishing_by_the_health_check_first(
     assert _deployable_health(db, GPU)[:2] == ('lost', reason)
     assert _device_health(db)[:2] == ('lost', reason)
     assert _out(placement, GPU)
+
+
+# -- devices kept across a vanishing, and devices still here ----------------
+
+def _status(engine, uuid):
+    d = models.Device.__table__
+    with engine.connect() as conn:
+        return conn.execute(sa.select(d.c.status)
+                            .where(d.c.uuid == uuid)).scalar_one_or_none()
+
+
+def _forgotten_after_max_hold_down(conf, engine):
+    """Time passes: what vanished did so longer than max_hold_down ago."""
+    long_ago = clock_db.utcnow() - datetime.timedelta(
+        seconds=conf.health.max_hold_down + 1)
+    with engine.begin() as conn:
+        for table in ('devices', 'deployables'):
+            t = models.Base.metadata.tables[table]
+            conn.execute(sa.update(t).where(t.c.health == 'lost')
+                         .values(health_updated_at=long_ago))
+
+
+INSTANCE = '5ab2b9a0-1b7e-4d6b-9a5c-2d3c2f0f0a01'
+
+
+def test_a_still_reported_device_outlives_its_last_gone_deployable(
+        conf, db, admin_context, cn, placement, agent):  # noqa: F811
+    # An instance holds MIG instance 0; the GPU fails (XID 79) and the
+    # operator disables it.
+    pf.hold_allocation(placement.url, INSTANCE, {
+        inventory.provider_uuid(MIGS[0]): {'CUSTOM_MIG_1G_10GB': 1}})
+    _report(conf, admin_context, _reading(MIG_KEY, states.FATAL, 'XID 79'))
+    device_status.set_status(conf, admin_context, MIG_DEV,
+                             states.MAINTAINING)
+    # The GPU is reset: still there, in MIG mode, with no MIG instance
+    # (nvidia_gpu then reports no deployable).  The held one is kept.
+    gpu, mig = _devices()
+    mig.deployables = []
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report([gpu, mig]))
+    assert _deployable_health(db, MIGS[0]).health == 'lost'
+    # The instance is deleted: its deployable goes, its device does not.
+    pf.hold_allocation(placement.url, INSTANCE, {})
+    assert placement_sync.drop_released_gone(conf, admin_context) == 1
+    assert _rows_of(db, 'deployables', name=MIGS[0]) == 0
+    assert _rows_of(db, 'devices', uuid=MIG_DEV) == 1
+    assert _device_health(db, MIG_KEY)[:2] == ('unhealthy', 'XID 79')
+    assert _status(db, MIG_DEV) == states.MAINTAINING
+    placement_sync.reconcile_host(conf, admin_context, HOST)
+    assert _rows_of(db, 'devices', uuid=MIG_DEV) == 1
+    # Nothing changed for the agent: its readings are still of a device
+    # the conductor knows.
+    reply = inventory_apply.handle_report(conf, admin_context, HOST,
+                                          cf.unchanged([gpu, mig]))
+    assert reply['need_full'] is False
+    assert _report(conf, admin_context, _reading(
+        MIG_KEY, states.FATAL, 'still XID 79')) == {'accepted': 1}
+    # MIG instances made again: the GPU is still the failed one under
+    # maintenance, not a new, healthy, enabled device.
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report(_devices()))
+    assert _device_health(db, MIG_KEY).health == 'unhealthy'
+    assert _status(db, MIG_DEV) == states.MAINTAINING
+    assert _out(placement, MIGS[0]) and _out(placement, MIGS[1])
+
+
+@pytest.mark.parametrize('new_status, operators', [
+    (states.ENABLED, states.MAINTAINING),
+    (states.MAINTAINING, states.ENABLED)])
+def test_a_device_that_drops_off_and_returns_keeps_its_operators_status(
+        conf, db, admin_context, cn, placement, agent,  # noqa: F811
+        new_status, operators):
+    # The operator disabled the GPU for maintenance (or, where new devices
+    # wait for an admin, enabled it), then it is reset: a driver reload,
+    # a PCI remove and rescan, a reseat.  Nothing holds it, it is healthy.
+    conf.set_override('new_device_status', new_status, group='conductor')
+    if operators == states.MAINTAINING:
+        device_status.set_status(conf, admin_context, GPU_DEV, operators)
+    assert _status(db, GPU_DEV) == operators
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report(_devices()[1:]))
+    reason = f'the hardware vanished while its device was {operators}'
+    assert _device_health(db)[:2] == ('lost', reason)
+    assert _deployable_health(db, GPU)[:2] == ('lost', reason)
+    assert _out(placement, GPU)
+    # Kept, though nothing is allocated.
+    assert placement_sync.drop_released_gone(conf, admin_context) == 0
+    placement_sync.reconcile_host(conf, admin_context, HOST)
+    assert _rows_of(db, 'devices', uuid=GPU_DEV) == 1
+    # Back: in the operator's status, re-probed before it is trusted.
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report(_devices()))
+    assert _status(db, GPU_DEV) == operators
+    assert _device_health(db)[:2] == ('unhealthy', 'came back; re-probing')
+    assert _out(placement, GPU)
+    # Gone for longer than max_hold_down, it is forgotten, and would come
+    # back new.
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report(_devices()[1:]))
+    _forgotten_after_max_hold_down(conf, db)
+    assert placement_sync.drop_released_gone(conf, admin_context) == 1
+    assert _rows_of(db, 'devices', uuid=GPU_DEV) == 0
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report(_devices()))
+    assert _status(db, GPU_DEV) == new_status
+    assert _device_health(db).health == 'healthy'
+
+
+@pytest.mark.parametrize('why', ['maintaining', 'unhealthy'])
+def test_a_device_with_no_deployable_is_remembered_too(
+        conf, db, admin_context, cn, placement, agent, why):  # noqa: F811
+    # A GPU in MIG mode without MIG instances: a device with no
+    # deployable, disabled for maintenance or failing, drops off the bus.
+    gpu, mig = _devices()
+    mig.deployables = []
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report([gpu, mig]))
+    if why == 'maintaining':
+        device_status.set_status(conf, admin_context, MIG_DEV,
+                                 states.MAINTAINING)
+        reason = 'the hardware vanished while its device was maintaining'
+    else:
+        _report(conf, admin_context,
+                _reading(MIG_KEY, states.FATAL, 'XID 79'))
+        reason = 'the hardware vanished while not healthy (unhealthy: XID 79)'
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report([gpu]))
+    assert _device_health(db, MIG_KEY)[:2] == ('lost', reason)
+    assert placement_sync.drop_released_gone(conf, admin_context) == 0
+    placement_sync.reconcile_host(conf, admin_context, HOST)
+    assert _rows_of(db, 'devices', uuid=MIG_DEV) == 1
+    # Back as it was, and re-probed.
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report([gpu, mig]))
+    assert _device_health(db, MIG_KEY)[:2] == ('unhealthy',
+                                              'came back; re-probing')
+    assert _status(db, MIG_DEV) == (
+        states.MAINTAINING if why == 'maintaining' else states.ENABLED)
+    # Gone for longer than max_hold_down: forgotten.
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report([gpu]))
+    _forgotten_after_max_hold_down(conf, db)
+    assert placement_sync.drop_released_gone(conf, admin_context) == 0
+    assert _rows_of(db, 'devices', uuid=MIG_DEV) == 0
+    assert _rows_of(db, 'devices', uuid=GPU_DEV) == 1
 
 
 # -- two conductors -----------------------------------------------------------

@@ -286,6 +286,28 @@ def test_lost_ignores_readings_and_timers_until_it_comes_back():
     assert m.came_back(rec(), at(3)) == rec()
 
 
+def test_hardware_that_vanished_in_an_operators_status_is_remembered():
+    # Healthy, nothing allocated, but in a status an operator gave it:
+    # kept for max_hold_down, so that it comes back in that status.
+    kept = m.vanished(rec(), at(1), status=states.MAINTAINING)
+    assert (kept.health, kept.reason, kept.updated_at) == (
+        states.LOST, 'the hardware vanished while its device was '
+        'maintaining', at(1))
+    assert m.remembered(kept, at(1 + S.max_hold_down - 1), S)
+    assert not m.remembered(kept, at(1 + S.max_hold_down), S)
+    # Out only because it was seen going: as healthy, kept for its status.
+    gone = m.apply_reading(rec(), GONE, T0, S)
+    assert m.vanished(gone, at(1), status=states.ENABLED).reason == (
+        'the hardware vanished while its device was enabled')
+    # Failing, it is remembered for that, status or not.
+    failed = m.apply_reading(rec(), FATAL, T0, S)
+    assert m.vanished(failed, at(1), status=states.MAINTAINING).reason == (
+        'the hardware vanished while not healthy (unhealthy: XID 79: '
+        'fallen off the bus)')
+    # No status to keep: only allocations keep it.
+    assert m.vanished(rec(), at(1), status=None).reason == m.LOST_REASON
+
+
 # -- effective health and the schedule ---------------------------------------
 
 def test_effective_health_is_the_worse_of_own_and_device():

@@ -382,6 +382,10 @@ def test_unhealthy_device_that_vanishes_comes_back_unhealthy(
         c.execute(sa.update(models.Deployable).where(
             models.Deployable.name == fpga).values(
                 health_updated_at=long_ago))
+        # The device is remembered by its own record as well.
+        c.execute(sa.update(models.Device).where(
+            models.Device.health == 'lost').values(
+                health_updated_at=long_ago))
     placement_sync.reconcile_host(conf, admin_context, HOST)
     assert set(_tree(placement, cn)) == {'host1_0000:81:00.0'}
     assert _count(db, 'devices') == 1 and _count(db, 'deployables') == 1

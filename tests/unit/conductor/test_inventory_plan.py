@@ -232,6 +232,64 @@ def test_vanished_healthy_device_of_an_unhealthy_sibling_is_deleted():
     assert plan.delete['devices'] == [ip.device_uuid(HOST, 'PCI:0000:82:00.0')]
 
 
+@pytest.mark.parametrize('new_status, operators', [
+    ('enabled', 'maintaining'), ('maintaining', 'enabled')])
+def test_vanished_device_in_an_operators_status_is_kept_to_keep_it(
+        new_status, operators):
+    # Healthy and not allocated, but in the status an operator gave it,
+    # not the one it would get were it new when it comes back: kept
+    # (lost, its deployables gone) so that it comes back in that status.
+    stored = _stored(ip.make_plan(HOST, {}, _devices(), full=True,
+                                  new_device_status=new_status))
+    dev_uuid = ip.device_uuid(HOST, 'PCI:0000:82:00.0')
+    for row in stored['devices']:
+        row['status'] = operators
+    plan = ip.make_plan(HOST, stored, _devices()[:1], full=True, now=NOW,
+                        new_device_status=new_status)
+    reason = f'the hardware vanished while its device was {operators}'
+    assert not plan.delete['devices'] and not plan.delete['deployables']
+    [deployable] = plan.update['deployables']
+    assert (deployable['gone'], deployable['health'],
+            deployable['health_reason']) == (True, 'lost', reason)
+    [device] = plan.update['devices']
+    assert (device['uuid'], device['health'], device['health_reason']) == (
+        dev_uuid, 'lost', reason)
+    assert 'status' not in device
+    # In the status new devices start in, it goes at once.
+    plan = ip.make_plan(HOST, stored, _devices()[:1], full=True, now=NOW,
+                        new_device_status=operators)
+    assert plan.delete['devices'] == [dev_uuid]
+
+
+@pytest.mark.parametrize('why', ['maintaining', 'unhealthy'])
+def test_vanished_device_with_no_deployable_is_kept_like_any(why):
+    # A GPU in MIG mode without MIG instances has no deployable: failing
+    # or in maintenance when it vanishes, it is kept all the same.
+    devices = _devices()
+    devices[1].deployables = []
+    stored = _stored(ip.make_plan(HOST, {}, devices, full=True))
+    dev_uuid = ip.device_uuid(HOST, 'PCI:0000:82:00.0')
+    [row] = [r for r in stored['devices'] if r['uuid'] == dev_uuid]
+    if why == 'maintaining':
+        row['status'] = 'maintaining'
+        reason = 'the hardware vanished while its device was maintaining'
+    else:
+        row.update(health='unhealthy', health_reason='XID 79')
+        reason = 'the hardware vanished while not healthy (unhealthy: XID 79)'
+    plan = ip.make_plan(HOST, stored, devices[:1], full=True, now=NOW)
+    assert not plan.delete['devices']
+    [device] = plan.update['devices']
+    assert (device['uuid'], device['health'], device['health_reason']) == (
+        dev_uuid, 'lost', reason)
+    # Still away: nothing more to write.
+    stored = _stored(plan, stored)
+    assert ip.make_plan(HOST, stored, devices[:1], full=True, now=NOW).empty
+    # Healthy and enabled, it goes at once.
+    stored = _stored(ip.make_plan(HOST, {}, devices, full=True))
+    plan = ip.make_plan(HOST, stored, devices[:1], full=True, now=NOW)
+    assert plan.delete['devices'] == [dev_uuid]
+
+
 def test_added_devices_start_in_the_status_asked_and_keep_theirs():
     plan = ip.make_plan(HOST, {}, _devices(), full=True,
                         new_device_status='maintaining')
