@@ -16,12 +16,14 @@ opts = [
                help='Seconds between two reconciliations of Placement with '
                     'the database (0 disables the periodic reconcile).'),
     cfg.IntOpt('gone_check_interval', default=60, min=0,
-               help='Seconds between two checks of the deployables kept '
-                    'because their hardware vanished while allocated (or '
-                    'while not healthy): those whose allocations ended are '
-                    'removed with their Placement providers.  The periodic '
-                    'reconcile does it too; this check is one query when '
-                    'nothing is gone (0 disables it).'),
+               help='Seconds between two checks of the rows kept because '
+                    'their hardware vanished while allocated, while not '
+                    'healthy, or (devices) in a status an operator gave '
+                    'them: those no allocation holds and no longer '
+                    'remembered ([health]max_hold_down) are removed with '
+                    'their Placement providers.  The periodic reconcile '
+                    'does it too; this check is one query when nothing is '
+                    'gone (0 disables it).'),
     cfg.IntOpt('stuck_arq_check_interval', default=30, min=0,
                help='Seconds between two checks for accelerator requests '
                     'stuck in BindStarted (0 disables it).'),
