@@ -143,6 +143,9 @@ class _Known:
         self.asked = asked or {}
         self.overlap = overlap
         self.hosts_checked = set()
+        # {instance uuid: [(provider, resource classes)]} of the ARQs
+        # the instances hold besides those bound now (``_held_by``).
+        self.held = {}
 
 
 class _AskPlacementFirst(db_api.AskFirst):
@@ -356,7 +359,7 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
         if late:
             raise _AskPlacementFirst(conf, known, late=True)
         # A refusal rolls back everything written above.
-        _check_allocations(jobs, known.asked)
+        _check_allocations(jobs, known.asked, known.held)
     return jobs
 
 
@@ -427,8 +430,9 @@ class BackgroundBinds:
 def _validate(conf, context, bindings, known=None, allocations=True):
     """The bind jobs of a PATCH, or a 4xx: ARQs exist and are the caller's,
     are bindable, their provider is an enabled deployable on the host that
-    Placement allocated to the instance, and the instance has no bound
-    ARQs of another request.  A provider may also be a remote pool's: the
+    Placement allocated to the instance, enough units of it for these
+    ARQs and those the instance already holds there.  A provider may also
+    be a remote pool's: the
     host must then be in one of the pool's aggregates (checked before,
     ``known.hosts_checked``).  ``allocations`` False leaves Placement's
     allocations (``known.asked``) for the caller to check."""
@@ -468,10 +472,10 @@ def _validate(conf, context, bindings, known=None, allocations=True):
                          agent_host=target.hostname,
                          notice=_bind_notice(row, binding,
                                              target.deployable_uuid)))
-    _check_instances(jobs, elsewhere)
+    known.held = _held_by(elsewhere)
     _check_pool_hosts(conf, known, pools, jobs)
     if allocations:
-        _check_allocations(jobs, known.asked)
+        _check_allocations(jobs, known.asked, known.held)
     return jobs
 
 
@@ -577,15 +581,28 @@ def _pool_host(pool, hostname):
     return pool.id, pool.aggregates, hostname
 
 
-def _check_instances(jobs, elsewhere):
-    """400 when an instance of ``jobs`` holds ARQs of another request
-    (``elsewhere``: those rows, whatever their project)."""
-    instances = {job['instance_uuid'] for job in jobs}
-    others = [row for row in elsewhere if row.instance_uuid in instances]
-    if others:
-        raise exception.BindFailed(
-            reason=f'instance {others[0].instance_uuid} already has '
-                   f'accelerator request {others[0].uuid} bound')
+def _held_by(elsewhere):
+    """{instance uuid: [(provider, resource classes)]} of the ARQs
+    ``elsewhere`` (those the bind's instances hold besides the ones bound
+    now, whatever their project).  An instance may hold ARQs of an
+    earlier request: Nova reschedules a build that failed on its first
+    host before the ARQs were used (a claim, a late affinity check) by
+    binding new ARQs on another host, leaving the first ones for its
+    delete by instance.  They count against the instance's allocation
+    on the provider they are bound to (``_check_allocations``)."""
+    held = {}
+    for row in elsewhere:
+        if row.device_rp_uuid:
+            group = json.loads(row.profile_json)[row.device_profile_group_id]
+            held.setdefault(row.instance_uuid, []).append(
+                (row.device_rp_uuid, _classes(group)))
+    return held
+
+
+def _classes(group):
+    """The resource classes one ARQ of a profile ``group`` is a unit of
+    (of any of them, for a group naming several)."""
+    return tuple(sorted(profile_objects.resource_amounts(group)))
 
 
 def _ask_allocations(conf, bindings):
@@ -639,14 +656,16 @@ def _lookup_executor():
         return _LOOKUPS
 
 
-def _check_allocations(jobs, asked):
+def _check_allocations(jobs, asked, held=None):
     """When Placement holds allocations for the instance, they must cover
-    the device's provider (deliberate difference 3).  Binding does not
-    depend on Placement: while it cannot be asked, the check is skipped
-    (Nova's scheduler made the allocation the bind names) with one
-    WARNING line.  ``asked``: the answers ``_ask_allocations`` got (one
-    per instance of ``jobs``, whose uuids _check_fields checked), read
-    here, never waited for."""
+    the device's provider (deliberate difference 3), for the ARQs bound
+    now and those the instance already holds there (``held``, from
+    ``_held_by``).  Binding does not depend on Placement: while it cannot
+    be asked, the check is skipped (Nova's scheduler made the allocation
+    the bind names) with one WARNING line.  ``asked``: the answers
+    ``_ask_allocations`` got (one per instance of ``jobs``, whose uuids
+    _check_fields checked), read here, never waited for."""
+    held = held or {}
     for instance_uuid in sorted({job['instance_uuid'] for job in jobs}):
         try:
             allocated = asked[instance_uuid].result(timeout=0)
@@ -669,10 +688,11 @@ def _check_allocations(jobs, asked):
                            f'{rp_uuid}')
             # Each ARQ is one unit of its group's resource class (a group
             # naming several: of any of them).
-            classes = tuple(sorted(
-                profile_objects.resource_amounts(job['group'])))
             wanted = needed.setdefault(rp_uuid, collections.Counter())
-            wanted[classes] += 1
+            wanted[_classes(job['group'])] += 1
+        for rp_uuid, classes in held.get(instance_uuid, ()):
+            if rp_uuid in needed:
+                needed[rp_uuid][classes] += 1
         for rp_uuid, wanted in needed.items():
             held = allocated[rp_uuid].get('resources', {})
             for classes, count in wanted.items():

@@ -235,16 +235,41 @@ def test_unknown_or_foreign_arq_is_404(aconf, db, ctx, device):
     assert _state(db, uuid).state == 'Initial'
 
 
-def test_instance_with_arqs_of_another_request_is_400(aconf, db, ctx,
-                                                      device):
+def test_arqs_an_instance_holds_count_against_its_allocation(
+        aconf, db, ctx, device, placement_url):
+    """An instance may hold ARQs of an earlier request: Nova reschedules
+    a build that failed on its first host before using them (a claim, a
+    late affinity check) by binding new ARQs on another host, and deletes
+    the first ones with the instance.  Such a bind was refused (400, the
+    instance "already has" an ARQ bound), and the instance went to ERROR
+    instead of building elsewhere.  What it holds counts against its
+    allocation on the provider instead."""
+    other = seed.seed_device(db, hostname='host-b', handles=2)
+    _providers(aconf, (device.rp_uuid, device.name),
+               (other.rp_uuid, other.name))
     first, = _create(db, ctx)
     second, = _create(db, ctx)
     instance = str(uuidlib.uuid4())
+    _allocate(placement_url, instance, device.rp_uuid)
     _bind(aconf, ctx, {first: _binding(device, instance)})
-    with pytest.raises(exception.BindFailed, match='already has'):
+    # Another request's ARQ on the same provider: one FPGA allocated, two
+    # would be held.
+    with pytest.raises(exception.BindFailed, match='holds 1 unit of FPGA'):
         arq_binding.start_bind(aconf, ctx, {second: _binding(device,
                                                              instance)})
     assert _state(db, second).state == 'Initial'
+    # Rescheduled: the allocation moved to another host's provider, and
+    # the new ARQ is bound there while the first is still Bound.
+    _placement_put(placement_url, '/allocations/' + instance, {
+        'allocations': {other.rp_uuid: {'resources': {'FPGA': 1}}},
+        'project_id': 'p1', 'user_id': 'u1', 'consumer_generation': 1,
+        'consumer_type': 'INSTANCE'})
+    _bind(aconf, ctx, {second: _binding(other, instance)})
+    assert _state(db, second).state == 'Bound'
+    assert _state(db, first).state == 'Bound'
+    # Nova's delete by instance takes both.
+    assert arq_binding.delete(aconf, ctx, instance_uuid=instance) == []
+    assert seed.handles_in_use(db) == 0
 
 
 def test_rebinding_a_bound_arq_is_409(aconf, db, ctx, device):
