@@ -71,6 +71,7 @@ from cyborg.conductor import awaited
 from cyborg.conductor import nova
 from cyborg.conductor import quotas
 from cyborg.conductor import remote_pools
+from cyborg.conductor import silence
 from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import attach_handles as handle_db
@@ -81,6 +82,7 @@ from cyborg.db.api import remote_pools as pool_db
 from cyborg.objects import accelerator_requests
 from cyborg.objects import device_profiles as profile_objects
 from cyborg.objects import base as objects_base
+from cyborg.objects import clock as objects_clock
 
 LOG = logging.getLogger(__name__)
 
@@ -125,6 +127,11 @@ OVERLAP_LOOKUPS = 4
 # as in a storm: a slow or hung Placement never holds a bind's locks (nor
 # SQLite's write lock) for longer.
 OVERLAP_WAIT = 0.25
+# mdevs removed at once by one unbind or delete (an instance's vGPUs).
+MDEV_REMOVALS = 8
+# Seconds before the API stops waiting by which an mdev removal gives up,
+# leaving the unbind or delete the time to record what happened.
+MDEV_ANSWER_MARGIN = 3.0
 _IN_FLIGHT = 0
 
 
@@ -1106,7 +1113,10 @@ def _keep_out(context, row, hostname):
 
 def _mdev_create(conf, context, hostname, handle, deadline):
     """Create the mdev of an MDEV handle (named by the handle's uuid, so
-    that unbinding finds it again)."""
+    that unbinding finds it again).  The agent has
+    ``[conductor]mdev_timeout`` (within the bind's time); a silent one is
+    not asked: the bind fails at once rather than hold a bind worker, and
+    those queued behind it, for the bind's whole time."""
     from cyborg.agent import rpcapi as agent_rpcapi
     from cyborg.objects import inventory
 
@@ -1114,8 +1124,13 @@ def _mdev_create(conf, context, hostname, handle, deadline):
     remaining = (deadline - clock_db.utcnow()).total_seconds()
     if remaining <= 0:
         raise exception.BindFailed(reason='bind timed out')
-    agent_rpcapi.AgentAPI(conf, timeout=max(int(remaining), 1)
-                          ).create_vgpu_mdev(
+    silent = silence.why_silent(conf, context, hostname)
+    if silent is not None:
+        raise exception.BindFailed(
+            reason=f'{silent}: mdev {handle.uuid} cannot be made')
+    agent_rpcapi.AgentAPI(
+        conf, timeout=max(int(min(remaining, conf.conductor.mdev_timeout)),
+                          1)).create_vgpu_mdev(
         context, hostname, inventory.pci_address(info), info['asked_type'],
         handle.uuid)
 
@@ -1123,18 +1138,27 @@ def _mdev_create(conf, context, hostname, handle, deadline):
 def _mdev_remove(conf, context, hostname, handle):
     """Best effort: the agent's removal is idempotent, and a leftover mdev
     is recreated under the same uuid by the next bind."""
-    _remove_mdev(conf, context, hostname, handle.attach_info, handle.uuid)
+    _remove_mdev(conf, context, hostname, handle.attach_info, handle.uuid,
+                 silence.why_silent(conf, context, hostname))
 
 
-def _remove_mdev(conf, context, hostname, attach_info, mdev_uuid):
+def _remove_mdev(conf, context, hostname, attach_info, mdev_uuid,
+                 silent=None):
     """Ask the agent to remove the mdev; None when it did, else why not
-    (logged)."""
+    (logged).  The agent has ``[conductor]mdev_timeout``, less where the
+    API stops waiting sooner (``answer_by``); a silent one (``silent``:
+    ``silence.why_silent``) is not asked."""
     from cyborg.agent import rpcapi as agent_rpcapi
     from cyborg.objects import inventory
 
     info = json.loads(attach_info)
+    if silent is not None:
+        reason = f'{silent}: mdev {mdev_uuid} was not removed'
+        LOG.warning('%s', reason)
+        return reason
     try:
-        agent_rpcapi.AgentAPI(conf, timeout=30).remove_vgpu_mdev(
+        agent_rpcapi.AgentAPI(conf, timeout=_mdev_wait(conf, context)
+                              ).remove_vgpu_mdev(
             context, hostname, inventory.pci_address(info), mdev_uuid)
     except Exception as e:  # noqa: BLE001 - any failure is only reported
         if isinstance(e, messaging.MessagingTimeout):
@@ -1150,19 +1174,42 @@ def _remove_mdev(conf, context, hostname, attach_info, mdev_uuid):
     return None
 
 
+def _mdev_wait(conf, context):
+    """Seconds an agent has to remove an mdev: ``[conductor]mdev_timeout``,
+    or less when the caller (the API) stops waiting sooner, so that an
+    agent that is down leaves time to answer (an unbind's UnbindFailed, a
+    delete going on)."""
+    wait = conf.conductor.mdev_timeout
+    answer_by = getattr(context, 'answer_by', None)
+    if answer_by is not None:
+        left = answer_by - objects_clock.reference.now() - MDEV_ANSWER_MARGIN
+        wait = min(wait, left)
+    return max(int(wait), 1)
+
+
 def _release_mdevs(conf, context, rows):
     """Remove the mdevs of MDEV handles before the handles are freed (a
     freed handle's mdev uuid may be taken again at once); returns {ARQ
-    uuid: reason} of those the agent could not remove."""
-    failed = {}
-    for row in rows:
-        if row.attach_handle_type == 'MDEV' and row.device_hostname:
-            reason = _remove_mdev(conf, context, row.device_hostname,
-                                  row.attach_handle_info,
-                                  row.attach_handle_uuid)
-            if reason is not None:
-                failed[row.uuid] = reason
-    return failed
+    uuid: reason} of those the agent could not remove.  The removals run
+    at once (an instance's vGPUs wait for one agent's timeout, not one
+    each)."""
+    mdevs = [row for row in rows
+             if row.attach_handle_type == 'MDEV' and row.device_hostname]
+    silent = {host: silence.why_silent(conf, context, host)
+              for host in {row.device_hostname for row in mdevs}}
+
+    def remove(row):
+        return _remove_mdev(conf, context, row.device_hostname,
+                            row.attach_handle_info, row.attach_handle_uuid,
+                            silent[row.device_hostname])
+    if len(mdevs) > 1:
+        with futurist.ThreadPoolExecutor(
+                max_workers=min(len(mdevs), MDEV_REMOVALS)) as pool:
+            reasons = list(pool.map(remove, mdevs))
+    else:
+        reasons = [remove(row) for row in mdevs]
+    return {row.uuid: reason for row, reason in zip(mdevs, reasons)
+            if reason is not None}
 
 
 # -- unbind and delete ------------------------------------------------------

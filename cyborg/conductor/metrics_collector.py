@@ -32,7 +32,6 @@ the conductor's other metrics still come out.
 once per process; the conductor (and the all-in-one) call it at start.
 """
 
-import datetime
 import threading
 
 from oslo_log import log as logging
@@ -41,6 +40,7 @@ from prometheus_client.core import GaugeMetricFamily
 from cyborg.common import context as cyborg_context
 from cyborg.common import metrics
 from cyborg.common import states
+from cyborg.conductor import silence
 from cyborg.conf import default as default_opts
 from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import clock as clock_db
@@ -73,8 +73,8 @@ SILENT_HOSTS = (
     'periodic intervals: down, or cut off from the conductor.')
 
 # Report periods ([DEFAULT]periodic_interval) without a report after
-# which a host counts as silent: one late report is not an outage.
-SILENT_PERIODS = 3
+# which a host counts as silent (cyborg.conductor.silence).
+SILENT_PERIODS = silence.SILENT_PERIODS
 
 _REGISTERED = []
 _LOCK = threading.Lock()
@@ -86,8 +86,7 @@ class ConductorCollector:
     without an inventory report."""
 
     def __init__(self, report_interval=default_opts.PERIODIC_INTERVAL):
-        self.silent_after = datetime.timedelta(
-            seconds=report_interval * SILENT_PERIODS)
+        self.silent_after = silence.silent_after(report_interval)
 
     def describe(self):
         """The families without samples: lets the registry check names at

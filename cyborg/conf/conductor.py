@@ -12,6 +12,16 @@ opts = [
                     '(taking a handle, FPGA programming, mdev creation). '
                     'RPC requests themselves are served by '
                     '[DEFAULT]executor_thread_pool_size threads.'),
+    cfg.IntOpt('mdev_timeout', default=20, min=1,
+               help='Seconds an agent has to create or remove one mediated '
+                    'device (a vGPU) when asked: it takes well under one, '
+                    'and an agent that does not answer by then is taken '
+                    'for down, rather than hold a bind worker for the '
+                    'whole [DEFAULT]bind_timeout or an unbind or delete '
+                    'past the API\'s [api]conductor_timeout.  An agent '
+                    'that has sent no report for three '
+                    '[DEFAULT]periodic_interval periods is not asked at '
+                    'all.'),
     cfg.IntOpt('reconcile_interval', default=600, min=0,
                help='Seconds between two reconciliations of Placement with '
                     'the database (0 disables the periodic reconcile).'),
