@@ -21,8 +21,10 @@ def build_services(conf, metrics_of=metrics.CONDUCTOR):
     """The conductor's services, in start order; also serves metrics,
     the families named by ``metrics_of`` (the all-in-one builds its
     conductor here too and serves all of its one process's)."""
+    # This moment, told by the database server's clock once the start-up
+    # jobs reach the database (the process does not wait for it here).
+    started_at = clock_db.this_moment()
     db_api.configure(conf)
-    started_at = clock_db.utcnow()
     rpc.reconnect_fast(conf)
     serve_metrics(conf, metrics_of)
     endpoints = [conductor_manager.ConductorManager(conf, conf.host)]

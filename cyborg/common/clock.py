@@ -40,8 +40,11 @@ host_clock = time.time
 class ReferenceClock:
     """The reference's time: this host's clock less its last measured
     ``skew`` (0 until measured, and where ``measure`` finds no clock to
-    compare with).  ``measure(context)`` returns how many seconds this
-    host's clock is ahead of the reference, or None."""
+    compare with).  ``measure(context, passing)`` returns how many
+    seconds this host's clock is ahead of the reference, or None;
+    ``passing`` is True for a measurement ``now()`` makes in passing,
+    which must not wait (for a database that is not reached yet, say): it
+    raises instead, and the last skew does until the next try."""
 
     def __init__(self, measure):
         self._measure_skew = measure
@@ -90,7 +93,7 @@ class ReferenceClock:
         if not self._lock.acquire(blocking=False):
             return
         try:
-            self._measure()
+            self._measure(passing=True)
         except Exception as e:
             LOG.debug('Could not compare this host\'s clock with the '
                       'reference (%s); using the last skew, %.3f s', e,
@@ -100,8 +103,8 @@ class ReferenceClock:
         finally:
             self._lock.release()
 
-    def _measure(self, context=None):
-        measured = self._measure_skew(context)
+    def _measure(self, context=None, passing=False):
+        measured = self._measure_skew(context, passing)
         self.skew = measured or 0.0
         self._tried_at, self._failed = time.monotonic(), False
         self._offset = host_clock() - self._tried_at

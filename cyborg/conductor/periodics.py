@@ -116,13 +116,15 @@ class AtStart:
     every ``retry`` seconds while the database is unreachable.
     ``started_at``: when this process started (whole seconds, rounded
     down: the database may keep no fractions), so that the job leaves
-    alone what this run has done since."""
+    alone what this run has done since; a datetime, or a callable of the
+    context that tells it when the job runs
+    (``cyborg.db.api.clock.this_moment``)."""
 
     def __init__(self, conf, name, path, started_at, retry=2.0):
         self.conf = conf
         self.name = name
         self.path = path
-        self.started_at = started_at.replace(microsecond=0)
+        self.started_at = started_at
         self.retry = retry
         self._stop = threading.Event()
         self._thread = None
@@ -142,12 +144,18 @@ class AtStart:
     def __str__(self):
         return f'start-up job {self.name}'
 
+    def _started_at(self, context):
+        started_at = self.started_at
+        if callable(started_at):
+            started_at = started_at(context)
+        return started_at.replace(microsecond=0)
+
     def _run(self):
         while not self._stop.is_set():
             try:
-                _load(self.path)(self.conf,
-                                 cyborg_context.get_admin_context(),
-                                 self.started_at)
+                context = cyborg_context.get_admin_context()
+                _load(self.path)(self.conf, context,
+                                 self._started_at(context))
                 return
             except exception.DB_OUTAGES + (exception.ServiceUnavailable,) \
                     as e:

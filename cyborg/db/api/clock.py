@@ -54,10 +54,16 @@ def skew_on(connection):
         tzinfo=datetime.timezone.utc).timestamp()
 
 
-def _measure(context=None):
+def _measure(context=None, passing=False):
     """``skew``, for ``reference``: None, and no transaction, where the
     database has no clock of its own (SQLite: a transaction opened here
-    could share, and end, the caller's connection)."""
+    could share, and end, the caller's connection).  In ``passing`` (a
+    time asked for, not a measurement), only once this process's database
+    is started: starting it waits for the database, retrying for minutes
+    when it is away, and a process must not hang at start on a time (the
+    conductor's start-up jobs start it on threads of their own)."""
+    if passing and not db_api.context_manager._factory._started:
+        raise RuntimeError('the database is not started yet')
     if db_api.get_engine().dialect.name not in _SERVER_UTC:
         return None
     return skew(context or cyborg_context.get_admin_context())
@@ -69,3 +75,18 @@ reference = clock.ReferenceClock(_measure)
 def utcnow():
     """Now by ``reference``, as the columns hold times (naive UTC)."""
     return reference.utcnow()
+
+
+def this_moment():
+    """This moment, to be told by ``reference`` once the database answers:
+    a callable ``told(context)`` that measures this host's clock against
+    the database server's (waiting for it) and returns the moment as the
+    columns hold times.  For a process's start time, taken before its
+    database is reached."""
+    host_time = clock.host_clock()
+
+    def told(context=None):
+        skew = reference.measure(context) or 0.0
+        return datetime.datetime.fromtimestamp(
+            host_time - skew, datetime.timezone.utc).replace(tzinfo=None)
+    return told

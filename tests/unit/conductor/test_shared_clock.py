@@ -134,3 +134,15 @@ def test_a_conductor_ahead_leaves_another_s_programming_alone(
     with server_db.connect() as c:
         assert c.scalar(sa.select(models.Deployable.programming_until).where(
             models.Deployable.id == device.deployable_id)) == until
+
+
+def test_a_start_time_is_told_by_the_shared_clock(server_db, ctx,
+                                                  host_clock_off):
+    """A conductor takes its start time before its database answers (it
+    must not wait for it to start): the moment is told by the database
+    server's clock once the start-up jobs reach it, not by this host's
+    (the recovery compares it with the binds the last run stamped)."""
+    host_clock_off(OFF)
+    told = clock_db.this_moment()
+    started_at = told(ctx)
+    assert abs((started_at - _server_now(server_db)).total_seconds()) < 60
