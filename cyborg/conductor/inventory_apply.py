@@ -242,8 +242,9 @@ def _warn_skipped(hostname, parsed):
         _WARNED[hostname] = problems
     LOG.log(logging.WARNING if first else logging.DEBUG,
             'Report of %s: storing what this conductor understands and '
-            'leaving out %s (an agent newer than this conductor?); the '
-            'rest of the inventory is stored.', hostname, problems)
+            'leaving out %s (an agent newer than this conductor, or a '
+            'driver reporting a malformed value); the rest of the '
+            'inventory is stored.', hostname, problems)
 
 
 # -- notifications --------------------------------------------------------

@@ -464,13 +464,18 @@ def parse_report(report):
 
 def _parse_device(parsed, index, values):
     """The device of one report entry, or None when it is skipped (then
-    recorded in ``parsed.skipped``)."""
+    recorded in ``parsed.skipped``, under ``'#<index>'`` when its control
+    path id cannot say which stored device it is)."""
     unknown = set()
     try:
         device = inventory.DriverDevice.from_dict(values, unknown)
         key = device.key()
     except (TypeError, KeyError, AttributeError, ValueError) as exc:
         parsed.skipped['#%d' % index] = f'unreadable: {exc!r}'
+        return None
+    problem = _identity_problem(device)
+    if problem:
+        parsed.skipped['#%d' % index] = problem
         return None
     problem = _check_device(device)
     if problem:
@@ -480,23 +485,116 @@ def _parse_device(parsed, index, values):
     return device
 
 
+# The largest number a 32-bit Integer column holds, and the largest
+# inventory total Placement accepts.
+_MAX_INTEGER = 2 ** 31 - 1
+
+
+def _identity_problem(device):
+    """Why ``device``'s control path id cannot identify it among the
+    stored devices, or None."""
+    cpid = device.controlpath_id
+    if cpid.cpid_type not in models.CPID_TYPES:
+        return f'unknown control path type {cpid.cpid_type!r}'
+    return _text_problem('control path id', cpid.cpid_info,
+                         models.NAME.length, shortest=1)
+
+
 def _check_device(device):
-    """Why this conductor cannot store ``device``, or None."""
+    """Why this conductor cannot store ``device``, or None: a device or
+    attach type it does not know (a newer agent's), or a value its rows
+    or Placement would refuse (missing, of another type, too long, a
+    resource class or trait Placement does not accept).  Stored, such a
+    value would fail the whole report's transaction, or every later sync
+    of the host, each period; refused here, it leaves out that device
+    alone (doc/source/upgrade.rst)."""
     if device.type not in models.DEVICE_TYPES:
         return f'unknown device type {device.type!r}'
+    problem = (_text_problem('vendor', device.vendor, models.NAME.length)
+               or _text_problem('model', device.model, models.NAME.length)
+               or _object_problem('std_board_info', device.std_board_info)
+               or _object_problem('vendor_board_info',
+                                  device.vendor_board_info))
+    if problem:
+        return problem
     for deployable in device.deployables:
-        if not isinstance(deployable.num_accelerators, int) or \
-                deployable.num_accelerators < 0:
-            return f'bad num_accelerators on {deployable.name}'
-        for key, value in deployable.attributes.items():
-            # Placement would refuse it, and with it every later sync of
-            # the host (the API checks what an admin sets the same way).
-            problem = inventory.attribute_problem(key, value)
-            if problem:
-                return f'{deployable.name}: {problem}'
-        for handle in deployable.attach_handles:
-            # A deployable without the handles it reports would be offered
-            # to the scheduler and fail every bind: skip the device.
-            if handle.attach_type not in models.ATTACH_TYPES:
-                return f'unknown attach type {handle.attach_type!r}'
+        problem = _deployable_problem(deployable)
+        if problem:
+            return problem
     return None
+
+
+def _deployable_problem(deployable):
+    """Why one of a device's deployables cannot be stored, or None."""
+    name = deployable.name
+    # It names the deployable's provider in Placement too.
+    problem = _text_problem('deployable name', name,
+                            inventory.PROVIDER_NAME_LENGTH, shortest=1)
+    if problem:
+        return problem
+    for handle in deployable.attach_handles:
+        # A deployable without the handles it reports would be offered
+        # to the scheduler and fail every bind: skip the device.
+        if handle.attach_type not in models.ATTACH_TYPES:
+            return f'unknown attach type {handle.attach_type!r}'
+    problem = _own_problem(deployable)
+    return f'deployable {name}: {problem}' if problem else None
+
+
+def _own_problem(deployable):
+    """Why a deployable with a good name cannot be stored, or None."""
+    num = deployable.num_accelerators
+    if isinstance(num, bool) or not isinstance(num, int) or \
+            not 0 <= num <= _MAX_INTEGER:
+        return (f'num_accelerators {_shown(num)}: not a whole number from '
+                f'0 to {_MAX_INTEGER}')
+    problem = (
+        _text_problem('driver_name', deployable.driver_name,
+                      models.NAME.length, optional=True)
+        or _text_problem('bitstream_id', deployable.bitstream_id,
+                         models.UUID.length, optional=True)
+        or _object_problem('attributes', deployable.attributes))
+    if problem:
+        return problem
+    for key, value in deployable.attributes.items():
+        problem = (_text_problem('attribute key', key, models.NAME.length,
+                                 shortest=1)
+                   # Placement would refuse it, and with it every later
+                   # sync of the host (the API checks what an admin sets
+                   # the same way).
+                   or inventory.attribute_problem(key, value)
+                   or _text_problem(f'attribute {key}', value))
+        if problem:
+            return problem
+    for handle in deployable.attach_handles:
+        problem = _object_problem('attach_info', handle.attach_info)
+        if problem:
+            return problem
+    return None
+
+
+def _text_problem(what, value, length=None, optional=False, shortest=0):
+    """Why ``value`` is not a string of ``shortest`` to ``length``
+    characters (any length when None; None itself is allowed when
+    ``optional``), or None."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        return f'{what} {_shown(value)}: not a string'
+    if length is not None and not shortest <= len(value) <= length:
+        return (f'{what} {_shown(value)}: not {shortest} to {length} '
+                f'characters')
+    return None
+
+
+def _object_problem(what, value):
+    """Why ``value``, stored as JSON text, is not an object, or None."""
+    if not isinstance(value, dict):
+        return f'{what} {_shown(value)}: not an object'
+    return None
+
+
+def _shown(value):
+    """``value`` as a log line shows it: a long one cut short."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + '...'

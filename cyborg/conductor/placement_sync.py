@@ -393,11 +393,10 @@ def _remember_tree(client, cn_uuid, rp_uuids):
 
 
 def _write_provider(client, provider, generation):
-    generation = client.set_inventories(provider.uuid, provider.inventories,
-                                        generation, reread=False)
+    generation, bridged = _set_inventories(client, provider, generation)
     generation = client.set_traits(provider.uuid, provider.traits,
                                    generation, reread=False)
-    _remember(client, provider.uuid, generation)
+    _remember(client, provider.uuid, None if bridged else generation)
 
 
 def _check_provider(client, provider, listed=None):
@@ -405,16 +404,17 @@ def _check_provider(client, provider, listed=None):
     something was written.  ``listed``: the generation the provider had
     before its row was read; GenerationConflict when it has moved on
     since (the row may then be older than what Placement holds)."""
-    wrote = False
+    wrote = bridged = False
     generation, inventories = client.get_inventories(provider.uuid)
     _still(provider, listed, generation)
     if provider_tree.inventories_differ(provider.inventories, inventories):
-        LOG.info('Repairing the inventory of provider %s (%s)',
-                 provider.name, provider.uuid)
-        generation = client.set_inventories(provider.uuid,
-                                            provider.inventories, generation,
-                                            reread=False)
-        wrote = True
+        written, bridged = _set_inventories(client, provider, generation,
+                                            inventories)
+        wrote = written != generation
+        if wrote and not bridged:
+            LOG.info('Repaired the inventory of provider %s (%s)',
+                     provider.name, provider.uuid)
+        generation = written
     listed = generation
     generation, traits = client.get_traits(provider.uuid)
     _still(provider, listed, generation)
@@ -424,8 +424,56 @@ def _check_provider(client, provider, listed=None):
         generation = client.set_traits(provider.uuid, provider.traits,
                                        generation, reread=False)
         wrote = True
-    _remember(client, provider.uuid, generation)
+    _remember(client, provider.uuid, None if bridged else generation)
     return wrote
+
+
+def _set_inventories(client, provider, generation, actual=None):
+    """Write the provider's inventories against ``generation``; returns
+    (the generation now, whether they were bridged).
+
+    Placement refuses to drop a resource class allocations hold (the
+    card in the slot was replaced by one of another kind while an
+    instance holds the old class): the old class is then kept, reserved
+    whole, with the new one reserved too (``provider_tree.bridged``),
+    and the traits are written after as always, so the provider never
+    offers what the slot no longer holds.  A bridged provider's
+    generation is not remembered: every later sync, and the reconcile,
+    compare it, and the first after the allocations end writes what the
+    rows say.  ``actual``: its inventories as just read at
+    ``generation``, if the caller has them."""
+    try:
+        return client.set_inventories(provider.uuid, provider.inventories,
+                                      generation, reread=False), False
+    except placement_client.InventoryInUse:
+        pass
+    if actual is None:
+        read, actual = client.get_inventories(provider.uuid)
+        _still(provider, generation, read)
+    held = {rc for allocation in
+            client.get_allocations(provider.uuid).values()
+            for rc, used in allocation['resources'].items() if used}
+    inventories = provider_tree.bridged(provider.inventories, actual, held)
+    if inventories is provider.inventories:
+        # The allocations ended since the refusal: write it again.
+        return client.set_inventories(provider.uuid, inventories,
+                                      generation, reread=False), False
+    if not provider_tree.inventories_differ(inventories, actual):
+        LOG.debug('Provider %s (%s) still keeps resource class(es) %s '
+                  'reserved for the allocations holding them',
+                  provider.name, provider.uuid,
+                  ', '.join(sorted(set(actual) - set(provider.inventories))))
+        return generation, True
+    LOG.warning('Provider %s (%s): allocations hold resource class(es) '
+                '%s, which its deployable no longer has (a card of another '
+                'kind in the slot?); keeping them reserved whole, and '
+                'reserving %s, until those allocations end.',
+                provider.name, provider.uuid,
+                ', '.join(sorted(set(inventories) -
+                                 set(provider.inventories))),
+                ', '.join(sorted(provider.inventories)) or 'nothing new')
+    return client.set_inventories(provider.uuid, inventories, generation,
+                                  reread=False), True
 
 
 def _still(provider, expected, generation):

@@ -30,6 +30,11 @@ def provider_uuid(provider_name):
     return str(uuidlib.uuid3(uuidlib.NAMESPACE_DNS, provider_name))
 
 
+# The longest name Placement accepts for a provider: a deployable's name,
+# which names its provider, may be no longer.
+PROVIDER_NAME_LENGTH = 200
+
+
 def pci_address(info):
     """'dddd:bb:dd.f' from a {domain, bus, device, function} dict."""
     return '%s:%s:%s.%s' % (info['domain'], info['bus'], info['device'],
@@ -70,13 +75,17 @@ def attribute_problem(key, value):
     deployable (its ``rc`` must be a resource class, its ``trait*`` a
     trait: standard, or CUSTOM_ and upper case letters, digits and
     underscores), or None.  Checked before it is stored: one Placement
-    refuses fails every later sync of the deployable's host."""
+    refuses fails every later sync of the deployable's host.  ``value``
+    may be anything a report carries (a number, null, a list)."""
     if key == RC_ATTRIBUTE:
         what, standard = 'a resource class', _standard_resource_classes()
     elif key.startswith(TRAIT_ATTRIBUTE_PREFIX):
         what, standard = 'a trait', _standard_traits()
     else:
         return None
+    if not isinstance(value, str):
+        return (f'attribute {key} names {what} for Placement: {value!r} '
+                f'is not a string')
     if value in standard or _CUSTOM.fullmatch(value):
         return None
     return (f'attribute {key} names {what} for Placement: {value!r} is '

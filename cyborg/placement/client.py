@@ -75,6 +75,15 @@ class ProviderInUse(exception.PlacementError):
     code = 409
 
 
+class InventoryInUse(exception.PlacementError):
+    message = ('Resource provider %(uuid)s: allocations hold a resource '
+               'class the inventory drops: %(reason)s')
+    code = 409
+    # Placement's refusal, as ``_error`` records one: not an outage.
+    status_code = 409
+    placement_code = INVENTORY_IN_USE
+
+
 class ProviderNotFound(exception.PlacementError):
     message = 'Resource provider %(uuid)s not found in Placement.'
     code = 404
@@ -338,6 +347,7 @@ class PlacementClient:
     def set_inventories(self, uuid, inventories, generation=None,
                         reread=True):
         """Replace the provider's inventories; returns the new generation.
+        InventoryInUse when that drops a resource class allocations hold.
 
         ``generation`` saves a read when the caller knows it; on a
         generation conflict the generation is re-read and the write
@@ -396,6 +406,10 @@ class PlacementClient:
                 return resp.json()['resource_provider_generation']
             if resp.status_code == 404:
                 raise ProviderNotFound(uuid=uuid)
+            if _error_code(resp) == INVENTORY_IN_USE:
+                # Inventories only: a class allocations hold was dropped.
+                raise InventoryInUse(
+                    uuid=uuid, reason=' '.join(_error_text(resp).split()))
             if _error_code(resp) != CONCURRENT_UPDATE:
                 raise self._error('PUT', url, resp)
             LOG.debug('Generation conflict on %s%s', url,

@@ -13,8 +13,10 @@ programmed (``programming_until`` set) or its effective health is out of
 the schedule (``states.OUT_OF_SCHEDULE``), so nothing new lands on it; 0
 otherwise.  An out-of-schedule provider also carries
 ``states.UNHEALTHY_TRAIT`` so operators and request filters can see it.
-Allocations already held are never touched.  Pure functions: no database,
-no HTTP.
+Allocations already held are never touched: a resource class the rows no
+longer name but allocations still hold (another kind of card in the slot)
+is kept, reserved whole, until they end (``bridged``).  Pure functions: no
+database, no HTTP.
 """
 
 import dataclasses
@@ -87,3 +89,31 @@ def inventories_differ(desired, actual):
     return any(float(actual[rc].get(field, 0)) != float(values[field])
                for rc, values in desired.items()
                for field in INVENTORY_FIELDS)
+
+
+def bridged(desired, actual, held):
+    """The inventories to write instead of ``desired`` when Placement
+    refuses it because allocations hold resource classes of ``actual``
+    (the provider's inventories now) that ``desired`` drops: the card in
+    the slot was replaced by one of another kind (or its driver names its
+    class otherwise) while an instance still holds the old class.
+    ``held``: the classes the provider's allocations hold.
+
+    Those classes are kept as Placement has them but reserved whole, so
+    that nothing new is scheduled on what the slot no longer holds, and
+    the allocations are never touched; ``desired``'s classes are reserved
+    whole too until they end: the deployable's attach handles are the
+    slot's functions, which the instance's accelerator request may still
+    hold.  ``desired`` itself when no dropped class is held (the
+    allocations ended meanwhile)."""
+    kept = {rc: _whole(inv) for rc, inv in actual.items()
+            if rc in held and rc not in desired}
+    if not kept:
+        return desired
+    return dict({rc: _whole(inv) for rc, inv in desired.items()}, **kept)
+
+
+def _whole(values):
+    """One class's inventory (our fields of it) reserved whole."""
+    fields = {f: values[f] for f in INVENTORY_FIELDS if f in values}
+    return dict(fields, reserved=fields['total'])
