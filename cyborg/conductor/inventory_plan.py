@@ -39,6 +39,7 @@ vanishing as above, and one that comes back keeps its uuid, derived from
 the host and its address.
 """
 
+import collections
 import dataclasses
 import functools
 import json
@@ -367,19 +368,45 @@ def _change_attributes(plan, hostname, deployable, dep_row, rows):
 def _change_handles(plan, hostname, device_key, deployable, dep_row, rows):
     """Add new handles, drop vanished free ones.  A vanished handle still
     in use stays until its ARQ lets go (a later full report drops it:
-    ``plan.kept_handles`` counts them)."""
+    ``plan.kept_handles`` counts them).
+
+    Such a handle still occupies its slot: a reported handle of the same
+    slot under another name (``_slot``: an agent that numbers a GPU's
+    vGPU handles otherwise, as one does after its upgrade) is not added
+    while it stays, or a bind would get a free handle on a function whose
+    vGPU an instance holds; it is added by the full report after the
+    kept one goes."""
     existing = {r['uuid']: r for r in rows}
-    for handle in deployable.attach_handles:
-        uuid = attach_handle_uuid(hostname, deployable.name, handle.key())
-        if existing.pop(uuid, None) is None:
-            plan.add['attach_handles'].append(_handle_row(
-                hostname, device_key, deployable.name, dep_row['uuid'],
-                handle))
+    reported = {attach_handle_uuid(hostname, deployable.name, handle.key()):
+                handle for handle in deployable.attach_handles}
+    occupied = collections.Counter(
+        _slot(old['attach_type'], json.loads(old['attach_info'] or '{}'))
+        for uuid, old in existing.items()
+        if uuid not in reported and old.get('in_use'))
+    for uuid, handle in reported.items():
+        if existing.pop(uuid, None) is not None:
+            continue
+        slot = _slot(handle.attach_type, handle.attach_info)
+        if occupied[slot]:
+            occupied[slot] -= 1
+            continue
+        plan.add['attach_handles'].append(_handle_row(
+            hostname, device_key, deployable.name, dep_row['uuid'], handle))
     for uuid, old in existing.items():
         if not old.get('in_use'):
             plan.delete['attach_handles'].append(uuid)
         else:
             plan.kept_handles += 1
+
+
+def _slot(attach_type, attach_info):
+    """What a handle attaches, whatever the agent names it by: its attach
+    type and info without the vGPU handle's number (``vgpu_mark``)."""
+    if not isinstance(attach_info, dict):
+        return attach_type, str(attach_info)
+    return attach_type, to_json({key: value for key, value
+                                 in attach_info.items()
+                                 if key != inventory.VGPU_MARK})
 
 
 # -- report validation --------------------------------------------------------

@@ -16,6 +16,7 @@ cyborg manages, for a DRA driver or an operator to publish.
 import re
 
 from cyborg.exports import dns_label, dns_subdomain, exported, held, units
+from cyborg.objects import inventory as inventory_objects
 
 API_VERSION = 'resource.k8s.io/v1'
 KIND = 'ResourceSlice'
@@ -85,7 +86,7 @@ def _device_name(device, deployable, handle, index, taken):
     address = handle is not None and _pci_address(handle.attach_info)
     if address:
         base += '-' + address
-        mark = handle.attach_info.get('vgpu_mark')
+        mark = handle.attach_info.get(inventory_objects.VGPU_MARK)
         if mark:
             base += '-' + str(mark)
     else:

@@ -63,6 +63,9 @@ class AttachHandle:
 # those naming its traits (Placement's inventory and traits of its
 # provider: cyborg.placement.provider_tree).
 RC_ATTRIBUTE = 'rc'
+# The attach info key numbering a function's vGPU slots (mdev handles):
+# one function may host several vGPUs of a type.
+VGPU_MARK = 'vgpu_mark'
 TRAIT_ATTRIBUTE_PREFIX = 'trait'
 
 # A custom resource class or trait as Placement accepts it (its names are
