@@ -47,6 +47,15 @@ class Checks(upgradecheck.UpgradeCommands):
         if current is None:
             return Result(Code.FAILURE, 'The database has no cyborg schema; '
                                         'run "cyborg-dbsync upgrade".')
+        if current != head and not migration.known(current):
+            # Expanded by a newer release, whose migrations add only what
+            # this one can run beside: a rolling upgrade's middle.
+            return Result(Code.WARNING,
+                          'The database schema is at revision %s, which '
+                          'this release does not know: a newer release has '
+                          'upgraded it (this release runs on it; its '
+                          'cyborg-dbsync cannot change it).  Check with the '
+                          'newer release\'s cyborg-status.' % current)
         if current != head:
             return Result(Code.FAILURE,
                           'The database schema is at revision %s, this '

@@ -97,6 +97,13 @@ def head():
     return scripts.get_current_head()
 
 
+def known(revision):
+    """Whether the scripts know ``revision`` (a newer release's is not)."""
+    scripts = alembic_script.ScriptDirectory.from_config(_config('sqlite://'))
+    return any(script.revision == revision
+               for script in scripts.walk_revisions())
+
+
 def version(conf_or_url):
     """The database's current revision, or None for an empty database."""
     engine = sa.create_engine(_url(conf_or_url))

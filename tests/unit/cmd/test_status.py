@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import sqlalchemy as sa
 
 from cyborg.cmd import status
 from cyborg.db import migration
@@ -35,6 +36,26 @@ def test_old_schema_revision_fails(tmp_path, capsys):
         migration.upgrade(url)
         migration.stamp(url, 'base')
         assert _check(tmp_path, url) == 2
+
+
+def test_a_schema_a_newer_release_upgraded_warns(tmp_path, capsys):
+    """In a rolling upgrade's middle this release runs on a schema the
+    next one has expanded: its check said FAILURE and told the operator
+    to run cyborg-dbsync upgrade, which cannot know that revision."""
+    with databases.throwaway_database('sqlite') as url:
+        migration.upgrade(url)
+        engine = sa.create_engine(url)
+        with engine.begin() as c:
+            c.execute(sa.text("UPDATE alembic_version SET version_num = "
+                              "'0123456789ab'"))
+        engine.dispose()
+        assert _check(tmp_path, url) == 1
+        # The table wraps its lines: read its words.
+        words = ' '.join(word for line in capsys.readouterr().out.split('\n')
+                         if line.startswith('|')
+                         for word in line.strip('| ').split())
+        assert 'which this release does not know' in words, words
+        assert 'run "cyborg-dbsync upgrade"' not in words
 
 
 def test_json_policy_file_fails(tmp_path, capsys):
