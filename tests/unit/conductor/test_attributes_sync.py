@@ -29,11 +29,7 @@ def _traits(service, rp_uuid):
 
 def test_a_trait_an_admin_adds_or_removes_reaches_placement(
         conf, db, admin_context, placement):
-    pf.placement_conf(conf, placement.url)
-    response = requests.post(placement.url + '/resource_providers',
-                             json={'name': HOST}, headers=pf.HEADERS,
-                             timeout=10)
-    assert response.status_code == 200, response.text
+    pf.compute_node(conf, placement, HOST)
     devices = [cf.device(HOST, '0000:81:00.0', traits=['CUSTOM_GPU_A100'])]
     inventory_apply.handle_report(conf, admin_context, HOST,
                                   cf.report(devices))

@@ -8,7 +8,6 @@ removal takes the host's lock, as reports do."""
 import threading
 
 import pytest
-import requests
 
 from cyborg.common import context as cyborg_context
 from cyborg.conductor import inventory_apply, placement_sync
@@ -36,11 +35,7 @@ def _report(conf, ctx, report):
 @pytest.mark.parametrize('kind', ['mysql', 'postgresql'])
 def test_hardware_back_while_its_rows_are_dropped_is_kept(
         kind, conf, admin_context, placement, monkeypatch):
-    pf.placement_conf(conf, placement.url)
-    response = requests.post(placement.url + '/resource_providers',
-                             json={'name': HOST}, headers=pf.HEADERS,
-                             timeout=10)
-    assert response.status_code == 200, response.text
+    pf.compute_node(conf, placement, HOST)
     with api_fixture.database_in_use(kind):
         first = _report(conf, admin_context, cf.report(_devices()))
         fpga_rp = inventory.provider_uuid('host1_0000:82:00.0')

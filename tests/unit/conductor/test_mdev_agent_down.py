@@ -58,6 +58,17 @@ def _bound(conf, db, ctx, count, spare=0):
     return instance, arqs, device
 
 
+def _bind_one(conf, db, ctx, device):
+    """A new vGPU ARQ bound on ``device`` for a new instance, its bind
+    ended; returns its uuid."""
+    profile = seed.seed_profile(db, [{'resources:VGPU': '1'}])
+    arq = arq_binding.create(ctx, profile, 'p1')[0]['uuid']
+    arq_binding.start_bind(conf, ctx, {arq: {
+        'hostname': HOST, 'device_rp_uuid': device.rp_uuid,
+        'instance_uuid': str(uuidlib.uuid4())}}).result(60)
+    return arq
+
+
 def _reported(db, ago):
     """HOST's agent last reported ``ago`` (a timedelta) ago."""
     with db.begin() as c:
@@ -113,11 +124,7 @@ def test_a_silent_agent_is_not_asked(vconf, db, ctx, tree):
         assert f'the agent on {HOST} has not reported since' in (
             row.bind_failure_reason)
         # A bind there fails at once, not after the bind's whole time.
-        profile = seed.seed_profile(db, [{'resources:VGPU': '1'}])
-        arq = arq_binding.create(ctx, profile, 'p1')[0]['uuid']
-        arq_binding.start_bind(vconf, ctx, {arq: {
-            'hostname': HOST, 'device_rp_uuid': device.rp_uuid,
-            'instance_uuid': str(uuidlib.uuid4())}}).result(30)
+        arq = _bind_one(vconf, db, ctx, device)
         took = time.monotonic() - began
     row = seed.arq_rows(db)[arq]
     assert row.state == 'BindFailed'
@@ -133,13 +140,9 @@ def test_a_bind_whose_agent_does_not_answer_fails_in_mdev_timeout(
     vconf.set_override('mdev_timeout', 2, group='conductor')
     device = seed.seed_device(db, hostname=HOST, handles=1,
                               attach_type='MDEV', asked_type=VGPU_TYPE)
-    profile = seed.seed_profile(db, [{'resources:VGPU': '1'}])
-    arq = arq_binding.create(ctx, profile, 'p1')[0]['uuid']
     with agent_endpoint.serving(vconf, HOST, None):
         began = time.monotonic()
-        arq_binding.start_bind(vconf, ctx, {arq: {
-            'hostname': HOST, 'device_rp_uuid': device.rp_uuid,
-            'instance_uuid': str(uuidlib.uuid4())}}).result(60)
+        arq = _bind_one(vconf, db, ctx, device)
         took = time.monotonic() - began
     row = seed.arq_rows(db)[arq]
     assert row.state == 'BindFailed'

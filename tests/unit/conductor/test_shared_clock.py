@@ -19,19 +19,16 @@ from cyborg.conductor import arq_binding, nova, programming
 from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.db.api import clock as clock_db
-from tests.fixtures import api as api_fixture
 from tests.fixtures import arqs as seed
 from tests.fixtures import recording_http
+from tests.unit.db import test_reference_clock
 
 fake_nova = recording_http.fake_nova
 
 OFF = 2 * 3600
 
 
-@pytest.fixture(params=['mysql', 'postgresql'])
-def server_db(request):
-    with api_fixture.database_in_use(request.param) as engine:
-        yield engine
+server_db = test_reference_clock.server_db
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ hosts a vGPU.  A kept handle now occupies its slot until it goes."""
 
 import json
 
-import requests
 import sqlalchemy as sa
 
 from cyborg.conductor import inventory_apply
@@ -54,11 +53,7 @@ def _handles(db):
 
 def test_a_kept_handle_occupies_its_slot_under_a_new_name(
         conf, db, admin_context, placement):
-    pf.placement_conf(conf, placement.url)
-    response = requests.post(placement.url + '/resource_providers',
-                             json={'name': HOST}, headers=pf.HEADERS,
-                             timeout=10)
-    assert response.status_code == 200, response.text
+    pf.compute_node(conf, placement, HOST)
     # The older agent: marks numbered across the VFs.
     old = _gpu([f'{TYPE}_{i}' for i in range(len(VFS))])
     inventory_apply.handle_report(conf, admin_context, HOST, cf.report(old))
