@@ -1244,6 +1244,7 @@ def unbind(conf, context, arq_uuids):
             if _visible(context, r)]
     _check_found(arq_uuids, {r.uuid for r in rows})
     for _round in range(DELETE_ROUNDS):
+        tried = {r.uuid: r for r in rows}
         failed = _release_mdevs(conf, context, rows)
         freed = [r for r in rows if r.uuid not in failed]
         kept = remote_pools.detach_for_release(conf, context, freed)
@@ -1261,7 +1262,7 @@ def unbind(conf, context, arq_uuids):
     if failed:
         # Logged once committed: a retried or rolled back try says nothing.
         for arq_uuid in db_api.write_retrying(context, _unbind_failed_in,
-                                              context, failed):
+                                              context, failed, tried):
             LOG.warning('Unbinding accelerator request %s failed: %s',
                         arq_uuid, failed[arq_uuid])
     _notify_left(conf, context, notify.ARQ_UNBIND, freed, moved,
@@ -1286,14 +1287,20 @@ def _unbind_released(context, arq_uuids, released, kept):
                             kept=kept)
 
 
-def _unbind_failed_in(context, failed):
+def _unbind_failed_in(context, failed, tried):
     """UnbindFailed, with the reason, for {ARQ uuid: reason}; the handle
-    stays taken (its mdev may still serve the instance).  Returns the
-    ARQs moved."""
+    stays taken (its mdev may still serve the instance).  Only an ARQ
+    still in the bind, and holding the handle, whose mdev the removal
+    tried (``tried``: {uuid: row as read then}): one unbound and bound
+    again meanwhile by another request is that bind's.  Returns the ARQs
+    moved."""
     return [arq_uuid for arq_uuid, reason in failed.items()
-            if arq_db.transition(context, arq_uuid, states.UNBIND_FAILED,
-                                 UNBIND_FAILED_FROM,
-                                 {'bind_failure_reason': reason[:4000]})]
+            if arq_db.transition(
+                context, arq_uuid, states.UNBIND_FAILED, UNBIND_FAILED_FROM,
+                {'bind_failure_reason': reason[:4000]},
+                where={'bind_id': tried[arq_uuid].bind_id,
+                       'attach_handle_id':
+                           tried[arq_uuid].attach_handle_id})]
 
 
 def _leave_all(context, rows, to_state, from_states, delete=False,

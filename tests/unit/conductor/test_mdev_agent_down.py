@@ -149,3 +149,29 @@ def test_a_bind_whose_agent_does_not_answer_fails_in_mdev_timeout(
     # Not [DEFAULT]bind_timeout (240 s by default): the worker is free.
     assert took < 6, took
     assert seed.handles_in_use(db) == 0
+
+
+def test_a_failed_unbind_leaves_a_newer_bind_alone(vconf, db, ctx, tree,
+                                                   monkeypatch):
+    """While an unbind waited for the agent to remove the mdev, another
+    request unbound the ARQ and bound it again (its own mdev on the same
+    handle): the first unbind's failure marked the new bind
+    UnbindFailed, and that bind, lost, never told Nova it ended."""
+    _instance, arqs, _device = _bound(vconf, db, ctx, 1)
+    arq = arqs[0]
+    real = arq_binding._release_mdevs
+
+    def meanwhile_bound_again(conf, context, rows):
+        failed = real(conf, context, rows)
+        with db.begin() as c:
+            c.execute(sa.update(models.ExtARQ).where(
+                models.ExtARQ.uuid == arq).values(
+                bind_id=str(uuidlib.uuid4())))
+        return failed
+    monkeypatch.setattr(arq_binding, '_release_mdevs',
+                        meanwhile_bound_again)
+    vconf.set_override('mdev_timeout', 1, group='conductor')
+    with agent_endpoint.serving(vconf, HOST, None):
+        arq_binding.unbind(vconf, ctx, [arq])
+    row = seed.arq_rows(db)[arq]
+    assert row.state == 'Bound' and row.bind_failure_reason is None
