@@ -1,6 +1,7 @@
 """Device profile input and what profiles look like."""
 
 import os_resource_classes
+import os_traits
 
 from cyborg.api import microversion
 from cyborg.api.schemas import common
@@ -13,6 +14,7 @@ NAME_PATTERN = '^[a-zA-Z0-9-_]+$'
 # What the profile_json TEXT column holds on every engine (MySQL: 64 KiB).
 MAX_GROUPS_BYTES = 65535
 _RESOURCE_CLASSES = '|'.join(sorted(os_resource_classes.STANDARDS))
+_TRAITS = '|'.join(sorted(os_traits.get_traits()))
 
 # One group: what Nova turns into Placement request group
 # device_profile_<i> (resources:, trait:) plus our accel: keys.
@@ -25,7 +27,10 @@ GROUP = {
             # Each unit becomes one ARQ: bounded, so a profile cannot ask
             # for millions of them.
             'type': 'string', 'pattern': '^[1-9][0-9]{0,2}$'},
-        '^trait:[A-Z0-9_]{1,255}$': {
+        # A trait Placement can know: standard, or CUSTOM_ (another one
+        # makes every boot with the profile fail NoValidHost, Placement
+        # answering Nova's query 400 "No such trait").
+        '^trait:(CUSTOM_[A-Z0-9_]{1,248}|%s)$' % _TRAITS: {
             'type': 'string', 'enum': ['required', 'forbidden']},
         '^accel:[a-zA-Z0-9_:.-]{1,255}$': {
             'type': 'string', 'maxLength': 255},

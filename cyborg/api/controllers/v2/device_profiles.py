@@ -73,7 +73,10 @@ def delete_device_profiles(r):
     wanted = base.split_csv(r.query['value'])
     if not wanted:
         raise exception.Invalid(reason='value: no device profile named')
-    uuids = sorted({_find(r, item).uuid for item in wanted})
+    # An item is a name or a uuid, the latter spelt as in the path
+    # (in any spelling: base.canonical_uuid).
+    uuids = sorted({_find(r, base.canonical_uuid(item)).uuid
+                    for item in wanted})
     r.conductor.device_profile_delete(r.context, uuids=uuids)
 
 
