@@ -25,6 +25,13 @@ HEALTH_STATES = states.HEALTH_STATES
 # Long enough for any UUID, host name, project id (opaque) and PCI address.
 UUID = sa.String(36)
 NAME = sa.String(255)
+# A NAME compared exactly, as SQLite and PostgreSQL compare every string:
+# MariaDB's and MySQL's default collations ignore case (and accents), so
+# there ``?name=FPGA-SMALL`` found the profile ``fpga-small`` and a
+# profile ``FPGA-SMALL`` could not be made beside it.  Both still ignore
+# trailing spaces (PAD SPACE): readers by name check the name they got.
+EXACT_NAME = NAME.with_variant(sa.String(255, collation='utf8mb4_bin'),
+                               'mysql', 'mariadb')
 
 
 def _now():
@@ -213,7 +220,7 @@ class DeviceProfile(Base):
     )
 
     uuid = sa.Column(UUID, nullable=False)
-    name = sa.Column(NAME, nullable=False)
+    name = sa.Column(EXACT_NAME, nullable=False)
     description = sa.Column(sa.Text, nullable=True)
     # JSON list of groups, each a dict of string to string.
     profile_json = sa.Column(sa.Text, nullable=False)
@@ -221,7 +228,7 @@ class DeviceProfile(Base):
     # who sees it: 'public' (every project, as in Cyborg) or 'private'
     # (the owner's project and those of device_profile_projects).  A short
     # string validated by the application (cyborg.common.states).
-    project_id = sa.Column(NAME, nullable=True)
+    project_id = sa.Column(EXACT_NAME, nullable=True)
     visibility = sa.Column(sa.String(16), nullable=False,
                            default=states.PUBLIC,
                            server_default=states.PUBLIC)
@@ -242,7 +249,7 @@ class DeviceProfileProject(Base):
                            sa.ForeignKey('device_profiles.id',
                                          ondelete='CASCADE'),
                            nullable=False)
-    project_id = sa.Column(NAME, nullable=False)
+    project_id = sa.Column(EXACT_NAME, nullable=False)
 
 
 class ExtARQ(Base):

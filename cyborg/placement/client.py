@@ -164,8 +164,11 @@ class PlacementClient:
         # False once Placement's policy refused us the reshaper.
         self._may_reshape = True
         self._known_lock = threading.Lock()
-        # Custom classes and traits this process saw exist: they are never
-        # deleted by us, so asking again is waste.
+        # Custom classes and traits this process saw exist: we never
+        # delete them, so asking again is waste.  Someone else may (an
+        # operator's clean-up, a rebuilt Placement database): a write
+        # Placement refuses for a name it does not know makes the names
+        # it remembers of that write again (``_naming``).
         self._known_rcs = set()
         self._known_traits = set()
         self.calls = 0
@@ -356,17 +359,21 @@ class PlacementClient:
         whose body may be older than what was written meanwhile, which
         has to work it out again rather than send it again."""
         url = f'/resource_providers/{uuid}/inventories'
-        return self._put_generational(
-            uuid, url, {'inventories': inventories}, generation,
-            lambda: self.get_inventories(uuid)[0], reread)
+        return self._naming(
+            self._known_rcs, '/resource_classes/', inventories,
+            lambda: self._put_generational(
+                uuid, url, {'inventories': inventories}, generation,
+                lambda: self.get_inventories(uuid)[0], reread))
 
     def set_traits(self, uuid, traits, generation=None, reread=True):
         """Replace the provider's traits; returns the new generation
         (``reread`` as for ``set_inventories``)."""
         url = f'/resource_providers/{uuid}/traits'
-        return self._put_generational(
-            uuid, url, {'traits': sorted(traits)}, generation,
-            lambda: self.get_traits(uuid)[0], reread)
+        return self._naming(
+            self._known_traits, '/traits/', traits,
+            lambda: self._put_generational(
+                uuid, url, {'traits': sorted(traits)}, generation,
+                lambda: self.get_traits(uuid)[0], reread))
 
     def reshape_inventories(self, inventories):
         """Replace the inventories of several providers in ONE request
@@ -384,7 +391,10 @@ class PlacementClient:
                            'inventories': invs}
                     for uuid, (generation, invs) in inventories.items()},
                 'allocations': {}}
-        resp = self._request('POST', '/reshaper', body, ok=(204, 403))
+        resp = self._naming(
+            self._known_rcs, '/resource_classes/',
+            {rc for _g, invs in inventories.values() for rc in invs},
+            lambda: self._request('POST', '/reshaper', body, ok=(204, 403)))
         if resp.status_code == 403:
             LOG.warning('Placement does not let this service use the '
                         'reshaper (%s); first reports set inventories one '
@@ -438,6 +448,31 @@ class PlacementClient:
     def ensure_traits(self, names):
         """Create the missing CUSTOM_* traits (idempotent)."""
         self._ensure(names, self._known_traits, '/traits/')
+
+    def _naming(self, known, prefix, names, write):
+        """``write()``, a write naming the custom classes or traits
+        among ``names`` (``known`` and ``prefix`` as for ``_ensure``).
+        When Placement refuses it for a name it does not know, the names
+        this process made and remembers (someone may have deleted them
+        since) are forgotten, made again and the write sent once more:
+        else every sync and reconcile would fail the same way until the
+        process restarts, and drift in Placement would stay unrepaired.
+        Placement refuses the whole write, so sending it again is safe.
+        A name never made here stays the caller's error.
+        """
+        try:
+            return write()
+        except exception.PlacementError as exc:
+            unknown = unknown_names(exc)
+            with self._known_lock:
+                made = sorted(known.intersection(names))
+                if unknown is None or not made:
+                    raise
+                known.difference_update(made)
+            LOG.warning('Placement does not know a name this write needs '
+                        '(%s): making %s again.', unknown, ', '.join(made))
+        self._ensure(made, known, prefix)
+        return write()
 
     def _ensure(self, names, known, prefix):
         with self._known_lock:

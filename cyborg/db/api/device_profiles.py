@@ -116,9 +116,14 @@ def _one(context, whole, uuid, name, visible_to):
     statement = _one_statement(whole, uuid is not None, name is not None,
                                visible_to is not None)
     params = {'uuid': uuid, 'name': name, 'visible_to': visible_to}
-    return _sql.connection(context).execute(statement, {
+    row = _sql.connection(context).execute(statement, {
         key: value for key, value in params.items()
         if value is not None}).first()
+    if row is not None and name is not None and row.name != name:
+        # MariaDB's and MySQL's collations, binary ones too, ignore
+        # trailing spaces ('p ' = 'p'): a name is exact on every engine.
+        return None
+    return row
 
 
 @_sql.built_once
