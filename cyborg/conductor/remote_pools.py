@@ -102,9 +102,16 @@ def create(conf, context, values):
         sync(conf, context, pool)
     except exception.PlacementError as e:
         _undo_create(conf, context, pool)
-        if getattr(e, 'status_code', None) == 400:
+        status = getattr(e, 'status_code', None)
+        if status == 400:
             raise exception.Invalid(reason='Placement refused the pool: %s'
                                            % e)
+        if status == 409:
+            # Another provider holds the name (one made by hand, or by
+            # another service): the operator's to resolve, not an outage.
+            raise exception.Conflict(
+                reason='Placement refused the pool\'s resource provider %s: '
+                       '%s' % (provider_name(pool.name), e))
         raise
     LOG.info('Remote pool %s (%s) registered: %d %s handles, fabric '
              'driver %s, aggregates %s', pool.name, pool.uuid,

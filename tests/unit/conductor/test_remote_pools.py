@@ -206,3 +206,21 @@ def test_a_sync_that_read_the_handles_first_does_not_undo_a_release(
             gate.go.set()
             syncing.result(30)
     assert _reserved(placement_url, pool.rp_uuid) == 0
+
+
+def test_a_provider_name_taken_in_placement_is_a_409(pconf, db,
+                                                      placement_url):
+    """A provider another service (or an operator) made holds the pool's
+    provider name: a conflict to resolve, not Placement being away (it
+    answered 503), and nothing is left behind."""
+    ctx = cyborg_context.get_admin_context()
+    _placement(placement_url, 'POST', '/resource_providers', {
+        'name': remote_pools.provider_name('taken')})
+    with pytest.raises(exception.Conflict) as caught:
+        remote_pools.create(pconf, ctx, {
+            'name': 'taken', 'resource_class': 'FPGA',
+            'aggregates': [AGGREGATE], 'fabric_driver': 'fake',
+            'handles': [{'fabric_address': 'a'}]})
+    assert caught.value.code == 409
+    assert 'remote_pool_taken' in str(caught.value)
+    assert pool_db.get(ctx, name='taken') is None
