@@ -6,30 +6,19 @@ made beside it, and a DELETE or an ARQ create naming ``FPGA-small``
 took ``fpga-small`` (SQLite and PostgreSQL, and Cyborg, compare
 exactly)."""
 
-import json
 
 import pytest
-import webob
 
 from tests.fixtures import api as api_fixture
 from tests.fixtures import databases
+from tests.unit.api import test_profile_review
 
-ADMIN = {'X-Roles': 'admin,member,reader', 'X-Project-Id': 'admin',
-         'X-User-Id': 'u1', 'OpenStack-API-Version': 'accelerator latest'}
+_request = test_profile_review._request
 
 
 def _as(project):
     return {'X-Roles': 'member,reader', 'X-Project-Id': project,
             'X-User-Id': 'u2', 'OpenStack-API-Version': 'accelerator latest'}
-
-
-def _request(service, method, path, body=None, headers=ADMIN):
-    req = webob.Request.blank(path, method=method, headers=headers)
-    if body is not None:
-        req.headers['Content-Type'] = 'application/json'
-        req.body = json.dumps(body).encode()
-    resp = req.get_response(service.app)
-    return resp.status_int, resp.json if resp.body else None
 
 
 def _create(service, name, **more):
