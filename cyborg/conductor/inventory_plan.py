@@ -368,7 +368,8 @@ def _change_attributes(plan, hostname, deployable, dep_row, rows):
 def _change_handles(plan, hostname, device_key, deployable, dep_row, rows):
     """Add new handles, drop vanished free ones.  A vanished handle still
     in use stays until its ARQ lets go (a later full report drops it:
-    ``plan.kept_handles`` counts them).
+    ``plan.kept_handles`` counts them), marked ``gone`` meanwhile: no bind
+    takes it once it is free (its function may be no more).
 
     Such a handle still occupies its slot: a reported handle of the same
     slot under another name (``_slot``: an agent that numbers a GPU's
@@ -384,7 +385,12 @@ def _change_handles(plan, hostname, device_key, deployable, dep_row, rows):
         for uuid, old in existing.items()
         if uuid not in reported and old.get('in_use'))
     for uuid, handle in reported.items():
-        if existing.pop(uuid, None) is not None:
+        old = existing.pop(uuid, None)
+        if old is not None:
+            if old.get('gone'):
+                # Reported again: takeable once free.
+                plan.update['attach_handles'].append(
+                    {'uuid': uuid, 'gone': False})
             continue
         slot = _slot(handle.attach_type, handle.attach_info)
         if occupied[slot]:
@@ -397,6 +403,10 @@ def _change_handles(plan, hostname, device_key, deployable, dep_row, rows):
             plan.delete['attach_handles'].append(uuid)
         else:
             plan.kept_handles += 1
+            if not old.get('gone'):
+                # Never taken again once its ARQ lets it go.
+                plan.update['attach_handles'].append(
+                    {'uuid': uuid, 'gone': True})
 
 
 def _slot(attach_type, attach_info):

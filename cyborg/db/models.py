@@ -210,6 +210,11 @@ class AttachHandle(Base):
     attach_type = sa.Column(sa.Enum(*ATTACH_TYPES, name='attach_type'),
                             nullable=False)
     attach_info = sa.Column(sa.Text, nullable=False)
+    # Ours: no longer reported, kept while an ARQ holds it
+    # (cyborg.conductor.inventory_plan): never taken again once freed;
+    # the next full report deletes it.
+    gone = sa.Column(sa.Boolean, nullable=False, default=False,
+                     server_default='0')
 
 
 class DeviceProfile(Base):

@@ -62,6 +62,8 @@ def host_inventory(context, hostname):
         attributes.setdefault(row['deployable_id'], {})[row['key']] = (
             row['value'])
     for row in sorted(rows['attach_handles'], key=lambda r: r['id']):
+        if row.get('gone'):
+            continue        # no longer there: not a unit to offer
         handles.setdefault(row['deployable_id'], []).append(Handle(
             uuid=row['uuid'], attach_type=row['attach_type'],
             attach_info=json.loads(row['attach_info'] or '{}'),

@@ -28,7 +28,9 @@ def take(context, deployable_id, unless_programmed=False):
     the first free handle.  Otherwise it walks the primary key (locking
     the handles of other devices) or sorts every handle of the device
     after reading it (locking them all), and concurrent binds find no
-    free handle until this one commits.
+    free handle until this one commits.  A handle kept while gone
+    (``gone``: no longer reported) is never taken; few are, so reading
+    past them in that order costs nothing.
     """
     connection = _sql.connection(context)
     statement = _TAKE_UNLESS_PROGRAMMED if unless_programmed else _TAKE_HANDLE
@@ -50,11 +52,11 @@ _H = models.AttachHandle.__table__
 _FREE_HANDLE = (
     sa.select(_H.c.id, _H.c.uuid, _H.c.attach_type, _H.c.attach_info)
     .where(_H.c.deployable_id == sa.bindparam('deployable_id'),
-           _H.c.in_use == sa.false())
+           _H.c.in_use == sa.false(), _H.c.gone == sa.false())
     .order_by(_H.c.id).limit(1).with_for_update(skip_locked=True))
 _TAKE_HANDLE = (
     sa.update(_H).where(_H.c.id == sa.bindparam('handle_id'),
-                        _H.c.in_use == sa.false())
+                        _H.c.in_use == sa.false(), _H.c.gone == sa.false())
     .values(in_use=True, updated_at=sa.bindparam('now')))
 # A bind that does not program the card takes no handle of one being
 # programmed, checked by the take itself: on MariaDB (REPEATABLE READ) the
