@@ -701,9 +701,9 @@ def _check_allocations(jobs, asked, held=None):
             if rp_uuid in needed:
                 needed[rp_uuid][classes] += 1
         for rp_uuid, wanted in needed.items():
-            held = allocated[rp_uuid].get('resources', {})
+            resources = allocated[rp_uuid].get('resources', {})
             for classes, count in wanted.items():
-                units = sum(held.get(rc, 0) for rc in classes)
+                units = sum(resources.get(rc, 0) for rc in classes)
                 if units < count:
                     raise exception.BindFailed(
                         reason=f'instance {instance_uuid} holds {units} '

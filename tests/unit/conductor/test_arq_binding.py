@@ -272,6 +272,26 @@ def test_arqs_an_instance_holds_count_against_its_allocation(
     assert seed.handles_in_use(db) == 0
 
 
+def test_held_arqs_count_for_every_instance_of_a_patch(
+        aconf, db, ctx, device, placement_url):
+    """One PATCH binding ARQs of two instances: what the second instance
+    (in the check's order) already holds counts against its allocation
+    as the first's does."""
+    _providers(aconf, (device.rp_uuid, device.name))
+    first = '00000000-0000-4000-8000-000000000001'
+    second = 'ffffffff-0000-4000-8000-000000000002'
+    held, = _create(db, ctx)
+    _allocate(placement_url, second, device.rp_uuid)
+    _bind(aconf, ctx, {held: _binding(device, second)})
+    _allocate(placement_url, first, device.rp_uuid)
+    a, b = _create(db, ctx), _create(db, ctx)
+    with pytest.raises(exception.BindFailed, match=f'instance {second} '
+                       f'holds 1 unit of FPGA'):
+        arq_binding.start_bind(aconf, ctx, {
+            a[0]: _binding(device, first), b[0]: _binding(device, second)})
+    assert {_state(db, u[0]).state for u in (a, b)} == {'Initial'}
+
+
 def test_rebinding_a_bound_arq_is_409(aconf, db, ctx, device):
     uuid, = _create(db, ctx)
     binding = _binding(device)
