@@ -4,7 +4,9 @@ Checks: the database schema is at the newest migration; the policy file,
 if there is one, is YAML (JSON policy files are no longer read) and parses;
 this host's clock is near the database server's (the API and the
 conductor compare their clocks); the health timers fit together (a full
-health report comes within the suspect window).
+health report comes within the suspect window); Placement, where
+``[placement]`` is configured, answers and serves the microversion cyborg
+pins.
 """
 
 import json
@@ -152,6 +154,33 @@ class Checks(upgradecheck.UpgradeCommands):
                                                health.suspect_window))
         return Result(Code.SUCCESS)
 
+    def _check_placement(self):
+        from cyborg.placement import client as placement_client
+
+        if self.conf.placement.auth_type is None:
+            return Result(Code.SUCCESS,
+                          '[placement] is not configured on this host '
+                          '(only cyborg-conductor talks to Placement).')
+        try:
+            served = placement_client.PlacementClient(
+                self.conf).max_microversion()
+        except Exception as exc:
+            LOG.debug('Reading Placement\'s versions failed', exc_info=True)
+            return Result(Code.FAILURE,
+                          'Cannot read Placement\'s versions with the '
+                          '[placement] options: %s'
+                          % exception.first_line(exc))
+        wanted = placement_client.MICROVERSION
+        if (placement_client.version_tuple(served) <
+                placement_client.version_tuple(wanted)):
+            return Result(Code.FAILURE,
+                          'Placement serves microversions up to %s; cyborg '
+                          'needs %s (the Placement of OpenStack %s or '
+                          'newer): upgrade Placement first.' % (
+                              served, wanted,
+                              placement_client.MICROVERSION_SINCE))
+        return Result(Code.SUCCESS)
+
     @property
     def _upgrade_checks(self):
         return (
@@ -162,6 +191,8 @@ class Checks(upgradecheck.UpgradeCommands):
             ('Policy file parses as YAML', Checks._check_policy_yaml),
             ('Clock near the database server\'s', Checks._check_clock),
             ('Health timers fit together', Checks._check_health_timers),
+            ('Placement serves the microversion cyborg needs',
+             Checks._check_placement),
         )
 
 

@@ -8,7 +8,9 @@ noauth2 reads as an admin user.
 
 Every call pins its microversion (``MICROVERSION``); errors become
 ``PlacementError`` (503 when Placement cannot be reached or fails) or one of
-the narrower exceptions below, carrying Placement's error code.  Writes that
+the narrower exceptions below, carrying Placement's error code; a Placement
+too old to serve the pinned microversion is ``PlacementTooOld``, which says
+so (``cyborg-status upgrade check`` tells it beforehand).  Writes that
 carry a provider generation retry a bounded number of times on
 ``placement.concurrent_update``.
 
@@ -44,10 +46,13 @@ from cyborg.placement import embedded
 
 LOG = logging.getLogger(__name__)
 
-# 1.39: the newest Placement 16 serves; we need 1.14 (in_tree), 1.20 (POST
+# The oldest microversion that has all we use, pinned by every call so
+# that any Placement serving it will do: 1.14 (in_tree), 1.20 (POST
 # returns the provider), 1.26 (reserved may equal total), 1.30 (reshaper),
-# 1.37 (re-parent).
-MICROVERSION = '1.39'
+# 1.37 (re-parent), 1.38 (consumer_type on allocations).
+MICROVERSION = '1.38'
+# The first OpenStack release whose Placement serves MICROVERSION.
+MICROVERSION_SINCE = 'Xena'
 CONCURRENT_UPDATE = 'placement.concurrent_update'
 # Placement's own noauth2 reads the caller's roles from this header; with
 # auth_type = none we call as what we are, a service (the reshaper, which
@@ -84,6 +89,12 @@ class InventoryInUse(exception.PlacementError):
     placement_code = INVENTORY_IN_USE
 
 
+class PlacementTooOld(exception.PlacementError):
+    message = ('Placement serves microversions up to %(served)s; cyborg '
+               'needs ' + MICROVERSION + ' (the Placement of OpenStack ' +
+               MICROVERSION_SINCE + ' or newer): upgrade Placement.')
+
+
 class ProviderNotFound(exception.PlacementError):
     message = 'Resource provider %(uuid)s not found in Placement.'
     code = 404
@@ -106,6 +117,25 @@ def _error_code(resp):
         return resp.json()['errors'][0].get('code')
     except (ValueError, KeyError, IndexError, TypeError):
         return None
+
+
+def _served_microversion(resp):
+    """The newest microversion Placement serves when ``resp`` is its
+    refusal of the one we pinned (a 406 naming the versions it serves),
+    else None."""
+    if resp.status_code != 406:
+        return None
+    try:
+        error = resp.json()['errors'][0]
+        return str(error['max_version'])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def version_tuple(microversion):
+    """``'1.38'`` as ``(1, 38)``, for comparing microversions."""
+    major, minor = microversion.split('.')
+    return int(major), int(minor)
 
 
 def _error_text(resp):
@@ -175,16 +205,19 @@ class PlacementClient:
 
     # -- transport -----------------------------------------------------------
 
-    def _request(self, method, url, body=None, ok=(200,), missing_ok=False):
+    def _request(self, method, url, body=None, ok=(200,), missing_ok=False,
+                 microversion=MICROVERSION):
         """One call; returns the response for statuses in ``ok`` (and 404
-        when ``missing_ok``), raises PlacementError otherwise."""
+        when ``missing_ok``), raises PlacementError otherwise.  With
+        ``microversion`` None it asks for none (Placement's root)."""
         self.calls += 1
         started = time.monotonic()
         try:
-            resp = self._keep_alive.request(method, url, body)
+            resp = (self._keep_alive.request(method, url, body)
+                    if microversion else None)
             if resp is None:
                 resp = self._adapter.request(
-                    url, method, microversion=MICROVERSION,
+                    url, method, microversion=microversion,
                     headers={'Accept': 'application/json'},
                     **({} if body is None else {'json': body}))
         except (ks_exc.ClientException, socket.timeout) as exc:
@@ -202,12 +235,32 @@ class PlacementClient:
 
     @staticmethod
     def _error(method, url, resp):
+        served = _served_microversion(resp)
+        if served:
+            # Every call of ours fails the same way: say why, once per
+            # call, in words an operator can act on.
+            err = PlacementTooOld(served=served)
+            LOG.error('%s %s: %s', method, url, err)
+            err.status_code = resp.status_code
+            return err
         code = _error_code(resp)
         text = f'{method} {url}: {resp.status_code} {_error_text(resp)}'
         err = exception.PlacementError(reason=text)
         err.placement_code = code
         err.status_code = resp.status_code
         return err
+
+    def max_microversion(self):
+        """The newest microversion Placement serves (a string, "1.39"),
+        read from its root document, asked for without a microversion
+        (any Placement serves it so)."""
+        resp = self._request('GET', '/', microversion=None)
+        try:
+            return resp.json()['versions'][0]['max_version']
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise exception.PlacementError(
+                reason=f'GET /: not a Placement version document: '
+                       f'{resp.text[:200]!r}') from exc
 
     # -- providers -----------------------------------------------------------
 

@@ -7,12 +7,18 @@ import sqlalchemy as sa
 
 from cyborg.cmd import status
 from cyborg.db import migration
+from cyborg.placement import client as placement_client
 from tests.fixtures import databases
+from tests.fixtures import placement as placement_fixture
 from tests.fixtures import processes
 
 
-def _check(tmp_path, url, policy_file=None, health=None):
+def _check(tmp_path, url, policy_file=None, health=None,
+           placement_url=None):
     sections = {'database': {'connection': url}}
+    if placement_url:
+        sections['placement'] = placement_fixture.placement_options(
+            placement_url)
     if policy_file:
         sections['oslo_policy'] = {'policy_file': str(policy_file)}
     if health:
@@ -164,3 +170,36 @@ def test_a_policy_file_that_cannot_be_read_fails_and_the_rest_run(
     assert ''.join(why.split()) in text, out
     assert 'Health timers fit together' in out
     assert "Clock near the database server's" in out
+
+
+def test_placement_serving_our_microversion_passes(tmp_path, capsys,
+                                                   placement):
+    with databases.throwaway_database('sqlite') as url:
+        migration.upgrade(url)
+        assert _check(tmp_path, url, placement_url=placement.url) == 0
+    assert 'Placement serves the microversion' in capsys.readouterr().out
+
+
+def test_a_placement_too_old_fails_naming_what_cyborg_needs(tmp_path,
+                                                            capsys):
+    """A Placement older than the microversion cyborg pins answers every
+    call of the conductor with a 406: say so before the upgrade."""
+    with databases.throwaway_database('sqlite') as url, \
+            placement_fixture.older_placement('1.36') as server:
+        migration.upgrade(url)
+        assert _check(tmp_path, url, placement_url=server.url) == 2
+    text = ''.join(capsys.readouterr().out.replace('|', ' ').split())
+    assert ''.join((
+        'Placement serves microversions up to 1.36; cyborg needs %s (the '
+        'Placement of OpenStack %s or newer)' % (
+            placement_client.MICROVERSION,
+            placement_client.MICROVERSION_SINCE)).split()) in text
+
+
+def test_placement_that_cannot_be_reached_fails(tmp_path, capsys):
+    with databases.throwaway_database('sqlite') as url:
+        migration.upgrade(url)
+        assert _check(tmp_path, url, placement_url='http://127.0.0.1:9') == 2
+    text = ''.join(capsys.readouterr().out.replace('|', ' ').split())
+    assert "CannotreadPlacement'sversions" in text
+    assert 'Placementcannotbereached' in text

@@ -104,6 +104,42 @@ def test_unreachable_placement_is_a_503(conf, caplog):
     assert '127.0.0.1:9' in caplog.text
 
 
+def test_a_placement_too_old_for_our_microversion_says_so(conf, caplog):
+    """A Placement older than the microversion every call pins answers
+    406 to everything: each call said only "406 Unacceptable version
+    header", a conductor bug to whoever read it."""
+    older = placement_client.version_tuple(placement_client.MICROVERSION)
+    older = f'{older[0]}.{older[1] - 1}'
+    with placement_fixture.older_placement(older) as server:
+        placement_fixture.placement_conf(conf, server.url)
+        client = placement_client.PlacementClient(conf)
+        assert client.max_microversion() == older
+        with pytest.raises(placement_client.PlacementTooOld) as err:
+            client.create_provider(_new_uuid(), 'cn', None)
+    assert err.value.code == 503
+    assert str(err.value) == (
+        f'Placement serves microversions up to {older}; cyborg '
+        f'needs {placement_client.MICROVERSION} (the Placement of '
+        f'OpenStack {placement_client.MICROVERSION_SINCE} or newer): '
+        f'upgrade Placement.')
+    assert 'upgrade Placement' in caplog.text
+
+
+def test_a_placement_at_exactly_our_microversion_serves_us(conf):
+    with placement_fixture.older_placement(
+            placement_client.MICROVERSION) as server:
+        placement_fixture.placement_conf(conf, server.url)
+        client = placement_client.PlacementClient(conf)
+        cn = client.create_provider(_new_uuid(), 'cn', None)['uuid']
+        client.ensure_resource_classes(['CUSTOM_ACCEL'])
+        client.set_inventories(cn, {'CUSTOM_ACCEL': {'total': 2}})
+        consumer = _new_uuid()
+        assert client.claim(consumer, {cn: {'resources': {
+            'CUSTOM_ACCEL': 1}}}, placement_fixture.PROJECT,
+            placement_fixture.PROJECT, 'INSTANCE')
+        assert client.delete_allocations(consumer)
+
+
 def test_get_client_follows_the_configured_endpoint(conf, placement):
     placement_fixture.placement_conf(conf, placement.url)
     first = placement_client.get_client(conf)
