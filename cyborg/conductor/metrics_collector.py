@@ -7,6 +7,9 @@ a few small queries (one GROUP BY or COUNT each, with an admin context)::
     cyborg_conductor_nova_events_pending      bind outcomes not yet
                                               accepted by Nova
     cyborg_conductor_devices{health}          devices by health state
+    cyborg_conductor_maintained_devices{health}
+                                              of them, those an operator
+                                              put in maintenance
     cyborg_conductor_deployables{health}      deployables (partitions:
                                               MIG instances, FPGA
                                               regions...) by their own
@@ -56,6 +59,11 @@ NOVA_EVENTS_PENDING = (
     'cyborg_conductor_nova_events_pending',
     'Bind outcomes recorded for Nova and not delivered yet.')
 DEVICES = ('cyborg_conductor_devices', 'Devices by health state.')
+MAINTAINED_DEVICES = (
+    'cyborg_conductor_maintained_devices',
+    'Of cyborg_conductor_devices, those an operator put in maintenance '
+    '(status maintaining): out of the schedule by choice, whatever their '
+    'health (a card pulled for repair is lost).')
 DEPLOYABLES = (
     'cyborg_conductor_deployables',
     'Deployables (partitions: MIG instances, FPGA regions, vGPU types, '
@@ -92,7 +100,8 @@ class ConductorCollector:
         """The families without samples: lets the registry check names at
         registration without touching the database."""
         return ([_arqs({}), _pending(None), _devices({}),
-                 _devices({}, DEPLOYABLES), _gauge(PROGRAMMING, None)]
+                 _devices({}, MAINTAINED_DEVICES), _devices({}, DEPLOYABLES),
+                 _gauge(PROGRAMMING, None)]
                 + _hosts(None))
 
     def collect(self):
@@ -105,7 +114,8 @@ class ConductorCollector:
             yield _pending(pending)
         health = _read(device_db.count_by_health, context)
         if health is not None:
-            yield _devices(health)
+            yield _devices(health[0])
+            yield _devices(health[1], MAINTAINED_DEVICES)
         health = _read(deployable_db.count_by_health, context)
         if health is not None:
             yield _devices(health, DEPLOYABLES)

@@ -96,5 +96,6 @@ def test_every_rule_reads_what_cyborg_serves(db, rule):
 def test_the_collector_and_the_registry_are_both_read(db):
     served = _served(db)
     assert served['cyborg_conductor_devices'] == {'health'}
+    assert served['cyborg_conductor_maintained_devices'] == {'health'}
     assert served['cyborg_conductor_programmings_total'] == {'outcome'}
     assert 'cyborg_conductor_devices_total' not in served

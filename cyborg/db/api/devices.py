@@ -5,6 +5,7 @@ read and written by its reports (``inventory``)."""
 
 import sqlalchemy as sa
 
+from cyborg.common import states
 from cyborg.db import models
 from cyborg.db.api import _sql
 from cyborg.db.api import reader, writer
@@ -74,8 +75,17 @@ def lifecycle_target(context, device_uuid):
 
 @reader
 def count_by_health(context):
-    """{health state: number of devices} for the states that have any
-    (one GROUP BY on an indexed column)."""
+    """``({health state: number of devices}, {health state: number of
+    them in maintenance})`` for the states that have any (one GROUP BY).
+    A device in maintenance is out of the schedule by an operator's
+    choice: what happens to it meanwhile (a card pulled for repair) is
+    counted apart."""
     dev = models.Device
-    return dict(_sql.connection(context).execute(
-        sa.select(dev.health, sa.func.count()).group_by(dev.health)).all())
+    devices, maintained = {}, {}
+    for health, status, count in _sql.connection(context).execute(
+            sa.select(dev.health, dev.status, sa.func.count())
+            .group_by(dev.health, dev.status)):
+        devices[health] = devices.get(health, 0) + count
+        if status == states.MAINTAINING:
+            maintained[health] = maintained.get(health, 0) + count
+    return devices, maintained

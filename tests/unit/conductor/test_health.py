@@ -11,6 +11,7 @@ import time
 import uuid as uuidlib
 
 import oslo_messaging as messaging
+import prometheus_client as prom
 import pytest
 import requests
 import sqlalchemy as sa
@@ -23,7 +24,7 @@ from cyborg.common import states
 from cyborg.conductor import device_status
 from cyborg.conductor import health, health_machine, inventory_apply
 from cyborg.conductor import placement_sync
-from cyborg.conductor import manager, periodics
+from cyborg.conductor import manager, metrics_collector, periodics
 from cyborg.db import api as db_api
 from cyborg.db.api import clock as clock_db
 from cyborg.db.api import health as health_db
@@ -779,6 +780,15 @@ def test_a_device_that_drops_off_and_returns_keeps_its_operators_status(
     assert _device_health(db)[:2] == ('lost', reason)
     assert _deployable_health(db, GPU)[:2] == ('lost', reason)
     assert _out(placement, GPU)
+    # Counted lost; apart, when the operator took it out (a card pulled
+    # for repair raises no alert: cyborg-alerts.yaml subtracts them).
+    registry = prom.CollectorRegistry()
+    registry.register(metrics_collector.ConductorCollector())
+    assert registry.get_sample_value('cyborg_conductor_devices',
+                                     {'health': 'lost'}) == 1
+    assert registry.get_sample_value(
+        'cyborg_conductor_maintained_devices', {'health': 'lost'}) == (
+        operators == states.MAINTAINING)
     # Kept, though nothing is allocated.
     assert placement_sync.drop_released_gone(conf, admin_context) == 0
     placement_sync.reconcile_host(conf, admin_context, HOST)
