@@ -6,7 +6,6 @@ import datetime
 import json
 
 from cyborg.common import states
-from cyborg.db.api import devices as device_db
 from cyborg.db.api import hosts as host_db
 from cyborg.db.api import inventory as inventory_db
 
@@ -50,13 +49,22 @@ class HostInventory:
     generation: int = 1
 
 
-def hostnames(context):
-    return device_db.hostnames(context)
+def host_inventories(context, hostname=None):
+    """The HostInventory of every host with devices, sorted by name, or
+    of ``hostname`` alone (no devices when unknown): the same few
+    queries however many hosts there are."""
+    names = None if hostname is None else [hostname]
+    rows = inventory_db.load_hosts(context, names)
+    reports = host_db.last_reports(context, names)
+    return [_host_inventory(host, rows.get(host, _NO_ROWS),
+                            reports.get(host))
+            for host in (names or sorted(rows))]
 
 
-def host_inventory(context, hostname):
-    """The HostInventory of ``hostname`` (no devices when unknown)."""
-    rows = inventory_db.load(context, hostname)
+_NO_ROWS = {table: [] for table in inventory_db.TABLES}
+
+
+def _host_inventory(hostname, rows, last_report_at):
     attributes, handles = {}, {}
     for row in rows['attributes']:
         attributes.setdefault(row['deployable_id'], {})[row['key']] = (
@@ -83,19 +91,17 @@ def host_inventory(context, hostname):
             attributes=attributes.get(row['id'], {}),
             handles=handles.get(row['id'], []), schedulable=schedulable))
     return HostInventory(hostname=hostname, generation=_generation(
-        context, hostname, rows), devices=[
+        rows, last_report_at), devices=[
         Device(uuid=row['uuid'], type=row['type'], vendor=row['vendor'],
                model=row['model'], deployables=deployables.get(row['id'],
                                                                []))
         for row in sorted(rows['devices'], key=lambda r: r['uuid'])])
 
 
-def _generation(context, hostname, rows):
+def _generation(rows, last_report_at):
     stamps = [row.get(column) for table in rows.values() for row in table
               for column in ('created_at', 'updated_at')]
-    host = host_db.get(context, hostname)
-    if host is not None:
-        stamps.append(host.get('last_report_at'))
+    stamps.append(last_report_at)
     stamps = [s for s in stamps if s is not None]
     if not stamps:
         return 1

@@ -35,14 +35,6 @@ def get_all(context, filters=None, limit=None, marker=None):
     return _sql.every(context, d, limit, marker, **filters)
 
 
-@reader
-def hostnames(context):
-    """The hosts that have devices, sorted."""
-    d = models.Device
-    return list(_sql.connection(context).scalars(
-        sa.select(d.hostname).distinct().order_by(d.hostname)))
-
-
 @writer
 def set_status(context, device_uuid, status):
     """Set a device's status; returns its row (dict) or None if unknown."""

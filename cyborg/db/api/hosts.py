@@ -86,6 +86,20 @@ def list_all(context):
 
 
 @reader
+def last_reports(context, hostnames=None):
+    """{hostname: time of its last inventory report (or None)} of every
+    host, or of ``hostnames``: one query."""
+    h = _HOST
+    query = sa.select(h.c.hostname, h.c.last_report_at)
+    if hostnames is not None:
+        names = [name for name in hostnames if _sql.matchable(name)]
+        if not names:
+            return {}
+        query = query.where(h.c.hostname.in_(names))
+    return dict(_sql.connection(context).execute(query).all())
+
+
+@reader
 def count_reporting(context, since):
     """(hosts known, of them those whose last inventory report is older
     than ``since`` or missing): one COUNT over the hosts table."""

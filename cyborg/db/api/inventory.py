@@ -55,6 +55,49 @@ def _children(session, table, column, parent_ids):
         sa.select(t).where(t.c[column].in_(parent_ids))))
 
 
+@reader
+def load_hosts(context, hostnames=None):
+    """The stored rows of every host's devices (or of ``hostnames``'), as
+    {hostname: {table: [row dicts]}} for the hosts that have devices:
+    five queries whatever the number of hosts (the exports of a whole
+    cloud), each child table read through its parents' ids in the
+    database, not a list of them sent over."""
+    hostnames = None if hostnames is None else [
+        name for name in hostnames if _sql.matchable(name)]
+    if hostnames == []:
+        return {}
+    s = _sql.connection(context)
+    d = models.Device.__table__
+    dep = models.Deployable.__table__
+    devices = sa.select(d)
+    if hostnames is not None:
+        devices = devices.where(d.c.hostname.in_(hostnames))
+    device_ids = sa.select(devices.subquery().c.id)
+    deployable_ids = sa.select(dep.c.id).where(
+        dep.c.device_id.in_(device_ids))
+    rows = {'devices': _sql.rows(s.execute(devices))}
+    for table, column, parents in (
+            ('controlpath_ids', 'device_id', device_ids),
+            ('deployables', 'device_id', device_ids),
+            ('attributes', 'deployable_id', deployable_ids),
+            ('attach_handles', 'deployable_id', deployable_ids)):
+        t = TABLES[table].__table__
+        rows[table] = _sql.rows(s.execute(
+            sa.select(t).where(t.c[column].in_(parents))))
+    host_of = {row['id']: row['hostname'] for row in rows['devices']}
+    for row in rows['deployables']:
+        host_of[('deployable', row['id'])] = host_of[row['device_id']]
+    found = {}
+    for table, table_rows in rows.items():
+        for row in table_rows:
+            host = (row['hostname'] if table == 'devices'
+                    else host_of[row['device_id']] if 'device_id' in row
+                    else host_of[('deployable', row['deployable_id'])])
+            found.setdefault(host, {t: [] for t in TABLES})[table].append(
+                row)
+    return found
+
+
 @writer
 def write(context, add, update, delete):
     """Apply a plan's rows (see cyborg.conductor.inventory_plan.Plan):

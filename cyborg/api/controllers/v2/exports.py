@@ -10,9 +10,8 @@ from cyborg.objects import exports
 
 
 def _inventories(r):
-    hostname = r.query.get('hostname')
-    hosts = [hostname] if hostname else exports.hostnames(r.context)
-    return [exports.host_inventory(r.context, host) for host in hosts]
+    return exports.host_inventories(r.context, r.query.get('hostname') or
+                                    None)
 
 
 def export_resource_slices(r):
