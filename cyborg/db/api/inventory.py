@@ -84,17 +84,20 @@ def load_hosts(context, hostnames=None):
         t = TABLES[table].__table__
         rows[table] = _sql.rows(s.execute(
             sa.select(t).where(t.c[column].in_(parents))))
+    # Each query may see rows written since the one before (PostgreSQL's
+    # READ COMMITTED): a child whose parent was not read is left out.
     host_of = {row['id']: row['hostname'] for row in rows['devices']}
     for row in rows['deployables']:
-        host_of[('deployable', row['id'])] = host_of[row['device_id']]
+        host_of[('deployable', row['id'])] = host_of.get(row['device_id'])
     found = {}
     for table, table_rows in rows.items():
         for row in table_rows:
             host = (row['hostname'] if table == 'devices'
-                    else host_of[row['device_id']] if 'device_id' in row
-                    else host_of[('deployable', row['deployable_id'])])
-            found.setdefault(host, {t: [] for t in TABLES})[table].append(
-                row)
+                    else host_of.get(row['device_id']) if 'device_id' in row
+                    else host_of.get(('deployable', row['deployable_id'])))
+            if host is not None:
+                found.setdefault(host, {t: [] for t in TABLES})[
+                    table].append(row)
     return found
 
 
