@@ -138,8 +138,9 @@ class Reporter:
 
     def discover(self, acked_devices=None):
         """All devices of all drivers.  A driver that fails keeps its last
-        acknowledged devices: a transient read error must not make the
-        conductor delete (and Placement lose) working hardware."""
+        acknowledged devices (``acked_devices``): a transient read error
+        must not make the conductor delete (and Placement lose) working
+        hardware."""
         with metrics.AGENT_DISCOVERY_SECONDS.time():
             return self._discover(acked_devices)
 
@@ -204,7 +205,11 @@ class Reporter:
         """
         with self._lock:
             acked_digest, acked_devices = self._cache.load()
-            devices = self.discover(acked_devices)
+            # What a failing driver, or a card being programmed, keeps:
+            # the record's, else (deleted, unreadable, or cleared for a
+            # full report) what the conductor acknowledged in this life.
+            devices = self.discover(acked_devices if acked_devices
+                                    is not None else self._known)
             report = build_report(devices, acked_digest, acked_devices, full)
             started = time.monotonic()
             reply = self._send(report)

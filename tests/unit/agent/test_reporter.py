@@ -216,6 +216,26 @@ def test_a_failing_driver_keeps_its_devices(conf, host, conductor):
     assert QAT in conductor.deployables()
 
 
+@pytest.mark.parametrize('record', ['deleted', 'cleared'])
+def test_a_failing_driver_keeps_its_devices_without_the_record(
+        conf, host, conductor, tmp_path, record):
+    """The record of what the conductor acknowledged is safe to delete
+    (the next report is full), and is cleared when the conductor asks for
+    a full report: a driver failing then kept nothing, and the full
+    report made the conductor delete its devices and their providers.
+    What was acknowledged in this life stands in."""
+    reporter = _reporter(conf)
+    reporter.report_now()
+    if record == 'deleted':
+        (tmp_path / 'state' / f'agent-{HOST}.json').unlink()
+    else:
+        reporter._cache.clear()
+    reporter.drivers['intel_qat_driver'].discover = lambda: 1 / 0
+    reporter.report_now()
+    assert reporter.last_report['full'] is True
+    assert QAT in conductor.deployables() and QAT in conductor.providers()
+
+
 def test_a_card_being_programmed_keeps_its_last_reported_picture(
         conf, host, conductor):
     """A card may leave the bus, or read half-written, while its vendor
