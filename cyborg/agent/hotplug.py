@@ -8,9 +8,10 @@ is reported within a second even while events keep coming (enabling 64
 VFs makes hundreds of them).
 
 A monitor that fails (``ENOBUFS`` when a burst of VF events overflows
-the netlink socket's buffer) is opened again after a short back-off, and
-a report is asked for at once: the events lost meanwhile are found by
-discovery rather than waited for until the periodic report.
+the netlink socket's buffer), or that cannot be opened when the agent
+starts, is opened again after a short back-off, and a report is asked
+for at once: the events lost meanwhile are found by discovery rather
+than waited for until the periodic report.
 
 Tests put synthetic events into the same queue with ``inject()``, so the
 debounce path they exercise is the production one.
@@ -64,8 +65,7 @@ class HotplugWatcher:
     def start(self):
         self._stopping.clear()
         self._monitor = self._open_monitor()
-        if self._monitor is not None:
-            self._spawn(self._read_udev, 'cyborg-agent-udev')
+        self._spawn(self._read_udev, 'cyborg-agent-udev')
         self._spawn(self._debounce, 'cyborg-agent-hotplug')
 
     def stop(self, timeout=5):
@@ -88,7 +88,7 @@ class HotplugWatcher:
         """Queue an event exactly as the udev monitor would."""
         self._queue.put(Event(action, subsystem, sys_path))
 
-    def _open_monitor(self):
+    def _open_monitor(self, quiet=False):
         try:
             import pyudev
             monitor = pyudev.Monitor.from_netlink(pyudev.Context())
@@ -97,9 +97,11 @@ class HotplugWatcher:
             monitor.start()
         except Exception as exc:
             # Without netlink (some containers) the periodic report still
-            # runs; say so rather than fail the agent.
-            LOG.warning('Cannot watch udev (%s); devices are found by the '
-                        'periodic report only.', exc)
+            # runs; say so rather than fail the agent (once: it is tried
+            # again and again).
+            LOG.log(logging.DEBUG if quiet else logging.WARNING,
+                    'Cannot watch udev (%s); devices are found by the '
+                    'periodic report only until it can be.', exc)
             return None
         self.monitoring = True
         LOG.info('Watching udev subsystems %s', ', '.join(SUBSYSTEMS))
@@ -108,6 +110,10 @@ class HotplugWatcher:
     def _read_udev(self):
         monitor = self._monitor
         delay = REOPEN_DELAY
+        if monitor is None:             # it could not be opened at start
+            monitor = self._reopen(None, delay)
+            if monitor is None:
+                return                  # stopping
         opened = time.monotonic()
         while not self._stopping.is_set():
             try:
@@ -126,15 +132,20 @@ class HotplugWatcher:
                                       device.sys_path))
 
     def _reopen(self, exc, delay):
-        """A new monitor in place of one that failed, tried after
-        ``delay`` seconds and then, doubling, up to every
+        """A new monitor in place of one that failed with ``exc`` (None:
+        one that could not be opened at start), tried after ``delay``
+        seconds and then, doubling, up to every
         MAX_REOPEN_DELAY until it opens; None when the watcher stops
         meanwhile."""
         self.monitoring = False
-        LOG.warning('udev monitor failed (%s); opening it again in %.0f s.',
-                    exc, delay)
+        if exc is not None:
+            LOG.warning('udev monitor failed (%s); opening it again in '
+                        '%.0f s.', exc, delay)
+        tries = 0
         while not self._stopping.wait(delay):
-            monitor = self._open_monitor()      # says why it cannot
+            # Says why it cannot, the first time.
+            monitor = self._open_monitor(quiet=tries > 0 or exc is None)
+            tries += 1
             if monitor is not None:
                 self._monitor = monitor
                 # Events may have been lost (what ENOBUFS says): report.

@@ -111,6 +111,40 @@ def test_a_failed_udev_monitor_is_opened_again(conf, monkeypatch, caplog):
         watcher.stop()
 
 
+def test_a_monitor_that_cannot_be_opened_at_start_is_tried_again(
+        conf, monkeypatch, caplog):
+    """udev's netlink socket refused when the agent starts (early boot, a
+    transient failure): the monitor was never tried again, and hotplug
+    waited on the periodic report for the agent's whole life."""
+    import pyudev
+
+    caplog.set_level('DEBUG', logger='cyborg.agent.hotplug')
+    monkeypatch.setattr(hotplug, 'REOPEN_DELAY', 0.1)
+    real = pyudev.Monitor.from_netlink
+    refusals = []
+
+    def from_netlink(*args, **kwargs):
+        if len(refusals) < 3:
+            refusals.append(1)
+            raise OSError(111, 'Connection refused')
+        return real(*args, **kwargs)
+    monkeypatch.setattr(pyudev.Monitor, 'from_netlink', from_netlink)
+    watcher, counter = _watcher(conf, debounce=0.05)
+    watcher.start()
+    try:
+        assert not watcher.monitoring
+        # Opened on the third try; what it missed is reported.
+        assert counter.event.wait(5.0)
+        assert watcher.monitoring and len(refusals) == 3
+        warned = [r for r in caplog.records if r.levelname == 'WARNING']
+        assert len(warned) == 1, caplog.text
+        counter.event.clear()
+        watcher.inject('add', 'pci', '/devices/x')
+        assert counter.event.wait(1.0)
+    finally:
+        watcher.stop()
+
+
 def test_stopping_while_the_monitor_waits_to_reopen(conf, monkeypatch):
     monkeypatch.setattr(hotplug, 'REOPEN_DELAY', 3600)
     watcher, counter = _watcher(conf)
