@@ -288,7 +288,7 @@ class ExtARQ(Base):
                                   nullable=False)
     device_profile_group_id = sa.Column(sa.Integer, nullable=False)
     # Opaque: project ids need not be UUIDs.
-    project_id = sa.Column(NAME, nullable=True)
+    project_id = sa.Column(EXACT_NAME, nullable=True)
     hostname = sa.Column(NAME, nullable=True)
     device_rp_uuid = sa.Column(UUID, nullable=True)
     instance_uuid = sa.Column(UUID, nullable=True)
@@ -425,7 +425,12 @@ class QuotaLock(Base):
                             name='uniq_quota_locks0project_id'),
     )
 
-    project_id = sa.Column(NAME, nullable=False)
+    project_id = sa.Column(EXACT_NAME, nullable=False)
+    # Moved on by every lock (cyborg.db.api.quotas.lock_project): a write
+    # that changes nothing (updated_at holds whole seconds) sends Galera
+    # no write set, and creates on two nodes then both passed a limit.
+    generation = sa.Column(sa.BigInteger, nullable=False, default=0,
+                           server_default='0')
 
 
 class PlacementRelease(Base):

@@ -16,6 +16,12 @@ and SQLite runs one writer at a time (``write_retrying`` takes its write
 lock first).  The upsert is one statement on every engine, so a project's
 first creates racing to insert its row do not fail on the unique key; a
 deadlock between them is retried by ``write_retrying``.
+
+Every lock changes the row (its ``generation`` grows): on a Galera
+cluster only a write that changes a row certifies against another node's,
+so two creates on two nodes conflict (one is retried) instead of both
+counting the usage before the other's rows.  ``updated_at`` alone, in
+whole seconds on MariaDB, did not change within a second.
 """
 
 import sqlalchemy as sa
@@ -39,17 +45,18 @@ def lock_project(context, project_id):
     now = models._now()
     dialect = _sql.connection(context).dialect.name
     values = {'project_id': project_id, 'created_at': now}
+    moved = {'updated_at': now, 'generation': _LOCK.c.generation + 1}
     if dialect == 'postgresql':
         statement = postgresql.insert(_LOCK).values(**values)
         statement = statement.on_conflict_do_update(
-            index_elements=['project_id'], set_={'updated_at': now})
+            index_elements=['project_id'], set_=moved)
     elif dialect in ('mysql', 'mariadb'):
         statement = mysql.insert(_LOCK).values(**values)
-        statement = statement.on_duplicate_key_update(updated_at=now)
+        statement = statement.on_duplicate_key_update(**moved)
     else:
         statement = sqlite.insert(_LOCK).values(**values)
         statement = statement.on_conflict_do_update(
-            index_elements=['project_id'], set_={'updated_at': now})
+            index_elements=['project_id'], set_=moved)
     _sql.connection(context).execute(statement)
 
 

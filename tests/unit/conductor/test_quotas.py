@@ -65,6 +65,19 @@ def test_a_quota_of_two_refuses_the_third_and_writes_nothing(engine):
     assert _count(engine, models.ExtARQ, 'p2') == 1
 
 
+def test_project_ids_differing_in_case_have_quotas_of_their_own(engine):
+    """MariaDB compared ARQ project ids ignoring case: ``DEMO`` was charged
+    for, and counted, the ARQs of ``demo``."""
+    profile = seed.seed_profile(engine, [{'resources:FPGA': '1'}])
+    limits = _limits(accelerator_requests=2)
+    for _ in range(2):
+        _create(profile, 'demo', limits)
+    _create(profile, 'DEMO', limits)
+    assert quota_objects.usage(_ctx('DEMO'), 'DEMO') == {
+        'accelerator_requests': 1, 'class:FPGA': 1}
+    assert _count(engine, models.ExtARQ, 'DEMO') == 1
+
+
 def test_a_create_that_would_go_over_is_refused_whole(engine):
     profile = seed.seed_profile(engine, [{'resources:FPGA': '2'},
                                          {'resources:PGPU': '1'}])

@@ -55,7 +55,9 @@ def test_mysql_column_collations_match_the_models():
              if collation == 'utf8mb4_bin'}
     assert exact == {('device_profiles', 'name'),
                      ('device_profiles', 'project_id'),
-                     ('device_profile_projects', 'project_id')}
+                     ('device_profile_projects', 'project_id'),
+                     ('extended_accelerator_requests', 'project_id'),
+                     ('quota_locks', 'project_id')}
 
 
 def test_the_migration_keeps_the_profiles_there_and_matches_them_exactly():

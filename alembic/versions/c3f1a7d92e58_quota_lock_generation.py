@@ -1,0 +1,50 @@
+"""quota_locks.generation; ARQ and quota project ids compared exactly
+
+Revision ID: c3f1a7d92e58
+Revises: 9a4c6e8b1d3f
+Create Date: 2026-11-29 21:40:00
+
+A quota-checked create locks its project's ``quota_locks`` row by
+writing it.  The write set only ``updated_at``, whole seconds on MariaDB:
+within a second it changed nothing, and a Galera node then sends no
+write set for the row, so two creates on two nodes both counted the
+usage before the other's rows and together passed the limit.  Every lock
+now moves ``generation`` on.  A column with a server default: the
+previous release runs on the expanded schema unchanged (its lock still
+works on a single server, and leaves the column as it is).
+
+On MariaDB and MySQL the project ids of ARQs and of the quota locks are
+compared exactly (binary collation, ``cyborg.db.models.EXACT_NAME``), as
+they are on SQLite and PostgreSQL: a project ``DEMO`` was charged for,
+and saw, the ARQs of ``demo``.  The unique key on ``quota_locks`` cannot
+fail on rows already there (ids equal under the binary collation were
+equal under the old one).  The ARQ table is rebuilt for it on MariaDB
+(writes to it wait meanwhile: seconds for a hundred thousand rows).
+Nothing else to do on SQLite and PostgreSQL.
+"""
+
+from alembic import op
+import sqlalchemy as sa
+
+
+revision = 'c3f1a7d92e58'
+down_revision = '9a4c6e8b1d3f'
+branch_labels = None
+depends_on = None
+
+# (table, column, nullable)
+_EXACT = (('quota_locks', 'project_id', False),
+          ('extended_accelerator_requests', 'project_id', True))
+
+
+def upgrade():
+    with op.batch_alter_table('quota_locks') as batch:
+        batch.add_column(sa.Column('generation', sa.BigInteger(),
+                                   nullable=False, server_default='0'))
+    if op.get_bind().dialect.name not in ('mysql', 'mariadb'):
+        return
+    for table, column, nullable in _EXACT:
+        op.alter_column(table, column,
+                        type_=sa.String(255, collation='utf8mb4_bin'),
+                        existing_type=sa.String(255),
+                        existing_nullable=nullable)
