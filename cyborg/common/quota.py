@@ -23,6 +23,7 @@ enforces them in the transaction that creates ARQs
 import json
 import math
 import threading
+import time
 
 from keystoneauth1 import exceptions as ksa_exceptions
 from openstack import exceptions as sdk_exceptions
@@ -38,6 +39,11 @@ ARQS = 'accelerator_requests'
 CLASS_PREFIX = 'class:'
 # What a resource without a limit shows (Keystone's and Nova's "unlimited").
 UNLIMITED = -1
+# Seconds after Keystone failed to give limits during which creates are
+# refused at once (503) instead of each waiting out [oslo_limit]timeout
+# again: a hung Keystone would otherwise hold every create's conductor
+# thread that long, one after another.
+FAIL_FAST_SECONDS = 5.0
 
 
 def class_resource(resource_class):
@@ -172,11 +178,18 @@ class UnifiedLimitsDriver:
 
     def __init__(self, conf):
         self._conf = conf
-        self._enforcer = None
         self._lock = threading.Lock()
+        self._enforcer = None
+        # Set while one thread makes the enforcer (Keystone requests, not
+        # under the lock): the others wait for its outcome, not in turn.
+        self._building = None
+        # (time.monotonic(), reason) of the last failure, None after a
+        # success: FAIL_FAST_SECONDS of 503s without asking again.
+        self._failed = None
 
     def limits(self, project_id):
         """The project's Limits; 503 when Keystone cannot tell."""
+        self._fail_fast()
         try:
             enforcer = self._get_enforcer()
             registered = enforcer.get_registered_limits(None)
@@ -184,27 +197,68 @@ class UnifiedLimitsDriver:
         except exception.CyborgException:
             raise
         except _KEYSTONE_ERRORS as exc:
-            LOG.warning('Reading limits from Keystone failed: %s', exc)
-            with self._lock:
-                self._enforcer = None   # find the endpoint again next time
-            raise exception.ServiceUnavailable(
-                reason='the limits in Keystone cannot be read: %s' % exc)
+            raise self._failure(exc)
+        with self._lock:
+            self._failed = None
         return Limits(dict(registered), dict(project),
                       self._conf.quota.unified_limits_resource_strategy,
                       self._conf.quota.unified_limits_resource_list)
 
+    def _fail_fast(self):
+        with self._lock:
+            failed = self._failed
+        if failed is not None:
+            ago = time.monotonic() - failed[0]
+            if ago < FAIL_FAST_SECONDS:
+                raise exception.ServiceUnavailable(
+                    reason='the limits in Keystone cannot be read: %s '
+                           '(%.0f s ago; asked again after %.0f s)'
+                           % (failed[1], ago, FAIL_FAST_SECONDS))
+
+    def _failure(self, exc):
+        """Remember Keystone's failure (the enforcer is made again next
+        time: the endpoint may have moved); the 503 to raise."""
+        LOG.warning('Reading limits from Keystone failed: %s', exc)
+        with self._lock:
+            self._enforcer = None
+            self._failed = (time.monotonic(), str(exc))
+        return exception.ServiceUnavailable(
+            reason='the limits in Keystone cannot be read: %s' % exc)
+
     def _get_enforcer(self):
         from oslo_limit import limit
         with self._lock:
-            if self._enforcer is None:
-                enforcer = limit.Enforcer(_no_usage_callback, cache=False)
-                if enforcer.model.name != 'flat':
-                    raise exception.ServiceUnavailable(
-                        reason='Keystone enforces limits with the %s model; '
-                               'cyborg supports the flat model only'
-                               % enforcer.model.name)
+            if self._enforcer is not None:
+                return self._enforcer
+            building = self._building
+            mine = building is None
+            if mine:
+                building = self._building = threading.Event()
+        if not mine:
+            # Bounded by the builder's own requests ([oslo_limit]timeout).
+            building.wait()
+            with self._lock:
+                if self._enforcer is not None:
+                    return self._enforcer
+            self._fail_fast()
+            raise exception.ServiceUnavailable(
+                reason='the limits in Keystone cannot be read')
+        try:
+            enforcer = limit.Enforcer(_no_usage_callback, cache=False)
+            if enforcer.model.name != 'flat':
+                raise exception.ServiceUnavailable(
+                    reason='Keystone enforces limits with the %s model; '
+                           'cyborg supports the flat model only'
+                           % enforcer.model.name)
+            with self._lock:
                 self._enforcer = enforcer
-            return self._enforcer
+            return enforcer
+        except _KEYSTONE_ERRORS as exc:
+            raise self._failure(exc)
+        finally:
+            with self._lock:
+                self._building = None
+            building.set()
 
 
 def _no_usage_callback(project_id, resource_names):

@@ -5,7 +5,10 @@ cyborg.db.api.quotas).  The limits are given as Keystone would have
 answered; tests/functional/cloud/test_quotas.py reads them from the real
 Keystone."""
 
+import contextlib
+import socket
 import threading
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -158,11 +161,11 @@ def test_arqs_of_no_project_are_not_limited(engine):
     assert _count(engine, models.QuotaLock) == 0
 
 
-@pytest.fixture
-def unreachable_keystone(conf):
-    """``conf`` with unified limits read from a Keystone that is not
-    there.  oslo.limit reads [oslo_limit] from the global CONF, as in
-    cyborg's processes."""
+@contextlib.contextmanager
+def _keystone_at(conf, port, **extra):
+    """``conf`` with unified limits read from a Keystone on ``port``.
+    oslo.limit reads [oslo_limit] from the global CONF, as in cyborg's
+    processes."""
     from keystoneauth1 import loading as ks_loading
     from oslo_config import cfg
     from oslo_limit import limit
@@ -174,8 +177,8 @@ def unreachable_keystone(conf):
     options = {'auth_type': 'password', 'username': 'cyborg',
                'password': 'p', 'user_domain_id': 'default',
                'project_name': 'service', 'project_domain_id': 'default',
-               'auth_url': 'http://127.0.0.1:%d/v3' % processes.free_port(),
-               'endpoint_service_type': 'accelerator'}
+               'auth_url': 'http://127.0.0.1:%d/v3' % port,
+               'endpoint_service_type': 'accelerator', **extra}
     conf.set_override('driver', 'unified_limits', group='quota')
     for name, value in options.items():
         global_conf.set_override(name, value, group='oslo_limit')
@@ -185,6 +188,64 @@ def unreachable_keystone(conf):
         for name in options:
             global_conf.clear_override(name, group='oslo_limit')
         limit._SDK_CONNECTION = None
+        quota._DRIVERS.clear()
+
+
+@pytest.fixture
+def unreachable_keystone(conf):
+    """``conf`` with unified limits read from a Keystone that is not
+    there."""
+    with _keystone_at(conf, processes.free_port()) as conf:
+        yield conf
+
+
+def test_a_hung_keystone_holds_each_create_once_not_in_turn(conf):
+    """A Keystone that takes connections and never answers: five creates
+    at once waited for each other's attempt to reach it under one lock,
+    the last five times [oslo_limit]timeout; then, each create waited
+    it out again.  One attempt is made for all of them, and for a while
+    after it failed creates are refused at once."""
+    server = socket.socket()
+    server.bind(('127.0.0.1', 0))
+    server.listen(64)
+    held = []
+
+    def accept():
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return          # closed
+    threading.Thread(target=accept, daemon=True).start()
+    timeout = 1
+    try:
+        with _keystone_at(conf, server.getsockname()[1], timeout=timeout):
+            driver = quota.get_driver(conf)
+            waited = []
+
+            def create(index):
+                started = time.monotonic()
+                with pytest.raises(exception.ServiceUnavailable):
+                    driver.limits(f'p{index}')
+                waited.append(time.monotonic() - started)
+            creates = [threading.Thread(target=create, args=(index,))
+                       for index in range(5)]
+            for thread in creates:
+                thread.start()
+            for thread in creates:
+                thread.join(60)
+            assert len(waited) == 5
+            # One attempt's requests (a few timeouts), not five in a row.
+            assert max(waited) < 5 * timeout, waited
+            started = time.monotonic()
+            with pytest.raises(exception.ServiceUnavailable) as info:
+                driver.limits('p9')
+            assert time.monotonic() - started < timeout / 2
+            assert 'asked again after' in str(info.value)
+    finally:
+        server.close()
+        for connection in held:
+            connection.close()
 
 
 def test_limits_that_cannot_be_read_are_503_and_nothing_written(
