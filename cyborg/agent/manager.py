@@ -9,6 +9,7 @@ without waiting for the next period.
 
 import base64
 import binascii
+import contextlib
 import functools
 import hashlib
 import os
@@ -89,14 +90,20 @@ class AgentManager:
 
     @_answer
     def create_vgpu_mdev(self, context, pci_address, asked_type, mdev_uuid):
-        """Create the mdev; creating one that exists is a success."""
+        """Create the mdev; creating one that exists, of that type on that
+        parent, is a success (one of that uuid otherwise is a refusal)."""
         from cyborg.agent import privileged
-        root = self.conf.agent.sysfs_root
-        if os.path.exists(os.path.join(root, 'bus', 'mdev', 'devices',
-                                       mdev_uuid)):
-            return True
+        privileged.check_mdev(pci_address, asked_type, mdev_uuid)
         parent = self._mdev_parent(pci_address, asked_type)
-        privileged.create_mdev(root, parent, asked_type, mdev_uuid)
+        found = _existing_mdev(self.conf.agent.sysfs_root, mdev_uuid)
+        if found == (parent, asked_type):
+            return True
+        if found is not None:
+            raise exception.Conflict(
+                reason=f'mdev {mdev_uuid} exists already, of type '
+                       f'{found[1]} on {found[0]}, not of type '
+                       f'{asked_type} on {parent}')
+        privileged.create_mdev(parent, asked_type, mdev_uuid)
         LOG.info('Created mdev %s of type %s on %s', mdev_uuid, asked_type,
                  parent)
         self._report_soon()
@@ -106,7 +113,7 @@ class AgentManager:
     def remove_vgpu_mdev(self, context, pci_address, mdev_uuid):
         """Remove the mdev; removing one that is gone is a success."""
         from cyborg.agent import privileged
-        if privileged.remove_mdev(self.conf.agent.sysfs_root, mdev_uuid):
+        if privileged.remove_mdev(mdev_uuid):
             LOG.info('Removed mdev %s from %s', mdev_uuid, pci_address)
             self._report_soon()
         return True
@@ -188,6 +195,21 @@ class AgentManager:
             self.reporter.request_report()
 
 
+def _existing_mdev(sysfs_root, mdev_uuid):
+    """``(parent PCI address, mdev type)`` of the mdev ``mdev_uuid`` (a
+    checked uuid), as the kernel shows it; None when there is none."""
+    link = os.path.join(sysfs_root, 'bus', 'mdev', 'devices', mdev_uuid)
+    if not os.path.lexists(link):
+        return None
+    path = os.path.realpath(link)
+    try:
+        mdev_type = os.path.basename(
+            os.readlink(os.path.join(path, 'mdev_type')))
+    except OSError:
+        mdev_type = 'unknown'
+    return os.path.basename(os.path.dirname(path)), mdev_type
+
+
 _BITSTREAM_PREFIX = 'cyborg-bitstream-'
 
 
@@ -208,8 +230,13 @@ def _sweep_bitstreams(conf):
 
 
 class _bitstream_file:
-    """The bitstream's content as a file path, checked against its
-    checksum; a temporary file (removed afterwards) when sent inline."""
+    """The bitstream's content, checked against its checksum, as a
+    temporary file (removed afterwards) in the state directory: the one
+    place the agent writes (a container may have no writable /tmp), and
+    the one place the privileged helper takes a bitstream from.  Sent
+    inline, or named by a path on this host, which is copied there.  A
+    file that cannot be written (a full disk) is a refusal that says the
+    card was not touched: the vendor tool never ran."""
 
     def __init__(self, conf, bitstream):
         self._conf = conf
@@ -217,41 +244,49 @@ class _bitstream_file:
         self._tmp = None
 
     def __enter__(self):
+        data = self._content()
+        _verify(data, self._bitstream.get('checksum'))
+        state_path = self._conf.state_path
+        try:
+            os.makedirs(state_path, exist_ok=True)
+            fd, self._tmp = tempfile.mkstemp(prefix=_BITSTREAM_PREFIX,
+                                             suffix='.bin', dir=state_path)
+            with os.fdopen(fd, 'wb') as f:
+                f.write(data)
+        except BaseException as exc:
+            # __exit__ does not run when __enter__ raises.
+            self.__exit__(None, None, None)
+            if isinstance(exc, OSError):
+                raise exception.Conflict(
+                    message=f'Could not write the bitstream to '
+                            f'{state_path} ({exc.strerror or exc}); the '
+                            f'card was not touched') from exc
+            raise
+        return self._tmp
+
+    def _content(self):
         bitstream = self._bitstream
         if bitstream.get('data') is not None:
             try:
-                data = base64.b64decode(bitstream['data'], validate=True)
+                return base64.b64decode(bitstream['data'], validate=True)
             except (binascii.Error, TypeError) as exc:
                 raise exception.Invalid(
                     reason=f'bitstream data is not base64: {exc}')
-            _verify(data, bitstream.get('checksum'))
-            # Under the state directory, the one place the agent writes
-            # (a container may have no writable /tmp).
-            os.makedirs(self._conf.state_path, exist_ok=True)
-            fd, self._tmp = tempfile.mkstemp(prefix=_BITSTREAM_PREFIX,
-                                             suffix='.bin',
-                                             dir=self._conf.state_path)
-            try:
-                with os.fdopen(fd, 'wb') as f:
-                    f.write(data)
-            except BaseException:
-                # __exit__ does not run when __enter__ raises.
-                self.__exit__(None, None, None)
-                raise
-            return self._tmp
         path = bitstream.get('path')
-        if not path or not os.path.isfile(path):
-            raise exception.Invalid(reason='bitstream has neither data nor '
-                                           'a readable path')
-        if bitstream.get('checksum'):
+        try:
+            if not path or not os.path.isfile(path):
+                raise FileNotFoundError(path)
             with open(path, 'rb') as f:
-                _verify(f.read(), bitstream['checksum'])
-        return path
+                return f.read()
+        except OSError:
+            raise exception.Invalid(reason='bitstream has neither data nor '
+                                           'a readable path') from None
 
     def __exit__(self, *exc_info):
         if self._tmp is not None:
             tmp, self._tmp = self._tmp, None
-            os.unlink(tmp)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
 
 def _verify(data, checksum):

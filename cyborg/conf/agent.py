@@ -15,8 +15,9 @@ opts = [
                     'nested. Defaults to the host\'s FQDN, then '
                     '[DEFAULT]host.'),
     cfg.StrOpt('sysfs_root', default='/sys',
-               help='Root of the sysfs tree drivers read; tests point it '
-                    'at a fake tree.'),
+               help='Root of the sysfs tree drivers read, and the '
+                    'privileged helper writes mdevs in (read from its own '
+                    'configuration files); tests point it at a fake tree.'),
     cfg.BoolOpt('hotplug', default=True,
                 help='Watch udev (subsystems pci and mdev) and report at '
                      'once when a device appears, disappears or changes '

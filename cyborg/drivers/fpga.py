@@ -2,15 +2,21 @@
 remembering what was programmed.
 
 The tool runs privileged (``cyborg.agent.privileged.run_fpga_tool``); the
-driver only says which tool and arguments, and refuses an address that is
-not one of its FPGAs, so a bad request never reaches a vendor tool.
+driver only names the tool and the PCI address it programs (the
+privileged helper finds the tool and builds its command line), and
+refuses an address that is not one of its FPGAs, so a bad request never
+reaches a vendor tool.
 
 Hardware does not say which Glance image it runs, so the agent records
 the image it programmed, per device, in a state file
 (``$state_path/fpga-<driver>-<host>.json``) with the device's function ids
 as they were right after programming; discovery reports the image as the
 deployables' ``bitstream_id`` while those ids are unchanged (someone
-reprogramming the card by hand makes it unknown again, not wrong).
+reprogramming the card by hand makes it unknown again, not wrong).  The
+card's record is removed, on disk, before the tool starts, and the new
+image recorded once it has succeeded: a tool that fails, a privileged
+helper that dies, or an agent killed mid-write leaves the image unknown,
+never the one before.
 """
 
 import abc
@@ -24,7 +30,6 @@ from oslo_log import log as logging
 
 from cyborg.common import exception
 from cyborg.drivers import base
-from cyborg.objects import inventory
 
 LOG = logging.getLogger(__name__)
 
@@ -52,16 +57,27 @@ class BitstreamRecord:
             return {}
 
     def save(self, controlpath_id, image_uuid, fingerprint):
-        """Record one card, the others' records kept: under a lock, and
-        through a temporary file of its own (renamed into place), so two
-        cards recorded at once neither lose each other's record nor mix
-        their writes."""
+        """Record one card, the others' records kept."""
+        def change(records):
+            records[controlpath_id] = {'image_uuid': image_uuid,
+                                       'fingerprint': fingerprint}
+        self._update(change)
+
+    def forget(self, controlpath_id):
+        """Remove one card's record, the others' kept."""
+        self._update(lambda records: records.pop(controlpath_id, None))
+
+    def _update(self, change):
+        """``change(records)`` written to disk: under a lock, through a
+        temporary file of its own (renamed into place), so two cards
+        recorded at once neither lose each other's record nor mix their
+        writes, and synced, directory included, so that what is on disk
+        when the vendor tool starts stays there whatever happens next."""
         directory = os.path.dirname(self.path)
         os.makedirs(directory, exist_ok=True)
         with _RECORDS_LOCK:
             records = self.load()
-            records[controlpath_id] = {'image_uuid': image_uuid,
-                                       'fingerprint': fingerprint}
+            change(records)
             fd, tmp = tempfile.mkstemp(
                 prefix=os.path.basename(self.path) + '.', dir=directory)
             try:
@@ -74,6 +90,11 @@ class BitstreamRecord:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise
+            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
 
 
 def fingerprint(device):
@@ -120,11 +141,13 @@ class RecordsBitstreams(base.Programmable):
 
 
 class ToolProgrammable(RecordsBitstreams):
-    """``Programmable`` by running a command built by ``program_argv``."""
+    """``Programmable`` by the vendor tool ``fpga_tool`` names."""
 
     @abc.abstractmethod
-    def program_argv(self, controlpath_id, image_path):
-        """The vendor tool's argv programming ``controlpath_id``."""
+    def fpga_tool(self, controlpath_id):
+        """``(tool, PCI address)``: the tool (a name of
+        ``cyborg.agent.privileged.FPGA_TOOLS``) that programs
+        ``controlpath_id``, and the function it is run on."""
 
     def program(self, controlpath_id, image_path, image_uuid):
         if controlpath_id not in {d.controlpath_id.cpid_info
@@ -132,20 +155,15 @@ class ToolProgrammable(RecordsBitstreams):
             raise exception.ResourceNotFound(resource='FPGA',
                                              id=controlpath_id)
         from cyborg.agent import privileged
-        argv = self.program_argv(controlpath_id, image_path)
-        LOG.info('Programming FPGA %s with image %s: %s', controlpath_id,
-                 image_uuid, ' '.join(argv))
-        try:
-            privileged.run_fpga_tool(argv)
-        except exception.FPGAToolFailed:
-            # It may have written part of the card: the image it ran
-            # before is no longer known to be there.
-            try:
-                self.remember(controlpath_id, None)
-            except Exception:
-                LOG.exception('Could not forget the image recorded for '
-                              'FPGA %s', controlpath_id)
-            raise
+        tool, address = self.fpga_tool(controlpath_id)
+        self._forget_before_writing(controlpath_id)
+        LOG.info('Programming FPGA %s with image %s: %s on %s, %s',
+                 controlpath_id, image_uuid, tool, address, image_path)
+        # Whatever it raises, the image recorded before is gone already:
+        # the tool failing may have written part of the card, the
+        # privileged helper dying ("Premature eof") may have left it
+        # writing.
+        privileged.run_fpga_tool(tool, address, image_path)
         try:
             self.remember(controlpath_id, image_uuid)
         except Exception:
@@ -156,10 +174,20 @@ class ToolProgrammable(RecordsBitstreams):
                           'record of it could not be written',
                           controlpath_id, image_uuid)
 
-
-def opae_argv(address, image_path):
-    """OPAE's ``fpgaconf`` for the FPGA at PCI ``address``."""
-    info = inventory.pci_info(address)
-    return ['fpgaconf', '--segment', '0x' + info['domain'],
-            '--bus', '0x' + info['bus'], '--device', '0x' + info['device'],
-            '--function', '0x' + info['function'], image_path]
+    def _forget_before_writing(self, controlpath_id):
+        """Remove the card's record from disk before the tool may change
+        the card, so that no report after it (this agent's, or a
+        restarted one's after being killed mid-write) names the image it
+        ran before.  Where that cannot be written (a full disk) nothing
+        is programmed: a refusal, the card as it was."""
+        unsaved = self._unsaved()
+        before = unsaved.pop(controlpath_id, None)
+        try:
+            self._record().forget(controlpath_id)
+        except OSError as exc:
+            if before is not None:
+                unsaved[controlpath_id] = before
+            raise exception.Conflict(
+                message=f'Could not clear the record of the image FPGA '
+                        f'{controlpath_id} runs ({exc}); the card was not '
+                        f'touched')

@@ -27,5 +27,5 @@ class InspurFPGADriver(base.WholeFunctionDriver, fpga.ToolProgrammable,
     def discover(self):
         return self.with_bitstreams(super().discover())
 
-    def program_argv(self, controlpath_id, image_path):
-        return fpga.opae_argv(controlpath_id, image_path)
+    def fpga_tool(self, controlpath_id):
+        return 'fpgaconf', controlpath_id

@@ -55,8 +55,8 @@ class IntelFPGADriver(base.Driver, fpga.ToolProgrammable,
             attach_handles=[base.pci_handle(function.address)],
             driver_name=self.name)
 
-    def program_argv(self, controlpath_id, image_path):
-        return fpga.opae_argv(controlpath_id, image_path)
+    def fpga_tool(self, controlpath_id):
+        return 'fpgaconf', controlpath_id
 
 
 def _is_fpga(function):

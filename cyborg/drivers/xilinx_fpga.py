@@ -47,7 +47,6 @@ class XilinxFPGADriver(base.Driver, fpga.ToolProgrammable,
             cards.append((functions[0], functions[-1]))
         return sorted(cards, key=lambda card: card[0].address)
 
-    def program_argv(self, controlpath_id, image_path):
+    def fpga_tool(self, controlpath_id):
         user = {m.address: u for m, u in self._cards()}[controlpath_id]
-        return ['xbutil', 'program', '--device', user.address,
-                '--user', image_path]
+        return 'xbutil', user.address

@@ -17,6 +17,7 @@ from cyborg.agent import reporter as agent_reporter
 from cyborg.common import exception
 from cyborg.drivers import base
 from cyborg.drivers import loader
+from tests.fixtures import privsep as fake_privsep
 from tests.fixtures import sysfs as fake_sysfs
 
 
@@ -36,11 +37,9 @@ class _Requests:
 
 
 @pytest.fixture
-def privsep_in_process():
-    from cyborg.agent import privileged
-    privileged.default.set_client_mode(False)
-    yield
-    privileged.default.set_client_mode(True)
+def privsep_in_process(conf):
+    with fake_privsep.in_process(conf):
+        yield
 
 
 @contextlib.contextmanager

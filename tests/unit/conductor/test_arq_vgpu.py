@@ -9,13 +9,13 @@ import uuid as uuidlib
 import pytest
 
 from cyborg.agent import manager as agent_manager
-from cyborg.agent import privileged
 from cyborg.common import context as cyborg_context
 from cyborg.conductor import arq_allocation
 from cyborg.conductor import arq_binding
 from cyborg.db.api import attach_handles as handle_db
 from cyborg.placement import client as placement_client
 from tests.fixtures import arqs as seed
+from tests.fixtures import privsep as fake_privsep
 from tests.fixtures import placement as placement_fixture
 from tests.fixtures import recording_http
 from tests.fixtures import sysfs as fake_sysfs
@@ -48,10 +48,8 @@ def vconf(conf, db, placement_url, tree):
 
 @pytest.fixture
 def agent(vconf):
-    privileged.default.set_client_mode(False)
-    with seed.agent_endpoint(vconf, HOST):
+    with fake_privsep.in_process(vconf), seed.agent_endpoint(vconf, HOST):
         yield
-    privileged.default.set_client_mode(True)
 
 
 def _create_file(tree):
@@ -205,33 +203,30 @@ def test_a_bind_unbound_and_bound_again_is_not_ended_by_the_first(
     arq = arq_binding.create(ctx, profile, 'p1')[0]['uuid']
     first, second = str(uuidlib.uuid4()), str(uuidlib.uuid4())
     agent = HeldAgent(vconf, HOST)
-    privileged.default.set_client_mode(False)
-    try:
-        with seed.agent_endpoint(vconf, HOST, manager=agent):
-            def bind(instance):
-                return arq_binding.start_bind(vconf, ctx, {arq: {
-                    'hostname': HOST, 'device_rp_uuid': device.rp_uuid,
-                    'instance_uuid': instance}})
+    with fake_privsep.in_process(vconf), \
+            seed.agent_endpoint(vconf, HOST, manager=agent):
+        def bind(instance):
+            return arq_binding.start_bind(vconf, ctx, {arq: {
+                'hostname': HOST, 'device_rp_uuid': device.rp_uuid,
+                'instance_uuid': instance}})
 
-            stale = bind(first)
-            handle, _arrived, stale_go = agent.creation(0)
-            arq_binding.unbind(vconf, ctx, [arq])
-            fresh = bind(second)
-            again, _arrived, fresh_go = agent.creation(1)
-            assert again == handle          # the same handle, the same mdev
-            if stale_ends == 'first':
-                stale_go.set()
-                stale.result(30)
-                fresh_go.set()
-                fresh.result(30)
-            else:
-                fresh_go.set()
-                fresh.result(30)
-                tree.add_mdev(GPU, handle, VGPU_TYPE)  # the kernel's part
-                stale_go.set()
-                stale.result(30)
-    finally:
-        privileged.default.set_client_mode(True)
+        stale = bind(first)
+        handle, _arrived, stale_go = agent.creation(0)
+        arq_binding.unbind(vconf, ctx, [arq])
+        fresh = bind(second)
+        again, _arrived, fresh_go = agent.creation(1)
+        assert again == handle          # the same handle, the same mdev
+        if stale_ends == 'first':
+            stale_go.set()
+            stale.result(30)
+            fresh_go.set()
+            fresh.result(30)
+        else:
+            fresh_go.set()
+            fresh.result(30)
+            tree.add_mdev(GPU, handle, VGPU_TYPE)  # the kernel's part
+            stale_go.set()
+            stale.result(30)
     row = seed.arq_rows(db)[arq]
     assert (row.state, row.instance_uuid) == ('Bound', second), \
         row.bind_failure_reason

@@ -17,13 +17,13 @@ import uuid as uuidlib
 import pytest
 import sqlalchemy as sa
 
-from cyborg.agent import privileged
 from cyborg.common import context as cyborg_context
 from cyborg.conductor import arq_binding, silence
 from cyborg.db import models
 from cyborg.db.api import clock as clock_db
 from cyborg.objects import clock as objects_clock
 from tests.fixtures import arqs as seed
+from tests.fixtures import privsep as fake_privsep
 from tests.unit.conductor import agent_endpoint
 from tests.unit.conductor import test_arq_vgpu as vgpu
 
@@ -46,14 +46,10 @@ def _bound(conf, db, ctx, count, spare=0):
     profile = seed.seed_profile(db, [{'resources:VGPU': str(count)}])
     arqs = [a['uuid'] for a in arq_binding.create(ctx, profile, 'p1')]
     instance = str(uuidlib.uuid4())
-    privileged.default.set_client_mode(False)
-    try:
-        with seed.agent_endpoint(conf, HOST):
-            arq_binding.start_bind(conf, ctx, {arq: {
-                'hostname': HOST, 'device_rp_uuid': device.rp_uuid,
-                'instance_uuid': instance} for arq in arqs}).result(30)
-    finally:
-        privileged.default.set_client_mode(True)
+    with fake_privsep.in_process(conf), seed.agent_endpoint(conf, HOST):
+        arq_binding.start_bind(conf, ctx, {arq: {
+            'hostname': HOST, 'device_rp_uuid': device.rp_uuid,
+            'instance_uuid': instance} for arq in arqs}).result(30)
     assert {seed.arq_rows(db)[a].state for a in arqs} == {'Bound'}
     return instance, arqs, device
 

@@ -1,8 +1,7 @@
-import os
-
 import pytest
 
 from cyborg.drivers import loader
+from tests.fixtures import privsep as fake_privsep
 from tests.fixtures import sysfs as fake_sysfs
 
 
@@ -45,26 +44,18 @@ def one_check(driver, devices, key):
 
 
 @pytest.fixture
-def in_process_privsep():
+def in_process_privsep(conf):
     """Run cyborg.agent.privileged functions in this process (fake trees
-    need no root), as oslo.privsep allows with client mode off."""
-    from cyborg.agent import privileged
-    privileged.default.set_client_mode(False)
-    yield privileged
-    privileged.default.set_client_mode(True)
+    need no root), reading ``conf`` as the daemon reads its own."""
+    with fake_privsep.in_process(conf) as privileged:
+        yield privileged
 
 
 @pytest.fixture
-def fake_tools(tmp_path, monkeypatch):
-    """Fake vendor FPGA tools on PATH that log their arguments (the tools
-    drive hardware this machine does not have)."""
-    bindir = tmp_path / 'bin'
-    bindir.mkdir()
+def fake_tools(conf, tmp_path):
+    """Fake vendor FPGA tools that log their arguments (the tools drive
+    hardware this machine does not have), in the one directory the
+    privileged helper looks in; returns the log's path."""
     log = tmp_path / 'tool.log'
-    for tool in ('fpgaconf', 'xbutil'):
-        script = bindir / tool
-        script.write_text(f'#!/bin/sh\necho "$(basename $0) $*" >> {log}\n'
-                          '[ -f "$(eval echo \\${$#})" ] || exit 3\n')
-        script.chmod(0o755)
-    monkeypatch.setenv('PATH', '{}:{}'.format(bindir, os.environ['PATH']))
+    fake_privsep.fake_fpga_tools(conf, tmp_path / 'bin', log)
     return log

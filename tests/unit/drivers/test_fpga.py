@@ -1,3 +1,7 @@
+import json
+import os
+import tempfile
+
 import pytest
 
 from cyborg.common import exception
@@ -8,30 +12,43 @@ def _load(conf, name):
     return loader.load_driver(conf, 'h', name)
 
 
+def _image(conf, name='gbs'):
+    """A bitstream file where the agent writes them (the state directory:
+    the one place the privileged helper takes one from)."""
+    os.makedirs(conf.state_path, exist_ok=True)
+    path = os.path.join(conf.state_path, name)
+    with open(path, 'wb') as f:
+        f.write(b'bits')
+    return path
+
+
+def _fails(fake_tools, tool):
+    """Make the fake ``tool`` fail (exit status 3) as a real one would on
+    a bad bitstream, after logging its run."""
+    script = fake_tools.parent / 'bin' / tool
+    script.write_text(f'#!/bin/sh\necho "{tool} $*" >> {fake_tools}\n'
+                      'exit 3\n')
+
+
 def test_intel_program_runs_fpgaconf_on_the_pf(conf, scenario, tmp_path,
                                                in_process_privsep,
                                                fake_tools):
     scenario('intel_fpga')
-    image = tmp_path / 'gbs'
-    image.write_bytes(b'bits')
-    _load(conf, 'intel_fpga_driver').program('0000:d8:00.0', str(image),
-                                             'img')
+    image = _image(conf)
+    _load(conf, 'intel_fpga_driver').program('0000:d8:00.0', image, 'img')
     assert fake_tools.read_text().split() == [
         'fpgaconf', '--segment', '0x0000', '--bus', '0xd8', '--device',
-        '0x00', '--function', '0x0', str(image)]
+        '0x00', '--function', '0x0', image]
 
 
 def test_xilinx_program_targets_the_user_function(conf, scenario, tmp_path,
                                                   in_process_privsep,
                                                   fake_tools):
     scenario('mixed')
-    image = tmp_path / 'k.xclbin'
-    image.write_bytes(b'bits')
-    _load(conf, 'xilinx_fpga_driver').program('0000:d8:00.0', str(image),
-                                              'img')
+    image = _image(conf, 'k.xclbin')
+    _load(conf, 'xilinx_fpga_driver').program('0000:d8:00.0', image, 'img')
     assert fake_tools.read_text().split() == [
-        'xbutil', 'program', '--device', '0000:d8:00.1', '--user',
-        str(image)]
+        'xbutil', 'program', '--device', '0000:d8:00.1', '--user', image]
 
 
 def test_program_refuses_an_address_that_is_not_its_fpga(
@@ -45,9 +62,10 @@ def test_program_refuses_an_address_that_is_not_its_fpga(
 def test_tool_failure_is_a_clear_error(conf, scenario, in_process_privsep,
                                        fake_tools):
     scenario('mixed')
+    _fails(fake_tools, 'fpgaconf')
     with pytest.raises(exception.FPGAToolFailed, match='fpgaconf failed'):
         _load(conf, 'inspur_fpga_driver').program('0000:da:00.0',
-                                                  '/no/such/file', 'i')
+                                                  _image(conf), 'i')
 
 
 def test_a_tool_that_fails_leaves_the_image_unknown(
@@ -56,33 +74,34 @@ def test_a_tool_that_fails_leaves_the_image_unknown(
     the image programmed before is no longer reported as loaded."""
     scenario('intel_fpga')
     driver = _load(conf, 'intel_fpga_driver')
-    image = tmp_path / 'gbs'
-    image.write_bytes(b'bits')
-    driver.program('0000:d8:00.0', str(image), 'img-1')
+    image = _image(conf)
+    driver.program('0000:d8:00.0', image, 'img-1')
+    _fails(fake_tools, 'fpgaconf')
     with pytest.raises(exception.FPGAToolFailed):
-        driver.program('0000:d8:00.0', '/no/such/file', 'img-2')
+        driver.program('0000:d8:00.0', image, 'img-2')
     assert {dep.name: dep.bitstream_id for dev in driver.discover()
             for dep in dev.deployables}['h_0000:d8:00.0'] is None
 
 
-def test_privileged_tool_runner_only_runs_fpga_tools(in_process_privsep):
+def test_privileged_tool_runner_only_runs_fpga_tools(conf, scenario,
+                                                     in_process_privsep):
+    scenario('intel_fpga')
     with pytest.raises(exception.Invalid):
-        in_process_privsep.run_fpga_tool(['rm', '-rf', '/tmp/x'])
+        in_process_privsep.run_fpga_tool('rm', '0000:d8:00.0', _image(conf))
 
 
 def test_programmed_image_is_reported_until_the_card_changes(
         conf, scenario, tmp_path, in_process_privsep, fake_tools):
     tree = scenario('intel_fpga')
     driver = _load(conf, 'intel_fpga_driver')
-    image = tmp_path / 'gbs'
-    image.write_bytes(b'bits')
+    image = _image(conf)
 
     def bitstreams():
         return {dep.name: dep.bitstream_id for dev in driver.discover()
                 for dep in dev.deployables}
 
     assert set(bitstreams().values()) == {None}
-    driver.program('0000:d8:00.0', str(image), 'img-1')
+    driver.program('0000:d8:00.0', image, 'img-1')
     assert bitstreams() == {'h_0000:5e:00.1': None, 'h_0000:d8:00.0': 'img-1'}
     # Survives an agent restart (a new driver instance).
     assert _load(conf, 'intel_fpga_driver').discover()[1] \
@@ -143,14 +162,102 @@ def test_a_programming_whose_record_cannot_be_written_still_succeeds(
 
     scenario('intel_fpga')
     driver = _load(conf, 'intel_fpga_driver')
-    image = tmp_path / 'gbs'
-    image.write_bytes(b'bits')
-    driver.program('0000:d8:00.0', str(image), 'img-1')
+    image = _image(conf)
+    driver.program('0000:d8:00.0', image, 'img-1')
 
     def full_disk(self, *args):
         raise OSError(28, 'No space left on device')
 
     monkeypatch.setattr(fpga.BitstreamRecord, 'save', full_disk)
-    driver.program('0000:d8:00.0', str(image), 'img-2')
+    driver.program('0000:d8:00.0', image, 'img-2')
     assert {dep.name: dep.bitstream_id for dev in driver.discover()
             for dep in dev.deployables}['h_0000:d8:00.0'] == 'img-2'
+
+
+def _reported(driver):
+    return {dep.name: dep.bitstream_id for dev in driver.discover()
+            for dep in dev.deployables}
+
+
+def test_the_record_is_gone_from_disk_while_the_tool_runs(
+        conf, scenario, in_process_privsep, fake_tools):
+    """An agent killed while the tool writes the card (or whose host
+    loses power) found, once restarted, the image of before recorded,
+    and reported it as loaded: the record was changed only once the tool
+    had ended.  What is on disk while the tool runs must name no image;
+    the new one is recorded once the tool succeeded."""
+    scenario('intel_fpga')
+    driver = _load(conf, 'intel_fpga_driver')
+    image = _image(conf)
+    driver.program('0000:d8:00.0', image, 'img-1')
+    record = driver._record().path
+    during = fake_tools.parent / 'record-during-tool.json'
+    script = fake_tools.parent / 'bin' / 'fpgaconf'
+    script.write_text(f'#!/bin/sh\ncp {record} {during}\n')
+    driver.program('0000:d8:00.0', image, 'img-2')
+    assert '0000:d8:00.0' not in json.loads(during.read_text())
+    # What a restarted agent reads from it.
+    os.replace(record, fake_tools.parent / 'after.json')
+    os.replace(during, record)
+    assert _reported(_load(conf, 'intel_fpga_driver'))[
+        'h_0000:d8:00.0'] is None
+    os.replace(fake_tools.parent / 'after.json', record)
+    assert _reported(_load(conf, 'intel_fpga_driver'))[
+        'h_0000:d8:00.0'] == 'img-2'
+
+
+def test_a_privileged_helper_that_dies_leaves_the_image_unknown(
+        conf, scenario, in_process_privsep, fake_tools, monkeypatch):
+    """The privsep daemon died while the tool ran (oslo.privsep's client
+    raises OSError 'Premature eof'): the record, cleared only on the
+    tool's own failure, still named the image of before."""
+    from cyborg.agent import privileged
+
+    scenario('intel_fpga')
+    driver = _load(conf, 'intel_fpga_driver')
+    image = _image(conf)
+    driver.program('0000:d8:00.0', image, 'img-1')
+
+    def dies(tool, address, image_path):
+        raise OSError('Premature eof waiting for privileged process')
+
+    monkeypatch.setattr(privileged, 'run_fpga_tool', dies)
+    with pytest.raises(OSError, match='Premature eof'):
+        driver.program('0000:d8:00.0', image, 'img-2')
+    assert _reported(driver)['h_0000:d8:00.0'] is None
+    assert _reported(_load(conf, 'intel_fpga_driver'))[
+        'h_0000:d8:00.0'] is None
+
+
+def test_a_record_that_cannot_be_cleared_programs_nothing(
+        conf, scenario, in_process_privsep, fake_tools, monkeypatch):
+    """Without the record cleared on disk, a tool that then failed or an
+    agent killed mid-write would leave the image of before reported: the
+    agent refuses (the conductor's "nothing ran": the card as it was),
+    the tool never runs, and the image is still reported."""
+    from cyborg.drivers import fpga
+
+    scenario('intel_fpga')
+    driver = _load(conf, 'intel_fpga_driver')
+    image = _image(conf)
+    driver.program('0000:d8:00.0', image, 'img-1')
+    fake_tools.unlink()
+    real_mkstemp = tempfile.mkstemp
+    full = os.open('/dev/full', os.O_WRONLY)
+
+    def on_a_full_disk(*args, **kwargs):
+        fd, path = real_mkstemp(*args, **kwargs)
+        os.dup2(full, fd)           # its writes: ENOSPC, from the kernel
+        return fd, path
+
+    monkeypatch.setattr(fpga.tempfile, 'mkstemp', on_a_full_disk)
+    try:
+        with pytest.raises(exception.Conflict,
+                           match='No space left.*card was not touched'):
+            driver.program('0000:d8:00.0', image, 'img-2')
+    finally:
+        os.close(full)
+    assert not fake_tools.exists()
+    assert _reported(driver)['h_0000:d8:00.0'] == 'img-1'
+    assert sorted(os.listdir(conf.state_path)) == [
+        'fpga-intel_fpga_driver-h.json', 'gbs']

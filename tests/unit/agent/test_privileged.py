@@ -1,0 +1,315 @@
+"""The privileged helper takes names from the agent, never paths it would
+trust: which tool (found in its own configured directories), which PCI
+address, which bitstream (a regular file in its own state directory),
+which mdev (in its own sysfs tree, written only under ``devices`` and
+never through a link).  The functions run in process, reading the test's
+configuration as the daemon reads its own; nothing here needs root."""
+
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from cyborg.common import exception
+from tests.fixtures import privsep as fake_privsep
+from tests.fixtures import sysfs as fake_sysfs
+
+GPU = '0000:c1:00.0'
+TYPE = 'nvidia-223'
+FPGA = '0000:d8:00.0'
+
+
+@pytest.fixture
+def privileged(conf, tmp_path):
+    """The privileged functions in process, on a fake tree with one GPU
+    offering ``TYPE``, with fake vendor tools; the tools' log is
+    ``tmp_path/tool.log``."""
+    tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
+    tree.add_pci(GPU, '0x10de', '0x1eb8', '0x030200', driver='nvidia')
+    tree.add_mdev_type(GPU, TYPE, 'GRID T4-2B', 8)
+    conf.set_override('sysfs_root', tree.root, group='agent')
+    conf.set_override('state_path', str(tmp_path / 'state'))
+    os.makedirs(conf.state_path)
+    fake_privsep.fake_fpga_tools(conf, tmp_path / 'bin',
+                                 tmp_path / 'tool.log')
+    with fake_privsep.in_process(conf) as module:
+        module.tree = tree
+        yield module
+
+
+def _victim(tmp_path, text='root:$6$secret:19000:0:99999:7:::\n'):
+    victim = tmp_path / 'etc-shadow'
+    victim.write_text(text)
+    return victim
+
+
+def _image(conf, name='cyborg-bitstream-1.bin'):
+    path = os.path.join(conf.state_path, name)
+    with open(path, 'wb') as f:
+        f.write(b'bits')
+    return path
+
+
+# -- FPGA tools ----------------------------------------------------------
+
+def test_the_tool_is_named_and_found_by_the_helper_alone(
+        privileged, conf, tmp_path, monkeypatch):
+    """Any program called fpgaconf or xbutil, anywhere, ran as root with
+    the caller's arguments; now the caller names a tool and the helper
+    runs its own, from [cyborg_sys_admin]fpga_tool_dirs, whatever the
+    caller's PATH says."""
+    attacker = tmp_path / 'attacker'
+    attacker.mkdir()
+    marker = tmp_path / 'ran-as-root'
+    for name in ('fpgaconf', 'xbutil'):
+        evil = attacker / name
+        evil.write_text(f'#!/bin/sh\nid > {marker}\n')
+        evil.chmod(0o755)
+    monkeypatch.setenv('PATH', f"{attacker}:{os.environ['PATH']}")
+    image = _image(conf)
+    for tool in (str(attacker / 'fpgaconf'), 'xbutil --help', 'rm', None):
+        with pytest.raises(exception.Invalid, match='not an FPGA tool'):
+            privileged.run_fpga_tool(tool, FPGA, image)
+    privileged.run_fpga_tool('fpgaconf', FPGA, image)
+    privileged.run_fpga_tool('xbutil', '0000:d8:00.1', image)
+    assert not marker.exists()
+    assert (tmp_path / 'tool.log').read_text().splitlines() == [
+        f'fpgaconf --segment 0x0000 --bus 0xd8 --device 0x00 --function '
+        f'0x0 {image}',
+        f'xbutil program --device 0000:d8:00.1 --user {image}']
+
+
+def test_a_tool_missing_from_the_configured_directories_is_refused(
+        privileged, conf, tmp_path):
+    conf.set_override('fpga_tool_dirs', [str(tmp_path / 'none'), 'bin'],
+                      group='cyborg_sys_admin')
+    with pytest.raises(exception.ResourceNotFound,
+                       match=r'fpgaconf could not be found in .*fpga_tool_'
+                             r'dirs \(.*none\); the card was not touched'):
+        privileged.run_fpga_tool('fpgaconf', FPGA, _image(conf))
+
+
+@pytest.mark.parametrize('address', [
+    '-h', '0000:d8:00.0 --force', '0000:d8:00.0\n', '0000:D8:00.0',
+    '../0000:d8:00.0', 42])
+def test_the_address_must_be_a_pci_address(privileged, conf, tmp_path,
+                                           address):
+    with pytest.raises(exception.Invalid, match='bad PCI address'):
+        privileged.run_fpga_tool('fpgaconf', address, _image(conf))
+    assert not (tmp_path / 'tool.log').exists()
+
+
+def _outside(conf, tmp_path):
+    return str(tmp_path / 'elsewhere.bin')
+
+
+def _link(conf, tmp_path):
+    path = os.path.join(conf.state_path, 'cyborg-bitstream-link.bin')
+    os.symlink(_victim(tmp_path), path)
+    return path
+
+
+def _hard_link(conf, tmp_path):
+    path = os.path.join(conf.state_path, 'cyborg-bitstream-hard.bin')
+    os.link(_victim(tmp_path), path)
+    return path
+
+
+def _directory(conf, tmp_path):
+    path = os.path.join(conf.state_path, 'cyborg-bitstream-dir.bin')
+    os.mkdir(path)
+    return path
+
+
+def _dashed(conf, tmp_path):
+    return _image(conf, '-rf')
+
+
+@pytest.mark.parametrize('bitstream', [
+    _outside, _link, _hard_link, _directory, _dashed,
+    lambda conf, tmp_path: os.path.relpath(_image(conf)),
+    lambda conf, tmp_path: '--help',
+    lambda conf, tmp_path: os.path.join(conf.state_path, 'missing.bin'),
+    lambda conf, tmp_path: os.path.join(conf.state_path, '..',
+                                        'elsewhere.bin'),
+])
+def test_the_bitstream_must_be_a_file_in_the_state_directory(
+        privileged, conf, tmp_path, bitstream):
+    """A file anywhere (through a link, a second name, a path that
+    climbs out) reached the vendor tool running as root."""
+    (tmp_path / 'elsewhere.bin').write_bytes(b'not the agent\'s')
+    path = bitstream(conf, tmp_path)
+    with pytest.raises(exception.Invalid, match='bitstream'):
+        privileged.run_fpga_tool('fpgaconf', FPGA, path)
+    assert not (tmp_path / 'tool.log').exists()
+
+
+def test_a_bitstream_reached_through_a_link_to_the_state_directory(
+        privileged, conf, tmp_path):
+    """The state directory named through a link (as a container's volume
+    may be) is still the state directory; the tool gets the resolved
+    path."""
+    image = _image(conf)
+    alias = tmp_path / 'alias'
+    os.symlink(conf.state_path, alias)
+    privileged.run_fpga_tool('fpgaconf', FPGA,
+                             str(alias / os.path.basename(image)))
+    assert (tmp_path / 'tool.log').read_text().split()[-1] == image
+
+
+# -- mdevs ---------------------------------------------------------------
+
+def test_the_sysfs_tree_is_the_helper_s_own(privileged, tmp_path):
+    """The caller named the root of the tree the helper wrote in: a tree
+    of its own making, whose create and remove files were links to any
+    file, had root overwrite that file."""
+    victim = _victim(tmp_path)
+    crafted = tmp_path / 'crafted'
+    mdev = str(uuid.uuid4())
+    types = crafted / 'bus/pci/devices' / GPU / 'mdev_supported_types' / TYPE
+    types.mkdir(parents=True)
+    os.symlink(victim, types / 'create')
+    (crafted / 'bus/mdev/devices' / mdev).mkdir(parents=True)
+    os.symlink(victim, crafted / 'bus/mdev/devices' / mdev / 'remove')
+    with pytest.raises(TypeError):
+        privileged.create_mdev(str(crafted), GPU, TYPE, mdev)
+    with pytest.raises(TypeError):
+        privileged.remove_mdev(str(crafted), mdev)
+    assert victim.read_text().startswith('root:')
+    privileged.create_mdev(GPU, TYPE, mdev)
+    create = os.path.join(privileged.tree.device_path(GPU),
+                          'mdev_supported_types', TYPE, 'create')
+    with open(create) as f:
+        assert f.read() == mdev
+
+
+def test_a_create_file_that_is_a_link_is_not_written(privileged, tmp_path):
+    victim = _victim(tmp_path)
+    create = os.path.join(privileged.tree.device_path(GPU),
+                          'mdev_supported_types', TYPE, 'create')
+    os.unlink(create)
+    os.symlink(victim, create)
+    with pytest.raises(exception.Invalid, match='cannot be written'):
+        privileged.create_mdev(GPU, TYPE, str(uuid.uuid4()))
+    assert victim.read_text().startswith('root:')
+
+
+def test_a_device_link_leading_out_of_devices_is_not_written(privileged,
+                                                              tmp_path):
+    """``bus/pci/devices/<address>`` is a link into ``devices``; one to
+    anywhere else gets nothing written, even to a file called create."""
+    address = '0000:c2:00.0'
+    elsewhere = tmp_path / 'elsewhere'
+    types = elsewhere / 'mdev_supported_types' / TYPE
+    types.mkdir(parents=True)
+    (types / 'create').write_text('untouched\n')
+    os.symlink(elsewhere, os.path.join(privileged.tree.root, 'bus', 'pci',
+                                       'devices', address))
+    with pytest.raises(exception.Invalid, match='not a device under'):
+        privileged.create_mdev(address, TYPE, str(uuid.uuid4()))
+    assert (types / 'create').read_text() == 'untouched\n'
+
+
+def test_a_remove_file_that_is_a_link_is_not_written(privileged, tmp_path):
+    victim = _victim(tmp_path, '0\n')
+    mdev = str(uuid.uuid4())
+    privileged.tree.add_mdev(GPU, mdev, TYPE)
+    remove = os.path.join(privileged.tree.device_path(GPU), mdev, 'remove')
+    if os.path.lexists(remove):
+        os.unlink(remove)
+    os.symlink(victim, remove)
+    with pytest.raises(exception.Invalid, match='cannot be written'):
+        privileged.remove_mdev(mdev)
+    assert victim.read_text() == '0\n'
+
+
+def test_an_mdev_link_leading_out_of_devices_is_not_written(privileged,
+                                                             tmp_path):
+    mdev = str(uuid.uuid4())
+    elsewhere = tmp_path / 'elsewhere'
+    elsewhere.mkdir()
+    (elsewhere / 'remove').write_text('0\n')
+    os.symlink(elsewhere, os.path.join(privileged.tree.root, 'bus', 'mdev',
+                                       'devices', mdev))
+    with pytest.raises(exception.Invalid, match='not a device under'):
+        privileged.remove_mdev(mdev)
+    assert (elsewhere / 'remove').read_text() == '0\n'
+
+
+def test_a_removed_mdev_is_written_and_a_missing_one_is_not(privileged):
+    mdev = str(uuid.uuid4())
+    privileged.tree.add_mdev(GPU, mdev, TYPE)
+    assert privileged.remove_mdev(mdev) is True
+    with open(os.path.join(privileged.tree.device_path(GPU), mdev,
+                           'remove')) as f:
+        assert f.read() == '1'
+    assert privileged.remove_mdev(str(uuid.uuid4())) is False
+
+
+@pytest.mark.parametrize('parent, mdev_type, mdev_uuid, what', [
+    ('../../..', TYPE, '00000000-0000-0000-0000-000000000000', 'address'),
+    (GPU, '../../../../etc', '00000000-0000-0000-0000-000000000000', 'type'),
+    (GPU, TYPE, '../../../etc/passwd', 'uuid'),
+    (GPU, TYPE, '00000000-0000-0000-0000-00000000000G', 'uuid'),
+])
+def test_names_are_checked_before_they_make_a_path(
+        privileged, parent, mdev_type, mdev_uuid, what):
+    with pytest.raises(exception.Invalid, match=f'bad .*{what}'):
+        privileged.create_mdev(parent, mdev_type, mdev_uuid)
+    if what == 'uuid':
+        with pytest.raises(exception.Invalid, match='bad mdev uuid'):
+            privileged.remove_mdev(mdev_uuid)
+
+
+_THROUGH_THE_DAEMON = '''
+import sys
+import cyborg.conf
+from cyborg.agent import privileged
+cyborg.conf.CONF(['--config-file', sys.argv[1]], project='cyborg')
+privileged.create_mdev(sys.argv[2], sys.argv[3], sys.argv[4])
+privileged.run_fpga_tool('fpgaconf', sys.argv[2], sys.argv[5])
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0,
+                    reason='privsep-helper keeps capabilities: root only')
+def test_the_real_helper_reads_its_own_configuration(conf, tmp_path):
+    """Through a real privsep daemon (privsep-helper, started as the
+    agent starts it, by an agent whose own options differ): the tree,
+    the state directory and the tool directories are those of the
+    configuration file the helper was started with, not the agent's."""
+    tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
+    tree.add_pci(GPU, '0x10de', '0x1eb8', '0x030200', driver='nvidia')
+    tree.add_mdev_type(GPU, TYPE, 'GRID T4-2B', 8)
+    state = tmp_path / 'state'
+    state.mkdir()
+    image = state / 'cyborg-bitstream-1.bin'
+    image.write_bytes(b'bits')
+    log = tmp_path / 'tool.log'
+    fake_privsep.fake_fpga_tools(conf, tmp_path / 'bin', log)
+    helper = os.path.join(os.path.dirname(sys.executable), 'privsep-helper')
+    daemon_conf = tmp_path / 'daemon.conf'
+    daemon_conf.write_text(
+        f'[DEFAULT]\nstate_path = {state}\n'
+        f'[agent]\nsysfs_root = {tree.root}\n'
+        f'[cyborg_sys_admin]\nfpga_tool_dirs = {tmp_path / "bin"}\n')
+    agent_conf = tmp_path / 'agent.conf'
+    agent_conf.write_text(
+        f'[DEFAULT]\nstate_path = {tmp_path / "agent-state"}\n'
+        f'[agent]\nsysfs_root = {tmp_path / "agent-sys"}\n'
+        f'[cyborg_sys_admin]\nhelper_command = {helper} '
+        f'--config-file {daemon_conf}\n')
+    mdev = str(uuid.uuid4())
+    done = subprocess.run(
+        [sys.executable, '-c', _THROUGH_THE_DAEMON, str(agent_conf), GPU,
+         TYPE, mdev, str(image)],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    create = os.path.join(tree.device_path(GPU), 'mdev_supported_types',
+                          TYPE, 'create')
+    with open(create) as f:
+        assert f.read() == mdev
+    assert log.read_text().split()[0] == 'fpgaconf'
+    assert log.read_text().split()[-1] == str(image)
