@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from tests.fixtures import placement as placement_fixture
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir,
                                     os.pardir, os.pardir))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,9 +68,23 @@ def _ini(path):
     return parser
 
 
-def test_stack_phases_configure_register_and_start(tmp_path):
+def _reach_placement_without_keystone(path, url):
+    """Point the [placement] section of the cyborg.conf at ``path`` at the
+    Placement at ``url`` without Keystone (there is none here; in a real
+    devstack the extra phase, which runs cyborg-status, comes once
+    Placement and Keystone serve)."""
+    parser = _ini(path)
+    parser.remove_section('placement')
+    parser.add_section('placement')
+    for name, value in placement_fixture.placement_options(url).items():
+        parser.set('placement', name, value)
+    with open(path, 'w') as f:
+        parser.write(f)
+
+
+def test_stack_phases_configure_register_and_start(tmp_path, placement):
     calls, _done = _run_phases(tmp_path, 'stack install',
-                               'stack post-config', 'stack extra')
+                               'stack post-config')
     conf = _ini(tmp_path / 'etc' / 'cyborg' / 'cyborg.conf')
     assert conf['DEFAULT']['transport_url'].startswith('rabbit://')
     assert conf['DEFAULT']['state_path'] == str(tmp_path / 'data' / 'cyborg')
@@ -85,6 +101,10 @@ def test_stack_phases_configure_register_and_start(tmp_path):
     assert 'fake_driver' in conf['agent']['enabled_drivers']
     assert conf['cyborg_sys_admin']['helper_command'].startswith(
         'sudo %s/privsep-helper' % os.path.dirname(sys.executable))
+    _reach_placement_without_keystone(
+        tmp_path / 'etc' / 'cyborg' / 'cyborg.conf', placement.url)
+    # The calls file keeps what every phase called.
+    calls, _done = _run_phases(tmp_path, 'stack extra')
 
     # The API under uWSGI, mounted at /accelerator.
     uwsgi = _ini(tmp_path / 'etc' / 'cyborg' / 'cyborg-api-uwsgi.ini')

@@ -1,0 +1,1 @@
+from tests.fixtures.placement import placement  # noqa: F401
