@@ -56,12 +56,8 @@ def host_inventories(context, hostname=None):
     names = None if hostname is None else [hostname]
     rows = inventory_db.load_hosts(context, names)
     reports = host_db.last_reports(context, names)
-    return [_host_inventory(host, rows.get(host, _NO_ROWS),
-                            reports.get(host))
+    return [_host_inventory(host, rows[host], reports.get(host))
             for host in (names or sorted(rows))]
-
-
-_NO_ROWS = {table: [] for table in inventory_db.TABLES}
 
 
 def _host_inventory(hostname, rows, last_report_at):

@@ -57,13 +57,22 @@ def _children(session, table, column, parent_ids):
 
 @reader
 def load_hosts(context, hostnames=None):
-    """The stored rows of every host's devices (or of ``hostnames``'), as
-    {hostname: {table: [row dicts]}} for the hosts that have devices:
-    five queries whatever the number of hosts (the exports of a whole
-    cloud), each child table read through its parents' ids in the
-    database, not a list of them sent over."""
-    hostnames = None if hostnames is None else [
-        name for name in hostnames if _sql.matchable(name)]
+    """The stored rows of every host's devices, as {hostname: {table:
+    [row dicts]}} for the hosts that have devices, or of ``hostnames``
+    (each of them, with no rows when it has none): five queries whatever
+    the number of hosts (the exports of a whole cloud), each child table
+    read through its parents' ids in the database, not a list of them
+    sent over."""
+    if hostnames is not None:
+        found = {name: {table: [] for table in TABLES}
+                 for name in hostnames}
+        found.update(_load_hosts(context, [
+            name for name in hostnames if _sql.matchable(name)]))
+        return found
+    return _load_hosts(context, None)
+
+
+def _load_hosts(context, hostnames):
     if hostnames == []:
         return {}
     s = _sql.connection(context)
