@@ -31,6 +31,7 @@ from cyborg.api import schemas
 from cyborg.api.controllers import base
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
+from cyborg.common import policy
 from cyborg.common import timing
 
 LOG = logging.getLogger(__name__)
@@ -88,11 +89,26 @@ def is_v2(path):
 def _context(environ):
     ctx = cyborg_context.RequestContext.from_environ(
         environ, is_service=environ.get(auth.IS_SERVICE, False))
-    ctx.is_admin = 'admin' in (r.lower() for r in ctx.roles)
     if ctx.project_id and len(ctx.project_id) > MAX_PROJECT_ID:
         raise exception.Invalid(reason='project id longer than %d '
                                        'characters' % MAX_PROJECT_ID)
     return ctx
+
+
+def _decide_rights(conf, ctx):
+    """Set ``ctx.is_admin`` and ``ctx.sees_every_project`` as the policy's
+    ``admin`` and ``service`` rules decide (``policy.base_rights``),
+    once per request; every ownership check of the handlers and the
+    conductor reads these two.  A service token (``auth.IS_SERVICE``)
+    sees every project whatever the ``service`` rule says: Nova reads
+    and deletes the ARQs of the instances it builds, whichever project
+    the user's token names, and ``[keystone_authtoken]
+    service_token_roles`` already says which tokens count.  Before any
+    rule is checked both are False (``is_admin``, oslo.context's
+    default) or the token's alone."""
+    admin, service = policy.base_rights(conf, ctx)
+    ctx.is_admin = admin
+    ctx.sees_every_project = admin or service or ctx.is_service
 
 
 def find(request):
@@ -131,6 +147,7 @@ def call(request, operation, path_vars):
         if operation.policy_project is not None:
             target = {'project_id': path_vars[operation.policy_project]}
         with timing.phase(timing.POLICY):
+            _decide_rights(request.conf, r.context)
             r.authorize(operation.policy, target)
     with timing.phase(timing.VALIDATE):
         if operation.query is not None:

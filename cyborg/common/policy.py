@@ -14,6 +14,7 @@ from oslo_policy import policy
 
 from cyborg.common import exception
 from cyborg import policies
+from cyborg.policies import base
 
 _ENFORCERS = {}
 _LOCK = threading.Lock()
@@ -157,6 +158,13 @@ def authorize(conf, context, rule, target=None):
     matches for it, so only the rules that need no project (admin,
     service) let it in.
     """
+    if not allows(conf, context, rule, target):
+        raise exception.PolicyNotAuthorized(action=rule)
+
+
+def allows(conf, context, rule, target=None):
+    """Whether ``context`` may do ``rule`` on ``target`` (``authorize``
+    without the 403)."""
     target = dict(target or {})
     target.setdefault('project_id', context.project_id)
     target = _present(target)
@@ -164,8 +172,20 @@ def authorize(conf, context, rule, target=None):
     # A plain dict: oslo.context warns about any key added to its own.
     creds = _present(dict(getattr(values, '_data', values)))
     creds['is_service'] = bool(context.is_service)
-    if not get_enforcer(conf).decide(rule, target, creds):
-        raise exception.PolicyNotAuthorized(action=rule)
+    return get_enforcer(conf).decide(rule, target, creds)
+
+
+def base_rights(conf, context):
+    """(admin, service): whether ``context`` passes the policy's ``admin``
+    and ``service`` rules, checked against its own project.
+
+    Who sees every project's ARQs and private profiles is decided by
+    these, as the operator's policy file has them, never by the names of
+    the caller's roles: an operator who narrows ``admin`` (to the cloud
+    admin's project, say) narrows that too, not only the rules that
+    name it (Nova's ``context_is_admin`` likewise)."""
+    return (allows(conf, context, base.ADMIN_RULE),
+            allows(conf, context, base.SERVICE_RULE))
 
 
 def _present(values):

@@ -21,7 +21,14 @@ PROJECT_MEMBER = 'role:member and project_id:%(project_id)s'
 PROJECT_MANAGER = 'role:manager and project_id:%(project_id)s'
 SERVICE = 'role:service or is_service:True'
 
-RULE_ADMIN = 'rule:admin'
+# The names of the base rules that say who is an admin and who is a
+# service: the API also decides by them who sees every project's ARQs
+# and profiles (``cyborg.api.dispatch``), so that an operator's narrower
+# rule narrows that too.
+ADMIN_RULE = 'admin'
+SERVICE_RULE = 'service'
+
+RULE_ADMIN = 'rule:' + ADMIN_RULE
 
 ADMIN_OR_PROJECT_READER = 'rule:admin or rule:project_reader'
 ADMIN_OR_PROJECT_READER_OR_SERVICE = ('rule:admin or rule:project_reader '
@@ -36,18 +43,22 @@ ADMIN_OR_SERVICE = 'rule:admin or rule:service'
 Rule = collections.namedtuple('Rule', 'name check_str description')
 
 rules = [
-    policy.RuleDefault('admin', ADMIN,
-                       description='An administrator.'),
+    policy.RuleDefault(ADMIN_RULE, ADMIN,
+                       description='An administrator: also sees and '
+                                   'changes every project\'s accelerator '
+                                   'requests and private device profiles.'),
     policy.RuleDefault('project_reader', PROJECT_READER,
                        description='A reader of the target\'s project.'),
     policy.RuleDefault('project_member', PROJECT_MEMBER,
                        description='A member of the target\'s project.'),
     policy.RuleDefault('project_manager', PROJECT_MANAGER,
                        description='A manager of the target\'s project.'),
-    policy.RuleDefault('service', SERVICE,
+    policy.RuleDefault(SERVICE_RULE, SERVICE,
                        description='A service: a caller with the service '
                                    'role, or a request carrying a service '
-                                   'token with a service role (Nova\'s).'),
+                                   'token with a service role (Nova\'s). '
+                                   'It also sees and changes every '
+                                   'project\'s accelerator requests.'),
 ]
 
 
