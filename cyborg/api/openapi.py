@@ -22,6 +22,8 @@ _ERROR_TEXT = {
     404: 'Not found (or not available at this microversion).',
     406: 'Microversion not supported.',
     409: 'Conflict with the current state.',
+    413: 'The request body is larger than '
+         '[oslo_middleware]max_request_body_size.',
     423: 'Accelerator requests of the instance are still binding.',
     503: 'A backing service (database, conductor, Keystone\'s limits) '
          'is unavailable.',
@@ -83,7 +85,10 @@ def _responses(operation):
                     copy.deepcopy(operation.response)}
             for media in operation.media_types}
     responses = {str(operation.status): ok}
-    for code in operation.errors:
+    # A body over the size limit is refused before the operation is
+    # known (cyborg.wsgi.middleware.read_body).
+    too_large = (413,) if operation.body is not None else ()
+    for code in sorted(operation.errors + too_large):
         responses[str(code)] = {'description': _ERROR_TEXT[code], 'content': {
             'application/json': {'schema': _ref('Error')}}}
     return responses
@@ -118,7 +123,8 @@ def _parameters(operation):
             'description': '"accelerator 2.N" or "accelerator latest"; '
                            'none means 2.0.',
             'schema': {'type': 'string', 'enum': [
-                'accelerator %s' % v for v in versions]}})
+                'accelerator %s' % v for v in versions] + [
+                'accelerator latest']}})
     return params
 
 

@@ -81,7 +81,7 @@ _LIST_FILTERS = {
 LIST_QUERY = Versioned(
     ((2, 0), {'type': 'object', 'properties': _LIST_FILTERS}),
     (microversion.PAGINATION, {'type': 'object', 'properties': dict(
-        _LIST_FILTERS, **common.PAGE)}),
+        _LIST_FILTERS, **common.page_since(microversion.PAGINATION))}),
 )
 
 DELETE_QUERY = {

@@ -18,6 +18,16 @@ PAGE = {
                    'previous page.'),
 }
 
+
+
+def page_since(version):
+    """PAGE for a list paged from microversion ``version`` on: each
+    parameter says since when."""
+    return {name: dict(schema, description=since(version,
+                                                 schema['description']))
+            for name, schema in PAGE.items()}
+
+
 # -- in responses ---------------------------------------------------------
 
 STRING = {'type': 'string'}

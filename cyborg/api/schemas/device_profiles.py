@@ -93,7 +93,8 @@ CREATE = Versioned(
 LIST_QUERY = Versioned(
     ((2, 0), {'type': 'object', 'properties': {'name': {'type': 'string'}}}),
     (microversion.PAGINATION, {'type': 'object', 'properties': dict(
-        name={'type': 'string'}, **common.PAGE)}),
+        name={'type': 'string'},
+        **common.page_since(microversion.PAGINATION))}),
 )
 
 DELETE_QUERY = {

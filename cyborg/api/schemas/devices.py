@@ -26,7 +26,7 @@ LIST_QUERY = Versioned(
     ((2, 0), {'type': 'object', 'properties': _FILTERS}),
     (microversion.HEALTH, {'type': 'object', 'properties': _HEALTH_FILTER}),
     (microversion.PAGINATION, {'type': 'object', 'properties': dict(
-        _HEALTH_FILTER, **common.PAGE)}),
+        _HEALTH_FILTER, **common.page_since(microversion.PAGINATION))}),
 )
 
 _DEVICE = common.resource(
