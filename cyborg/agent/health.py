@@ -3,10 +3,17 @@
 One daemon thread (``HealthMonitor``) runs, every ``[health]check_interval``
 seconds, ``check_health(devices)`` of every driver that is
 ``base.HealthReporting``, over that driver's devices as the conductor last
-acknowledged them (``Reporter.known_devices``).  The agent keeps no state
-machine: the conductor decides what readings mean.  All it does is
-debounce, so a condition that holds (a device that stays broken) costs no
-message per check:
+acknowledged them (``Reporter.known_devices``).  Each driver's calls (its
+check, its re-probes, its usage) run on a thread of their own, one call
+per driver at a time (``_Call``): a call that never returns (NVML stuck
+on a wedged GPU) holds that driver only.  A round waits for its checks at
+most ``_ROUND_WAIT`` (or ``[health]check_interval`` if longer); a check
+that takes longer is read at a later round, and one running for more than
+``[health]check_timeout`` makes its devices read "timed out" (transient,
+``base.CHECK_TIMEOUT``) until it returns; it is not started again
+meanwhile.  The agent keeps no state machine: the conductor decides what
+readings mean.  All it does is debounce, so a condition that holds (a
+device that stays broken) costs no message per check:
 
 - a change is sent AT ONCE (``ConductorAPI.report_health`` with ``'full':
   False``): a reading whose (severity, reason, code) no reading of the
@@ -15,16 +22,23 @@ message per check:
   again), and every event that is not harmless (``Reading.event``: one
   more XID 79, new fatal AER errors).  A condition that holds is not sent
   again, whatever other counters of the device move meanwhile; a device
-  whose driver's check failed keeps its previous readings for that round;
+  whose driver's check failed keeps its previous readings for that round,
+  and one whose check read nothing (``base.CHECK_UNREAD``: it raised for
+  that device, or timed out) keeps the faults it read before beside that
+  reading: a check that read nothing is not a clearing;
 - a full report (every device's current reading, ``'full': True``) goes
   out right after start and every ``[health]report_interval`` seconds, the
   safety net for a lost change;
 - a send that fails keeps its readings, in order, and is retried at the
   next check; failures are logged with back-off (1st, 2nd, 4th, 8th...),
-  never raised;
-- probes (``probe_health`` from the conductor) run ``driver.probe(device)``
-  on this thread and their verdicts (source 'probe') are always sent, at
-  once.
+  never raised.  At most ``MAX_PENDING_PER_KEY`` unsent readings are kept
+  per (device, deployable), the least severe dropped first: the worst
+  stays until the conductor takes it;
+- probes (``probe_health`` from the conductor) are answered from the
+  driver's next check (``base.probe_verdicts``) when the driver keeps the
+  default ``probe``, so that a re-probe moves none of what the checks
+  compare; a driver's own ``probe`` (an active test) runs on its thread.
+  Their verdicts (source 'probe') are always sent, at once.
 
 Every ``[health]report_interval`` seconds it also samples ``usage(devices)``
 of the drivers that have it (utilization 0..1, memory used in bytes and,
@@ -35,6 +49,7 @@ broadcast, stored by nobody here).
 """
 
 import collections
+import functools
 import threading
 import time
 
@@ -63,8 +78,15 @@ _DRIVER_SERIES = (metrics.AGENT_XID_EVENTS, metrics.AGENT_AER_ERRORS)
 
 # Unsent readings kept per (device, deployable) while the conductor is
 # unreachable: enough to carry a burst of distinct events, bounded so an
-# outage of days costs no memory.
+# outage of days costs no memory.  Past it the least severe goes first
+# (see ``HealthMonitor._queue``).
 MAX_PENDING_PER_KEY = 16
+
+# Seconds a check round waits at least for its drivers' checks (at most
+# [health]check_timeout; [health]check_interval when longer): a check
+# that takes longer is read at a later round, so a slow or hung driver
+# delays the others' readings by this much at most, once.
+_ROUND_WAIT = 1.0
 
 # A health report waits at least this long for the conductor (it may sync
 # Placement), at most [health]report_interval.
@@ -120,6 +142,43 @@ class _BackoffLog:
             LOG.info(message + ' (after %d failure(s))', *args, count)
 
 
+class _Call:
+    """One call into a driver (``kind``: 'check', 'probe' or 'usage') on
+    a daemon thread of its own, so that a call that never returns holds
+    that thread only (a daemon: it does not hold the agent's exit).  The
+    monitor keeps at most one per driver (``HealthMonitor._calls``): a
+    hung driver costs one thread, not one per round."""
+
+    def __init__(self, driver_name, kind, function, devices):
+        self.kind = kind
+        self.devices = list(devices)     # what it reads
+        self.started = time.monotonic()
+        self.quiet = set()    # cards programmed while it ran (_held)
+        self.key = None       # a probe's device key
+        self.value = None
+        self.error = None
+        self._done = threading.Event()
+        threading.Thread(target=self._run, args=(function,),
+                         name=f'cyborg-agent-{kind}-{driver_name}',
+                         daemon=True).start()
+
+    def _run(self, function):
+        try:
+            self.value = function()
+        except Exception as exc:
+            self.error = exc
+        finally:
+            self._done.set()
+
+    def done(self):
+        return self._done.is_set()
+
+    def wait(self, deadline):
+        """Wait until it returns or monotonic ``deadline``; whether it
+        returned."""
+        return self._done.wait(max(0.0, deadline - time.monotonic()))
+
+
 class HealthMonitor:
     """Runs the drivers' health checks and reports readings, debounced.
 
@@ -144,6 +203,8 @@ class HealthMonitor:
         self._thread = None
         self._probe_lock = threading.Lock()
         self._probes_requested = set()
+        # probe_now's callers (RPC threads) one at a time.
+        self._probe_now_lock = threading.Lock()
         self._log = _BackoffLog()
         # Owned by the monitor thread (or the caller of the *_once methods
         # when the thread is not running).
@@ -152,6 +213,9 @@ class HealthMonitor:
         self._full_wanted = True
         self._watched = set()    # device keys that have metric labels
         self._clock_labels = {}  # device key -> clock event reasons labelled
+        self._calls = {}         # driver name -> its _Call not settled
+        self._late = {}          # driver name -> a check done after its round
+        self._probes_due = {}    # device key -> when its probe was asked
         # For tests and logs.
         self.checks = 0
         self.reports_sent = 0
@@ -209,29 +273,131 @@ class HealthMonitor:
     # -- checks --------------------------------------------------------
 
     def check_once(self):
-        """One check round over all health-reporting drivers; changes are
-        queued for ``send_once``.  Returns the readings of this round."""
+        """One check round over all health-reporting drivers, each on its
+        own thread (see the module); changes are queued for
+        ``send_once``, and the re-probes due are answered from it.
+        Returns the readings of this round."""
         started = time.monotonic()
-        readings, checked = [], set()
         quiet = self.programming.quiet()
+        for call in [*self._calls.values(), *self._late.values()]:
+            call.quiet |= quiet
+        rounds = []
         for name, driver, devices in self._watched_drivers():
             if not isinstance(driver, base.HealthReporting):
                 continue
-            try:
-                found = driver.check_health(devices)
-            except Exception:
-                self._log.failed(name, 'Health check of driver %s failed; '
-                                 'skipping it this round', name,
-                                 exc_info=True)
-                continue
-            self._log.succeeded(name, 'Health check of driver %s works '
-                                'again', name)
-            readings.extend(self._held(found, devices, quiet))
-            checked.update(d.key() for d in devices)
+            call = self._settled(name)
+            late = self._late.pop(name, None)
+            if late is not None:
+                call = late
+            elif call is None:
+                call = self._calls[name] = _Call(
+                    name, 'check',
+                    functools.partial(driver.check_health, devices),
+                    devices)
+                call.quiet |= quiet
+            rounds.append((name, devices, call))
+        deadline = started + self._round_wait()
+        for _name, _devices, call in rounds:
+            call.wait(deadline)
+        readings, checked, outcomes = [], set(), {}
+        for name, devices, call in rounds:
+            status, found = self._outcome(name, devices, call)
+            if found is not None:
+                found = self._held(self._carried(found), devices,
+                                   call.quiet)
+                readings.extend(found)
+                # A late check read the devices known when it began.
+                read = {d.key() for d in (
+                    devices if status == 'stalled' else call.devices)}
+                checked.update(d.key() for d in devices if d.key() in read)
+            for device in devices:
+                outcomes[device.key()] = (device, status, call, found)
         metrics.AGENT_HEALTH_CHECK_SECONDS.observe(time.monotonic() - started)
         self.checks += 1
         self._record(readings, checked)
+        self._answer_probes(outcomes)
         return readings
+
+    def _round_wait(self):
+        health_conf = self.conf.health
+        return min(health_conf.check_timeout,
+                   max(health_conf.check_interval, _ROUND_WAIT))
+
+    def _settled(self, name):
+        """Driver ``name``'s call in flight, None when it has none: a call
+        that returned is settled first (a late check kept for the next
+        round, a late re-probe's verdicts queued, late usage dropped)."""
+        call = self._calls.get(name)
+        if call is None or not call.done():
+            return call
+        del self._calls[name]
+        if call.kind == 'check':
+            self._late[name] = call
+        elif call.kind == 'probe':
+            self._queue_verdicts(self._probe_outcome(call))
+        return None
+
+    def _outcome(self, name, devices, call):
+        """``(status, readings)`` of driver ``name``'s ``call`` in this
+        round: 'read' (the check's readings of ``devices``), 'failed'
+        (the check raised: none), 'late' (still running, or another kind
+        of call: none) or 'stalled' (running for longer than
+        [health]check_timeout: a "timed out" reading per device)."""
+        if not call.done():
+            running = time.monotonic() - call.started
+            if running < self.conf.health.check_timeout:
+                return 'late', None
+            self._log.failed(f'{name}.stalled', 'The %s call of driver %s '
+                             'has not returned for %.0f s; its devices read '
+                             '"timed out" until it does', call.kind, name,
+                             running)
+            return 'stalled', self._timed_out(name, devices, call)
+        if self._calls.get(name) is call:
+            del self._calls[name]
+        self._log.succeeded(f'{name}.stalled', 'The call of driver %s '
+                            'returned', name)
+        if call.kind != 'check':
+            if call.kind == 'probe':
+                self._queue_verdicts(self._probe_outcome(call))
+            return 'late', None
+        if call.error is not None:
+            self._log.failed(name, 'Health check of driver %s failed; '
+                             'skipping it this round', name,
+                             exc_info=call.error)
+            return 'failed', None
+        self._log.succeeded(name, 'Health check of driver %s works '
+                            'again', name)
+        keys = {d.key() for d in devices}
+        return 'read', [r for r in call.value if r.device in keys]
+
+    def _timed_out(self, name, devices, call):
+        """The readings of ``devices`` while driver ``name``'s ``call``
+        has not returned: transient (suspect, never taken for well), the
+        same at every round so that it is sent once."""
+        seconds = self.conf.health.check_timeout
+        what = {'check': 'health check', 'probe': 're-probe',
+                'usage': 'usage sampling'}[call.kind]
+        return [health.Reading(
+            device=d.key(), severity=states.TRANSIENT, source='agent',
+            code=base.CHECK_TIMEOUT,
+            reason=f'health check timed out: the {what} of driver {name} '
+                   f'has not returned within {seconds:g} s (stuck in the '
+                   f'driver or the hardware); the device is not watched')
+            for d in devices]
+
+    def _carried(self, found):
+        """``found``, plus, for each device that has a reading saying its
+        check read nothing (``base.CHECK_UNREAD``), the conditions it read
+        before that are not harmless: such a check is no clearing, so a
+        fault that still holds afterwards is not news (counted again),
+        and the full report keeps re-stating it."""
+        unread = {r.device for r in found if r.code in base.CHECK_UNREAD}
+        if not unread:
+            return found
+        return found + [
+            r for key, before in self._current.items() if key[0] in unread
+            for r in before if not r.harmless and not r.event
+            and r.code not in base.CHECK_UNREAD]
 
     def _held(self, found, devices, quiet):
         """``found`` with the readings of cards being programmed (or just
@@ -283,14 +449,29 @@ class HealthMonitor:
         self._set_healthy_gauges(readings)
 
     def _queue(self, reading):
+        """Queue ``reading`` for sending.  Past ``MAX_PENDING_PER_KEY``
+        unsent readings of its key (the conductor unreachable), one is
+        dropped: the least severe, the oldest of those, never the newest
+        (what holds now).  Dropping the oldest whatever its severity let
+        harmless readings (an application XID coming and going) push a
+        fatal XID out, and the full report after the outage only
+        re-states conditions: the conductor never heard of it."""
         key = reading_key(reading)
         self._pending.append(reading)
         same_key = [r for r in self._pending if reading_key(r) == key]
         if len(same_key) > MAX_PENDING_PER_KEY:
+            order = states.SEVERITIES
+            victim = min(same_key[:-1],
+                         key=lambda r: order.index(r.severity))
             LOG.warning('Conductor unreachable: dropping an unsent health '
-                        'reading of %s (%s).', reading.device,
-                        same_key[0].severity)
-            self._pending.remove(same_key[0])
+                        'reading of %s (%s %s).', reading.device,
+                        victim.severity, victim.code or '')
+            self._pending = [r for r in self._pending if r is not victim]
+
+    def _queue_verdicts(self, verdicts):
+        for verdict in verdicts:
+            metrics.AGENT_HEALTH_READINGS.labels(verdict.severity).inc()
+            self._queue(verdict)
 
     def _set_healthy_gauges(self, readings):
         healthy = {}
@@ -331,32 +512,135 @@ class HealthMonitor:
         self._wake.set()
 
     def probe_once(self):
-        """Run the requested probes; each verdict is queued for sending
-        whatever the last reading was.  Returns the verdicts."""
+        """Handle the requested probes; each verdict is queued for sending
+        whatever the last reading was.  A driver that keeps the default
+        ``probe`` is answered from its next check (``check_once``); an
+        active probe of a driver's own runs on the driver's thread, its
+        verdicts queued once it returns.  Returns the verdicts queued
+        now."""
+        return self._probe_requested(patient=False)
+
+    def probe_now(self, device_keys):
+        """Probe at once and send the verdicts (and any unsent before
+        them) at once, as a change: for an agent whose health watching is
+        off, so that no monitor thread runs (and no periodic check moves
+        what ``driver.probe`` reads).  The probe still runs on the
+        driver's thread: past [health]check_timeout its verdict is "timed
+        out".  True when the conductor took them."""
+        with self._probe_now_lock:
+            self.request_probe(device_keys)
+            self._probe_requested(patient=True)
+            return self._send(list(self._pending), full=False)
+
+    def _probe_requested(self, patient):
         with self._probe_lock:
             keys, self._probes_requested = self._probes_requested, set()
         if not keys:
             return []
         known = {d.key(): d for d in self._known_devices()}
-        verdicts = [verdict for key in sorted(keys)
-                    for verdict in self._probe(key, known.get(key))]
-        for verdict in verdicts:
-            metrics.AGENT_HEALTH_READINGS.labels(verdict.severity).inc()
-            self._queue(verdict)
+        verdicts = []
+        for key in sorted(keys):
+            device = known.get(key)
+            found = self._probe_at_once(key, device)
+            if found is not None:
+                verdicts.extend(found)
+                continue
+            name = agent_reporter.driver_of(device)
+            driver = self.drivers[name]
+            if base.default_probe(driver) and not patient:
+                self._probes_due.setdefault(key, time.monotonic())
+                continue
+            verdicts.extend(self._active_probe(key, device, name, driver,
+                                               patient))
+        self._queue_verdicts(verdicts)
         return verdicts
 
-    def probe_now(self, device_keys):
-        """Probe on the caller's thread and send the verdicts (and any
-        unsent before them) at once, as a change: for an agent whose
-        health watching is off, so that no monitor thread runs.  True when
-        the conductor took them."""
-        self.request_probe(device_keys)
-        self.probe_once()
-        return self._send(list(self._pending), full=False)
+    def _active_probe(self, key, device, name, driver, patient):
+        """``driver.probe(device)`` on the driver's thread: its verdicts
+        when it returns within a round (``patient``: within
+        [health]check_timeout, waiting first for a call in flight); else
+        none now (queued when it returns) or, past check_timeout, "timed
+        out"."""
+        timeout = self.conf.health.check_timeout
+        call = self._settled(name)
+        if call is not None and patient:
+            call.wait(call.started + timeout)
+            call = self._settled(name)
+        if call is not None:
+            if time.monotonic() - call.started >= timeout:
+                return base.probe_verdicts(
+                    device, self._timed_out(name, [device], call))
+            with self._probe_lock:      # busy: asked again next time
+                self._probes_requested.add(key)
+            return []
+        call = self._calls[name] = _Call(
+            name, 'probe', functools.partial(driver.probe, device),
+            [device])
+        call.key = key
+        wait = timeout if patient else self._round_wait()
+        if not call.wait(time.monotonic() + wait):
+            if patient:
+                return base.probe_verdicts(
+                    device, self._timed_out(name, [device], call))
+            return []
+        del self._calls[name]
+        return self._probe_outcome(call)
 
-    def _probe(self, key, device):
-        """The verdicts of one device's re-probe (none: the conductor's
-        probe timeout decides)."""
+    def _probe_outcome(self, call):
+        """The verdicts of a returned active probe ``call``."""
+        key = call.key
+        if call.error is not None:
+            LOG.error('Probe of %s failed', key, exc_info=call.error)
+            return [health.Reading(device=key, severity=states.FATAL,
+                                   reason=f'probe failed: {call.error}',
+                                   source='probe', code='probe:error')]
+        verdicts = call.value
+        if not isinstance(verdicts, list):
+            verdicts = [verdicts]     # a driver's one verdict
+        self._log_verdicts(key, verdicts)
+        return verdicts
+
+    @staticmethod
+    def _log_verdicts(key, verdicts):
+        for verdict in verdicts:
+            LOG.info('Probe of %s%s: %s %s', key,
+                     f' ({verdict.deployable})' if verdict.deployable
+                     else '', verdict.severity, verdict.reason)
+
+    def _answer_probes(self, outcomes):
+        """Answer the re-probes due from this round's ``outcomes`` (device
+        key -> (device, status, call, readings)): from a check begun after
+        the probe was asked; "failed" for a check that raised; kept for a
+        later round while the check is late."""
+        verdicts = []
+        for key, asked in sorted(self._probes_due.items()):
+            device, status, call, found = outcomes.get(
+                key, (None, None, None, None))
+            at_once = self._probe_at_once(key, device)
+            if at_once is not None:
+                verdicts.extend(at_once)
+            elif status == 'late' or (status in ('read', 'failed') and
+                                      call.started < asked):
+                continue
+            elif status == 'failed':
+                # Its traceback is logged with the check's failure.
+                LOG.error('Probe of %s: the check failed: %s', key,
+                          call.error)
+                verdicts.append(health.Reading(
+                    device=key, severity=states.FATAL,
+                    reason=f'probe failed: {call.error}', source='probe',
+                    code='probe:error'))
+            else:
+                found = base.probe_verdicts(device, found)
+                self._log_verdicts(key, found)
+                verdicts.extend(found)
+            del self._probes_due[key]
+        self._queue_verdicts(verdicts)
+
+    def _probe_at_once(self, key, device):
+        """The verdicts of a re-probe answered without the driver (none:
+        the conductor's probe timeout decides), or None when the driver
+        is to answer it."""
         if device is None:
             # A guess here (gone?) could be wrong while the first report
             # is still on its way.
@@ -387,20 +671,7 @@ class HealthMonitor:
             LOG.warning('Asked to probe %s, whose driver %s cannot tell '
                         'health; no verdict sent.', key, name)
             return []
-        try:
-            verdicts = driver.probe(device)
-        except Exception as exc:
-            LOG.exception('Probe of %s by driver %s failed', key, name)
-            return [health.Reading(device=key, severity=states.FATAL,
-                                   reason=f'probe failed: {exc}',
-                                   source='probe', code='probe:error')]
-        if not isinstance(verdicts, list):
-            verdicts = [verdicts]     # a driver's one verdict
-        for verdict in verdicts:
-            LOG.info('Probe of %s%s: %s %s', key,
-                     f' ({verdict.deployable})' if verdict.deployable
-                     else '', verdict.severity, verdict.reason)
-        return verdicts
+        return None
 
     # -- sending -------------------------------------------------------
 
@@ -463,18 +734,30 @@ class HealthMonitor:
         """Usage of the devices of drivers with ``usage()``: into the
         gauges, and one ``device.metrics`` notification per device when
         notifications are on.  Returns ``{device key: usage}``."""
-        sampled = {}
+        started = time.monotonic()
+        calls = []
         for name, driver, devices in self._watched_drivers():
             usage = getattr(driver, 'usage', None)
             if not callable(usage):
                 continue
-            try:
-                found = usage(devices)
-            except Exception:
-                self._log.failed(f'{name}.usage', 'Usage sampling of driver '
-                                 '%s failed', name, exc_info=True)
+            if self._settled(name) is not None:
+                LOG.debug('Driver %s is busy: no usage sample of it this '
+                          'time', name)
                 continue
-            for device, values in found.items():
+            call = self._calls[name] = _Call(
+                name, 'usage', functools.partial(usage, devices), devices)
+            calls.append((name, call))
+        sampled = {}
+        deadline = started + self._round_wait()
+        for name, call in calls:
+            if not call.wait(deadline):
+                continue        # dropped when it returns (_settled)
+            del self._calls[name]
+            if call.error is not None:
+                self._log.failed(f'{name}.usage', 'Usage sampling of driver '
+                                 '%s failed', name, exc_info=call.error)
+                continue
+            for device, values in call.value.items():
                 sampled[device] = dict(values, driver_name=name)
         for device, values in sampled.items():
             self._set_usage_gauges(device, values)

@@ -21,6 +21,16 @@ opts = [
                help='Agent: seconds between two full health reports (a '
                     'reading for every device), the safety net for a lost '
                     'change report.'),
+    cfg.FloatOpt('check_timeout', default=30.0, min=0.1,
+                 help='Agent: seconds a driver\'s health check (or its '
+                      're-probe, or usage sampling) may run before its '
+                      'devices are reported with a transient reading '
+                      '"health check timed out" (suspect, never taken '
+                      'for well) until it returns: NVML stuck on a '
+                      'wedged GPU, say. Each driver is checked on a '
+                      'thread of its own, so the other drivers\' '
+                      'devices are still checked and reported meanwhile; '
+                      'a check still running is not started again.'),
     # -- conductor: the state machine ---------------------------------
     cfg.IntOpt('suspect_threshold', default=3, min=1,
                help='Transient faults within suspect_window that make a '

@@ -141,6 +141,15 @@ class Partitionable(abc.ABC):
         function ``pci_address`` is created (a VF for SR-IOV vGPU)."""
 
 
+# The codes of readings that say a device's health check read nothing
+# (the check raised, or it has not finished within [health]check_timeout):
+# what the device read before is not taken for cleared, and the device is
+# not taken for well either (such a reading is transient).
+CHECK_FAILED = 'check:error'
+CHECK_TIMEOUT = 'check:timeout'
+CHECK_UNREAD = (CHECK_FAILED, CHECK_TIMEOUT)
+
+
 class HealthReporting(abc.ABC):
     """A device that can say whether it works (see ``cyborg.objects.health``
     and ``cyborg.common.states`` for the vocabulary).
@@ -158,27 +167,47 @@ class HealthReporting(abc.ABC):
         as last discovered): a list of ``health.Reading``, at least one per
         device, with the worst thing seen since the previous call (an event)
         or still true now (a condition).  Never raises for one device: a
-        device that cannot be read is a reading too."""
+        device that cannot be read is a reading too, never an ok one
+        (a check that failed for it: transient, code ``CHECK_FAILED``)."""
 
     def probe(self, device):
         """An active test of ``device`` before it is re-admitted; returns
         one ``health.Reading`` whose source is 'probe' (the verdict on the
         device), or a list: that verdict first, then its partitions'
-        faults.  The default asks ``check_health`` once more; drivers
-        that can exercise the device do more.
+        faults (``probe_verdicts``).  Drivers that can exercise the device
+        override it.
 
-        The verdict is the worst of the device's own readings: a
-        partition's fault is that partition's, and is sent beside the
-        verdict so that the device's good verdict does not re-admit it."""
-        found = self.check_health([device])
-        verdict = health.worst([r for r in found if r.deployable is None])
-        if verdict is None:
-            verdict = health.Reading(device=device.key(),
-                                     severity=states.OK)
-        partitions = [r for r in found if r.deployable is not None
-                      and r.severity not in states.HARMLESS]
-        return [dataclasses.replace(r, source='probe')
-                for r in [verdict] + partitions]
+        The default asks ``check_health`` once more.  The agent's health
+        monitor does not call it: it answers the re-probe of a driver
+        that keeps this default from its next periodic check, because a
+        check of its own in between would move what the checks compare
+        (counter baselines, drained XID events, the unbound count that
+        tolerates one check) and halve the tolerances they give.  It is
+        called where no periodic checks run (health watching off)."""
+        return probe_verdicts(device, self.check_health([device]))
+
+
+def probe_verdicts(device, found):
+    """A re-probe's verdicts on ``device`` from ``found``, the readings of
+    one check of it: the worst of the device's own readings (ok when there
+    are none), then its partitions' faults, all with source 'probe'.  A
+    partition's fault is that partition's, and is sent beside the verdict
+    so that the device's good verdict does not re-admit it."""
+    found = [r for r in found if r.device == device.key()]
+    verdict = health.worst([r for r in found if r.deployable is None])
+    if verdict is None:
+        verdict = health.Reading(device=device.key(), severity=states.OK)
+    partitions = [r for r in found if r.deployable is not None
+                  and r.severity not in states.HARMLESS]
+    return [dataclasses.replace(r, source='probe')
+            for r in [verdict] + partitions]
+
+
+def default_probe(driver):
+    """Whether ``driver`` answers re-probes with ``HealthReporting.probe``
+    (one more check), not an active test of its own."""
+    method = getattr(driver, 'probe', None)
+    return getattr(method, '__func__', None) is HealthReporting.probe
 
 
 class Preparable(abc.ABC):

@@ -35,7 +35,12 @@ timeout.  Its sources, each skipped for a GPU that answers
   working within its budget (an H200 running matrix products sits at its
   700 W cap): usage, not health;
 - ``NVML_ERROR_GPU_IS_LOST`` from any call: ``fatal``, the GPU has fallen
-  off the bus; its handle is dropped and looked up again next time.
+  off the bus; its handle is dropped and looked up again next time;
+- any other NVML error of a source (not "not supported"): a reading of
+  its own, the other sources still read.  ``NVML_ERROR_RESET_REQUIRED``
+  (what NVML answers after an uncontained ECC error, XID 95) is
+  ``fatal``: the GPU needs a reset; others (``NVML_ERROR_UNKNOWN``...)
+  are ``transient`` while they last.  Never an "all well".
 
 Errors that mean the session itself is broken (driver unloaded or
 reloaded, library mismatch) close it; the next check initialises NVML
@@ -79,6 +84,12 @@ _CODES = {
 # library or driver older than the query).
 _NO_MEMORY_V2 = ('FUNCTION_NOT_FOUND', 'ARGUMENT_VERSION_MISMATCH',
                  'NOT_SUPPORTED')
+# What each health source reads, for the reason of an NVML error.
+_SOURCE_NAMES = {
+    '_events': 'XID events', '_ecc': 'uncorrected ECC count',
+    '_retired_pages': 'retired pages', '_remapped_rows': 'remapped rows',
+    '_pcie_replays': 'PCIe replay counter', '_slowdown': 'clock events',
+}
 # Errors after which the session is closed and opened again.
 _SESSION_ERRORS = ('UNINITIALIZED', 'DRIVER_NOT_LOADED', 'LIBRARY_NOT_FOUND',
                    'LIB_RM_VERSION_MISMATCH')
@@ -110,6 +121,17 @@ _MILLIWATTS_PER_WATT = 1000.0
 
 class _Unsupported(Exception):
     """A source NVML does not support on this GPU."""
+
+
+class _Interrupted(Exception):
+    """An NVML error ``error`` while draining a GPU's events, after the
+    events in ``found`` were drained (they are not in the event set
+    any more: dropped with the error, they would never be reported)."""
+
+    def __init__(self, error, found):
+        super().__init__(error)
+        self.error = error
+        self.found = found
 
 
 class _Gpu:
@@ -294,37 +316,86 @@ class NvmlWatcher:
             self._close()
             return default
         LOG.warning('NVML cannot read GPU %s: %s', address, exc)
+        if isinstance(default, list):
+            return [self._error_reading(device, exc, ['the GPU'])]
         return default
+
+    def _error_reading(self, device, exc, what):
+        """The reading of an NVML error ``exc`` (not "not supported", "GPU
+        lost" or a broken session) answered to the queries of ``what``
+        (names, for people): never read as "all well".  A GPU that needs a
+        reset (an uncontained ECC error, XID 95, makes NVML answer
+        RESET_REQUIRED to every query after it) is ``fatal``; any other
+        error ``transient`` while it lasts (a condition: the GPU is
+        suspect, and out once that has lasted [health]max_suspect_time)."""
+        if self._is(exc, 'RESET_REQUIRED'):
+            return reading(device, states.FATAL, 'nvml',
+                           f'NVML answers "{exc}" to {", ".join(what)}: '
+                           f'the GPU needs a reset', 'nvml:reset_required')
+        return reading(device, states.TRANSIENT, 'nvml',
+                       f'NVML cannot read {", ".join(what)}: {exc}',
+                       'nvml:error')
 
     # -- health ------------------------------------------------------------
 
     def check(self, device, counters):
         """Readings of ``device`` (a GPU ``DriverDevice``) from NVML,
         adding its NVML counters to ``counters``; [] when NVML has nothing
-        to say (all well, or not an NVML GPU)."""
+        to say (all well, or not an NVML GPU).
+
+        Each source is read on its own: an NVML error of one (other than
+        "not supported", which skips it) is a reading of its own
+        (``_error_reading``) and the others are still read, so that what
+        they found (XIDs already drained from the event set) is kept.  A
+        GPU lost or a broken session ends the check with what was read
+        so far."""
+        found = []
+
         def sources(gpu):
-            found = self._events(device, gpu, counters)
-            for source in (self._ecc, self._retired_pages,
+            errors = {}                  # NVML error code -> (error, what)
+            for source in (self._events, self._ecc, self._retired_pages,
                            self._remapped_rows, self._pcie_replays,
                            self._slowdown):
                 try:
                     found.extend(source(device, gpu, counters))
                 except _Unsupported:
                     pass
-            return found
-        return self._guarded(device, sources, [])
+                except _Interrupted as interrupted:
+                    found.extend(interrupted.found)
+                    self._source_failed(interrupted.error, source, errors)
+                except self._error as exc:
+                    self._source_failed(exc, source, errors)
+            for exc, what in errors.values():
+                LOG.warning('NVML cannot read the %s of GPU %s: %s',
+                            ', '.join(what),
+                            device.controlpath_id.cpid_info, exc)
+                found.append(self._error_reading(device, exc, what))
+            return []
+        failed = self._guarded(device, sources, [])
+        return found + failed
+
+    def _source_failed(self, exc, source, errors):
+        """Note NVML error ``exc`` of ``source`` in ``errors`` (one reading
+        per error, naming every source that got it); a GPU lost or a
+        broken session is raised on, for ``_guarded``."""
+        if self._is(exc, 'GPU_IS_LOST', *_SESSION_ERRORS):
+            raise exc
+        what = _SOURCE_NAMES.get(source.__name__, source.__name__)
+        errors.setdefault(getattr(exc, 'value', str(exc)),
+                          (exc, []))[1].append(what)
 
     def _events(self, device, gpu, counters):
         if gpu.events is None:
             return []
         seen = collections.Counter()
+        failure = None
         for _ in range(MAX_EVENTS):
             try:
                 data = self._nvml.nvmlEventSetWait(gpu.events, 0)
             except self._error as exc:
-                if self._is(exc, 'TIMEOUT'):
-                    break
-                raise
+                if not self._is(exc, 'TIMEOUT'):
+                    failure = exc
+                break
             event = self._event(device, data)
             if event is not None:
                 seen[event] += 1
@@ -335,6 +406,8 @@ class NvmlWatcher:
                 reason += f' (x{count})'
             found.append(reading(device, severity, 'nvml', reason, code,
                                  deployable=deployable, event=True))
+        if failure is not None:
+            raise _Interrupted(failure, found)
         return found
 
     def _event(self, device, data):

@@ -26,7 +26,10 @@ bases.  For each device it reads, under ``<sysfs_root>/bus/pci/devices/
   without AER statistics (no AER capability, old kernels) skip this source.
 
 Drivers add sources of their own by overriding ``more_health`` (NVML,
-FPGA error registers); it is not called for a function that is gone.
+FPGA error registers); it is not called for a function that is gone.  A
+check that raises for a device keeps what it read before the error and
+adds a ``transient`` reading "health check failed" (``base.CHECK_FAILED``):
+never an ``ok`` one, which would clear the device's fault.
 """
 
 import os
@@ -173,16 +176,24 @@ class PCIHealth(base.HealthReporting):
 
     def _device_health(self, device):
         counters = {}
+        found = []
         try:
-            found = self._pci_readings(device, counters)
+            found.extend(self._pci_readings(device, counters))
             if not any(r.severity == states.GONE for r in found):
                 found.extend(self.more_health(device, counters))
         except Exception as exc:
-            # A bug of ours, not a fault of the device: say so on an ok
-            # reading rather than take a working device out.
+            # Maybe a bug of ours, maybe the device: either way this check
+            # read nothing more of it.  Not an ok reading, which would
+            # clear a fault it still has (and start its re-admission):
+            # a transient one that says so (base.CHECK_FAILED), which the
+            # agent sends beside what the device read before.  What was
+            # read before the failure (an AER event) is kept.
             LOG.exception('Health check of %s failed', device.key())
-            found = [reading(device, states.OK, 'pci',
-                             f'health check failed: {exc}', 'check:error')]
+            found.append(reading(
+                device, states.TRANSIENT, 'pci',
+                f'health check failed ({type(exc).__name__}; see the '
+                f'agent\'s log): the device is not watched',
+                base.CHECK_FAILED))
         for each in found:
             each.counters = {**counters, **each.counters}
         if not any(each.deployable is None for each in found):

@@ -1,0 +1,72 @@
+"""Health readings the agent could not send while the conductor was down,
+against the real conductor (fake:// RPC, real Placement): the readings
+kept are bounded per device, and what is dropped is what matters least."""
+
+import json
+
+import sqlalchemy as sa
+
+from cyborg.agent import health as agent_health
+from cyborg.agent import reporter as agent_reporter
+from cyborg.common import states
+from cyborg.conductor import rpcapi as conductor_rpcapi
+from cyborg.db import models
+from cyborg.drivers import fake
+from cyborg.drivers import loader
+from tests.fixtures import sysfs as fake_sysfs
+
+HOST = fake_sysfs.HOST
+
+
+def _device(engine):
+    with engine.connect() as c:
+        return c.execute(sa.select(models.Device.health,
+                                   models.Device.health_reason)
+                         .where(models.Device.hostname == HOST)).one()
+
+
+def _inject(conf, **values):
+    with open(fake.health_file(conf), 'w') as f:
+        json.dump(values, f)
+
+
+def test_a_fatal_fault_outlasts_harmless_readings_of_an_outage(
+        conf, tmp_path, conductor):
+    """At most 16 unsent readings were kept per device, the oldest dropped
+    whatever its severity: an application error coming and going while
+    the conductor was down pushed the fatal fault out, and the full report
+    after the outage only said what held then (ok): the device stayed
+    healthy."""
+    conf.set_override('state_path', str(tmp_path / 'state'))
+    conf.set_override('enabled_drivers', ['fake_driver'], 'agent')
+    drivers = loader.load_drivers(conf, HOST)
+    api = conductor_rpcapi.ConductorAPI(conf, timeout=1)
+    reporter = agent_reporter.Reporter(conf, HOST, drivers,
+                                       conductor_api=api)
+    reporter.report_now()
+    monitor = agent_health.HealthMonitor(conf, HOST, drivers,
+                                         reporter.known_devices,
+                                         conductor_api=api)
+    monitor.check_once()
+    assert monitor.send_once()
+    assert _device(conductor.engine).health == states.HEALTHY
+
+    conductor.stop()
+    _inject(conf, severity='fatal', reason='XID 48: double bit ECC',
+            code='xid:48')
+    # No send is tried meanwhile: one that times out may still be
+    # delivered once the conductor is back (fake:// keeps the message).
+    monitor.check_once()
+    for _ in range(agent_health.MAX_PENDING_PER_KEY):
+        _inject(conf, severity='application', reason='XID 13: app',
+                code='xid:13')
+        monitor.check_once()
+        _inject(conf, severity='ok')
+        monitor.check_once()
+    assert len(monitor._pending) == agent_health.MAX_PENDING_PER_KEY
+
+    conductor.start()
+    monitor._full_wanted = True
+    assert monitor.send_once()
+    assert tuple(_device(conductor.engine)) == (
+        states.UNHEALTHY, 'XID 48: double bit ECC')
