@@ -875,34 +875,86 @@ def _bind_remote(conf, context, batch_id, job, deadline):
     """Bind one ARQ to a remote pool: take a free handle (committed, so a
     concurrent unbind finds and detaches it), attach it to the host through
     the pool's fabric driver, then end Bound with the driver's answer.
-    An attach that fails, or a bind lost meanwhile, is detached again;
-    where the fabric refuses that detach, the handle is kept out of use
-    (``_keep_attached``)."""
+    The attach has until the bind's deadline, less the time its undo may
+    take (``remote_pools.attach_seconds``): a fabric manager that does not
+    answer fails the bind rather than hold this worker.  An attach that
+    fails, did not answer, or whose bind was lost meanwhile, is detached
+    again; where the fabric refuses (or does not answer) that detach, the
+    handle is kept out of use (``_keep_attached``)."""
     handle = db_api.write_retrying(context, _take_remote_in, context, job)
     try:
-        info = remote_pools.attach(conf, job, handle)
+        info = remote_pools.attach(
+            conf, job['remote'], handle, job['hostname'],
+            job['instance_uuid'], remote_pools.attach_seconds(conf, deadline))
         db_api.write_retrying(context, _finish_remote, conf, context,
                               batch_id, job, handle, info, deadline)
+    except remote_pools.NotAttached:
+        raise   # the fabric was asked nothing: the failure frees the handle
     except Exception:
-        if not _undo_attach(conf, context, job, handle):
+        if not _undo_attach(conf, context, job, handle, deadline):
             _keep_attached(conf, context, job, handle)
         raise
     return _RemoteBound(handle.uuid, states.FABRIC, json.dumps(info))
 
 
-def _undo_attach(conf, context, job, handle):
+def _undo_attach(conf, context, job, handle, deadline):
     """Detach what this bind attached, unless another bind holds the
     handle for the same host (unbound meanwhile, and bound again to the
     same handle there: the attachment is that bind's now).  A holder on
     another host has, or will have, its own attachment: this bind's would
-    be left behind.  False when the fabric refused the detach."""
-    holder = pool_db.holder(context, handle.id)
-    if (holder is not None and (holder.bind_id or '') != job['bind_id']
-            and holder.hostname == job['hostname']):
+    be left behind.  False when the fabric refused the detach (or did not
+    answer it).
+
+    A bind for the same host may take the handle once it was read free
+    (or this bind's, its ARQ released since), and attach (finding it
+    attached there already) before this detach lands: it would end Bound
+    with nothing attached.  The holder is read again once the fabric
+    detached, and such a bind's attachment made again, as ``_undo_mdev``
+    makes an mdev again."""
+    if _sharing_holder(context, job, handle) is not None:
         LOG.info('Leaving %s attached to %s for the bind that holds it now',
                  handle.fabric_address, job['hostname'])
         return True
-    return _detach_quietly(conf, job, handle)
+    if not _detach_quietly(conf, job, handle, deadline):
+        return False
+    holder = _sharing_holder(context, job, handle)
+    if holder is not None:
+        _attach_again(conf, context, job, handle, holder, deadline)
+    return True
+
+
+def _sharing_holder(context, job, handle):
+    """The holder of ``handle`` (``pool_db.holder``) when it is another
+    bind than the job's, for the job's host; else None."""
+    holder = pool_db.holder(context, handle.id)
+    if (holder is not None and (holder.bind_id or '') != job['bind_id']
+            and holder.hostname == job['hostname']):
+        return holder
+    return None
+
+
+def _attach_again(conf, context, job, handle, holder, deadline):
+    """Attach again, for the bind ``holder``, a handle this bind's undo
+    detached from under it.  Should that bind have let it go by the time
+    the fabric attached it, the attachment is this undo's to leave: the
+    handle is kept out of use for the reconcile (``_keep_attached``)."""
+    LOG.info('%s was detached from %s while another bind took it there; '
+             'attaching it again for that bind', handle.fabric_address,
+             job['hostname'])
+    try:
+        remote_pools.attach(conf, job['remote'], handle, holder.hostname,
+                            holder.instance_uuid,
+                            remote_pools.undo_seconds(conf, deadline))
+    except Exception as e:  # noqa: BLE001 - reported; nothing else to do
+        LOG.error('%s was detached from %s under the bind %s of instance '
+                  '%s, which holds it, and could not be attached again '
+                  '(%s): unbind and bind that instance\'s accelerator '
+                  'request again', handle.fabric_address, job['hostname'],
+                  holder.bind_id, holder.instance_uuid, e)
+        return
+    now = pool_db.holder(context, handle.id)
+    if now is None or now.bind_id != holder.bind_id:
+        _keep_attached(conf, context, job, handle)
 
 
 def _take_remote_in(context, job):
@@ -930,17 +982,16 @@ def _finish_remote(conf, context, batch_id, job, handle, info, deadline):
                 _due(conf, deadline))
 
 
-def _detach_quietly(conf, job, handle):
+def _detach_quietly(conf, job, handle, deadline):
     """Undo an attach whose bind did not end Bound (the driver's detach
-    is idempotent); False, logged, when the fabric refused."""
-    from cyborg.fabric import base as fabric_base
-    from cyborg.fabric import loader as fabric_loader
-
+    is idempotent), within ``remote_pools.undo_seconds``; False, logged,
+    when the fabric refused, or did not answer in that time."""
     try:
-        fabric_loader.get(conf, job['remote']['fabric_driver']).detach(
-            fabric_base.FabricHandle(handle.uuid, handle.fabric_address,
-                                     job['remote']['pool_name']),
-            job['hostname'], job['instance_uuid'])
+        remote_pools.detach(conf, remote_pools.job_pool(job), handle.uuid,
+                            handle.fabric_address, job['hostname'],
+                            job['instance_uuid'],
+                            seconds=remote_pools.undo_seconds(conf,
+                                                              deadline))
     except Exception as e:  # noqa: BLE001 - the handle is kept out of use
         LOG.warning('Could not detach %s from %s after a failed bind (%s); '
                     'the handle stays out of use until a retry succeeds',

@@ -34,8 +34,8 @@ JOBS = (
     # Remove vanished hardware whose allocations ended, soon after.
     ('drop_released_gone', 'gone_check_interval',
      'cyborg.conductor.placement_sync:drop_released_gone'),
-    # Re-sync remote pools' sharing providers and retry the fabric
-    # detaches that failed.
+    # Re-sync remote pools' sharing providers, retry the fabric detaches
+    # that failed and remove the providers of pools that are gone.
     ('reconcile_remote_pools', 'reconcile_interval',
      'cyborg.conductor.remote_pools:reconcile'),
     # Fail ARQs left in BindStarted past [DEFAULT]bind_timeout (a conductor

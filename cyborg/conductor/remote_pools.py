@@ -21,7 +21,10 @@ instance's host; unbinding and deleting the ARQ detach it before the
 handle is freed.  A detach the fabric refuses leaves the handle out of use
 (``detach_failed`` in its attach_info, with the host it stays attached
 to) until the periodic ``reconcile_remote_pools`` succeeds in detaching
-it.
+it.  Every driver call has a deadline (``cyborg.fabric.calls``): one the
+fabric does not answer in time counts as refused, an attach as done.
+The reconcile also removes the providers of pools that are gone
+(``remove_orphans``).
 
 Like every Placement write of the conductor, none happens inside a
 database transaction: registration writes the rows, syncs the provider,
@@ -29,6 +32,7 @@ then records the sync; deletion marks the pool ``deleting`` (no new binds)
 while its provider goes.
 """
 
+import collections
 import json
 import uuid as uuidlib
 
@@ -38,9 +42,12 @@ from oslo_log import log as logging
 from cyborg.common import exception
 from cyborg.common import states
 from cyborg.db import api as db_api
+from cyborg.db.api import clock as clock_db
 from cyborg.db.api import remote_pools as pool_db
 from cyborg.fabric import base as fabric_base
+from cyborg.fabric import calls as fabric_calls
 from cyborg.fabric import loader as fabric_loader
+from cyborg.objects import clock as objects_clock
 from cyborg.objects import inventory
 from cyborg.placement import client as placement_client
 from cyborg.placement import provider_tree
@@ -54,6 +61,9 @@ DETACH_FAILED = 'detach_failed'
 # written once its bind is Bound, and a bind cut short before that (its
 # conductor died, its ARQ deleted meanwhile) attached it all the same.
 ATTACHED_HOST = 'hostname'
+
+# A pool as a fabric call needs it (``job_pool``).
+_PoolRef = collections.namedtuple('_PoolRef', 'name fabric_driver')
 
 
 def provider_name(pool_name):
@@ -274,8 +284,9 @@ def _remove_provider(conf, pool):
 
 def reconcile(conf, context):
     """Periodic: re-sync every active pool's provider (drift made by hand
-    is repaired, a registration's sync cut short is finished) and retry
-    the detaches the fabric refused.  Returns the number of pools
+    is repaired, a registration's sync cut short is finished), retry the
+    detaches the fabric refused, and remove the providers of pools that
+    are gone (``remove_orphans``).  Returns the number of pools
     synced."""
     synced = 0
     for pool in pool_db.get_all(context):
@@ -290,7 +301,62 @@ def reconcile(conf, context):
         except exception.PlacementError as e:
             LOG.warning('Remote pool %s: Placement sync failed: %s',
                         pool.name, e)
+    try:
+        remove_orphans(conf, context)
+    except exception.PlacementError as e:
+        LOG.warning('Could not look for the providers of remote pools that '
+                    'are gone: %s', e)
     return synced
+
+
+def _pool_provider(provider):
+    """Whether a provider (Placement's dict, found by the pool providers'
+    traits) is one cyborg made for a remote pool: a root named
+    ``remote_pool_<name>`` whose uuid is derived from that name."""
+    name = provider['name']
+    return (name.startswith(PROVIDER_PREFIX)
+            and provider.get('parent_provider_uuid') is None
+            and provider['uuid'] == inventory.provider_uuid(name))
+
+
+def remove_orphans(conf, context):
+    """Remove from Placement the providers of remote pools that no pool
+    row names any more (a registration whose undo could not reach
+    Placement, a sync that removed its provider too late, a conductor
+    that died between the two), which Placement would offer still:
+    Nova would schedule onto a pool cyborg cannot bind.  One that still
+    has allocations is left, and logged, until they go.  Returns how many
+    were removed.
+
+    The providers are listed first, then the pools read: a pool writes its
+    row before its provider, so a provider listed has its row read unless
+    the pool went.  Each is checked again just before it goes, against a
+    registration under the same name adopting it meanwhile."""
+    client = placement_client.get_client(conf)
+    found = [p for p in client.list_providers_with_traits(
+        {states.SHARES_VIA_AGGREGATE, provider_tree.OWNER_TRAIT})
+        if _pool_provider(p)]
+    if not found:
+        return 0
+    named = pool_db.by_rp_uuids(context, [p['uuid'] for p in found])
+    removed = 0
+    for provider in found:
+        if (provider['uuid'] in named or
+                pool_db.get(context, rp_uuid=provider['uuid']) is not None):
+            continue
+        try:
+            gone = client.delete_provider(provider['uuid'])
+        except placement_client.ProviderInUse as e:
+            LOG.warning('The provider %s (%s) of a remote pool that no '
+                        'longer exists is left in Placement while it has '
+                        'allocations: %s', provider['name'],
+                        provider['uuid'], e)
+            continue
+        if gone:
+            removed += 1
+            LOG.info('Removed the provider %s (%s) of a remote pool that no '
+                     'longer exists', provider['name'], provider['uuid'])
+    return removed
 
 
 def quarantined(handle):
@@ -384,40 +450,111 @@ def _handle(pool_name, handle_uuid, fabric_address):
                                     pool_name=pool_name)
 
 
-def attach(conf, job, handle):
-    """Attach a taken ``handle`` (id, uuid, fabric_address) for the bind
-    ``job``; returns the handle's new attach_info (a dict: the address,
-    the instance, and what the driver answered)."""
-    remote = job['remote']
-    driver = fabric_loader.get(conf, remote['fabric_driver'])
+class NotAttached(exception.BindFailed):
+    """A bind that did not ask the fabric to attach (no time left, or
+    the driver's earlier calls still unanswered): its handle has nothing
+    to undo."""
+
+
+def attach_seconds(conf, deadline):
+    """Seconds a bind's attach has: the time left until the bind's
+    ``deadline``, less what undoing an attach that did not answer may
+    take (``[fabric]detach_timeout``, at most half of what is left), so
+    that such a bind still ends, undone, by its deadline."""
+    left = (deadline - clock_db.utcnow()).total_seconds()
+    return left - min(conf.fabric.detach_timeout, left / 2)
+
+
+def undo_seconds(conf, deadline):
+    """Seconds a fabric call undoing a bind's attach has:
+    ``[fabric]detach_timeout``, no later than the bind's ``deadline``
+    (``calls.LEAST_WAIT`` at the least)."""
+    left = (deadline - clock_db.utcnow()).total_seconds()
+    return max(min(conf.fabric.detach_timeout, left), fabric_calls.LEAST_WAIT)
+
+
+def release_seconds(conf, context):
+    """Seconds a release's detach has: ``[fabric]detach_timeout``, less
+    where the caller (the API) stops waiting sooner, leaving the release
+    the time to record what happened (as an mdev removal does)."""
+    from cyborg.conductor import arq_binding
+
+    wait = conf.fabric.detach_timeout
+    answer_by = getattr(context, 'answer_by', None)
+    if answer_by is not None:
+        wait = min(wait, answer_by - objects_clock.reference.now()
+                   - arq_binding.MDEV_ANSWER_MARGIN)
+    return max(wait, fabric_calls.LEAST_WAIT)
+
+
+def attach(conf, remote, handle, hostname, instance_uuid, seconds):
+    """Attach a taken ``handle`` (id, uuid, fabric_address) of the pool
+    ``remote`` (a bind job's: pool_name, fabric_driver) to ``hostname``
+    for ``instance_uuid``, waiting ``seconds`` at most; returns the
+    handle's new attach_info (a dict: the address, the instance, and what
+    the driver answered).
+
+    BindFailed when the fabric refused, or did not answer in time (what
+    it did is unknown then: the caller detaches); NotAttached when it was
+    not asked."""
+    driver_name = remote['fabric_driver']
+    what = (f"{handle.fabric_address} of remote pool {remote['pool_name']} "
+            f"to {hostname}")
+    if seconds <= 0:
+        raise NotAttached(reason=f'bind timed out before the fabric was '
+                                 f'asked to attach {what}')
+    driver = fabric_loader.get(conf, driver_name)
     try:
-        answer = driver.attach(
+        answer = fabric_calls.call(
+            driver, 'attach',
             _handle(remote['pool_name'], handle.uuid, handle.fabric_address),
-            job['hostname'], job['instance_uuid'])
+            hostname, instance_uuid, seconds)
+    except fabric_calls.Busy as e:
+        LOG.warning('The %s fabric was not asked to attach %s: %s',
+                    driver_name, what, e)
+        raise NotAttached(reason=f'the {driver_name} fabric was not asked '
+                                 f'to attach {what}: {e}') from e
+    except fabric_calls.Unanswered as e:
+        LOG.warning('The %s fabric driver did not answer the attach of %s '
+                    'within %s s; taken for attached, it is undone',
+                    driver_name, what,
+                    fabric_calls.seconds_text(e.seconds))
+        raise exception.BindFailed(
+            reason=f'the {driver_name} fabric driver did not answer the '
+                   f'attach of {what} within '
+                   f'{fabric_calls.seconds_text(e.seconds)} s') from e
     except Exception as e:
         # The driver's text is the bind's failure reason (FabricDriver):
         # the fabric's refusal, not an internal error of ours.
-        LOG.warning('The %s fabric did not attach %s to %s: %s',
-                    remote['fabric_driver'], handle.fabric_address,
-                    job['hostname'], e)
+        LOG.warning('The %s fabric did not attach %s: %s', driver_name,
+                    what, e)
         raise exception.BindFailed(
-            reason=f"the {remote['fabric_driver']} fabric did not attach "
-                   f"{handle.fabric_address} of remote pool "
-                   f"{remote['pool_name']} to {job['hostname']}: "
+            reason=f"the {driver_name} fabric did not attach {what}: "
                    f"{e or type(e).__name__}") from e
     info = {str(k): str(v) for k, v in (answer or {}).items()}
     info.update(fabric_address=handle.fabric_address,
-                instance_uuid=job['instance_uuid'])
+                instance_uuid=instance_uuid)
     return info
 
 
+def job_pool(job):
+    """The pool of a bind ``job`` as ``detach`` takes it."""
+    return _PoolRef(job['remote']['pool_name'],
+                    job['remote']['fabric_driver'])
+
+
 def detach(conf, pool, handle_uuid, fabric_address, hostname,
-           instance_uuid):
-    """Detach a handle through the pool's driver (raises when the fabric
-    refuses)."""
+           instance_uuid, seconds=None):
+    """Detach a handle through the pool's driver (``pool``: a row, or
+    ``job_pool``), waiting ``seconds`` (``[fabric]detach_timeout`` when
+    None) at most.  Raises when the fabric refused, did not answer in
+    time or was not asked (``cyborg.fabric.calls``): the handle is then
+    attached still, as far as cyborg knows."""
     driver = fabric_loader.get(conf, pool.fabric_driver)
-    driver.detach(_handle(pool.name, handle_uuid, fabric_address), hostname,
-                  instance_uuid)
+    fabric_calls.call(
+        driver, 'detach', _handle(pool.name, handle_uuid, fabric_address),
+        hostname, instance_uuid,
+        conf.fabric.detach_timeout if seconds is None else seconds)
 
 
 def detach_for_release(conf, context, rows):
@@ -441,7 +578,8 @@ def detach_for_release(conf, context, rows):
         host = handle.hostname or row.hostname
         try:
             detach(conf, pool, handle.uuid, handle.fabric_address, host,
-                   row.instance_uuid)
+                   row.instance_uuid, seconds=release_seconds(conf,
+                                                              context))
         except Exception as e:  # noqa: BLE001 - kept out of use, retried
             LOG.warning('Remote pool %s: detaching %s from %s failed (%s); '
                         'the handle stays out of use until a retry '

@@ -5,8 +5,16 @@ address, to a compute host, and disconnects it again: an NVMe-oF driver
 would ask the target to export the namespace to the host's NQN, a
 composable-infrastructure driver would ask the fabric manager to compose
 the GPU into the host.  The conductor calls it outside any database
-transaction, on the bind worker's thread for ``attach`` and before the
-handle is freed for ``detach``.
+transaction, for a bind (``attach``) and before the handle is freed
+(``detach``), each call on a thread of its own (``cyborg.fabric.calls``)
+with a deadline: an attach has the bind's time (``[DEFAULT]bind_timeout``
+from the bind's start, less what undoing it may take), a detach
+``[fabric]detach_timeout``.  Past it the conductor stops waiting: an
+attach is taken for done and detached again, a detach for refused (the
+handle stays out of use until the reconcile's retry works).  The call is
+not stopped, though, and may still land: a driver should give up on its
+own before its deadline (its fabric manager's request timeouts), and
+answer with an exception rather than hang.
 """
 
 import abc

@@ -8,12 +8,16 @@ and appends every call to ``journal.jsonl``, one JSON object a line
 can check what the conductor asked of the fabric.  Like a real fabric it
 refuses to attach an address that is attached to another host.  A file
 named ``fail_attach`` (``fail_detach``) in the directory makes every
-attach (detach) fail, to test what follows a fabric's refusal.
+attach (detach) fail, to test what follows a fabric's refusal.  While a
+file named ``hang`` is there, every call (journaled first) waits without
+answering, like a fabric manager that hangs; once it is removed, the
+calls go on and do what they were asked.
 """
 
 import json
 import os
 import threading
+import time
 
 from cyborg.fabric import base
 
@@ -21,6 +25,9 @@ JOURNAL = 'journal.jsonl'
 ATTACHED = 'attached.json'
 FAIL_ATTACH = 'fail_attach'
 FAIL_DETACH = 'fail_detach'
+HANG = 'hang'
+# Seconds between two looks, while hanging, for ``hang`` gone.
+HANG_POLL = 0.05
 
 
 class FakeFabricError(Exception):
@@ -42,8 +49,9 @@ class FakeFabricDriver(base.FabricDriver):
 
     def attach(self, handle, hostname, instance_uuid):
         path = self._dir()
+        self._journal(path, 'attach', handle, hostname, instance_uuid)
+        self._hang(path)
         with self._lock:
-            self._journal(path, 'attach', handle, hostname, instance_uuid)
             if os.path.exists(os.path.join(path, FAIL_ATTACH)):
                 raise FakeFabricError('the fake fabric refused to attach '
                                       '%s' % handle.fabric_address)
@@ -62,8 +70,9 @@ class FakeFabricDriver(base.FabricDriver):
 
     def detach(self, handle, hostname, instance_uuid):
         path = self._dir()
+        self._journal(path, 'detach', handle, hostname, instance_uuid)
+        self._hang(path)
         with self._lock:
-            self._journal(path, 'detach', handle, hostname, instance_uuid)
             if os.path.exists(os.path.join(path, FAIL_DETACH)):
                 raise FakeFabricError('the fake fabric refused to detach '
                                       '%s' % handle.fabric_address)
@@ -74,12 +83,17 @@ class FakeFabricDriver(base.FabricDriver):
                 self._write(path, attached)
 
     @staticmethod
-    def _journal(path, op, handle, hostname, instance_uuid):
+    def _hang(path):
+        while os.path.exists(os.path.join(path, HANG)):
+            time.sleep(HANG_POLL)
+
+    @classmethod
+    def _journal(cls, path, op, handle, hostname, instance_uuid):
         line = json.dumps({'op': op, 'fabric_address': handle.fabric_address,
                            'handle': handle.uuid, 'pool': handle.pool_name,
                            'hostname': hostname,
                            'instance_uuid': instance_uuid})
-        with open(os.path.join(path, JOURNAL), 'a') as journal:
+        with cls._lock, open(os.path.join(path, JOURNAL), 'a') as journal:
             journal.write(line + '\n')
 
     @staticmethod

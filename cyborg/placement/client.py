@@ -343,6 +343,19 @@ class PlacementClient:
         resp = self._request('GET', f'/allocations/{consumer_uuid}')
         return resp.json()['allocations']
 
+    def list_providers_with_traits(self, required):
+        """Every provider that has all the traits ``required`` (dicts,
+        each with its ``name``, ``uuid`` and ``parent_provider_uuid``);
+        empty when Placement does not know one of them."""
+        try:
+            resp = self._request('GET', '/resource_providers?required=' +
+                                 ','.join(_q(t) for t in sorted(required)))
+        except exception.PlacementError as exc:
+            if unknown_names(exc):
+                return []
+            raise
+        return resp.json()['resource_providers']
+
     # -- allocations of our own (standalone ARQs) ---------------------------
 
     def allocation_candidates(self, query):

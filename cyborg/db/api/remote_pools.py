@@ -70,10 +70,11 @@ def holders(context, pool_id):
 
 @reader
 def holder(context, handle_id):
-    """(bind_id, hostname) of the ARQ holding the handle (its bind, the
-    host it binds for), or None when none does."""
+    """(bind_id, hostname, instance_uuid) of the ARQ holding the handle
+    (its bind, the host and instance it binds for), or None when none
+    does."""
     return _sql.connection(context).execute(
-        sa.select(_ARQ.bind_id, _ARQ.hostname)
+        sa.select(_ARQ.bind_id, _ARQ.hostname, _ARQ.instance_uuid)
         .where(_ARQ.remote_handle_id == handle_id)).first()
 
 
