@@ -1,4 +1,5 @@
-"""quota_locks.generation; ARQ and quota project ids compared exactly
+"""quota_locks.generation; project ids, pool names, fabric addresses and
+attribute keys compared exactly
 
 Revision ID: c3f1a7d92e58
 Revises: 9a4c6e8b1d3f
@@ -13,12 +14,15 @@ now moves ``generation`` on.  A column with a server default: the
 previous release runs on the expanded schema unchanged (its lock still
 works on a single server, and leaves the column as it is).
 
-On MariaDB and MySQL the project ids of ARQs and of the quota locks are
-compared exactly (binary collation, ``cyborg.db.models.EXACT_NAME``), as
-they are on SQLite and PostgreSQL: a project ``DEMO`` was charged for,
-and saw, the ARQs of ``demo``.  The unique key on ``quota_locks`` cannot
-fail on rows already there (ids equal under the binary collation were
-equal under the old one).  The ARQ table is rebuilt for it on MariaDB
+On MariaDB and MySQL the project ids of ARQs and of the quota locks,
+the names of remote pools, the fabric addresses of their handles and the
+keys of attributes are compared exactly (binary collation,
+``cyborg.db.models.EXACT_NAME``), as they are on SQLite and PostgreSQL:
+a project ``DEMO`` was charged for, and saw, the ARQs of ``demo``;
+``DELETE /v2/remote_pools/GPU-x`` deleted the pool ``Gpu-x``; a pool
+could not have handles ``nqn.A`` and ``nqn.a``.  The unique keys cannot
+fail on rows already there (values equal under the binary collation
+were equal under the old one).  The ARQ table is rebuilt for it on MariaDB
 (writes to it wait meanwhile: seconds for a hundred thousand rows).
 Nothing else to do on SQLite and PostgreSQL.
 """
@@ -34,7 +38,10 @@ depends_on = None
 
 # (table, column, nullable)
 _EXACT = (('quota_locks', 'project_id', False),
-          ('extended_accelerator_requests', 'project_id', True))
+          ('extended_accelerator_requests', 'project_id', True),
+          ('remote_pools', 'name', False),
+          ('remote_pool_handles', 'fabric_address', False),
+          ('attributes', 'key', False))
 
 
 def upgrade():

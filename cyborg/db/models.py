@@ -185,7 +185,7 @@ class Attribute(Base):
                               sa.ForeignKey('deployables.id',
                                             ondelete='CASCADE'),
                               nullable=False)
-    key = sa.Column(NAME, nullable=False)
+    key = sa.Column(EXACT_NAME, nullable=False)
     value = sa.Column(sa.Text, nullable=False)
 
 
@@ -347,7 +347,7 @@ class RemotePool(Base):
     )
 
     uuid = sa.Column(UUID, nullable=False)
-    name = sa.Column(NAME, nullable=False)
+    name = sa.Column(EXACT_NAME, nullable=False)
     description = sa.Column(sa.Text, nullable=True)
     resource_class = sa.Column(NAME, nullable=False)
     traits = sa.Column(sa.Text, nullable=False)
@@ -383,7 +383,7 @@ class RemotePoolHandle(Base):
     pool_id = sa.Column(sa.Integer,
                         sa.ForeignKey('remote_pools.id', ondelete='CASCADE'),
                         nullable=False)
-    fabric_address = sa.Column(NAME, nullable=False)
+    fabric_address = sa.Column(EXACT_NAME, nullable=False)
     in_use = sa.Column(sa.Boolean, nullable=False, default=False)
     hostname = sa.Column(NAME, nullable=True)
     attach_info = sa.Column(sa.Text, nullable=False)

@@ -69,7 +69,18 @@ def one(context, model, **filters):
     if not given or not matchable(*given.values()):
         return None
     statement = _equal_statement(model.__table__, tuple(given), False, False)
-    return connection(context).execute(statement, given).first()
+    row = connection(context).execute(statement, given).first()
+    return row if row is None or _exactly(row, given) else None
+
+
+def _exactly(row, given):
+    """Whether ``row`` holds exactly the strings it was found by.
+    MariaDB's and MySQL's collations ignore trailing spaces, binary ones
+    too ('p ' = 'p'), and case but for ``EXACT_NAME`` columns: a row read
+    by one name (a DELETE by name) is the one named, on every engine."""
+    values = row._mapping
+    return all(values[column] == value for column, value in given.items()
+               if isinstance(value, str) and column in values)
 
 
 def every(context, model, limit=None, marker=None, **filters):

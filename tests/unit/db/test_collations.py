@@ -57,7 +57,10 @@ def test_mysql_column_collations_match_the_models():
                      ('device_profiles', 'project_id'),
                      ('device_profile_projects', 'project_id'),
                      ('extended_accelerator_requests', 'project_id'),
-                     ('quota_locks', 'project_id')}
+                     ('quota_locks', 'project_id'),
+                     ('remote_pools', 'name'),
+                     ('remote_pool_handles', 'fabric_address'),
+                     ('attributes', 'key')}
 
 
 def test_the_migration_keeps_the_profiles_there_and_matches_them_exactly():
