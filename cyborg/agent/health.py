@@ -55,6 +55,7 @@ import time
 
 from oslo_log import log as logging
 
+from cyborg.agent import calls
 from cyborg.agent import programming
 from cyborg.agent import reporter as agent_reporter
 from cyborg.common import context as cyborg_context
@@ -142,41 +143,16 @@ class _BackoffLog:
             LOG.info(message + ' (after %d failure(s))', *args, count)
 
 
-class _Call:
-    """One call into a driver (``kind``: 'check', 'probe' or 'usage') on
-    a daemon thread of its own, so that a call that never returns holds
-    that thread only (a daemon: it does not hold the agent's exit).  The
-    monitor keeps at most one per driver (``HealthMonitor._calls``): a
-    hung driver costs one thread, not one per round."""
+class _Call(calls.DriverCall):
+    """One call into a driver (``kind``: 'check', 'probe' or 'usage'; see
+    ``cyborg.agent.calls``).  The monitor keeps at most one per driver
+    (``HealthMonitor._calls``)."""
 
     def __init__(self, driver_name, kind, function, devices):
-        self.kind = kind
         self.devices = list(devices)     # what it reads
-        self.started = time.monotonic()
         self.quiet = set()    # cards programmed while it ran (_held)
         self.key = None       # a probe's device key
-        self.value = None
-        self.error = None
-        self._done = threading.Event()
-        threading.Thread(target=self._run, args=(function,),
-                         name=f'cyborg-agent-{kind}-{driver_name}',
-                         daemon=True).start()
-
-    def _run(self, function):
-        try:
-            self.value = function()
-        except Exception as exc:
-            self.error = exc
-        finally:
-            self._done.set()
-
-    def done(self):
-        return self._done.is_set()
-
-    def wait(self, deadline):
-        """Wait until it returns or monotonic ``deadline``; whether it
-        returned."""
-        return self._done.wait(max(0.0, deadline - time.monotonic()))
+        super().__init__(driver_name, kind, function)
 
 
 class HealthMonitor:

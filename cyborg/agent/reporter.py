@@ -21,6 +21,14 @@ the on-disk cache forward, so nothing is lost when the conductor is down,
 and a reply lost on the way back costs one full report, never a wrong
 picture.
 
+Each driver discovers on a thread of its own (``cyborg.agent.calls``); a
+report waits ``[agent]discovery_timeout`` seconds at most for them.  A
+driver that takes longer (a call into its hardware hangs) keeps its last
+acknowledged devices, as a driver that fails does, and is not asked
+again until that discovery returns: a hung driver costs the report that
+started it the timeout once, not every report, and no other driver's
+devices.
+
 When: once at start, every ``[DEFAULT]periodic_interval`` seconds, at once
 when ``request_report()`` (hotplug) or ``request_full_report()`` (the
 conductor) is called, and after a failed attempt again after a short
@@ -44,6 +52,7 @@ import oslo_messaging as messaging
 from oslo_log import log as logging
 
 from cyborg.agent import cache as agent_cache
+from cyborg.agent import calls
 from cyborg.agent import programming
 from cyborg.common import context as cyborg_context
 from cyborg.common import metrics
@@ -58,6 +67,14 @@ _RETRY_DELAY = 1.0
 # such a report at once (nothing reaches a conductor, nothing waits), so
 # trying often costs one message each time.
 _NO_CONDUCTOR_RETRY = 1.0
+
+
+def _discover(driver, recall, acked_devices):
+    """One driver's discovery, told first (``recall``, the first of this
+    agent's life) what the conductor acknowledged of it."""
+    if recall:
+        driver.recall(acked_devices)
+    return driver.discover()
 
 
 def build_report(devices, acked_digest, acked_devices, full):
@@ -106,6 +123,9 @@ class Reporter:
         # Whether the drivers were told what was acknowledged before this
         # agent started (Driver.recall), before its first discovery.
         self._recalled = False
+        # driver name -> its discovery (calls.DriverCall) not taken yet:
+        # one that outlived a report's wait is not started again.
+        self._discovering = {}
         # For tests and logs: reports acknowledged by the conductor.
         self.reports_acknowledged = 0
         self.last_report = None
@@ -166,18 +186,7 @@ class Reporter:
     def _drivers_discover(self, acked_devices):
         devices = []
         seen = {}
-        recall, self._recalled = not self._recalled, True
-        for name, driver in self.drivers.items():
-            try:
-                if recall:
-                    driver.recall([d for d in acked_devices or ()
-                                   if driver_of(d) == name])
-                found = driver.discover()
-            except Exception:
-                LOG.exception('Driver %s failed to discover devices; '
-                              'keeping its last reported ones.', name)
-                found = [d for d in acked_devices or ()
-                         if driver_of(d) == name]
+        for name, found in self._discoveries(acked_devices):
             for device in found:
                 _distinct_deployables(name, device)
                 claimed = claims(device)
@@ -194,6 +203,43 @@ class Reporter:
                     deployable.driver_name = deployable.driver_name or name
                 devices.append(device)
         return devices
+
+    def _discoveries(self, acked_devices):
+        """[(driver name, its devices)] in the drivers' order: what each
+        found, or, where it failed or is still discovering after
+        ``[agent]discovery_timeout``, its last acknowledged devices."""
+        recall, self._recalled = not self._recalled, True
+        started = {}
+        for name, driver in self.drivers.items():
+            late = self._discovering.get(name)
+            # One that returned after its report's wait: asked afresh.
+            if late is None or late.done():
+                started[name] = self._discovering[name] = calls.DriverCall(
+                    name, 'discover', functools.partial(
+                        _discover, driver, recall, [
+                            d for d in acked_devices or ()
+                            if driver_of(d) == name]))
+        deadline = time.monotonic() + self.conf.agent.discovery_timeout
+        for name in self.drivers:
+            call = self._discovering[name]
+            # One still running from an earlier report is not waited for
+            # again: it has had its time.
+            if not call.wait(deadline if name in started else 0):
+                LOG.warning('Driver %s has been discovering devices for '
+                            '%.0f s; keeping its last reported ones.', name,
+                            time.monotonic() - call.started)
+                yield name, [d for d in acked_devices or ()
+                             if driver_of(d) == name]
+                continue
+            del self._discovering[name]
+            if call.error is not None:
+                LOG.error('Driver %s failed to discover devices; keeping '
+                          'its last reported ones.', name,
+                          exc_info=call.error)
+                yield name, [d for d in acked_devices or ()
+                             if driver_of(d) == name]
+                continue
+            yield name, call.value
 
     # -- reporting ---------------------------------------------------------
 

@@ -25,6 +25,13 @@ opts = [
     cfg.FloatOpt('hotplug_debounce', default=0.3, min=0.0,
                  help='Seconds to wait after a udev event for more events '
                       'before reporting, so a burst yields one report.'),
+    cfg.FloatOpt('discovery_timeout', default=60.0, min=0.1,
+                 help='Seconds a report waits for a driver\'s discovery. '
+                      'A driver that takes longer (a call into its '
+                      'hardware hangs) is reported with the devices the '
+                      'conductor last acknowledged for it, and is not '
+                      'asked again until that discovery returns; the '
+                      'other drivers\' devices are reported on time.'),
     cfg.StrOpt('cache_file',
                help='File holding the last inventory the conductor '
                     'acknowledged. Defaults to '

@@ -4,6 +4,7 @@ cache, a conductor outage, need_full."""
 
 import os
 import socket
+import threading
 import time
 
 import pytest
@@ -214,6 +215,45 @@ def test_a_failing_driver_keeps_its_devices(conf, host, conductor):
     reporter.report_now()
     assert reporter.last_report['removed'] == []
     assert QAT in conductor.deployables()
+
+
+def test_a_hung_driver_keeps_its_devices_and_holds_no_other(
+        conf, host, conductor):
+    """A driver whose discovery never returns (a call into its hardware
+    hangs) held the report, and every report after it, for good: the
+    host fell silent, and the other drivers' changes never went out."""
+    conf.set_override('discovery_timeout', 0.5, 'agent')
+    reporter = _reporter(conf)
+    reporter.report_now()
+    hung, release = reporter.drivers['fake_driver'], threading.Event()
+    real = hung.discover
+    entered = []
+
+    def discover():
+        entered.append(1)
+        release.wait(30)
+        return real()
+    hung.discover = discover
+    try:
+        host.add_vfs('0000:3f:00.0', ['0000:3f:01.0'], device='37c9')
+        started = time.monotonic()
+        reporter.report_now()
+        assert time.monotonic() - started < 5
+        # The QAT change went out; the hung driver's device is kept.
+        assert conductor.deployables()['compute-1_0000:3f:00.0'] == 1
+        assert FAKE in conductor.deployables()
+        assert reporter.last_report['removed'] == []
+        # Not asked again, nor waited for, while it hangs.
+        started = time.monotonic()
+        reporter.report_now()
+        assert time.monotonic() - started < 0.5 + 2
+        assert len(entered) == 1
+    finally:
+        release.set()
+    # Back: asked again.
+    hung.discover = real
+    reporter.report_now()
+    assert FAKE in conductor.deployables()
 
 
 @pytest.mark.parametrize('record', ['deleted', 'cleared'])
