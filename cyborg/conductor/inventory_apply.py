@@ -28,6 +28,7 @@ import time
 from oslo_db import exception as db_exc
 from oslo_log import log as logging
 
+from cyborg.common import exception
 from cyborg.common import metrics
 from cyborg.common import notify
 from cyborg.conductor import health, health_machine
@@ -65,13 +66,14 @@ def handle_report(conf, context, hostname, report):
     """Store ``report`` for ``hostname`` and sync Placement.
 
     Returns ``{'digest': <digest now stored>, 'need_full': bool}``; raises
-    ``Invalid`` for a malformed report (nothing written).
+    ``Invalid`` for a malformed report or host name (nothing read or
+    written; one WARNING says why, and the agent gets the reason).
     """
     started = time.monotonic()
-    kind = 'full' if isinstance(report, dict) and report.get('full') \
+    kind = 'full' if isinstance(report, dict) and report.get('full') is True \
         else 'delta'
     try:
-        parsed = inventory_plan.parse_report(report)
+        parsed = _parse(hostname, report)
         if _looks_unchanged(report) and host_db.touch(
                 context, hostname, report['digest']):
             kind = 'unchanged'
@@ -86,6 +88,20 @@ def handle_report(conf, context, hostname, report):
     finally:
         metrics.CONDUCTOR_REPORT_SECONDS.labels(kind).observe(
             time.monotonic() - started)
+
+
+def _parse(hostname, report):
+    """The ``inventory_plan.Report`` of ``report``; Invalid, logged, when
+    the report or the host name is malformed as a whole."""
+    try:
+        inventory_plan.check_hostname(hostname)
+        return inventory_plan.parse_report(report)
+    except exception.Invalid as exc:
+        # The agent is answered the reason; the dispatcher logs an
+        # expected exception at DEBUG only.
+        LOG.warning('Report of %s refused, nothing stored: %s',
+                    inventory_plan.shown(hostname), exc)
+        raise
 
 
 def _handle_changed(conf, context, hostname, report, parsed):

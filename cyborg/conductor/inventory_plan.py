@@ -43,11 +43,13 @@ import collections
 import dataclasses
 import functools
 import json
+import re
 
 from cyborg.common import exception
 from cyborg.common import states
 from cyborg.conductor import health_machine
 from cyborg.db import models
+from cyborg.db.api import inventory as inventory_db
 from cyborg.objects import inventory
 
 TABLES = ('devices', 'controlpath_ids', 'deployables', 'attributes',
@@ -469,14 +471,9 @@ def parse_report(report):
     is malformed (nothing written).  A device this version cannot store
     skips that device only: an agent newer than its conductor must never
     stop its host's inventory (doc/source/upgrade.rst)."""
-    if not isinstance(report, dict):
-        raise exception.Invalid(reason='an inventory report is an object')
-    for key in ('digest', 'full', 'devices', 'removed'):
-        if key not in report:
-            raise exception.Invalid(reason=f'report lacks {key!r}')
-    if not isinstance(report['devices'], list) or not isinstance(
-            report['removed'], list):
-        raise exception.Invalid(reason='devices and removed are lists')
+    problem = _report_problem(report)
+    if problem:
+        raise exception.Invalid(reason=problem)
     parsed = Report([], [])
     keys, names = set(), set()
     for index, values in enumerate(report['devices']):
@@ -495,8 +492,62 @@ def parse_report(report):
             names.add(deployable.name)
         parsed.devices.append(device)
     if not report['full']:
-        parsed.removed = [str(k) for k in report['removed']]
+        parsed.removed = list(report['removed'])
     return parsed
+
+
+def check_hostname(hostname):
+    """Invalid unless ``hostname``, the name a host reports under (the
+    call's own argument, beside its report), is one the host's and its
+    devices' rows hold alike on every database."""
+    problem = _text_problem('host name', hostname, _HOSTNAME_LENGTH,
+                            shortest=1)
+    if problem:
+        raise exception.Invalid(reason=problem)
+
+
+# The longest host name, and digest, a host's row holds (the digests
+# agents and conductors make are sha256 in hex).
+_HOSTNAME_LENGTH = models.Host.__table__.c.hostname.type.length
+_DIGEST_LENGTH = models.Host.__table__.c.report_digest.type.length
+# The longest compute node provider name a host's row holds.
+_NODE_NAME_LENGTH = models.Host.__table__.c.compute_node_name.type.length
+
+
+def _report_problem(report):
+    """Why ``report`` is malformed as a whole, or None: a field of the
+    report itself missing or of another type.  Checked before anything is
+    read or written: such a value failed the transaction (a digest too
+    long for its column), was stored as no agent meant it (a digest that
+    is a number, a ``full`` of ``"no"`` taken for true, which removes
+    every device it does not list), or failed after the commit (a
+    provider name that is not a string, looked up in Placement)."""
+    if not isinstance(report, dict):
+        return 'an inventory report is an object'
+    for key in ('digest', 'full', 'devices', 'removed'):
+        if key not in report:
+            return f'report lacks {key!r}'
+    for key in ('devices', 'removed'):
+        if not isinstance(report[key], list):
+            return (f'devices and removed are lists: {key} is '
+                    f'{shown(report[key])}')
+    if not isinstance(report['full'], bool):
+        return f'report full {shown(report["full"])}: not true or false'
+    problem = (
+        _text_problem('report digest', report['digest'], _DIGEST_LENGTH,
+                      shortest=1)
+        or _text_problem('report base_digest', report.get('base_digest'),
+                         _DIGEST_LENGTH, optional=True, shortest=1)
+        or _text_problem('report resource_provider_name',
+                         report.get('resource_provider_name'),
+                         _NODE_NAME_LENGTH, optional=True, shortest=1))
+    if problem:
+        return problem
+    for key in report['removed']:
+        problem = _text_problem('removed device key', key, shortest=1)
+        if problem:
+            return problem
+    return None
 
 
 def _parse_device(parsed, index, values):
@@ -532,7 +583,7 @@ def _identity_problem(device):
     stored devices, or None."""
     cpid = device.controlpath_id
     if cpid.cpid_type not in models.CPID_TYPES:
-        return f'unknown control path type {cpid.cpid_type!r}'
+        return f'unknown control path type {shown(cpid.cpid_type)}'
     return _text_problem('control path id', cpid.cpid_info,
                          models.NAME.length, shortest=1)
 
@@ -541,17 +592,18 @@ def _check_device(device):
     """Why this conductor cannot store ``device``, or None: a device or
     attach type it does not know (a newer agent's), or a value its rows
     or Placement would refuse (missing, of another type, too long, a
-    resource class or trait Placement does not accept).  Stored, such a
-    value would fail the whole report's transaction, or every later sync
-    of the host, each period; refused here, it leaves out that device
-    alone (doc/source/upgrade.rst)."""
+    resource class or trait Placement does not accept), or a bind could
+    not use (an attach handle without what binds read of it).  Stored,
+    such a value would fail the whole report's transaction, or every
+    later sync of the host, each period, or each bind given it; refused
+    here, it leaves out that device alone (doc/source/upgrade.rst)."""
     if device.type not in models.DEVICE_TYPES:
-        return f'unknown device type {device.type!r}'
+        return f'unknown device type {shown(device.type)}'
     problem = (_text_problem('vendor', device.vendor, models.NAME.length)
                or _text_problem('model', device.model, models.NAME.length)
-               or _object_problem('std_board_info', device.std_board_info)
-               or _object_problem('vendor_board_info',
-                                  device.vendor_board_info))
+               or _json_problem('std_board_info', device.std_board_info)
+               or _json_problem('vendor_board_info',
+                                device.vendor_board_info))
     if problem:
         return problem
     for deployable in device.deployables:
@@ -573,7 +625,7 @@ def _deployable_problem(deployable):
         # A deployable without the handles it reports would be offered
         # to the scheduler and fail every bind: skip the device.
         if handle.attach_type not in models.ATTACH_TYPES:
-            return f'unknown attach type {handle.attach_type!r}'
+            return f'unknown attach type {shown(handle.attach_type)}'
     problem = _own_problem(deployable)
     return f'deployable {name}: {problem}' if problem else None
 
@@ -583,7 +635,7 @@ def _own_problem(deployable):
     num = deployable.num_accelerators
     if isinstance(num, bool) or not isinstance(num, int) or \
             not 0 <= num <= _MAX_INTEGER:
-        return (f'num_accelerators {_shown(num)}: not a whole number from '
+        return (f'num_accelerators {shown(num)}: not a whole number from '
                 f'0 to {_MAX_INTEGER}')
     problem = (
         _text_problem('driver_name', deployable.driver_name,
@@ -604,34 +656,112 @@ def _own_problem(deployable):
         if problem:
             return problem
     for handle in deployable.attach_handles:
-        problem = _object_problem('attach_info', handle.attach_info)
+        problem = (_json_problem('attach_info', handle.attach_info)
+                   or _attach_info_problem(handle))
+        if problem:
+            return problem
+    return None
+
+
+# A PCI function's address as sysfs names it, the agent's mdev calls take
+# it and binds hand it to Nova: dddd:bb:dd.f, lower case hex.
+_PCI_ADDRESS = re.compile(r'[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
+# Its parts in an attach handle's attach_info (``inventory.pci_address``).
+_PCI_FIELDS = ('domain', 'bus', 'device', 'function')
+# What a bind reads of an attach handle's attach_info, by attach type.
+# Every type names a PCI function (``_PCI_FIELDS``): the one Nova passes
+# through to the instance (PCI; TEST_PCI, the fake driver's, read as
+# PCI by the exports), or the GPU the agent makes an mdev on (MDEV);
+# besides, the text fields named here (an mdev's type).  A handle
+# without them would be offered to the scheduler and fail each bind
+# given it, long after the report that brought it.
+ATTACH_INFO_TEXT = {'PCI': (), 'TEST_PCI': (), 'MDEV': ('asked_type',)}
+
+
+def _attach_info_problem(handle):
+    """Why ``handle``'s attach_info (an object) lacks what a bind reads
+    of it for its attach type (``ATTACH_INFO_TEXT``), or None."""
+    info = handle.attach_info
+    what = f'{handle.attach_type} attach_info'
+    missing = [field for field in _PCI_FIELDS if field not in info]
+    if missing:
+        return (f'{what} {shown(info)}: no PCI address (it lacks '
+                f'{", ".join(missing)})')
+    parts = [info[field] for field in _PCI_FIELDS]
+    if not all(isinstance(part, str) for part in parts) or \
+            not _PCI_ADDRESS.fullmatch(inventory.pci_address(info)):
+        return (f'{what} address {shown(dict(zip(_PCI_FIELDS, parts)))}: '
+                f'not a PCI address dddd:bb:dd.f')
+    for field in ATTACH_INFO_TEXT[handle.attach_type]:
+        problem = _text_problem(f'{what} {field}', info.get(field),
+                                shortest=1)
         if problem:
             return problem
     return None
 
 
 def _text_problem(what, value, length=None, optional=False, shortest=0):
-    """Why ``value`` is not a string of ``shortest`` to ``length``
-    characters (any length when None; None itself is allowed when
-    ``optional``), or None."""
+    """Why ``value`` is not text its column holds alike on every
+    database, or None: a string of ``shortest`` to ``length`` characters
+    (a VARCHAR's), or, when ``length`` is None, of at most the bytes a
+    TEXT column holds on MariaDB (``inventory_db.TEXT_BYTES``: PostgreSQL
+    and SQLite would take more); without NUL (PostgreSQL refuses it,
+    MariaDB stores it) nor a lone surrogate (no database driver encodes
+    one).  None itself is allowed when ``optional``."""
     if value is None and optional:
         return None
     if not isinstance(value, str):
-        return f'{what} {_shown(value)}: not a string'
-    if length is not None and not shortest <= len(value) <= length:
-        return (f'{what} {_shown(value)}: not {shortest} to {length} '
-                f'characters')
+        return f'{what} {shown(value)}: not a string'
+    if '\x00' in value:
+        return f'{what} {shown(value)}: holds a NUL character'
+    size = _utf8_size(value)
+    if size is None:
+        return (f'{what} {shown(value)}: not valid Unicode (a lone '
+                f'surrogate)')
+    if len(value) < shortest:
+        return f'{what} {shown(value)}: shorter than {shortest} character(s)'
+    if length is not None and len(value) > length:
+        return f'{what} {shown(value)}: longer than {length} characters'
+    if length is None and size > inventory_db.TEXT_BYTES:
+        return (f'{what} {shown(value)}: longer than '
+                f'{inventory_db.TEXT_BYTES} bytes in UTF-8')
     return None
 
 
 def _object_problem(what, value):
-    """Why ``value``, stored as JSON text, is not an object, or None."""
+    """Why ``value`` is not an object, or None."""
     if not isinstance(value, dict):
-        return f'{what} {_shown(value)}: not an object'
+        return f'{what} {shown(value)}: not an object'
     return None
 
 
-def _shown(value):
+def _json_problem(what, value):
+    """Why ``value``, stored as JSON text in a TEXT column, is not an
+    object that column holds on every database, or None."""
+    problem = _object_problem(what, value)
+    if problem:
+        return problem
+    try:
+        text = to_json(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f'{what} {shown(value)}: not JSON ({exc})'
+    # JSON text escapes NUL and surrogates: only its size matters.
+    if _utf8_size(text) > inventory_db.TEXT_BYTES:
+        return (f'{what} {shown(value)}: longer than '
+                f'{inventory_db.TEXT_BYTES} bytes as JSON')
+    return None
+
+
+def _utf8_size(text):
+    """The bytes of ``text`` in UTF-8, None when it has none (a lone
+    surrogate, which JSON's \\ud800 escape can carry)."""
+    try:
+        return len(text.encode('utf-8'))
+    except UnicodeEncodeError:
+        return None
+
+
+def shown(value):
     """``value`` as a log line shows it: a long one cut short."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + '...'
