@@ -37,6 +37,7 @@ from oslo_privsep import priv_context
 import cyborg.conf
 from cyborg.common import exception
 from cyborg.conf import privsep as privsep_conf
+from cyborg.objects import inventory
 
 default = priv_context.PrivContext(
     'cyborg',
@@ -48,10 +49,7 @@ default = priv_context.PrivContext(
 # The configuration the functions read (see the module's docstring).
 CONF = cyborg.conf.CONF
 
-_ADDRESS = re.compile(r'^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$')
 _MDEV_TYPE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
-_UUID = re.compile(r'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
-                   r'[0-9a-f]{12}$')
 
 
 def _check(pattern, value, what):
@@ -63,9 +61,9 @@ def check_mdev(parent_address, mdev_type, mdev_uuid):
     """Raise ``Invalid`` unless the three are a PCI address, an mdev type
     name and an mdev uuid (the agent checks before it looks at sysfs too,
     with the same rules)."""
-    _check(_ADDRESS, parent_address, 'PCI address')
+    _check(inventory.PCI_ADDRESS, parent_address, 'PCI address')
     _check(_MDEV_TYPE, mdev_type, 'mdev type')
-    _check(_UUID, mdev_uuid, 'mdev uuid')
+    _check(inventory.MDEV_UUID, mdev_uuid, 'mdev uuid')
 
 
 # -- mdevs ---------------------------------------------------------------
@@ -131,7 +129,7 @@ def create_mdev(parent_address, mdev_type, mdev_uuid):
 @default.entrypoint
 def remove_mdev(mdev_uuid):
     """Remove mdev ``mdev_uuid``; returns False if it did not exist."""
-    _check(_UUID, mdev_uuid, 'mdev uuid')
+    _check(inventory.MDEV_UUID, mdev_uuid, 'mdev uuid')
     fd = _open_control_file(
         os.path.join(CONF.agent.sysfs_root, 'bus', 'mdev', 'devices',
                      mdev_uuid),
@@ -217,7 +215,7 @@ def run_fpga_tool(tool, address, image_path):
     before the tool runs; ``FPGAToolFailed`` once it ran."""
     if not isinstance(tool, str) or tool not in FPGA_TOOLS:
         raise exception.Invalid(reason=f'not an FPGA tool: {tool!r}')
-    _check(_ADDRESS, address, 'PCI address')
+    _check(inventory.PCI_ADDRESS, address, 'PCI address')
     image = _bitstream(image_path)
     argv = FPGA_TOOLS[tool](_tool_binary(tool), address, image)
     try:

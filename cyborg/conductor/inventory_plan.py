@@ -43,13 +43,11 @@ import collections
 import dataclasses
 import functools
 import json
-import re
 
 from cyborg.common import exception
 from cyborg.common import states
 from cyborg.conductor import health_machine
 from cyborg.db import models
-from cyborg.db.api import inventory as inventory_db
 from cyborg.objects import inventory
 
 TABLES = ('devices', 'controlpath_ids', 'deployables', 'attributes',
@@ -663,9 +661,6 @@ def _own_problem(deployable):
     return None
 
 
-# A PCI function's address as sysfs names it, the agent's mdev calls take
-# it and binds hand it to Nova: dddd:bb:dd.f, lower case hex.
-_PCI_ADDRESS = re.compile(r'[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
 # Its parts in an attach handle's attach_info (``inventory.pci_address``).
 _PCI_FIELDS = ('domain', 'bus', 'device', 'function')
 # What a bind reads of an attach handle's attach_info, by attach type.
@@ -689,7 +684,7 @@ def _attach_info_problem(handle):
                 f'{", ".join(missing)})')
     parts = [info[field] for field in _PCI_FIELDS]
     if not all(isinstance(part, str) for part in parts) or \
-            not _PCI_ADDRESS.fullmatch(inventory.pci_address(info)):
+            not inventory.PCI_ADDRESS.fullmatch(inventory.pci_address(info)):
         return (f'{what} address {shown(dict(zip(_PCI_FIELDS, parts)))}: '
                 f'not a PCI address dddd:bb:dd.f')
     for field in ATTACH_INFO_TEXT[handle.attach_type]:
@@ -704,7 +699,7 @@ def _text_problem(what, value, length=None, optional=False, shortest=0):
     """Why ``value`` is not text its column holds alike on every
     database, or None: a string of ``shortest`` to ``length`` characters
     (a VARCHAR's), or, when ``length`` is None, of at most the bytes a
-    TEXT column holds on MariaDB (``inventory_db.TEXT_BYTES``: PostgreSQL
+    TEXT column holds on MariaDB (``models.TEXT_BYTES``: PostgreSQL
     and SQLite would take more); without NUL (PostgreSQL refuses it,
     MariaDB stores it) nor a lone surrogate (no database driver encodes
     one).  None itself is allowed when ``optional``."""
@@ -722,9 +717,9 @@ def _text_problem(what, value, length=None, optional=False, shortest=0):
         return f'{what} {shown(value)}: shorter than {shortest} character(s)'
     if length is not None and len(value) > length:
         return f'{what} {shown(value)}: longer than {length} characters'
-    if length is None and size > inventory_db.TEXT_BYTES:
+    if length is None and size > models.TEXT_BYTES:
         return (f'{what} {shown(value)}: longer than '
-                f'{inventory_db.TEXT_BYTES} bytes in UTF-8')
+                f'{models.TEXT_BYTES} bytes in UTF-8')
     return None
 
 
@@ -746,9 +741,9 @@ def _json_problem(what, value):
     except (TypeError, ValueError, RecursionError) as exc:
         return f'{what} {shown(value)}: not JSON ({exc})'
     # JSON text escapes NUL and surrogates: only its size matters.
-    if _utf8_size(text) > inventory_db.TEXT_BYTES:
+    if _utf8_size(text) > models.TEXT_BYTES:
         return (f'{what} {shown(value)}: longer than '
-                f'{inventory_db.TEXT_BYTES} bytes as JSON')
+                f'{models.TEXT_BYTES} bytes as JSON')
     return None
 
 

@@ -32,6 +32,11 @@ NAME = sa.String(255)
 # trailing spaces (PAD SPACE): readers by name check the name they got.
 EXACT_NAME = NAME.with_variant(sa.String(255, collation='utf8mb4_bin'),
                                'mysql', 'mariadb')
+# What a TEXT column holds on MariaDB and MySQL: 65535 bytes (of UTF-8).
+# PostgreSQL and SQLite hold more; what cyborg accepts for one (report
+# values, profile groups, attribute values) is bounded by this, so that
+# what one database stores, every one does.
+TEXT_BYTES = 2 ** 16 - 1
 
 
 def _now():

@@ -19,11 +19,9 @@ We never parse ``lspci`` output: sysfs is stable, complete and testable.
 
 import dataclasses
 import os
-import re
 
-_UUID = re.compile(r'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
-                   r'[0-9a-f]{12}$')
-_ADDRESS = re.compile(r'^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$')
+from cyborg.objects import inventory
+
 
 
 @dataclasses.dataclass
@@ -152,7 +150,7 @@ class Sysfs:
             names = os.listdir(self.pci_devices_dir)
         except FileNotFoundError:
             return []
-        return sorted(n for n in names if _ADDRESS.match(n))
+        return sorted(n for n in names if inventory.PCI_ADDRESS.fullmatch(n))
 
     def pci_functions(self):
         """Every PCI function, sorted by address; functions that vanish
@@ -217,7 +215,7 @@ class Sysfs:
     def _mdevs(path):
         mdevs = {}
         for name in listdir(path):
-            if _UUID.match(name):
+            if inventory.MDEV_UUID.fullmatch(name):
                 mdev_type = _link_name(os.path.join(path, name, 'mdev_type'))
                 if mdev_type:
                     mdevs[name] = mdev_type

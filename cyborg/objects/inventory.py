@@ -30,6 +30,13 @@ def provider_uuid(provider_name):
     return str(uuidlib.uuid3(uuidlib.NAMESPACE_DNS, provider_name))
 
 
+# A PCI function's address as sysfs names it, the agent's calls take it
+# and binds hand it to Nova: dddd:bb:dd.f, lower case hex (fullmatch).
+PCI_ADDRESS = re.compile(r'[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]')
+# An mdev's uuid as sysfs names it: lower case, dashed (fullmatch).
+MDEV_UUID = re.compile(r'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-'
+                       r'[0-9a-f]{12}')
+
 # The longest name Placement accepts for a provider: a deployable's name,
 # which names its provider, may be no longer.
 PROVIDER_NAME_LENGTH = 200

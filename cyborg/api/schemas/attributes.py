@@ -5,6 +5,7 @@ from cyborg.api.schemas import common
 from cyborg.api.schemas import list_of
 from cyborg.api.schemas import strict_object
 from cyborg.api.schemas import Versioned
+from cyborg.db import models
 
 DEPLOYABLE_REF = {'oneOf': [
     {'type': 'integer', 'minimum': 1, 'maximum': 2 ** 31 - 1},
@@ -17,8 +18,8 @@ BARE = {
     'properties': {
         'deployable_id': DEPLOYABLE_REF,
         'key': common.NAME,
-        # A TEXT column holds 64 KiB: 4 bytes a character at most.
-        'value': {'type': 'string', 'maxLength': 16383},
+        # What a TEXT column holds, at 4 bytes a character at most.
+        'value': {'type': 'string', 'maxLength': models.TEXT_BYTES // 4},
     },
     'required': ['deployable_id', 'key', 'value'],
     'additionalProperties': False,

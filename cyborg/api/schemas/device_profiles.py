@@ -9,10 +9,11 @@ from cyborg.api.schemas import list_of
 from cyborg.api.schemas import strict_object
 from cyborg.api.schemas import Versioned
 from cyborg.common import states
+from cyborg.db import models
 
 NAME_PATTERN = '^[a-zA-Z0-9-_]+$'
-# What the profile_json TEXT column holds on every engine (MySQL: 64 KiB).
-MAX_GROUPS_BYTES = 65535
+# What the profile_json TEXT column holds on every engine.
+MAX_GROUPS_BYTES = models.TEXT_BYTES
 _RESOURCE_CLASSES = '|'.join(sorted(os_resource_classes.STANDARDS))
 _TRAITS = '|'.join(sorted(os_traits.get_traits()))
 

@@ -22,13 +22,6 @@ TABLES = {'devices': models.Device,
           'attributes': models.Attribute,
           'attach_handles': models.AttachHandle}
 
-# What a TEXT column of these tables (board info, attribute values,
-# attach info) holds on MariaDB: 65535 bytes of UTF-8.  PostgreSQL and
-# SQLite hold more; a report is checked against this bound
-# (cyborg.conductor.inventory_plan) so that what one database stores,
-# every one does.
-TEXT_BYTES = 2 ** 16 - 1
-
 
 @reader
 def load(context, hostname, device_uuids=None):

@@ -45,7 +45,7 @@ placement = pf.placement
 
 HOST = 'host1'
 GOOD, BAD = '0000:81:00.0', '0000:82:00.0'
-TEXT = inventory_db.TEXT_BYTES
+TEXT = models.TEXT_BYTES
 NAME = models.NAME.length
 
 
