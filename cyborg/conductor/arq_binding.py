@@ -1529,28 +1529,32 @@ def _fail_abandoned(conf, context, abandoned, reason):
     rows = [r for r in arq_db.get_to_change(context, list(abandoned))
             if r.state == states.BIND_STARTED and
             r.bind_id == abandoned[r.uuid]]
+    # A standalone allocation: what it claimed in Placement is released
+    # before its ARQ fails (as an unbind's or a delete's is): with
+    # Placement away it stays BindStarted, and the next check tries
+    # again; failed first, its claim was left for good.  Not one
+    # allocated again since (unbound and claimed anew: the consumer, the
+    # ARQ's uuid, holds the newer claim).
+    standalone = [r for r in rows if r.consumer_id and
+                  not in_another_bind(context, r.uuid, r.bind_id)]
+    try:
+        release_allocations(conf, standalone)
+    except exception.PlacementError as e:
+        LOG.warning('Could not release the allocations of abandoned '
+                    'accelerator requests %s: %s; they are failed once '
+                    'Placement answers', ', '.join(r.uuid for r in
+                                                    standalone), e)
+        unreleased = {r.uuid for r in standalone}
+        rows = [r for r in rows if r.uuid not in unreleased]
     # A remote handle the dead conductor may have attached is detached
     # before it is freed.
     kept = remote_pools.detach_for_release(conf, context, rows)
-    standalone = {r.uuid: r for r in rows if r.consumer_id}
     failed = []
     for row in rows:
         if _fail(conf, context, batch_id, row.uuid, reason,
                  clock_db.utcnow(), kept=kept, bind_id=row.bind_id):
             failed.append(row.uuid)
     remote_pools.resync(conf, context, kept)
-    # A standalone allocation: what it claimed in Placement goes with it
-    # (its ARQ is BindFailed now).
-    # Not one allocated again since (unbound and claimed anew: the
-    # consumer, the ARQ's uuid, holds the newer claim).
-    released = [standalone[u] for u in failed if u in standalone and
-                not in_another_bind(context, u, standalone[u].bind_id)]
-    try:
-        release_allocations(conf, released)
-    except exception.PlacementError as e:
-        LOG.warning('Could not release the allocations of abandoned '
-                    'accelerator requests %s: %s',
-                    ', '.join(r.uuid for r in released), e)
     if failed:
         nova.deliver_batch(conf, context, batch_id)
     return len(failed)

@@ -427,6 +427,39 @@ def test_a_stuck_allocation_is_failed_and_released(aconf, db, ctx, trait,
     assert _usage(placement_url, device.rp_uuid) == 0
 
 
+def test_a_stuck_allocation_waits_for_placement_to_be_released(
+        aconf, db, ctx, trait, placement_url):
+    """Placement away when the stuck-bind check fails an abandoned
+    allocation: it failed the ARQ all the same and left its claim for
+    good (a BindFailed ARQ's claim is nobody's to release).  It stays
+    BindStarted until the claim can be released."""
+    device = _provide(aconf, db, trait)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    long_ago = timeutils.utcnow() - datetime.timedelta(hours=1)
+    with db.begin() as c:
+        c.execute(sa.update(models.ExtARQ).where(models.ExtARQ.uuid == uuid)
+                  .values(state='BindStarted', consumer_id='pod-1',
+                          consumer_type='k8s-pod', bind_started_at=long_ago,
+                          bind_id=str(uuidlib.uuid4())))
+    placement_client.get_client(aconf).claim(
+        uuid, {device.rp_uuid: {'resources': {'FPGA': 1}}}, 'p1', 'u1',
+        'K8S_POD')
+    front = _releases_refused(placement_url, uuid)
+    with front:
+        front.away.set()
+        placement_fixture.placement_conf(aconf, front.url)
+        placement_client.reset_clients()
+        arq_binding.fail_stuck(aconf, ctx)
+        assert _row(db, uuid).state == 'BindStarted'
+        assert _usage(placement_url, device.rp_uuid) == 1
+    placement_fixture.placement_conf(aconf, placement_url)
+    placement_client.reset_clients()
+    assert arq_binding.fail_stuck(aconf, ctx) == 1
+    assert _row(db, uuid).state == 'BindFailed'
+    assert _usage(placement_url, device.rp_uuid) == 0
+
+
 @pytest.mark.parametrize('unknown', ['trait:CUSTOM_NEVER_SEEN_{}',
                                      'resources:CUSTOM_NEVER_SEEN_{}'])
 def test_a_name_placement_does_not_know_matches_nothing(aconf, db, ctx,
