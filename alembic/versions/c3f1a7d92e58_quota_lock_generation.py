@@ -1,5 +1,5 @@
-"""quota_locks.generation; project ids, pool names, fabric addresses and
-attribute keys compared exactly
+"""quota_locks.generation; project ids, pool names, fabric addresses,
+attribute keys and deployable names compared exactly
 
 Revision ID: c3f1a7d92e58
 Revises: 9a4c6e8b1d3f
@@ -20,7 +20,10 @@ keys of attributes are compared exactly (binary collation,
 ``cyborg.db.models.EXACT_NAME``), as they are on SQLite and PostgreSQL:
 a project ``DEMO`` was charged for, and saw, the ARQs of ``demo``;
 ``DELETE /v2/remote_pools/GPU-x`` deleted the pool ``Gpu-x``; a pool
-could not have handles ``nqn.A`` and ``nqn.a``.  The unique keys cannot
+could not have handles ``nqn.A`` and ``nqn.a``.  Deployable names too: a
+host whose name changed case only, while an instance held one of its
+devices, failed every report (the new spelling's deployable collided
+with the one kept for the instance) until the instance went.  The unique keys cannot
 fail on rows already there (values equal under the binary collation
 were equal under the old one).  The ARQ table is rebuilt for it on MariaDB
 (writes to it wait meanwhile: seconds for a hundred thousand rows).
@@ -41,7 +44,8 @@ _EXACT = (('quota_locks', 'project_id', False),
           ('extended_accelerator_requests', 'project_id', True),
           ('remote_pools', 'name', False),
           ('remote_pool_handles', 'fabric_address', False),
-          ('attributes', 'key', False))
+          ('attributes', 'key', False),
+          ('deployables', 'name', False))
 
 
 def upgrade():

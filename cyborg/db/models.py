@@ -159,7 +159,7 @@ class Deployable(HealthColumns, Base):
     root_id = sa.Column(sa.Integer,
                         sa.ForeignKey('deployables.id', ondelete='CASCADE'),
                         nullable=True)
-    name = sa.Column(NAME, nullable=False)
+    name = sa.Column(EXACT_NAME, nullable=False)
     num_accelerators = sa.Column(sa.Integer, nullable=False, default=1)
     device_id = sa.Column(sa.Integer,
                           sa.ForeignKey('devices.id', ondelete='CASCADE'),

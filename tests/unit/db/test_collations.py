@@ -60,7 +60,8 @@ def test_mysql_column_collations_match_the_models():
                      ('quota_locks', 'project_id'),
                      ('remote_pools', 'name'),
                      ('remote_pool_handles', 'fabric_address'),
-                     ('attributes', 'key')}
+                     ('attributes', 'key'),
+                     ('deployables', 'name')}
 
 
 def test_the_migration_keeps_the_profiles_there_and_matches_them_exactly():
