@@ -19,6 +19,9 @@ VENDOR = '8086'
 # PF device id -> model.
 PF_MODELS = {'09c4': 'PAC_A10', '0b2b': 'PAC_D5005', '0b30': 'PAC_N3000',
              'bcc0': 'FPGA'}
+# PF device id -> the model as OpenStack Cyborg's Intel FPGA driver names
+# it in its trait (CUSTOM_FPGA_INTEL_<name>), where that differs from ours.
+CYBORG_MODELS = {'09c4': 'PAC_ARRIA10'}
 
 
 class IntelFPGADriver(base.Driver, fpga.ToolProgrammable,
@@ -32,15 +35,19 @@ class IntelFPGADriver(base.Driver, fpga.ToolProgrammable,
         for pf, vfs in base.physical_functions(self.sysfs_root, _is_fpga):
             model = PF_MODELS.get(pf.device, pf.device)
             regions = _ids(tree, pf, 'compat_id')
-            deployables = [self._deployable(tree, f, model, regions)
+            models = [model, CYBORG_MODELS.get(pf.device)]
+            deployables = [self._deployable(tree, f, models, regions)
                            for f in (vfs or [pf])]
             devices.append(base.pci_device(pf, 'FPGA', deployables,
                                            model=model))
         return self.with_bitstreams(devices)
 
-    def _deployable(self, tree, function, model, regions):
+    def _deployable(self, tree, function, models, regions):
+        """``models``: the card's model names, each a trait (None: no
+        such name)."""
         functions = _ids(tree, function, 'afu_id')
-        traits = (['CUSTOM_FPGA_INTEL', base.custom_name('FPGA_INTEL', model)]
+        traits = (['CUSTOM_FPGA_INTEL']
+                  + [base.custom_name('FPGA_INTEL', m) for m in models if m]
                   + [base.custom_name('FPGA_REGION_INTEL', r)
                      for r in regions]
                   + [base.custom_name('FPGA_FUNCTION_ID_INTEL', f)

@@ -3,7 +3,9 @@
 A PF is offered when it has VFs and is mapped to a physical network in
 ``[agent]physical_device_mappings`` (by its interface name or PCI
 address): one provider with rc ``CUSTOM_NIC``, inventory = VF count,
-traits ``CUSTOM_NIC``, ``CUSTOM_PHYSNET_<NAME>`` and the product, and one
+traits ``CUSTOM_NIC``, ``CUSTOM_PHYSNET_<NAME>`` and the product, plus
+the names OpenStack Cyborg's driver gives its VFs (``CUSTOM_VF``,
+``CUSTOM_<NAME>``) so device profiles written for it keep matching; and one
 PCI attach handle per VF carrying ``physical_network`` (Nova reads it to
 plug the port).  Unmapped PFs are not offered: a VF on an unknown network
 cannot be given to a port.
@@ -44,7 +46,8 @@ class IntelNICDriver(base.Driver, pci_health.PCIHealth):
                           pf.address, len(vfs), physnet)
                 continue
             traits = ['CUSTOM_NIC', base.custom_name('PHYSNET', physnet),
-                      base.custom_name('NIC_INTEL', pf.device)]
+                      base.custom_name('NIC_INTEL', pf.device),
+                      'CUSTOM_VF', base.custom_name(physnet)]
             deployable = base.vf_pool_deployable(
                 self, pf, vfs, 'CUSTOM_NIC', traits,
                 handle_extra={'physical_network': physnet},

@@ -248,7 +248,8 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
                     parent.address, 'MDEV', asked_type=mdev_type,
                     vgpu_mark='%s_%d' % (mdev_type, index)))
         attributes = base.make_attributes(
-            'VGPU', self._traits(pf, base.custom_name(mdev_type)),
+            'VGPU', self._traits(pf, base.custom_name(mdev_type),
+                                 *_cyborg_vgpu_traits(pf, type_name)),
             vgpu_type=mdev_type, vgpu_type_name=type_name,
             **pf.descriptive(), **extra)
         return inventory.Deployable(
@@ -269,6 +270,19 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
                                           mig['compute_instance_id'])),
             num_accelerators=1, attributes=attributes, attach_handles=[],
             driver_name=self.name)
+
+
+def _cyborg_vgpu_traits(pf, type_name):
+    """OpenStack Cyborg's trait of a vGPU provider,
+    ``CUSTOM_NVIDIA_<device id>_<type name>``, the type name being the
+    second word of the type's sysfs ``name`` ("GRID T4-2B" -> ``T4_2B``),
+    so device profiles written for Cyborg keep matching; none where the
+    name has no second word (no ``name`` file: sysfs then reads the type
+    id)."""
+    words = (type_name or '').split()
+    if len(words) < 2:
+        return []
+    return [base.custom_name('NVIDIA', pf.device, words[1])]
 
 
 def _nvml_attributes(info):

@@ -23,7 +23,8 @@ class XilinxFPGADriver(base.Driver, fpga.ToolProgrammable,
         devices = []
         for mgmt, user in self._cards():
             traits = ['CUSTOM_FPGA_XILINX',
-                      base.custom_name('FPGA_XILINX', mgmt.device)]
+                      base.custom_name('FPGA_XILINX', mgmt.device),
+                      base.custom_name('FPGA_PRODUCT_ID', mgmt.device)]
             attributes = base.make_attributes('FPGA', traits,
                                               **mgmt.descriptive())
             deployable = inventory.Deployable(
