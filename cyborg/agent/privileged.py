@@ -52,6 +52,38 @@ CONF = cyborg.conf.CONF
 _MDEV_TYPE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
 
 
+def _trusted_settings():
+    """Refuse (``Invalid``, nothing done) when the settings the daemon
+    acts on could be the caller's: privsep-helper runs as root through a
+    sudoers rule, which cannot pin the ``--config-file`` options the
+    unprivileged agent starts it with, and the tool directories, state
+    directory and sysfs tree it trusts come from those files.  So each
+    file (and config directory, and the files in it) must be owned by
+    root and writable by no one else.  A daemon that is not root gains
+    nothing from a caller's file: it is not asked (tests in process)."""
+    if os.geteuid() != 0:
+        return
+    paths = list(CONF.config_file or ())
+    for directory in CONF.config_dir or ():
+        paths.append(directory)
+        if os.path.isdir(directory):
+            paths.extend(os.path.join(directory, name)
+                         for name in sorted(os.listdir(directory))
+                         if name.endswith('.conf'))
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError as exc:
+            raise exception.Invalid(
+                reason=f'the privileged helper cannot check its '
+                       f'configuration {path}: {exc.strerror}')
+        if info.st_uid != 0 or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise exception.Invalid(
+                reason=f'the privileged helper does not trust its '
+                       f'configuration {path}: it must be owned by root and '
+                       f'writable by root only; nothing was done')
+
+
 def _check(pattern, value, what):
     if not isinstance(value, str) or not pattern.fullmatch(value):
         raise exception.Invalid(reason=f'bad {what} {value!r}')
@@ -115,6 +147,7 @@ def _write(fd, text):
 @default.entrypoint
 def create_mdev(parent_address, mdev_type, mdev_uuid):
     """Create mdev ``mdev_uuid`` of ``mdev_type`` on ``parent_address``."""
+    _trusted_settings()
     check_mdev(parent_address, mdev_type, mdev_uuid)
     fd = _open_control_file(
         os.path.join(CONF.agent.sysfs_root, 'bus', 'pci', 'devices',
@@ -129,6 +162,7 @@ def create_mdev(parent_address, mdev_type, mdev_uuid):
 @default.entrypoint
 def remove_mdev(mdev_uuid):
     """Remove mdev ``mdev_uuid``; returns False if it did not exist."""
+    _trusted_settings()
     _check(inventory.MDEV_UUID, mdev_uuid, 'mdev uuid')
     fd = _open_control_file(
         os.path.join(CONF.agent.sysfs_root, 'bus', 'mdev', 'devices',
@@ -213,6 +247,7 @@ def run_fpga_tool(tool, address, image_path):
     ``image_path`` using ``tool`` (a name of ``FPGA_TOOLS``); returns the
     tool's stdout.  Refusals (``Invalid``, ``ResourceNotFound``) come
     before the tool runs; ``FPGAToolFailed`` once it ran."""
+    _trusted_settings()
     if not isinstance(tool, str) or tool not in FPGA_TOOLS:
         raise exception.Invalid(reason=f'not an FPGA tool: {tool!r}')
     _check(inventory.PCI_ADDRESS, address, 'PCI address')

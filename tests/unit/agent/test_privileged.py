@@ -275,11 +275,16 @@ privileged.run_fpga_tool('fpgaconf', sys.argv[2], sys.argv[5])
 
 @pytest.mark.skipif(os.geteuid() != 0,
                     reason='privsep-helper keeps capabilities: root only')
-def test_the_real_helper_reads_its_own_configuration(conf, tmp_path):
+@pytest.mark.parametrize('trusted', [True, False])
+def test_the_real_helper_reads_its_own_configuration(conf, tmp_path,
+                                                     trusted):
     """Through a real privsep daemon (privsep-helper, started as the
     agent starts it, by an agent whose own options differ): the tree,
     the state directory and the tool directories are those of the
-    configuration file the helper was started with, not the agent's."""
+    configuration file the helper was started with, not the agent's.
+    That file must be root's alone: the sudoers rule cannot pin the
+    --config-file an agent starts the helper with, and a file the agent
+    (or anyone but root) may write named tools the helper ran as root."""
     tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
     tree.add_pci(GPU, '0x10de', '0x1eb8', '0x030200', driver='nvidia')
     tree.add_mdev_type(GPU, TYPE, 'GRID T4-2B', 8)
@@ -301,14 +306,23 @@ def test_the_real_helper_reads_its_own_configuration(conf, tmp_path):
         f'[agent]\nsysfs_root = {tmp_path / "agent-sys"}\n'
         f'[cyborg_sys_admin]\nhelper_command = {helper} '
         f'--config-file {daemon_conf}\n')
+    os.chmod(daemon_conf, 0o644 if trusted else 0o666)
     mdev = str(uuid.uuid4())
     done = subprocess.run(
         [sys.executable, '-c', _THROUGH_THE_DAEMON, str(agent_conf), GPU,
          TYPE, mdev, str(image)],
         capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
     create = os.path.join(tree.device_path(GPU), 'mdev_supported_types',
                           TYPE, 'create')
+    if not trusted:
+        assert done.returncode != 0
+        assert 'does not trust its configuration' in done.stderr, \
+            done.stderr[-3000:]
+        with open(create) as f:
+            assert mdev not in f.read()
+        assert not log.exists()
+        return
+    assert done.returncode == 0, done.stderr[-3000:]
     with open(create) as f:
         assert f.read() == mdev
     assert log.read_text().split()[0] == 'fpgaconf'
