@@ -82,10 +82,10 @@ class AcceleratorRequest:
 
     @classmethod
     def list(cls, context, project_id=None, instance_uuid=None, uuids=None,
-             limit=None, marker=None):
-        """The ARQs (of a project, an instance, these uuids): at most
-        ``limit`` after the one whose uuid is ``marker``; None when that
-        names none (of the project)."""
+             limit=None, marker=None, states=None):
+        """The ARQs (of a project, an instance, these uuids, in one of
+        these states): at most ``limit`` after the one whose uuid is
+        ``marker``; None when that names none (of the project)."""
         rows = arq_db.get_all(context, project_id, instance_uuid, uuids,
-                              limit, marker)
+                              limit, marker, states)
         return None if rows is None else [cls._from_row(r) for r in rows]

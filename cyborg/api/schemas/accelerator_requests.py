@@ -11,14 +11,19 @@ from cyborg.common import states
 # python-cyborgclient's `arq create` also sends device_profile_group_id
 # and image_uuid (null unless given); like Cyborg, ARQs are made for every
 # group of the profile whatever they say, but they must be well formed.
+# cyborgclient 3.0.0 sends --group-id as argparse left it, a string ("0"):
+# the digits of the same integer are accepted too.
 CREATE = {
     'type': 'object',
     'properties': {
         'device_profile_name': common.NAME,
         'device_profile_group_id': {
-            'type': ['integer', 'null'], 'minimum': 0,
-            'maximum': 2 ** 31 - 1,
-            'description': 'Accepted and ignored (every group gets ARQs).'},
+            'oneOf': [
+                {'type': 'integer', 'minimum': 0, 'maximum': 2 ** 31 - 1},
+                {'type': 'string', 'pattern': '^[0-9]{1,10}$'},
+                {'type': 'null'}],
+            'description': 'Accepted and ignored (every group gets ARQs); '
+                           'an integer or its digits as a string.'},
         'image_uuid': {
             'oneOf': [common.UUID, {'type': 'null'}],
             'description': 'Accepted and ignored.'},

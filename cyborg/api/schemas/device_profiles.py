@@ -10,6 +10,7 @@ from cyborg.api.schemas import strict_object
 from cyborg.api.schemas import Versioned
 from cyborg.common import states
 from cyborg.db import models
+from cyborg.objects import device_profiles as profile_objects
 
 NAME_PATTERN = '^[a-zA-Z0-9-_]+$'
 # What the profile_json TEXT column holds on every engine.
@@ -26,8 +27,13 @@ GROUP = {
         # Placement's resource class names: at most 255 characters.
         '^resources:(CUSTOM_[A-Z0-9_]{1,248}|%s)$' % _RESOURCE_CLASSES: {
             # Each unit becomes one ARQ: bounded, so a profile cannot ask
-            # for millions of them.
-            'type': 'string', 'pattern': '^[1-9][0-9]{0,2}$'},
+            # for millions of them.  An integer too, as Cyborg took it
+            # (python-cyborgclient's help shows one): stored as its
+            # string, so every answer shows the string form.
+            'oneOf': [
+                {'type': 'string', 'pattern': '^[1-9][0-9]{0,2}$'},
+                {'type': 'integer', 'minimum': 1,
+                 'maximum': profile_objects.MAX_ARQS}]},
         # A trait Placement can know: standard, or CUSTOM_ (another one
         # makes every boot with the profile fail NoValidHost, Placement
         # answering Nova's query 400 "No such trait").

@@ -146,9 +146,14 @@ _FILTERS = {
     'uuids': _ARQ.c.uuid.in_(sa.bindparam('uuids', expanding=True)),
     'project_id': _ARQ.c.project_id == sa.bindparam('project_id'),
     'instance_uuid': _ARQ.c.instance_uuid == sa.bindparam('instance_uuid'),
+    'states': _ARQ.c.state.in_(sa.bindparam('states', expanding=True)),
     # Paging: the ARQs after the one whose id this is.
     'after_id': _ARQ.c.id > sa.bindparam('after_id'),
 }
+
+
+# The _FILTERS whose value is a list (expanding bind parameters).
+_LISTS = ('uuids', 'states')
 
 
 @_sql.built_once
@@ -165,7 +170,7 @@ def _filtered(context, columns, order=False, limit=None, **params):
     for each set of params."""
     given = tuple(sorted(name for name, value in params.items()
                          if value is not None))
-    values = {name: list(params[name]) if name == 'uuids' else params[name]
+    values = {name: list(params[name]) if name in _LISTS else params[name]
               for name in given}
     if limit is not None:
         values['limit'] = limit
@@ -189,11 +194,12 @@ def get(context, uuid, project_id=None):
 
 @reader
 def get_all(context, project_id=None, instance_uuid=None, uuids=None,
-            limit=None, marker=None):
+            limit=None, marker=None, states=None):
     """ARQs as the API shows them (``VIEW``) by id, optionally of one
-    project, one instance, these uuids.  With ``limit`` and ``marker`` (an
-    ARQ's uuid): at most ``limit`` of them after that ARQ; None when it
-    names no ARQ (of ``project_id``, when given)."""
+    project, one instance, these uuids, in one of these ``states``.  With
+    ``limit`` and ``marker`` (an ARQ's uuid): at most ``limit`` of them
+    after that ARQ; None when it names no ARQ (of ``project_id``, when
+    given)."""
     if not _sql.matchable(project_id):
         return None if marker is not None else []
     after_id = None
@@ -207,7 +213,7 @@ def get_all(context, project_id=None, instance_uuid=None, uuids=None,
         return []
     return _filtered(context, VIEW, order=True, limit=limit, uuids=uuids,
                      project_id=project_id, instance_uuid=instance_uuid,
-                     after_id=after_id).all()
+                     states=states, after_id=after_id).all()
 
 
 @reader

@@ -25,9 +25,7 @@ from cyborg.policies import accelerator_requests as policy
 
 def list_arqs(r):
     query = r.query
-    if 'bind_state' in query and 'instance' not in query:
-        raise exception.Invalid(reason='bind_state: needs instance')
-    if 'bind_state' in query:
+    if 'bind_state' in query and 'instance' in query:
         # Whether every ARQ of the instance is resolved: all of them, in
         # one answer.
         paging = sorted({'limit', 'marker'} & set(query))
@@ -45,11 +43,16 @@ def list_arqs(r):
                        'binding: %s' % (query['instance'],
                                         ', '.join(pending)))
         return {'arqs': [view.show(r, a) for a in arqs]}
+    # ?bind_state=resolved alone (as in OpenStack Cyborg) is a filter: the
+    # caller's ARQs in a resolved state, the same ones as above.
+    states_wanted = (states.ARQ_RESOLVED if 'bind_state' in query
+                     else None)
     arqs = base.read_page(r, 'accelerator request', lambda limit, marker: (
         AcceleratorRequest.list(r.context, _owner(r),
                                 instance_uuid=base.canonical_uuid(
                                     query.get('instance')),
-                                limit=limit, marker=marker)))
+                                limit=limit, marker=marker,
+                                states=states_wanted)))
     return base.paged(r, 'arqs', 'accelerator_requests', arqs, view.show)
 
 

@@ -2,6 +2,7 @@
 
 import oslo_messaging as messaging
 
+from cyborg.api import microversion
 from cyborg.api.controllers import base
 from cyborg.api.views import deployables as view
 from cyborg.common import exception
@@ -10,13 +11,19 @@ from cyborg.objects.deployables import Deployable
 
 def list_deployables(r):
     query = r.query
-    # Paged at every microversion (as in OpenStack Cyborg), with a link to
-    # the next page from 2.11.
+    # ?limit=&marker= are taken at every microversion (as in OpenStack
+    # Cyborg).  From 2.11 the list is paged like the others (at most
+    # [api]max_limit, with a link to the next page); below it, like the
+    # others, it is whole unless ?limit= asks for a page: the clients send
+    # 2.0 and follow no link, so a cap there would hide deployables.
     max_limit = r.conf.api.max_limit
-    limit = min(int(query.get('limit', max_limit)), max_limit)
+    limit = None
+    if 'limit' in query or r.version.matches(microversion.PAGINATION):
+        limit = min(int(query.get('limit', max_limit)), max_limit)
     marker = base.marker_of(r)
     deployables = Deployable.list(r.context, name=query.get('name'),
-                                  limit=limit + 1, marker=marker,
+                                  limit=None if limit is None else limit + 1,
+                                  marker=marker,
                                   sort_key=query.get('sort_key', 'id'),
                                   sort_dir=query.get('sort_dir', 'asc'))
     if deployables is None:

@@ -47,6 +47,8 @@ def show_device_profile(r, name_or_uuid):
 
 def create_device_profile(r):
     values = r.body[0]
+    values = dict(values, groups=[_amounts_as_text(group)
+                                  for group in values['groups']])
     if len(json.dumps(values['groups']).encode()) > schema.MAX_GROUPS_BYTES:
         raise exception.Invalid(reason='0/groups: longer than %d bytes as '
                                        'JSON' % schema.MAX_GROUPS_BYTES)
@@ -59,6 +61,15 @@ def create_device_profile(r):
     # The conductor returns the profile it wrote: rendered, not read
     # again (a delete in between would leave nothing to read).
     return view.show(r, _from_created(created))
+
+
+def _amounts_as_text(group):
+    """``group`` with its ``resources:`` amounts as strings: the schema
+    also takes an integer (as Cyborg did), but a profile stores and shows
+    the string, so that answers, quotas and allocation see one form."""
+    return {key: str(int(value))
+            if key.startswith(profile_objects.RESOURCES_PREFIX) else value
+            for key, value in group.items()}
 
 
 def delete_device_profile(r, name_or_uuid):
