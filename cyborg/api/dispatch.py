@@ -385,6 +385,11 @@ def error_response(req, exc):
     if isinstance(exc, messaging.MessagingException):
         return faults.from_exception(exception.ServiceUnavailable(
             reason='the conductor cannot be reached'))
+    if exception.db_not_ready(exc):
+        LOG.warning('Serving %s %s: %s', req.method, req.path,
+                    exception.first_line(exc))
+        return faults.from_exception(exception.ServiceUnavailable(
+            reason=exception.DB_NOT_READY_REASON))
     if isinstance(exc, exception.DB_OUTAGES):
         return faults.from_exception(exception.ServiceUnavailable(
             reason='the database is unreachable'))

@@ -14,6 +14,35 @@ import sqlalchemy.exc
 # SQLAlchemy's OperationalError, which oslo.db passes on as it is).
 DB_OUTAGES = (db_exc.DBConnectionError, db_exc.CantStartEngineError,
               sqlalchemy.exc.OperationalError)
+# The database server there, but not cyborg's schema (a service started
+# before ``cyborg-dbsync upgrade``, the database dropped): a 503 that
+# says so, and start-up jobs that wait for it, as for an outage
+# (``db_not_ready``).  oslo.db names some such errors; the others are
+# told by the server's code: MySQL/MariaDB's "no such table" and "unknown
+# database", PostgreSQL's SQLSTATEs for both, SQLite's message.
+_NOT_READY_ERRNOS = (1146, 1049)
+_NOT_READY_SQLSTATES = ('42P01', '3D000')
+DB_NOT_READY_REASON = ('the database has no cyborg schema yet (run '
+                       '"cyborg-dbsync upgrade")')
+
+def db_not_ready(error):
+    """Whether ``error`` says the database has no cyborg schema (see
+    ``_NOT_READY_ERRNOS``)."""
+    if isinstance(error, (db_exc.DBNonExistentDatabase,
+                          db_exc.DBNonExistentTable)):
+        return True
+    # oslo.db's DBError wraps SQLAlchemy's, which wraps the driver's.
+    error = getattr(error, 'inner_exception', None) or error
+    original = getattr(error, 'orig', None)
+    if not isinstance(error, sqlalchemy.exc.DBAPIError) or original is None:
+        return False
+    args = getattr(original, 'args', ())
+    return bool(
+        (args and args[0] in _NOT_READY_ERRNOS)
+        or getattr(original, 'pgcode', None) in _NOT_READY_SQLSTATES
+        or getattr(original, 'sqlstate', None) in _NOT_READY_SQLSTATES
+        or 'no such table' in str(original))
+
 
 # The most of an error's message a log line or an answer quotes.
 FIRST_LINE_LIMIT = 300

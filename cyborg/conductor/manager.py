@@ -54,17 +54,13 @@ def _answer(func):
                     func.__name__)
                 with timing.rpc_served(func.__name__):
                     return func(*args, **kwargs)
-            # A write outside write_retrying that waited too long for a
-            # row lock answers as one inside it does (stayed_locked).
-            except exception.DB_OUTAGES as exc:
-                raise (db_api.stayed_locked(exc)
-                       or exception.ServiceUnavailable(
-                           reason='the database is unreachable')) from exc
-            except db_exc.DBError as exc:
-                locked = db_api.stayed_locked(exc)
-                if locked is None:
+            except exception.CyborgException:
+                raise
+            except Exception as exc:
+                answer = _as_answer(exc)
+                if answer is exc:
                     raise
-                raise locked from exc
+                raise answer from exc
         except exception.CyborgException as exc:
             if _outage(exc):
                 LOG.warning('%s: %s', func.__name__, exc)
@@ -72,6 +68,22 @@ def _answer(func):
                 raise
             raise messaging.ExpectedException()
     return wrapper
+
+
+def _as_answer(exc):
+    """What a database error in an RPC method answers: a 503 saying the
+    schema is missing or the database unreachable, or, for a write outside
+    write_retrying that waited too long for a row lock, what one inside
+    it answers (``stayed_locked``); else ``exc`` itself (a bug)."""
+    if exception.db_not_ready(exc):
+        return exception.ServiceUnavailable(
+            reason=exception.DB_NOT_READY_REASON)
+    if isinstance(exc, exception.DB_OUTAGES):
+        return (db_api.stayed_locked(exc) or exception.ServiceUnavailable(
+            reason='the database is unreachable'))
+    if isinstance(exc, db_exc.DBError):
+        return db_api.stayed_locked(exc) or exc
+    return exc
 
 
 def _outage(exc):

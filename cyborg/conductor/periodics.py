@@ -157,14 +157,22 @@ class AtStart:
                 _load(self.path)(self.conf, context,
                                  self._started_at(context))
                 return
-            except exception.DB_OUTAGES + (exception.ServiceUnavailable,) \
-                    as e:
+            except Exception as e:
+                if not _waited_for(e):
+                    LOG.exception('Start-up job %s failed', self.name)
+                    return
                 LOG.warning('Start-up job %s waits for the database (%s)',
                             self.name, exception.first_line(e))
-            except Exception:
-                LOG.exception('Start-up job %s failed', self.name)
-                return
             self._stop.wait(self.retry)
+
+
+def _waited_for(error):
+    """Whether a job waits ``error`` out (the database away, or not made
+    yet by cyborg-dbsync; Placement away): one line each time, not a
+    traceback, and a start-up job tries again."""
+    return (isinstance(error, exception.DB_OUTAGES +
+                       (exception.ServiceUnavailable,))
+            or exception.db_not_ready(error))
 
 
 def interval_of(conf, option):
@@ -177,10 +185,11 @@ def run_job(conf, name, path):
     """Run one job once, logging (not raising) what goes wrong."""
     try:
         _load(path)(conf, cyborg_context.get_admin_context())
-    except exception.DB_OUTAGES + (exception.ServiceUnavailable,) as e:
+    except Exception as e:
+        if not _waited_for(e):
+            LOG.exception('Periodic job %s failed; it runs again next time',
+                          name)
+            return
         # An expected outage: one line, not a traceback every tick.
         LOG.warning('Periodic job %s skipped (%s); it runs again next '
                     'time', name, exception.first_line(e))
-    except Exception:
-        LOG.exception('Periodic job %s failed; it runs again next time',
-                      name)
