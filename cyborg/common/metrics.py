@@ -103,6 +103,14 @@ CONDUCTOR_PROGRAMMINGS = prom.Counter(
     'of the schedule until a re-probe); abandoned: one whose conductor '
     'stopped, taken out the same way by this one.', ['outcome'],
     registry=REGISTRY)
+# The outcomes CONDUCTOR_PROGRAMMINGS counts, each served at 0 from the
+# start: a series born at 1 (prometheus_client creates a labelled child on
+# its first use) shows Prometheus no increase, and an alert on the first
+# programming whose outcome is unknown would never fire.
+PROGRAMMING_OUTCOMES = ('programmed', 'failed', 'outcome_unknown',
+                        'abandoned')
+for _outcome in PROGRAMMING_OUTCOMES:
+    CONDUCTOR_PROGRAMMINGS.labels(_outcome)
 CONDUCTOR_PROGRAMMING_SECONDS = prom.Histogram(
     'cyborg_conductor_programming_seconds',
     'Time from the start of an FPGA programming (image download '

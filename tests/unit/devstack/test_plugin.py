@@ -109,6 +109,9 @@ def test_stack_phases_configure_register_and_start(tmp_path, placement):
     # The API under uWSGI, mounted at /accelerator.
     uwsgi = _ini(tmp_path / 'etc' / 'cyborg' / 'cyborg-api-uwsgi.ini')
     assert uwsgi['uwsgi']['module'] == 'cyborg.wsgi.api:application'
+    # ... reading CYBORG_CONF_DIR (here not /etc/cyborg), not the default.
+    assert uwsgi['uwsgi']['env'] == 'OS_CYBORG_CONFIG_DIR=%s' % (
+        tmp_path / 'etc' / 'cyborg')
     assert ('write_uwsgi_config %s cyborg.wsgi.api:application /accelerator'
             '  cyborg-api'
             % (tmp_path / 'etc' / 'cyborg' / 'cyborg-api-uwsgi.ini')) in calls
