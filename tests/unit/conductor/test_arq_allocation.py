@@ -406,33 +406,9 @@ def test_no_free_handle_releases_the_claim(aconf, db, ctx, trait,
     assert _usage(placement_url, device.rp_uuid) == 1
 
 
-def test_a_stuck_allocation_is_failed_and_released(aconf, db, ctx, trait,
-                                                   placement_url):
-    """A conductor that died after claiming: fail_stuck fails the ARQ and
-    releases what it claimed."""
-    device = _provide(aconf, db, trait)
-    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
-                            'trait:' + trait: 'required'})
-    long_ago = timeutils.utcnow() - datetime.timedelta(hours=1)
-    with db.begin() as c:
-        c.execute(sa.update(models.ExtARQ).where(models.ExtARQ.uuid == uuid)
-                  .values(state='BindStarted', consumer_id='pod-1',
-                          consumer_type='k8s-pod', bind_started_at=long_ago))
-    placement_client.get_client(aconf).claim(
-        uuid, {device.rp_uuid: {'resources': {'FPGA': 1}}}, 'p1', 'u1',
-        'K8S_POD')
-    assert _usage(placement_url, device.rp_uuid) == 1
-    assert arq_binding.fail_stuck(aconf, ctx) == 1
-    assert _row(db, uuid).state == 'BindFailed'
-    assert _usage(placement_url, device.rp_uuid) == 0
-
-
-def test_a_stuck_allocation_waits_for_placement_to_be_released(
-        aconf, db, ctx, trait, placement_url):
-    """Placement away when the stuck-bind check fails an abandoned
-    allocation: it failed the ARQ all the same and left its claim for
-    good (a BindFailed ARQ's claim is nobody's to release).  It stays
-    BindStarted until the claim can be released."""
+def _abandoned_claim(aconf, db, ctx, trait):
+    """(device, ARQ uuid): an allocation whose conductor died after
+    claiming, an hour ago."""
     device = _provide(aconf, db, trait)
     uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
                             'trait:' + trait: 'required'})
@@ -445,6 +421,27 @@ def test_a_stuck_allocation_waits_for_placement_to_be_released(
     placement_client.get_client(aconf).claim(
         uuid, {device.rp_uuid: {'resources': {'FPGA': 1}}}, 'p1', 'u1',
         'K8S_POD')
+    return device, uuid
+
+
+def test_a_stuck_allocation_is_failed_and_released(aconf, db, ctx, trait,
+                                                   placement_url):
+    """A conductor that died after claiming: fail_stuck fails the ARQ and
+    releases what it claimed."""
+    device, uuid = _abandoned_claim(aconf, db, ctx, trait)
+    assert _usage(placement_url, device.rp_uuid) == 1
+    assert arq_binding.fail_stuck(aconf, ctx) == 1
+    assert _row(db, uuid).state == 'BindFailed'
+    assert _usage(placement_url, device.rp_uuid) == 0
+
+
+def test_a_stuck_allocation_waits_for_placement_to_be_released(
+        aconf, db, ctx, trait, placement_url):
+    """Placement away when the stuck-bind check fails an abandoned
+    allocation: it failed the ARQ all the same and left its claim for
+    good (a BindFailed ARQ's claim is nobody's to release).  It stays
+    BindStarted until the claim can be released."""
+    device, uuid = _abandoned_claim(aconf, db, ctx, trait)
     front = _releases_refused(placement_url, uuid)
     with front:
         front.away.set()
