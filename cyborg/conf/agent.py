@@ -5,10 +5,14 @@ from oslo_config import cfg
 GROUP = 'agent'
 
 opts = [
-    cfg.ListOpt('enabled_drivers', default=['fake_driver'],
+    cfg.ListOpt('enabled_drivers', default=[],
                 help='Accelerator drivers the agent loads (entry points in '
                      'the cyborg.accelerator.driver namespace), e.g. '
-                     'nvidia_gpu_driver, intel_fpga_driver, pci_driver.'),
+                     'nvidia_gpu_driver, intel_fpga_driver, pci_driver; '
+                     'fake_driver (a fake FPGA of 16 accelerators) for '
+                     'trying cyborg out. None by default, as in OpenStack '
+                     'Cyborg: an agent reports no devices until it is '
+                     'told which drivers to run.'),
     cfg.StrOpt('resource_provider_name',
                help='Name of the compute node resource provider in '
                     'Placement under which this host\'s devices are '

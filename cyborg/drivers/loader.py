@@ -34,4 +34,7 @@ def load_drivers(conf, host):
         if name and name not in drivers:
             drivers[name] = load_driver(conf, host, name)
             LOG.info('Loaded accelerator driver %s', name)
+    if not drivers:
+        LOG.warning('No accelerator driver is enabled ([agent]'
+                    'enabled_drivers): this host reports no devices.')
     return drivers

@@ -12,6 +12,16 @@ def test_loads_enabled_drivers_in_order(conf):
     assert drivers['fake_driver'].host == 'h'
 
 
+def test_no_driver_is_enabled_by_default(conf, caplog):
+    """As in OpenStack Cyborg: an agent whose configuration leaves the
+    option out loaded the fake driver, and offered its fake FPGA to the
+    real Placement."""
+    caplog.set_level('WARNING', logger='cyborg.drivers.loader')
+    conf.clear_override('enabled_drivers', group='agent')
+    assert loader.load_drivers(conf, 'h') == {}
+    assert 'No accelerator driver is enabled' in caplog.text
+
+
 def test_unknown_driver_is_a_clear_error(conf):
     conf.set_override('enabled_drivers', ['no_such_driver'], 'agent')
     with pytest.raises(exception.InvalidParameterValue,
