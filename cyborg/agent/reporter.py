@@ -209,16 +209,18 @@ class Reporter:
         found, or, where it failed or is still discovering after
         ``[agent]discovery_timeout``, its last acknowledged devices."""
         recall, self._recalled = not self._recalled, True
-        started = {}
+        acked = {name: [] for name in self.drivers}
+        for device in acked_devices or ():
+            acked.setdefault(driver_of(device), []).append(device)
+        started = set()
         for name, driver in self.drivers.items():
             late = self._discovering.get(name)
             # One that returned after its report's wait: asked afresh.
             if late is None or late.done():
-                started[name] = self._discovering[name] = calls.DriverCall(
+                started.add(name)
+                self._discovering[name] = calls.DriverCall(
                     name, 'discover', functools.partial(
-                        _discover, driver, recall, [
-                            d for d in acked_devices or ()
-                            if driver_of(d) == name]))
+                        _discover, driver, recall, acked[name]))
         deadline = time.monotonic() + self.conf.agent.discovery_timeout
         for name in self.drivers:
             call = self._discovering[name]
@@ -228,16 +230,14 @@ class Reporter:
                 LOG.warning('Driver %s has been discovering devices for '
                             '%.0f s; keeping its last reported ones.', name,
                             time.monotonic() - call.started)
-                yield name, [d for d in acked_devices or ()
-                             if driver_of(d) == name]
+                yield name, acked[name]
                 continue
             del self._discovering[name]
             if call.error is not None:
                 LOG.error('Driver %s failed to discover devices; keeping '
                           'its last reported ones.', name,
                           exc_info=call.error)
-                yield name, [d for d in acked_devices or ()
-                             if driver_of(d) == name]
+                yield name, acked[name]
                 continue
             yield name, call.value
 
