@@ -33,7 +33,12 @@ device that stays broken) costs no message per check:
   next check; failures are logged with back-off (1st, 2nd, 4th, 8th...),
   never raised.  At most ``MAX_PENDING_PER_KEY`` unsent readings are kept
   per (device, deployable), the least severe dropped first: the worst
-  stays until the conductor takes it;
+  stays until the conductor takes it.  Each reading queued gets a
+  sequence number (``seq``, one more per reading queued by this monitor,
+  whose ``sender`` id the reports carry): a send that timed out may still
+  be delivered, after the conductor took its re-send or along with it,
+  and the conductor applies a reading it applied already only once
+  (``cyborg.conductor.health``);
 - probes (``probe_health`` from the conductor) are answered from the
   driver's next check (``base.probe_verdicts``) when the driver keeps the
   default ``probe``, so that a re-probe moves none of what the checks
@@ -52,6 +57,7 @@ import collections
 import functools
 import threading
 import time
+import uuid
 
 from oslo_log import log as logging
 
@@ -186,6 +192,12 @@ class HealthMonitor:
         # when the thread is not running).
         self._current = {}       # key -> [Reading] of the last check
         self._pending = []       # Readings not yet sent, oldest first
+        # The sequence numbers of the pending readings (by id: a reading
+        # queued is held by _pending until it is sent or dropped), and
+        # this monitor's id, which they are numbered under.
+        self._seqs = {}
+        self._seq = 0
+        self._sender = uuid.uuid4().hex
         self._full_wanted = True
         self._watched = set()    # device keys that have metric labels
         self._clock_labels = {}  # device key -> clock event reasons labelled
@@ -434,6 +446,8 @@ class HealthMonitor:
         re-states conditions: the conductor never heard of it."""
         key = reading_key(reading)
         self._pending.append(reading)
+        self._seq += 1
+        self._seqs[id(reading)] = self._seq
         same_key = [r for r in self._pending if reading_key(r) == key]
         if len(same_key) > MAX_PENDING_PER_KEY:
             order = states.SEVERITIES
@@ -443,6 +457,7 @@ class HealthMonitor:
                         'reading of %s (%s %s).', reading.device,
                         victim.severity, victim.code or '')
             self._pending = [r for r in self._pending if r is not victim]
+            self._seqs.pop(id(victim), None)
 
     def _queue_verdicts(self, verdicts):
         for verdict in verdicts:
@@ -671,7 +686,8 @@ class HealthMonitor:
     def _send(self, readings, full):
         if not readings:
             return True
-        report = {'full': full, 'readings': [r.to_dict() for r in readings]}
+        report = {'full': full, 'sender': self._sender,
+                  'readings': [self._wire(r) for r in readings]}
         try:
             reply = self._conductor.report_health(
                 cyborg_context.get_admin_context(), self.host, report)
@@ -683,17 +699,31 @@ class HealthMonitor:
             # Not sent: [upgrade_levels]conductor caps below report_health
             # (logged once by the client).  Nothing to keep for later: the
             # first full report after the cap is lifted says what holds.
-            self._pending = []
+            self._unqueue()
             self._full_wanted = False
             return True
         self._log.succeeded('conductor', 'Health reports of %s reach the '
                             'conductor again', self.host)
-        self._pending = []
+        self._unqueue()
         if full:
             self._full_wanted = False
         self.reports_sent += 1
         self.last_report = report
         return True
+
+    def _wire(self, reading):
+        """``reading`` as a report carries it: with its sequence number
+        while it is pending (a reading of a full report that was sent
+        before has none: the conductor applies it as a re-statement)."""
+        values = reading.to_dict()
+        seq = self._seqs.get(id(reading))
+        if seq is not None:
+            values['seq'] = seq
+        return values
+
+    def _unqueue(self):
+        self._pending = []
+        self._seqs = {}
 
     def _full_readings(self):
         """Unsent readings (in order; only those of a first report, see

@@ -110,11 +110,19 @@ class AgentManager:
         return True
 
     @_answer
-    def remove_vgpu_mdev(self, context, pci_address, mdev_uuid):
-        """Remove the mdev; removing one that is gone is a success."""
+    def remove_vgpu_mdev(self, context, pci_address, mdev_uuid,
+                         asked_type=None):
+        """Remove the mdev of the GPU at ``pci_address`` (of type
+        ``asked_type`` when given; no conductor sends one yet); removing
+        one that is gone is a success.  A uuid of another parent's (or
+        type's) mdev is a refusal (Conflict), nothing removed: a wrong
+        parent would remove someone else's vGPU."""
         from cyborg.agent import privileged
-        if privileged.remove_mdev(mdev_uuid):
-            LOG.info('Removed mdev %s from %s', mdev_uuid, pci_address)
+        # The helper checks the names, and that the mdev is the parent's.
+        parent = (self._mdev_parent(pci_address, asked_type)
+                  if asked_type else pci_address)
+        if privileged.remove_mdev(parent, mdev_uuid, asked_type):
+            LOG.info('Removed mdev %s from %s', mdev_uuid, parent)
             self._report_soon()
         return True
 

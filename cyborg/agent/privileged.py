@@ -11,13 +11,18 @@ things, never paths the daemon would trust:
 - ``create_mdev``/``remove_mdev`` take a PCI address, an mdev type and an
   mdev uuid; the sysfs tree is the daemon's own ``[agent]sysfs_root``,
   and a control file is written only when it resolves under the tree's
-  ``devices`` directory and is not itself a link.
+  ``devices`` directory and is not itself a link.  An mdev is removed
+  only from the parent (and of the type) the caller names: a uuid of
+  another device's mdev removes nothing.
 - ``run_fpga_tool`` takes a tool's name (``FPGA_TOOLS``), a PCI address
   and a bitstream file; the daemon finds the tool in its own
-  ``[cyborg_sys_admin]fpga_tool_dirs``, accepts the file only as a
-  regular file (no link) directly in its own ``[DEFAULT]state_path``
-  (where the agent writes bitstreams), and builds the command line
-  itself.
+  ``[cyborg_sys_admin]fpga_tool_dirs``, opens the file once (no link
+  followed) directly in its own ``[DEFAULT]state_path`` (where the agent
+  writes bitstreams), accepts what it opened only as a regular file of
+  one name, and hands the tool that open file (``/proc/self/fd/<n>``),
+  never the name: the agent, which owns that directory, cannot swap the
+  file between the check and the tool's read.  It builds the command
+  line itself.
 
 What the daemon reads is ``CONF``: the configuration privsep-helper
 loaded from its ``--config-file`` options.  Tests on fake sysfs trees
@@ -29,8 +34,8 @@ pointing ``CONF`` at their own configuration
 import os
 import re
 import stat
+import subprocess
 
-from oslo_concurrency import processutils
 from oslo_privsep import capabilities as caps
 from oslo_privsep import priv_context
 
@@ -160,18 +165,53 @@ def create_mdev(parent_address, mdev_type, mdev_uuid):
 
 
 @default.entrypoint
-def remove_mdev(mdev_uuid):
-    """Remove mdev ``mdev_uuid``; returns False if it did not exist."""
+def remove_mdev(parent_address, mdev_uuid, mdev_type=None):
+    """Remove mdev ``mdev_uuid`` of the device at ``parent_address`` (and
+    of ``mdev_type``, when given); returns False if it did not exist.
+    Conflict, nothing written, when that uuid is another device's mdev
+    (or of another type): a caller naming the wrong parent must not
+    remove someone else's vGPU."""
     _trusted_settings()
+    _check(inventory.PCI_ADDRESS, parent_address, 'PCI address')
     _check(inventory.MDEV_UUID, mdev_uuid, 'mdev uuid')
-    fd = _open_control_file(
-        os.path.join(CONF.agent.sysfs_root, 'bus', 'mdev', 'devices',
-                     mdev_uuid),
-        'remove')
+    if mdev_type is not None:
+        _check(_MDEV_TYPE, mdev_type, 'mdev type')
+    mdev = os.path.join(CONF.agent.sysfs_root, 'bus', 'mdev', 'devices',
+                        mdev_uuid)
+    fd = _open_control_file(mdev, 'remove')
     if fd is None:
         return False
+    try:
+        _check_owner(mdev, parent_address, mdev_type)
+    except BaseException:
+        os.close(fd)
+        raise
     _write(fd, '1')
     return True
+
+
+def _check_owner(mdev, parent_address, mdev_type):
+    """Conflict unless the mdev whose link in ``bus/mdev/devices`` is
+    ``mdev`` is a child of the device at ``parent_address`` (and of
+    ``mdev_type``, when given).  The kernel puts an mdev's directory in
+    its parent's and links its ``mdev_type`` to the parent's
+    ``mdev_supported_types/<type>``."""
+    real = os.path.realpath(mdev)
+    parent = os.path.dirname(real)
+    try:
+        found_type = os.path.basename(
+            os.readlink(os.path.join(real, 'mdev_type')))
+    except OSError:
+        found_type = 'unknown'
+    wanted = os.path.realpath(os.path.join(
+        CONF.agent.sysfs_root, 'bus', 'pci', 'devices', parent_address))
+    if parent == wanted and mdev_type in (None, found_type):
+        return
+    asked = f'of type {mdev_type} on' if mdev_type else 'on'
+    raise exception.Conflict(
+        reason=f'mdev {os.path.basename(mdev)} is of type {found_type} on '
+               f'{os.path.basename(parent)}, not {asked} {parent_address}; '
+               f'it was not removed')
 
 
 # -- FPGA programming ----------------------------------------------------
@@ -210,13 +250,14 @@ def _tool_binary(tool):
                 f"({', '.join(dirs) or 'none'}); the card was not touched")
 
 
-def _bitstream(image_path):
-    """``image_path`` resolved, once it is known to name a regular file
-    (no link, one name) directly in the daemon's state directory, where
-    the agent writes the bitstreams it programs.  (The tool opens it by
-    name afterwards: the agent, which owns that directory, could still
-    swap the file in between; the tool then reads another file, which
-    vendor tools refuse as a bitstream.)"""
+def _open_bitstream(image_path):
+    """A descriptor, open for reading, on the file ``image_path`` names,
+    once it is known to be a regular file (no link, one name) directly
+    in the daemon's state directory, where the agent writes the
+    bitstreams it programs.  What is checked is what was opened (the
+    agent, which owns that directory, may swap the name for a link or
+    another file at any time; whatever it does afterwards, the tool reads
+    this file: ``run_fpga_tool``)."""
     state = os.path.realpath(CONF.state_path)
     if (not isinstance(image_path, str) or image_path.startswith('-') or
             not os.path.isabs(image_path)):
@@ -228,39 +269,89 @@ def _bitstream(image_path):
             reason=f'bitstream {image_path} is not a file in {state}')
     try:
         dir_fd = os.open(state, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        finally:
-            os.close(dir_fd)
     except OSError as exc:
         raise exception.Invalid(
             reason=f'bitstream {image_path}: {exc.strerror}')
-    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+    try:
+        fd = _open_regular(name, dir_fd, image_path)
+    finally:
+        os.close(dir_fd)
+    return fd
+
+
+def _open_regular(name, dir_fd, image_path):
+    """``name`` in ``dir_fd`` opened read-only: O_NOFOLLOW (a link is
+    ELOOP), O_NONBLOCK (a FIFO put there does not hold the daemon), then
+    checked on the descriptor itself (fstat)."""
+    not_regular = exception.Invalid(
+        reason=f'bitstream {image_path} is not a regular file')
+    try:
+        # Its type first, without opening it: a device node is not opened
+        # at all.  The check that counts is the one on the descriptor.
+        if not stat.S_ISREG(os.stat(name, dir_fd=dir_fd,
+                                    follow_symlinks=False).st_mode):
+            raise not_regular
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK |
+                     os.O_NOCTTY, dir_fd=dir_fd)
+    except OSError as exc:
         raise exception.Invalid(
-            reason=f'bitstream {image_path} is not a regular file')
-    return os.path.join(state, name)
+            reason=f'bitstream {image_path}: {exc.strerror}')
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            raise not_regular
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _by_descriptor(fd):
+    """The name under which a child given ``fd`` (``pass_fds``) opens the
+    very file the descriptor is open on, whatever became of its name."""
+    return f'/proc/self/fd/{fd}'
+
+
+def _run(argv, fd, tool):
+    """Run ``argv`` with ``fd`` passed on (stdin closed); its stdout.
+    ``FPGAToolFailed`` when it ran and failed, a refusal (Conflict) when
+    it could not be started at all: the card was not touched then."""
+    try:
+        done = subprocess.run(argv, pass_fds=(fd,), close_fds=True,
+                              stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, check=False)
+    except OSError as exc:
+        raise exception.Conflict(
+            message=f'FPGA programming tool {tool} could not be started '
+                    f'({exc.strerror or exc}); the card was not touched')
+    out = done.stdout.decode('utf-8', 'replace')
+    if done.returncode != 0:
+        # It ran: the card may be partly written.
+        said = done.stderr.decode('utf-8', 'replace').strip() or \
+            out.strip()
+        said = ' '.join(said.splitlines()[-3:])
+        raise exception.FPGAToolFailed(
+            message=f'FPGA programming with {tool} failed: exit status '
+                    f'{done.returncode}' + (f': {said}' if said else ''))
+    return out
 
 
 @default.entrypoint
 def run_fpga_tool(tool, address, image_path):
     """Program the FPGA at PCI ``address`` with the bitstream file
     ``image_path`` using ``tool`` (a name of ``FPGA_TOOLS``); returns the
-    tool's stdout.  Refusals (``Invalid``, ``ResourceNotFound``) come
-    before the tool runs; ``FPGAToolFailed`` once it ran."""
+    tool's stdout.  Refusals (``Invalid``, ``ResourceNotFound``,
+    ``Conflict``: the card was not touched) come before the tool runs;
+    ``FPGAToolFailed`` once it ran."""
     _trusted_settings()
     if not isinstance(tool, str) or tool not in FPGA_TOOLS:
         raise exception.Invalid(reason=f'not an FPGA tool: {tool!r}')
     _check(inventory.PCI_ADDRESS, address, 'PCI address')
-    image = _bitstream(image_path)
-    argv = FPGA_TOOLS[tool](_tool_binary(tool), address, image)
+    fd = _open_bitstream(image_path)
     try:
-        out, _err = processutils.execute(*argv)
-    except processutils.ProcessExecutionError as exc:
-        # It ran: the card may be partly written.
-        raise exception.FPGAToolFailed(
-            message=f'FPGA programming with {tool} failed: {exc}')
-    except OSError as exc:
-        raise exception.CyborgException(
-            message=f'FPGA programming with {tool} could not start: '
-                    f'{exc}')
-    return out
+        argv = FPGA_TOOLS[tool](_tool_binary(tool), address,
+                                _by_descriptor(fd))
+        return _run(argv, fd, tool)
+    finally:
+        os.close(fd)

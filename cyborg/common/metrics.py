@@ -103,12 +103,18 @@ CONDUCTOR_PROGRAMMINGS = prom.Counter(
     'of the schedule until a re-probe); abandoned: one whose conductor '
     'stopped, taken out the same way by this one.', ['outcome'],
     registry=REGISTRY)
-# The outcomes CONDUCTOR_PROGRAMMINGS counts, each served at 0 from the
-# start: a series born at 1 (prometheus_client creates a labelled child on
-# its first use) shows Prometheus no increase, and an alert on the first
-# programming whose outcome is unknown would never fire.
-PROGRAMMING_OUTCOMES = ('programmed', 'failed', 'outcome_unknown',
-                        'abandoned')
+# The outcomes CONDUCTOR_PROGRAMMINGS (and CONDUCTOR_PROGRAMMING_SECONDS)
+# count, by these names alone (cyborg.conductor.programming), each served
+# at 0 from the start: a series born at 1 (prometheus_client creates a
+# labelled child on its first use) shows Prometheus no increase, and an
+# alert on the first programming whose outcome is unknown would never
+# fire.
+PROGRAMMED = 'programmed'
+PROGRAMMING_FAILED = 'failed'
+PROGRAMMING_OUTCOME_UNKNOWN = 'outcome_unknown'
+PROGRAMMING_ABANDONED = 'abandoned'
+PROGRAMMING_OUTCOMES = (PROGRAMMED, PROGRAMMING_FAILED,
+                        PROGRAMMING_OUTCOME_UNKNOWN, PROGRAMMING_ABANDONED)
 for _outcome in PROGRAMMING_OUTCOMES:
     CONDUCTOR_PROGRAMMINGS.labels(_outcome)
 CONDUCTOR_PROGRAMMING_SECONDS = prom.Histogram(

@@ -24,9 +24,25 @@ worse of its own and its device's.  A device-level good reading (a probe
 verdict included) also counts for the device's deployables that have no
 fault of their own in the report, so a partition taken out on its own is
 re-admitted by its device's probe.
+
+A reading applied once is not applied again.  An agent numbers the
+readings it queues (``seq``, under the ``sender`` id of its health
+monitor) and re-sends them until a send is answered; a send that timed
+out (the conductor slow or away, RabbitMQ keeping the message) may still
+be delivered, and the same transient fault then counted twice, a
+transition and its notification made twice.  So the conductor remembers,
+per host and sender, the highest number it applied (``APPLIED``), and
+leaves out of a report the readings numbered up to it.  It remembers in
+its memory: a re-send and the late delivery of the send before it that
+reach two different conductors (or one restarted in between) are both
+applied, as before.  Readings without a number (an older agent's, a full
+report's re-statements) are applied as they come.
 """
 
+import collections
 import dataclasses
+import functools
+import threading
 import time
 
 from oslo_log import log as logging
@@ -50,6 +66,56 @@ LOG = logging.getLogger(__name__)
 # Attempts at writing changes that race another conductor (SQLite, which
 # has no row lock for the host).
 MAX_ATTEMPTS = 5
+# Senders (agent health monitors: one per agent start) remembered per
+# host in ``APPLIED``; a late delivery is of the last one or two.
+SENDERS_KEPT = 4
+_SENDER_MAX_LENGTH = 64
+
+
+class _Applied:
+    """{hostname: {sender: the highest reading number applied}}, and a
+    lock per host that its numbered reports are applied under (so that a
+    late delivery and its re-send, served by two threads, are not both
+    taken for new)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._hosts = {}        # hostname -> OrderedDict(sender -> seq)
+        self._host_locks = {}   # hostname -> threading.Lock
+
+    def host_lock(self, hostname):
+        with self._lock:
+            return self._host_locks.setdefault(hostname, threading.Lock())
+
+    def unseen(self, hostname, sender, numbered):
+        """``(readings, highest number, repeated)``: the readings of
+        ``numbered`` (``[(reading, seq or None)]``) not applied yet, in
+        order, the highest number among them (None: none numbered), and
+        how many were left out."""
+        with self._lock:
+            done = self._hosts.get(hostname, {}).get(sender, 0)
+        readings, top, repeated = [], None, 0
+        for reading, seq in numbered:
+            if seq is not None and seq <= done:
+                repeated += 1
+                continue
+            readings.append(reading)
+            if seq is not None:
+                top = seq if top is None else max(top, seq)
+        return readings, top, repeated
+
+    def note(self, hostname, sender, seq):
+        """The readings of ``sender`` numbered up to ``seq`` are applied
+        (committed)."""
+        with self._lock:
+            senders = self._hosts.setdefault(hostname,
+                                             collections.OrderedDict())
+            senders[sender] = max(senders.pop(sender, 0), seq)
+            while len(senders) > SENDERS_KEPT:
+                senders.popitem(last=False)
+
+
+APPLIED = _Applied()
 
 
 class _Raced(Exception):
@@ -64,12 +130,31 @@ def handle_report(conf, context, hostname, report):
     Returns ``{'accepted': <readings about known devices>}``; raises
     ``Invalid`` for a malformed report (nothing written).  Readings of
     devices the conductor does not know (not reported yet, or removed)
-    are skipped.
+    are skipped, and so are those this conductor applied already
+    (``APPLIED``: a send that timed out, delivered beside its re-send).
     """
     started = time.monotonic()
     try:
-        readings = parse_report(report)
-        outcome = _apply(conf, context, hostname, readings)
+        numbered = _parse(report)
+        sender = report.get('sender')
+        if not (isinstance(sender, str) and
+                0 < len(sender) <= _SENDER_MAX_LENGTH) or all(
+                    seq is None for _, seq in numbered):
+            outcome = _apply(conf, context, hostname,
+                             [reading for reading, _ in numbered])
+            return {'accepted': outcome.accepted}
+        with APPLIED.host_lock(hostname):
+            readings, top, repeated = APPLIED.unseen(hostname, sender,
+                                                     numbered)
+            if repeated:
+                LOG.info('Health report of %s: %d reading(s) it sent '
+                         'before and this conductor applied already (a '
+                         'send that timed out, delivered late) left out',
+                         hostname, repeated)
+            committed = (None if top is None else functools.partial(
+                APPLIED.note, hostname, sender, top))
+            outcome = _apply(conf, context, hostname, readings,
+                             committed=committed)
         return {'accepted': outcome.accepted}
     finally:
         metrics.CONDUCTOR_HEALTH_REPORT_SECONDS.observe(
@@ -108,6 +193,20 @@ def run_timers(conf, context):
 
 def parse_report(report):
     """The readings of a health report, or Invalid with the reason."""
+    return [reading for reading, _ in _parse(report)]
+
+
+def _seq(values):
+    """A reading's number (``seq``), None when it has none (or not a
+    positive integer: not trusted to leave anything out)."""
+    seq = values.get('seq')
+    if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
+        return seq
+    return None
+
+
+def _parse(report):
+    """``[(reading, seq or None)]`` of a health report, or Invalid."""
     if not isinstance(report, dict) or not isinstance(
             report.get('readings'), list):
         raise exception.Invalid(
@@ -136,7 +235,7 @@ def parse_report(report):
                 isinstance(reading.deployable, str)):
             raise exception.Invalid(
                 reason=f'bad health reading for {reading.device!r}')
-        readings.append(reading)
+        readings.append((reading, _seq(values)))
     if unknown:
         LOG.warning('Health report: skipped the readings of unknown '
                     'severity %s (an agent newer than this conductor?); '
@@ -266,7 +365,10 @@ def _note(result, kind, row, device, old, new):
 
 # -- applying -----------------------------------------------------------------
 
-def _apply(conf, context, hostname, readings, now=None, vouched=frozenset()):
+def _apply(conf, context, hostname, readings, now=None, vouched=frozenset(),
+           committed=None):
+    """Apply ``readings`` and the timers; ``committed()``, when given, is
+    called once they are (written, or nothing to write)."""
     now = now or clock_db.utcnow()
     settings = machine.Settings.from_conf(conf)
     # Optimistic first look without a lock: most reports change nothing.
@@ -275,6 +377,8 @@ def _apply(conf, context, hostname, readings, now=None, vouched=frozenset()):
     result = evaluate(settings, hostname, devices, deployables, readings,
                       now, vouched)
     if not result.changes:
+        if committed is not None:
+            committed()
         return result
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
@@ -289,6 +393,8 @@ def _apply(conf, context, hostname, readings, now=None, vouched=frozenset()):
                 raise
             LOG.info('Health of host %s changed under us; evaluating '
                      'again.', hostname)
+    if committed is not None:
+        committed()
     _after_commit(conf, context, hostname, result)
     return result
 

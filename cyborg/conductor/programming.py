@@ -59,9 +59,10 @@ holds what nobody knows.
 
 The agent's answer tells whether the card changed: a refusal it makes
 before running the tool (a card or driver it does not have, a bad
-bitstream, a card it is programming already) leaves the card as it was
-(409); the tool failing, or any other error of the agent's (the tool may
-have run), is an unknown outcome, as above.
+bitstream, a card it is programming already, a tool it cannot find or
+start) leaves the card as it was (409), its image still recorded; the
+tool failing, or any other error of the agent's (the tool may have run),
+is an unknown outcome, as above.
 
 Notifications (payload ``ProgramPayload``): ``deployable.program.start``
 once the checks have passed (an image already loaded, or a device in use,
@@ -253,12 +254,12 @@ class _Notice:
 
     def ended(self):
         self._send(notify.PROGRAM_END, notify.INFO,
-                   duration=self._elapsed('programmed'))
+                   duration=self._elapsed(metrics.PROGRAMMED))
 
     def failed(self, error):
-        outcome = ('outcome_unknown'
+        outcome = (metrics.PROGRAMMING_OUTCOME_UNKNOWN
                    if isinstance(error, exception.ProgrammingOutcomeUnknown)
-                   else 'failed')
+                   else metrics.PROGRAMMING_FAILED)
         self._send(notify.PROGRAM_ERROR, notify.ERROR,
                    duration=self._elapsed(outcome),
                    reason=(str(error) or type(error).__name__)[:1000])
@@ -396,7 +397,8 @@ def take_out_overdue(conf, context):
                 f"a programming did not end by {until:%Y-%m-%d %H:%M:%S} "
                 f"UTC (its conductor stopped?); the card's outcome is "
                 f"unknown")
-            metrics.CONDUCTOR_PROGRAMMINGS.labels('abandoned').inc()
+            metrics.CONDUCTOR_PROGRAMMINGS.labels(
+                metrics.PROGRAMMING_ABANDONED).inc()
             taken += 1
     return taken
 

@@ -16,7 +16,10 @@ reprogramming the card by hand makes it unknown again, not wrong).  The
 card's record is removed, on disk, before the tool starts, and the new
 image recorded once it has succeeded: a tool that fails, a privileged
 helper that dies, or an agent killed mid-write leaves the image unknown,
-never the one before.
+never the one before.  A refusal of the privileged helper before the tool
+ran (no such tool in its directories, a tool that cannot be started, a
+bitstream it does not take) never touched the card: the record is put
+back as it was.
 """
 
 import abc
@@ -33,6 +36,11 @@ from cyborg.drivers import base
 
 LOG = logging.getLogger(__name__)
 
+
+# What the privileged helper raises when it refused before the vendor
+# tool ran (``run_fpga_tool``): the card was not touched.
+REFUSED_BEFORE_THE_TOOL = (exception.Invalid, exception.NotFound,
+                           exception.Conflict)
 
 # Serialises the records' read-modify-write in this process: the agent
 # programs two cards of one driver at once (one RPC thread each).
@@ -64,8 +72,12 @@ class BitstreamRecord:
         self._update(change)
 
     def forget(self, controlpath_id):
-        """Remove one card's record, the others' kept."""
-        self._update(lambda records: records.pop(controlpath_id, None))
+        """Remove one card's record, the others' kept; returns the record
+        removed (None when there was none)."""
+        removed = []
+        self._update(lambda records: removed.append(
+            records.pop(controlpath_id, None)))
+        return removed[0]
 
     def _update(self, change):
         """``change(records)`` written to disk: under a lock, through a
@@ -156,14 +168,20 @@ class ToolProgrammable(RecordsBitstreams):
                                              id=controlpath_id)
         from cyborg.agent import privileged
         tool, address = self.fpga_tool(controlpath_id)
-        self._forget_before_writing(controlpath_id)
+        before = self._forget_before_writing(controlpath_id)
         LOG.info('Programming FPGA %s with image %s: %s on %s, %s',
                  controlpath_id, image_uuid, tool, address, image_path)
-        # Whatever it raises, the image recorded before is gone already:
-        # the tool failing may have written part of the card, the
-        # privileged helper dying ("Premature eof") may have left it
-        # writing.
-        privileged.run_fpga_tool(tool, address, image_path)
+        try:
+            privileged.run_fpga_tool(tool, address, image_path)
+        except REFUSED_BEFORE_THE_TOOL:
+            # The helper refused before the tool ran (no such tool, one
+            # that cannot start, a bitstream it does not take): the card
+            # runs what it ran.
+            self._put_back(controlpath_id, before)
+            raise
+        # Whatever else it raises, the image recorded before is gone: the
+        # tool failing may have written part of the card, the privileged
+        # helper dying ("Premature eof") may have left it writing.
         try:
             self.remember(controlpath_id, image_uuid)
         except Exception:
@@ -179,11 +197,12 @@ class ToolProgrammable(RecordsBitstreams):
         the card, so that no report after it (this agent's, or a
         restarted one's after being killed mid-write) names the image it
         ran before.  Where that cannot be written (a full disk) nothing
-        is programmed: a refusal, the card as it was."""
+        is programmed: a refusal, the card as it was.  Returns the record
+        removed (None when there was none), for ``_put_back``."""
         unsaved = self._unsaved()
         before = unsaved.pop(controlpath_id, None)
         try:
-            self._record().forget(controlpath_id)
+            on_disk = self._record().forget(controlpath_id)
         except OSError as exc:
             if before is not None:
                 unsaved[controlpath_id] = before
@@ -191,3 +210,20 @@ class ToolProgrammable(RecordsBitstreams):
                 message=f'Could not clear the record of the image FPGA '
                         f'{controlpath_id} runs ({exc}); the card was not '
                         f'touched')
+        # This process's word wins over the file's (``with_bitstreams``).
+        return before or on_disk
+
+    def _put_back(self, controlpath_id, record):
+        """The card's record as it was before ``_forget_before_writing``
+        (``record``; nothing when there was none): in memory where it
+        cannot be written."""
+        if record is None:
+            return
+        try:
+            self._record().save(controlpath_id, record['image_uuid'],
+                                record['fingerprint'])
+        except OSError:
+            LOG.exception('Could not restore the record of the image FPGA '
+                          '%s runs; reported from memory meanwhile',
+                          controlpath_id)
+            self._unsaved()[controlpath_id] = record

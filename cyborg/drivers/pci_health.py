@@ -29,7 +29,11 @@ Drivers add sources of their own by overriding ``more_health`` (NVML,
 FPGA error registers); it is not called for a function that is gone.  A
 check that raises for a device keeps what it read before the error and
 adds a ``transient`` reading "health check failed" (``base.CHECK_FAILED``):
-never an ``ok`` one, which would clear the device's fault.
+never an ``ok`` one, which would clear the device's fault.  Its traceback
+is logged when the device's checks start failing, then, while they keep
+failing, one line every ``FAILING_REMINDER`` seconds (the others at
+DEBUG), and one INFO line when a check of it works again: a check runs
+every second.
 """
 
 import os
@@ -37,6 +41,7 @@ import time
 
 from oslo_log import log as logging
 
+from cyborg.common import exception
 from cyborg.common import metrics
 from cyborg.common import states
 from cyborg.drivers import base
@@ -57,6 +62,9 @@ UNBOUND_CHECKS = 2
 # Drivers that only hold a function for passthrough: one that leaves
 # them is given back, not failing (see the module docstring).
 PASSTHROUGH_STUBS = frozenset(('vfio-pci', 'pci-stub'))
+# Seconds between the log lines that say a device's checks still fail
+# (see the module docstring).
+FAILING_REMINDER = 600
 
 
 def parse_aer(text):
@@ -129,7 +137,8 @@ class PCIHealth(base.HealthReporting):
         if state is None:
             state = self.__dict__['_pci_health'] = {
                 'counters': CounterTracker(), 'unbound': {}, 'aer': {},
-                'paths': {}, 'sparing': {}, 'bound': set()}
+                'paths': {}, 'sparing': {}, 'bound': set(),
+                'failing': {}}
         return state
 
     def check_health(self, devices):
@@ -188,12 +197,14 @@ class PCIHealth(base.HealthReporting):
             # a transient one that says so (base.CHECK_FAILED), which the
             # agent sends beside what the device read before.  What was
             # read before the failure (an AER event) is kept.
-            LOG.exception('Health check of %s failed', device.key())
+            self._check_failed(device.key(), exc)
             found.append(reading(
                 device, states.TRANSIENT, 'pci',
                 f'health check failed ({type(exc).__name__}; see the '
                 f'agent\'s log): the device is not watched',
                 base.CHECK_FAILED))
+        else:
+            self._check_worked(device.key())
         for each in found:
             each.counters = {**counters, **each.counters}
         if not any(each.deployable is None for each in found):
@@ -204,6 +215,38 @@ class PCIHealth(base.HealthReporting):
             found.append(reading(device, states.OK, 'pci',
                                  counters=counters))
         return found
+
+    def _check_failed(self, key, error):
+        """Log a failed check of device ``key`` (see the module
+        docstring): its traceback when its checks start failing, then a
+        reminder at most every ``FAILING_REMINDER`` seconds."""
+        failing = self._pci_health_state()['failing']
+        now = time.monotonic()
+        state = failing.get(key)
+        if state is None:
+            failing[key] = {'since': now, 'reminded': now, 'failures': 1}
+            LOG.exception('Health check of %s failed; until it works '
+                          'again, a reminder every %d s', key,
+                          FAILING_REMINDER)
+            return
+        state['failures'] += 1
+        if now - state['reminded'] >= FAILING_REMINDER:
+            state['reminded'] = now
+            LOG.warning('Health check of %s still fails (%d checks in '
+                        '%.0f s): %s: %s', key, state['failures'],
+                        now - state['since'], type(error).__name__,
+                        exception.first_line(error))
+        else:
+            LOG.debug('Health check of %s failed again: %s: %s', key,
+                      type(error).__name__, error)
+
+    def _check_worked(self, key):
+        """Log the end of a device's failing checks, if they were."""
+        state = self._pci_health_state()['failing'].pop(key, None)
+        if state is not None:
+            LOG.info('Health check of %s works again (after %d failed '
+                     'checks in %.0f s)', key, state['failures'],
+                     time.monotonic() - state['since'])
 
     def _paths(self, address):
         """The function's directory, driver link and AER files (joined

@@ -3,6 +3,7 @@ against the real conductor (fake:// RPC, real Placement): the readings
 kept are bounded per device, and what is dropped is what matters least."""
 
 import json
+import time
 
 import sqlalchemy as sa
 
@@ -70,3 +71,50 @@ def test_a_fatal_fault_outlasts_harmless_readings_of_an_outage(
     assert monitor.send_once()
     assert tuple(_device(conductor.engine)) == (
         states.UNHEALTHY, 'XID 48: double bit ECC')
+
+
+def _faults(engine):
+    with engine.connect() as c:
+        return c.execute(sa.select(models.Device.health,
+                                   models.Device.health_faults)
+                         .where(models.Device.hostname == HOST)).one()
+
+
+def test_a_reading_delivered_late_and_re_sent_is_applied_once(
+        conf, tmp_path, conductor):
+    """The conductor away, the agent's sends of a transient fault time
+    out and it sends the fault again; the sends that timed out are still
+    delivered (fake:// keeps them, as RabbitMQ does a message not yet
+    expired) once the conductor is back, beside the re-send that is
+    answered: the one fault was counted once per delivery, and at the
+    third (``suspect_threshold``) the device was out instead of suspect,
+    a transition counted in the metrics and notified that no fault
+    made."""
+    conf.set_override('state_path', str(tmp_path / 'state'))
+    conf.set_override('enabled_drivers', ['fake_driver'], 'agent')
+    drivers = loader.load_drivers(conf, HOST)
+    api = conductor_rpcapi.ConductorAPI(conf, timeout=1)
+    reporter = agent_reporter.Reporter(conf, HOST, drivers,
+                                       conductor_api=api)
+    reporter.report_now()
+    monitor = agent_health.HealthMonitor(conf, HOST, drivers,
+                                         reporter.known_devices,
+                                         conductor_api=api)
+    monitor.check_once()
+    assert monitor.send_once()
+    assert tuple(_faults(conductor.engine)) == (states.HEALTHY, 0)
+
+    conductor.stop()
+    _inject(conf, severity='transient', reason='PCIe link retrained',
+            code='aer:nonfatal')
+    monitor.check_once()
+    assert not monitor.send_once()      # timed out: delivered later
+    assert not monitor.send_once()
+    conductor.start()
+    assert monitor.send_once()
+    # The sends that timed out are served too (in this process, on the
+    # conductor's threads): give them the time.
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        assert tuple(_faults(conductor.engine)) == (states.SUSPECT, 1)
+        time.sleep(0.1)

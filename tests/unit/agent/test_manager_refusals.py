@@ -56,6 +56,35 @@ def test_an_mdev_of_that_uuid_that_is_another_is_refused(
     assert requests.reports == 0
 
 
+def _removed(tree, address, mdev_uuid):
+    with open(os.path.join(tree.device_path(address), mdev_uuid,
+                           'remove')) as f:
+        return f.read() == '1'
+
+
+@pytest.mark.parametrize('address, asked_type', [
+    ('0000:c1:00.0', None), ('0000:c1:00.0', 'nvidia-223'),
+    ('0000:41:00.0', 'nvidia-222')])
+def test_an_mdev_of_another_gpu_is_not_removed(
+        conf, tmp_path, privsep_in_process, admin_context, address,
+        asked_type):
+    """Removing took the uuid alone: a removal naming another GPU (or
+    type) removed the vGPU of whichever instance had that uuid."""
+    manager, tree, requests = _manager(conf, tmp_path)
+    kwargs = {'asked_type': asked_type} if asked_type else {}
+    with _refused(exception.Conflict,
+                  f'mdev {fake_sysfs.MDEV_C} is of type nvidia-223 on '
+                  f'0000:41:00.0, not .*on {address}; it was not removed'):
+        manager.remove_vgpu_mdev(admin_context, address, fake_sysfs.MDEV_C,
+                                 **kwargs)
+    assert not _removed(tree, '0000:41:00.0', fake_sysfs.MDEV_C)
+    assert requests.reports == 0
+    assert manager.remove_vgpu_mdev(admin_context, '0000:41:00.0',
+                                    fake_sysfs.MDEV_C,
+                                    asked_type='nvidia-223')
+    assert _removed(tree, '0000:41:00.0', fake_sysfs.MDEV_C)
+
+
 def test_an_mdev_uuid_is_checked_before_it_is_looked_up(
         conf, tmp_path, privsep_in_process, admin_context):
     manager, _tree, _requests = _manager(conf, tmp_path)

@@ -6,6 +6,7 @@ never through a link).  The functions run in process, reading the test's
 configuration as the daemon reads its own; nothing here needs root."""
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -19,6 +20,8 @@ from tests.fixtures import sysfs as fake_sysfs
 GPU = '0000:c1:00.0'
 TYPE = 'nvidia-223'
 FPGA = '0000:d8:00.0'
+# What the tool is given for the bitstream: the helper's open file.
+BY_DESCRIPTOR = r'/proc/self/fd/\d+'
 
 
 @pytest.fixture
@@ -75,10 +78,14 @@ def test_the_tool_is_named_and_found_by_the_helper_alone(
     privileged.run_fpga_tool('fpgaconf', FPGA, image)
     privileged.run_fpga_tool('xbutil', '0000:d8:00.1', image)
     assert not marker.exists()
-    assert (tmp_path / 'tool.log').read_text().splitlines() == [
+    fpgaconf, xbutil = (tmp_path / 'tool.log').read_text().splitlines()
+    assert re.fullmatch(
         f'fpgaconf --segment 0x0000 --bus 0xd8 --device 0x00 --function '
-        f'0x0 {image}',
-        f'xbutil program --device 0000:d8:00.1 --user {image}']
+        f'0x0 {BY_DESCRIPTOR}', fpgaconf)
+    assert re.fullmatch(
+        f'xbutil program --device 0000:d8:00.1 --user {BY_DESCRIPTOR}',
+        xbutil)
+    assert (tmp_path / 'tool.log.read').read_bytes() == b'bitsbits'
 
 
 def test_a_tool_missing_from_the_configured_directories_is_refused(
@@ -149,14 +156,61 @@ def test_the_bitstream_must_be_a_file_in_the_state_directory(
 def test_a_bitstream_reached_through_a_link_to_the_state_directory(
         privileged, conf, tmp_path):
     """The state directory named through a link (as a container's volume
-    may be) is still the state directory; the tool gets the resolved
-    path."""
+    may be) is still the state directory."""
     image = _image(conf)
     alias = tmp_path / 'alias'
     os.symlink(conf.state_path, alias)
     privileged.run_fpga_tool('fpgaconf', FPGA,
                              str(alias / os.path.basename(image)))
-    assert (tmp_path / 'tool.log').read_text().split()[-1] == image
+    assert re.fullmatch(BY_DESCRIPTOR,
+                        (tmp_path / 'tool.log').read_text().split()[-1])
+    assert (tmp_path / 'tool.log.read').read_bytes() == b'bits'
+
+
+def _racing_tool(conf, tmp_path, image, victim):
+    """The fake fpgaconf, run once the helper has checked ``image``: the
+    agent (which owns the state directory) swaps the name for a link to
+    ``victim`` first, then the tool reads what it was given."""
+    script = tmp_path / 'bin' / 'fpgaconf'
+    script.write_text(
+        '#!/bin/sh\n'
+        f'rm -f {image} && ln -s {victim} {image}\n'
+        'cat "$(eval echo \\${$#})" >> ' f'{tmp_path / "tool.log.read"}\n')
+
+
+def test_the_tool_reads_the_file_the_helper_checked(privileged, conf,
+                                                     tmp_path):
+    """The helper checked the file by its name, then the tool (as root)
+    opened that name again: swapped in between for a link, the tool read
+    any file of the host (or programmed the card with it).  It reads the
+    file the helper opened and checked, whatever became of its name."""
+    victim = _victim(tmp_path)
+    image = _image(conf)
+    _racing_tool(conf, tmp_path, image, victim)
+    privileged.run_fpga_tool('fpgaconf', FPGA, image)
+    assert os.path.islink(image)        # the swap did happen
+    assert (tmp_path / 'tool.log.read').read_bytes() == b'bits'
+
+
+def test_a_tool_that_cannot_start_is_a_refusal(privileged, conf, tmp_path):
+    """A tool found but not startable (a broken interpreter line, a
+    binary of another architecture) never touched the card: a refusal
+    that says so, not a failure of the tool."""
+    script = tmp_path / 'bin' / 'fpgaconf'
+    script.write_text('#!/nonexistent/interpreter\n')
+    with pytest.raises(exception.Conflict,
+                       match='fpgaconf could not be started .*the card was '
+                             'not touched'):
+        privileged.run_fpga_tool('fpgaconf', FPGA, _image(conf))
+
+
+def test_a_tool_that_fails_says_how(privileged, conf, tmp_path):
+    script = tmp_path / 'bin' / 'xbutil'
+    script.write_text('#!/bin/sh\necho "ERROR: bad xclbin" >&2\nexit 2\n')
+    with pytest.raises(exception.FPGAToolFailed,
+                       match='xbutil failed: exit status 2: ERROR: bad '
+                             'xclbin'):
+        privileged.run_fpga_tool('xbutil', FPGA, _image(conf))
 
 
 # -- mdevs ---------------------------------------------------------------
@@ -175,7 +229,7 @@ def test_the_sysfs_tree_is_the_helper_s_own(privileged, tmp_path):
     os.symlink(victim, crafted / 'bus/mdev/devices' / mdev / 'remove')
     with pytest.raises(TypeError):
         privileged.create_mdev(str(crafted), GPU, TYPE, mdev)
-    with pytest.raises(TypeError):
+    with pytest.raises(exception.Invalid, match='bad PCI address'):
         privileged.remove_mdev(str(crafted), mdev)
     assert victim.read_text().startswith('root:')
     privileged.create_mdev(GPU, TYPE, mdev)
@@ -221,7 +275,7 @@ def test_a_remove_file_that_is_a_link_is_not_written(privileged, tmp_path):
         os.unlink(remove)
     os.symlink(victim, remove)
     with pytest.raises(exception.Invalid, match='cannot be written'):
-        privileged.remove_mdev(mdev)
+        privileged.remove_mdev(GPU, mdev)
     assert victim.read_text() == '0\n'
 
 
@@ -234,18 +288,39 @@ def test_an_mdev_link_leading_out_of_devices_is_not_written(privileged,
     os.symlink(elsewhere, os.path.join(privileged.tree.root, 'bus', 'mdev',
                                        'devices', mdev))
     with pytest.raises(exception.Invalid, match='not a device under'):
-        privileged.remove_mdev(mdev)
+        privileged.remove_mdev(GPU, mdev)
     assert (elsewhere / 'remove').read_text() == '0\n'
 
 
 def test_a_removed_mdev_is_written_and_a_missing_one_is_not(privileged):
     mdev = str(uuid.uuid4())
     privileged.tree.add_mdev(GPU, mdev, TYPE)
-    assert privileged.remove_mdev(mdev) is True
+    assert privileged.remove_mdev(GPU, mdev, TYPE) is True
     with open(os.path.join(privileged.tree.device_path(GPU), mdev,
                            'remove')) as f:
         assert f.read() == '1'
-    assert privileged.remove_mdev(str(uuid.uuid4())) is False
+    assert privileged.remove_mdev(GPU, str(uuid.uuid4())) is False
+
+
+@pytest.mark.parametrize('parent, mdev_type', [
+    ('0000:c2:00.0', None), ('0000:c2:00.0', TYPE), (GPU, 'nvidia-224')])
+def test_an_mdev_of_another_parent_or_type_is_not_removed(
+        privileged, parent, mdev_type):
+    """The caller named the parent, but only the uuid was used: a uuid of
+    another GPU's vGPU (a stale or crossed handle) removed it from under
+    the instance using it."""
+    privileged.tree.add_pci('0000:c2:00.0', '0x10de', '0x1eb8', '0x030200',
+                            driver='nvidia')
+    privileged.tree.add_mdev_type('0000:c2:00.0', TYPE, 'GRID T4-2B', 8)
+    mdev = str(uuid.uuid4())
+    privileged.tree.add_mdev(GPU, mdev, TYPE)
+    with pytest.raises(exception.Conflict,
+                       match=f'mdev {mdev} is of type {TYPE} on {GPU}, '
+                             f'not .*on {parent}; it was not removed'):
+        privileged.remove_mdev(parent, mdev, mdev_type)
+    with open(os.path.join(privileged.tree.device_path(GPU), mdev,
+                           'remove')) as f:
+        assert '1' not in f.read()
 
 
 @pytest.mark.parametrize('parent, mdev_type, mdev_uuid, what', [
@@ -260,7 +335,10 @@ def test_names_are_checked_before_they_make_a_path(
         privileged.create_mdev(parent, mdev_type, mdev_uuid)
     if what == 'uuid':
         with pytest.raises(exception.Invalid, match='bad mdev uuid'):
-            privileged.remove_mdev(mdev_uuid)
+            privileged.remove_mdev(parent, mdev_uuid)
+    if what == 'address':
+        with pytest.raises(exception.Invalid, match='bad PCI address'):
+            privileged.remove_mdev(parent, mdev_uuid)
 
 
 _THROUGH_THE_DAEMON = '''
@@ -326,4 +404,5 @@ def test_the_real_helper_reads_its_own_configuration(conf, tmp_path,
     with open(create) as f:
         assert f.read() == mdev
     assert log.read_text().split()[0] == 'fpgaconf'
-    assert log.read_text().split()[-1] == str(image)
+    assert re.fullmatch(BY_DESCRIPTOR, log.read_text().split()[-1])
+    assert (tmp_path / 'tool.log.read').read_bytes() == b'bits'

@@ -1,11 +1,29 @@
 import json
 import os
+import re
 import tempfile
 
 import pytest
 
 from cyborg.common import exception
 from cyborg.drivers import loader
+
+
+# What the tool is given for the bitstream: the privileged helper's open
+# file (never the name, which the agent could swap meanwhile).
+BY_DESCRIPTOR = r'/proc/self/fd/\d+'
+
+
+def _ran(fake_tools):
+    """The fake tools' command lines, the bitstream argument checked and
+    replaced by what the tool read through it."""
+    lines = []
+    for line in fake_tools.read_text().splitlines():
+        *argv, image = line.split()
+        assert re.fullmatch(BY_DESCRIPTOR, image), line
+        lines.append(argv)
+    return lines, fake_tools.with_name(fake_tools.name + '.read'
+                                       ).read_bytes()
 
 
 def _load(conf, name):
@@ -36,9 +54,9 @@ def test_intel_program_runs_fpgaconf_on_the_pf(conf, scenario, tmp_path,
     scenario('intel_fpga')
     image = _image(conf)
     _load(conf, 'intel_fpga_driver').program('0000:d8:00.0', image, 'img')
-    assert fake_tools.read_text().split() == [
+    assert _ran(fake_tools) == ([[
         'fpgaconf', '--segment', '0x0000', '--bus', '0xd8', '--device',
-        '0x00', '--function', '0x0', image]
+        '0x00', '--function', '0x0']], b'bits')
 
 
 def test_xilinx_program_targets_the_user_function(conf, scenario, tmp_path,
@@ -47,8 +65,8 @@ def test_xilinx_program_targets_the_user_function(conf, scenario, tmp_path,
     scenario('mixed')
     image = _image(conf, 'k.xclbin')
     _load(conf, 'xilinx_fpga_driver').program('0000:d8:00.0', image, 'img')
-    assert fake_tools.read_text().split() == [
-        'xbutil', 'program', '--device', '0000:d8:00.1', '--user', image]
+    assert _ran(fake_tools) == ([[
+        'xbutil', 'program', '--device', '0000:d8:00.1', '--user']], b'bits')
 
 
 def test_program_refuses_an_address_that_is_not_its_fpga(
@@ -81,6 +99,36 @@ def test_a_tool_that_fails_leaves_the_image_unknown(
         driver.program('0000:d8:00.0', image, 'img-2')
     assert {dep.name: dep.bitstream_id for dev in driver.discover()
             for dep in dev.deployables}['h_0000:d8:00.0'] is None
+
+
+@pytest.mark.parametrize('broken', ['missing', 'cannot start', 'bad file'])
+def test_a_tool_that_never_ran_leaves_the_image_recorded(
+        conf, scenario, tmp_path, in_process_privsep, fake_tools, broken):
+    """The privileged helper refused before the tool ran (no tool in its
+    directories, one that cannot be started, a bitstream it does not
+    take): the card was never touched, yet the record, cleared before the
+    tool was looked for, said the image was unknown, and the next report
+    made the conductor forget the image the card still runs."""
+    scenario('intel_fpga')
+    driver = _load(conf, 'intel_fpga_driver')
+    image = _image(conf)
+    driver.program('0000:d8:00.0', image, 'img-1')
+    refusal = exception.NotFound
+    if broken == 'missing':
+        conf.set_override('fpga_tool_dirs', [str(tmp_path / 'none')],
+                          group='cyborg_sys_admin')
+    elif broken == 'cannot start':
+        (tmp_path / 'bin' / 'fpgaconf').write_text('#!/nonexistent/sh\n')
+        refusal = exception.Conflict
+    else:
+        image = os.path.join(conf.state_path, '..', 'elsewhere.bin')
+        refusal = exception.Invalid
+    with pytest.raises(refusal, match='not touched|bitstream'):
+        driver.program('0000:d8:00.0', image, 'img-2')
+    assert _reported(driver)['h_0000:d8:00.0'] == 'img-1'
+    # On disk too: what a restarted agent reports.
+    assert _reported(_load(conf, 'intel_fpga_driver'))[
+        'h_0000:d8:00.0'] == 'img-1'
 
 
 def test_privileged_tool_runner_only_runs_fpga_tools(conf, scenario,

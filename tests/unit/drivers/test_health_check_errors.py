@@ -164,3 +164,54 @@ def test_a_check_that_raises_is_no_clearing(conf, scenario, tmp_path):
     assert failed.reason.startswith('health check failed (ValueError')
     assert _check(driver, devices) == [
         (states.TRANSIENT, base.CHECK_FAILED, False)]
+
+
+def _logged(caplog):
+    """``[(level name, message, with a traceback)]`` logged by the PCI
+    health code, the list emptied."""
+    found = [(r.levelname, r.getMessage(), r.exc_info is not None)
+             for r in caplog.records
+             if r.name == 'cyborg.drivers.pci_health']
+    caplog.clear()
+    return found
+
+
+def test_a_check_that_keeps_failing_logs_its_traceback_once(
+        conf, scenario, tmp_path, caplog, monkeypatch):
+    """Every check (every second) of a device whose check raised logged a
+    full traceback, for as long as it kept failing: the agent's log
+    filled with the same error.  The traceback comes once, then a
+    reminder line now and then, and a line when it works again."""
+    from cyborg.drivers import pci_health
+
+    caplog.set_level('DEBUG', logger='cyborg.drivers.pci_health')
+    driver, nvml, devices, _tree = _setup(conf, scenario, tmp_path)
+    nvml.failing['nvmlDeviceGetHandleByPciBusId'] = ValueError('bad answer')
+    driver._watcher.close()         # the handle is looked up again
+    caplog.clear()
+    for _ in range(5):
+        assert _check(driver, devices) == [
+            (states.TRANSIENT, base.CHECK_FAILED, False)]
+    logged = _logged(caplog)
+    # The first failure of each GPU (NVML fails them all here) with its
+    # traceback; later ones at DEBUG, one line each.
+    gpus = len(devices)
+    assert sorted((level, tb) for level, _, tb in logged
+                  if level != 'DEBUG') == [('ERROR', True)] * gpus
+    assert [m for level, m, _ in logged if level == 'ERROR'][0] \
+        .startswith('Health check of PCI:')
+    assert all(not tb for level, _, tb in logged if level == 'DEBUG')
+    # Past the reminder interval: one WARNING line per device, no
+    # traceback.
+    monkeypatch.setattr(pci_health, 'FAILING_REMINDER', 0)
+    _check(driver, devices)
+    assert sorted((level, tb) for level, _, tb in _logged(caplog)) == [
+        ('WARNING', False)] * gpus
+    # It works again: one INFO line per device.
+    nvml.failing.clear()
+    assert _check(driver, devices) == [(states.OK, '', False)]
+    recovered = _logged(caplog)
+    assert [level for level, _, _ in recovered] == ['INFO'] * gpus
+    assert 'works again (after 6 failed checks' in recovered[0][1]
+    _check(driver, devices)
+    assert _logged(caplog) == []
