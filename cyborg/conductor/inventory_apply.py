@@ -131,6 +131,13 @@ def _log_stored(hostname, report, plan):
              'full' if report['full'] else 'delta',
              len(plan.add['devices']), len(plan.update['devices']),
              len(plan.delete['devices']), plan.statement_count())
+    if plan.unkept:
+        # Each full report says it again while the device stays as
+        # reported (kept as lost while allocations hold it).
+        LOG.info('Report of %s: the stored rows of skipped device(s) %s '
+                 'fail the same checks (stored before them); taken out as '
+                 'vanished hardware', hostname, '; '.join(
+                     '%s (%s)' % item for item in sorted(plan.unkept.items())))
 
 
 def _looks_unchanged(report):

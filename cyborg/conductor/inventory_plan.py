@@ -107,6 +107,10 @@ class Plan:
     # Handles no longer reported but kept while an ARQ holds them: a later
     # full report drops each once it is free.
     kept_handles: int = 0
+    # {device key: reason} of the devices a full report skipped whose
+    # stored rows fail the same checks (``stored_problem``): planned as
+    # vanished hardware rather than kept.
+    unkept: dict = dataclasses.field(default_factory=dict)
 
     @property
     def empty(self):
@@ -149,11 +153,16 @@ def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
     ``new_device_status``: the status of added devices; ``now``: the time
     health changes (lost, came back) are stamped with; ``kept_keys``:
     keys of devices the report has but this conductor skipped, never
-    gone; ``remove_unreported`` False: a full report removes nothing
-    (one of its devices could not be identified).
+    gone, unless a full report finds their stored rows failing the
+    report's checks too (``stored_problem``: stored before those
+    checks), which go as vanished hardware; ``remove_unreported`` False:
+    a full report removes nothing else (one of its devices could not be
+    identified).
     """
     stored = _Stored(stored_rows)
     plan = Plan()
+    if full:
+        plan.unkept = _unkept(hostname, stored, kept_keys)
     reported = set()
     for device in devices:
         uuid = device_uuid(hostname, device.key())
@@ -164,10 +173,12 @@ def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
         else:
             _change_device(plan, hostname, stored, row, device,
                            held_providers, now)
-    reported.update(device_uuid(hostname, key) for key in kept_keys)
+    reported.update(device_uuid(hostname, key) for key in kept_keys
+                    if key not in plan.unkept)
     if full:
         gone = [u for u in stored.devices if u not in reported] \
-            if remove_unreported else []
+            if remove_unreported else \
+            [device_uuid(hostname, key) for key in sorted(plan.unkept)]
     else:
         gone = [device_uuid(hostname, key) for key in removed_keys
                 if device_uuid(hostname, key) not in reported]
@@ -177,6 +188,50 @@ def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
             _remove_device(plan, stored, row, held_providers, now,
                            new_device_status)
     return plan
+
+
+def _unkept(hostname, stored, kept_keys):
+    """{key: reason} of the skipped devices (``kept_keys``) whose stored
+    rows fail the checks of a report's device.  Such rows were stored
+    before those checks: kept, they would be offered to the scheduler
+    and fail each bind given them, each period, as the device is
+    reported again.  A device whose stored rows pass is kept as stored
+    (a driver reporting a bad value for a while loses nothing)."""
+    unkept = {}
+    for key in sorted(kept_keys):
+        row = stored.devices.get(device_uuid(hostname, key))
+        if row is None:
+            continue
+        problem = stored_problem(stored, row, key)
+        if problem:
+            unkept[key] = problem
+    return unkept
+
+
+def stored_problem(stored, row, key):
+    """Why the stored rows of the device ``row`` (whose key is ``key``)
+    fail what a report's device is checked for (its control path id, its
+    handles' attach_info), or None.  Handles already ``gone`` (never
+    taken again) are not looked at."""
+    cpid_type, _sep, cpid_info = key.partition(':')
+    problem = _cpid_problem(cpid_type, cpid_info)
+    if problem:
+        return problem
+    for deployable in stored.deployables.get(row['id'], ()):
+        for handle in stored.handles.get(deployable['id'], ()):
+            if handle.get('gone') or \
+                    handle['attach_type'] not in ATTACH_INFO_TEXT:
+                continue
+            try:
+                info = json.loads(handle['attach_info'] or '{}')
+            except ValueError:
+                info = handle['attach_info']
+            attach = inventory.AttachHandle(handle['attach_type'], info)
+            problem = (_object_problem('attach_info', info)
+                       or _attach_info_problem(attach))
+            if problem:
+                return f'stored handle {handle["uuid"]}: {problem}'
+    return None
 
 
 # -- devices ----------------------------------------------------------------
@@ -428,7 +483,8 @@ class Report:
     ``skipped``: {device key (or ``'#<index>'`` when it has none):
     reason} of the devices it cannot store (a type or attach type this
     version does not know, a bad value): they are left out and their
-    stored rows kept as they are, never deleted.  ``unknown_fields``:
+    stored rows kept as they are, never deleted, unless they fail the
+    same checks (``make_plan``, full reports).  ``unknown_fields``:
     fields of a newer report format, dropped; the rest is stored.
     ``complete``: nothing was skipped or dropped.
     """
@@ -586,6 +642,23 @@ def _identity_problem(device):
                          models.NAME.length, shortest=1)
 
 
+# What a control path id holds, by its type: (its shape, in words).  The
+# agent's calls for the device (programming it, its health) and its
+# handles name the function by it.  One of another shape still names a
+# device (its key): skipped under that key.
+CPID_SHAPES = {'PCI': (inventory.PCI_ADDRESS,
+                       'a PCI address dddd:bb:dd.f')}
+
+
+def _cpid_problem(cpid_type, cpid_info):
+    """Why a control path id (its type known, its text good) is not of
+    its type's shape (``CPID_SHAPES``), or None."""
+    shape, words = CPID_SHAPES.get(cpid_type, (None, None))
+    if shape is not None and not shape.fullmatch(cpid_info):
+        return f'control path id {shown(cpid_info)}: not {words}'
+    return None
+
+
 def _check_device(device):
     """Why this conductor cannot store ``device``, or None: a device or
     attach type it does not know (a newer agent's), or a value its rows
@@ -597,7 +670,9 @@ def _check_device(device):
     here, it leaves out that device alone (doc/source/upgrade.rst)."""
     if device.type not in models.DEVICE_TYPES:
         return f'unknown device type {shown(device.type)}'
-    problem = (_text_problem('vendor', device.vendor, models.NAME.length)
+    problem = (_cpid_problem(device.controlpath_id.cpid_type,
+                             device.controlpath_id.cpid_info)
+               or _text_problem('vendor', device.vendor, models.NAME.length)
                or _text_problem('model', device.model, models.NAME.length)
                or _json_problem('std_board_info', device.std_board_info)
                or _json_problem('vendor_board_info',
@@ -671,11 +746,29 @@ _PCI_FIELDS = ('domain', 'bus', 'device', 'function')
 # without them would be offered to the scheduler and fail each bind
 # given it, long after the report that brought it.
 ATTACH_INFO_TEXT = {'PCI': (), 'TEST_PCI': (), 'MDEV': ('asked_type',)}
+# What a bind hands on of an attach handle's attach_info when it is
+# there, by attach type: {field: the most characters it holds}.  A PCI
+# function's Neutron physical network (a NIC's VF: Nova matches it
+# against the network of the port the ARQ serves); the number of one of
+# a function's vGPU slots, which names an mdev handle.  Each is a string
+# of 1 to that many characters, and only on those types: a ``vgpu_mark``
+# on a PCI handle would make several free handles of one function, each
+# passed through whole, and a ``physical_network`` on an mdev's is not
+# read by Nova.
+ATTACH_INFO_OPTIONAL = {
+    'PCI': {inventory.PHYSICAL_NETWORK: inventory.PHYSICAL_NETWORK_LENGTH},
+    'TEST_PCI': {
+        inventory.PHYSICAL_NETWORK: inventory.PHYSICAL_NETWORK_LENGTH},
+    'MDEV': {inventory.VGPU_MARK: models.NAME.length}}
+_OPTIONAL_FIELDS = sorted({field for fields in ATTACH_INFO_OPTIONAL.values()
+                           for field in fields})
 
 
 def _attach_info_problem(handle):
     """Why ``handle``'s attach_info (an object) lacks what a bind reads
-    of it for its attach type (``ATTACH_INFO_TEXT``), or None."""
+    of it for its attach type (``ATTACH_INFO_TEXT``), or holds a field a
+    bind hands on that is not of its shape (``ATTACH_INFO_OPTIONAL``), or
+    None."""
     info = handle.attach_info
     what = f'{handle.attach_type} attach_info'
     missing = [field for field in _PCI_FIELDS if field not in info]
@@ -690,6 +783,17 @@ def _attach_info_problem(handle):
     for field in ATTACH_INFO_TEXT[handle.attach_type]:
         problem = _text_problem(f'{what} {field}', info.get(field),
                                 shortest=1)
+        if problem:
+            return problem
+    optional = ATTACH_INFO_OPTIONAL[handle.attach_type]
+    for field in _OPTIONAL_FIELDS:
+        if field not in info:
+            continue
+        if field not in optional:
+            return (f'{what} {field} {shown(info[field])}: not a field of '
+                    f'{handle.attach_type} handles')
+        problem = _text_problem(f'{what} {field}', info[field],
+                                optional[field], shortest=1)
         if problem:
             return problem
     return None

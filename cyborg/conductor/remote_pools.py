@@ -325,8 +325,9 @@ def remove_orphans(conf, context):
     Placement, a sync that removed its provider too late, a conductor
     that died between the two), which Placement would offer still:
     Nova would schedule onto a pool cyborg cannot bind.  One that still
-    has allocations is left, and logged, until they go.  Returns how many
-    were removed.
+    has allocations is left, and logged, until they go, its inventory
+    reserved whole meanwhile (``_withhold``): Placement offers it to no
+    one, and the allocations stay.  Returns how many were removed.
 
     The providers are listed first, then the pools read: a pool writes its
     row before its provider, so a provider listed has its row read unless
@@ -349,14 +350,42 @@ def remove_orphans(conf, context):
         except placement_client.ProviderInUse as e:
             LOG.warning('The provider %s (%s) of a remote pool that no '
                         'longer exists is left in Placement while it has '
-                        'allocations: %s', provider['name'],
+                        'allocations, reserved whole so that it is offered '
+                        'to no one: %s', provider['name'],
                         provider['uuid'], e)
+            _withhold(client, context, provider)
             continue
         if gone:
             removed += 1
             LOG.info('Removed the provider %s (%s) of a remote pool that no '
                      'longer exists', provider['name'], provider['uuid'])
     return removed
+
+
+def _withhold(client, context, provider):
+    """Reserve the whole inventory of the provider of a pool that is gone
+    (Placement's dict) while allocations hold it, so that Placement
+    offers it in no allocation candidates; the allocations stay, and the
+    provider goes once they do.  Best effort: a failure is logged, and
+    the next reconcile tries again.
+
+    Read again (its inventory, then the pool rows) just before the
+    write: a registration under the pool's name may have adopted the
+    provider meanwhile, whose sync writes the pool's own inventory (a
+    write after that read fails on the generation)."""
+    try:
+        generation, inventories = client.get_inventories(provider['uuid'])
+        blocked = {rc: dict(inv, reserved=inv['total'])
+                   for rc, inv in inventories.items()}
+        if blocked == inventories or pool_db.get(
+                context, rp_uuid=provider['uuid']) is not None:
+            return
+        client.set_inventories(provider['uuid'], blocked, generation,
+                               reread=False)
+    except exception.PlacementError as e:
+        LOG.warning('Could not reserve the inventory of the provider %s (%s) '
+                    'of a remote pool that no longer exists: %s',
+                    provider['name'], provider['uuid'], e)
 
 
 def quarantined(handle):
@@ -562,9 +591,15 @@ def detach_for_release(conf, context, rows):
     remote handles: detach each.  Returns {handle id: host} of the
     handles the fabric refused to detach: they must stay out of use,
     attached to that host (the caller unlinks them from their ARQ without
-    freeing them, ``quarantine_info``)."""
+    freeing them, ``quarantine_info``).
+
+    The detaches go at once (``fabric_calls.call_each``), within one
+    ``release_seconds``: a release of several handles of a fabric that
+    hangs waits that long once, not once for each handle."""
     failed = {}
     pools = {}
+    # (pool, handle row, host) and the call of each detach to make.
+    detaches, requests = [], []
     for row in rows:
         if row.remote_handle_id is None:
             continue
@@ -577,16 +612,29 @@ def detach_for_release(conf, context, rows):
                                                        id=handle.pool_id)
         host = handle.hostname or row.hostname
         try:
-            detach(conf, pool, handle.uuid, handle.fabric_address, host,
-                   row.instance_uuid, seconds=release_seconds(conf,
-                                                              context))
+            driver = fabric_loader.get(conf, pool.fabric_driver)
         except Exception as e:  # noqa: BLE001 - kept out of use, retried
-            LOG.warning('Remote pool %s: detaching %s from %s failed (%s); '
-                        'the handle stays out of use until a retry '
-                        'succeeds', pool.name, handle.fabric_address, host,
-                        e)
+            _detach_failed(pool, handle, host, e)
+            failed[handle.id] = host
+            continue
+        detaches.append((pool, handle, host))
+        requests.append((driver, 'detach',
+                         _handle(pool.name, handle.uuid,
+                                 handle.fabric_address),
+                         host, row.instance_uuid))
+    outcomes = fabric_calls.call_each(requests,
+                                      release_seconds(conf, context))
+    for (pool, handle, host), (_answer, error) in zip(detaches, outcomes):
+        if error is not None:
+            _detach_failed(pool, handle, host, error)
             failed[handle.id] = host
     return failed
+
+
+def _detach_failed(pool, handle, host, error):
+    LOG.warning('Remote pool %s: detaching %s from %s failed (%s); the '
+                'handle stays out of use until a retry succeeds', pool.name,
+                handle.fabric_address, host, error)
 
 
 def quarantine_info(handle_attach_info, instance_uuid, hostname):

@@ -16,9 +16,15 @@ so that it cannot land before it, and is not made at all when it does
 not return within the later call's own time (``Busy``: the fabric was
 asked nothing).  Calls answered in time are not held up: two binds' or
 a bind's and a release's calls for one address may run at once, as the
-driver's idempotence allows.  At most ``SLOTS`` calls to one driver are
+driver's idempotence allows.  The holding is this process's only:
+another conductor knows nothing of it (doc/source/remote-pools.rst
+says what that leaves open).  At most ``SLOTS`` calls to one driver are
 under way at once, so that a hung fabric manager holds that many
 threads, not one more for each later call.
+
+Several calls a caller needs together (the detaches of one release) go
+at once (``call_each``), under one deadline: a release of N handles of a
+fabric that hangs waits about that deadline, not N times it.
 """
 
 import concurrent.futures
@@ -34,6 +40,9 @@ SLOTS = 16
 # Seconds a call waits at the least, however late its caller is: a
 # detach given no time at all would count as refused every time.
 LEAST_WAIT = 1.0
+# Threads one ``call_each`` waits on at most: calls past that many start
+# as earlier ones end.
+WAITERS = 64
 
 # Guards the two below, and wakes the calls waiting for an address.
 _LOCK = threading.Condition()
@@ -128,3 +137,35 @@ def call(driver, op, handle, hostname, instance_uuid, seconds):
             _UNANSWERED[key] = _UNANSWERED.get(key, 0) + 1
             raise Unanswered(name, op, seconds)
     return answer.result()
+
+
+def call_each(requests, seconds):
+    """Make the calls ``requests`` (each ``(driver, op, handle, hostname,
+    instance_uuid)``, as ``call`` takes them) at once, all within
+    ``seconds`` from now.  Returns, in their order, ``(answer, error)``
+    for each: ``error`` the exception it raised (``Unanswered``,
+    ``Busy``, the driver's own), else None.
+
+    Each is waited for on a thread of its own, ``WAITERS`` at most; the
+    driver is called on another, as by ``call``, and at most ``SLOTS`` of
+    those are under way for one driver.  Calls to a driver that hangs
+    thus cost the caller about ``seconds``, where one call after the
+    other cost ``seconds`` each: those past its ``SLOTS`` find them
+    taken and are ``Busy`` by then.  One that starts late, past
+    ``WAITERS`` calls still waiting, has what is left of the time, and
+    ``LEAST_WAIT`` at the least."""
+    until = time.monotonic() + seconds
+    least = min(seconds, LEAST_WAIT)
+
+    def one(request):
+        try:
+            return call(*request, max(_left(until), least)), None
+        except Exception as e:  # noqa: BLE001 - the caller's to judge
+            return None, e
+
+    if len(requests) <= 1:
+        return [one(request) for request in requests]
+    with concurrent.futures.ThreadPoolExecutor(
+            max_workers=min(len(requests), WAITERS),
+            thread_name_prefix='fabric-wait') as waiting:
+        return list(waiting.map(one, requests))

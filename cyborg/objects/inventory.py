@@ -73,6 +73,11 @@ RC_ATTRIBUTE = 'rc'
 # The attach info key numbering a function's vGPU slots (mdev handles):
 # one function may host several vGPUs of a type.
 VGPU_MARK = 'vgpu_mark'
+# The attach info key naming a NIC function's Neutron physical network,
+# which Nova matches against the network of the port it serves; Neutron
+# holds at most PHYSICAL_NETWORK_LENGTH characters of one.
+PHYSICAL_NETWORK = 'physical_network'
+PHYSICAL_NETWORK_LENGTH = 64
 TRAIT_ATTRIBUTE_PREFIX = 'trait'
 
 # A custom resource class or trait as Placement accepts it (its names are

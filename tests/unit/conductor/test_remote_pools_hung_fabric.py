@@ -11,6 +11,7 @@ Placement, as test_remote_pools.py, whose fixtures these share."""
 import concurrent.futures
 import json
 import time
+import uuid as uuidlib
 
 from cyborg.common import context as cyborg_context
 from cyborg.conductor import arq_binding
@@ -125,3 +126,42 @@ def test_a_delete_against_a_hung_fabric_keeps_the_handle(
     assert fake.attached(str(tmp_path)) == {}
     assert [c['hostname'] for c in _calls(tmp_path, 'detach')] == [host,
                                                                     host]
+
+
+def test_a_release_of_several_hung_handles_waits_one_timeout(
+        pconf, db, placement_url, tmp_path):
+    """An instance's ARQs on four handles, deleted while the fabric
+    hangs: the detaches went one after the other, each waiting
+    ``[fabric]detach_timeout``, and the delete took four times it (past
+    the API's own time with a few more).  They go at once now: the
+    delete takes about one, and every handle is kept out of use."""
+    ctx = cyborg_context.get_admin_context()
+    addresses = [f'gpu-s{i}' for i in range(4)]
+    host, _pool_uuid, pool = base._pool_on_a_new_host(
+        pconf, ctx, placement_url, *addresses)
+    profile = seed.seed_profile(db, [{'resources:CUSTOM_REMOTE_GPU': '4'}])
+    arqs = [a['uuid'] for a in arq_binding.create(ctx, profile, 'p1')]
+    instance = str(uuidlib.uuid4())
+    arq_binding.start_bind(pconf, ctx, {arq: {
+        'hostname': host, 'device_rp_uuid': pool.rp_uuid,
+        'instance_uuid': instance} for arq in arqs}).result(30)
+    assert sorted(fake.attached(str(tmp_path))) == addresses
+
+    _hung(pconf, tmp_path)
+    try:
+        began = time.monotonic()
+        assert arq_binding.delete(pconf, ctx, instance_uuid=instance) == []
+        took = time.monotonic() - began
+        assert took < DETACH_TIMEOUT + SLACK, took
+        assert seed.arq_rows(db) == {}
+        kept = pool_db.handles(ctx, [pool.id])
+        assert [remote_pools.quarantined(h) for h in kept] == [True] * 4
+        assert {json.loads(h.attach_info)['hostname'] for h in kept} == {
+            host}
+        assert sorted(c['fabric_address']
+                      for c in _calls(tmp_path, 'detach')) == addresses
+    finally:
+        (tmp_path / fake.HANG).unlink()
+    remote_pools.reconcile(pconf, ctx)
+    assert not any(h.in_use for h in pool_db.handles(ctx, [pool.id]))
+    assert fake.attached(str(tmp_path)) == {}

@@ -120,3 +120,56 @@ def test_a_hung_driver_holds_no_more_than_its_slots(monkeypatch):
     finally:
         go.set()
     calls.call(driver, 'attach', _handle('c'), 'h', 'i', 5)
+
+
+def test_calls_made_together_share_one_deadline():
+    """Four calls to a driver that hangs cost their caller one wait, not
+    four; each outcome comes back in its call's place, a driver's own
+    error and an answer too."""
+    driver = _Driver()
+    go = threading.Event()
+    for address in ('a', 'b', 'c', 'd'):
+        driver.hold[address] = go
+    requests = [(driver, 'detach', _handle(address), 'h', 'i')
+                for address in ('a', 'b', 'c', 'd')]
+    requests += [(driver, 'detach', _handle('e'), 'refusing', 'i'),
+                 (driver, 'attach', _handle('f'), 'h', 'i')]
+    try:
+        began = time.monotonic()
+        outcomes = calls.call_each(requests, 0.5)
+        took = time.monotonic() - began
+    finally:
+        go.set()
+    assert took < 1.5, took
+    assert [type(error) for _answer, error in outcomes[:4]] == [
+        calls.Unanswered] * 4
+    assert isinstance(outcomes[4][1], TimeoutError)
+    assert outcomes[5] == ({'op': 'attach'}, None)
+    assert driver.most_inside >= 4
+    assert calls.call_each([], 1) == []
+
+
+def test_calls_beyond_the_slots_are_busy_without_waiting_again(
+        monkeypatch):
+    """Past ``SLOTS`` calls, the later ones find the hung calls holding
+    the slots and are not made, within the same time: not a whole wait
+    more each."""
+    monkeypatch.setattr(calls, 'SLOTS', 2)
+    driver = _Driver()
+    go = threading.Event()
+    addresses = ('a', 'b', 'c', 'd', 'e')
+    for address in addresses:
+        driver.hold[address] = go
+    try:
+        began = time.monotonic()
+        outcomes = calls.call_each(
+            [(driver, 'detach', _handle(address), 'h', 'i')
+             for address in addresses], 0.3)
+        took = time.monotonic() - began
+    finally:
+        go.set()
+    assert took < 1.3, took
+    errors = [type(error) for _answer, error in outcomes]
+    assert errors.count(calls.Unanswered) == 2
+    assert errors.count(calls.Busy) == 3
+    assert len(driver.calls) == 2
