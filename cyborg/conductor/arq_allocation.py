@@ -28,13 +28,19 @@ allocation (``arq_binding.release_allocations``); a conductor that dies
 half-way leaves the ARQ in BindStarted, which ``fail_stuck`` fails after
 ``[DEFAULT]bind_timeout``, releasing the claim.
 
+Every allocation of one ARQ claims under the same consumer, so every
+release is ``release_claim``: it reads what the consumer holds, checks
+that the ARQ is not in a newer bind (whose claim that might be), and
+releases with the consumer generation read; a claim made since is left.
+
 A delete or unbind may run its release before this allocation's claim
 lands in Placement; the allocation then finds its ARQ gone or moved and
 releases the claim itself.  Where Placement cannot be reached to do so,
 no ARQ row holds the claim any more (the stuck-bind periodic works on
-rows): the consumer is recorded (``placement_releases``), and
-``release_left_claims``, which ``fail_stuck`` runs, releases it once
-Placement answers and the ARQ is gone.
+rows): the consumer is recorded (``placement_releases``).  The next
+allocation of the ARQ releases it before it claims; ``release_left_claims``,
+which ``fail_stuck`` runs, releases it once Placement answers and the ARQ
+is gone.
 
 The call is synchronous: the API answers once the ARQ is Bound.  A profile
 that programs an FPGA can take longer than ``[api]conductor_timeout``;
@@ -139,6 +145,8 @@ def allocate(conf, context, arq_uuid, consumer_id, consumer_type,
     deadline = started + datetime.timedelta(seconds=conf.bind_timeout)
     claimed = None
     try:
+        if job['owed']:
+            _release_owed(placement, context, job)
         claimed = _claim(placement, context, job)
         _bind(conf, context, job, claimed, deadline)
     except (exception.CyborgException, arq_binding._Lost) as e:
@@ -189,6 +197,7 @@ def _start(context, arq_uuid, consumer_id, consumer_type, hostname, now,
             reason=f'accelerator request {arq_uuid} is already being '
                    f'bound')
     return {'uuid': arq_uuid, 'bind_id': bind_id,
+            'owed': release_db.owes(context, arq_uuid),
             'previous_state': row.state, 'group': group,
             'query': query, 'project_id': row.project_id,
             'consumer_id': consumer_id, 'consumer_type': consumer_type,
@@ -207,10 +216,37 @@ def _wanted(query):
         if 'in_tree' + SUFFIX in query else '')
 
 
+def _release_owed(placement, context, job):
+    """An earlier allocation of the ARQ left its claim in Placement (its
+    release recorded in ``placement_releases``): release it before ours
+    is made under the same consumer, and forget it."""
+    release_claim(placement, context, job['uuid'], job['bind_id'])
+    db_api.write_retrying(context, release_db.forget, context, job['uuid'])
+
+
+def _release_left_over(placement, context, job):
+    """A claim refused (409): True when it was the ARQ's own consumer
+    that holds a claim already (one an earlier allocation left: it is
+    released, and the claim may be tried again), not someone taking the
+    capacity.  Ours is not made yet, and the ARQ is this allocation's (or
+    ``_Lost``): what the consumer holds is an earlier one's."""
+    claim = placement.get_claim(job['uuid'])
+    if not claim['allocations']:
+        return False
+    if arq_binding.in_another_bind(context, job['uuid'], job['bind_id']):
+        raise arq_binding._Lost()
+    LOG.info('Accelerator request %s still held a claim of an earlier '
+             'allocation; releasing it', job['uuid'])
+    release_claim(placement, context, job['uuid'], job['bind_id'],
+                  claim=claim)
+    db_api.write_retrying(context, release_db.forget, context, job['uuid'])
+    return True
+
+
 def _claim(placement, context, job):
     """Claim one candidate for the ARQ; its provider uuid, or
     NoCandidate.  The ARQ's uuid is the consumer."""
-    attempts = 0
+    attempts = lost = left_over = 0
     tried = set()
     for _round in range(ROUNDS):
         try:
@@ -232,22 +268,46 @@ def _claim(placement, context, job):
                                         reason='Placement offers none')
         for allocations in fresh or candidates:
             tried.add(json.dumps(allocations, sort_keys=True))
-            attempts += 1
-            # From here Placement may hold a claim even where its answer
-            # never comes back: _undo releases it.
-            job['claim_sent'] = True
-            if placement.claim(
-                    job['uuid'], allocations,
-                    job['project_id'] or context.project_id or 'cyborg',
-                    context.user_id or 'cyborg',
-                    placement_consumer_type(job['consumer_type'])):
-                return next(iter(allocations))
-            if attempts >= MAX_CLAIMS:
-                raise exception.NoCandidate(
-                    uuid=job['uuid'], wanted=_wanted(job['query']),
-                    reason=f'{attempts} claims lost to other consumers')
-    raise exception.NoCandidate(uuid=job['uuid'], wanted=_wanted(job['query']),
-                      reason=f'{attempts} claims lost to other consumers')
+            while True:
+                attempts += 1
+                # From here Placement may hold a claim even where its
+                # answer never comes back: _undo releases it.
+                job['claim_sent'] = True
+                if placement.claim(
+                        job['uuid'], allocations,
+                        job['project_id'] or context.project_id or 'cyborg',
+                        context.user_id or 'cyborg',
+                        placement_consumer_type(job['consumer_type'])):
+                    return next(iter(allocations))
+                # Refused (409): the capacity went to someone else, or
+                # the consumer still holds an earlier allocation's claim.
+                ours = _release_left_over(placement, context, job)
+                if ours:
+                    left_over += 1
+                else:
+                    lost += 1
+                if attempts >= MAX_CLAIMS:
+                    raise _claims_refused(job, lost, left_over)
+                if not ours:
+                    break       # the next candidate
+    raise _claims_refused(job, lost, left_over)
+
+
+def _claims_refused(job, lost, left_over):
+    """The 409 for claims Placement kept refusing: ``lost`` to other
+    consumers taking the capacity, ``left_over`` for an earlier claim of
+    the ARQ's own consumer still there (not for want of a free
+    accelerator, where no claim was lost)."""
+    held = (f'{left_over} refused while an earlier claim of this request '
+            f'held its consumer')
+    if not lost:
+        return exception.Conflict(
+            reason=f"accelerator request {job['uuid']} could not be "
+                   f"claimed: {held}; try again")
+    reason = f'{lost} claims lost to other consumers'
+    return exception.NoCandidate(
+        uuid=job['uuid'], wanted=_wanted(job['query']),
+        reason=reason + (f'; {held}' if left_over else ''))
 
 
 def _bind(conf, context, job, rp_uuid, deadline):
@@ -282,15 +342,12 @@ def _undo(placement, context, job, claimed, error):
     sent is released even where its answer was lost (``claimed`` None):
     Placement may have made it."""
     released = True
-    if arq_binding.in_another_bind(context, job['uuid'], job['bind_id']):
-        # Unbound meanwhile and allocated again: the consumer (the ARQ's
-        # uuid) holds the newer allocation's claim, not ours (which the
-        # unbind released).
-        LOG.info('Accelerator request %s is another allocation\'s now; '
-                 'its claim is left alone', job['uuid'])
-    elif claimed is not None or job.get('claim_sent'):
+    if claimed is not None or job.get('claim_sent'):
         try:
-            placement.delete_allocations(job['uuid'])
+            # Unbound meanwhile and allocated again: the consumer (the
+            # ARQ's uuid) holds the newer allocation's claim, not ours
+            # (which the unbind released), and release_claim leaves it.
+            release_claim(placement, context, job['uuid'], job['bind_id'])
         except exception.PlacementError as e:
             _owe_release(context, job, e)
             released = False
@@ -308,13 +365,49 @@ def _undo(placement, context, job, claimed, error):
                    f"unbound while it was being allocated") from error
 
 
+def release_claim(placement, context, arq_uuid, bind_id, claim=None):
+    """Release the claim Placement holds for ARQ ``arq_uuid`` (its
+    consumer) on behalf of bind ``bind_id`` (None: of no bind); True if
+    it released one.  ``claim``: what the consumer holds, as just read.
+
+    Every allocation of the ARQ claims under the same consumer, so a
+    release must not take a claim made after it was decided (the ARQ
+    unbound and allocated again meanwhile).  What the consumer holds is
+    read first, then the ARQ's bind: a newer allocation claims only once
+    its bind has started, so if the ARQ is still in ``bind_id`` (or in
+    none, or gone) after the read, what was read is not a newer claim.
+    The release is guarded by the consumer generation read: where the
+    consumer changed since (409), it is left as it is.
+
+    Placement starts a consumer that lost its allocations over at
+    generation 1 when it is claimed again, so the guard alone cannot tell
+    two claims apart: only a release still on its way after another
+    release, an unbind, a new allocation and its claim (all since the
+    read) could take a newer claim.  PlacementError when Placement cannot
+    be asked."""
+    if claim is None:
+        claim = placement.get_claim(arq_uuid)
+    if not claim['allocations']:
+        return False
+    if arq_binding.in_another_bind(context, arq_uuid, bind_id):
+        LOG.info('Accelerator request %s is another allocation\'s now; '
+                 'its claim is left alone', arq_uuid)
+        return False
+    if placement.release_claim(arq_uuid, claim):
+        return True
+    LOG.info('The claim of accelerator request %s changed while it was '
+             'released; it is left alone', arq_uuid)
+    return False
+
+
 def _owe_release(context, job, error):
     """The claim of ``job`` could not be released (Placement away).  An
     ARQ still in this allocation stays BindStarted with its consumer:
     ``fail_stuck``, a delete or an unbind releases the claim once
     Placement answers.  One that has left it (deleted or unbound
     meanwhile, its release run before our claim landed) says nothing of
-    the claim any more: the consumer is recorded for
+    the claim any more: the consumer is recorded for the ARQ's next
+    allocation (``_release_owed``) or, once it is deleted,
     ``release_left_claims``."""
     try:
         if arq_db.bind_of(context, job['uuid']) == job['bind_id']:
@@ -332,34 +425,31 @@ def _owe_release(context, job, error):
                       'delete %s)', job['uuid'], error, job['uuid'])
         return
     LOG.warning('Could not release the claim of accelerator request %s, '
-                'deleted or unbound while it was allocated: %s; it is '
-                'released once Placement answers and the request is gone',
+                'deleted or unbound while it was allocated: %s; its next '
+                'allocation releases it, or the stuck-bind check once '
+                'Placement answers and the request is gone',
                 job['uuid'], error)
 
 
 def release_left_claims(conf, context):
     """Periodic (run by ``arq_binding.fail_stuck``): release the claims
     ``_owe_release`` recorded whose ARQ is gone, and forget them; returns
-    how many.
+    how many were settled.
 
-    Only once the ARQ is gone: its uuid, the consumer, is then never
-    claimed again, so the release takes nothing from anyone, however many
-    conductors run it at once.  While it exists (unbound meanwhile), a
-    new allocation of it may claim under the same consumer at any moment,
-    and a release could take that claim: it waits for the ARQ's delete
-    (which releases nothing of an unbound ARQ's)."""
+    Only those whose ARQ is gone (the query leaves the others out, so
+    that any number of them never holds these up): its uuid, the
+    consumer, is then never claimed again.  An ARQ that still exists
+    (unbound meanwhile) has its claim released by its next allocation,
+    before that claims under the same consumer (``_release_owed``), or
+    here once it is deleted."""
     owed = release_db.owed(context)
     if not owed:
         return 0
-    alive = arq_db.outcomes(context, owed)
-    gone = [consumer for consumer in owed if consumer not in alive]
-    if not gone:
-        return 0
     placement = placement_client.get_client(conf)
     released = 0
-    for consumer in gone:
+    for consumer in owed:
         try:
-            placement.delete_allocations(consumer)
+            release_claim(placement, context, consumer, None)
         except exception.PlacementError as e:
             LOG.warning('Could not release the claim of deleted accelerator '
                         'request %s: %s; tried again at the next stuck-bind '

@@ -1273,18 +1273,24 @@ def release_allocations(conf, rows):
     Called before the rows change, so that a Placement outage fails the
     unbind or delete (503) instead of leaving an allocation nobody will
     release.  An allocation made after this by a racing allocate is
-    released by that allocate, which finds its ARQ gone or moved.
+    released by that allocate, which finds its ARQ gone or moved.  Each
+    releases the claim of the bind its row was read in only
+    (``arq_allocation.release_claim``): where the ARQ was unbound and
+    allocated again since, the newer allocation's claim is left to it.
     """
-    standalone = [r.uuid for r in rows if r.consumer_id]
+    standalone = [r for r in rows if r.consumer_id]
     if not standalone:
         return
+    from cyborg.conductor import arq_allocation
     from cyborg.placement import client as placement_client
 
     placement = placement_client.get_client(conf)
-    for arq_uuid in standalone:
-        if placement.delete_allocations(arq_uuid):
+    context = cyborg_context.get_admin_context()
+    for row in standalone:
+        if arq_allocation.release_claim(placement, context, row.uuid,
+                                        row.bind_id):
             LOG.info('Released the Placement allocation of accelerator '
-                     'request %s', arq_uuid)
+                     'request %s', row.uuid)
 
 def unbind(conf, context, arq_uuids):
     """Free the ARQs' handles (removing mdevs) and clear their binding;
@@ -1532,11 +1538,11 @@ def _fail_abandoned(conf, context, abandoned, reason):
     # A standalone allocation: what it claimed in Placement is released
     # before its ARQ fails (as an unbind's or a delete's is): with
     # Placement away it stays BindStarted, and the next check tries
-    # again; failed first, its claim was left for good.  Not one
-    # allocated again since (unbound and claimed anew: the consumer, the
-    # ARQ's uuid, holds the newer claim).
-    standalone = [r for r in rows if r.consumer_id and
-                  not in_another_bind(context, r.uuid, r.bind_id)]
+    # again; failed first, its claim was left for good.  Only the claim
+    # of the bind found stuck: where the ARQ was unbound and allocated
+    # again since, the consumer (the ARQ's uuid) holds the newer claim,
+    # which release_allocations leaves.
+    standalone = [r for r in rows if r.consumer_id]
     try:
         release_allocations(conf, standalone)
     except exception.PlacementError as e:

@@ -387,12 +387,35 @@ class PlacementClient:
             return False
         return True
 
-    def delete_allocations(self, consumer_uuid):
-        """Release everything the consumer holds; True if it held any
-        (idempotent: an unknown consumer is not an error)."""
-        resp = self._request('DELETE', f'/allocations/{consumer_uuid}',
-                             ok=(204,), missing_ok=True)
-        return resp.status_code == 204
+    def get_claim(self, consumer_uuid):
+        """What the consumer holds, as Placement answers it:
+        ``{'allocations': {provider uuid: {'resources': {...}}},
+        'consumer_generation', 'project_id', 'user_id',
+        'consumer_type'}``; ``allocations`` empty (and nothing else)
+        when it holds none."""
+        return self._request('GET', f'/allocations/{consumer_uuid}').json()
+
+    def release_claim(self, consumer_uuid, claim):
+        """Release ``claim`` (as ``get_claim`` read it): empty the
+        consumer's allocations only while its generation is the one read.
+        True when released; False on a 409: the consumer changed since
+        (released meanwhile, or holding a claim made since), and is left
+        as it is.
+
+        No DELETE: it releases whatever the consumer holds when it lands,
+        a claim made after the caller decided to release included."""
+        body = {'allocations': {},
+                'consumer_generation': claim['consumer_generation'],
+                'project_id': claim['project_id'],
+                'user_id': claim['user_id'],
+                'consumer_type': claim['consumer_type']}
+        resp = self._request('PUT', f'/allocations/{consumer_uuid}', body,
+                             ok=(204, 409))
+        if resp.status_code == 409:
+            LOG.info('Release for consumer %s refused: %s', consumer_uuid,
+                     _error_text(resp))
+            return False
+        return True
 
     # -- inventories and traits ----------------------------------------------
 

@@ -1,7 +1,8 @@
 """Placement consumers whose allocations cyborg owes a release (owned by
 cyborg.conductor.arq_allocation): the claims of standalone allocations
-whose accelerator request went while Placement could not release them.
-Recorded where the release failed, forgotten once it is done."""
+whose accelerator request was deleted or unbound while Placement could not
+release them.  Recorded where the release failed, forgotten once it is
+done."""
 
 import sqlalchemy as sa
 
@@ -10,6 +11,7 @@ from cyborg.db.api import _sql
 from cyborg.db.api import reader, writer
 
 _OWED = models.PlacementRelease.__table__
+_ARQ = models.ExtARQ.__table__
 
 
 @writer
@@ -26,9 +28,22 @@ def add(context, consumer_uuid):
 
 @reader
 def owed(context, limit=100):
-    """The consumers recorded, oldest first, ``limit`` at most."""
+    """The consumers recorded whose accelerator request is gone, oldest
+    first, ``limit`` at most.  Those whose request still exists are left
+    out by the query itself: however many there are, they never hold up
+    the others."""
     return list(_sql.connection(context).scalars(
-        sa.select(_OWED.c.consumer_uuid).order_by(_OWED.c.id).limit(limit)))
+        sa.select(_OWED.c.consumer_uuid)
+        .where(~sa.exists().where(_ARQ.c.uuid == _OWED.c.consumer_uuid))
+        .order_by(_OWED.c.id).limit(limit)))
+
+
+@reader
+def owes(context, consumer_uuid):
+    """Whether ``consumer_uuid`` is recorded."""
+    return _sql.connection(context).scalar(
+        sa.select(_OWED.c.id).where(
+            _OWED.c.consumer_uuid == consumer_uuid)) is not None
 
 
 @writer

@@ -354,13 +354,17 @@ def test_a_claim_whose_answer_is_lost_is_released(aconf, db, ctx, trait,
                             'trait:' + trait: 'required'})
     with _forwarding(placement_url, lambda request: (
             request.method == 'PUT'
-            and request.path == '/allocations/' + uuid)) as front:
+            and request.path == '/allocations/' + uuid
+            and not _is_release(request, uuid))) as front:
         placement_fixture.placement_conf(aconf, front.url)
         placement_client.reset_clients()
         with pytest.raises(exception.PlacementError, match='502'):
             arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+        # The claim, then its release: what the consumer holds is read,
+        # and emptied at the generation read.
         assert [r.method for r in front.requests
-                if r.path == '/allocations/' + uuid] == ['PUT', 'DELETE']
+                if r.path == '/allocations/' + uuid] == ['PUT', 'GET', 'PUT']
+        assert front.requests[-1].json()['allocations'] == {}
     assert _held(placement_url, uuid)['allocations'] == {}
     assert _usage(placement_url, device.rp_uuid) == 0
     row = _row(db, uuid)
@@ -586,6 +590,14 @@ def test_a_remote_pool_is_no_candidate(aconf, db, ctx, trait,
     assert _row(db, uuid).state == 'Initial'
 
 
+def _is_release(request, consumer):
+    """Whether ``request`` releases ``consumer``'s allocations."""
+    return request.path == '/allocations/' + consumer and (
+        request.method == 'DELETE' or (request.method == 'PUT'
+                                       and request.json()['allocations']
+                                       == {}))
+
+
 def _releases_refused(placement_url, consumer):
     """A Placement front forwarding every request to the real one, but
     answering a release of ``consumer``'s allocations 503, without
@@ -594,8 +606,7 @@ def _releases_refused(placement_url, consumer):
     forward = _forwarder(placement_url, lambda request: False)
 
     def respond(request):
-        if (away.is_set() and request.method == 'DELETE'
-                and request.path == '/allocations/' + consumer):
+        if away.is_set() and _is_release(request, consumer):
             return 503, {}, {'errors': [{'status': 503,
                                          'detail': 'Placement is away'}]}
         return forward(request)

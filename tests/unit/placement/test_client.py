@@ -137,7 +137,10 @@ def test_a_placement_at_exactly_our_microversion_serves_us(conf):
         assert client.claim(consumer, {cn: {'resources': {
             'CUSTOM_ACCEL': 1}}}, placement_fixture.PROJECT,
             placement_fixture.PROJECT, 'INSTANCE')
-        assert client.delete_allocations(consumer)
+        claim = client.get_claim(consumer)
+        assert claim['consumer_type'] == 'INSTANCE'
+        assert client.release_claim(consumer, claim)
+        assert client.get_claim(consumer)['allocations'] == {}
 
 
 def test_get_client_follows_the_configured_endpoint(conf, placement):
@@ -282,3 +285,23 @@ def test_https_placement_is_verified_with_the_configured_ca(conf, tmp_path):
         conf.clear_override('cafile', group='placement')
         with pytest.raises(exception.PlacementError):
             placement_client.PlacementClient(conf).get_provider_by_name('cn')
+
+
+def test_a_release_leaves_a_consumer_changed_since_its_read(client,
+                                                           placement):
+    """release_claim empties the consumer only at the generation read: a
+    claim written since (here: the consumer's allocation replaced) is
+    left, and the release answers False."""
+    cn = client.create_provider(_new_uuid(), 'cn', None)['uuid']
+    client.set_inventories(cn, {'FPGA': {'total': 2}})
+    consumer = _new_uuid()
+    allocations = {cn: {'resources': {'FPGA': 1}}}
+    assert client.claim(consumer, allocations, 'p', 'u', 'K8S_POD')
+    read = client.get_claim(consumer)
+    placement_fixture.hold_allocation(placement.url, consumer,
+                                      {cn: {'FPGA': 2}})
+    assert not client.release_claim(consumer, read)
+    assert client.get_claim(consumer)['allocations'][cn]['resources'] == {
+        'FPGA': 2}
+    assert client.release_claim(consumer, client.get_claim(consumer))
+    assert client.get_claim(consumer)['allocations'] == {}
