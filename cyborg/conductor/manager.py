@@ -13,6 +13,7 @@ Owners:
   arq_*                       arq_binding (quotas: quotas)
   deployable_program          programming
   remote_pool_*               remote_pools
+  host_list, host_forget      hosts (cyborg-manage host)
 """
 
 import functools
@@ -30,6 +31,7 @@ from cyborg.conductor import awaited
 from cyborg.conductor import device_profiles
 from cyborg.conductor import device_status
 from cyborg.conductor import health
+from cyborg.conductor import hosts
 from cyborg.conductor import inventory_apply
 from cyborg.conductor import programming
 from cyborg.conductor import remote_pools
@@ -169,6 +171,14 @@ class ConductorManager:
     def deployable_program(self, context, deployable_uuid, image_uuid):
         return programming.program_deployable(self.conf, context,
                                               deployable_uuid, image_uuid)
+
+    @_answer
+    def host_list(self, context):
+        return hosts.list_hosts(self.conf, context)
+
+    @_answer
+    def host_forget(self, context, hostname):
+        return hosts.forget(self.conf, context, hostname)
 
     @_answer
     def remote_pool_create(self, context, values):

@@ -47,6 +47,7 @@ from cyborg.common import exception
 from cyborg.conductor import health_machine
 from cyborg.db import api as db_api
 from cyborg.db.api import clock as clock_db
+from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import hosts as host_db
 from cyborg.db.api import inventory as inventory_db
 from cyborg.placement import client as placement_client
@@ -483,6 +484,9 @@ def _still(provider, expected, generation):
 
 
 def _remove_provider(client, rp_uuid):
+    """Delete the provider; False when allocations hold it, which then
+    keep it, reserved whole."""
+    removed = True
     try:
         client.delete_provider(rp_uuid)
     except placement_client.ProviderInUse:
@@ -494,7 +498,9 @@ def _remove_provider(client, rp_uuid):
         blocked = {rc: dict(inv, reserved=inv['total'])
                    for rc, inv in inventories.items()}
         client.set_inventories(rp_uuid, blocked, generation)
+        removed = False
     _remember(client, rp_uuid, None)
+    return removed
 
 
 def held_providers(conf, rp_uuids):
@@ -509,6 +515,59 @@ def held_providers(conf, rp_uuids):
                     'deployable(s) until the reconcile can check.', exc,
                     len(rp_uuids))
         return set(rp_uuids)
+
+
+# -- a retired host forgotten (cyborg.conductor.hosts) -----------------------
+
+def host_removal(conf, context, host, rp_uuids):
+    """What forgetting ``host`` removes from Placement: the providers of
+    its deployables (``rp_uuids``) and those under its compute node
+    provider that cyborg owns and no deployable of any host explains
+    (left behind; the reconcile would delete them too).  Returns (their
+    uuids, deepest first: the order to delete them in; {provider uuid:
+    name} of those Placement has; {provider uuid: [consumer uuids]} of
+    those allocations hold)."""
+    client = placement_client.get_client(conf)
+    wanted = {rp for rp in rp_uuids if rp}
+    tree = {}
+    cn_uuid = host.get('compute_rp_uuid')
+    if cn_uuid:
+        try:
+            tree = _by_uuid(client.list_tree(cn_uuid))
+        except placement_client.ProviderNotFound:
+            tree = {}
+    if tree:
+        owned = {p['uuid'] for p in client.list_tree(
+            cn_uuid, required=[provider_tree.OWNER_TRAIT])} - {cn_uuid}
+        wanted |= owned - deployable_db.providing(context, owned - wanted)
+    depth = {rp: _depth(tree, rp) for rp in wanted}
+    ordered = sorted(wanted, key=lambda rp: (-depth[rp], rp))
+    held = {}
+    for rp_uuid in ordered:
+        consumers = client.get_allocations(rp_uuid)
+        if consumers:
+            held[rp_uuid] = sorted(consumers)
+    names = {rp: tree[rp]['name'] for rp in ordered if rp in tree}
+    return ordered, names, held
+
+
+def _depth(tree, rp_uuid):
+    """How deep ``rp_uuid`` hangs in ``tree`` (its compute node's, as
+    listed): 1 for a child of the root, and for one not listed."""
+    depth, parent = 1, tree.get(rp_uuid, {}).get('parent_provider_uuid')
+    while parent in tree and tree[parent].get('parent_provider_uuid'):
+        depth += 1
+        parent = tree[parent]['parent_provider_uuid']
+    return depth
+
+
+def remove_providers(conf, rp_uuids):
+    """Delete these providers, in this order (``host_removal``'s);
+    returns those kept: allocations came to hold one since they were
+    read, and keep it reserved whole until they end."""
+    client = placement_client.get_client(conf)
+    return [rp_uuid for rp_uuid in rp_uuids
+            if not _remove_provider(client, rp_uuid)]
 
 
 # -- the periodic reconcile ---------------------------------------------------

@@ -37,6 +37,8 @@ HISTORY = (
     ('1.7', 'report_health: a re-probe\'s transient reading ("not yet") '
             'is a verdict only for what the conductor probes, so agents '
             'send it for the device too'),
+    ('1.8', 'Added host_list and host_forget (cyborg-manage host: '
+            'retiring a compute host)'),
 )
 RPC_API_VERSION = HISTORY[-1][0]
 
@@ -105,6 +107,25 @@ class ConductorAPI:
             return None
         return self._call(context, '1.1', 'report_health',
                           hostname=hostname, report=report)
+
+    # -- hosts (cyborg-manage) -------------------------------------------
+
+    def can_manage_hosts(self):
+        """Whether the conductors take ``host_list`` and ``host_forget``
+        (1.8)."""
+        return self.can_send('1.8')
+
+    def host_list(self, context):
+        """Every host: [{hostname, compute_node_name, last_report_at
+        (ISO 8601, UTC, or None), silent, devices, placement_synced}]."""
+        return self._call(context, '1.8', 'host_list')
+
+    def host_forget(self, context, hostname):
+        """Forget a retired host: its devices, deployables, attach
+        handles, Placement providers and row; 409 while it reports or
+        something holds its devices.  Returns how many {devices,
+        deployables, attach_handles, providers} went."""
+        return self._call(context, '1.8', 'host_forget', hostname=hostname)
 
     # -- device profiles -----------------------------------------------
 

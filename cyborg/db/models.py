@@ -30,6 +30,7 @@ NAME = sa.String(255)
 # there ``?name=FPGA-SMALL`` found the profile ``fpga-small`` and a
 # profile ``FPGA-SMALL`` could not be made beside it.  Both still ignore
 # trailing spaces (PAD SPACE): readers by name check the name they got.
+# Host names too: ``Compute-1`` and ``compute-1`` are two hosts.
 EXACT_NAME = NAME.with_variant(sa.String(255, collation='utf8mb4_bin'),
                                'mysql', 'mariadb')
 # What a TEXT column holds on MariaDB and MySQL: 65535 bytes (of UTF-8).
@@ -62,14 +63,14 @@ class Host(Base):
     __table_args__ = (sa.UniqueConstraint('hostname',
                                           name='uniq_hosts0hostname'),)
 
-    hostname = sa.Column(NAME, nullable=False)
+    hostname = sa.Column(EXACT_NAME, nullable=False)
     # Digest of the inventory last written for this host.
     report_digest = sa.Column(sa.String(64), nullable=True)
     # The compute node provider, once found in Placement.
     compute_rp_uuid = sa.Column(UUID, nullable=True)
     # Its name (Nova's hypervisor host name, which may differ from
     # ``hostname``): a bind naming it is a bind on this host.
-    compute_node_name = sa.Column(NAME, nullable=True)
+    compute_node_name = sa.Column(EXACT_NAME, nullable=True)
     # False while Placement still lags the database for this host.
     placement_synced = sa.Column(sa.Boolean, nullable=False, default=False)
     # One more for each change that set placement_synced false: a sync
@@ -118,7 +119,7 @@ class Device(HealthColumns, Base):
     model = sa.Column(NAME, nullable=False)
     std_board_info = sa.Column(sa.Text, nullable=True)
     vendor_board_info = sa.Column(sa.Text, nullable=True)
-    hostname = sa.Column(NAME, nullable=False)
+    hostname = sa.Column(EXACT_NAME, nullable=False)
     status = sa.Column(sa.Enum(*DEVICE_STATUSES, name='device_status'),
                        nullable=False, default=states.ENABLED)
 

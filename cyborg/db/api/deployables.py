@@ -155,6 +155,16 @@ def bind_targets(context, rp_uuids):
         _BIND_TARGETS, {'rp_uuids': list(rp_uuids)})}
 
 
+@reader
+def providing(context, rp_uuids):
+    """Those of ``rp_uuids`` a deployable (of any host) provides."""
+    d = models.Deployable
+    if not rp_uuids:
+        return set()
+    return set(_sql.connection(context).scalars(
+        sa.select(d.rp_uuid).where(d.rp_uuid.in_(list(rp_uuids)))))
+
+
 def _bind_targets():
     d, dev, h = models.Deployable, models.Device, models.Host
     return (sa.select(d.id.label('deployable_id'),

@@ -3,7 +3,9 @@ inventory last written for it and whether Placement matches it.
 
 Owned by the conductor's report handling (cyborg.conductor.inventory_apply
 and placement_sync); the health state machine and device status changes
-lock a host's row to serialise with its reports and mark it unsynced.
+lock a host's row to serialise with its reports and mark it unsynced;
+``cyborg-manage host forget`` deletes a retired host's row
+(cyborg.conductor.hosts).
 """
 
 import sqlalchemy as sa
@@ -83,6 +85,32 @@ def list_all(context):
     return _sql.rows(_sql.connection(context).execute(
         sa.select(h.c.hostname, h.c.compute_rp_uuid, h.c.placement_synced,
                   h.c.report_digest).order_by(h.c.hostname)))
+
+
+@reader
+def overview(context):
+    """Every host as ``cyborg-manage host list`` shows it, by name: [{
+    hostname, compute_node_name, created_at, last_report_at,
+    placement_synced, devices (how many it has)}], in one query."""
+    h, d = _HOST, models.Device.__table__
+    devices = (sa.select(d.c.hostname, sa.func.count().label('devices'))
+               .group_by(d.c.hostname).subquery())
+    return _sql.rows(_sql.connection(context).execute(
+        sa.select(h.c.hostname, h.c.compute_node_name, h.c.created_at,
+                  h.c.last_report_at, h.c.placement_synced,
+                  sa.func.coalesce(devices.c.devices, 0).label('devices'))
+        .select_from(h.outerjoin(devices,
+                                 devices.c.hostname == h.c.hostname))
+        .order_by(h.c.hostname)))
+
+
+@writer
+def delete(context, hostname):
+    """Delete the host's row (a retired host forgotten: its devices are
+    deleted first, ``inventory.write``); True if there was one."""
+    result = _sql.connection(context).execute(
+        sa.delete(_HOST).where(_BY_NAME), {'b_hostname': hostname})
+    return result.rowcount == 1
 
 
 @reader

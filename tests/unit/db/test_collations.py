@@ -61,7 +61,10 @@ def test_mysql_column_collations_match_the_models():
                      ('remote_pools', 'name'),
                      ('remote_pool_handles', 'fabric_address'),
                      ('attributes', 'key'),
-                     ('deployables', 'name')}
+                     ('deployables', 'name'),
+                     ('hosts', 'hostname'),
+                     ('hosts', 'compute_node_name'),
+                     ('devices', 'hostname')}
 
 
 def test_the_migration_keeps_the_profiles_there_and_matches_them_exactly():
