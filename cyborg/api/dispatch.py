@@ -100,15 +100,14 @@ def _decide_rights(conf, ctx):
     ``admin`` and ``service`` rules decide (``policy.base_rights``),
     once per request; every ownership check of the handlers and the
     conductor reads these two.  A service token (``auth.IS_SERVICE``)
-    sees every project whatever the ``service`` rule says: Nova reads
-    and deletes the ARQs of the instances it builds, whichever project
-    the user's token names, and ``[keystone_authtoken]
-    service_token_roles`` already says which tokens count.  Before any
-    rule is checked both are False (``is_admin``, oslo.context's
-    default) or the token's alone."""
+    counts as the ``service`` rule says, as any role does: the default
+    rule passes it (``is_service:True``), so Nova reads and deletes the
+    ARQs of the instances it builds whichever project the user's token
+    names.  Before any rule is checked both are False (``is_admin``,
+    oslo.context's default) or the token's alone."""
     admin, service = policy.base_rights(conf, ctx)
     ctx.is_admin = admin
-    ctx.sees_every_project = admin or service or ctx.is_service
+    ctx.sees_every_project = admin or service
 
 
 def find(request):

@@ -36,8 +36,9 @@ class RequestContext(oslo_context.RequestContext):
 
         The API decides it, with ``is_admin``, from the policy's own base
         rules (``cyborg.api.dispatch``): an admin or a service as the
-        operator's ``admin`` and ``service`` rules have them, or a
-        request with a service token.  It travels to the conductor with
+        operator's ``admin`` and ``service`` rules have them (a request
+        with a service token passes the default ``service`` rule, not
+        necessarily an operator's).  It travels to the conductor with
         the rest of the context.  A context nobody decided it for (the
         service's own work, a test's) sees every project only when it is
         an admin's or carries a service token: never by a role's name.

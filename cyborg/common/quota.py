@@ -26,6 +26,7 @@ import threading
 import time
 
 from keystoneauth1 import exceptions as ksa_exceptions
+from keystoneauth1 import loading as ks_loading
 from openstack import exceptions as sdk_exceptions
 from oslo_log import log as logging
 
@@ -44,6 +45,8 @@ UNLIMITED = -1
 # again: a hung Keystone would otherwise hold every create's conductor
 # thread that long, one after another.
 FAIL_FAST_SECONDS = 5.0
+# The enforcement model of Keystone's that cyborg's limits follow.
+FLAT = 'flat'
 
 
 def class_resource(resource_class):
@@ -197,7 +200,7 @@ class UnifiedLimitsDriver:
         except exception.CyborgException:
             raise
         except _KEYSTONE_ERRORS as exc:
-            raise self._failure(exc)
+            raise self._failure(_unreadable(exc))
         with self._lock:
             self._failed = None
         return Limits(dict(registered), dict(project),
@@ -211,19 +214,18 @@ class UnifiedLimitsDriver:
             ago = time.monotonic() - failed[0]
             if ago < FAIL_FAST_SECONDS:
                 raise exception.ServiceUnavailable(
-                    reason='the limits in Keystone cannot be read: %s '
-                           '(%.0f s ago; asked again after %.0f s)'
+                    reason='%s (%.0f s ago; asked again after %.0f s)'
                            % (failed[1], ago, FAIL_FAST_SECONDS))
 
-    def _failure(self, exc):
-        """Remember Keystone's failure (the enforcer is made again next
-        time: the endpoint may have moved); the 503 to raise."""
-        LOG.warning('Reading limits from Keystone failed: %s', exc)
+    def _failure(self, reason):
+        """Remember why the limits cannot be read (the enforcer is made
+        again next time: the endpoint may have moved, the model changed);
+        the 503 to raise."""
+        LOG.warning('Reading limits from Keystone failed: %s', reason)
         with self._lock:
             self._enforcer = None
-            self._failed = (time.monotonic(), str(exc))
-        return exception.ServiceUnavailable(
-            reason='the limits in Keystone cannot be read: %s' % exc)
+            self._failed = (time.monotonic(), reason)
+        return exception.ServiceUnavailable(reason=reason)
 
     def _get_enforcer(self):
         from oslo_limit import limit
@@ -244,21 +246,132 @@ class UnifiedLimitsDriver:
             raise exception.ServiceUnavailable(
                 reason='the limits in Keystone cannot be read')
         try:
-            enforcer = limit.Enforcer(_no_usage_callback, cache=False)
-            if enforcer.model.name != 'flat':
-                raise exception.ServiceUnavailable(
-                    reason='Keystone enforces limits with the %s model; '
-                           'cyborg supports the flat model only'
-                           % enforcer.model.name)
+            try:
+                enforcer = limit.Enforcer(_no_usage_callback, cache=False)
+            except ValueError as exc:
+                # oslo.limit's words ("Multiple endpoints found",
+                # "enforcement model ... is not supported"): say what is
+                # wrong, and what to set.
+                raise self._failure(_unreadable(
+                    _keystone_problem_or(self._conf, exc))) from None
+            if enforcer.model.name != FLAT:
+                # Remembered like Keystone's failures: every create of
+                # the window, and those that waited for this attempt,
+                # answer 503 with the reason, without asking again.
+                raise self._failure(_model_problem(enforcer.model.name))
             with self._lock:
                 self._enforcer = enforcer
             return enforcer
         except _KEYSTONE_ERRORS as exc:
-            raise self._failure(exc)
+            raise self._failure(_unreadable(exc))
         finally:
             with self._lock:
                 self._building = None
             building.set()
+
+
+def _unreadable(why):
+    return 'the limits in Keystone cannot be read: %s' % why
+
+
+def keystone_problem(conf):
+    """Why the limits cannot be read from Keystone with the
+    ``[oslo_limit]`` options of ``conf``, or None: Keystone enforces
+    another model than flat, or oslo.limit cannot find the one endpoint
+    whose limits are cyborg's.  Asks Keystone (with those options'
+    credentials); its own errors are raised.  For ``cyborg-status upgrade
+    check``, and for the reason of the 503 a create answers then (what
+    oslo.limit says is less clear: "Multiple endpoints found")."""
+    keystone = _identity_adapter(conf)
+    model = keystone.get('/limits/model').json()['model']['name']
+    if model != FLAT:
+        return _model_problem(model)
+    return _endpoint_problem(conf[quota_conf.LIMIT_GROUP], keystone)
+
+
+def _model_problem(model):
+    return ('Keystone enforces limits with the %s model; cyborg supports '
+            'the %s model only (Keystone\'s [unified_limit]'
+            'enforcement_model)' % (model, FLAT))
+
+
+def _endpoint_problem(section, keystone):
+    """Without ``endpoint_id`` oslo.limit looks the endpoint up by
+    service and ``endpoint_interface``, in ``endpoint_region_name`` when
+    set: without it, a service with endpoints in several regions
+    matches several, and no limit can be read."""
+    if (section.endpoint_id or not (section.endpoint_service_type
+                                    or section.endpoint_service_name)):
+        return None
+    which = ' '.join(
+        '%s %s' % (option, value) for option, value in (
+            ('endpoint_service_type', section.endpoint_service_type),
+            ('endpoint_service_name', section.endpoint_service_name))
+        if value)
+    query = {name: value for name, value in (
+        ('type', section.endpoint_service_type),
+        ('name', section.endpoint_service_name)) if value}
+    services = keystone.get('/services', params=query).json()['services']
+    if len(services) != 1:
+        return ('[oslo_limit] %s matches %s in Keystone\'s catalogue: name '
+                'exactly one (or set endpoint_id)' % (
+                    which, '%d services' % len(services) if services
+                    else 'no service'))
+    interface = section.endpoint_interface
+    if interface.endswith('URL'):
+        interface = interface[:-len('URL')]
+    endpoints = keystone.get('/endpoints', params={
+        'service_id': services[0]['id'],
+        'interface': interface}).json()['endpoints']
+    regions = sorted({e.get('region_id') or '' for e in endpoints})
+    if not endpoints:
+        return ('[oslo_limit] %s has no %s endpoint in Keystone\'s '
+                'catalogue (endpoint_interface)' % (which, interface))
+    if section.endpoint_region_name:
+        if section.endpoint_region_name not in regions:
+            return ('[oslo_limit] %s has no %s endpoint in '
+                    'endpoint_region_name %s (its %s endpoints are in '
+                    '%s)' % (which, interface, section.endpoint_region_name,
+                             interface, _some(regions)))
+        return None
+    if len(regions) > 1:
+        return ('[oslo_limit] %s has %s endpoints in %d regions (%s) and '
+                'endpoint_region_name is not set: set it to the region '
+                'whose limits are this deployment\'s (or set endpoint_id)'
+                % (which, interface, len(regions), _some(regions)))
+    return None
+
+
+def _keystone_problem_or(conf, exc):
+    """``keystone_problem``, or ``exc`` when it finds none (or cannot
+    tell: the diagnosis never hides the error it explains)."""
+    try:
+        return keystone_problem(conf) or exc
+    except Exception:  # noqa: BLE001 - the original error is the answer
+        LOG.debug('Looking for why the limits cannot be read failed',
+                  exc_info=True)
+        return exc
+
+
+# Regions a message names at most.
+_REGIONS_NAMED = 5
+
+
+def _some(names):
+    shown = ', '.join(names[:_REGIONS_NAMED])
+    return shown + (', ...' if len(names) > _REGIONS_NAMED else '')
+
+
+def _identity_adapter(conf):
+    """Keystone's v3 API with the credentials and the identity endpoint
+    options of ``[oslo_limit]`` (those oslo.limit uses)."""
+    group = quota_conf.LIMIT_GROUP
+    auth = ks_loading.load_auth_from_conf_options(conf, group)
+    session = ks_loading.load_session_from_conf_options(conf, group,
+                                                        auth=auth)
+    return ks_loading.load_adapter_from_conf_options(
+        conf, group, session=session, auth=auth, service_type='identity',
+        version='3', min_version=None, max_version=None)
 
 
 def _no_usage_callback(project_id, resource_names):

@@ -171,6 +171,43 @@ def test_the_service_role_elsewhere_sees_its_own_project(service, seeded,
             'tenant-a', 'tenant-b'}
 
 
+def test_a_service_token_follows_the_service_rule(service, seeded,
+                                                 tmp_path):
+    """A service token sees every project as the ``service`` rule says,
+    like any role: one that leaves tokens out (the services' project
+    only) leaves a service token of another project its own project's
+    ARQs.  (It saw every project whatever the rule said.)"""
+    policy_file = tmp_path / 'policy.yaml'
+    policy_file.write_text('"service": "role:service and '
+                           'project_id:services"\n')
+    policy.reset()
+    policy.get_enforcer(service.conf)  # registers [oslo_policy]
+    service.conf.set_override('policy_file', str(policy_file),
+                              group='oslo_policy')
+    policy.reset()
+    try:
+        with_token = dict(TENANT_SERVICE, **{'X-Roles': 'member,reader',
+                                             'X-Service-Token': 'nova'})
+        assert _projects(service, with_token) == {'tenant-b'}
+        resp = _call(service, 'GET',
+                     '/v2/accelerator_requests/' + seeded['initial_arq'],
+                     with_token)
+        assert resp.status_int == 404, resp.text
+        # The services' project still sees all.
+        assert _projects(service, SERVICE) == {'tenant-a', 'tenant-b'}
+    finally:
+        service.conf.clear_override('policy_file', group='oslo_policy')
+        policy.reset()
+
+
+def test_a_service_token_sees_every_project_by_default(service, seeded):
+    """Nova's calls, a user's token with its service token: the default
+    ``service`` rule passes them, whatever the user's project."""
+    with_token = dict(TENANT_SERVICE, **{'X-Roles': 'member,reader',
+                                         'X-Service-Token': 'nova'})
+    assert _projects(service, with_token) == {'tenant-a', 'tenant-b'}
+
+
 def test_the_narrowed_in_admin_still_sees_and_deletes_all(service, seeded,
                                                           narrowed):
     assert _projects(service, CLOUD_ADMIN) == {'tenant-a', 'tenant-b'}
