@@ -44,6 +44,12 @@ MAX_PROJECT_ID = 255
 # is refused before anything walks it recursively.
 MAX_DEPTH = 32
 _UTF8 = codecs.lookup('utf-8').name
+# The media types a request body is read as JSON from (besides any
+# application/...+json, such as application/json-patch+json): JSON, and
+# the two JavaScript types Cyborg also read as JSON.  Any other type is
+# a 415 (as in Cyborg and Placement), text/plain included.
+JSON_MEDIA_TYPES = ('application/json', 'text/javascript',
+                    'application/javascript')
 
 
 class Application:
@@ -233,8 +239,11 @@ def _check_query_names(operation, version, query):
 
 
 def json_body(request):
-    """The request's body as JSON: UTF-8, not compressed, not nested
-    deeper than MAX_DEPTH; 400 with the reason otherwise."""
+    """The request's body as JSON: sent as JSON (``check_media_type``:
+    415 otherwise), UTF-8, not compressed, not nested deeper than
+    MAX_DEPTH (400 with the reason otherwise)."""
+    if request.body:
+        check_media_type(request.content_type)
     encoding = request.headers.get('Content-Encoding', 'identity').strip()
     if encoding.lower() not in ('', 'identity'):
         raise exception.Invalid(
@@ -264,6 +273,24 @@ def json_body(request):
     if '\\u' in text:
         check_strings('the body', _strings(data))
     return data
+
+
+def check_media_type(content_type):
+    """415 unless ``content_type`` (the media type, without parameters)
+    is one a body is read as JSON from (``JSON_MEDIA_TYPES``, or any
+    ``application/...+json``).  A body sent without a Content-Type is
+    read as JSON too: every client sends the header with a body
+    (keystoneauth's ``json=``, so openstacksdk, the cyborg CLI and Nova),
+    and RFC 9110 lets a recipient look at a body whose type is not
+    named."""
+    media_type = (content_type or '').strip().lower()
+    if (not media_type or media_type in JSON_MEDIA_TYPES
+            or (media_type.startswith('application/')
+                and media_type.endswith('+json'))):
+        return
+    shown = media_type if len(media_type) <= 60 else media_type[:60] + '...'
+    raise exception.UnsupportedMediaType(
+        reason='a body sent as %s; send it as application/json' % shown)
 
 
 def check_strings(where, strings):

@@ -136,35 +136,42 @@ def _out_of_range(version):
 
 
 def response_headers(version):
-    """Headers every /v2 response carries."""
-    return [(HEADER, '%s %s' % (SERVICE_TYPE, version)),
-            (MIN_HEADER, str(MIN_VERSION)),
-            (MAX_HEADER, str(MAX_VERSION)),
-            ('Vary', HEADER)]
+    """Headers every /v2 response carries; without ``HEADER`` when
+    ``version`` is None (no version served: the one asked for is
+    malformed or out of range)."""
+    served = [] if version is None else [
+        (HEADER, '%s %s' % (SERVICE_TYPE, version))]
+    return served + [(MIN_HEADER, str(MIN_VERSION)),
+                     (MAX_HEADER, str(MAX_VERSION)),
+                     ('Vary', HEADER)]
 
 
 def answered_at(environ):
     """The version a /v2 response names: the one the application served
     the request at (``SERVED``); for a request answered before the
     application read its version (auth_token's 401, the body limit's
-    413, a path that is not UTF-8), the one it asked for when valid,
-    else the minimum, as the application's own errors about the version
-    answer."""
+    413, a path that is not UTF-8), the one it asked for.  None when
+    that one is malformed or out of range: such a request is served at
+    no version, and its answer (the application's 400 or 406, or an
+    error made before) names none, only the range (``MIN_HEADER``,
+    ``MAX_HEADER``), as Cyborg's and Placement's do; naming 2.0 told the
+    client a version it had not asked for was served."""
     version = environ.get(SERVED)
     if version is not None:
         return version
     try:
         return from_headers({HEADER: environ.get(_ENVIRON_HEADER)})
     except exception.CyborgException:
-        return MIN_VERSION
+        return None
 
 
 def with_response_headers(headers, version):
     """WSGI ``headers`` with those every /v2 response carries at
-    ``version`` (``response_headers``) in place of any already there;
+    ``version`` (``response_headers``) in place of any already there
+    (an ``HEADER`` already there is dropped when ``version`` is None);
     ``Vary`` keeps what it named (CORS's ``Origin``)."""
     ours = response_headers(version)
-    names = {name.lower() for name, _value in ours}
+    names = {name.lower() for name, _value in ours} | {HEADER.lower()}
     varies = [item.strip() for name, value in headers
               if name.lower() == 'vary' for item in value.split(',')
               if item.strip()]

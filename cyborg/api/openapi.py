@@ -24,6 +24,8 @@ _ERROR_TEXT = {
     409: 'Conflict with the current state.',
     413: 'The request body is larger than '
          '[oslo_middleware]max_request_body_size.',
+    415: 'The request body is sent as another media type than JSON '
+         '(application/json).',
     423: 'Accelerator requests of the instance are still binding.',
     503: 'A backing service (database, conductor, Keystone\'s limits) '
          'is unavailable.',
@@ -86,9 +88,10 @@ def _responses(operation):
             for media in operation.media_types}
     responses = {str(operation.status): ok}
     # A body over the size limit is refused before the operation is
-    # known (cyborg.wsgi.middleware.read_body).
-    too_large = (413,) if operation.body is not None else ()
-    for code in sorted(operation.errors + too_large):
+    # known (cyborg.wsgi.middleware.read_body); one sent as another type
+    # than JSON when it is read (cyborg.api.dispatch.check_media_type).
+    body_errors = (413, 415) if operation.body is not None else ()
+    for code in sorted(operation.errors + body_errors):
         responses[str(code)] = {'description': _ERROR_TEXT[code], 'content': {
             'application/json': {'schema': _ref('Error')}}}
     return responses

@@ -74,4 +74,4 @@ def _detail(resp):
     text = resp.text.strip() if resp.charset else ''
     if not text or '<' in text:
         return ''
-    return text.splitlines()[-1][:300]
+    return text.splitlines()[-1].strip()[:300]

@@ -3,13 +3,16 @@
     cyborg-aio [--port 6666] [--state-dir ~/.local/state/cyborg]
 
 API, conductor and agent share oslo.messaging's in-process ``fake://``
-transport; the database is SQLite in the state directory (schema by the
-migrations); authentication is off (noauth); the agent runs the fake
-driver plus every other installed driver (those without hardware here
-report nothing); the real OpenStack Placement runs in-process on a free
-local port with its own SQLite database, holding a compute-node provider
-for this host.  Ctrl-C or SIGTERM stops everything.  Extra options may come
-from ``--config-file``; the settings above win over them.
+transport; the database is SQLite in the state directory unless
+``[database]connection`` in a ``--config-file`` names another (MariaDB,
+PostgreSQL: an empty database, or one this all-in-one used before; the
+migrations make or upgrade its schema); authentication is off (noauth);
+the agent runs the fake driver plus every other installed driver (those
+without hardware here report nothing); the real OpenStack Placement runs
+in-process on a free local port with its own SQLite database, holding a
+compute-node provider for this host.  Ctrl-C or SIGTERM stops everything.
+Extra options may come from ``--config-file``; the settings above (but
+the database) win over them.
 """
 
 import errno
@@ -24,6 +27,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 import oslo_messaging as messaging
 import requests
+import sqlalchemy.engine
 
 import cyborg.conf
 from cyborg import version
@@ -31,6 +35,7 @@ from cyborg.api import app as api_app
 from cyborg.cmd import agent as agent_cmd
 from cyborg.cmd import api as api_cmd
 from cyborg.cmd import conductor as conductor_cmd
+from cyborg.common import policy
 from cyborg.common import quota
 from cyborg.common import rpc
 from cyborg.common import service
@@ -61,13 +66,15 @@ def parse(argv):
     conf.register_cli_opts(cli_opts)
     logging.register_options(conf)
     try:
+        service.check_all_values(argv, [], [], extra_opts=cli_opts)
         conf(argv, project='cyborg', prog=PROG,
              version=version.version_string(),
              default_config_files=[], default_config_dirs=[])
         cyborg.conf.check_values(conf)
+        service.check_registered_values(conf)
     except cfg.Error as exc:
         service.config_error(PROG, exc)
-    problem = quota.config_problem(conf)
+    problem = quota.config_problem(conf) or policy.config_problem(conf)
     if problem:
         service.config_error(PROG, problem)
     state_dir = os.path.abspath(os.path.expanduser(conf.state_dir))
@@ -110,11 +117,15 @@ def lock_state_dir(state_dir):
 
 
 def configure(conf, state_dir, placement_url):
-    """Settings of the all-in-one (they win over any config file)."""
+    """Settings of the all-in-one (they win over any config file).
+
+    ``[database]connection`` is not one of them: its default, SQLite in
+    ``$state_path``, follows ``state_path`` into the state directory, and
+    a config file may name another database.
+    """
     host = conf.host
     overrides = {
         None: {'state_path': state_dir},
-        'database': {'connection': _sqlite(state_dir, 'cyborg.sqlite')},
         'api': {'host_ip': '127.0.0.1', 'port': conf.port,
                 'auth_strategy': 'noauth', 'api_workers': 1},
         'agent': {'enabled_drivers': installed_drivers(),
@@ -130,6 +141,12 @@ def configure(conf, state_dir, placement_url):
 
 def _sqlite(state_dir, name):
     return 'sqlite:///' + os.path.join(state_dir, name)
+
+
+def database_shown(url):
+    """``url`` with its password hidden, for the banner."""
+    return sqlalchemy.engine.make_url(url).render_as_string(
+        hide_password=True)
 
 
 def installed_drivers():
@@ -246,13 +263,14 @@ def openstack_command():
     return 'openstack'
 
 
-def banner(api_url, placement_url, state_dir):
+def banner(api_url, placement_url, state_dir, database=None):
     return '\n'.join([
         'cyborg-aio is running (cyborg %s; Ctrl-C stops it).'
         % version.version_string(),
         '  API:       %s' % api_url,
         '  Placement: %s' % placement_url,
         '  State:     %s (log: cyborg-aio.log)' % state_dir,
+        *(['  Database:  %s' % database] if database else []),
         'Try:',
         '  %s accelerator device list --os-auth-type none '
         '--os-endpoint %s/v2' % (openstack_command(), api_url),
@@ -271,11 +289,13 @@ def main(argv=None):
         services, api_url, placement_url = build_services(conf, state_dir)
     except OSError as exc:
         sys.exit('cyborg-aio cannot start: %s' % exc)
-    launcher = service.Launcher(conf, PROG)
+    api_cmd.warn_if_shutdown_short(conf)
+    launcher = service.Launcher(conf, PROG, serves_api=True)
     for item in services:
         launcher.add(item)
     launcher.install_signal_handlers()
-    print(banner(api_url, placement_url, state_dir), flush=True)
+    print(banner(api_url, placement_url, state_dir,
+                 database_shown(conf.database.connection)), flush=True)
     service.exit_process(launcher.run())
 
 

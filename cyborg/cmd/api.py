@@ -3,8 +3,11 @@
 The listening socket is bound once, before any worker starts, so every
 worker accepts on the same socket.  With ``[api]api_workers`` = 1 the
 process serves by itself; with more it forks that many workers (each with
-``[api]threads`` request threads), restarts a worker that dies, and on
-SIGTERM passes the signal on and exits 0 once they are gone.  Each worker
+``[api]threads`` request threads), restarts a worker that dies, on SIGHUP
+re-reads the mutable options itself (for the workers it forks later) and
+passes the signal on, and on SIGTERM passes the signal on and exits 0
+once they are gone (``service.shutdown_timeout``: time for the writes
+waiting for the conductor).  Each worker
 builds its own app, database engine and RPC client after the fork: none of
 them survives a fork.
 """
@@ -24,6 +27,8 @@ import cyborg
 from cyborg import version
 from cyborg.api import app as api_app
 from cyborg.api import auth
+from cyborg.api import faults
+from cyborg.common import policy
 from cyborg.common import quota
 from cyborg.common import service
 from cyborg.common import serving
@@ -37,6 +42,8 @@ _CLIENT_GONE = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 # A worker dying sooner than this after its start is not restarted at
 # once, so a worker that cannot start does not make a fork loop.
 _RESPAWN_DELAY = 1.0
+# Blocked across a worker's fork (WorkerPool._spawn).
+_FORK_BLOCKED = (*service.STOP_SIGNALS, signal.SIGHUP)
 
 
 class _SharedSocketServer(serving.Server):
@@ -66,7 +73,10 @@ class APIServer:
         self._server = _SharedSocketServer(
             sock, wsgi_app=app, numthreads=conf.api.threads,
             server_name=name,
-            shutdown_timeout=conf.graceful_shutdown_timeout)
+            shutdown_timeout=service.shutdown_timeout(conf,
+                                                      serves_api=True),
+            request_read_timeout=conf.api.request_read_timeout,
+            error_body=faults.body)
         self._thread = None
 
     def start(self):
@@ -112,7 +122,8 @@ def url_of(sock):
 def _serve_worker(conf, sock, parent=None):
     """Build the app in this process and serve until SIGTERM (or, for a
     forked worker, until its parent is gone)."""
-    launcher = service.Launcher(conf, 'cyborg-api worker %d' % os.getpid())
+    launcher = service.Launcher(conf, 'cyborg-api worker %d' % os.getpid(),
+                                serves_api=True)
     # Before building the app: a SIGTERM from then on must stop us.
     launcher.install_signal_handlers()
     if parent is not None:
@@ -141,19 +152,28 @@ class WorkerPool:
         self.count = count
         self._children = {}  # pid -> start time
         self._stop = threading.Event()
+        self._reload = threading.Event()
 
     def run(self):
         for signum in service.STOP_SIGNALS:
             signal.signal(signum, lambda *_: self._stop.set())
-        signal.signal(signal.SIGHUP, self._forward_sighup)
+        signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
         while not self._stop.is_set():
+            if self._reload.is_set():
+                self._reload.clear()
+                self._reload_options()
             self._reap()
             self._fill()
             self._stop.wait(0.2)
         return self._terminate()
 
-    def _forward_sighup(self, _signum, _frame):
-        # Workers re-read the mutable options (log levels) themselves.
+    def _reload_options(self):
+        """SIGHUP: the mutable options re-read here, so that the workers
+        forked from now on start with them, and by each running worker
+        (a worker forked before and not yet listening for SIGHUP has it
+        blocked until it does: see ``_spawn``)."""
+        LOG.info('SIGHUP: re-reading the mutable options')
+        self.conf.mutate_config_files()
         for pid in list(self._children):
             _signal(pid, signal.SIGHUP)
 
@@ -166,14 +186,15 @@ class WorkerPool:
         # The child starts with the parent's handlers, which would only
         # set the parent's stop flag, copied: a SIGTERM sent to it before
         # it installs its own would be lost.  Blocked across the fork, a
-        # stop signal waits until the child can act on it.
-        signal.pthread_sigmask(signal.SIG_BLOCK, service.STOP_SIGNALS)
+        # stop signal waits until the child can act on it.  SIGHUP too,
+        # until the worker's Launcher listens for it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _FORK_BLOCKED)
         try:
             pid = os.fork()
             if pid == 0:
                 self._worker(parent)
         finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, service.STOP_SIGNALS)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORK_BLOCKED)
         LOG.info('Started cyborg-api worker %d', pid)
         self._children[pid] = time.monotonic()
 
@@ -213,7 +234,8 @@ class WorkerPool:
         for pid in list(self._children):
             _signal(pid, signal.SIGTERM)
         # Workers give in-flight requests the grace time, then exit.
-        deadline = time.monotonic() + self.conf.graceful_shutdown_timeout + 1
+        deadline = (time.monotonic() + 1
+                    + service.shutdown_timeout(self.conf, serves_api=True))
         while self._children and time.monotonic() < deadline:
             self._reap_quietly()
             time.sleep(0.05)
@@ -246,12 +268,20 @@ def _describe(status):
     return 'status %d' % os.waitstatus_to_exitcode(status)
 
 
+def warn_if_shutdown_short(conf):
+    warning = service.short_shutdown_warning(conf)
+    if warning:
+        LOG.warning('%s', warning)
+
+
 def main(argv=None):
     conf = service.prepare(argv, prog='cyborg-api')
     problem = (auth.keystone_config_problem(conf)
-               or quota.config_problem(conf))
+               or quota.config_problem(conf)
+               or policy.config_problem(conf))
     if problem:
         service.config_error('cyborg-api', problem)
+    warn_if_shutdown_short(conf)
     try:
         sock = listen(conf.api.host_ip, conf.api.port)
     except OSError as exc:

@@ -109,6 +109,12 @@ class Checks(upgradecheck.UpgradeCommands):
         if rules is not None and not isinstance(rules, dict):
             return Result(Code.FAILURE, 'Policy file %s must map rule names '
                                         'to check strings.' % path)
+        from cyborg.common import policy
+        problem = policy.config_problem(self.conf)
+        if problem:
+            # A rule that does not parse or names an undefined rule:
+            # cyborg-api refuses to start with it.
+            return Result(Code.FAILURE, 'Invalid: %s' % problem)
         return Result(Code.SUCCESS)
 
     def _check_clock(self):
@@ -181,6 +187,24 @@ class Checks(upgradecheck.UpgradeCommands):
                               placement_client.MICROVERSION_SINCE))
         return Result(Code.SUCCESS)
 
+    def _check_quota_limits(self):
+        from cyborg.common import quota
+        from cyborg.conf import quota as quota_conf
+
+        if self.conf.quota.driver != quota_conf.UNIFIED_LIMITS:
+            return Result(Code.SUCCESS, 'Quotas are off ([quota]driver).')
+        try:
+            problem = quota.keystone_problem(self.conf)
+        except Exception as exc:
+            LOG.debug('Asking Keystone about limits failed', exc_info=True)
+            return Result(Code.FAILURE,
+                          'Cannot ask Keystone about limits with the '
+                          '[oslo_limit] options: %s'
+                          % exception.first_line(exc))
+        if problem:
+            return Result(Code.FAILURE, problem)
+        return Result(Code.SUCCESS)
+
     @property
     def _upgrade_checks(self):
         return (
@@ -193,6 +217,8 @@ class Checks(upgradecheck.UpgradeCommands):
             ('Health timers fit together', Checks._check_health_timers),
             ('Placement serves the microversion cyborg needs',
              Checks._check_placement),
+            ('Keystone\'s limits readable ([quota]driver unified_limits)',
+             Checks._check_quota_limits),
         )
 
 

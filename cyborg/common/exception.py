@@ -150,6 +150,11 @@ class NotAcceptable(CyborgException):
     code = 406
 
 
+class UnsupportedMediaType(CyborgException):
+    message = 'Unsupported media type: %(reason)s'
+    code = 415
+
+
 class Locked(CyborgException):
     message = '%(reason)s'
     code = 423

@@ -18,11 +18,20 @@ workers (cyborg.cmd.api).
 Shutdown: SIGTERM or SIGINT stops the services in reverse order of start,
 each once those started after it have finished their in-flight work (so
 a service may rely on those started before it while it drains), in at
-most ``[DEFAULT]graceful_shutdown_timeout`` seconds in all; then the
-process exits with status 0, without a traceback.  SIGHUP re-reads the
-mutable options (log levels).
+most ``shutdown_timeout`` seconds in all (``[DEFAULT]
+graceful_shutdown_timeout``; unset, longer for a process serving the
+API than the longest a write waits for the conductor); then the process
+exits with status 0, without a traceback.  SIGHUP re-reads the mutable
+options (``[DEFAULT]debug`` and ``log_config_append``, oslo.log's).
+
+Configuration: every option's value is checked at start
+(``check_all_values``), the libraries' included, so that a bad one is
+the one line and exit status 2 of ``config_error``, never a traceback
+later on.
 """
 
+import copy
+import importlib.metadata
 import itertools
 import os
 import re
@@ -37,6 +46,7 @@ from oslo_log import log as logging
 import cyborg.conf
 from cyborg import version
 from cyborg.common import rpc
+from cyborg.conf import default as default_conf
 
 LOG = logging.getLogger(__name__)
 
@@ -65,14 +75,107 @@ def prepare(argv=None, conf=None, prog=None):
 
 
 def parse_or_exit(conf, argv=None, prog=None):
-    """``cyborg.conf.parse_args``, or exit saying what is wrong with the
+    """``parse_args``, or exit saying what is wrong with the
     configuration (``config_error``)."""
     argv = sys.argv[1:] if argv is None else argv
     try:
-        cyborg.conf.parse_args(conf, config_options_first(argv), prog=prog)
+        parse_args(conf, argv, prog=prog)
     except cfg.Error as exc:
         config_error(prog, exc)
     return conf
+
+
+def parse_args(conf, argv, prog=None):
+    """``cyborg.conf.parse_args`` once ``check_all_values`` found nothing
+    wrong; raises ``cfg.Error`` saying what is."""
+    argv = config_options_first(argv)
+    check_all_values(argv, cyborg.conf.default_config_files(),
+                     cyborg.conf.default_config_dirs())
+    cyborg.conf.parse_args(conf, argv, prog=prog)
+    check_registered_values(conf)
+    return conf
+
+
+# The options a cyborg process may read, by their oslo.config.opts entry
+# points: cyborg's and its libraries' (the namespaces of
+# etc/cyborg/cyborg-config-generator.conf).  A library registers its
+# options only where it uses them (a middleware as the API's app is
+# built, the broker's driver as it first connects), and oslo.config
+# checks a value only as it is read: a bad one crashed the process then,
+# or went unnoticed.  And oslo.config ends a process whose config file
+# gives a bad value to one of its command-line options ([DEFAULT]debug)
+# with status 1 and a line of its own.
+OPTION_NAMESPACES = ('cyborg', 'oslo.log', 'oslo.messaging', 'oslo.policy',
+                     'oslo.middleware.cors',
+                     'oslo.middleware.http_proxy_to_wsgi',
+                     'oslo.middleware.healthcheck',
+                     'oslo.middleware.sizelimit')
+# Arguments that print something and exit: no value is checked for them.
+_PRINT_ONLY = ('-h', '--help', '--version')
+
+
+def check_all_values(argv, default_config_files, default_config_dirs,
+                     extra_opts=()):
+    """Check the value of every option of ``OPTION_NAMESPACES`` (and of
+    ``extra_opts``, in [DEFAULT]) that the configuration files of
+    ``argv``'s ``CONFIG_OPTIONS`` (else the defaults) or the environment
+    set; raise ``cfg.Error`` for the first bad one.
+
+    Read on a ConfigOpts of its own, where each is registered (and so
+    none a library registers later on the process's can clash): before
+    the process's own parse, which would end the process on a bad value
+    of a command-line option.
+    """
+    if any(arg in _PRINT_ONLY for arg in argv):
+        return
+    probe = cfg.ConfigOpts()
+    for group, opts in [*namespace_opts(), (None, extra_opts)]:
+        if str(group) == 'DEFAULT':
+            group = None    # the generator's name for no group
+        for opt in opts:
+            if opt.required:
+                # Listed for the sample (a keystoneauth plugin's, which
+                # only the plugin a group names registers): not here.
+                opt = copy.copy(opt)
+                opt.required = False
+            try:
+                probe.register_opt(opt, group=group)
+            except cfg.DuplicateOptError:
+                pass    # listed twice, differently: one is checked
+    config_args, _rest = split_config_options(argv)
+    # oslo.config logs a deprecated option name each time a ConfigOpts
+    # reads it: the process's own parse will say it, once, in its log.
+    quiet = logging.getLogger('oslo_config.cfg').logger
+    was_disabled, quiet.disabled = quiet.disabled, True
+    try:
+        probe(config_args, project='cyborg',
+              default_config_files=default_config_files,
+              default_config_dirs=default_config_dirs)
+        check_registered_values(probe)
+    finally:
+        quiet.disabled = was_disabled
+        probe.clear()
+
+
+def check_registered_values(conf):
+    """Read every option registered on ``conf`` (a parsed ConfigOpts)
+    once: oslo.config checks a value (type, range, choices) only as it
+    is read.  Raises ``cfg.Error`` for the first bad one."""
+    for name in conf:
+        section = conf[name]
+        if isinstance(section, cfg.ConfigOpts.GroupAttr):
+            for opt_name in section:
+                section[opt_name]
+
+
+def namespace_opts():
+    """(group, options) of every ``OPTION_NAMESPACES`` entry point."""
+    found = {entry_point.name: entry_point for entry_point in
+             importlib.metadata.entry_points(group='oslo.config.opts')}
+    listed = []
+    for namespace in OPTION_NAMESPACES:
+        listed.extend(found[namespace].load()())
+    return listed
 
 
 # Options that say where the configuration is: accepted after a
@@ -84,6 +187,12 @@ CONFIG_OPTIONS = ('--config-file', '--config-dir')
 def config_options_first(argv):
     """``argv`` with ``CONFIG_OPTIONS`` (and their values) moved before
     everything else, in their order; the rest as it was."""
+    first, rest = split_config_options(argv)
+    return first + rest
+
+
+def split_config_options(argv):
+    """(``CONFIG_OPTIONS`` of ``argv`` with their values, the rest)."""
     first, rest = [], []
     args = iter(argv)
     for arg in args:
@@ -94,7 +203,7 @@ def config_options_first(argv):
             first.append(arg)
         else:
             rest.append(arg)
-    return first + rest
+    return first, rest
 
 
 # oslo.config names where a bad value came from as a LocationInfo repr.
@@ -104,11 +213,16 @@ _LOCATION = re.compile(r"LocationInfo\(location=<[^>]*>, detail='([^']*)'\)")
 def config_error(prog, problem):
     """Say what is wrong with the configuration in one line and exit 2
     (no traceback: nothing is wrong with the program)."""
-    text = _LOCATION.sub(r'\1', str(problem))
-    sys.stderr.write('%s: configuration error: %s\n' % (
-        prog or 'cyborg', text))
+    sys.stderr.write(config_error_line(prog, problem) + '\n')
     sys.stderr.flush()
     sys.exit(2)
+
+
+def config_error_line(prog, problem):
+    """``<prog>: configuration error: <problem>``, with oslo.config's
+    ``LocationInfo`` reprs replaced by the file they name."""
+    return '%s: configuration error: %s' % (
+        prog or 'cyborg', _LOCATION.sub(r'\1', str(problem)))
 
 
 class RPCService:
@@ -162,12 +276,48 @@ class RPCService:
         return 'RPC server %s.%s' % (self.topic, self.host)
 
 
-class Launcher:
-    """Runs services until SIGTERM/SIGINT, then stops them gracefully."""
+def shutdown_timeout(conf, serves_api=False):
+    """Seconds a stopping process waits for its in-flight work:
+    ``[DEFAULT]graceful_shutdown_timeout``, or when unset
+    ``api_shutdown_timeout`` for a process that ``serves_api``, else
+    ``SHUTDOWN_TIMEOUT``."""
+    if conf.graceful_shutdown_timeout is not None:
+        return conf.graceful_shutdown_timeout
+    if serves_api:
+        return api_shutdown_timeout(conf)
+    return default_conf.SHUTDOWN_TIMEOUT
 
-    def __init__(self, conf, name):
+
+def api_shutdown_timeout(conf):
+    """The longest an API request may wait for the broker and for the
+    conductor, and then answer: a stop that waits this long cuts off no
+    write."""
+    return (conf.api.conductor_timeout + conf.api.broker_retries
+            + default_conf.API_SHUTDOWN_MARGIN)
+
+
+def short_shutdown_warning(conf):
+    """What a configured grace time shorter than ``[api]
+    conductor_timeout`` does to an API's writes, or None."""
+    grace = conf.graceful_shutdown_timeout
+    if grace is None or grace >= conf.api.conductor_timeout:
+        return None
+    return ('[DEFAULT]graceful_shutdown_timeout (%g s) is shorter than '
+            '[api]conductor_timeout (%d s): a stop cuts off the writes '
+            'still waiting for the conductor (unset, it is %g s)'
+            % (grace, conf.api.conductor_timeout,
+               api_shutdown_timeout(conf)))
+
+
+class Launcher:
+    """Runs services until SIGTERM/SIGINT, then stops them gracefully,
+    within ``shutdown_timeout`` (that of a process that ``serves_api``
+    when it does)."""
+
+    def __init__(self, conf, name, serves_api=False):
         self.conf = conf
         self.name = name
+        self.serves_api = serves_api
         self._services = []
         self._started = []
         self._started_lock = threading.Lock()
@@ -185,6 +335,9 @@ class Launcher:
         for signum in STOP_SIGNALS:
             signal.signal(signum, self._on_stop_signal)
         signal.signal(signal.SIGHUP, self._on_sighup)
+        # A forked API worker starts with SIGHUP blocked (so that one its
+        # parent sends it meanwhile is not lost): it arrives now.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGHUP])
 
     def _on_stop_signal(self, signum, _frame):
         # Only set an event here: signal handlers run between bytecodes of
@@ -244,8 +397,8 @@ class Launcher:
         A service still starting (e.g. waiting for the broker) has taken
         no work yet; it is abandoned with its daemon thread.
         """
-        deadline = (time.monotonic()
-                    + self.conf.graceful_shutdown_timeout)
+        grace = shutdown_timeout(self.conf, self.serves_api)
+        deadline = time.monotonic() + grace
         with self._started_lock:
             started = list(reversed(self._started))
         stopper = threading.Thread(target=self._stop_and_wait,
@@ -254,9 +407,8 @@ class Launcher:
         stopper.start()
         stopper.join(max(0.0, deadline - time.monotonic()))
         if stopper.is_alive():
-            LOG.warning('%s: in-flight work did not finish within %s s; '
-                        'exiting anyway', self.name,
-                        self.conf.graceful_shutdown_timeout)
+            LOG.warning('%s: in-flight work did not finish within %g s; '
+                        'exiting anyway', self.name, grace)
             return False
         return True
 

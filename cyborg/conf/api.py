@@ -16,6 +16,10 @@ KEYSTONE_TIMEOUT = 10
 # a write waits for a row lock (cyborg.db.api.LOCK_WAIT), so that such a
 # write answers with its own 503.
 CONDUCTOR_TIMEOUT = 20
+# Seconds a client has to send a whole request by default: far more than
+# the largest body allowed ([oslo_middleware]max_request_body_size) takes
+# on any link a client of the API uses.
+REQUEST_READ_TIMEOUT = 30
 
 opts = [
     cfg.HostAddressOpt('host_ip', default='0.0.0.0',
@@ -55,6 +59,16 @@ opts = [
                     'such a write answers 503 without saying why. At least '
                     '2: the conductor rolls back a write that would commit '
                     'within a second of the API giving up.'),
+    cfg.IntOpt('request_read_timeout', default=REQUEST_READ_TIMEOUT, min=0,
+               help='Seconds a client has to send a whole request (request '
+                    'line, headers and body) once a request thread of '
+                    'cyborg-api or cyborg-aio takes it up. A client that '
+                    'takes longer is answered 408 and its connection '
+                    'closed, so that clients sending a byte now and then '
+                    'cannot hold the request threads (each read of the '
+                    'socket alone waits at most 10 s). 0: no such limit. '
+                    'Behind uWSGI or Apache, their own settings apply '
+                    'instead.'),
     cfg.IntOpt('broker_retries', default=2, min=0,
                help='How many more times a request tries to reach the '
                     'message broker (about a second apart) before it '

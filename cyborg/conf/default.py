@@ -6,6 +6,14 @@ from oslo_config import cfg
 
 # Seconds between two periodic inventory reports, unless configured.
 PERIODIC_INTERVAL = 60
+# Seconds a stopping conductor or agent waits for its in-flight work,
+# unless configured.
+SHUTDOWN_TIMEOUT = 3.0
+# Seconds a stopping API waits for its in-flight requests, unless
+# configured, beyond the longest a write may wait for the broker and then
+# for the conductor ([api]broker_retries, about a second each, and
+# [api]conductor_timeout): enough to send the answer.
+API_SHUTDOWN_MARGIN = 3.0
 
 opts = [
     cfg.StrOpt('host',
@@ -29,12 +37,23 @@ opts = [
                help='Directory where cyborg keeps local state (agent '
                     'report cache).'),
     cfg.FloatOpt('graceful_shutdown_timeout',
-                 default=3.0, min=0.0,
+                 min=0.0,
                  help='Seconds a process waits after SIGTERM for in-flight '
                       'requests (RPC calls, API requests) to finish before '
-                      'it exits. Raise it on agents that program FPGAs, '
-                      'and keep it under the time your service manager '
-                      'waits before SIGKILL.'),
+                      'it exits. Unset: %g for cyborg-conductor and '
+                      'cyborg-agent; for cyborg-api and cyborg-aio '
+                      '[api]conductor_timeout + [api]broker_retries + %g '
+                      '(25 by default), so that a restart lets a write '
+                      'waiting for the conductor get its answer (a value '
+                      'below [api]conductor_timeout cuts such writes off: '
+                      'cyborg-api and cyborg-aio warn at start). Behind a '
+                      'WSGI server, the server\'s own applies (gunicorn\'s '
+                      '--graceful-timeout). Raise it on agents that program '
+                      'FPGAs, and keep it under the time your service '
+                      'manager waits before SIGKILL (systemd\'s '
+                      'TimeoutStopSec, 90 s by default; docker stop\'s '
+                      '--time, 10 s by default).'
+                 % (SHUTDOWN_TIMEOUT, API_SHUTDOWN_MARGIN)),
 ]
 
 

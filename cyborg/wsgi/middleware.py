@@ -10,7 +10,9 @@
   so that a client that goes away while sending it costs one INFO line
   instead of an ERROR with a traceback from deep inside the framework;
   a body over ``[oslo_middleware]max_request_body_size`` bytes is refused
-  with 413 without being read (a chunked one is read up to the limit).
+  with 413 without being read (a chunked one is read up to the limit),
+  and one the server stopped waiting for (its idle timeout, or its
+  deadline for the whole request: ``cyborg.common.serving``) with 408.
 """
 
 import io
@@ -170,6 +172,13 @@ def read_body(app, conf):
             return _too_large(limit)(environ, start_response)
         try:
             body = _read(environ['wsgi.input'], length, limit)
+        except _TimedOut:
+            LOG.info('The client of %s %s was too slow sending the body',
+                     environ.get('REQUEST_METHOD'),
+                     environ.get('PATH_INFO'), context=_context(environ))
+            return webob.exc.HTTPRequestTimeout(
+                'The client did not send the body in time.')(
+                    environ, start_response)
         except _ClientGone as exc:
             LOG.info('Client went away while sending the body of %s %s: '
                      '%s', environ.get('REQUEST_METHOD'),
@@ -201,6 +210,10 @@ class _TooLarge(Exception):
     pass
 
 
+class _TimedOut(Exception):
+    pass
+
+
 def _content_length(environ):
     value = environ.get('CONTENT_LENGTH')
     if value in (None, ''):
@@ -219,6 +232,8 @@ def _read(stream, length, limit):
     while got < want:
         try:
             chunk = stream.read(min(_CHUNK, want - got))
+        except TimeoutError as exc:
+            raise _TimedOut() from exc
         except OSError as exc:
             raise _ClientGone(exc) from exc
         if not chunk:

@@ -2,6 +2,7 @@
 RabbitMQ and an HTTP request on cheroot both get their answers; and an
 idle process stops at once."""
 
+import signal
 import threading
 import time
 
@@ -160,3 +161,70 @@ def test_background_binds_finish_before_the_stop_ends(conf):
     assert not thread.is_alive() and result['status'] == 0
     assert finished.is_set(), 'the stop did not wait for the bind'
 
+
+# [api]conductor_timeout in the test below: the write it makes waits
+# longer after the stop than the old grace time (3 s).
+CONDUCTOR_WAIT = 6
+
+
+def test_a_stopping_api_answers_writes_waiting_for_the_conductor(tmp_path):
+    """A write waits for the conductor up to [api]conductor_timeout: a
+    cyborg-api told to stop meanwhile (a restart) answers it, the 503 of
+    a conductor that never answered here, before it exits; with
+    [DEFAULT]graceful_shutdown_timeout unset it waits that long, not the
+    3 s it used to, which cut the write off mid-wait."""
+    port = processes.free_port()
+    with rabbit.throwaway_vhost() as url, \
+            databases.throwaway_database('sqlite') as db_url:
+        databases.create_schema(db_url)
+        config = processes.write_config(tmp_path / 'api.conf', {
+            'DEFAULT': {'transport_url': url},
+            'database': {'connection': db_url},
+            'api': {'host_ip': '127.0.0.1', 'port': port, 'api_workers': 2,
+                    'auth_strategy': 'noauth',
+                    'conductor_timeout': CONDUCTOR_WAIT},
+        })
+        api = processes.ServiceProcess('cyborg-api', config,
+                                       tmp_path / 'api.log').start()
+        try:
+            api.wait_for_log('Started cyborg-api worker', count=2)
+            base = 'http://127.0.0.1:%d' % port
+            processes.wait_for(lambda: _answers(base), what='the API')
+            answers = []
+            writer = threading.Thread(target=lambda: answers.append(
+                _write(base)))
+            writer.start()
+            # The write is in the API, waiting for the conductor.
+            time.sleep(1.5)
+            stopping = time.monotonic()
+            api.proc.send_signal(signal.SIGTERM)
+            writer.join(CONDUCTOR_WAIT + 10)
+            rc = api.proc.wait(CONDUCTOR_WAIT + 10)
+            took = time.monotonic() - stopping
+        finally:
+            api.kill()
+    assert rc == 0, api.tail()
+    [answer] = answers
+    assert not isinstance(answer, Exception), (answer, api.tail())
+    assert answer.status_code == 503, answer.text
+    assert 'conductor' in answer.json()['error_message']
+    # Once the write is answered the process ends: it does not wait for
+    # the whole grace time.
+    assert took < CONDUCTOR_WAIT + 2, took
+
+
+def _answers(base):
+    try:
+        return requests.get(base + '/', timeout=5).ok
+    except requests.ConnectionError:
+        return False
+
+
+def _write(base):
+    try:
+        return requests.post(
+            base + '/v2/device_profiles', timeout=60,
+            headers={'X-Roles': 'admin', 'X-Project-Id': 'p'},
+            json=[{'name': 'waits', 'groups': [{'resources:FPGA': '1'}]}])
+    except requests.RequestException as exc:
+        return exc

@@ -91,7 +91,8 @@ def _version_headers(resp):
 
 
 def _named(version):
-    return {'OpenStack-API-Version': 'accelerator %s' % version,
+    return {'OpenStack-API-Version': (None if version is None
+                                      else 'accelerator %s' % version),
             'OpenStack-API-Minimum-Version': str(microversion.MIN_VERSION),
             'OpenStack-API-Maximum-Version': str(microversion.MAX_VERSION),
             'Vary': 'OpenStack-API-Version'}
@@ -132,13 +133,14 @@ def service():
 @pytest.mark.parametrize('asked, named', [
     (None, '2.0'), ('accelerator 2.7', '2.7'),
     ('accelerator latest', str(microversion.MAX_VERSION)),
-    ('accelerator two', '2.0'), (ONE_PAST_MAX, '2.0')])
+    ('accelerator two', None), (ONE_PAST_MAX, None)])
 def test_every_v2_error_names_its_version(service, path, change, status,
                                           asked, named):
     """Errors made before the application read the version (the body
     limit's 413, a path that is not UTF-8) lacked the headers: they name
-    the version asked for when it is valid, else the minimum, as the
-    application's own errors do."""
+    the version asked for, as the application's own errors do; when it
+    is malformed or out of range, none (no version was served: they
+    named 2.0), only the range."""
     req = webob.Request.blank(path)
     if asked is not None:
         req.headers['OpenStack-API-Version'] = asked
@@ -175,3 +177,22 @@ def test_cors_keeps_its_vary():
         assert resp.status_int == 200, resp.text
         assert resp.headers['OpenStack-API-Version'] == 'accelerator 2.0'
         assert resp.headers['Vary'] == 'Origin, OpenStack-API-Version'
+
+
+@pytest.mark.parametrize('path', ['/v2', '/v2/devices',
+                                  '/accelerator/v2/devices'])
+def test_a_version_out_of_range_is_406_naming_the_range_not_a_version(
+        service, path):
+    """The 406 said ``OpenStack-API-Version: accelerator 2.0``, a version
+    the client had not asked for and was not served at: like Cyborg's
+    and Placement's, it names none; the headers and the message give the
+    range to pick from."""
+    resp = webob.Request.blank(path, headers={
+        'OpenStack-API-Version': ONE_PAST_MAX}).get_response(service.app)
+    assert resp.status_int == 406, resp.text
+    assert _version_headers(resp) == _named(None)
+    fault = json.loads(resp.json['error_message'])
+    assert fault['faultstring'] == (
+        'Not acceptable: version 2.%d is not supported by the API; '
+        'minimum is 2.0 and maximum is %s' % (len(microversion.VERSIONS),
+                                              microversion.MAX_VERSION))

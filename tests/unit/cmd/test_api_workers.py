@@ -2,9 +2,11 @@
 
 import os
 import signal
+import threading
 import time
 
 from cyborg.cmd import api as api_cmd
+from cyborg.common import service
 
 SLOW_START = 2.0     # seconds the worker takes to start, in this test
 
@@ -37,3 +39,46 @@ def test_a_worker_told_to_stop_as_it_starts_stops(monkeypatch):
     assert os.waitstatus_to_exitcode(status) == 0
     assert took < SLOW_START / 2, took
     assert not pool._stop.is_set()      # the parent was not told anything
+
+
+class _Options:
+    """Stands for the worker's ConfigOpts: says whether it was told to
+    re-read its mutable options."""
+
+    def __init__(self):
+        self.mutated = threading.Event()
+
+    def mutate_config_files(self):
+        self.mutated.set()
+
+
+def test_a_worker_sent_sighup_as_it_starts_reloads(monkeypatch):
+    """The parent passes SIGHUP on to every worker it has, one that is
+    still starting included.  Until the worker's own handler is in
+    place, the signal must wait (blocked), not run the parent's handler
+    copied into the child, which left the worker with its old options."""
+    def slow_start(conf, sock, parent):
+        time.sleep(SLOW_START / 2)      # building the app...
+        options = _Options()
+        launcher = service.Launcher(options, 'test worker')
+        launcher.install_signal_handlers()
+        return 0 if options.mutated.wait(SLOW_START) else 4
+
+    monkeypatch.setattr(api_cmd, '_serve_worker', slow_start)
+    pool = api_cmd.WorkerPool(None, None, 1)
+    # As WorkerPool.run does in the parent before it forks: handlers that
+    # only note the signal in the parent (copied, in the child too).
+    handlers = {signal.SIGTERM: lambda *_: pool._stop.set(),
+                signal.SIGINT: lambda *_: pool._stop.set(),
+                signal.SIGHUP: lambda *_: None}
+    previous = {signum: signal.signal(signum, handler)
+                for signum, handler in handlers.items()}
+    try:
+        pool._spawn()
+        [pid] = pool._children
+        os.kill(pid, signal.SIGHUP)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    assert os.waitstatus_to_exitcode(status) == 0

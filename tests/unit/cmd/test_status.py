@@ -203,3 +203,41 @@ def test_placement_that_cannot_be_reached_fails(tmp_path, capsys):
     text = ''.join(capsys.readouterr().out.replace('|', ' ').split())
     assert "CannotreadPlacement'sversions" in text
     assert 'Placementcannotbereached' in text
+
+
+def test_a_policy_rule_naming_an_undefined_rule_fails(tmp_path, capsys):
+    """YAML that parses but a rule cyborg-api refuses at start."""
+    policy = tmp_path / 'policy.yaml'
+    policy.write_text('"cyborg:device:get_all": "rule:no_such_rule"\n')
+    with databases.throwaway_database('sqlite') as url:
+        migration.upgrade(url)
+        assert _check(tmp_path, url, policy) == 2
+    text = ''.join(capsys.readouterr().out.replace('|', ' ').split())
+    assert 'no_such_rule' in text
+
+
+def _check_quota(tmp_path, url, capsys, **sections):
+    config = processes.write_config(tmp_path / 'cyborg.conf', {
+        'database': {'connection': url}, **sections})
+    with pytest.raises(SystemExit) as exit_info:
+        status.main(['--config-file', str(config), 'upgrade', 'check'])
+    return exit_info.value.code, ''.join(
+        capsys.readouterr().out.replace('|', ' ').split())
+
+
+def test_quotas_off_pass_and_a_keystone_not_reached_fails(tmp_path, capsys):
+    with databases.throwaway_database('sqlite') as url:
+        migration.upgrade(url)
+        code, text = _check_quota(tmp_path, url, capsys)
+        assert code == 0 and 'Quotasareoff' in text
+        code, text = _check_quota(
+            tmp_path, url, capsys,
+            quota={'driver': 'unified_limits'},
+            oslo_limit={'auth_type': 'password',
+                        'auth_url': 'http://127.0.0.1:9/v3',
+                        'username': 'cyborg', 'password': 'x',
+                        'user_domain_name': 'Default',
+                        'system_scope': 'all',
+                        'endpoint_id': 'e' * 32})
+    assert code == 2, text
+    assert 'CannotaskKeystoneaboutlimits' in text

@@ -164,3 +164,40 @@ def test_an_early_sigterm_is_never_lost():
     done = subprocess.run([sys.executable, '-c', _EARLY_SIGTERM],
                           capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (0, ''), done.stderr
+
+
+def test_an_api_waits_for_writes_waiting_for_the_conductor(conf):
+    """Unset, the grace time covers what an API request may wait for
+    (the broker, then the conductor); other processes keep 3 s; a value
+    set is used everywhere, and a warning says what one shorter than
+    [api]conductor_timeout cuts off."""
+    assert conf.graceful_shutdown_timeout is None
+    assert service.shutdown_timeout(conf) == 3
+    assert service.shutdown_timeout(conf, serves_api=True) == 20 + 2 + 3
+    assert service.short_shutdown_warning(conf) is None
+    conf.set_override('conductor_timeout', 40, group='api')
+    assert service.shutdown_timeout(conf, serves_api=True) == 40 + 2 + 3
+    conf.set_override('graceful_shutdown_timeout', 10)
+    assert service.shutdown_timeout(conf) == 10
+    assert service.shutdown_timeout(conf, serves_api=True) == 10
+    assert service.short_shutdown_warning(conf) == (
+        '[DEFAULT]graceful_shutdown_timeout (10 s) is shorter than '
+        '[api]conductor_timeout (40 s): a stop cuts off the writes still '
+        'waiting for the conductor (unset, it is 45 s)')
+    conf.set_override('graceful_shutdown_timeout', 40)
+    assert service.short_shutdown_warning(conf) is None
+
+
+def test_an_api_launcher_gives_in_flight_work_the_api_grace(conf):
+    """A request still running after the 3 s other processes wait (a
+    write waiting for the conductor) is waited for."""
+    conf.set_override('conductor_timeout', 2, group='api')
+    conf.set_override('broker_retries', 0, group='api')
+    log = []
+    launcher = service.Launcher(conf, 'test', serves_api=True)
+    launcher.add(Recorder('api', log, wait_takes=4))
+    thread, result = _run_until_ready(launcher)
+    launcher.request_stop()
+    thread.join(10)
+    assert ('waited', 'api') in log
+    assert result['status'] == 0

@@ -73,19 +73,27 @@ def _amounts_as_text(group):
 
 
 def delete_device_profile(r, name_or_uuid):
-    """DELETE /device_profiles/{name_or_uuid} (Cyborg takes names here at
-    every microversion; the clients rely on it)."""
-    profile = _find(r, name_or_uuid)
-    r.conductor.device_profile_delete(r.context, uuids=[profile.uuid])
+    """DELETE /device_profiles/{name_or_uuid}: one profile, or several
+    separated by commas (``/device_profiles/n1,n2``), all of them or
+    none, as with ``?value=``: Cyborg splits the value on commas
+    wherever it comes from.  Names work here at every microversion (as
+    in Cyborg; the clients rely on it)."""
+    _delete(r, name_or_uuid, 'the path')
 
 
 def delete_device_profiles(r):
     """DELETE /device_profiles?value=n1,n2: all of them or none."""
-    wanted = base.split_csv(r.query['value'])
+    _delete(r, r.query['value'], 'value')
+
+
+def _delete(r, value, where):
+    """Delete the profiles ``value`` names (names or uuids separated by
+    commas): all of them, or none when one is not found."""
+    wanted = base.split_csv(value)
     if not wanted:
-        raise exception.Invalid(reason='value: no device profile named')
-    # An item is a name or a uuid, the latter spelt as in the path
-    # (in any spelling: base.canonical_uuid).
+        raise exception.Invalid(reason='%s: no device profile named'
+                                       % where)
+    # An item is a name or a uuid, in any spelling (base.canonical_uuid).
     uuids = sorted({_find(r, base.canonical_uuid(item)).uuid
                     for item in wanted})
     r.conductor.device_profile_delete(r.context, uuids=uuids)
