@@ -212,7 +212,7 @@ def _notifications(conf, context, hostname, stored):
         return None
     outbox = notify.Outbox(conf, context)
     for device in stored['devices']:
-        outbox.add(notify.DEVICE_REMOVE, inventory_apply._device_payload(
+        outbox.add(notify.DEVICE_REMOVE, inventory_apply.device_payload(
             hostname, device,
             [r for r in stored['controlpath_ids']
              if r['device_id'] == device['id']],

@@ -281,7 +281,7 @@ def _notifications(conf, context, hostname, plan, stored, changes):
         return None
     outbox = notify.Outbox(conf, context)
     for row in plan.add['devices']:
-        outbox.add(notify.DEVICE_ADD, _device_payload(
+        outbox.add(notify.DEVICE_ADD, device_payload(
             hostname, row,
             [c for c in plan.add['controlpath_ids']
              if c['device_uuid'] == row['uuid']],
@@ -290,7 +290,7 @@ def _notifications(conf, context, hostname, plan, stored, changes):
     devices = {r['uuid']: r for r in stored.get('devices', ())}
     for uuid in plan.delete['devices']:
         row = devices[uuid]
-        outbox.add(notify.DEVICE_REMOVE, _device_payload(
+        outbox.add(notify.DEVICE_REMOVE, device_payload(
             hostname, row, _children(stored, 'controlpath_ids', row),
             _children(stored, 'deployables', row)))
     if changes:
@@ -305,7 +305,9 @@ def _children(stored, table, device_row):
             if r['device_id'] == device_row['id']]
 
 
-def _device_payload(hostname, row, cpids, deployables):
+def device_payload(hostname, row, cpids, deployables):
+    """The payload of a device's ``device.add``/``device.remove``
+    notification (also ``cyborg.conductor.hosts``'s, forgetting a host)."""
     cpid = cpids[0] if cpids else {}
     return {'host': hostname, 'device_uuid': row['uuid'],
             'type': row['type'], 'vendor': row['vendor'],
