@@ -7,8 +7,9 @@ requests stack costs about three times the CPU of the call itself, which
 for the conductor's Placement calls and Nova events was most of their
 cost.  ``KeepAlive.request`` answers None whenever this path is not the
 ordinary one (a proxy or TLS options not reproduced here, an endpoint or a
-connection that cannot be had, a 401: a token to renew), for the caller to
-go through its keystoneauth adapter, with its retries and error reporting.
+connection that cannot be had, a 401: a token to renew, a 3xx: a redirect
+to follow), for the caller to go through its keystoneauth adapter, with its
+retries, redirects and error reporting.
 """
 
 import http.client
@@ -189,7 +190,9 @@ class KeepAlive:
             return None
         if resp.will_close:
             self._drop()
-        if resp.status == 401:
+        if resp.status == 401 or 300 <= resp.status < 400:
+            # A token to renew, or a redirect (an http endpoint sent to
+            # https, a path rewritten): keystoneauth renews and follows.
             return None
         return Response(resp.status, content)
 

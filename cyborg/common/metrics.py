@@ -148,6 +148,10 @@ CONDUCTOR_NOVA_SECONDS = _histogram(
 CONDUCTOR_NOVA_ERRORS = prom.Counter(
     'cyborg_conductor_nova_errors_total',
     'Requests to Nova that failed.', registry=REGISTRY)
+CONDUCTOR_NOVA_EVENTS_EXPIRED = prom.Counter(
+    'cyborg_conductor_nova_events_expired_total',
+    'Bind outcomes given up on: not accepted by Nova within '
+    '[nova]event_max_age seconds of their recording.', registry=REGISTRY)
 # Any process that writes the database (the conductor).
 DB_RETRIES = prom.Counter(
     'cyborg_db_transaction_retries_total',
@@ -157,12 +161,26 @@ DB_RETRIES = prom.Counter(
 # Any process that notifies (the conductor; the agent's telemetry).
 NOTIFICATIONS = prom.Counter(
     'cyborg_notifications_total',
-    'Versioned notifications sent, by event type.', ['event_type'],
-    registry=REGISTRY)
+    'Versioned notifications published to the notification bus, by event '
+    'type.', ['event_type'], registry=REGISTRY)
+NOTIFICATIONS_DROPPED = prom.Counter(
+    'cyborg_notifications_dropped_total',
+    'Versioned notifications given up on, by reason: queue_full (the '
+    'oldest waiting one, while the broker was too slow or away) or '
+    'not_published (the broker could not be reached or refused it).',
+    ['reason'], registry=REGISTRY)
+# The reasons NOTIFICATIONS_DROPPED counts (cyborg.common.notify), each
+# served at 0 from the start.
+NOTIFICATION_QUEUE_FULL = 'queue_full'
+NOTIFICATION_NOT_PUBLISHED = 'not_published'
+for _reason in (NOTIFICATION_QUEUE_FULL, NOTIFICATION_NOT_PUBLISHED):
+    NOTIFICATIONS_DROPPED.labels(_reason)
 # Computed at scrape time from the database by the conductor's collector
 # (cyborg.conductor.metrics_collector): cyborg_conductor_arqs{state},
-# cyborg_conductor_nova_events_pending, cyborg_conductor_devices{health},
-# cyborg_conductor_deployables{health} and the hosts' counts.
+# cyborg_conductor_nova_events_pending and ..._nova_event_oldest_seconds,
+# cyborg_conductor_placement_releases_owed,
+# cyborg_conductor_devices{health}, cyborg_conductor_deployables{health}
+# and the hosts' counts.
 
 # -- API -------------------------------------------------------------
 

@@ -21,12 +21,27 @@ Notifications about database changes go out AFTER the transaction commits
 back.  They are best effort: a conductor killed between the commit and the
 send loses them, which is why the state they announce is always readable
 from the API as well.
+
+Best effort also means that they never hold up the request that makes
+them: ``send`` queues the notification for one sender thread of the
+process, which publishes them in order.  A broker that is away is tried
+``[oslo_messaging_notifications]retry`` times per notification
+(``PUBLISH_RETRIES`` where that option asks for endless tries, its
+default), then the notification is dropped; while the broker is slow or
+away at most ``QUEUE_LIMIT`` wait, the oldest dropped beyond that.
+``cyborg_notifications_total`` counts those the broker took,
+``cyborg_notifications_dropped_total`` the others.  A process that exits
+waits up to ``EXIT_WAIT`` seconds for the queue (``flush``).
 """
 
+import atexit
+import collections
+import os
 import threading
 
 import oslo_messaging as messaging
 from oslo_log import log as logging
+from oslo_messaging import transport as messaging_transport
 from oslo_serialization import jsonutils
 
 from cyborg.common import metrics
@@ -34,6 +49,18 @@ from cyborg.common import metrics
 LOG = logging.getLogger(__name__)
 
 NAMESPACE = 'cyborg'
+
+# Notifications waiting for the sender thread, at most.
+QUEUE_LIMIT = 1000
+# Reconnections to an away broker one notification gets, where
+# [oslo_messaging_notifications]retry is -1 (for ever, oslo.messaging's
+# default: one publish would then hold up every later one for as long as
+# the broker is away).
+PUBLISH_RETRIES = 2
+# Seconds an exiting process waits for the notifications still queued.
+EXIT_WAIT = 5.0
+# Seconds ``reset`` waits for them.
+RESET_WAIT = 10.0
 
 # -- event types: (event type, payload name, payload version) -------------
 DEVICE_ADD = ('device.add', 'DevicePayload', '1.0')
@@ -60,6 +87,28 @@ _NOTIFIERS = {}
 _LOCK = threading.Lock()
 
 
+# Set by the sending thread's publish when the broker did not take it.
+_LOCAL = threading.local()
+
+
+class _Transport(messaging_transport.NotificationTransport):
+    """A notification transport that tells the sender whether the broker
+    took each message: oslo.messaging's messaging drivers log a publish
+    that failed and return as if it had gone."""
+
+    def __init__(self, transport):
+        super().__init__(transport._driver)
+
+    def _send_notification(self, target, ctxt, message, version,
+                           retry=None):
+        try:
+            super()._send_notification(target, ctxt, message, version,
+                                       retry=retry)
+        except Exception:
+            _LOCAL.failed = True
+            raise
+
+
 class _Serializer(messaging.NoOpSerializer):
     def serialize_entity(self, context, entity):
         return jsonutils.to_primitive(entity, convert_instances=True)
@@ -76,10 +125,11 @@ def get_notifier(conf, process, host):
         if key not in _NOTIFIERS:
             notifier = None
             if conf.oslo_messaging_notifications.driver:
-                transport = messaging.get_notification_transport(conf)
+                transport = _Transport(
+                    messaging.get_notification_transport(conf))
                 notifier = messaging.Notifier(
                     transport, publisher_id=f'cyborg-{process}:{host}',
-                    serializer=_Serializer())
+                    serializer=_Serializer(), retry=_retry(conf))
                 if not notifier.is_enabled():
                     notifier = None
             _NOTIFIERS[key] = notifier
@@ -94,10 +144,25 @@ def enabled(conf, process='conductor', host=None):
     return get_notifier(conf, process, host or conf.host) is not None
 
 
+def _retry(conf):
+    retry = conf.oslo_messaging_notifications.retry
+    return PUBLISH_RETRIES if retry is None or retry < 0 else retry
+
+
 def reset():
-    """Forget cached notifiers (tests that change the configuration)."""
+    """Forget cached notifiers (tests that change the configuration),
+    once the notifications queued have gone (``RESET_WAIT`` at most; the
+    rest are dropped unsent)."""
+    if not _SENDER.flush(RESET_WAIT):
+        _SENDER.discard()
     with _LOCK:
         _NOTIFIERS.clear()
+
+
+def flush(timeout=None):
+    """Wait until every notification queued so far is published (or
+    dropped); False when ``timeout`` seconds passed first."""
+    return _SENDER.flush(timeout)
 
 
 def payload(event, data):
@@ -111,20 +176,118 @@ def payload(event, data):
 
 def send(conf, context, event, data, priority=INFO, process='conductor',
          host=None):
-    """Send one notification now; never raises (logged instead)."""
+    """Queue one notification for the sender thread; never waits for the
+    broker, never raises.  False when notifications are off."""
     _register(conf)
     notifier = get_notifier(conf, process, host or conf.host)
     if notifier is None:
         return False
-    event_type = event[0]
-    try:
-        getattr(notifier, priority)(context or {}, event_type,
-                                    payload(event, data))
-    except Exception as exc:
-        LOG.warning('Could not send notification %s: %s', event_type, exc)
-        return False
-    metrics.NOTIFICATIONS.labels(event_type).inc()
+    _SENDER.put((notifier, context, event, data, priority))
     return True
+
+
+def _publish(notifier, context, event, data, priority):
+    """Publish one notification (on the sender thread); whether the
+    broker took it."""
+    _LOCAL.failed = False
+    try:
+        getattr(notifier, priority)(context or {}, event[0],
+                                    payload(event, data))
+    except Exception as exc:  # noqa: BLE001 - counted and logged
+        LOG.debug('Could not send notification %s: %s', event[0], exc)
+        return False
+    return not _LOCAL.failed
+
+
+class _Sender:
+    """The queue of notifications to publish and the daemon thread that
+    publishes them, in the order they were sent; one per process."""
+
+    def __init__(self):
+        self._queue = collections.deque()
+        self._cond = threading.Condition()
+        self._busy = False
+        self._thread = None
+        # Dropped since the queue overflowed / the broker failed, for the
+        # one line each episode logs.
+        self._overflowed = 0
+        self._unpublished = 0
+
+    def put(self, item):
+        with self._cond:
+            dropped = None
+            if len(self._queue) >= QUEUE_LIMIT:
+                dropped = self._queue.popleft()
+                self._overflowed += 1
+            self._queue.append(item)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name='cyborg-notifications',
+                    daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+            first_drop = self._overflowed == 1 and dropped is not None
+        if dropped is not None:
+            metrics.NOTIFICATIONS_DROPPED.labels(
+                metrics.NOTIFICATION_QUEUE_FULL).inc()
+            if first_drop:
+                LOG.warning('%d notifications are waiting for the '
+                            'notification broker: dropping the oldest '
+                            '(%s first) until it catches up', QUEUE_LIMIT,
+                            dropped[2][0])
+
+    def _run(self):
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._busy = False
+                    if self._overflowed:
+                        LOG.info('Notification queue drained; %d '
+                                 'notification(s) were dropped while it '
+                                 'was full', self._overflowed)
+                        self._overflowed = 0
+                    self._cond.notify_all()
+                    self._cond.wait()
+                item = self._queue.popleft()
+                self._busy = True
+            self._published(item, _publish(*item))
+
+    def _published(self, item, published):
+        event_type = item[2][0]
+        if published:
+            metrics.NOTIFICATIONS.labels(event_type).inc()
+            if self._unpublished:
+                LOG.info('Notifications reach the broker again; %d were '
+                         'dropped meanwhile', self._unpublished)
+                self._unpublished = 0
+            return
+        metrics.NOTIFICATIONS_DROPPED.labels(
+            metrics.NOTIFICATION_NOT_PUBLISHED).inc()
+        self._unpublished += 1
+        if self._unpublished == 1:
+            LOG.warning('Notification %s was not published (the '
+                        'notification broker is away or refused it); '
+                        'notifications are dropped until it takes them '
+                        'again', event_type)
+
+    def flush(self, timeout=None):
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: not self._queue and not self._busy, timeout)
+
+    def discard(self):
+        with self._cond:
+            self._queue.clear()
+            self._cond.notify_all()
+
+    def after_fork(self):
+        # The thread is the parent's; its lock may have been held.
+        self.__init__()
+
+
+_SENDER = _Sender()
+os.register_at_fork(after_in_child=_SENDER.after_fork)
+atexit.register(_SENDER.flush, EXIT_WAIT)
 
 
 class Outbox:

@@ -16,7 +16,8 @@ nothing" and "Every bind outcome reaches Nova"):
   conductor dying before it leaves the ARQ as it was).  One that found
   no free handle ends BindFailed before the PATCH returns; the slow work
   (FPGA programming, mdev creation, fabric attach) runs on a thread pool
-  with ``[DEFAULT]bind_timeout``, as do the batch's Nova events.
+  with ``[DEFAULT]bind_timeout``; the batch's Nova events go out on the
+  threads of ``cyborg.conductor.nova``, which never hold a bind worker.
 - An ARQ's final state and its Nova event are committed together; the
   batch's events go to Nova in one request once all its ARQs are resolved.
 - Each bind records its conductor (``bind_owner``, ``[DEFAULT]host``).
@@ -47,6 +48,7 @@ nothing.  With notifications off (the default) no payload is built.
 """
 
 import collections
+from concurrent import futures
 import datetime
 import functools
 import json
@@ -298,9 +300,31 @@ def start_bind(conf, context, bindings):
     # The background work is not awaited: the PATCH is answered first.
     worker_context = cyborg_context.RequestContext.from_dict(
         context.to_dict(), answer_by=None)
-    return _executor(conf).submit(_run_batch, conf, worker_context,
-                                  batch_id, pending, deadline, started,
-                                  recorded)
+    if not pending:
+        # Only the events are left: to the Nova senders, never a bind
+        # worker.
+        return nova.deliver_later(conf, worker_context, batch_id, recorded)
+    return _after_delivery(_executor(conf).submit(
+        _run_batch, conf, worker_context, batch_id, pending, deadline,
+        started, recorded))
+
+
+def _after_delivery(work):
+    """A future done once the bind ``work`` and the delivery of its
+    events (the future ``work`` returns) are."""
+    done = futures.Future()
+
+    def delivered(delivery):
+        done.set_result(delivery.result())
+
+    def worked(work):
+        try:
+            work.result().add_done_callback(delivered)
+        except BaseException as e:  # noqa: BLE001 - the future holds it
+            done.set_exception(e)
+
+    work.add_done_callback(worked)
+    return done
 
 
 def _start(conf, context, bindings, now, known=None, batch_id=None,
@@ -429,6 +453,7 @@ class BackgroundBinds:
             executor, _EXECUTOR = _EXECUTOR, None
         if executor is not None:
             executor.shutdown(wait=True)
+        nova.drain()
 
     def __str__(self):
         return 'background binds'
@@ -716,7 +741,8 @@ def _check_allocations(jobs, asked, held=None):
 @timing.rpc_served('arq_bind_work')
 def _run_batch(conf, context, batch_id, jobs, deadline, started=None,
                recorded=None):
-    """Bind each ARQ of one PATCH, then send the batch's events.
+    """Bind each ARQ of one PATCH, then hand the batch's events over to
+    the Nova senders; returns the future of their delivery.
     ``started``: the monotonic time the ARQs entered BindStarted, from
     which the bind latency metric is measured (binds that were taken from
     under us, or failed by ``fail_stuck``, have no outcome of ours).
@@ -732,14 +758,7 @@ def _run_batch(conf, context, batch_id, jobs, deadline, started=None,
             LOG.exception('Could not record how the bind of accelerator '
                           'request %s ended; the stuck-bind check fails it '
                           'after the bind timeout', job['uuid'])
-    try:
-        if recorded is not None:
-            nova.deliver_recorded(conf, context, batch_id, recorded)
-        else:
-            nova.deliver_batch(conf, context, batch_id)
-    except Exception:
-        LOG.exception('Could not deliver the events of batch %s; the '
-                      'periodic re-sends them', batch_id)
+    return nova.deliver_later(conf, context, batch_id, recorded)
 
 
 def _resolve(conf, context, batch_id, job, deadline, started, quick=False):

@@ -6,6 +6,12 @@ a few small queries (one GROUP BY or COUNT each, with an admin context)::
     cyborg_conductor_arqs{state}              ARQs by state
     cyborg_conductor_nova_events_pending      bind outcomes not yet
                                               accepted by Nova
+    cyborg_conductor_nova_event_oldest_seconds
+                                              how long the oldest of
+                                              them has waited (0: none)
+    cyborg_conductor_placement_releases_owed  Placement consumers whose
+                                              claims cyborg still has to
+                                              release
     cyborg_conductor_devices{health}          devices by health state
     cyborg_conductor_maintained_devices{health}
                                               of them, those an operator
@@ -51,6 +57,7 @@ from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import devices as device_db
 from cyborg.db.api import hosts as host_db
 from cyborg.db.api import nova_events as event_db
+from cyborg.db.api import placement_releases as release_db
 
 LOG = logging.getLogger(__name__)
 
@@ -58,6 +65,16 @@ ARQS = ('cyborg_conductor_arqs', 'Accelerator requests by state.')
 NOVA_EVENTS_PENDING = (
     'cyborg_conductor_nova_events_pending',
     'Bind outcomes recorded for Nova and not delivered yet.')
+NOVA_EVENT_OLDEST = (
+    'cyborg_conductor_nova_event_oldest_seconds',
+    'Seconds since the oldest bind outcome Nova has not accepted yet was '
+    'recorded (0: none is waiting).  Nova fails a build whose events have '
+    'not come within its [compute]arq_binding_timeout (300 s).')
+PLACEMENT_RELEASES_OWED = (
+    'cyborg_conductor_placement_releases_owed',
+    'Placement consumers whose claims cyborg owes a release (standalone '
+    'allocations whose request went while Placement was away): the '
+    'stuck-bind periodic releases them once Placement answers.')
 DEVICES = ('cyborg_conductor_devices', 'Devices by health state.')
 MAINTAINED_DEVICES = (
     'cyborg_conductor_maintained_devices',
@@ -99,7 +116,9 @@ class ConductorCollector:
     def describe(self):
         """The families without samples: lets the registry check names at
         registration without touching the database."""
-        return ([_arqs({}), _pending(None), _devices({}),
+        return ([_arqs({}), _gauge(NOVA_EVENTS_PENDING, None),
+                 _gauge(NOVA_EVENT_OLDEST, None),
+                 _gauge(PLACEMENT_RELEASES_OWED, None), _devices({}),
                  _devices({}, MAINTAINED_DEVICES), _devices({}, DEPLOYABLES),
                  _gauge(PROGRAMMING, None)]
                 + _hosts(None))
@@ -109,9 +128,15 @@ class ConductorCollector:
         counts = _read(arq_db.count_by_state, context)
         if counts is not None:
             yield _arqs(counts)
-        pending = _read(event_db.count_pending, context)
+        pending = _read(event_db.pending, context)
         if pending is not None:
-            yield _pending(pending)
+            count, oldest = pending
+            yield _gauge(NOVA_EVENTS_PENDING, count)
+            yield _gauge(NOVA_EVENT_OLDEST, 0.0 if oldest is None else max(
+                0.0, (clock_db.utcnow() - oldest).total_seconds()))
+        owed = _read(release_db.count_owed, context)
+        if owed is not None:
+            yield _gauge(PLACEMENT_RELEASES_OWED, owed)
         health = _read(device_db.count_by_health, context)
         if health is not None:
             yield _devices(health[0])
@@ -143,10 +168,6 @@ def _arqs(counts):
     for state in _known(states.ARQ_STATES, counts):
         family.add_metric([state], counts.get(state, 0))
     return family
-
-
-def _pending(count):
-    return _gauge(NOVA_EVENTS_PENDING, count)
 
 
 def _gauge(name_and_doc, count):

@@ -1,7 +1,8 @@
 """Bind outcomes Nova has not accepted yet (owned by cyborg.conductor.nova;
 doc/source/contract.rst, "Every bind outcome reaches Nova"): recorded in
 the transaction that gives an ARQ its final state, deleted once Nova has
-them, re-sent by a periodic until then."""
+them, re-sent by a periodic until then, or given up on once older than
+``[nova]event_max_age``."""
 
 import sqlalchemy as sa
 
@@ -24,23 +25,41 @@ def get_batch(context, batch_id):
 
 
 @reader
-def due_batches(context, now, limit=50):
-    """Batch ids with an event whose next attempt is due."""
+def get_batches(context, batch_ids):
+    """The events of several batches (rows with every column)."""
+    return _sql.connection(context).execute(
+        _BATCHES, {'batch_ids': list(batch_ids)}).all()
+
+
+@reader
+def due_batches(context, now, limit=1000):
+    """[(batch id, events)] of the batches with an event whose next
+    attempt is due, the most recently recorded first: in a backlog,
+    those whose instances are likeliest to be still waiting for them
+    (Nova gives a build up after its [compute]arq_binding_timeout)."""
     e = models.NovaEvent
-    return list(_sql.connection(context).scalars(
-        sa.select(e.batch_id).where(e.next_attempt_at <= now)
-        .group_by(e.batch_id).limit(limit)))
+    return [tuple(row) for row in _sql.connection(context).execute(
+        sa.select(e.batch_id, sa.func.count())
+        .where(e.next_attempt_at <= now).group_by(e.batch_id)
+        .order_by(sa.func.max(e.created_at).desc(), e.batch_id)
+        .limit(limit))]
 
 
 @writer
-def claim_batch(context, batch_id, now, next_attempt_at):
-    """Push a due batch's next attempt forward; the caller that moved any
-    row owns this attempt (another conductor's periodic gets 0)."""
+def claim_batches(context, batch_ids, now, next_attempt_at):
+    """Push due batches' next attempt forward; returns those this caller
+    moved a row of, whose attempt it owns (another conductor's periodic
+    claiming the same batch meanwhile gets none of it)."""
     e = models.NovaEvent
-    return context.session.execute(
-        sa.update(e).where(e.batch_id == batch_id, e.next_attempt_at <= now)
-        .values(next_attempt_at=next_attempt_at)
-        .execution_options(synchronize_session=False)).rowcount
+    claimed = []
+    for batch_id in batch_ids:
+        if context.session.execute(
+                sa.update(e).where(e.batch_id == batch_id,
+                                   e.next_attempt_at <= now)
+                .values(next_attempt_at=next_attempt_at)
+                .execution_options(synchronize_session=False)).rowcount:
+            claimed.append(batch_id)
+    return claimed
 
 
 @writer
@@ -76,16 +95,44 @@ def forget_batch(context, batch_id):
     _sql.connection(context).execute(_FORGET_BATCH, {'batch_id': batch_id})
 
 
+@writer
+def forget_batches(context, batch_ids):
+    """Forget delivered batches (every row of them)."""
+    batch_ids = list(batch_ids)
+    if len(batch_ids) == 1:
+        forget_batch(context, batch_ids[0])
+    elif batch_ids:
+        _sql.connection(context).execute(_FORGET_BATCHES,
+                                         {'batch_ids': batch_ids})
+
+
+@writer
+def expire(context, created_before):
+    """Forget the events recorded before ``created_before``, delivered
+    or not; returns their rows."""
+    connection = _sql.connection(context)
+    rows = connection.execute(sa.select(_E).where(
+        _E.c.created_at < created_before)).all()
+    if rows:
+        connection.execute(_FORGET, {'ids': [row.id for row in rows]})
+    return rows
+
+
 # Built once: each bind's events are read and deleted by these.
 _E = models.NovaEvent.__table__
 _BATCH = sa.select(_E).where(_E.c.batch_id == sa.bindparam('batch_id'))
+_BATCHES = sa.select(_E).where(_E.c.batch_id.in_(
+    sa.bindparam('batch_ids', expanding=True)))
 _FORGET = sa.delete(_E).where(_E.c.id.in_(sa.bindparam('ids',
                                                         expanding=True)))
 _FORGET_BATCH = sa.delete(_E).where(_E.c.batch_id == sa.bindparam('batch_id'))
+_FORGET_BATCHES = sa.delete(_E).where(_E.c.batch_id.in_(
+    sa.bindparam('batch_ids', expanding=True)))
 
 
 @reader
-def count_pending(context):
-    """Bind outcomes recorded for Nova and not delivered yet."""
-    return _sql.connection(context).scalar(
-        sa.select(sa.func.count()).select_from(models.NovaEvent))
+def pending(context):
+    """(how many, when the oldest was recorded: None when none) of the
+    bind outcomes recorded for Nova and not delivered yet."""
+    return tuple(_sql.connection(context).execute(
+        sa.select(sa.func.count(), sa.func.min(_E.c.created_at))).one())

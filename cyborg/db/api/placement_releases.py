@@ -51,3 +51,10 @@ def forget(context, consumer_uuid):
     """Forget a consumer whose allocations were released."""
     _sql.connection(context).execute(
         sa.delete(_OWED).where(_OWED.c.consumer_uuid == consumer_uuid))
+
+
+@reader
+def count_owed(context):
+    """How many consumers are recorded (their releases still owed)."""
+    return _sql.connection(context).scalar(
+        sa.select(sa.func.count()).select_from(_OWED))

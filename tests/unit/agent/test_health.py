@@ -679,7 +679,12 @@ def notifications(conf):
     conf.set_override('driver', ['test'], 'oslo_messaging_notifications')
     notify.reset()
     test_notifications.reset()
-    yield lambda: test_notifications.NOTIFICATIONS
+
+    def sent():
+        notify.flush()      # published by the sender thread
+        return test_notifications.NOTIFICATIONS
+
+    yield sent
     notify.reset()
     test_notifications.reset()
 

@@ -227,3 +227,21 @@ def test_keep_alive_uses_it_and_reuses_the_connection(serve):
         b'GET /placement/resource_providers HTTP/1.1\r\n')
     assert b'OpenStack-API-Version: placement 1.39' in server.requests[0]
     assert b'Content-Type: application/json' in server.requests[1]
+
+
+@pytest.mark.parametrize('status', [301, 302, 307, 308, 401])
+def test_a_redirect_or_a_401_is_left_to_keystoneauth(serve, status):
+    """keystoneauth follows a redirect (and renews a token): the caller
+    goes through it; a 3xx taken for the service's answer lost Nova
+    events."""
+    server = serve(b'HTTP/1.1 %d Moved\r\nLocation: https://elsewhere/x\r\n'
+                   b'Content-Length: 0\r\n\r\n' % status)
+    endpoint = f'http://127.0.0.1:{server.port}/compute'
+    session = ks_session.Session(auth=noauth.NoAuth())
+    adapter = ks_adapter.Adapter(session, endpoint_override=endpoint)
+    client = keepalive.KeepAlive(adapter, session, session.auth,
+                                 api_version='compute 2.82',
+                                 user_agent='cyborg-test')
+    assert client.request('POST', '/os-server-external-events',
+                          body={'events': []}) is None
+    assert len(server.requests) == 1

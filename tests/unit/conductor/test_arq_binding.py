@@ -758,7 +758,8 @@ def test_a_bind_whose_outcome_cannot_be_recorded_leaves_the_rest_going(
     monkeypatch.setattr(arq_binding, '_bind_one', first_one_breaks)
     monkeypatch.setattr(arq_binding, '_fail', database_away)
     deadline = timeutils.utcnow() + datetime.timedelta(minutes=1)
-    arq_binding._run_batch(aconf, ctx, 'b1', jobs, deadline)
+    # Returns the future of the events' delivery.
+    assert arq_binding._run_batch(aconf, ctx, 'b1', jobs, deadline).result(30)
     assert _state(db, first).state == 'BindStarted'
     assert _state(db, second).state == 'Bound'
     assert [(e['tag'], e['status']) for e in fake_nova.events] == [

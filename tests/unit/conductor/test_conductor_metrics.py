@@ -16,7 +16,9 @@ from cyborg.common import exception
 from cyborg.common import metrics
 from cyborg.common import states
 from cyborg.conductor import arq_binding, metrics_collector, nova
+from cyborg.db import api as db_api
 from cyborg.db import models
+from cyborg.db.api import placement_releases as release_db
 from cyborg.placement import client as placement_client
 from tests.fixtures import arqs as seed
 from tests.fixtures import placement as placement_fixture
@@ -191,6 +193,35 @@ def test_collector_counts_the_programmings_in_progress(db):
             .values(programming_until=models._now()))
     assert _collected().get_sample_value(
         'cyborg_conductor_programmings_in_progress') == 2
+
+
+def test_collector_serves_how_long_the_oldest_event_has_waited(db):
+    """What an alert on Nova events wants: not that some are pending
+    (a boot storm's are, for a moment) but that one is not delivered."""
+    oldest = 'cyborg_conductor_nova_event_oldest_seconds'
+    assert _collected().get_sample_value(oldest) == 0
+    now = models._now()
+    with db.begin() as c:
+        for age in (30, 100):
+            c.execute(sa.insert(models.NovaEvent).values(
+                batch_id=str(uuidlib.uuid4()),
+                instance_uuid=str(uuidlib.uuid4()),
+                arq_uuid=str(uuidlib.uuid4()), status='completed',
+                attempts=0, next_attempt_at=now,
+                created_at=now - datetime.timedelta(seconds=age)))
+    registry = _collected()
+    assert 100 <= registry.get_sample_value(oldest) < 160
+    assert registry.get_sample_value(
+        'cyborg_conductor_nova_events_pending') == 2
+
+
+def test_collector_counts_the_placement_releases_owed(db, ctx):
+    owed = 'cyborg_conductor_placement_releases_owed'
+    assert _collected().get_sample_value(owed) == 0
+    for _ in range(2):
+        db_api.write_retrying(ctx, release_db.add, ctx,
+                              str(uuidlib.uuid4()))
+    assert _collected().get_sample_value(owed) == 2
 
 
 def test_hosts_whose_agent_fell_silent_are_counted(db):

@@ -53,9 +53,13 @@ def notifications(pconf):
     pconf.set_override('driver', ['test'], 'oslo_messaging_notifications')
     notify.reset()
     test_notifier.reset()
-    yield lambda: [(n[1]['event_type'],
-                    n[1]['payload']['cyborg_object.data'])
-                   for n in test_notifier.NOTIFICATIONS]
+
+    def sent():
+        notify.flush()      # published by the sender thread
+        return [(n[1]['event_type'], n[1]['payload']['cyborg_object.data'])
+                for n in test_notifier.NOTIFICATIONS]
+
+    yield sent
     notify.reset()
     test_notifier.reset()
 

@@ -66,7 +66,9 @@ def test_deliveries_wait_for_the_periodic_while_nova_is_away(
 
 def test_a_periodic_pass_stops_at_its_first_failure(nconf, db,
                                                     admin_context,
-                                                    fake_nova):
+                                                    fake_nova, monkeypatch):
+    # One batch to a POST (a pass puts due batches together up to it).
+    monkeypatch.setattr(nova, 'MAX_EVENTS_PER_POST', 1)
     batches = [_record(nconf, admin_context, db=db, count=1)[0]
                for _ in range(3)]
     _all_due(db)

@@ -1,0 +1,288 @@
+"""How events reach a recording Nova beyond one batch's POST: on sender
+threads of their own (a slow Nova holds no bind worker), batches merged
+into POSTs of up to MAX_EVENTS_PER_POST events (after binds and in the
+periodic's backlog), Nova's answers read (a redirect followed, anything
+but Nova's acceptance kept), and events given up on once older than
+[nova]event_max_age."""
+
+import datetime
+import logging
+import time
+import uuid as uuidlib
+
+import pytest
+import sqlalchemy as sa
+from oslo_utils import timeutils
+
+from cyborg.common import context as cyborg_context
+from cyborg.common import metrics
+from cyborg.conductor import arq_binding
+from cyborg.conductor import nova
+from cyborg.db import api as db_api
+from cyborg.db import models
+from tests.fixtures import arqs as seed
+from tests.fixtures import recording_http
+from tests.unit.conductor import test_arq_vgpu as vgpu
+from tests.unit.conductor import test_nova
+
+fake_nova = recording_http.fake_nova
+nconf = test_nova.nconf
+_arq, _record, _pending = test_nova._arq, test_nova._record, \
+    test_nova._pending
+# For the vGPU bind (a bind worker's work: its mdev made by the agent).
+placement_url, tree, vconf, agent = (vgpu.placement_url, vgpu.tree,
+                                     vgpu.vconf, vgpu.agent)
+
+
+def _expired():
+    return metrics.REGISTRY.get_sample_value(
+        'cyborg_conductor_nova_events_expired_total') or 0
+
+
+def _age(db, seconds, batch=None):
+    """Make events (a batch's, or all) recorded ``seconds`` ago and due."""
+    e = models.NovaEvent.__table__
+    then = timeutils.utcnow() - datetime.timedelta(seconds=seconds)
+    with db.begin() as c:
+        c.execute(sa.update(e).where(
+            sa.true() if batch is None else e.c.batch_id == batch).values(
+            created_at=then, next_attempt_at=then))
+
+
+# -- sender threads -----------------------------------------------------------
+
+def test_a_slow_nova_holds_no_bind_worker(vconf, db, agent, tree,
+                                          fake_nova):
+    """Nova answers each POST in 3 s (within [nova]timeout: not away).
+    Quick binds' events and a vGPU bind's mdev used to share the
+    [conductor]workers pool: the vGPU bind waited behind the POSTs."""
+    vconf.set_override('auth_type', 'none', group='nova')
+    vconf.set_override('endpoint_override', fake_nova.url, group='nova')
+    vconf.set_override('workers', 2, group='conductor')
+    arq_binding._EXECUTOR = None
+    ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
+    pci = seed.seed_device(db, hostname='pci-host', handles=4)
+    pci_profile = seed.seed_profile(db, [{'resources:FPGA': '1'}])
+    gpu = seed.seed_device(db, hostname=vgpu.HOST, handles=1,
+                           attach_type='MDEV', asked_type=vgpu.VGPU_TYPE)
+    gpu_profile = seed.seed_profile(db, [{'resources:VGPU': '1'}])
+    vgpu_arq = arq_binding.create(ctx, gpu_profile, 'p1')[0]['uuid']
+    quick = [arq_binding.create(ctx, pci_profile, 'p1')[0]['uuid']
+             for _ in range(4)]
+    fake_nova.delay = 3
+    binds = []
+    try:
+        for arq in quick:
+            binds.append(arq_binding.start_bind(vconf, ctx, {arq: {
+                'hostname': 'pci-host', 'device_rp_uuid': pci.rp_uuid,
+                'instance_uuid': str(uuidlib.uuid4())}}))
+        started = time.monotonic()
+        binds.append(arq_binding.start_bind(vconf, ctx, {vgpu_arq: {
+            'hostname': vgpu.HOST, 'device_rp_uuid': gpu.rp_uuid,
+            'instance_uuid': str(uuidlib.uuid4())}}))
+        while seed.arq_rows(db)[vgpu_arq].state != 'Bound':
+            assert time.monotonic() - started < 30
+            time.sleep(0.02)
+        bound_after = time.monotonic() - started
+    finally:
+        fake_nova.release()
+    assert bound_after < 2, f'the vGPU bind waited {bound_after:.1f} s'
+    # Each bind's future is done once its events are delivered too.
+    assert all(bind.result(30) for bind in binds)
+    assert sorted(e['tag'] for e in fake_nova.events) == sorted(
+        quick + [vgpu_arq])
+    assert _pending(db) == []
+
+
+def test_batches_waiting_for_a_slow_nova_go_together(nconf, db,
+                                                     admin_context,
+                                                     fake_nova):
+    """Every sender thread waits on a slow Nova; the batches that pile up
+    meanwhile go together once it answers, not in a POST each."""
+    nconf.set_override('timeout', 10, group='nova')
+    fake_nova.delay = 30
+    recorded = [_record(nconf, admin_context, db=db, count=2)
+                for _ in range(10)]
+    deliveries = []
+    try:
+        for n, (batch, events) in enumerate(recorded[:nova.SENDERS]):
+            deliveries.append(nova.deliver_later(nconf, admin_context,
+                                                 batch))
+            fake_nova.wait_for(lambda _requests, n=n: len(
+                fake_nova.event_posts()) > n)
+        # Read back, or sent as recorded.
+        deliveries += [nova.deliver_later(nconf, admin_context, batch)
+                       for batch, _events in recorded[nova.SENDERS:6]]
+        deliveries += [nova.deliver_later(nconf, admin_context, batch,
+                                          events)
+                       for batch, events in recorded[6:]]
+    finally:
+        fake_nova.release()
+    assert all(delivery.result(30) for delivery in deliveries)
+    assert nova.drain(10)
+    posts = fake_nova.event_posts()
+    # The waiting batches, in one POST per sender thread at most.
+    assert len(posts) <= 2 * nova.SENDERS < len(recorded)
+    assert sorted(e['tag'] for e in fake_nova.events) == sorted(
+        event[1] for _batch, events in recorded for event in events)
+    assert _pending(db) == []
+
+
+def test_batches_beyond_the_queue_are_left_to_the_periodic(
+        nconf, db, admin_context, fake_nova, monkeypatch):
+    monkeypatch.setattr(nova, 'QUEUE_LIMIT', 1)
+    nconf.set_override('timeout', 10, group='nova')
+    fake_nova.delay = 30
+    recorded = [_record(nconf, admin_context, db=db, count=1)
+                for _ in range(nova.SENDERS + 3)]
+    deliveries = []
+    try:
+        for n, (batch, _events) in enumerate(recorded[:nova.SENDERS]):
+            deliveries.append(nova.deliver_later(nconf, admin_context,
+                                                 batch))
+            fake_nova.wait_for(lambda _requests, n=n: len(
+                fake_nova.event_posts()) > n)
+        waiting = nova.deliver_later(nconf, admin_context,
+                                     recorded[nova.SENDERS][0])
+        refused = [nova.deliver_later(nconf, admin_context, batch)
+                   for batch, _events in recorded[nova.SENDERS + 1:]]
+        # Refused at once, due at the periodic's next pass.
+        assert [future.result(0) for future in refused] == [False, False]
+    finally:
+        fake_nova.release()
+    assert all(f.result(30) for f in deliveries + [waiting])
+    assert {r.batch_id for r in _pending(db)} == {
+        batch for batch, _events in recorded[nova.SENDERS + 1:]}
+    _age(db, 1)
+    nova.resend_due(nconf, admin_context)
+    assert _pending(db) == []
+
+
+# -- Nova's answers -----------------------------------------------------------
+
+@pytest.mark.parametrize('status', [301, 302, 307, 308])
+def test_a_redirect_is_followed(nconf, db, admin_context, fake_nova,
+                                status):
+    """An endpoint that redirects (http to https at a load balancer, a
+    path rewritten): the keep-alive path took the 3xx for Nova's word and
+    the events were dropped; keystoneauth follows it."""
+    with recording_http.FakeNova() as moved:
+        # Every POST there is redirected: the keep-alive one and
+        # keystoneauth's.
+        fake_nova.statuses = [(status, {
+            'Location': moved.url + '/os-server-external-events'}, b'')] * 2
+        batch, events = _record(nconf, admin_context, db=db, count=2)
+        assert nova.deliver_batch(nconf, admin_context, batch)
+        assert fake_nova.events == []
+        assert moved.events == nova.payload(events)['events']
+    assert _pending(db) == []
+
+
+@pytest.mark.parametrize('answer', [
+    (302, {}, b''),                     # a redirect to nowhere
+    (400, {}, {'badRequest': {'message': 'Invalid input'}}),
+    (409, {}, {'conflict': {'message': 'busy'}}),
+    (202, {}, b''),
+])
+def test_any_answer_but_nova_s_acceptance_keeps_the_events(
+        nconf, db, admin_context, fake_nova, answer):
+    fake_nova.statuses = [answer] * 3
+    batch, _events = _record(nconf, admin_context, db=db, count=2)
+    errors = metrics.REGISTRY.get_sample_value(
+        'cyborg_conductor_nova_errors_total')
+    assert not nova.deliver_batch(nconf, admin_context, batch)
+    assert fake_nova.events == []
+    rows = _pending(db)
+    assert len(rows) == 2 and {r.attempts for r in rows} == {1}
+    assert metrics.REGISTRY.get_sample_value(
+        'cyborg_conductor_nova_errors_total') > errors
+
+
+def test_a_207_for_a_deleted_instance_is_no_refusal(nconf, db,
+                                                    admin_context,
+                                                    fake_nova, caplog):
+    """Nova's 207 says 404 for an event whose instance was deleted during
+    its build (the usual case), 422 for one not on a host: nobody waits
+    for either, and neither is a refusal worth a WARNING."""
+    batch, events = _record(nconf, admin_context, db=db, count=3)
+    sent = nova.payload(events)['events']
+    fake_nova.statuses = [(207, {}, {'events': [
+        dict(sent[0], code=200), dict(sent[1], code=404),
+        dict(sent[2], code=422)]})]
+    with caplog.at_level(logging.WARNING, logger='cyborg.conductor.nova'):
+        assert nova.deliver_batch(nconf, admin_context, batch)
+    assert [r.getMessage() for r in caplog.records
+            if r.levelno >= logging.WARNING] == []
+    assert _pending(db) == []
+    # Another code is a refusal, logged; the events are done all the same.
+    batch, events = _record(nconf, admin_context, db=db, count=1)
+    fake_nova.statuses = [(207, {}, {'events': [
+        dict(nova.payload(events)['events'][0], code=400)]})]
+    with caplog.at_level(logging.WARNING, logger='cyborg.conductor.nova'):
+        assert nova.deliver_batch(nconf, admin_context, batch)
+    assert 'Nova refused some accelerator events' in caplog.text
+
+
+# -- giving up ----------------------------------------------------------------
+
+def test_events_nova_never_accepts_are_given_up_on(nconf, db, admin_context,
+                                                   fake_nova, caplog):
+    """Nova refusing for good (here 403: the service user lost its role):
+    the events were re-sent every retry interval for ever, long after
+    Nova stopped waiting for them."""
+    fake_nova.statuses = [403] * 10
+    old, old_events = _record(nconf, admin_context, db=db, count=2)
+    young, _ = _record(nconf, admin_context, db=db, count=1)
+    _age(db, 601, old)
+    _age(db, 300, young)
+    expired = _expired()
+    with caplog.at_level(logging.ERROR, logger='cyborg.conductor.nova'):
+        nova.resend_due(nconf, admin_context)
+    # Only the young batch was tried (and kept).
+    assert [e['tag'] for p in fake_nova.event_posts()
+            for e in p.json()['events']] == [
+        r.arq_uuid for r in _pending(db)]
+    assert {r.batch_id for r in _pending(db)} == {young}
+    assert _expired() == expired + 2
+    assert 'Gave up on 2 accelerator-request-bound event(s)' in caplog.text
+    assert old_events[0][0] in caplog.text
+
+    # 0: never given up on.
+    nconf.set_override('event_max_age', 0, group='nova')
+    _age(db, 86400)
+    nova._AWAY.clear()
+    nova.resend_due(nconf, admin_context)
+    assert {r.batch_id for r in _pending(db)} == {young}
+    assert _expired() == expired + 2
+
+
+# -- a backlog ----------------------------------------------------------------
+
+def test_a_backlog_goes_in_one_pass_newest_first(nconf, db, admin_context,
+                                                 fake_nova):
+    """Nova was away during a boot storm: 260 batches are due.  A pass
+    sent 50 batches, one POST each, in the order of their uuids, the
+    rest waiting for the next passes a retry interval apart."""
+    count = 260
+    recorded = []
+    for n in range(count):
+        instance = str(uuidlib.uuid4())
+        arq = _arq(db, instance, 'Bound')
+        batch = str(uuidlib.UUID(int=(count - n) << 64))  # newest sorts 1st
+        with db_api.writer.using(admin_context):
+            nova.record(nconf, admin_context, batch,
+                        [(instance, arq, 'completed')], timeutils.utcnow())
+        recorded.append(arq)
+    e = models.NovaEvent.__table__
+    with db.begin() as c:    # recorded a second apart, oldest first
+        for n, arq in enumerate(recorded):
+            c.execute(sa.update(e).where(e.c.arq_uuid == arq).values(
+                created_at=timeutils.utcnow() - datetime.timedelta(
+                    seconds=count - n)))
+    nova.resend_due(nconf, admin_context)
+    assert _pending(db) == []
+    posts = [[event['tag'] for event in post.json()['events']]
+             for post in fake_nova.event_posts()]
+    assert [len(p) for p in posts] == [nova.MAX_EVENTS_PER_POST,
+                                       count - nova.MAX_EVENTS_PER_POST]
+    assert set(posts[0]) == set(recorded[-nova.MAX_EVENTS_PER_POST:])
