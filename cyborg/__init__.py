@@ -2,11 +2,14 @@
 
 Two process-wide choices are made here, before anything else is imported:
 
-- In our console scripts, SIGTERM and SIGINT end the process at once with
-  status 0 from the first moment, instead of killing it with the signal,
-  until the command installs its own handling: importing a command takes a
-  second or more, and a service manager that stops a service right after
-  starting it must see a clean exit.
+- In our long-running services (``SERVICES``), SIGTERM and SIGINT end the
+  process at once with status 0 from the first moment, instead of killing
+  it with the signal, until the service installs its own handling:
+  importing a command takes a second or more, and a service manager that
+  stops a service right after starting it must see a clean exit.  The
+  one-shot commands (cyborg-dbsync, cyborg-status, cyborg-manage) die of
+  the signal (status 143 for SIGTERM, 130 for SIGINT): a deployment tool
+  must not take an interrupted schema upgrade or check for a success.
 - oslo.service's threading backend is selected before any cyborg module
   imports oslo.messaging (whose server module resolves the oslo.service
   backend at import time and would otherwise load eventlet): no cyborg
@@ -33,9 +36,19 @@ def exit_zero(_signum, _frame):
     os._exit(0)
 
 
-if os.path.basename(sys.argv[0] if sys.argv else '').startswith('cyborg-'):
+# The console scripts that run until stopped.
+SERVICES = frozenset(('cyborg-api', 'cyborg-conductor', 'cyborg-agent',
+                      'cyborg-aio', 'cyborg-wsgi-api'))
+
+_script = os.path.basename(sys.argv[0] if sys.argv else '')
+if _script in SERVICES:
     for _signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(_signum, exit_zero)
+elif _script.startswith('cyborg-'):
+    # A one-shot command: killed by the signal, whatever it was doing (not
+    # KeyboardInterrupt, which a cleanup or a driver could swallow).
+    for _signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(_signum, signal.SIG_DFL)
 
 from oslo_service import backend as _oslo_service_backend  # noqa: E402
 

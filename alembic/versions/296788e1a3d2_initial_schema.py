@@ -8,8 +8,9 @@ The tables of cyborg.db.models as first released.  Downgrades are not
 supported (OpenStack practice): restore a backup instead.
 """
 
-from alembic import op
 import sqlalchemy as sa
+
+from cyborg.db import migration
 
 
 revision = '296788e1a3d2'
@@ -19,7 +20,7 @@ depends_on = None
 
 
 def upgrade():
-    op.create_table('device_profiles',
+    migration.create_table('device_profiles',
     sa.Column('uuid', sa.String(length=36), nullable=False),
     sa.Column('name', sa.String(length=255), nullable=False),
     sa.Column('description', sa.Text(), nullable=True),
@@ -31,7 +32,7 @@ def upgrade():
     sa.UniqueConstraint('name', name='uniq_device_profiles0name'),
     sa.UniqueConstraint('uuid', name='uniq_device_profiles0uuid')
     )
-    op.create_table('devices',
+    migration.create_table('devices',
     sa.Column('uuid', sa.String(length=36), nullable=False),
     sa.Column('type', sa.Enum('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD', name='device_type'), nullable=False),
     sa.Column('vendor', sa.String(length=255), nullable=False),
@@ -46,9 +47,9 @@ def upgrade():
     sa.PrimaryKeyConstraint('id'),
     sa.UniqueConstraint('uuid', name='uniq_devices0uuid')
     )
-    op.create_index('devices_hostname_idx', 'devices', ['hostname'])
+    migration.create_index('devices_hostname_idx', 'devices', ['hostname'])
 
-    op.create_table('hosts',
+    migration.create_table('hosts',
     sa.Column('hostname', sa.String(length=255), nullable=False),
     sa.Column('report_digest', sa.String(length=64), nullable=True),
     sa.Column('compute_rp_uuid', sa.String(length=36), nullable=True),
@@ -60,7 +61,7 @@ def upgrade():
     sa.PrimaryKeyConstraint('id'),
     sa.UniqueConstraint('hostname', name='uniq_hosts0hostname')
     )
-    op.create_table('nova_events',
+    migration.create_table('nova_events',
     sa.Column('batch_id', sa.String(length=36), nullable=False),
     sa.Column('instance_uuid', sa.String(length=36), nullable=False),
     sa.Column('arq_uuid', sa.String(length=36), nullable=False),
@@ -72,9 +73,9 @@ def upgrade():
     sa.Column('updated_at', sa.DateTime(), nullable=True),
     sa.PrimaryKeyConstraint('id')
     )
-    op.create_index('nova_events_next_attempt_at_idx', 'nova_events', ['next_attempt_at'])
+    migration.create_index('nova_events_next_attempt_at_idx', 'nova_events', ['next_attempt_at'])
 
-    op.create_table('controlpath_ids',
+    migration.create_table('controlpath_ids',
     sa.Column('uuid', sa.String(length=36), nullable=False),
     sa.Column('device_id', sa.Integer(), nullable=False),
     sa.Column('cpid_type', sa.Enum('PCI', name='cpid_type'), nullable=False),
@@ -86,9 +87,9 @@ def upgrade():
     sa.PrimaryKeyConstraint('id'),
     sa.UniqueConstraint('uuid', name='uniq_controlpath_ids0uuid')
     )
-    op.create_index('controlpath_ids_device_id_idx', 'controlpath_ids', ['device_id'])
+    migration.create_index('controlpath_ids_device_id_idx', 'controlpath_ids', ['device_id'])
 
-    op.create_table('deployables',
+    migration.create_table('deployables',
     sa.Column('uuid', sa.String(length=36), nullable=False),
     sa.Column('parent_id', sa.Integer(), nullable=True),
     sa.Column('root_id', sa.Integer(), nullable=True),
@@ -109,10 +110,10 @@ def upgrade():
     sa.UniqueConstraint('name', name='uniq_deployables0name'),
     sa.UniqueConstraint('uuid', name='uniq_deployables0uuid')
     )
-    op.create_index('deployables_device_id_idx', 'deployables', ['device_id'])
-    op.create_index('deployables_rp_uuid_idx', 'deployables', ['rp_uuid'])
+    migration.create_index('deployables_device_id_idx', 'deployables', ['device_id'])
+    migration.create_index('deployables_rp_uuid_idx', 'deployables', ['rp_uuid'])
 
-    op.create_table('attach_handles',
+    migration.create_table('attach_handles',
     sa.Column('uuid', sa.String(length=36), nullable=False),
     sa.Column('deployable_id', sa.Integer(), nullable=False),
     sa.Column('cpid_id', sa.Integer(), nullable=False),
@@ -127,9 +128,9 @@ def upgrade():
     sa.PrimaryKeyConstraint('id'),
     sa.UniqueConstraint('uuid', name='uniq_attach_handles0uuid')
     )
-    op.create_index('attach_handles_deployable_id_in_use_idx', 'attach_handles', ['deployable_id', 'in_use'])
+    migration.create_index('attach_handles_deployable_id_in_use_idx', 'attach_handles', ['deployable_id', 'in_use'])
 
-    op.create_table('attributes',
+    migration.create_table('attributes',
     sa.Column('uuid', sa.String(length=36), nullable=False),
     sa.Column('deployable_id', sa.Integer(), nullable=False),
     sa.Column('key', sa.String(length=255), nullable=False),
@@ -142,7 +143,7 @@ def upgrade():
     sa.UniqueConstraint('deployable_id', 'key', name='uniq_attributes0deployable_id0key'),
     sa.UniqueConstraint('uuid', name='uniq_attributes0uuid')
     )
-    op.create_table('extended_accelerator_requests',
+    migration.create_table('extended_accelerator_requests',
     sa.Column('uuid', sa.String(length=36), nullable=False),
     sa.Column('state', sa.Enum('Initial', 'BindStarted', 'Bound', 'Unbound', 'BindFailed', 'UnbindFailed', 'Deleting', name='arq_state'), nullable=False),
     sa.Column('device_profile_id', sa.Integer(), nullable=False),
@@ -165,8 +166,8 @@ def upgrade():
     sa.UniqueConstraint('attach_handle_id', name='uniq_extended_accelerator_requests0attach_handle_id'),
     sa.UniqueConstraint('uuid', name='uniq_extended_accelerator_requests0uuid')
     )
-    op.create_index('extended_arqs_device_profile_id_idx', 'extended_accelerator_requests', ['device_profile_id'])
-    op.create_index('extended_arqs_instance_uuid_idx', 'extended_accelerator_requests', ['instance_uuid'])
-    op.create_index('extended_arqs_project_id_idx', 'extended_accelerator_requests', ['project_id'])
-    op.create_index('extended_arqs_state_idx', 'extended_accelerator_requests', ['state'])
+    migration.create_index('extended_arqs_device_profile_id_idx', 'extended_accelerator_requests', ['device_profile_id'])
+    migration.create_index('extended_arqs_instance_uuid_idx', 'extended_accelerator_requests', ['instance_uuid'])
+    migration.create_index('extended_arqs_project_id_idx', 'extended_accelerator_requests', ['project_id'])
+    migration.create_index('extended_arqs_state_idx', 'extended_accelerator_requests', ['state'])
 

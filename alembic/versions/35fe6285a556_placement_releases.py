@@ -13,8 +13,9 @@ table: the previous release runs on the expanded schema unchanged (it
 neither writes nor reads it).
 """
 
-from alembic import op
 import sqlalchemy as sa
+
+from cyborg.db import migration
 
 
 revision = '35fe6285a556'
@@ -24,7 +25,7 @@ depends_on = None
 
 
 def upgrade():
-    op.create_table(
+    migration.create_table(
         'placement_releases',
         sa.Column('consumer_uuid', sa.String(length=36), nullable=False),
         sa.Column('id', sa.Integer(), autoincrement=True, nullable=False),

@@ -19,8 +19,7 @@ them.  The tables are rebuilt (they are small).  The previous release
 runs on the changed schema unchanged: its lookups just match exactly.
 """
 
-from alembic import op
-import sqlalchemy as sa
+from cyborg.db import migration
 
 
 revision = '48d9677effd2'
@@ -35,10 +34,5 @@ _COLUMNS = (('device_profiles', 'name', False),
 
 
 def upgrade():
-    if op.get_bind().dialect.name not in ('mysql', 'mariadb'):
-        return
     for table, column, nullable in _COLUMNS:
-        op.alter_column(table, column,
-                        type_=sa.String(255, collation='utf8mb4_bin'),
-                        existing_type=sa.String(255),
-                        existing_nullable=nullable)
+        migration.exact_name(table, column, nullable)

@@ -10,8 +10,9 @@ creates of one project count its usage one after the other
 (cyborg.db.api.quotas, doc/source/quotas.rst).
 """
 
-from alembic import op
 import sqlalchemy as sa
+
+from cyborg.db import migration
 
 
 revision = '7d3e9b2a4c15'
@@ -21,7 +22,7 @@ depends_on = None
 
 
 def upgrade():
-    op.create_table(
+    migration.create_table(
         'quota_locks',
         sa.Column('id', sa.Integer(), autoincrement=True, nullable=False),
         sa.Column('created_at', sa.DateTime(), nullable=True),

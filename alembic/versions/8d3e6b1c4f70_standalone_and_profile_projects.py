@@ -16,6 +16,8 @@ string rather than an enum, validated by the application
 from alembic import op
 import sqlalchemy as sa
 
+from cyborg.db import migration
+
 
 revision = '8d3e6b1c4f70'
 down_revision = '7d3e9b2a4c15'
@@ -24,12 +26,15 @@ depends_on = None
 
 
 def upgrade():
+    columns = migration.missing_columns(
+        'device_profiles',
+        sa.Column('project_id', sa.String(length=255), nullable=True),
+        sa.Column('visibility', sa.String(length=16),
+                  server_default='public', nullable=False))
     with op.batch_alter_table('device_profiles') as batch:
-        batch.add_column(sa.Column('project_id', sa.String(length=255),
-                                   nullable=True))
-        batch.add_column(sa.Column('visibility', sa.String(length=16),
-                                   server_default='public', nullable=False))
-    op.create_table(
+        for column in columns:
+            batch.add_column(column)
+    migration.create_table(
         'device_profile_projects',
         sa.Column('profile_id', sa.Integer(), nullable=False),
         sa.Column('project_id', sa.String(length=255), nullable=False),
@@ -43,10 +48,12 @@ def upgrade():
                             name='uniq_device_profile_projects0'
                                  'profile_id0project_id'),
     )
-    op.create_index('device_profile_projects_project_id_idx',
-                    'device_profile_projects', ['project_id'])
+    migration.create_index('device_profile_projects_project_id_idx',
+                           'device_profile_projects', ['project_id'])
+    columns = migration.missing_columns(
+        'extended_accelerator_requests',
+        sa.Column('consumer_id', sa.String(length=255), nullable=True),
+        sa.Column('consumer_type', sa.String(length=255), nullable=True))
     with op.batch_alter_table('extended_accelerator_requests') as batch:
-        batch.add_column(sa.Column('consumer_id', sa.String(length=255),
-                                   nullable=True))
-        batch.add_column(sa.Column('consumer_type', sa.String(length=255),
-                                   nullable=True))
+        for column in columns:
+            batch.add_column(column)

@@ -21,6 +21,8 @@ Create Date: 2026-11-30 10:00:00
 from alembic import op
 import sqlalchemy as sa
 
+from cyborg.db import migration
+
 
 revision = '8d4e2b6f1a37'
 down_revision = '5c1f0a7e9b21'
@@ -28,15 +30,22 @@ branch_labels = None
 depends_on = None
 
 
+def _add(table, column, index=None):
+    columns = migration.missing_columns(table, column)
+    index = index and not migration.has_index(table, index) and index
+    with op.batch_alter_table(table) as batch:
+        for missing in columns:
+            batch.add_column(missing)
+        if index:
+            batch.create_index(index, [column.name])
+
+
 def upgrade():
-    with op.batch_alter_table('extended_accelerator_requests') as batch:
-        batch.add_column(sa.Column('bind_owner', sa.String(length=255),
-                                   nullable=True))
-        batch.create_index('extended_arqs_bind_owner_idx', ['bind_owner'])
-    with op.batch_alter_table('nova_events') as batch:
-        batch.add_column(sa.Column('owner', sa.String(length=255),
-                                   nullable=True))
-        batch.create_index('nova_events_owner_idx', ['owner'])
-    with op.batch_alter_table('hosts') as batch:
-        batch.add_column(sa.Column('compute_node_name',
-                                   sa.String(length=255), nullable=True))
+    _add('extended_accelerator_requests',
+         sa.Column('bind_owner', sa.String(length=255), nullable=True),
+         'extended_arqs_bind_owner_idx')
+    _add('nova_events', sa.Column('owner', sa.String(length=255),
+                                  nullable=True),
+         'nova_events_owner_idx')
+    _add('hosts', sa.Column('compute_node_name', sa.String(length=255),
+                            nullable=True))

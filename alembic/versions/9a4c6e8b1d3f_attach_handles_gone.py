@@ -15,6 +15,8 @@ schema unchanged (it neither sets nor reads it).
 from alembic import op
 import sqlalchemy as sa
 
+from cyborg.db import migration
+
 
 revision = '9a4c6e8b1d3f'
 down_revision = '48d9677effd2'
@@ -23,6 +25,9 @@ depends_on = None
 
 
 def upgrade():
-    with op.batch_alter_table('attach_handles') as batch:
-        batch.add_column(sa.Column('gone', sa.Boolean(), nullable=False,
-                                   server_default='0'))
+    for column in migration.missing_columns(
+            'attach_handles',
+            sa.Column('gone', sa.Boolean(), nullable=False,
+                      server_default='0')):
+        with op.batch_alter_table('attach_handles') as batch:
+            batch.add_column(column)

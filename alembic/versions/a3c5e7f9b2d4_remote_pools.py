@@ -15,6 +15,8 @@ handle, so the ``attach_type`` enum of attach_handles is left alone.
 from alembic import op
 import sqlalchemy as sa
 
+from cyborg.db import migration
+
 
 revision = 'a3c5e7f9b2d4'
 down_revision = '8d4e2b6f1a37'
@@ -23,7 +25,7 @@ depends_on = None
 
 
 def upgrade():
-    op.create_table(
+    migration.create_table(
         'remote_pools',
         sa.Column('uuid', sa.String(length=36), nullable=False),
         sa.Column('name', sa.String(length=255), nullable=False),
@@ -43,7 +45,7 @@ def upgrade():
         sa.UniqueConstraint('name', name='uniq_remote_pools0name'),
         sa.UniqueConstraint('rp_uuid', name='uniq_remote_pools0rp_uuid'),
         sa.UniqueConstraint('uuid', name='uniq_remote_pools0uuid'))
-    op.create_table(
+    migration.create_table(
         'remote_pool_handles',
         sa.Column('uuid', sa.String(length=36), nullable=False),
         sa.Column('pool_id', sa.Integer(), nullable=False),
@@ -61,21 +63,28 @@ def upgrade():
                             name='uniq_remote_pool_handles0pool_id0'
                                  'fabric_address'),
         sa.UniqueConstraint('uuid', name='uniq_remote_pool_handles0uuid'))
-    op.create_index('remote_pool_handles_pool_id_in_use_idx',
-                    'remote_pool_handles', ['pool_id', 'in_use'])
-    with op.batch_alter_table('extended_accelerator_requests') as batch:
-        batch.add_column(sa.Column('remote_pool_id', sa.Integer(),
-                                   nullable=True))
-        batch.add_column(sa.Column('remote_handle_id', sa.Integer(),
-                                   nullable=True))
-        batch.create_foreign_key(
-            'extended_arqs_remote_pool_id_fkey', 'remote_pools',
-            ['remote_pool_id'], ['id'], ondelete='SET NULL')
-        batch.create_foreign_key(
-            'extended_arqs_remote_handle_id_fkey', 'remote_pool_handles',
-            ['remote_handle_id'], ['id'], ondelete='SET NULL')
-        batch.create_unique_constraint(
-            'uniq_extended_accelerator_requests0remote_handle_id',
-            ['remote_handle_id'])
-        batch.create_index('extended_arqs_remote_pool_id_idx',
-                           ['remote_pool_id'])
+    migration.create_index('remote_pool_handles_pool_id_in_use_idx',
+                           'remote_pool_handles', ['pool_id', 'in_use'])
+    table = 'extended_accelerator_requests'
+    columns = migration.missing_columns(
+        table, sa.Column('remote_pool_id', sa.Integer(), nullable=True),
+        sa.Column('remote_handle_id', sa.Integer(), nullable=True))
+    keys = [(name, target, column) for name, target, column in (
+        ('extended_arqs_remote_pool_id_fkey', 'remote_pools',
+         'remote_pool_id'),
+        ('extended_arqs_remote_handle_id_fkey', 'remote_pool_handles',
+         'remote_handle_id')) if not migration.has_foreign_key(table, name)]
+    unique = 'uniq_extended_accelerator_requests0remote_handle_id'
+    unique = not migration.has_index(table, unique) and unique
+    index = 'extended_arqs_remote_pool_id_idx'
+    index = not migration.has_index(table, index) and index
+    with op.batch_alter_table(table) as batch:
+        for column in columns:
+            batch.add_column(column)
+        for name, target, column in keys:
+            batch.create_foreign_key(name, target, [column], ['id'],
+                                     ondelete='SET NULL')
+        if unique:
+            batch.create_unique_constraint(unique, ['remote_handle_id'])
+        if index:
+            batch.create_index(index, ['remote_pool_id'])

@@ -18,6 +18,8 @@ unchanged (it neither sets nor reads it).
 from alembic import op
 import sqlalchemy as sa
 
+from cyborg.db import migration
+
 
 revision = 'b7e1d3f5a9c2'
 down_revision = 'f3a7c1d9e5b2'
@@ -26,6 +28,9 @@ depends_on = None
 
 
 def upgrade():
-    with op.batch_alter_table('hosts') as batch:
-        batch.add_column(sa.Column('sync_serial', sa.Integer(),
-                                   nullable=False, server_default='0'))
+    for column in migration.missing_columns(
+            'hosts',
+            sa.Column('sync_serial', sa.Integer(),
+                      nullable=False, server_default='0')):
+        with op.batch_alter_table('hosts') as batch:
+            batch.add_column(column)

@@ -33,6 +33,8 @@ Nothing else to do on SQLite and PostgreSQL.
 from alembic import op
 import sqlalchemy as sa
 
+from cyborg.db import migration
+
 
 revision = 'c3f1a7d92e58'
 down_revision = '9a4c6e8b1d3f'
@@ -49,13 +51,11 @@ _EXACT = (('quota_locks', 'project_id', False),
 
 
 def upgrade():
-    with op.batch_alter_table('quota_locks') as batch:
-        batch.add_column(sa.Column('generation', sa.BigInteger(),
-                                   nullable=False, server_default='0'))
-    if op.get_bind().dialect.name not in ('mysql', 'mariadb'):
-        return
+    for column in migration.missing_columns(
+            'quota_locks',
+            sa.Column('generation', sa.BigInteger(), nullable=False,
+                      server_default='0')):
+        with op.batch_alter_table('quota_locks') as batch:
+            batch.add_column(column)
     for table, column, nullable in _EXACT:
-        op.alter_column(table, column,
-                        type_=sa.String(255, collation='utf8mb4_bin'),
-                        existing_type=sa.String(255),
-                        existing_nullable=nullable)
+        migration.exact_name(table, column, nullable)

@@ -12,6 +12,8 @@ runs on the expanded schema unchanged.
 
 from alembic import op
 
+from cyborg.db import migration
+
 
 revision = 'c4e8a2f6d913'
 down_revision = '8d3e6b1c4f70'
@@ -20,5 +22,7 @@ depends_on = None
 
 
 def upgrade():
+    if migration.has_index('deployables', 'deployables_gone_idx'):
+        return
     with op.batch_alter_table('deployables') as batch:
         batch.create_index('deployables_gone_idx', ['gone'])

@@ -25,8 +25,7 @@ release runs on the changed schema unchanged: its lookups just match
 exactly.
 """
 
-from alembic import op
-import sqlalchemy as sa
+from cyborg.db import migration
 
 
 revision = 'd4b8e2f1a7c3'
@@ -41,10 +40,5 @@ _EXACT = (('hosts', 'hostname', False),
 
 
 def upgrade():
-    if op.get_bind().dialect.name not in ('mysql', 'mariadb'):
-        return
     for table, column, nullable in _EXACT:
-        op.alter_column(table, column,
-                        type_=sa.String(255, collation='utf8mb4_bin'),
-                        existing_type=sa.String(255),
-                        existing_nullable=nullable)
+        migration.exact_name(table, column, nullable)

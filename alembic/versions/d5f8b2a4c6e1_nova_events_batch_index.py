@@ -12,7 +12,7 @@ waited for the transactions of every bind recording its own.  An index:
 the previous release runs on the expanded schema unchanged.
 """
 
-from alembic import op
+from cyborg.db import migration
 
 
 revision = 'd5f8b2a4c6e1'
@@ -22,4 +22,5 @@ depends_on = None
 
 
 def upgrade():
-    op.create_index('nova_events_batch_id_idx', 'nova_events', ['batch_id'])
+    migration.create_index('nova_events_batch_id_idx', 'nova_events',
+                           ['batch_id'])

@@ -16,6 +16,8 @@ the expanded schema unchanged (it neither sets nor reads it).
 from alembic import op
 import sqlalchemy as sa
 
+from cyborg.db import migration
+
 
 revision = 'e2b4d6f8a1c3'
 down_revision = 'c4e8a2f6d913'
@@ -24,8 +26,13 @@ depends_on = None
 
 
 def upgrade():
+    columns = migration.missing_columns(
+        'deployables',
+        sa.Column('programming_until', sa.DateTime(), nullable=True))
+    index = 'deployables_programming_until_idx'
+    index = not migration.has_index('deployables', index) and index
     with op.batch_alter_table('deployables') as batch:
-        batch.add_column(sa.Column('programming_until', sa.DateTime(),
-                                   nullable=True))
-        batch.create_index('deployables_programming_until_idx',
-                           ['programming_until'])
+        for column in columns:
+            batch.add_column(column)
+        if index:
+            batch.create_index(index, ['programming_until'])

@@ -16,6 +16,8 @@ unchanged (it neither sets nor reads it; its binds' rows carry NULL).
 from alembic import op
 import sqlalchemy as sa
 
+from cyborg.db import migration
+
 
 revision = 'f3a7c1d9e5b2'
 down_revision = 'e2b4d6f8a1c3'
@@ -24,6 +26,9 @@ depends_on = None
 
 
 def upgrade():
-    with op.batch_alter_table('extended_accelerator_requests') as batch:
-        batch.add_column(sa.Column('bind_id', sa.String(36),
-                                   nullable=True))
+    for column in migration.missing_columns(
+            'extended_accelerator_requests',
+            sa.Column('bind_id', sa.String(36),
+                      nullable=True)):
+        with op.batch_alter_table('extended_accelerator_requests') as batch:
+            batch.add_column(column)

@@ -5,7 +5,12 @@
     cyborg-dbsync stamp [--revision REV]
     cyborg-dbsync revision -m MESSAGE [--autogenerate]
 
-``upgrade`` is idempotent and safe to run on every deployment.
+``upgrade`` is idempotent and safe to run on every deployment, and again
+after an interrupted run (doc/source/upgrade.rst).  It refuses a database
+a newer release upgraded, and a ``--revision`` older than the database's
+(downgrades are not supported: restore the backup).  A table another
+session holds for ``--lock-wait`` seconds ends it with the sessions
+named: retry once they are done.
 """
 
 import sys
@@ -22,7 +27,9 @@ LOG = logging.getLogger(__name__)
 
 
 def do_upgrade(conf):
-    migration.upgrade(conf, conf.command.revision)
+    migration.check_upgrade(migration.version(conf), conf.command.revision)
+    migration.upgrade(conf, conf.command.revision,
+                      lock_wait=conf.command.lock_wait)
     print('Database schema is at revision %s' % migration.version(conf))
 
 
@@ -49,6 +56,13 @@ def _add_parsers(subparsers):
         parser = subparsers.add_parser(name, help=help_text)
         parser.add_argument('--revision', default='head')
         parser.set_defaults(func=func)
+        if name == 'upgrade':
+            parser.add_argument(
+                '--lock-wait', type=int, default=migration.LOCK_WAIT,
+                metavar='SECONDS',
+                help='Give up after this long waiting for a table another '
+                     'session holds (every query of the table waits '
+                     'meanwhile); default %(default)s.')
 
     parser = subparsers.add_parser(
         'version', help='Print the schema revision of the database.')
@@ -78,6 +92,10 @@ def main(argv=None):
     service.prepare(argv, conf=conf, prog='cyborg-dbsync')
     try:
         conf.command.func(conf)
+    except migration.UpgradeRefused as exc:
+        # What to do is the message: no traceback, no log prefix.
+        print('cyborg-dbsync: %s' % exc, file=sys.stderr)
+        sys.exit(1)
     except sqlalchemy.exc.OperationalError as exc:
         LOG.error('Database error: %s', exc.orig or exc)
         sys.exit(1)

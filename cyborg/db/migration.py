@@ -17,8 +17,16 @@ import sys
 from alembic import command as alembic_command
 from alembic import config as alembic_config
 from alembic import migration as alembic_migration
+from alembic import op
 from alembic import script as alembic_script
 import sqlalchemy as sa
+
+from cyborg.db import models
+
+# Seconds a migration waits for a table another session holds (MariaDB's
+# metadata lock, PostgreSQL's table lock) before it gives up: meanwhile
+# every query of that table queues behind the waiting ALTER.
+LOCK_WAIT = 30
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _DATA_ENV_PY = ('share', 'cyborg', 'alembic', 'env.py')
@@ -58,13 +66,20 @@ def script_location():
                        % ', '.join(os.path.normpath(p) for p in candidates))
 
 
-def _config(url, connection=None):
+class UpgradeRefused(Exception):
+    """The schema cannot be brought where asked; the message says why and
+    what to do."""
+
+
+def _config(url, connection=None, lock_wait=None):
     config = alembic_config.Config()
     config.set_main_option('script_location', script_location())
     # configparser interpolation: a literal '%' in a password must be '%%'.
     config.set_main_option('sqlalchemy.url', url.replace('%', '%%'))
     if connection is not None:
         config.attributes['connection'] = connection
+    # Read by alembic/env.py: None waits as long as the server does.
+    config.attributes['lock_wait'] = lock_wait
     return config
 
 
@@ -74,9 +89,86 @@ def _url(conf_or_url):
     return conf_or_url.database.connection
 
 
-def upgrade(conf_or_url, revision='head'):
-    """Bring the schema up to ``revision`` (idempotent)."""
-    alembic_command.upgrade(_config(_url(conf_or_url)), revision)
+def upgrade(conf_or_url, revision='head', lock_wait=LOCK_WAIT,
+            connection=None):
+    """Bring the schema up to ``revision`` (idempotent; after an
+    interruption at any statement, running it again finishes the job).
+    A table another session holds for more than ``lock_wait`` seconds
+    ends it with UpgradeRefused naming the sessions in a transaction."""
+    url = _url(conf_or_url)
+    try:
+        alembic_command.upgrade(_config(url, connection, lock_wait),
+                                revision)
+    except sa.exc.OperationalError as exc:
+        if not _lock_wait_timeout(exc):
+            raise
+        raise UpgradeRefused(
+            'gave up after %s s waiting for a table another session holds '
+            '(a long transaction: %s); nothing is lost, run cyborg-dbsync '
+            'upgrade again once it has ended'
+            % (lock_wait, _transactions(url))) from exc
+
+
+def _lock_wait_timeout(exc):
+    orig = getattr(exc, 'orig', None)
+    # MariaDB/MySQL ER_LOCK_WAIT_TIMEOUT; PostgreSQL lock_not_available.
+    return ((getattr(orig, 'args', None) or (None,))[0] == 1205
+            or getattr(orig, 'pgcode', None) == '55P03')
+
+
+def _transactions(url):
+    """The other sessions of the database in a transaction, in words."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            if connection.dialect.name in ('mysql', 'mariadb'):
+                rows = connection.execute(sa.text(
+                    'SELECT p.id, p.user, p.host, t.trx_started '
+                    'FROM information_schema.innodb_trx t '
+                    'JOIN information_schema.processlist p '
+                    'ON p.id = t.trx_mysql_thread_id '
+                    'WHERE p.id != CONNECTION_ID() '
+                    'ORDER BY t.trx_started')).all()
+                what = 'session %s of %s@%s, in a transaction since %s'
+            elif connection.dialect.name == 'postgresql':
+                rows = connection.execute(sa.text(
+                    'SELECT pid, usename, client_addr, xact_start '
+                    'FROM pg_stat_activity '
+                    'WHERE datname = current_database() '
+                    'AND pid != pg_backend_pid() '
+                    'AND xact_start IS NOT NULL '
+                    'ORDER BY xact_start')).all()
+                what = 'pid %s of %s from %s, in a transaction since %s'
+            else:
+                rows = []
+    except sa.exc.DBAPIError:
+        return 'could not list them'
+    finally:
+        engine.dispose()
+    return '; '.join(what % tuple(row) for row in rows) or 'none seen now'
+
+
+def check_upgrade(current, target):
+    """UpgradeRefused unless upgrading a database at ``current`` (None:
+    empty) to ``target`` is an upgrade this release can run."""
+    scripts = alembic_script.ScriptDirectory.from_config(_config('sqlite://'))
+    if current is None:
+        return
+    if not known(current):
+        raise UpgradeRefused(
+            'the database is at schema revision %s, which a newer release '
+            'of cyborg upgraded it to; this release cannot change it (run '
+            'that release\'s cyborg-dbsync, or restore the backup taken '
+            'before the upgrade)' % current)
+    if target in ('head', 'heads', current):
+        return
+    if target == 'base' or any(
+            script.revision == target
+            for script in scripts.iterate_revisions(current, 'base')):
+        raise UpgradeRefused(
+            'the database is at schema revision %s, newer than %s: '
+            'downgrades are not supported: restore the backup taken '
+            'before the upgrade' % (current, target))
 
 
 def stamp(conf_or_url, revision='head'):
@@ -113,3 +205,96 @@ def version(conf_or_url):
             return context.get_current_revision()
     finally:
         engine.dispose()
+
+
+# Steps for the scripts under alembic/versions.  MariaDB and MySQL commit
+# each DDL statement at once: a migration interrupted between two of them
+# (a signal, a lost connection, a lock wait given up) leaves the first
+# done and the revision unchanged, and is run again from its start.  So
+# each step looks before it adds what may already be there.
+
+def _inspector():
+    return sa.inspect(op.get_bind())
+
+
+def has_table(table):
+    return _inspector().has_table(table)
+
+
+def missing_columns(table, *columns):
+    """Those of ``columns`` (sa.Column) the table does not have yet."""
+    there = {column['name'] for column in _inspector().get_columns(table)}
+    return [column for column in columns if column.name not in there]
+
+
+def has_index(table, name):
+    """Whether ``table`` has an index or unique key called ``name``."""
+    inspector = _inspector()
+    names = {index['name'] for index in inspector.get_indexes(table)}
+    names |= {unique['name']
+              for unique in inspector.get_unique_constraints(table)}
+    return name in names
+
+
+def has_foreign_key(table, name):
+    return name in {key['name']
+                    for key in _inspector().get_foreign_keys(table)}
+
+
+def create_table(table, *items, **kwargs):
+    if not has_table(table):
+        op.create_table(table, *items, **kwargs)
+
+
+def create_index(name, table, columns):
+    if not has_index(table, name):
+        op.create_index(name, table, columns)
+
+
+def _unique_keys(table, column):
+    inspector = _inspector()
+    keys = {unique['name']: unique['column_names']
+            for unique in inspector.get_unique_constraints(table)}
+    keys.update((index['name'], index['column_names'])
+                for index in inspector.get_indexes(table)
+                if index.get('unique'))
+    return {name: columns for name, columns in keys.items()
+            if column in columns}
+
+
+def exact_name(table, column, nullable):
+    """On MariaDB and MySQL, compare ``table.column`` (a String(255)) with
+    models.EXACT_COLLATION; nothing elsewhere, nor where it already does.
+
+    Values equal under that collation but not under the column's own
+    (values differing in trailing spaces only, where the database's
+    collation is NO PAD, such as MySQL 8's default) would break a unique
+    key on the column: UpgradeRefused names them, before anything is
+    changed, to be renamed first."""
+    bind = op.get_bind()
+    if bind.dialect.name not in ('mysql', 'mariadb'):
+        return
+    collation = bind.execute(sa.text(
+        'SELECT collation_name FROM information_schema.columns '
+        'WHERE table_schema = DATABASE() AND table_name = :t '
+        'AND column_name = :c'), {'t': table, 'c': column}).scalar()
+    if collation == models.EXACT_COLLATION:
+        return
+    for key, columns in sorted(_unique_keys(table, column).items()):
+        grouped = ', '.join(
+            '`%s` COLLATE %s' % (name, models.EXACT_COLLATION)
+            if name == column else '`%s`' % name for name in columns)
+        clashes = bind.execute(sa.text(
+            "SELECT GROUP_CONCAT(CONCAT('\"', `%s`, '\"') SEPARATOR ' and ') "
+            'FROM `%s` GROUP BY %s HAVING COUNT(*) > 1 LIMIT 10'
+            % (column, table, grouped))).scalars().all()
+        if clashes:
+            raise UpgradeRefused(
+                'cannot make %s.%s compare exactly: its unique key %s would '
+                'then hold equal values (%s differ in trailing spaces only); '
+                'rename all but one of each, then run cyborg-dbsync upgrade '
+                'again' % (table, column, key, '; '.join(clashes)))
+    op.alter_column(table, column,
+                    type_=sa.String(255, collation=models.EXACT_COLLATION),
+                    existing_type=sa.String(255),
+                    existing_nullable=nullable)

@@ -31,7 +31,8 @@ NAME = sa.String(255)
 # profile ``FPGA-SMALL`` could not be made beside it.  Both still ignore
 # trailing spaces (PAD SPACE): readers by name check the name they got.
 # Host names too: ``Compute-1`` and ``compute-1`` are two hosts.
-EXACT_NAME = NAME.with_variant(sa.String(255, collation='utf8mb4_bin'),
+EXACT_COLLATION = 'utf8mb4_bin'
+EXACT_NAME = NAME.with_variant(sa.String(255, collation=EXACT_COLLATION),
                                'mysql', 'mariadb')
 # What a TEXT column holds on MariaDB and MySQL: 65535 bytes (of UTF-8).
 # PostgreSQL and SQLite hold more; what cyborg accepts for one (report

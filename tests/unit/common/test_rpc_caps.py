@@ -35,11 +35,25 @@ def test_history_is_one_line_per_version_and_releases_point_into_it():
 
 
 @pytest.mark.parametrize('value, conductor_cap, agent_cap', [
-    ('', None, None), ('  ', None, None), ('1.0', '1.0', '1.0'),
-    ('1.1', '1.1', '1.1'), ('2027.1', '1.4', '1.1')])
+    ('', None, None), ('  ', None, None), ('1.4', '1.4', None),
+    ('1.1', None, '1.1'), ('2027.1', '1.4', '1.1')])
 def test_caps_resolve(value, conductor_cap, agent_cap):
-    assert conductor_rpcapi.resolve_cap(value) == conductor_cap
-    assert agent_rpcapi.resolve_cap(value) == agent_cap
+    if conductor_cap is not None or not value.strip():
+        assert conductor_rpcapi.resolve_cap(value) == conductor_cap
+    if agent_cap is not None or not value.strip():
+        assert agent_rpcapi.resolve_cap(value) == agent_cap
+
+
+@pytest.mark.parametrize('value', ['1.0', '1.1', '1.3'])
+def test_conductor_caps_below_the_oldest_release_are_refused_at_start(
+        conf, value):
+    """No conductor that old runs beside this release: an API capped
+    there could not even create a device profile (it always sends 1.2)."""
+    with pytest.raises(ValueError, match='older than the oldest release '
+                                         'this one runs beside .2027.1'):
+        conductor_rpcapi.resolve_cap(value)
+    with pytest.raises(ValueError, match='set 2027.1 or a later version'):
+        conf.set_override('conductor', value, group='upgrade_levels')
 
 
 @pytest.mark.parametrize('value', ['9.9', 'zed', '1', 'latest'])
@@ -51,8 +65,10 @@ def test_unknown_caps_are_refused_at_start(conf, value):
 
 
 def test_capped_agent_sends_no_health_report_and_says_so_once(
-        conf, caplog):
-    conf.set_override('conductor', '1.0', group='upgrade_levels')
+        conf, caplog, monkeypatch):
+    # No release serves below 1.4 any more (the option refuses it); the
+    # client still skips what its cap lacks.
+    monkeypatch.setattr(conductor_rpcapi, 'resolve_cap', lambda _v: '1.0')
     with agent_endpoint.serving(conf, HOST, None):
         api = conductor_rpcapi.ConductorAPI(conf, timeout=1)
         assert api.can_send('1.0') and not api.can_send('1.1')
