@@ -31,7 +31,8 @@ RELEASES = {
 
 def resolve_cap(value):
     """The version an ``[upgrade_levels]agent`` value caps at (None: no
-    cap); ValueError for an unknown one."""
+    cap); ValueError for an unknown one, or one older than the oldest
+    release in ``RELEASES``."""
     return rpc.resolve_cap(value, HISTORY, RELEASES, 'agent')
 
 

@@ -133,7 +133,10 @@ def version_tuple(version):
 def resolve_cap(value, history, releases, peer):
     """The version ``value`` (an [upgrade_levels] setting) caps at: a
     version of ``history`` (('1.0', what changed), ...) or a release name
-    of ``releases``; None for no cap.  ValueError says what is known."""
+    of ``releases``; None for no cap.  ValueError says what is known, or
+    that the version is older than the oldest release of ``releases``:
+    no ``peer`` that old runs beside this code, and the calls it always
+    sends would fail there."""
     value = (value or '').strip()
     if not value:
         return None
@@ -141,11 +144,25 @@ def resolve_cap(value, history, releases, peer):
         return releases[value]
     known = [version for version, _change in history]
     if value in known:
+        _check_not_older(value, releases, peer)
         return value
     raise ValueError(
         'unknown %s RPC version or release %r (versions: %s; releases: '
         '%s)' % (peer, value, ', '.join(known),
                  ', '.join(sorted(releases)) or 'none'))
+
+
+def _check_not_older(version, releases, peer):
+    if not releases:
+        return
+    oldest, oldest_version = min(
+        releases.items(), key=lambda item: version_tuple(item[1]))
+    if version_tuple(version) < version_tuple(oldest_version):
+        raise ValueError(
+            '%s RPC version %s is older than the oldest release this one '
+            'runs beside (%s, %s RPC %s): set %s or a later version, or '
+            'leave it empty' % (peer, version, oldest, peer, oldest_version,
+                                oldest))
 
 
 _CAPPED_LOGGED = set()

@@ -49,25 +49,12 @@ RELEASES = {
 }
 
 
-def _as_tuple(version):
-    return tuple(int(part) for part in version.split('.'))
-
-
 def resolve_cap(value):
     """The version an ``[upgrade_levels]conductor`` value caps at (None:
     no cap); ValueError for an unknown one, or one older than the oldest
-    release in ``RELEASES``: a conductor that old is not one this code
-    runs beside, and calls it always sends (device profiles) would fail.
-    """
-    cap = rpc.resolve_cap(value, HISTORY, RELEASES, 'conductor')
-    oldest = min(RELEASES.items(), key=lambda item: _as_tuple(item[1]))
-    if cap is not None and _as_tuple(cap) < _as_tuple(oldest[1]):
-        raise ValueError(
-            'conductor RPC version %s is older than the oldest release '
-            'this one runs beside (%s, conductor RPC %s): set %s or a '
-            'later version, or leave it empty' % (cap, oldest[0], oldest[1],
-                                                  oldest[0]))
-    return cap
+    release in ``RELEASES`` (an API capped there could not even create a
+    device profile: it always sends 1.2)."""
+    return rpc.resolve_cap(value, HISTORY, RELEASES, 'conductor')
 
 
 class ConductorAPI:

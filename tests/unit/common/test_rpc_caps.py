@@ -83,8 +83,19 @@ def test_capped_agent_sends_no_health_report_and_says_so_once(
     assert len(lines) == 1 and 'caps it at 1.0' in lines[0]
 
 
-def test_capped_conductor_neither_probes_nor_asks_preparation(conf, caplog):
-    conf.set_override('agent', '1.0', group='upgrade_levels')
+def test_agent_caps_below_the_oldest_release_are_refused_at_start(conf):
+    with pytest.raises(ValueError, match='agent RPC version 1.0 is older '
+                                         'than the oldest release'):
+        agent_rpcapi.resolve_cap('1.0')
+    with pytest.raises(ValueError, match='set 2027.1 or a later version'):
+        conf.set_override('agent', '1.0', group='upgrade_levels')
+
+
+def test_capped_conductor_neither_probes_nor_asks_preparation(
+        conf, caplog, monkeypatch):
+    # No release serves below 1.1 any more (the option refuses it); the
+    # client still skips what its cap lacks.
+    monkeypatch.setattr(agent_rpcapi, 'resolve_cap', lambda _v: '1.0')
     agent = agent_endpoint.RecordingAgent()
     with agent_endpoint.serving(conf, HOST, agent):
         api = agent_rpcapi.AgentAPI(conf, timeout=5)
