@@ -138,7 +138,7 @@ def test_a_service_failing_to_start_stops_the_process(conf):
 # SIGTERM while a finalizer runs, before it installed its own handling.
 _EARLY_SIGTERM = r'''
 import os, signal, sys
-sys.argv[0] = 'cyborg-early'
+sys.argv[0] = 'cyborg-conductor'
 import cyborg
 
 
@@ -156,11 +156,12 @@ print('still running after SIGTERM', flush=True)
 
 
 def test_an_early_sigterm_is_never_lost():
-    """Until a command installs its own handling, SIGTERM ends a console
-    script with status 0, even when it lands in a finalizer (where an
-    exception such as SystemExit would be printed and ignored, and the
-    process would run on deaf to it: a test run once waited 5 s for a
-    conductor stopped while it started)."""
+    """Until a service installs its own handling, SIGTERM ends one of
+    the long-running console scripts (``cyborg.SERVICES``) with status
+    0, even when it lands in a finalizer (where an exception such as
+    SystemExit would be printed and ignored, and the process would run
+    on deaf to it: a test run once waited 5 s for a conductor stopped
+    while it started)."""
     done = subprocess.run([sys.executable, '-c', _EARLY_SIGTERM],
                           capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (0, ''), done.stderr
