@@ -31,7 +31,9 @@ default), then the notification is dropped; while the broker is slow or
 away at most ``QUEUE_LIMIT`` wait, the oldest dropped beyond that.
 ``cyborg_notifications_total`` counts those the broker took,
 ``cyborg_notifications_dropped_total`` the others.  A process that exits
-waits up to ``EXIT_WAIT`` seconds for the queue (``flush``).
+waits up to ``EXIT_WAIT`` seconds for the queue (``flush``): a service
+when it stops (``cyborg.common.service``, whose exit skips atexit), any
+other process at exit.
 """
 
 import atexit
@@ -273,7 +275,8 @@ class _Sender:
     def flush(self, timeout=None):
         with self._cond:
             return self._cond.wait_for(
-                lambda: not self._queue and not self._busy, timeout)
+                lambda: (not self._queue and not self._busy) or not (
+                    self._thread and self._thread.is_alive()), timeout)
 
     def discard(self):
         with self._cond:

@@ -423,6 +423,12 @@ class Launcher:
             if hasattr(service, 'wait'):
                 _quietly(service.wait, service)
                 LOG.debug('%s finished its in-flight work', service)
+        # Notifications still queued (the process exits with os._exit,
+        # which runs no atexit handler): published before the transports
+        # close, within notify.EXIT_WAIT.
+        notify = sys.modules.get('cyborg.common.notify')
+        if notify is not None:
+            _quietly(lambda: notify.flush(notify.EXIT_WAIT), 'notifications')
         # Closing the broker connections politely joins oslo.messaging's
         # consumer threads, each of which notices only at the end of its
         # current poll (up to a second each): bounded, because nothing is

@@ -282,7 +282,8 @@ def exact_name(table, column, nullable):
         return
     for key, columns in sorted(_unique_keys(table, column).items()):
         grouped = ', '.join(
-            '`%s` COLLATE %s' % (name, models.EXACT_COLLATION)
+            'CONVERT(`%s` USING utf8mb4) COLLATE %s' % (
+                name, models.EXACT_COLLATION)
             if name == column else '`%s`' % name for name in columns)
         clashes = bind.execute(sa.text(
             "SELECT GROUP_CONCAT(CONCAT('\"', `%s`, '\"') SEPARATOR ' and ') "

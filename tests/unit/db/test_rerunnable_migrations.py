@@ -110,3 +110,32 @@ def test_names_equal_but_for_trailing_spaces_are_named_first():
             assert migration.version(url) == migration.head()
         finally:
             engine.dispose()
+
+
+def test_a_utf8mb3_database_still_upgrades():
+    """A database created with the utf8 (utf8mb3) character set, as
+    older guides did: the exact-name migrations convert its name columns
+    to utf8mb4 as before (the look for clashes cannot compare a utf8mb3
+    column in a utf8mb4 collation without converting it)."""
+    with databases.throwaway_database('mysql') as url:
+        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+        try:
+            with engine.begin() as connection:
+                connection.execute(sa.text(
+                    'ALTER DATABASE %s CHARACTER SET utf8mb3 '
+                    'COLLATE utf8mb3_general_ci'
+                    % sa.make_url(url).database))
+            migration.upgrade(url, '35fe6285a556')
+            with engine.begin() as connection:
+                connection.execute(sa.text(
+                    "INSERT INTO device_profiles (uuid, name, profile_json) "
+                    "VALUES ('u1', 'gpu', '[]'), ('u2', 'fpga-é', '[]')"))
+            migration.upgrade(url)
+            assert migration.version(url) == migration.head()
+            with engine.begin() as connection:
+                names = connection.execute(sa.text(
+                    'SELECT name FROM device_profiles ORDER BY uuid'
+                )).scalars().all()
+            assert names == ['gpu', 'fpga-é']
+        finally:
+            engine.dispose()
