@@ -28,6 +28,7 @@ from cyborg import version
 from cyborg.api import app as api_app
 from cyborg.api import auth
 from cyborg.api import faults
+from cyborg.common import exception
 from cyborg.common import policy
 from cyborg.common import quota
 from cyborg.common import service
@@ -173,7 +174,16 @@ class WorkerPool:
         (a worker forked before and not yet listening for SIGHUP has it
         blocked until it does: see ``_spawn``)."""
         LOG.info('SIGHUP: re-reading the mutable options')
-        self.conf.mutate_config_files()
+        try:
+            self.conf.mutate_config_files()
+        except BaseException as exc:  # noqa: BLE001 - the API stays up
+            # A bad value in the file: oslo.config raises SystemExit for
+            # an option of the command line.  The parent, and the workers
+            # it starts, keep the options they had.
+            LOG.error('SIGHUP: the configuration files could not be read '
+                      '(%s); keeping the options in use, and not passing '
+                      'SIGHUP on', exception.first_line(exc))
+            return
         for pid in list(self._children):
             _signal(pid, signal.SIGHUP)
 

@@ -30,9 +30,11 @@ the one line and exit status 2 of ``config_error``, never a traceback
 later on.
 """
 
+import contextlib
 import copy
 import importlib.metadata
 import itertools
+import logging as std_logging
 import os
 import re
 import signal
@@ -42,6 +44,7 @@ import time
 
 from oslo_config import cfg
 from oslo_log import log as logging
+from oslo_log import versionutils
 
 import cyborg.conf
 from cyborg import version
@@ -92,8 +95,32 @@ def parse_args(conf, argv, prog=None):
     check_all_values(argv, cyborg.conf.default_config_files(),
                      cyborg.conf.default_config_dirs())
     cyborg.conf.parse_args(conf, argv, prog=prog)
-    check_registered_values(conf)
+    with _deprecations_untold(conf):
+        check_registered_values(conf)
     return conf
+
+
+@contextlib.contextmanager
+def _deprecations_untold(conf):
+    """Reads of ``conf`` that tell no deprecated option name: oslo.config
+    says each once per process (and per ConfigOpts), when it is first
+    read.  Reading every option to check its value, before logging is set
+    up, would use that once up on stderr: the process's log would never
+    say it."""
+    quiet = std_logging.getLogger('oslo_config.cfg')
+    was_disabled, quiet.disabled = quiet.disabled, True
+    sent = {message: list(args) for message, args in
+            versionutils._deprecated_messages_sent.items()}
+    emitted = set(getattr(conf, '_emitted_deprecations', ()))
+    try:
+        yield
+    finally:
+        quiet.disabled = was_disabled
+        versionutils._deprecated_messages_sent.clear()
+        versionutils._deprecated_messages_sent.update(sent)
+        if hasattr(conf, '_emitted_deprecations'):
+            conf._emitted_deprecations.clear()
+            conf._emitted_deprecations.update(emitted)
 
 
 # The options a cyborg process may read, by their oslo.config.opts entry
@@ -143,17 +170,13 @@ def check_all_values(argv, default_config_files, default_config_dirs,
             except cfg.DuplicateOptError:
                 pass    # listed twice, differently: one is checked
     config_args, _rest = split_config_options(argv)
-    # oslo.config logs a deprecated option name each time a ConfigOpts
-    # reads it: the process's own parse will say it, once, in its log.
-    quiet = logging.getLogger('oslo_config.cfg').logger
-    was_disabled, quiet.disabled = quiet.disabled, True
     try:
-        probe(config_args, project='cyborg',
-              default_config_files=default_config_files,
-              default_config_dirs=default_config_dirs)
-        check_registered_values(probe)
+        with _deprecations_untold(probe):
+            probe(config_args, project='cyborg',
+                  default_config_files=default_config_files,
+                  default_config_dirs=default_config_dirs)
+            check_registered_values(probe)
     finally:
-        quiet.disabled = was_disabled
         probe.clear()
 
 

@@ -122,6 +122,13 @@ class _Request(cheroot_server.HTTPRequest):
         self.conn.read_deadline = None
         if self.conn.read_timed_out:
             self.close_connection = True
+        # A body the app did not read (/healthcheck, a CORS preflight):
+        # cheroot would read it all before a keep-alive response, with
+        # its idle timeout for each read only (a client announcing a
+        # large body, then sending a byte now and then, would hold the
+        # thread for good).  The connection closes instead.
+        if getattr(self.rfile, 'remaining', 0) > 0:
+            self.close_connection = True
 
     def simple_response(self, status, msg=''):
         self._response_starts()

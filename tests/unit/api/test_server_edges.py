@@ -198,3 +198,38 @@ def test_the_deadline_is_each_request_s_not_the_connection_s(server):
             time.sleep(READ_TIMEOUT / 2 + 0.2)
     finally:
         client.close()
+
+
+def test_a_body_nobody_reads_does_not_hold_the_thread(server):
+    """/healthcheck reads no body: cheroot read what a request announced
+    before its keep-alive response, each read with its idle timeout only,
+    so a client announcing a large body and sending a byte now and then
+    held the one request thread for good.  The connection closes
+    instead, and the next client is served."""
+    with _connection(server) as slow:
+        slow.sendall(b'GET /healthcheck HTTP/1.1\r\nHost: x\r\n'
+                     b'Content-Length: 1000000\r\n\r\n')
+        stop = threading.Event()
+
+        def trickle():
+            while not stop.wait(TRICKLE):
+                try:
+                    slow.sendall(b'x')
+                except OSError:
+                    return
+
+        sender = threading.Thread(target=trickle, daemon=True)
+        sender.start()
+        try:
+            status, headers, _body = _response(slow)
+            assert status == 200
+            assert headers.get('Connection') == 'close'
+            started = time.monotonic()
+            with _connection(server) as other:
+                other.sendall(b'GET /healthcheck HTTP/1.1\r\nHost: x\r\n'
+                              b'Connection: close\r\n\r\n')
+                assert _response(other)[0] == 200
+            assert time.monotonic() - started < READ_TIMEOUT
+        finally:
+            stop.set()
+            sender.join()

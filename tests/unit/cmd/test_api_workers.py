@@ -82,3 +82,24 @@ def test_a_worker_sent_sighup_as_it_starts_reloads(monkeypatch):
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_sighup_with_a_bad_value_in_the_file_keeps_the_api_up(
+        tmp_path):
+    """oslo.config exits (SystemExit) when the file now holds a bad value
+    of a command-line option: the parent, re-reading the mutable options
+    on SIGHUP, went down with it, and the workers with their parent."""
+    config = tmp_path / 'cyborg.conf'
+    config.write_text('[DEFAULT]\ndebug = true\n[api]\nauth_strategy = '
+                      'noauth\n')
+    conf = service.prepare(['--config-file', str(config)],
+                           prog='cyborg-api')
+    try:
+        pool = api_cmd.WorkerPool(conf, None, 0)
+        config.write_text('[DEFAULT]\ndebug = maybe\n[api]\n'
+                          'auth_strategy = noauth\n')
+        pool._reload_options()      # logs an ERROR, raises nothing
+        assert conf.debug is True
+    finally:
+        conf.reset()
+        conf.unregister_opts([])

@@ -236,3 +236,32 @@ def test_a_stopping_service_publishes_the_notifications_queued(
     finally:
         notify.reset()
         test_notifications.reset()
+
+
+_DEPRECATED_NAME = r'''
+import sys
+from oslo_messaging import opts as messaging_opts
+from cyborg.common import service
+conf = service.prepare(sys.argv[1:], prog='cyborg-conductor')
+for group, opts in messaging_opts.list_opts():
+    if group is None:   # as oslo.messaging's server does, where used
+        conf.register_opts([opt for opt in opts
+                            if opt.dest == 'executor_thread_pool_size'])
+assert conf.executor_thread_pool_size == 7
+'''
+
+
+def test_a_deprecated_option_name_is_told_in_the_log(tmp_path):
+    """Checking every option's value at start read each one before
+    logging was set up: oslo.config's one warning about a deprecated
+    name went to stderr then, and never to the service's log."""
+    config = tmp_path / 'cyborg.conf'
+    config.write_text('[DEFAULT]\nrpc_thread_pool_size = 7\n')
+    log_file = tmp_path / 'cyborg.log'
+    done = subprocess.run(
+        [sys.executable, '-c', _DEPRECATED_NAME, '--config-file',
+         str(config), '--log-file', str(log_file)],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert 'Option "rpc_thread_pool_size" from group "DEFAULT" is ' \
+        'deprecated' in log_file.read_text()
