@@ -113,10 +113,11 @@ class AgentManager:
     def remove_vgpu_mdev(self, context, pci_address, mdev_uuid,
                          asked_type=None):
         """Remove the mdev of the GPU at ``pci_address`` (of type
-        ``asked_type`` when given; no conductor sends one yet); removing
-        one that is gone is a success.  A uuid of another parent's (or
-        type's) mdev is a refusal (Conflict), nothing removed: a wrong
-        parent would remove someone else's vGPU."""
+        ``asked_type`` when given: conductors send it from agent RPC 1.2,
+        not while capped below); removing one that is gone is a success.
+        A uuid of another parent's (or type's) mdev is a refusal
+        (Conflict), nothing removed: a wrong parent would remove someone
+        else's vGPU."""
         from cyborg.agent import privileged
         # The helper checks the names, and that the mdev is the parent's.
         parent = (self._mdev_parent(pci_address, asked_type)

@@ -19,6 +19,8 @@ HISTORY = (
             'remove_vgpu_mdev, request_report'),
     ('1.1', 'Added probe_health (re-probe before re-admission) and '
             'prepare_device (the driver\'s preparation step on enable)'),
+    ('1.2', 'remove_vgpu_mdev takes asked_type (the mdev\'s type, checked '
+            'before removal)'),
 )
 RPC_API_VERSION = HISTORY[-1][0]
 
@@ -108,8 +110,18 @@ class AgentAPI:
             context, 'create_vgpu_mdev', pci_address=pci_address,
             asked_type=asked_type, mdev_uuid=mdev_uuid)
 
-    def remove_vgpu_mdev(self, context, hostname, pci_address, mdev_uuid):
-        """Remove mdev ``mdev_uuid``; no error if it is already gone."""
+    def remove_vgpu_mdev(self, context, hostname, pci_address, mdev_uuid,
+                         asked_type=None):
+        """Remove mdev ``mdev_uuid``; no error if it is already gone.
+        ``asked_type`` (the handle's mdev type) is sent from 1.2: the
+        agent then refuses a uuid of an mdev of another type, as it does
+        one of another parent.  While ``[upgrade_levels]agent`` caps
+        below 1.2 the removal is sent without it (the parent alone is
+        checked), as older agents take it."""
+        if asked_type is not None and self.can_send('1.2'):
+            return self._prepare(hostname, '1.2').call(
+                context, 'remove_vgpu_mdev', pci_address=pci_address,
+                mdev_uuid=mdev_uuid, asked_type=asked_type)
         return self._prepare(hostname, '1.0').call(
             context, 'remove_vgpu_mdev', pci_address=pci_address,
             mdev_uuid=mdev_uuid)

@@ -40,7 +40,7 @@ no ARQ row holds the claim any more (the stuck-bind periodic works on
 rows): the consumer is recorded (``placement_releases``).  The next
 allocation of the ARQ releases it before it claims; ``release_left_claims``,
 which ``fail_stuck`` runs, releases it once Placement answers and the ARQ
-is gone.
+is gone or in no bind.
 
 The call is synchronous: the API answers once the ARQ is Bound.  A profile
 that programs an FPGA can take longer than ``[api]conductor_timeout``;
@@ -406,9 +406,9 @@ def _owe_release(context, job, error):
     ``fail_stuck``, a delete or an unbind releases the claim once
     Placement answers.  One that has left it (deleted or unbound
     meanwhile, its release run before our claim landed) says nothing of
-    the claim any more: the consumer is recorded for the ARQ's next
-    allocation (``_release_owed``) or, once it is deleted,
-    ``release_left_claims``."""
+    the claim any more: the consumer is recorded for
+    ``release_left_claims`` (or the ARQ's next allocation,
+    ``_release_owed``, should that come first)."""
     try:
         if arq_db.bind_of(context, job['uuid']) == job['bind_id']:
             LOG.warning('Could not release the claim of accelerator '
@@ -425,40 +425,50 @@ def _owe_release(context, job, error):
                       'delete %s)', job['uuid'], error, job['uuid'])
         return
     LOG.warning('Could not release the claim of accelerator request %s, '
-                'deleted or unbound while it was allocated: %s; its next '
-                'allocation releases it, or the stuck-bind check once '
-                'Placement answers and the request is gone',
+                'deleted or unbound while it was allocated: %s; the '
+                'stuck-bind check releases it once Placement answers (or '
+                'the request\'s next allocation, should that come first)',
                 job['uuid'], error)
 
 
 def release_left_claims(conf, context):
     """Periodic (run by ``arq_binding.fail_stuck``): release the claims
-    ``_owe_release`` recorded whose ARQ is gone, and forget them; returns
-    how many were settled.
+    ``_owe_release`` recorded whose ARQ is gone or in no bind, and forget
+    them; returns how many were settled.
 
-    Only those whose ARQ is gone (the query leaves the others out, so
-    that any number of them never holds these up): its uuid, the
-    consumer, is then never claimed again.  An ARQ that still exists
-    (unbound meanwhile) has its claim released by its next allocation,
-    before that claims under the same consumer (``_release_owed``), or
-    here once it is deleted."""
-    owed = release_db.owed(context)
+    Those whose ARQ is gone first: its uuid, the consumer, is then never
+    claimed again.  Then those whose ARQ exists but is in no bind (unbound
+    while its claim could not be released): its unit stays taken
+    otherwise until the ARQ is allocated again or deleted.  Each is
+    released by ``release_claim`` on behalf of no bind (what the consumer
+    holds read, then the ARQ's bind, then a release guarded by the
+    generation read), so that a claim of an allocation started meanwhile
+    is left alone; an ARQ in a bind by then keeps its record for that
+    allocation (``_release_owed``).  The queries leave the other records
+    out, so that any number of them never holds these up."""
+    owed = ([(consumer, True) for consumer in release_db.owed(context)] +
+            [(consumer, False)
+             for consumer in release_db.owed_in_no_bind(context)])
     if not owed:
         return 0
     placement = placement_client.get_client(conf)
     released = 0
-    for consumer in owed:
+    for consumer, gone in owed:
         try:
             release_claim(placement, context, consumer, None)
         except exception.PlacementError as e:
-            LOG.warning('Could not release the claim of deleted accelerator '
+            LOG.warning('Could not release the claim of %s accelerator '
                         'request %s: %s; tried again at the next stuck-bind '
-                        'check', consumer, e)
+                        'check', 'deleted' if gone else 'unbound', consumer,
+                        e)
             if getattr(e, 'status_code', 503) >= 500:
                 break           # Placement away: the others would wait too
             continue
+        if not gone and arq_db.bind_of(context, consumer) is not None:
+            continue            # allocated again: that allocation's now
         db_api.write_retrying(context, release_db.forget, context, consumer)
-        LOG.info('Released the claim of accelerator request %s, deleted '
-                 'while it was being allocated', consumer)
+        LOG.info('Released the claim of accelerator request %s, %s while '
+                 'it was being allocated', consumer,
+                 'deleted' if gone else 'unbound')
         released += 1
     return released

@@ -1229,7 +1229,8 @@ def _remove_mdev(conf, context, hostname, attach_info, mdev_uuid,
     try:
         agent_rpcapi.AgentAPI(conf, timeout=_mdev_wait(conf, context)
                               ).remove_vgpu_mdev(
-            context, hostname, inventory.pci_address(info), mdev_uuid)
+            context, hostname, inventory.pci_address(info), mdev_uuid,
+            asked_type=info.get('asked_type'))
     except Exception as e:  # noqa: BLE001 - any failure is only reported
         if isinstance(e, messaging.MessagingTimeout):
             reason = (f'the agent on {hostname} did not answer when asked '

@@ -422,7 +422,13 @@ def _retry_detaches(conf, context, pool):
     another conductor's reconcile may have detached and freed it since,
     and a bind taken it, which this detach (from the old host) did not
     touch.  One with no host recorded stays out of use: a "detach" from
-    no host would free a handle still attached."""
+    no host would free a handle still attached.
+
+    The detaches go at once (``fabric_calls.call_each``), within one
+    ``[fabric]detach_timeout``: a fabric that hangs holds the reconcile
+    that long once, not once for each handle it keeps."""
+    # (handle row, host) and the call of each detach to make.
+    detaches, requests = [], []
     for handle in pool_db.handles(context, [pool.id]):
         if not quarantined(handle):
             continue
@@ -437,12 +443,19 @@ def _retry_detaches(conf, context, pool):
                       ATTACHED_HOST)
             continue
         try:
-            detach(conf, pool, handle.uuid, handle.fabric_address, host,
-                   info.get('instance_uuid'))
+            driver = fabric_loader.get(conf, pool.fabric_driver)
         except Exception as e:  # noqa: BLE001 - retried next time
-            LOG.warning('Remote pool %s: detaching %s from %s failed '
-                        'again: %s', pool.name, handle.fabric_address,
-                        host, e)
+            _retry_failed(pool, handle, host, e)
+            continue
+        detaches.append((handle, host))
+        requests.append((driver, 'detach',
+                         _handle(pool.name, handle.uuid,
+                                 handle.fabric_address),
+                         host, info.get('instance_uuid')))
+    outcomes = fabric_calls.call_each(requests, conf.fabric.detach_timeout)
+    for (handle, host), (_answer, error) in zip(detaches, outcomes):
+        if error is not None:
+            _retry_failed(pool, handle, host, error)
             continue
         if db_api.write_retrying(context, pool_db.release, context,
                                  handle.id, handle.attach_info):
@@ -452,6 +465,11 @@ def _retry_detaches(conf, context, pool):
             LOG.info('Remote pool %s: %s detached from %s, but it was '
                      'freed (and perhaps taken again) meanwhile; left as '
                      'it is', pool.name, handle.fabric_address, host)
+
+
+def _retry_failed(pool, handle, host, error):
+    LOG.warning('Remote pool %s: detaching %s from %s failed again: %s',
+                pool.name, handle.fabric_address, host, error)
 
 
 # -- binding -----------------------------------------------------------

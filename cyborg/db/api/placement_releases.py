@@ -39,6 +39,18 @@ def owed(context, limit=100):
 
 
 @reader
+def owed_in_no_bind(context, limit=100):
+    """The consumers recorded whose accelerator request exists but is in
+    no bind (unbound since, not allocated again), oldest first, ``limit``
+    at most."""
+    return list(_sql.connection(context).scalars(
+        sa.select(_OWED.c.consumer_uuid)
+        .join(_ARQ, _ARQ.c.uuid == _OWED.c.consumer_uuid)
+        .where(_ARQ.c.bind_id.is_(None))
+        .order_by(_OWED.c.id).limit(limit)))
+
+
+@reader
 def owes(context, consumer_uuid):
     """Whether ``consumer_uuid`` is recorded."""
     return _sql.connection(context).scalar(

@@ -668,12 +668,13 @@ def test_a_claim_a_delete_raced_is_released_once_placement_is_back(
     assert _owed(db) == []
 
 
-def test_a_claim_an_unbind_raced_is_released_once_its_arq_is_deleted(
+def test_a_claim_an_unbind_raced_is_released_once_placement_is_back(
         aconf, db, ctx, trait, placement_url, monkeypatch):
     """An unbind that raced the allocation leaves the ARQ Unbound, with no
     consumer: deleting it released nothing, and the claim stayed for
-    good.  It is released once the ARQ is gone (not before: a new
-    allocation of the ARQ claims under the same consumer)."""
+    good.  Then it was released only once the ARQ was gone: an Unbound
+    ARQ kept the unit until its next allocation or its deletion.  The
+    stuck-bind check releases it while the ARQ is in no bind."""
     device = _provide(aconf, db, trait)
     uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
                             'trait:' + trait: 'required'})
@@ -681,14 +682,12 @@ def test_a_claim_an_unbind_raced_is_released_once_its_arq_is_deleted(
         aconf, ctx, [uuid]), placement_url, monkeypatch)
     assert (_row(db, uuid).state, _row(db, uuid).consumer_id) == (
         'Unbound', None)
-    assert arq_binding.fail_stuck(aconf, ctx) == 0
-    assert _usage(placement_url, device.rp_uuid) == 1
-    assert arq_binding.delete(aconf, ctx, arq_uuids=[uuid]) == []
     assert _usage(placement_url, device.rp_uuid) == 1
     assert arq_binding.fail_stuck(aconf, ctx) == 0
     assert _held(placement_url, uuid)['allocations'] == {}
     assert _usage(placement_url, device.rp_uuid) == 0
     assert _owed(db) == []
+    assert _row(db, uuid).state == 'Unbound'
 
 
 def test_a_release_owed_is_recorded_once(ctx, db):

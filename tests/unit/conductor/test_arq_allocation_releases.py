@@ -8,11 +8,13 @@ from being allocated again."""
 import uuid as uuidlib
 
 import pytest
+import sqlalchemy as sa
 
 from cyborg.common import exception
 from cyborg.conductor import arq_allocation
 from cyborg.conductor import arq_binding
 from cyborg.db import api as db_api
+from cyborg.db import models
 from cyborg.db.api import placement_releases as release_db
 from cyborg.placement import client as placement_client
 from tests.fixtures import arqs as seed
@@ -138,8 +140,8 @@ def test_a_release_reads_the_claim_before_the_bind(aconf, db, ctx, trait,
 def test_an_unbound_arq_owed_a_release_is_allocated_again(
         aconf, db, ctx, trait, placement_url, monkeypatch):
     """An unbind raced an allocation while Placement went away: the claim
-    was recorded as owed, to be released once the ARQ is deleted.  The
-    Unbound ARQ could never be allocated again: every claim under its
+    was recorded as owed (then released only once the ARQ was deleted).
+    The Unbound ARQ could never be allocated again: every claim under its
     consumer (consumer generation null) conflicted with the leaked claim,
     and the allocation answered 409 '... claims lost to other
     consumers'.  Its next allocation releases the leaked claim first."""
@@ -150,8 +152,7 @@ def test_an_unbound_arq_owed_a_release_is_allocated_again(
     monkeypatch.undo()
     assert _row(db, uuid).state == 'Unbound'
     assert _owed(db) == [uuid]
-    # Placement back, the periodic run: the live ARQ's claim waits.
-    arq_binding.fail_stuck(aconf, ctx)
+    # Placement back, allocated again before the periodic's release.
     assert _usage(placement_url, device.rp_uuid) == 1
     result = arq_allocation.allocate(aconf, ctx, uuid, 'pod-2', 'k8s-pod')
     assert result['device_rp_uuid'] == device.rp_uuid
@@ -221,11 +222,16 @@ def test_the_release_queue_is_not_held_up_by_live_arqs(aconf, db, ctx,
                                                       placement_url):
     """release_left_claims read the 100 oldest consumers recorded and
     skipped those whose ARQ still exists, without forgetting them: behind
-    100 of those, a consumer whose ARQ is gone was never released."""
+    100 of those (in a bind: left to it), a consumer whose ARQ is gone
+    was never released."""
     alive = _arqs(db, ctx, {'resources:FPGA': '100'}, count=100)
     assert len(alive) == 100
     for consumer in alive:
         db_api.write_retrying(ctx, release_db.add, ctx, consumer)
+    with db.begin() as c:         # allocated again: their binds' now
+        c.execute(sa.update(models.ExtARQ).where(
+            models.ExtARQ.uuid.in_(alive)).values(
+            state='BindStarted', bind_id=str(uuidlib.uuid4())))
     gone = str(uuidlib.uuid4())           # its ARQ was deleted
     db_api.write_retrying(ctx, release_db.add, ctx, gone)
     assert release_db.owed(ctx) == [gone]

@@ -21,6 +21,7 @@ from cyborg.conductor import arq_binding
 from cyborg.conductor import remote_pools
 from cyborg.db.api import clock as clock_db
 from cyborg.db.api import remote_pools as pool_db
+from cyborg.fabric import calls as fabric_calls
 from cyborg.fabric import fake
 from tests.fixtures import arqs as seed
 from tests.fixtures import placement as placement_fixture
@@ -293,19 +294,19 @@ def test_two_reconciles_free_no_handle_a_new_bind_holds(
     (tmp_path / fake.FAIL_DETACH).unlink()
 
     host2 = _other_host(placement_url)
-    real_detach = remote_pools.detach
+    real_detaches = fabric_calls.call_each
     bound = []
 
     def a_passes_b(*args):
         # B's detach is on its way: A's reconcile runs meanwhile (with
         # the real detach), then Nova binds a new instance on host2.
-        monkeypatch.setattr(remote_pools, 'detach', real_detach)
+        monkeypatch.setattr(fabric_calls, 'call_each', real_detaches)
         remote_pools._retry_detaches(pconf, ctx, pool)
         arq2, _i2, future = _start(pconf, ctx, db, pool, host2)
         future.result(30)
         bound.append(arq2)
-        return real_detach(*args)
-    monkeypatch.setattr(remote_pools, 'detach', a_passes_b)
+        return real_detaches(*args)
+    monkeypatch.setattr(fabric_calls, 'call_each', a_passes_b)
     remote_pools._retry_detaches(pconf, ctx, pool)   # conductor B
     row = seed.arq_rows(db)[bound[0]]
     assert row.state == 'Bound'
