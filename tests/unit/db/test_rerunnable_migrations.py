@@ -6,6 +6,8 @@ between two leaves the first done and the revision unchanged, and the
 next run starts it over (doc/source/upgrade.rst, "Interrupted upgrades").
 """
 
+import contextlib
+
 from alembic import command as alembic_command
 import pytest
 import sqlalchemy as sa
@@ -79,37 +81,48 @@ def test_a_long_transaction_on_a_table_ends_the_upgrade_soon_named(kind):
         assert migration.version(url) == migration.head()
 
 
-def test_names_equal_but_for_trailing_spaces_are_named_first():
-    """A database whose collation is NO PAD (MySQL 8's default) can hold
-    'gpu' and 'gpu '; the binary collation (PAD SPACE) cannot."""
+@contextlib.contextmanager
+def _profiles_before_exact_names(charset, collation, names):
+    """(url, engine) of a throwaway MariaDB database in ``charset`` and
+    ``collation``, upgraded to just before the exact profile names, with
+    a profile of each of ``names`` (uuids u1, u2...)."""
     with databases.throwaway_database('mysql') as url:
         engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
         try:
             with engine.begin() as connection:
                 connection.execute(sa.text(
-                    'ALTER DATABASE %s CHARACTER SET utf8mb4 '
-                    'COLLATE utf8mb4_unicode_nopad_ci'
-                    % sa.make_url(url).database))
+                    'ALTER DATABASE %s CHARACTER SET %s COLLATE %s'
+                    % (sa.make_url(url).database, charset, collation)))
             migration.upgrade(url, '35fe6285a556')
             with engine.begin() as connection:
                 connection.execute(sa.text(
-                    "INSERT INTO device_profiles (uuid, name, profile_json) "
-                    "VALUES ('u1', 'gpu', '[]'), ('u2', 'gpu ', '[]')"))
-            for _attempt in range(2):
-                with pytest.raises(migration.UpgradeRefused,
-                                   match='device_profiles.name .*'
-                                         '"gpu" and "gpu " differ in '
-                                         'trailing spaces only'):
-                    migration.upgrade(url)
-            assert migration.version(url) == '35fe6285a556'
-            with engine.begin() as connection:
-                connection.execute(sa.text(
-                    "UPDATE device_profiles SET name = 'gpu-2' "
-                    "WHERE uuid = 'u2'"))
-            migration.upgrade(url)
-            assert migration.version(url) == migration.head()
+                    'INSERT INTO device_profiles (uuid, name, profile_json) '
+                    'VALUES (:uuid, :name, \'[]\')'), [
+                        {'uuid': 'u%d' % index, 'name': name}
+                        for index, name in enumerate(names, 1)])
+            yield url, engine
         finally:
             engine.dispose()
+
+
+def test_names_equal_but_for_trailing_spaces_are_named_first():
+    """A database whose collation is NO PAD (MySQL 8's default) can hold
+    'gpu' and 'gpu '; the binary collation (PAD SPACE) cannot."""
+    with _profiles_before_exact_names('utf8mb4', 'utf8mb4_unicode_nopad_ci',
+                                      ['gpu', 'gpu ']) as (url, engine):
+        for _attempt in range(2):
+            with pytest.raises(migration.UpgradeRefused,
+                               match='device_profiles.name .*'
+                                     '"gpu" and "gpu " differ in '
+                                     'trailing spaces only'):
+                migration.upgrade(url)
+        assert migration.version(url) == '35fe6285a556'
+        with engine.begin() as connection:
+            connection.execute(sa.text(
+                "UPDATE device_profiles SET name = 'gpu-2' "
+                "WHERE uuid = 'u2'"))
+        migration.upgrade(url)
+        assert migration.version(url) == migration.head()
 
 
 def test_a_utf8mb3_database_still_upgrades():
@@ -117,25 +130,12 @@ def test_a_utf8mb3_database_still_upgrades():
     older guides did: the exact-name migrations convert its name columns
     to utf8mb4 as before (the look for clashes cannot compare a utf8mb3
     column in a utf8mb4 collation without converting it)."""
-    with databases.throwaway_database('mysql') as url:
-        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-        try:
-            with engine.begin() as connection:
-                connection.execute(sa.text(
-                    'ALTER DATABASE %s CHARACTER SET utf8mb3 '
-                    'COLLATE utf8mb3_general_ci'
-                    % sa.make_url(url).database))
-            migration.upgrade(url, '35fe6285a556')
-            with engine.begin() as connection:
-                connection.execute(sa.text(
-                    "INSERT INTO device_profiles (uuid, name, profile_json) "
-                    "VALUES ('u1', 'gpu', '[]'), ('u2', 'fpga-é', '[]')"))
-            migration.upgrade(url)
-            assert migration.version(url) == migration.head()
-            with engine.begin() as connection:
-                names = connection.execute(sa.text(
-                    'SELECT name FROM device_profiles ORDER BY uuid'
-                )).scalars().all()
-            assert names == ['gpu', 'fpga-é']
-        finally:
-            engine.dispose()
+    with _profiles_before_exact_names('utf8mb3', 'utf8mb3_general_ci',
+                                      ['gpu', 'fpga-é']) as (url, engine):
+        migration.upgrade(url)
+        assert migration.version(url) == migration.head()
+        with engine.begin() as connection:
+            names = connection.execute(sa.text(
+                'SELECT name FROM device_profiles ORDER BY uuid'
+            )).scalars().all()
+        assert names == ['gpu', 'fpga-é']
