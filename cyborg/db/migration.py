@@ -151,7 +151,6 @@ def _transactions(url):
 def check_upgrade(current, target):
     """UpgradeRefused unless upgrading a database at ``current`` (None:
     empty) to ``target`` is an upgrade this release can run."""
-    scripts = alembic_script.ScriptDirectory.from_config(_config('sqlite://'))
     if current is None:
         return
     if not known(current):
@@ -164,7 +163,7 @@ def check_upgrade(current, target):
         return
     if target == 'base' or any(
             script.revision == target
-            for script in scripts.iterate_revisions(current, 'base')):
+            for script in _scripts().iterate_revisions(current, 'base')):
         raise UpgradeRefused(
             'the database is at schema revision %s, newer than %s: '
             'downgrades are not supported: restore the backup taken '
@@ -183,17 +182,19 @@ def revision(conf_or_url, message, autogenerate=False):
                                     autogenerate=autogenerate)
 
 
+def _scripts():
+    return alembic_script.ScriptDirectory.from_config(_config('sqlite://'))
+
+
 def head():
     """The newest revision the scripts know."""
-    scripts = alembic_script.ScriptDirectory.from_config(_config('sqlite://'))
-    return scripts.get_current_head()
+    return _scripts().get_current_head()
 
 
 def known(revision):
     """Whether the scripts know ``revision`` (a newer release's is not)."""
-    scripts = alembic_script.ScriptDirectory.from_config(_config('sqlite://'))
     return any(script.revision == revision
-               for script in scripts.walk_revisions())
+               for script in _scripts().walk_revisions())
 
 
 def version(conf_or_url):
