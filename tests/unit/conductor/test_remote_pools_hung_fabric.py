@@ -128,15 +128,12 @@ def test_a_delete_against_a_hung_fabric_keeps_the_handle(
                                                                     host]
 
 
-def test_a_release_of_several_hung_handles_waits_one_timeout(
-        pconf, db, placement_url, tmp_path):
-    """An instance's ARQs on four handles, deleted while the fabric
-    hangs: the detaches went one after the other, each waiting
-    ``[fabric]detach_timeout``, and the delete took four times it (past
-    the API's own time with a few more).  They go at once now: the
-    delete takes about one, and every handle is kept out of use."""
+def four_bound_handles(pconf, db, placement_url, tmp_path, prefix):
+    """(context, host, pool, instance, addresses): a pool of four handles
+    (``prefix``0..3) on a new host, all attached to one instance through
+    four ARQs."""
     ctx = cyborg_context.get_admin_context()
-    addresses = [f'gpu-s{i}' for i in range(4)]
+    addresses = [f'{prefix}{i}' for i in range(4)]
     host, _pool_uuid, pool = base._pool_on_a_new_host(
         pconf, ctx, placement_url, *addresses)
     profile = seed.seed_profile(db, [{'resources:CUSTOM_REMOTE_GPU': '4'}])
@@ -146,7 +143,18 @@ def test_a_release_of_several_hung_handles_waits_one_timeout(
         'hostname': host, 'device_rp_uuid': pool.rp_uuid,
         'instance_uuid': instance} for arq in arqs}).result(30)
     assert sorted(fake.attached(str(tmp_path))) == addresses
+    return ctx, host, pool, instance, addresses
 
+
+def test_a_release_of_several_hung_handles_waits_one_timeout(
+        pconf, db, placement_url, tmp_path):
+    """An instance's ARQs on four handles, deleted while the fabric
+    hangs: the detaches went one after the other, each waiting
+    ``[fabric]detach_timeout``, and the delete took four times it (past
+    the API's own time with a few more).  They go at once now: the
+    delete takes about one, and every handle is kept out of use."""
+    ctx, host, pool, instance, addresses = four_bound_handles(
+        pconf, db, placement_url, tmp_path, 'gpu-s')
     _hung(pconf, tmp_path)
     try:
         began = time.monotonic()

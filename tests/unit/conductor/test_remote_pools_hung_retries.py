@@ -7,14 +7,11 @@ embedded Placement)."""
 
 import json
 import time
-import uuid as uuidlib
 
-from cyborg.common import context as cyborg_context
 from cyborg.conductor import arq_binding
 from cyborg.conductor import remote_pools
 from cyborg.db.api import remote_pools as pool_db
 from cyborg.fabric import fake
-from tests.fixtures import arqs as seed
 from tests.unit.conductor import test_remote_pools as base
 from tests.unit.conductor import test_remote_pools_hung_fabric as hung
 
@@ -25,18 +22,8 @@ pconf = base.pconf
 
 def test_the_retries_of_several_kept_handles_wait_one_timeout(
         pconf, db, placement_url, tmp_path):
-    ctx = cyborg_context.get_admin_context()
-    addresses = [f'gpu-r{i}' for i in range(4)]
-    host, _pool_uuid, pool = base._pool_on_a_new_host(
-        pconf, ctx, placement_url, *addresses)
-    profile = seed.seed_profile(db, [{'resources:CUSTOM_REMOTE_GPU': '4'}])
-    arqs = [a['uuid'] for a in arq_binding.create(ctx, profile, 'p1')]
-    instance = str(uuidlib.uuid4())
-    arq_binding.start_bind(pconf, ctx, {arq: {
-        'hostname': host, 'device_rp_uuid': pool.rp_uuid,
-        'instance_uuid': instance} for arq in arqs}).result(30)
-    assert sorted(fake.attached(str(tmp_path))) == addresses
-
+    ctx, host, pool, instance, _addresses = hung.four_bound_handles(
+        pconf, db, placement_url, tmp_path, 'gpu-r')
     hung._hung(pconf, tmp_path)
     try:
         # The delete's detaches hang: the four handles are kept.
