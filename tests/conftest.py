@@ -17,9 +17,11 @@ checks its responses against their declared schemas: oslo.config reads
 ``[api]validate_responses`` from the environment.
 """
 
+import gc
 import logging
 import os
 import sys
+import threading
 
 import pytest
 import sqlalchemy as sa
@@ -60,10 +62,73 @@ def conf():
         nova._AWAY.clear()
 
 
+class _TakenInTurn:
+    """A lock a thread may take again while it holds it, released from any
+    thread (a connection the garbage collector returns).  Waiting longer
+    than ``LIMIT`` seconds fails the waiting thread with a clear error
+    rather than hanging the test."""
+
+    LIMIT = 60
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._owner = None
+        self._depth = 0
+
+    def acquire(self):
+        me = threading.get_ident()
+        with self._cond:
+            free = self._cond.wait_for(
+                lambda: self._owner in (None, me), timeout=self.LIMIT / 2)
+        if not free:
+            # A connection nobody closed is returned when collected.
+            gc.collect()
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._owner in (None, me),
+                                       timeout=self.LIMIT / 2):
+                raise RuntimeError(
+                    f'The test database\'s one connection has been held '
+                    f'by thread {self._owner} for {self.LIMIT} s')
+            self._owner = me
+            self._depth += 1
+
+    def release(self):
+        with self._cond:
+            self._depth -= 1
+            if self._depth <= 0:
+                self._owner, self._depth = None, 0
+                self._cond.notify_all()
+
+
+class OneConnectionPool(sa.pool.StaticPool):
+    """SQLite's in-memory database lives in one connection, which every
+    thread of a test shares (StaticPool).  Threads taking it at once mixed
+    their transactions (one's commit or rollback ended the other's: a
+    delete lost, "no transaction is active"); here one thread at a time
+    holds it, from checkout to checkin, as a thread holds a connection of
+    a real pool."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._turns = _TakenInTurn()
+
+    def _do_get(self):
+        self._turns.acquire()
+        try:
+            return super()._do_get()
+        except BaseException:
+            self._turns.release()
+            raise
+
+    def _do_return_conn(self, record):
+        super()._do_return_conn(record)
+        self._turns.release()
+
+
 @pytest.fixture
 def db():
     engine = sa.create_engine('sqlite://',
-                              poolclass=sa.pool.StaticPool,
+                              poolclass=OneConnectionPool,
                               connect_args={'check_same_thread': False})
 
     @sa.event.listens_for(engine, 'connect')
