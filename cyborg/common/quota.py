@@ -31,6 +31,7 @@ from openstack import exceptions as sdk_exceptions
 from oslo_log import log as logging
 
 from cyborg.common import exception
+from cyborg.common import wording
 from cyborg.conf import quota as quota_conf
 from cyborg.objects import device_profiles
 
@@ -332,13 +333,14 @@ def _endpoint_problem(section, keystone):
             return ('[oslo_limit] %s has no %s endpoint in '
                     'endpoint_region_name %s (its %s endpoints are in '
                     '%s)' % (which, interface, section.endpoint_region_name,
-                             interface, _some(regions)))
+                             interface, wording.some(regions)))
         return None
     if len(regions) > 1:
         return ('[oslo_limit] %s has %s endpoints in %d regions (%s) and '
                 'endpoint_region_name is not set: set it to the region '
                 'whose limits are this deployment\'s (or set endpoint_id)'
-                % (which, interface, len(regions), _some(regions)))
+                % (which, interface, len(regions),
+                   wording.some(regions)))
     return None
 
 
@@ -352,14 +354,6 @@ def _keystone_problem_or(conf, exc):
                   exc_info=True)
         return exc
 
-
-# Regions a message names at most.
-_REGIONS_NAMED = 5
-
-
-def _some(names):
-    shown = ', '.join(names[:_REGIONS_NAMED])
-    return shown + (', ...' if len(names) > _REGIONS_NAMED else '')
 
 
 def _identity_adapter(conf):

@@ -34,6 +34,7 @@ from oslo_log import log as logging
 
 from cyborg.common import exception
 from cyborg.common import notify
+from cyborg.common import wording
 from cyborg.conductor import inventory_apply
 from cyborg.conductor import placement_sync
 from cyborg.conductor import silence
@@ -44,9 +45,6 @@ from cyborg.db.api import hosts as host_db
 from cyborg.db.api import inventory as inventory_db
 
 LOG = logging.getLogger(__name__)
-
-# The most holders, or providers, a refusal names (then: "and N more").
-NAMED = 5
 
 
 def list_hosts(conf, context):
@@ -108,9 +106,9 @@ def forget(conf, context, hostname):
     if kept:
         raise exception.Conflict(reason=(
             f'host {hostname}: its devices are removed, but allocations '
-            f'came to hold provider(s) {_some(kept)} meanwhile; they are '
-            f'kept, reserved whole.  Release those allocations and run '
-            f'"cyborg-manage host forget {hostname}" again'))
+            f'came to hold provider(s) {wording.some(kept)} meanwhile; '
+            f'they are kept, reserved whole.  Release those allocations '
+            f'and run "cyborg-manage host forget {hostname}" again'))
     db_api.write_retrying(context, _drop_host, conf, context, hostname,
                           host['last_report_at'])
     LOG.info('Forgot host %s.', hostname)
@@ -140,8 +138,8 @@ def _check_unheld(context, hostname, stored):
               if row['in_use']]
     if not holding and not in_use:
         return
-    arqs = _some([f'{row.uuid} ({row.state}, instance '
-                  f'{row.instance_uuid or "none"})' for row in holding])
+    arqs = wording.some(f'{row.uuid} ({row.state}, instance '
+                        f'{row.instance_uuid or "none"})' for row in holding)
     raise exception.Conflict(reason=(
         f'host {hostname} still serves accelerator requests: '
         f'{len(holding)} ARQ(s) hold its devices ({arqs or "none"}), '
@@ -150,22 +148,14 @@ def _check_unheld(context, hostname, stored):
 
 
 def _held_by_allocations(hostname, names, held):
-    described = _some([f'{names.get(rp, rp)} ({rp}) by '
-                       f'{", ".join(consumers)}'
-                       for rp, consumers in sorted(held.items())])
+    described = wording.some(f'{names.get(rp, rp)} ({rp}) by '
+                             f'{", ".join(consumers)}'
+                             for rp, consumers in sorted(held.items()))
     return (f'host {hostname}: Placement holds allocations against '
             f'{len(held)} of its provider(s): {described}.  Delete or move '
             f'the instances holding them; an allocation whose consumer '
             f'no longer exists is deleted with "openstack resource provider '
             f'allocation delete <consumer>"; then forget the host')
-
-
-def _some(items):
-    """The first NAMED of ``items``, joined, and how many more."""
-    shown = ', '.join(items[:NAMED])
-    if len(items) > NAMED:
-        shown += f' and {len(items) - NAMED} more'
-    return shown
 
 
 def _forget_rows(conf, context, hostname, last_report_at):

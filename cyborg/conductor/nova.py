@@ -69,6 +69,7 @@ from cyborg.common import keepalive
 from cyborg.common import metrics
 from cyborg.common import states
 from cyborg.common import timing
+from cyborg.common import wording
 from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import clock as clock_db
@@ -402,13 +403,12 @@ def expire(conf, context):
         clock_db.utcnow() - datetime.timedelta(seconds=max_age))
     if rows:
         metrics.CONDUCTOR_NOVA_EVENTS_EXPIRED.inc(len(rows))
-        shown = ', '.join(f'{r.status} for instance {r.instance_uuid} '
-                          f'(accelerator request {r.arq_uuid})'
-                          for r in rows[:_EXPIRED_SHOWN])
         LOG.error('Gave up on %d accelerator-request-bound event(s) Nova '
-                  'did not accept within [nova]event_max_age (%d s): %s%s',
-                  len(rows), max_age, shown,
-                  ' ...' if len(rows) > _EXPIRED_SHOWN else '')
+                  'did not accept within [nova]event_max_age (%d s): %s',
+                  len(rows), max_age, wording.some(
+                      (f'{r.status} for instance {r.instance_uuid} '
+                       f'(accelerator request {r.arq_uuid})' for r in rows),
+                      _EXPIRED_SHOWN))
     return len(rows)
 
 
