@@ -28,7 +28,10 @@ MIG mode: sysfs cannot tell MIG mode, so while NVML cannot read that GPU
 (NVML failing to start, a driver being reloaded) its MIG instances are
 reported as last discovered, never the whole GPU under running instances.
 (An agent started while NVML fails has nothing to go by, and reports from
-sysfs.)
+sysfs.)  NVML reads each GPU apart, whole or not at all: an NVML error on
+one GPU or one of its MIG devices (the GPU lost mid-read) is "NVML cannot
+read" for that GPU alone, logged when it starts, changes and ends; a MIG
+device destroyed while it is read is left out alone.
 
 Health: the PCI sources of every PCI driver (``pci_health``) plus NVML's
 (``nvml_health``: XIDs, ECC, row remapping, PCIe replays, GPU lost),
@@ -110,6 +113,12 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
         # while NVML fails does not offer them whole either; a GPU gone
         # from sysfs is forgotten.
         self._mig_devices = {}
+        # What was logged, kept from one discovery to the next so that a
+        # lasting problem is logged when it starts, changes and ends, not
+        # at every discovery: {PCI address: why NVML last could not read
+        # that GPU}, and the MIG GPUs reported as last discovered.
+        self._nvml_unread = {}
+        self._mig_kept = set()
 
     def recall(self, devices):
         for device in devices:
@@ -124,7 +133,7 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
         excluded = {a.strip().lower() for a in
                     self.conf.agent.nvidia_excluded_devices}
         devices, present = [], set()
-        with _Nvml(self._nvml) as nvml:
+        with _Nvml(self._nvml, self._nvml_unread) as nvml:
             for function in functions:
                 if (function.vendor != VENDOR or function.is_vf or
                         function.base_class not in GPU_CLASSES):
@@ -136,12 +145,20 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
                 present.add(function.address)
                 info = nvml.info(function.address)
                 if info is None and function.address in self._mig_devices:
-                    LOG.warning('NVML cannot read GPU %s, last seen in MIG '
-                                'mode: its MIG instances are reported as '
-                                'then.', function.address)
+                    if function.address not in self._mig_kept:
+                        self._mig_kept.add(function.address)
+                        LOG.warning('NVML cannot read GPU %s, last seen in '
+                                    'MIG mode: its MIG instances are '
+                                    'reported as then until NVML reads it '
+                                    'again.', function.address)
                     device = copy.deepcopy(
                         self._mig_devices[function.address])
                 else:
+                    if function.address in self._mig_kept:
+                        self._mig_kept.discard(function.address)
+                        LOG.info('GPU %s, last seen in MIG mode, is '
+                                 'reported as NVML reads it again.',
+                                 function.address)
                     device = self._device(function, by_address, info)
                 if device.deployables:
                     devices.append(device)
@@ -149,6 +166,9 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
             # Gone (or excluded): whatever comes back at that address is
             # read afresh.
             del self._mig_devices[address]
+        for address in (set(self._nvml_unread) | self._mig_kept) - present:
+            self._nvml_unread.pop(address, None)
+            self._mig_kept.discard(address)
         return devices
 
     def mdev_parent(self, pci_address, mdev_type):
@@ -296,14 +316,29 @@ def _nvml_attributes(info):
 class _Nvml:
     """An NVML session for one discovery; every NVML failure degrades to
     "no NVML information" for that GPU (or all), never to a failed
-    discovery: sysfs alone still tells the truth about what is there."""
+    discovery: sysfs alone still tells the truth about what is there.
 
-    def __init__(self, module):
+    A GPU is read whole or not at all: an error on any of its calls, those
+    on its MIG devices included (the GPU lost mid-read), is "NVML cannot
+    read" that GPU alone, the others are read as usual.  Half a reading
+    would be worse than none: a GPU in MIG mode whose MIG devices cannot
+    be read would be offered with some or none of its instances, or whole
+    under them.  Two answers cost less: a value the GPU (or its driver)
+    does not have is left out alone, and a MIG device destroyed between
+    two calls (``NVML_ERROR_NOT_FOUND``) is left out alone, as it is
+    gone."""
+
+    def __init__(self, module, unread=None):
         self._module = module
         self._ready = False
         # NVML reports every failure as NVMLError (library missing, no
         # driver, not supported, GPU lost...).
         self._errors = (getattr(module, 'NVMLError', OSError), OSError)
+        # {PCI address: why NVML could not read that GPU}, the driver's,
+        # kept from one discovery to the next: a GPU NVML cannot read is
+        # logged when that starts, changes and ends, not at every
+        # discovery.
+        self._unread = {} if unread is None else unread
 
     def __enter__(self):
         if self._module is not None:
@@ -323,40 +358,66 @@ class _Nvml:
             self._ready = False
 
     def info(self, address):
+        """What NVML says of the GPU at ``address``, None when NVML cannot
+        read it (or is not started)."""
         if not self._ready:
             return None
+        try:
+            found = self._read(address)
+        except self._errors as exc:
+            self._cannot_read(address, exc)
+            return None
+        why = self._unread.pop(address, None)
+        if why is not None:
+            LOG.info('NVML reads GPU %s again (it could not: %s).',
+                     address, why)
+        return found
+
+    def _cannot_read(self, address, exc):
+        why = '%s: %s' % (type(exc).__name__, exc)
+        if self._unread.get(address) == why:
+            LOG.debug('NVML still cannot read GPU %s (%s).', address, why)
+            return
+        self._unread[address] = why
+        LOG.warning('NVML cannot read GPU %s (%s): until it can, the GPU '
+                    'is described from sysfs alone, or as last discovered '
+                    'if it was in MIG mode.  Logged again when that '
+                    'changes.', address, why)
+
+    def _read(self, address):
         nvml = self._module
+        handle = nvml.nvmlDeviceGetHandleByPciBusId(address)
         reads = (
             ('name', lambda: _text(nvml.nvmlDeviceGetName(handle))),
             ('uuid', lambda: _text(nvml.nvmlDeviceGetUUID(handle))),
             ('serial', lambda: _text(nvml.nvmlDeviceGetSerial(handle))),
             ('memory_mb', lambda: nvml.nvmlDeviceGetMemoryInfo(
                 handle).total // (1024 * 1024)))
-        info = {'mig_enabled': False, 'migs': []}
-        try:
-            handle = nvml.nvmlDeviceGetHandleByPciBusId(address)
-            for key, read in reads:
-                try:
-                    info[key] = read()
-                except self._errors as exc:
-                    # One value a GPU does not have (a serial number
-                    # without an inforom) costs that value alone.
-                    if not _not_supported(nvml, exc):
-                        raise
-                    info[key] = None
-        except self._errors as exc:
-            LOG.warning('NVML cannot read GPU %s (%s); sysfs only.',
-                        address, exc)
-            return None
-        info['mig_enabled'], info['migs'] = self._migs(handle)
+        info = {}
+        for key, read in reads:
+            try:
+                info[key] = read()
+            except self._errors as exc:
+                # One value a GPU does not have (a serial number without
+                # an inforom) costs that value alone.
+                if not _not_supported(nvml, exc):
+                    raise
+                info[key] = None
+        info['mig_enabled'], info['migs'] = self._migs(handle, address)
         return info
 
-    def _migs(self, handle):
+    def _migs(self, handle, address):
         nvml = self._module
         try:
             current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-        except self._errors:
-            # Not MIG capable (e.g. NVML_ERROR_NOT_SUPPORTED).
+        except AttributeError:
+            return False, []      # an NVML module older than MIG
+        except self._errors as exc:
+            # Not MIG capable: NVML_ERROR_NOT_SUPPORTED (a driver older
+            # than MIG: NVML_ERROR_FUNCTION_NOT_FOUND).  Any other error
+            # (the GPU lost) tells nothing of its MIG mode.
+            if not _not_supported(nvml, exc):
+                raise
             return False, []
         if current != nvml.NVML_DEVICE_MIG_ENABLE:
             return False, []
@@ -364,32 +425,63 @@ class _Nvml:
         for index in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
             try:
                 mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
-            except self._errors:
-                continue      # NVML_ERROR_NOT_FOUND: an empty slot
-            name = _text(nvml.nvmlDeviceGetName(mig))
-            migs.append({
-                'gpu_instance_id': nvml.nvmlDeviceGetGpuInstanceId(mig),
-                'compute_instance_id': self._compute_instance_id(mig),
-                'uuid': _text(nvml.nvmlDeviceGetUUID(mig)),
-                'profile': name.rsplit(' ', 1)[-1],
-                'memory_mb': nvml.nvmlDeviceGetMemoryInfo(mig).total //
-                (1024 * 1024)})
+            except self._errors as exc:
+                if _not_found(nvml, exc):
+                    continue      # an empty slot
+                raise
+            try:
+                migs.append(self._mig(mig))
+            except self._errors as exc:
+                if not _not_found(nvml, exc):
+                    raise
+                # Destroyed since its handle was taken: gone, as the next
+                # discovery will say (once, as it happens once).
+                LOG.info('MIG device %d of GPU %s was destroyed while it '
+                         'was read (%s): left out.', index, address, exc)
         migs.sort(key=lambda m: (m['gpu_instance_id'],
                                  m['compute_instance_id']))
         return True, migs
 
+    def _mig(self, mig):
+        nvml = self._module
+        name = _text(nvml.nvmlDeviceGetName(mig))
+        return {
+            'gpu_instance_id': nvml.nvmlDeviceGetGpuInstanceId(mig),
+            'compute_instance_id': self._compute_instance_id(mig),
+            'uuid': _text(nvml.nvmlDeviceGetUUID(mig)),
+            'profile': name.rsplit(' ', 1)[-1],
+            'memory_mb': nvml.nvmlDeviceGetMemoryInfo(mig).total //
+            (1024 * 1024)}
+
     def _compute_instance_id(self, mig):
         """The MIG device's compute instance within its GPU instance (0,
-        the first, where NVML cannot say)."""
+        the first, where NVML cannot say: a module or driver older than
+        compute instances).  Any other error is the MIG device's: taken
+        for 0, a second compute instance would be named as the first,
+        and a host reporting one deployable twice is refused whole."""
         try:
             return self._module.nvmlDeviceGetComputeInstanceId(mig)
-        except (AttributeError, *self._errors):
+        except AttributeError:
+            return 0
+        except self._errors as exc:
+            if not _not_supported(self._module, exc):
+                raise
             return 0
 
 
 def _not_supported(nvml, exc):
-    return getattr(exc, 'value', None) == getattr(
-        nvml, 'NVML_ERROR_NOT_SUPPORTED', object())
+    """Whether ``exc`` says the GPU, or its driver, has no such thing."""
+    return _is(nvml, exc, 'NVML_ERROR_NOT_SUPPORTED',
+               'NVML_ERROR_FUNCTION_NOT_FOUND')
+
+
+def _not_found(nvml, exc):
+    return _is(nvml, exc, 'NVML_ERROR_NOT_FOUND')
+
+
+def _is(nvml, exc, *names):
+    value = getattr(exc, 'value', None)
+    return any(value == getattr(nvml, name, object()) for name in names)
 
 
 def _text(value):
