@@ -26,7 +26,8 @@ def dns_subdomain(text, limit=253):
 
 def exported(deployable):
     """Whether a deployable is offered to other schedulers: schedulable
-    here (not gone, its device enabled and healthy enough)."""
+    here (not gone, its device enabled and healthy enough, not being
+    programmed: ``cyborg.placement.provider_tree.blocked``)."""
     return deployable.schedulable
 
 

@@ -11,8 +11,8 @@ device a whole PCI function is passed through with, when the driver
 reported its IOMMU group; pools of VFs or mdevs have no single file and
 carry ``Count`` alone.  ``Count`` is the units no consumer holds
 (``cyborg.exports.free_units``).  Deployables out of the schedule (in
-maintenance, unhealthy, gone), or with every unit held, are left out and
-named in a comment.
+maintenance, unhealthy, gone, being programmed), or with every unit
+held, are left out and named in a comment.
 """
 
 import re

@@ -4,7 +4,12 @@ version since Kubernetes 1.34).
 
 One pool per host and driver, named after the host; the pool's devices
 are split into slices of at most ``MAX_DEVICES`` (the API server's limit),
-each naming the node.  A device is one allocatable unit (an attach
+each naming the node.  A pool with nothing to offer (every unit held,
+every deployable out of the schedule) is one slice of no devices, so
+that applying the export replaces the slice that offered them.  Every
+slice carries the labels ``LABELS`` and ``NODE_LABEL`` (to prune by) and
+the cyborg host name (``HOSTNAME_ANNOTATION``: the node name cannot be
+mapped back to it).  A device is one allocatable unit (an attach
 handle: a whole GPU, a VF, an mdev slot), named as a DNS label unique in
 its pool, with typed attributes (``type``, ``vendor``, ``model``,
 ``resourceClass``, ``pciAddress``, ``numaNode``...) and, when the driver
@@ -13,6 +18,7 @@ cyborg driver's under ``DRIVER_DOMAIN``: these slices describe what
 cyborg manages, for a DRA driver or an operator to publish.
 """
 
+import hashlib
 import re
 
 from cyborg.exports import dns_label, dns_subdomain, exported, held, units
@@ -23,9 +29,21 @@ KIND = 'ResourceSlice'
 DRIVER_DOMAIN = 'cyborg.openstack.org'
 # The API server refuses a slice with more devices (ResourceSliceMaxDevices).
 MAX_DEVICES = 128
-# A driver name is at most 63 characters; a string attribute 64.
+# A driver name is at most 63 characters; a string attribute 64 bytes
+# (of UTF-8); an object name (a DNS subdomain) and a label value 253 and
+# 63 characters.
 MAX_DRIVER = 63
 MAX_STRING = 64
+MAX_NAME = 253
+MAX_LABEL_VALUE = 63
+# Room kept at the end of a slice name for '-<index>'.
+_INDEX_ROOM = 8
+# On every slice: who manages them, so that what an export no longer
+# holds can be pruned (kubectl apply --prune -l ..., doc/source/
+# exports.rst), and which host they describe.
+LABELS = {'app.kubernetes.io/managed-by': 'cyborg'}
+NODE_LABEL = DRIVER_DOMAIN + '/node'
+HOSTNAME_ANNOTATION = DRIVER_DOMAIN + '/hostname'
 # An attribute value taken as a number: ASCII digits that fit an int64
 # (an admin may set any string, e.g. "--1" or "²").
 _INTEGER = re.compile(r'-?[0-9]{1,18}')
@@ -49,7 +67,10 @@ def _pci_address(info):
 
 
 def _string(value):
-    return {'string': str(value)[:MAX_STRING]}
+    """A string attribute: at most MAX_STRING bytes of UTF-8 (the API
+    server counts bytes), cut between characters, never within one."""
+    data = str(value).encode('utf-8', 'replace')[:MAX_STRING]
+    return {'string': data.decode('utf-8', 'ignore')}
 
 
 def _attributes(device, deployable, handle):
@@ -102,14 +123,16 @@ def _device_name(device, deployable, handle, index, taken):
 
 
 def _pools(inventory):
-    """{driver name: [device dicts]} of one host, in a stable order."""
+    """{driver name: [device dicts]} of one host, in a stable order: every
+    driver of a deployable of the host has its pool, with no devices when
+    it has nothing to offer."""
     pools, names = {}, {}
     for device in inventory.devices:
         for deployable in device.deployables:
-            if not exported(deployable):
-                continue
             driver = driver_name(deployable.driver_name)
             devices = pools.setdefault(driver, [])
+            if not exported(deployable):
+                continue
             taken = names.setdefault(driver, set())
             # Names and capacity as if every unit were free, so that a
             # unit's name does not change as others are taken; the held
@@ -129,23 +152,51 @@ def _pools(inventory):
     return pools
 
 
+def _shortened(text, limit, *keys):
+    """``text`` (a DNS subdomain) if it is at most ``limit`` characters,
+    else cut to leave room for a hash of ``keys`` appended: names that
+    would have been cut alike stay apart."""
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256('\0'.join(keys).encode(
+        'utf-8', 'replace')).hexdigest()[:10]
+    return '%s-%s' % (text[:limit - len(digest) - 1].rstrip('.-'), digest)
+
+
+def _slice_prefix(node, hostname, driver):
+    """The slice names of a pool, less '-<index>': the node and the
+    driver's first label.  Only the whole name's 253 characters bound
+    it (an object name is a DNS subdomain, not a host name: no label
+    limit), so the driver part is never cut away by a long node name."""
+    return _shortened('%s-%s' % (node, driver.split('.')[0]),
+                      MAX_NAME - _INDEX_ROOM, hostname, driver)
+
+
 def slices(inventory, generation):
     """The ResourceSlice objects (dicts) of one host: one pool per driver,
-    each pool in as many slices as MAX_DEVICES requires.  ``generation``
-    is the pool generation (it must grow whenever the host's inventory
+    each pool in as many slices as MAX_DEVICES requires, and one slice
+    of no devices for a pool with nothing to offer (what ``kubectl
+    apply`` then replaces: it deletes nothing).  ``generation`` is the
+    pool generation (it must grow whenever the host's inventory
     changes)."""
     node = dns_subdomain(inventory.hostname)
+    labels = dict(LABELS)
+    labels[NODE_LABEL] = _shortened(node, MAX_LABEL_VALUE,
+                                    inventory.hostname)
     out = []
     for driver, devices in sorted(_pools(inventory).items()):
         chunks = [devices[i:i + MAX_DEVICES]
-                  for i in range(0, len(devices), MAX_DEVICES)]
-        prefix = dns_subdomain('%s-%s' % (node, driver.split('.')[0]),
-                               253 - 6)
+                  for i in range(0, len(devices), MAX_DEVICES)] or [[]]
+        prefix = _slice_prefix(node, inventory.hostname, driver)
         for index, chunk in enumerate(chunks):
             out.append({
                 'apiVersion': API_VERSION,
                 'kind': KIND,
-                'metadata': {'name': '%s-%d' % (prefix, index)},
+                'metadata': {
+                    'name': '%s-%d' % (prefix, index),
+                    'labels': dict(labels),
+                    'annotations': {
+                        HOSTNAME_ANNOTATION: inventory.hostname}},
                 'spec': {
                     'driver': driver,
                     'nodeName': node,

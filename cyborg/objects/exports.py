@@ -8,6 +8,7 @@ import json
 from cyborg.common import states
 from cyborg.db.api import hosts as host_db
 from cyborg.db.api import inventory as inventory_db
+from cyborg.placement import provider_tree
 
 
 @dataclasses.dataclass
@@ -26,8 +27,9 @@ class Deployable:
     num_accelerators: int
     attributes: dict
     handles: list
-    # False when it is out of the schedule (gone, its device in
-    # maintenance, or unhealthy): the exports leave it out.
+    # False when nothing new may land on it (gone, its device in
+    # maintenance, unhealthy, being programmed: provider_tree.blocked,
+    # the rule Placement reserves it whole by): the exports leave it out.
     schedulable: bool
 
 
@@ -45,7 +47,8 @@ class HostInventory:
     hostname: str
     devices: list
     # Grows whenever the host's inventory changes: the newest of its
-    # rows' timestamps and its last report, in seconds since the epoch.
+    # rows' timestamps and its last report, in microseconds since the
+    # epoch (``_generation``).
     generation: int = 1
 
 
@@ -76,10 +79,9 @@ def _host_inventory(hostname, rows, last_report_at):
     devices = {row['id']: row for row in rows['devices']}
     for row in sorted(rows['deployables'], key=lambda r: r['name']):
         device = devices[row['device_id']]
-        schedulable = not (
-            row['gone'] or device['status'] != states.ENABLED
-            or states.worst(row['health'], device['health'])
-            in states.OUT_OF_SCHEDULE)
+        schedulable = not provider_tree.blocked(
+            device['status'], states.worst(row['health'], device['health']),
+            row['gone'], row['programming_until'])
         deployables.setdefault(row['device_id'], []).append(Deployable(
             uuid=row['uuid'], name=row['name'],
             driver_name=row['driver_name'] or 'unknown',
@@ -94,12 +96,25 @@ def _host_inventory(hostname, rows, last_report_at):
         for row in sorted(rows['devices'], key=lambda r: r['uuid'])])
 
 
+# Naive UTC, as every timestamp column holds.
+_EPOCH = datetime.datetime(1970, 1, 1)
+_MICROSECOND = datetime.timedelta(microseconds=1)
+
+
 def _generation(rows, last_report_at):
+    """The newest of the rows' timestamps and the last report, in whole
+    microseconds since the epoch (exact integer arithmetic): PostgreSQL
+    and SQLite keep the microseconds of a change, so two changes within
+    one second still give two generations there; MariaDB and MySQL keep
+    whole seconds (DATETIME without a fraction), so there it moves once
+    a second at most.  What leaves no row behind (a row deleted other
+    than by a report, which moves ``last_report_at``) does not move it
+    (doc/source/exports.rst)."""
     stamps = [row.get(column) for table in rows.values() for row in table
               for column in ('created_at', 'updated_at')]
     stamps.append(last_report_at)
     stamps = [s for s in stamps if s is not None]
     if not stamps:
         return 1
-    newest = max(stamps).replace(tzinfo=datetime.timezone.utc)
-    return max(1, int(newest.timestamp()))
+    return max(1, (max(stamps).replace(tzinfo=None) - _EPOCH)
+               // _MICROSECOND)

@@ -40,6 +40,18 @@ class Provider:
     traits: frozenset
 
 
+def blocked(device_status, health, gone=False, programming_until=None):
+    """Whether nothing new may land on a deployable: its device is in
+    maintenance, its effective ``health`` is out of the schedule, it is
+    gone, or it is being programmed (``programming_until`` set).
+    Placement reserves such a deployable whole (``provider_for``) and the
+    exports offer none of its units (cyborg.objects.exports): one rule,
+    so that Kubernetes and Slurm are not handed what Nova cannot have."""
+    return (device_status == states.MAINTAINING or
+            health in states.OUT_OF_SCHEDULE or bool(gone) or
+            programming_until is not None)
+
+
 def provider_for(deployable, attributes, device_status, parent_uuid,
                  health=states.HEALTHY):
     """The provider of one deployable.
@@ -52,14 +64,13 @@ def provider_for(deployable, attributes, device_status, parent_uuid,
     name = deployable['name']
     total = int(deployable['num_accelerators'])
     unhealthy = health in states.OUT_OF_SCHEDULE
-    blocked = (device_status == states.MAINTAINING or unhealthy or
-               bool(deployable.get('gone')) or
-               deployable.get('programming_until') is not None)
+    reserved = blocked(device_status, health, deployable.get('gone'),
+                       deployable.get('programming_until'))
     inventories = {}
     rc = attributes.get(inventory.RC_ATTRIBUTE)
     if rc and total > 0:
         inventories[rc] = {'total': total,
-                           'reserved': total if blocked else 0,
+                           'reserved': total if reserved else 0,
                            'min_unit': 1, 'max_unit': total, 'step_size': 1,
                            'allocation_ratio': 1.0}
     traits = {v for k, v in attributes.items()

@@ -31,7 +31,16 @@ _DEVICE = strict_object({
 SLICE = strict_object({
     'apiVersion': {'const': 'resource.k8s.io/v1'},
     'kind': {'const': 'ResourceSlice'},
-    'metadata': strict_object({'name': common.STRING}),
+    'metadata': strict_object({
+        'name': common.STRING,
+        'labels': {'type': 'object', 'additionalProperties': common.STRING,
+                   'description': 'app.kubernetes.io/managed-by: cyborg '
+                                  'and cyborg.openstack.org/node, to '
+                                  'prune by.'},
+        'annotations': {'type': 'object',
+                        'additionalProperties': common.STRING,
+                        'description': 'cyborg.openstack.org/hostname: '
+                                       'the cyborg host name.'}}),
     'spec': strict_object({
         'driver': common.STRING,
         'nodeName': common.STRING,

@@ -27,15 +27,22 @@ from tests.fixtures import api as api_fixture
 # one or more DNS subdomains separated by '/', at most 253 characters;
 # generation and resourceSliceCount integers (the count at least 1);
 # exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection;
-# at most 128 devices; a device's name a DNS label (at most 63); its
-# attributes and capacity keyed by qualified names (an optional DNS
-# subdomain and '/', then a C identifier of at most 32 characters); an
-# attribute exactly one of bool, int, string (at most 64 characters) or
-# version (semver, at most 64); a capacity value a quantity; at most 32
-# attributes and capacities together.
+# at most 128 devices (none is allowed); a device's name a DNS label (at
+# most 63); its attributes and capacity keyed by qualified names (an
+# optional DNS subdomain and '/', then a C identifier of at most 32
+# characters); an attribute exactly one of bool, int, string (at most 64
+# bytes: check_slices counts them) or version (semver, at most 64); a
+# capacity value a quantity; at most 32 attributes and capacities
+# together.  From the object metadata rules: label keys an optional DNS
+# subdomain prefix and '/', then a name of at most 63 characters
+# (alphanumerics, '-', '_', '.', starting and ending with an
+# alphanumeric); label values that name, or empty; annotation keys as
+# label keys.
 LABEL = r'[a-z0-9]([-a-z0-9]*[a-z0-9])?'
 SUBDOMAIN = r'%s(\.%s)*' % (LABEL, LABEL)
 QUALIFIED = r'^(%s/)?[A-Za-z_][A-Za-z0-9_]{0,31}$' % SUBDOMAIN
+LABEL_NAME = r'([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)'
+LABEL_KEY = r'^(%s/)?%s$' % (SUBDOMAIN, LABEL_NAME)
 QUANTITY = (r'^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)'
             r'([eE][+-]?[0-9]+|[KMGTPE]i|[mkMGTPE])?$')
 
@@ -47,7 +54,15 @@ RESOURCE_SLICE = {
         'kind': {'const': 'ResourceSlice'},
         'metadata': {'type': 'object', 'required': ['name'], 'properties': {
             'name': {'type': 'string', 'maxLength': 253,
-                     'pattern': '^%s$' % SUBDOMAIN}}},
+                     'pattern': '^%s$' % SUBDOMAIN},
+            'labels': {'type': 'object',
+                       'propertyNames': {'pattern': LABEL_KEY},
+                       'additionalProperties': {
+                           'type': 'string',
+                           'pattern': '^%s?$' % LABEL_NAME}},
+            'annotations': {'type': 'object',
+                            'propertyNames': {'pattern': LABEL_KEY},
+                            'additionalProperties': {'type': 'string'}}}},
         'spec': {
             'type': 'object',
             'required': ['driver', 'pool'],
@@ -114,8 +129,9 @@ RESOURCE_SLICE = {
 
 def check_slices(items):
     """Every slice valid, plus what a schema cannot say: attributes and
-    capacity at most 32 together, device names unique in their pool,
-    the slices of a pool agreeing on its generation and count."""
+    capacity at most 32 together, strings at most 64 bytes, device names
+    unique in their pool, the slices of a pool agreeing on its generation
+    and count."""
     validator = jsonschema.Draft202012Validator(RESOURCE_SLICE)
     pools = {}
     for item in items:
@@ -125,6 +141,9 @@ def check_slices(items):
         for device in spec['devices']:
             assert len(device.get('attributes', {})) + len(
                 device.get('capacity', {})) <= 32
+            for value in device.get('attributes', {}).values():
+                text = value.get('string', value.get('version', ''))
+                assert len(text.encode('utf-8')) <= 64, text
         pool = pools.setdefault((spec['driver'], spec['pool']['name']),
                                 {'slices': [], 'names': []})
         pool['slices'].append(spec['pool'])
@@ -321,7 +340,14 @@ def test_the_checks_catch_what_kubernetes_and_slurm_refuse():
             lambda s: s['spec']['devices'][0]['attributes'].update(
                 {'two': {'int': 1, 'bool': True}}),
             lambda s: s['spec'].update(allNodes=True),
-            lambda s: s['spec'].update(driver='d' * 64)):
+            lambda s: s['spec'].update(driver='d' * 64),
+            # 64 characters, 128 bytes.
+            lambda s: s['spec']['devices'][0]['attributes'].update(
+                model={'string': '\u00fc' * 64}),
+            lambda s: s['metadata']['labels'].update(
+                {'cyborg.openstack.org/node': 'n' * 64}),
+            lambda s: s['metadata']['annotations'].update(
+                {'not a key': 'x'})):
         broken = json.loads(json.dumps(good))
         breaks(broken[0])
         with pytest.raises(AssertionError):
@@ -379,3 +405,24 @@ def test_names_are_valid_dns_names(text):
     assert len(dns_label(text)) <= 63
     assert re.match('^%s$' % SUBDOMAIN, dns_subdomain(text))
     assert len(dns_subdomain(text * 5)) <= 253
+
+
+@pytest.mark.parametrize('text', [
+    '\u00dcn\u00efc\u00f6d\u00e9 ' * 8,    # 64 characters, 96 bytes
+    '\u00fc' * 64,                           # two bytes each
+    'a' + '\u20ac' * 30,                     # 64 cut inside a character
+    '\U0001F600' * 20],                       # four bytes each
+    ids=['latin', 'two-byte', 'three-byte', 'four-byte'])
+def test_strings_are_cut_to_64_bytes_between_characters(text):
+    """The API server counts a string attribute's bytes, not its
+    characters: a model or vGPU type of 64 non-ASCII characters was
+    refused.  Cut to 64 bytes, never inside a character."""
+    inventory = _inventory(1, vgpu_type=text)
+    inventory.devices[0].model = text
+    items = resource_slices.slices(inventory, 1)
+    check_slices(items)
+    attributes = items[0]['spec']['devices'][0]['attributes']
+    for name in ('model', 'vgpuType'):
+        cut = attributes[name]['string']
+        assert text.startswith(cut) and cut
+        assert 64 - 3 <= len(cut.encode('utf-8')) <= 64, name

@@ -9,6 +9,21 @@ from cyborg.exports import resource_slices
 from cyborg.objects import exports
 
 
+class _QuotedDumper(yaml.SafeDumper):
+    """YAML with every string double-quoted: kubectl's YAML reader
+    resolves plain scalars by YAML 1.1 rules, so a model "1e30" (a PCI
+    device id) would reach the API server as a float and "y" as a
+    boolean, and the apply be refused."""
+
+
+def _quoted(dumper, text):
+    return dumper.represent_scalar('tag:yaml.org,2002:str', text,
+                                   style='"')
+
+
+_QuotedDumper.add_representer(str, _quoted)
+
+
 def _inventories(r):
     return exports.host_inventories(r.context, r.query.get('hostname') or
                                     None)
@@ -18,13 +33,17 @@ def export_resource_slices(r):
     """Kubernetes ResourceSlices (resource.k8s.io/v1) of one host or all.
 
     A Kubernetes List of ResourceSlice objects, one pool per host and
-    driver; ?format=yaml answers the same document as YAML.
+    driver (a pool with nothing to offer: one slice of no devices), each
+    labelled to be pruned by; ?format=yaml answers the same document as
+    YAML, every string double-quoted.
     """
     document = resource_slices.document(
         (inventory, inventory.generation) for inventory in _inventories(r))
     if r.query.get('format') == 'yaml':
-        return base.Text('application/yaml', yaml.safe_dump(
-            document, default_flow_style=False, sort_keys=False))
+        # No line width: a long string is never folded over lines.
+        return base.Text('application/yaml', yaml.dump(
+            document, Dumper=_QuotedDumper, default_flow_style=False,
+            sort_keys=False, allow_unicode=True, width=2 ** 31))
     return document
 
 

@@ -1,0 +1,122 @@
+"""A pool with nothing left to offer is exported as one slice of no
+devices, at a newer generation: it vanished from the export, so the slice
+``kubectl apply`` had made of it, listing units since held, in
+maintenance or being programmed, stayed in the cluster as its pool's
+newest, and Kubernetes kept handing them out.  A deployable being
+programmed is out of the exports as it is out of Placement
+(provider_tree.blocked).  Its own module: test_exports.py keeps one API
+service, and its inventory, for its whole module."""
+
+import datetime
+
+import pytest
+import sqlalchemy as sa
+import webob
+from sqlalchemy import orm
+
+from cyborg.db import models
+from cyborg.exports import resource_slices
+from tests.fixtures import api as api_fixture
+from tests.unit.exports import test_exports
+from tests.unit.exports import test_held_units
+
+MANAGER = test_exports.MANAGER
+HOST = 'compute-e'
+FAKE = 'fake.cyborg.openstack.org'
+
+
+def _get(service, path):
+    response = webob.Request.blank(path, headers=MANAGER).get_response(
+        service.app)
+    assert response.status_int == 200, response.text
+    return response
+
+
+def _slices(service):
+    """{driver: [slice]} of the export of every host, checked."""
+    items = _get(service, '/v2/exports/resourceslices').json['items']
+    test_exports.check_slices(items)
+    found = {}
+    for item in items:
+        found.setdefault(item['spec']['driver'], []).append(item)
+    return found
+
+
+def _deployable(service, ids, **values):
+    with orm.Session(service.engine) as session, session.begin():
+        session.execute(sa.update(models.Deployable).where(
+            models.Deployable.id == ids['deployable_id']).values(**values))
+
+
+def _device(service, ids, **values):
+    with orm.Session(service.engine) as session, session.begin():
+        session.execute(sa.update(models.Device).where(
+            models.Device.id == ids['device_id']).values(**values))
+
+
+@pytest.fixture
+def service():
+    with api_fixture.api_service() as service:
+        yield service
+
+
+def _emptied(service, before, make_empty):
+    """``make_empty`` leaves the only pool with nothing to offer: one
+    slice of no devices replaces it, under its name, at a newer
+    generation, labelled like every slice."""
+    offered, = before[FAKE]
+    assert offered['spec']['devices']
+    make_empty()
+    emptied, = _slices(service)[FAKE]
+    assert emptied['metadata'] == offered['metadata']
+    assert emptied['spec']['devices'] == []
+    assert emptied['spec']['pool']['name'] == offered['spec']['pool']['name']
+    assert emptied['spec']['pool']['resourceSliceCount'] == 1
+    assert (emptied['spec']['pool']['generation'] >
+            offered['spec']['pool']['generation'])
+    assert emptied['metadata']['labels'] == {
+        **resource_slices.LABELS, resource_slices.NODE_LABEL: HOST}
+    return emptied
+
+
+def test_a_pool_with_every_unit_held_is_an_empty_slice(service):
+    ids = api_fixture.seed_device(service.engine, HOST, HOST + '_qat',
+                                  handles=2)
+    before = _slices(service)
+    _emptied(service, before, lambda: test_held_units._hold(
+        service, ids['deployable_id'], 2))
+
+
+@pytest.mark.parametrize('change', [
+    lambda service, ids: _device(service, ids, status='maintaining'),
+    lambda service, ids: _device(service, ids, health='unhealthy'),
+    lambda service, ids: _deployable(service, ids, gone=True),
+    lambda service, ids: _deployable(
+        service, ids, programming_until=datetime.datetime(2100, 1, 1)),
+], ids=['maintenance', 'unhealthy', 'gone', 'programming'])
+def test_a_host_whose_only_device_leaves_the_schedule_has_an_empty_slice(
+        service, change):
+    ids = api_fixture.seed_device(service.engine, HOST, HOST + '_gpu',
+                                  device_type='GPU', vendor='10de',
+                                  handles=1, attributes={'rc': 'PGPU'})
+    before = _slices(service)
+    _emptied(service, before, lambda: change(service, ids))
+    text = _get(service, '/v2/exports/gres.conf').text
+    assert '# %s_gpu: out of the schedule, not offered' % HOST in text
+    assert not test_exports.parse_gres_conf(text)
+
+
+def test_only_the_pool_emptied_is_empty(service):
+    """The other pools of the host, and other hosts, are as they were."""
+    api_fixture.seed_device(service.engine, HOST, HOST + '_qat', handles=2)
+    gpu = api_fixture.seed_device(service.engine, HOST, HOST + '_gpu',
+                                  device_type='GPU', vendor='10de',
+                                  handles=1, attributes={'rc': 'PGPU'})
+    _deployable(service, gpu, driver_name='nvidia_gpu_driver')
+    api_fixture.seed_device(service.engine, 'other', 'other_qat', handles=1)
+    _device(service, gpu, status='maintaining')
+    found = _slices(service)
+    assert [len(s['spec']['devices']) for s in found[FAKE]] == [2, 1]
+    empty, = found['nvidia-gpu.cyborg.openstack.org']
+    assert empty['spec']['devices'] == []
+    assert empty['metadata']['name'] == HOST + '-nvidia-gpu-0'
