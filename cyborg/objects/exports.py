@@ -47,7 +47,7 @@ class HostInventory:
     hostname: str
     devices: list
     # Grows whenever the host's inventory changes: the newest of its
-    # rows' timestamps and its last report, in microseconds since the
+    # rows' timestamps and its host row's, in microseconds since the
     # epoch (``_generation``).
     generation: int = 1
 
@@ -58,12 +58,12 @@ def host_inventories(context, hostname=None):
     queries however many hosts there are."""
     names = None if hostname is None else [hostname]
     rows = inventory_db.load_hosts(context, names)
-    reports = host_db.last_reports(context, names)
-    return [_host_inventory(host, rows[host], reports.get(host))
+    changes = host_db.last_changes(context, names)
+    return [_host_inventory(host, rows[host], changes.get(host))
             for host in (names or sorted(rows))]
 
 
-def _host_inventory(hostname, rows, last_report_at):
+def _host_inventory(hostname, rows, host_changed_at):
     attributes, handles = {}, {}
     for row in rows['attributes']:
         attributes.setdefault(row['deployable_id'], {})[row['key']] = (
@@ -89,7 +89,7 @@ def _host_inventory(hostname, rows, last_report_at):
             attributes=attributes.get(row['id'], {}),
             handles=handles.get(row['id'], []), schedulable=schedulable))
     return HostInventory(hostname=hostname, generation=_generation(
-        rows, last_report_at), devices=[
+        rows, host_changed_at), devices=[
         Device(uuid=row['uuid'], type=row['type'], vendor=row['vendor'],
                model=row['model'], deployables=deployables.get(row['id'],
                                                                []))
@@ -101,18 +101,20 @@ _EPOCH = datetime.datetime(1970, 1, 1)
 _MICROSECOND = datetime.timedelta(microseconds=1)
 
 
-def _generation(rows, last_report_at):
-    """The newest of the rows' timestamps and the last report, in whole
+def _generation(rows, host_changed_at):
+    """The newest of the rows' timestamps and ``host_changed_at`` (its
+    last report or other change of the host's row), in whole
     microseconds since the epoch (exact integer arithmetic): PostgreSQL
     and SQLite keep the microseconds of a change, so two changes within
     one second still give two generations there; MariaDB and MySQL keep
     whole seconds (DATETIME without a fraction), so there it moves once
-    a second at most.  What leaves no row behind (a row deleted other
-    than by a report, which moves ``last_report_at``) does not move it
-    (doc/source/exports.rst)."""
+    a second at most.  A row deleted does not move it, unless the
+    deletion moves the host's row: an attribute deleted marks its host
+    unsynced, which does; a gone deployable's clean-up does not, but its
+    units were not offered any more (doc/source/exports.rst)."""
     stamps = [row.get(column) for table in rows.values() for row in table
               for column in ('created_at', 'updated_at')]
-    stamps.append(last_report_at)
+    stamps.append(host_changed_at)
     stamps = [s for s in stamps if s is not None]
     if not stamps:
         return 1

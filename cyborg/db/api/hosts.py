@@ -114,17 +114,22 @@ def delete(context, hostname):
 
 
 @reader
-def last_reports(context, hostnames=None):
-    """{hostname: time of its last inventory report (or None)} of every
-    host, or of ``hostnames``: one query."""
+def last_changes(context, hostnames=None):
+    """{hostname: time of its last inventory report or other change of its
+    row (or None)} of every host, or of ``hostnames``: one query.  A
+    change that leaves no row of the host's inventory behind (an
+    attribute deleted) marks the host unsynced, which moves its row."""
     h = _HOST
-    query = sa.select(h.c.hostname, h.c.last_report_at)
+    query = sa.select(h.c.hostname, h.c.last_report_at, h.c.updated_at)
     if hostnames is not None:
         names = [name for name in hostnames if _sql.matchable(name)]
         if not names:
             return {}
         query = query.where(h.c.hostname.in_(names))
-    return dict(_sql.connection(context).execute(query).all())
+    return {hostname: max((t for t in stamps if t is not None),
+                          default=None)
+            for hostname, *stamps in
+            _sql.connection(context).execute(query).all()}
 
 
 @reader

@@ -12,8 +12,12 @@ import datetime
 import pytest
 import sqlalchemy as sa
 import webob
+from oslo_utils import timeutils
 from sqlalchemy import orm
 
+from cyborg.common import context as cyborg_context
+from cyborg.conductor import attributes
+from cyborg.db import api as db_api
 from cyborg.db import models
 from tests.fixtures import api as api_fixture
 from tests.unit.exports import test_exports
@@ -58,3 +62,35 @@ def test_two_changes_in_one_second(db_kind, fraction_kept):
     else:
         # The documented limit: the same generation within one second.
         assert first == second == EPOCH_SECONDS * 10 ** 6
+
+
+def test_an_attribute_deleted_moves_the_generation():
+    """An attribute deleted through the API leaves no row behind: the
+    generation went back to the newest change left, below the one
+    Kubernetes had.  The deletion marks the host unsynced, which moves
+    the host's row, and the generation with it."""
+    then = timeutils.utcnow() - datetime.timedelta(hours=1)
+    with api_fixture.api_service() as service:
+        api_fixture.seed_device(service.engine, 'host1', 'host1_qat',
+                                handles=1,
+                                attributes={'rc': 'QAT', 'extra': 'x'})
+        with orm.Session(service.engine) as session, session.begin():
+            session.add(models.Host(hostname='host1', placement_synced=True,
+                                    last_report_at=then))
+            session.flush()
+            for model in (models.Host, models.Device, models.Deployable,
+                          models.ControlpathID, models.AttachHandle,
+                          models.Attribute):
+                session.execute(sa.update(model).values(
+                    created_at=then, updated_at=then))
+            # The attribute is the host's newest change.
+            extra = session.scalars(sa.select(models.Attribute).where(
+                models.Attribute.key == 'extra')).one()
+            extra.updated_at = then + datetime.timedelta(seconds=5)
+            extra_uuid = extra.uuid
+        before = _generation(service)
+        context = cyborg_context.get_admin_context()
+        db_api.write_retrying(context, attributes._delete_in, context,
+                              extra_uuid)
+        after = _generation(service)
+    assert after > before
