@@ -15,7 +15,9 @@ ARQ itself is the Placement consumer, and its ``consumer_id`` and
    claimed with consumer generation null.  Placement decides races: of
    two claims for the last unit, one gets 409 and tries the next
    candidate, a bounded number of times (``MAX_CLAIMS``), then asks
-   again (``ROUNDS``); none left is a 409 naming what was asked.
+   again (``ROUNDS``); none left is a 409 naming what was asked, and
+   claims that kept losing while Placement still offered candidates are
+   a 409 saying so (try again), not that none is free.
 3. **Bind.**  The deployable of the claimed provider gives its attach
    handle through the bind machinery of ``arq_binding`` (FPGA programming
    and mdevs included), ending Bound.  No Nova event: there is no
@@ -26,7 +28,9 @@ was (its state before, no consumer), so a refused allocate leaves nothing
 behind and may be tried again.  A delete or unbind of the ARQ releases the
 allocation (``arq_binding.release_allocations``); a conductor that dies
 half-way leaves the ARQ in BindStarted, which ``fail_stuck`` fails after
-``[DEFAULT]bind_timeout``, releasing the claim.
+``[DEFAULT]bind_timeout``, then releasing the claim (``release_failed``:
+failed first, so that an allocation only slow cannot end Bound after its
+claim was released).
 
 Every allocation of one ARQ claims under the same consumer, so every
 release is ``release_claim``: it reads what the consumer holds, checks
@@ -34,13 +38,15 @@ that the ARQ is not in a newer bind (whose claim that might be), and
 releases with the consumer generation read; a claim made since is left.
 
 A delete or unbind may run its release before this allocation's claim
-lands in Placement; the allocation then finds its ARQ gone or moved and
-releases the claim itself.  Where Placement cannot be reached to do so,
-no ARQ row holds the claim any more (the stuck-bind periodic works on
-rows): the consumer is recorded (``placement_releases``).  The next
-allocation of the ARQ releases it before it claims; ``release_left_claims``,
-which ``fail_stuck`` runs, releases it once Placement answers and the ARQ
-is gone or in no bind.
+lands in Placement; the allocation then finds its ARQ gone or moved (or
+failed by the stuck-bind check) and releases the claim itself.  Where
+Placement cannot be reached to do so, no ARQ row in BindStarted holds the
+claim any more (the stuck-bind periodic works on those rows): the consumer
+is recorded (``placement_releases``), as the stuck-bind check records
+the claim of each allocation it fails, in the transaction that fails it.
+The next allocation of the ARQ releases it before it claims;
+``release_left_claims``, which ``fail_stuck`` runs, releases it once
+Placement answers and the ARQ is gone, in no bind or BindFailed.
 
 The call is synchronous: the API answers once the ARQ is Bound.  A profile
 that programs an FPGA can take longer than ``[api]conductor_timeout``;
@@ -244,8 +250,9 @@ def _release_left_over(placement, context, job):
 
 
 def _claim(placement, context, job):
-    """Claim one candidate for the ARQ; its provider uuid, or
-    NoCandidate.  The ARQ's uuid is the consumer."""
+    """Claim one candidate for the ARQ; its provider uuid, NoCandidate
+    when Placement offers none, or a Conflict when the claims kept being
+    refused (``_claims_refused``).  The ARQ's uuid is the consumer."""
     attempts = lost = left_over = 0
     tried = set()
     for _round in range(ROUNDS):
@@ -294,20 +301,22 @@ def _claim(placement, context, job):
 
 
 def _claims_refused(job, lost, left_over):
-    """The 409 for claims Placement kept refusing: ``lost`` to other
-    consumers taking the capacity, ``left_over`` for an earlier claim of
-    the ARQ's own consumer still there (not for want of a free
-    accelerator, where no claim was lost)."""
-    held = (f'{left_over} refused while an earlier claim of this request '
-            f'held its consumer')
-    if not lost:
-        return exception.Conflict(
-            reason=f"accelerator request {job['uuid']} could not be "
-                   f"claimed: {held}; try again")
-    reason = f'{lost} claims lost to other consumers'
-    return exception.NoCandidate(
-        uuid=job['uuid'], wanted=_wanted(job['query']),
-        reason=reason + (f'; {held}' if left_over else ''))
+    """The 409 for claims Placement kept refusing while it still offered
+    candidates: ``lost`` to other consumers claiming the same units at
+    the same time, ``left_over`` for an earlier claim of the ARQ's own
+    consumer still there.  Not ``NoCandidate`` ("No free accelerator"):
+    Placement offered some at the last asking (where it offers none,
+    ``_claim`` says so), and a later try may well get one."""
+    refused = []
+    if lost:
+        refused.append(f'{lost} lost to other consumers claiming the '
+                       f'same accelerators at the same time')
+    if left_over:
+        refused.append(f'{left_over} refused while an earlier claim of '
+                       f'this request held its consumer')
+    return exception.Conflict(
+        reason=f"accelerator request {job['uuid']} could not be claimed: "
+               f"{'; '.join(refused)}; try again")
 
 
 def _bind(conf, context, job, rp_uuid, deadline):
@@ -360,9 +369,22 @@ def _undo(placement, context, job, claimed, error):
     LOG.info('Allocating accelerator request %s failed: %s', job['uuid'],
              error)
     if isinstance(error, arq_binding._Lost):
-        raise exception.Conflict(
-            reason=f"accelerator request {job['uuid']} was deleted or "
-                   f"unbound while it was being allocated") from error
+        raise exception.Conflict(reason=_lost_reason(context, job)) \
+            from error
+
+
+def _lost_reason(context, job):
+    """Why the ARQ left this allocation: deleted or unbound, or failed
+    by the stuck-bind check (the allocation took too long, and the ARQ
+    shows BindFailed rather than what the caller asked for)."""
+    rows = arq_db.get_to_change(context, [job['uuid']])
+    if rows and (rows[0].state, rows[0].bind_id) == (states.BIND_FAILED,
+                                                     job['bind_id']):
+        return (f"accelerator request {job['uuid']} was failed while it "
+                f"was being allocated: it took longer than "
+                f"[DEFAULT]bind_timeout")
+    return (f"accelerator request {job['uuid']} was deleted or unbound "
+            f"while it was being allocated")
 
 
 def release_claim(placement, context, arq_uuid, bind_id, claim=None):
@@ -402,15 +424,18 @@ def release_claim(placement, context, arq_uuid, bind_id, claim=None):
 
 def _owe_release(context, job, error):
     """The claim of ``job`` could not be released (Placement away).  An
-    ARQ still in this allocation stays BindStarted with its consumer:
+    ARQ still in this allocation, BindStarted, keeps its consumer:
     ``fail_stuck``, a delete or an unbind releases the claim once
     Placement answers.  One that has left it (deleted or unbound
-    meanwhile, its release run before our claim landed) says nothing of
-    the claim any more: the consumer is recorded for
-    ``release_left_claims`` (or the ARQ's next allocation,
+    meanwhile, its release run before our claim landed), or that the
+    stuck-bind check failed meanwhile (its release done before our claim
+    landed), says nothing of the claim any more: the consumer is recorded
+    for ``release_left_claims`` (or the ARQ's next allocation,
     ``_release_owed``, should that come first)."""
     try:
-        if arq_db.bind_of(context, job['uuid']) == job['bind_id']:
+        rows = arq_db.get_to_change(context, [job['uuid']])
+        if rows and (rows[0].state, rows[0].bind_id) == (
+                states.BIND_STARTED, job['bind_id']):
             LOG.warning('Could not release the claim of accelerator '
                         'request %s: %s; the stuck-bind check releases it '
                         'once Placement answers', job['uuid'], error)
@@ -425,7 +450,7 @@ def _owe_release(context, job, error):
                       'delete %s)', job['uuid'], error, job['uuid'])
         return
     LOG.warning('Could not release the claim of accelerator request %s, '
-                'deleted or unbound while it was allocated: %s; the '
+                'deleted, unbound or failed while it was allocated: %s; the '
                 'stuck-bind check releases it once Placement answers (or '
                 'the request\'s next allocation, should that come first)',
                 job['uuid'], error)
@@ -433,42 +458,64 @@ def _owe_release(context, job, error):
 
 def release_left_claims(conf, context):
     """Periodic (run by ``arq_binding.fail_stuck``): release the claims
-    ``_owe_release`` recorded whose ARQ is gone or in no bind, and forget
-    them; returns how many were settled.
+    recorded (``_owe_release``, ``arq_binding``'s stuck-bind check) whose
+    ARQ is gone, in no bind or in a failed one, and forget them; returns
+    how many were settled.
 
     Those whose ARQ is gone first: its uuid, the consumer, is then never
-    claimed again.  Then those whose ARQ exists but is in no bind (unbound
-    while its claim could not be released): its unit stays taken
-    otherwise until the ARQ is allocated again or deleted.  Each is
-    released by ``release_claim`` on behalf of no bind (what the consumer
-    holds read, then the ARQ's bind, then a release guarded by the
-    generation read), so that a claim of an allocation started meanwhile
-    is left alone; an ARQ in a bind by then keeps its record for that
-    allocation (``_release_owed``).  The queries leave the other records
-    out, so that any number of them never holds these up."""
-    owed = ([(consumer, True) for consumer in release_db.owed(context)] +
-            [(consumer, False)
-             for consumer in release_db.owed_in_no_bind(context)])
+    claimed again.  Then those whose ARQ exists but is in no bind
+    (unbound while its claim could not be released) or BindFailed (the
+    stuck-bind check failed its allocation, Placement away): its unit
+    stays taken otherwise until the ARQ is allocated again or deleted.
+    Each is released by ``release_claim`` on behalf of no bind, or of the
+    failed one (what the consumer holds read, then the ARQ's bind, then a
+    release guarded by the generation read), so that a claim of an
+    allocation started meanwhile is left alone; an ARQ in a bind by then
+    keeps its record for that allocation (``_release_owed``).  The queries
+    leave the other records out, so that any number of them never holds
+    these up."""
+    owed = ([(consumer, None, 'deleted')
+             for consumer in release_db.owed(context)] +
+            [(consumer, bind_id, 'failed' if bind_id else 'unbound')
+             for consumer, bind_id in release_db.owed_in_no_bind(context)])
+    return _settle(conf, context, owed)
+
+
+def release_failed(conf, context, rows):
+    """Release the claims of the standalone allocations the stuck-bind
+    check has just failed (``rows``: their ARQs as read, in the bind that
+    failed), whose releases were recorded in the transactions that failed
+    them, and forget the records.  Failed first, released after: released
+    first, an allocation that was only slow could end Bound in between,
+    holding its handle with nothing claimed in Placement.  Where Placement
+    is away, the records stay for ``release_left_claims``."""
+    return _settle(conf, context, [(row.uuid, row.bind_id, 'failed')
+                                   for row in rows])
+
+
+def _settle(conf, context, owed):
+    """Release each recorded claim of ``owed``, ``(consumer, bind,
+    what)``: on behalf of ``bind`` (the failed one's, or None), ``what``
+    the ARQ became (deleted, unbound, failed); forget the record unless
+    the ARQ is in another bind by now.  Returns how many were settled."""
     if not owed:
         return 0
     placement = placement_client.get_client(conf)
     released = 0
-    for consumer, gone in owed:
+    for consumer, bind_id, what in owed:
         try:
-            release_claim(placement, context, consumer, None)
+            release_claim(placement, context, consumer, bind_id)
         except exception.PlacementError as e:
             LOG.warning('Could not release the claim of %s accelerator '
                         'request %s: %s; tried again at the next stuck-bind '
-                        'check', 'deleted' if gone else 'unbound', consumer,
-                        e)
+                        'check', what, consumer, e)
             if getattr(e, 'status_code', 503) >= 500:
                 break           # Placement away: the others would wait too
             continue
-        if not gone and arq_db.bind_of(context, consumer) is not None:
+        if not db_api.write_retrying(context, release_db.forget_settled,
+                                     context, consumer, bind_id):
             continue            # allocated again: that allocation's now
-        db_api.write_retrying(context, release_db.forget, context, consumer)
         LOG.info('Released the claim of accelerator request %s, %s while '
-                 'it was being allocated', consumer,
-                 'deleted' if gone else 'unbound')
+                 'it was being allocated', consumer, what)
         released += 1
     return released

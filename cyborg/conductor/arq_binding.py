@@ -80,6 +80,7 @@ from cyborg.db.api import attach_handles as handle_db
 from cyborg.db.api import clock as clock_db
 from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import device_profiles as profile_db
+from cyborg.db.api import placement_releases as release_db
 from cyborg.db.api import remote_pools as pool_db
 from cyborg.objects import accelerator_requests
 from cyborg.objects import device_profiles as profile_objects
@@ -1085,17 +1086,29 @@ def _due(conf, deadline):
 
 
 def _fail(conf, context, batch_id, arq_uuid, reason, deadline, job=None,
-          kept=(), bind_id=None):
+          kept=(), bind_id=None, owe_release=False):
     """Move the ARQ from BindStarted to BindFailed, record its event and
     notify; False when it had already left BindStarted (or, for a
     ``job``'s bind or ``bind_id``, is another bind's now).  ``kept``:
     {remote handle id: host} of the handles whose detach failed (kept out
-    of use); a ``job``'s are those its own undo could not detach."""
+    of use); a ``job``'s are those its own undo could not detach.
+    ``owe_release``: a standalone allocation's ARQ, whose Placement claim
+    is recorded as owed a release (``placement_releases``) in the same
+    transaction, for the caller to release once it has failed."""
     if job is not None:
         bind_id = job.get('bind_id')
         kept = job.get('kept', kept)
-    row = db_api.write_retrying(context, _fail_in, conf, context, batch_id,
-                                arq_uuid, reason, deadline, kept, bind_id)
+    fail_in = _fail_owing_release_in if owe_release else _fail_in
+    try:
+        row = db_api.write_retrying(context, fail_in, conf, context,
+                                    batch_id, arq_uuid, reason, deadline,
+                                    kept, bind_id)
+    except db_exc.DBDuplicateEntry:
+        # The allocation's own undo recorded the release at that moment:
+        # recorded now, the failure is written again (adding nothing).
+        row = db_api.write_retrying(context, fail_in, conf, context,
+                                    batch_id, arq_uuid, reason, deadline,
+                                    kept, bind_id)
     if row is None:
         LOG.info('Accelerator request %s left BindStarted before its '
                  'failure could be recorded: %s', arq_uuid, reason)
@@ -1117,6 +1130,17 @@ def _fail_in(conf, context, batch_id, arq_uuid, reason, deadline, kept=(),
         nova.record(conf, context, batch_id,
                     [(row.instance_uuid, arq_uuid, 'failed')],
                     _due(conf, deadline))
+    return row
+
+
+def _fail_owing_release_in(conf, context, batch_id, arq_uuid, reason,
+                           deadline, kept=(), bind_id=None):
+    """``_fail_in``, recording the release of the ARQ's claim when it
+    moved."""
+    row = _fail_in(conf, context, batch_id, arq_uuid, reason, deadline,
+                   kept, bind_id)
+    if row is not None:
+        release_db.add(context, arq_uuid)
     return row
 
 
@@ -1555,33 +1579,31 @@ def _fail_abandoned(conf, context, abandoned, reason):
     rows = [r for r in arq_db.get_to_change(context, list(abandoned))
             if r.state == states.BIND_STARTED and
             r.bind_id == abandoned[r.uuid]]
-    # A standalone allocation: what it claimed in Placement is released
-    # before its ARQ fails (as an unbind's or a delete's is): with
-    # Placement away it stays BindStarted, and the next check tries
-    # again; failed first, its claim was left for good.  Only the claim
-    # of the bind found stuck: where the ARQ was unbound and allocated
-    # again since, the consumer (the ARQ's uuid) holds the newer claim,
-    # which release_allocations leaves.
-    standalone = [r for r in rows if r.consumer_id]
-    try:
-        release_allocations(conf, standalone)
-    except exception.PlacementError as e:
-        LOG.warning('Could not release the allocations of abandoned '
-                    'accelerator requests %s: %s; they are failed once '
-                    'Placement answers', ', '.join(r.uuid for r in
-                                                    standalone), e)
-        unreleased = {r.uuid for r in standalone}
-        rows = [r for r in rows if r.uuid not in unreleased]
     # A remote handle the dead conductor may have attached is detached
     # before it is freed.
     kept = remote_pools.detach_for_release(conf, context, rows)
     failed = []
     for row in rows:
+        # A standalone allocation's claim in Placement is released only
+        # once its ARQ has failed: released first, an allocation that was
+        # only slow could still end Bound in between, holding its handle
+        # with nothing claimed.  The transaction that fails it records the
+        # release, so that with Placement away it is done later
+        # (release_left_claims); an allocation that ended Bound first
+        # keeps its claim, nothing recorded.
         if _fail(conf, context, batch_id, row.uuid, reason,
-                 clock_db.utcnow(), kept=kept, bind_id=row.bind_id):
-            failed.append(row.uuid)
+                 clock_db.utcnow(), kept=kept, bind_id=row.bind_id,
+                 owe_release=bool(row.consumer_id)):
+            failed.append(row)
     remote_pools.resync(conf, context, kept)
     if failed:
+        from cyborg.conductor import arq_allocation
+
+        # Only the claim of the bind failed: where the ARQ was unbound and
+        # allocated again since, the consumer (the ARQ's uuid) holds the
+        # newer claim, which release_claim leaves.
+        arq_allocation.release_failed(
+            conf, context, [r for r in failed if r.consumer_id])
         nova.deliver_batch(conf, context, batch_id)
     return len(failed)
 

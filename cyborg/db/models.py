@@ -444,9 +444,11 @@ class PlacementRelease(Base):
     """Ours: a Placement consumer whose allocations cyborg owes a release:
     the claim of a standalone allocation whose accelerator request was
     deleted or unbound while it was made (that release ran before the
-    claim landed), which Placement could not release then.  No ARQ row
-    says the claim is there any more; this one does until the stuck-bind
-    periodic has released it (cyborg.conductor.arq_allocation)."""
+    claim landed), which Placement could not release then, or of one the
+    stuck-bind check failed (recorded in the transaction that failed it,
+    released just after).  No ARQ row says the claim is there any more;
+    this one does until it is released (cyborg.conductor.arq_allocation).
+    """
 
     __tablename__ = 'placement_releases'
     __table_args__ = (

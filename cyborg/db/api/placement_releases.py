@@ -1,11 +1,14 @@
 """Placement consumers whose allocations cyborg owes a release (owned by
 cyborg.conductor.arq_allocation): the claims of standalone allocations
 whose accelerator request was deleted or unbound while Placement could not
-release them.  Recorded where the release failed, forgotten once it is
-done."""
+release them, recorded where the release failed, and those of allocations
+the stuck-bind check fails, recorded in the transaction that fails them
+(released just after, or later should Placement be away).  Forgotten once
+the release is done."""
 
 import sqlalchemy as sa
 
+from cyborg.common import states
 from cyborg.db import models
 from cyborg.db.api import _sql
 from cyborg.db.api import reader, writer
@@ -40,14 +43,20 @@ def owed(context, limit=100):
 
 @reader
 def owed_in_no_bind(context, limit=100):
-    """The consumers recorded whose accelerator request exists but is in
-    no bind (unbound since, not allocated again), oldest first, ``limit``
-    at most."""
-    return list(_sql.connection(context).scalars(
-        sa.select(_OWED.c.consumer_uuid)
+    """(consumer, bind) of the consumers recorded whose accelerator
+    request exists but is in no bind (unbound since, not allocated again;
+    bind None) or in one that failed (BindFailed: the stuck-bind check
+    failed its allocation; bind: the failed one's ``bind_id``), oldest
+    first, ``limit`` at most.  Either way no live allocation holds the
+    claim."""
+    return [tuple(row) for row in _sql.connection(context).execute(
+        sa.select(_OWED.c.consumer_uuid,
+                  sa.case((_ARQ.c.state == states.BIND_FAILED,
+                           _ARQ.c.bind_id), else_=sa.null()))
         .join(_ARQ, _ARQ.c.uuid == _OWED.c.consumer_uuid)
-        .where(_ARQ.c.bind_id.is_(None))
-        .order_by(_OWED.c.id).limit(limit)))
+        .where(sa.or_(_ARQ.c.bind_id.is_(None),
+                      _ARQ.c.state == states.BIND_FAILED))
+        .order_by(_OWED.c.id).limit(limit))]
 
 
 @reader
@@ -63,6 +72,24 @@ def forget(context, consumer_uuid):
     """Forget a consumer whose allocations were released."""
     _sql.connection(context).execute(
         sa.delete(_OWED).where(_OWED.c.consumer_uuid == consumer_uuid))
+
+
+@writer
+def forget_settled(context, consumer_uuid, bind_id):
+    """Forget a consumer whose allocations were released on behalf of
+    bind ``bind_id`` (None: of no bind), unless its accelerator request
+    is in another bind by now: the record is then that allocation's to
+    settle (it read it when it started, or an undo of its own recorded
+    it since).  One statement, so that no bind starts between the check
+    and the delete; whether it forgot it."""
+    other = _ARQ.c.bind_id.is_not(None)
+    if bind_id is not None:
+        other = sa.and_(other, _ARQ.c.bind_id != bind_id)
+    return _sql.connection(context).execute(
+        sa.delete(_OWED).where(
+            _OWED.c.consumer_uuid == consumer_uuid,
+            ~sa.exists().where(_ARQ.c.uuid == consumer_uuid, other))
+    ).rowcount > 0
 
 
 @reader

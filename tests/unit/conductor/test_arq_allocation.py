@@ -437,28 +437,36 @@ def test_a_stuck_allocation_is_failed_and_released(aconf, db, ctx, trait,
     assert arq_binding.fail_stuck(aconf, ctx) == 1
     assert _row(db, uuid).state == 'BindFailed'
     assert _usage(placement_url, device.rp_uuid) == 0
+    assert _owed(db) == []
 
 
-def test_a_stuck_allocation_waits_for_placement_to_be_released(
+def test_a_stuck_allocation_is_failed_with_placement_away(
         aconf, db, ctx, trait, placement_url):
     """Placement away when the stuck-bind check fails an abandoned
-    allocation: it failed the ARQ all the same and left its claim for
-    good (a BindFailed ARQ's claim is nobody's to release).  It stays
-    BindStarted until the claim can be released."""
+    allocation: the ARQ is failed all the same, the release of its claim
+    recorded in the transaction that fails it, and the check releases it
+    once Placement answers.  The check used to release before failing
+    (an allocation only slow could end Bound in between, with no claim)
+    and so kept the ARQ BindStarted while Placement was away."""
     device, uuid = _abandoned_claim(aconf, db, ctx, trait)
     front = _releases_refused(placement_url, uuid)
     with front:
         front.away.set()
         placement_fixture.placement_conf(aconf, front.url)
         placement_client.reset_clients()
-        arq_binding.fail_stuck(aconf, ctx)
-        assert _row(db, uuid).state == 'BindStarted'
+        assert arq_binding.fail_stuck(aconf, ctx) == 1
+        assert _row(db, uuid).state == 'BindFailed'
+        assert _owed(db) == [uuid]
+        # Still away: the record stays.
+        assert arq_binding.fail_stuck(aconf, ctx) == 0
         assert _usage(placement_url, device.rp_uuid) == 1
+        assert _owed(db) == [uuid]
     placement_fixture.placement_conf(aconf, placement_url)
     placement_client.reset_clients()
-    assert arq_binding.fail_stuck(aconf, ctx) == 1
-    assert _row(db, uuid).state == 'BindFailed'
+    assert arq_binding.fail_stuck(aconf, ctx) == 0
     assert _usage(placement_url, device.rp_uuid) == 0
+    assert _owed(db) == []
+    assert _row(db, uuid).state == 'BindFailed'
 
 
 @pytest.mark.parametrize('unknown', ['trait:CUSTOM_NEVER_SEEN_{}',

@@ -58,24 +58,28 @@ def test_the_stuck_bind_check_leaves_a_newer_allocation_s_claim(
     ARQ stayed Bound for pod-2 with nothing held in Placement, which
     offered the unit again."""
     device, uuid = _abandoned_claim(aconf, db, ctx, trait)
-    release = arq_binding.release_allocations
+    release = arq_allocation.release_claim
     calls = []
 
-    def slow_release(conf, rows):
+    def slow_release(placement, context, arq_uuid, bind_id, **kwargs):
         calls.append(1)
         if len(calls) == 1:
-            # Meanwhile: the client gives up on pod-1, unbinds the ARQ
-            # (releasing the old claim) and allocates it for pod-2.
+            # Meanwhile: the client gives up on pod-1, unbinds the (now
+            # failed) ARQ, releasing the old claim, and allocates it for
+            # pod-2.
             arq_binding.unbind(aconf, ctx, [uuid])
             arq_allocation.allocate(aconf, ctx, uuid, 'pod-2', 'k8s-pod')
-        return release(conf, rows)
+        return release(placement, context, arq_uuid, bind_id, **kwargs)
 
-    monkeypatch.setattr(arq_binding, 'release_allocations', slow_release)
+    monkeypatch.setattr(arq_allocation, 'release_claim', slow_release)
     assert arq_binding.fail_stuck(aconf, ctx) == 1
+    assert len(calls) > 1
     row = _row(db, uuid)
     assert (row.state, row.consumer_id) == ('Bound', 'pod-2')
     assert _units(placement_url, uuid) == {device.rp_uuid: 1}
     assert _usage(placement_url, device.rp_uuid) == 1
+    # The check's record of the release: the new allocation settled it.
+    assert _owed(db) == []
 
 
 def test_an_unbind_leaves_a_newer_allocation_s_claim(
