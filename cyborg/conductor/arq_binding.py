@@ -1090,8 +1090,9 @@ def _fail(conf, context, batch_id, arq_uuid, reason, deadline, job=None,
     """Move the ARQ from BindStarted to BindFailed, record its event and
     notify; False when it had already left BindStarted (or, for a
     ``job``'s bind or ``bind_id``, is another bind's now).  ``kept``:
-    {remote handle id: host} of the handles whose detach failed (kept out
-    of use); a ``job``'s are those its own undo could not detach.
+    {remote handle id: host} of the handles whose detach failed, or is
+    still to be made (the stuck-bind check's), kept out of use; a
+    ``job``'s are those its own undo could not detach.
     ``owe_release``: a standalone allocation's ARQ, whose Placement claim
     is recorded as owed a release (``placement_releases``) in the same
     transaction, for the caller to release once it has failed."""
@@ -1579,23 +1580,31 @@ def _fail_abandoned(conf, context, abandoned, reason):
     rows = [r for r in arq_db.get_to_change(context, list(abandoned))
             if r.state == states.BIND_STARTED and
             r.bind_id == abandoned[r.uuid]]
-    # A remote handle the dead conductor may have attached is detached
-    # before it is freed.
-    kept = remote_pools.detach_for_release(conf, context, rows)
+    # A remote handle the bind may have attached is detached only once
+    # its ARQ has failed, as a standalone claim is released (below):
+    # detached first, a bind that was only slow, its attach answered,
+    # could still end Bound in between, holding a handle no longer
+    # attached.  The transaction that fails the ARQ unlinks the handle
+    # without freeing it, kept out of use for the host the bind attached
+    # it to as after a refused detach (a check whose conductor dies next
+    # leaves it to the reconcile); detach_kept then detaches and frees
+    # it.  A bind that ended Bound first keeps its handle, attached.
+    kept = {r.remote_handle_id: r.hostname for r in rows
+            if r.remote_handle_id is not None}
     failed = []
     for row in rows:
         # A standalone allocation's claim in Placement is released only
-        # once its ARQ has failed: released first, an allocation that was
-        # only slow could still end Bound in between, holding its handle
-        # with nothing claimed.  The transaction that fails it records the
-        # release, so that with Placement away it is done later
-        # (release_left_claims); an allocation that ended Bound first
-        # keeps its claim, nothing recorded.
+        # once its ARQ has failed, for the same reason.  The transaction
+        # that fails it records the release, so that with Placement away
+        # it is done later (release_left_claims); an allocation that
+        # ended Bound first keeps its claim, nothing recorded.
         if _fail(conf, context, batch_id, row.uuid, reason,
                  clock_db.utcnow(), kept=kept, bind_id=row.bind_id,
                  owe_release=bool(row.consumer_id)):
             failed.append(row)
-    remote_pools.resync(conf, context, kept)
+    remote_pools.detach_kept(conf, context,
+                             [r.remote_handle_id for r in failed
+                              if r.remote_handle_id is not None])
     if failed:
         from cyborg.conductor import arq_allocation
 

@@ -21,8 +21,12 @@ instance's host; unbinding and deleting the ARQ detach it before the
 handle is freed.  A detach the fabric refuses leaves the handle out of use
 (``detach_failed`` in its attach_info, with the host it stays attached
 to) until the periodic ``reconcile_remote_pools`` succeeds in detaching
-it.  Every driver call has a deadline (``cyborg.fabric.calls``): one the
-fabric does not answer in time counts as refused, an attach as done.
+it.  The stuck-bind check fails a bind before it detaches the bind's
+handle (a bind only slow may end Bound until then, and keeps its
+attachment), the handle kept out of use that way meanwhile
+(``detach_kept``).  Every driver call has a deadline
+(``cyborg.fabric.calls``): one the fabric does not answer in time counts
+as refused, an attach as done.
 The reconcile also removes the providers of pools that are gone
 (``remove_orphans``).
 
@@ -416,20 +420,57 @@ def resync(conf, context, handle_ids):
 
 def _retry_detaches(conf, context, pool):
     """Detach again the handles kept out of use from the host each stays
-    attached to, freeing those the fabric now lets go.
+    attached to, freeing those the fabric now lets go (``_detach_kept``).
+
+    The detaches go at once (``fabric_calls.call_each``), within one
+    ``[fabric]detach_timeout``: a fabric that hangs holds the reconcile
+    that long once, not once for each handle it keeps."""
+    _detach_kept(conf, context, pool, pool_db.handles(context, [pool.id]),
+                 conf.fabric.detach_timeout)
+
+
+def detach_kept(conf, context, handle_ids):
+    """Detach the handles ``handle_ids`` that a release kept out of use
+    (committed, ``quarantine_info``) before any detach was tried, and free
+    those the fabric lets go, as the reconcile would; those it refuses,
+    or does not answer in ``release_seconds``, stay kept for the
+    reconcile.  Their pools' providers are then synced (``resync``):
+    they reserve the handles still kept and not those freed, whatever a
+    sync that ran in between read.
+
+    The stuck-bind check releases this way
+    (``arq_binding._fail_abandoned``): it fails a bind before it detaches
+    the bind's handle, because a bind that was only slow may still end
+    Bound until then, and keeps its attachment when it does.  A check
+    whose conductor dies between the two leaves the handle kept: the
+    reconcile detaches and frees it."""
+    if not handle_ids:
+        return
+    by_pool = collections.defaultdict(list)
+    for handle in (pool_db.get_handle(context, i) for i in handle_ids):
+        if handle is not None:
+            by_pool[handle.pool_id].append(handle)
+    seconds = release_seconds(conf, context)
+    for pool_id, handles in sorted(by_pool.items()):
+        pool = pool_db.get(context, id=pool_id)
+        if pool is not None:
+            _detach_kept(conf, context, pool, handles, seconds)
+    resync(conf, context, handle_ids)
+
+
+def _detach_kept(conf, context, pool, handles, seconds):
+    """Detach the handles among ``handles`` (rows of ``pool``) that are
+    kept out of use from the host each stays attached to, freeing those
+    the fabric lets go; the detaches go at once, within ``seconds``.
 
     A handle is freed only as it was read (in use, the same attach_info):
     another conductor's reconcile may have detached and freed it since,
     and a bind taken it, which this detach (from the old host) did not
     touch.  One with no host recorded stays out of use: a "detach" from
-    no host would free a handle still attached.
-
-    The detaches go at once (``fabric_calls.call_each``), within one
-    ``[fabric]detach_timeout``: a fabric that hangs holds the reconcile
-    that long once, not once for each handle it keeps."""
+    no host would free a handle still attached."""
     # (handle row, host) and the call of each detach to make.
     detaches, requests = [], []
-    for handle in pool_db.handles(context, [pool.id]):
+    for handle in handles:
         if not quarantined(handle):
             continue
         info = json.loads(handle.attach_info)
@@ -452,15 +493,15 @@ def _retry_detaches(conf, context, pool):
                          _handle(pool.name, handle.uuid,
                                  handle.fabric_address),
                          host, info.get('instance_uuid')))
-    outcomes = fabric_calls.call_each(requests, conf.fabric.detach_timeout)
+    outcomes = fabric_calls.call_each(requests, seconds)
     for (handle, host), (_answer, error) in zip(detaches, outcomes):
         if error is not None:
             _retry_failed(pool, handle, host, error)
             continue
         if db_api.write_retrying(context, pool_db.release, context,
                                  handle.id, handle.attach_info):
-            LOG.info('Remote pool %s: %s detached from %s at last and '
-                     'free', pool.name, handle.fabric_address, host)
+            LOG.info('Remote pool %s: %s detached from %s, and free',
+                     pool.name, handle.fabric_address, host)
         else:
             LOG.info('Remote pool %s: %s detached from %s, but it was '
                      'freed (and perhaps taken again) meanwhile; left as '
@@ -468,8 +509,9 @@ def _retry_detaches(conf, context, pool):
 
 
 def _retry_failed(pool, handle, host, error):
-    LOG.warning('Remote pool %s: detaching %s from %s failed again: %s',
-                pool.name, handle.fabric_address, host, error)
+    LOG.warning('Remote pool %s: detaching %s from %s failed (%s); it '
+                'stays out of use until a retry succeeds', pool.name,
+                handle.fabric_address, host, error)
 
 
 # -- binding -----------------------------------------------------------
