@@ -15,20 +15,15 @@ from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.db.api import placement_releases as release_db
 from cyborg.placement import client as placement_client
-from tests.fixtures import arqs as seed
-from tests.fixtures import recording_http
+from tests.unit.conductor import test_arq_allocation
 from tests.unit.conductor.test_arq_allocation import (
     _arqs, _held, _owed, _provide, _row, _usage)
 
-placement_url = seed.placement_url
-fake_nova = recording_http.fake_nova
-aconf = seed.bind_conf
-ctx = seed.service_ctx
-
-
-@pytest.fixture
-def trait():
-    return 'CUSTOM_T_' + uuidlib.uuid4().hex.upper()
+# The shared Placement and fixtures of test_arq_allocation.
+placement_url, fake_nova, aconf, ctx, trait = (
+    test_arq_allocation.placement_url, test_arq_allocation.fake_nova,
+    test_arq_allocation.aconf, test_arq_allocation.ctx,
+    test_arq_allocation.trait)
 
 
 def _left_claim(aconf, db, ctx, trait, state='Unbound'):
