@@ -11,7 +11,6 @@ import datetime
 
 import pytest
 import sqlalchemy as sa
-import webob
 from sqlalchemy import orm
 
 from cyborg.db import models
@@ -25,16 +24,10 @@ HOST = 'compute-e'
 FAKE = 'fake.cyborg.openstack.org'
 
 
-def _get(service, path):
-    response = webob.Request.blank(path, headers=MANAGER).get_response(
-        service.app)
-    assert response.status_int == 200, response.text
-    return response
-
-
 def _slices(service):
     """{driver: [slice]} of the export of every host, checked."""
-    items = _get(service, '/v2/exports/resourceslices').json['items']
+    items = test_held_units._get(
+        service, '/v2/exports/resourceslices').json['items']
     test_exports.check_slices(items)
     found = {}
     for item in items:
@@ -101,7 +94,7 @@ def test_a_host_whose_only_device_leaves_the_schedule_has_an_empty_slice(
                                   handles=1, attributes={'rc': 'PGPU'})
     before = _slices(service)
     _emptied(service, before, lambda: change(service, ids))
-    text = _get(service, '/v2/exports/gres.conf').text
+    text = test_held_units._get(service, '/v2/exports/gres.conf').text
     assert '# %s_gpu: out of the schedule, not offered' % HOST in text
     assert not test_exports.parse_gres_conf(text)
 
