@@ -38,30 +38,50 @@ class ReportCache:
         """``(digest, [DriverDevice])`` last acknowledged, or ``(None,
         None)`` when there is no usable record (first start, another
         host's file, a file that is corrupt, not a record, or that cannot
-        be read): the agent then sends a full report."""
+        be read): the agent then sends a full report.
+
+        The digest becomes the next delta's ``base_digest``: one the
+        conductor refuses (not a string, empty, too long) would make it
+        refuse every report of the host.  A saved digest is always the
+        inventory digest of the saved devices, so a record whose digest
+        is anything else (edited by hand, damaged) is no record."""
         try:
             with open(self.path) as f:
                 record = json.load(f)
             if not isinstance(record, dict):
                 raise ValueError('not a JSON object')
             if record.get('hostname') != self.hostname:
+                other = repr(record.get('hostname'))[:80]
+                self._say(f'host {other}', 'Ignoring the agent cache %s: '
+                          'it is the record of host %s, not of this host '
+                          '%r; the next report is a full one, and its '
+                          'record replaces that file.', self.path, other,
+                          self.hostname)
                 return None, None
             devices = [inventory.DriverDevice.from_dict(d)
                        for d in record['devices']]
-            found = record['digest'], devices
+            digest = record['digest']
+            if digest != inventory.inventory_digest(devices):
+                raise ValueError(f'its digest {str(digest)[:80]!r} is not '
+                                 f'that of its devices')
+            found = digest, devices
         except FileNotFoundError:
             found = None, None
-        except (OSError, ValueError, KeyError, TypeError,
-                AttributeError) as exc:
-            problem = f'{type(exc).__name__}: {exc}'
-            if problem != self._unreadable:
-                LOG.warning('Ignoring unreadable agent cache %s (%s); the '
-                            'next report is a full one.', self.path,
-                            problem)
-            self._unreadable = problem
+        except Exception as exc:
+            # Whatever the reason (a file nested too deep for the parser
+            # raises RecursionError): the agent must keep reporting.
+            problem = f'{type(exc).__name__}: {str(exc)[:200]}'
+            self._say(problem, 'Ignoring unreadable agent cache %s (%s); '
+                      'the next report is a full one.', self.path, problem)
             return None, None
         self._unreadable = None
         return found
+
+    def _say(self, problem, message, *args):
+        """Warn of ``problem`` with the record once, not at every read."""
+        if problem != self._unreadable:
+            LOG.warning(message, *args)
+        self._unreadable = problem
 
     def save(self, digest, devices):
         record = {'hostname': self.hostname, 'digest': digest,

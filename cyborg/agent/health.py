@@ -128,27 +128,6 @@ def news(reading, before):
     return signature(reading) not in {signature(r) for r in before}
 
 
-class _BackoffLog:
-    """Logs the 1st, 2nd, 4th, 8th... failure of one thing in a row, and
-    its recovery: a broken driver or an absent conductor must not flood
-    the log at every check."""
-
-    def __init__(self):
-        self._failures = collections.Counter()
-
-    def failed(self, what, message, *args, exc_info=False):
-        self._failures[what] += 1
-        count = self._failures[what]
-        if count & (count - 1) == 0:
-            LOG.warning(message + ' (failure %d in a row)', *args, count,
-                        exc_info=exc_info)
-
-    def succeeded(self, what, message, *args):
-        count = self._failures.pop(what, 0)
-        if count:
-            LOG.info(message + ' (after %d failure(s))', *args, count)
-
-
 class _Call(calls.DriverCall):
     """One call into a driver (``kind``: 'check', 'probe' or 'usage'; see
     ``cyborg.agent.calls``).  The monitor keeps at most one per driver
@@ -179,7 +158,7 @@ class HealthMonitor:
         self._conductor = conductor_api or conductor_rpcapi.ConductorAPI(
             conf, timeout=max(_MIN_SEND_TIMEOUT,
                               conf.health.report_interval),
-            require_queue=True)
+            retry=agent_reporter.BROKER_RETRIES, require_queue=True)
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._thread = None
@@ -187,7 +166,7 @@ class HealthMonitor:
         self._probes_requested = set()
         # probe_now's callers (RPC threads) one at a time.
         self._probe_now_lock = threading.Lock()
-        self._log = _BackoffLog()
+        self._log = agent_reporter.BackoffLog(LOG)
         # Owned by the monitor thread (or the caller of the *_once methods
         # when the thread is not running).
         self._current = {}       # key -> [Reading] of the last check

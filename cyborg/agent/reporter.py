@@ -24,15 +24,31 @@ picture.
 Each driver discovers on a thread of its own (``cyborg.agent.calls``); a
 report waits ``[agent]discovery_timeout`` seconds at most for them.  A
 driver that takes longer (a call into its hardware hangs) keeps its last
-acknowledged devices, as a driver that fails does, and is not asked
+acknowledged devices, as a driver that fails does (it raised, or returned
+what is not a list of devices a report can carry), and is not asked
 again until that discovery returns: a hung driver costs the report that
 started it the timeout once, not every report, and no other driver's
-devices.
+devices.  A driver failing or hung is logged with a back-off (the 1st,
+2nd, 4th... report in a row), and once more when it works again.  One
+discovery runs at a time: the reporter's, or the agent's RPC thread's
+looking for a device just plugged in (``AgentManager._find_device``).
 
 When: once at start, every ``[DEFAULT]periodic_interval`` seconds, at once
 when ``request_report()`` (hotplug) or ``request_full_report()`` (the
-conductor) is called, and after a failed attempt again after a short
-back-off.  All reports run on one thread, one at a time.
+conductor) is called, and after a failed attempt again after a back-off
+(1 s, doubling up to ``[DEFAULT]periodic_interval``), which no such
+request cuts short: a udev event storm must not turn a failing report
+into one attempt a second.  All reports run on one thread, one at a
+time.
+
+A delta the conductor refuses as malformed (``Invalid``) may be refused
+for its base, the on-disk record: the record is forgotten and the next
+attempt is a full report, rather than the same delta refused for ever.
+
+The report client tries the broker ``BROKER_RETRIES`` more times, not for
+ever: with RabbitMQ away a report fails within seconds, is logged
+(``Inventory report of <host> failed``) and retried with the back-off,
+discovering afresh each time.
 
 An agent started before any conductor: RabbitMQ drops a message sent to a
 topic no queue is bound to yet, and the call would wait out the whole RPC
@@ -43,6 +59,7 @@ a message at once, and the reporter tries again every
 the first conductor's start.
 """
 
+import collections
 import functools
 import socket
 import threading
@@ -54,7 +71,9 @@ from oslo_log import log as logging
 from cyborg.agent import cache as agent_cache
 from cyborg.agent import calls
 from cyborg.agent import programming
+from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import context as cyborg_context
+from cyborg.common import exception
 from cyborg.common import metrics
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.objects import inventory
@@ -67,6 +86,36 @@ _RETRY_DELAY = 1.0
 # such a report at once (nothing reaches a conductor, nothing waits), so
 # trying often costs one message each time.
 _NO_CONDUCTOR_RETRY = 1.0
+# How many more times the agent's reports (inventory and health) try to
+# reach the broker before they fail (1, 2 then 4 s apart with
+# oslo.messaging's defaults: about 7 s in all): with its default (for
+# ever) a report sent while RabbitMQ is away blocks inside its reconnect
+# loop, and neither the agent's back-off nor its log line ever runs.
+# (Before the agent first reached the broker, its RPC server waits for
+# it, and nothing reports yet.)
+BROKER_RETRIES = 2
+
+
+class BackoffLog:
+    """Logs the 1st, 2nd, 4th, 8th... failure of one thing in a row, and
+    its recovery: a broken driver or an absent conductor must not flood
+    the log at every check, report or udev event."""
+
+    def __init__(self, log):
+        self._log = log
+        self._failures = collections.Counter()
+
+    def failed(self, what, message, *args, exc_info=False):
+        self._failures[what] += 1
+        count = self._failures[what]
+        if count & (count - 1) == 0:
+            self._log.warning(message + ' (failure %d in a row)', *args,
+                              count, exc_info=exc_info)
+
+    def succeeded(self, what, message, *args):
+        count = self._failures.pop(what, 0)
+        if count:
+            self._log.info(message + ' (after %d failure(s))', *args, count)
 
 
 def _discover(driver, recall, acked_devices):
@@ -108,7 +157,7 @@ class Reporter:
         # monitor share this one (``cmd.agent.build_services``).
         self.programming = programming.InProgress()
         self._conductor = conductor_api or conductor_rpcapi.ConductorAPI(
-            conf, require_queue=True)
+            conf, retry=BROKER_RETRIES, require_queue=True)
         self._cache = report_cache or agent_cache.ReportCache(
             agent_cache.default_path(conf, host), host)
         self._lock = threading.Lock()
@@ -120,12 +169,18 @@ class Reporter:
         # life; the on-disk cache stands in, see known_devices()).
         self._known = None
         self._known_lock = threading.Lock()
+        # Guards the discovery bookkeeping below (and its log), which the
+        # reporter's thread and the RPC thread looking for a new device
+        # share; not ``_lock``, which is held across the report's RPC.
+        self._discovery_lock = threading.Lock()
         # Whether the drivers were told what was acknowledged before this
         # agent started (Driver.recall), before its first discovery.
         self._recalled = False
         # driver name -> its discovery (calls.DriverCall) not taken yet:
         # one that outlived a report's wait is not started again.
         self._discovering = {}
+        # Drivers failing, or hung, report after report.
+        self._driver_log = BackoffLog(LOG)
         # For tests and logs: reports acknowledged by the conductor.
         self.reports_acknowledged = 0
         self.last_report = None
@@ -187,9 +242,7 @@ class Reporter:
         devices = []
         seen = {}
         for name, found in self._discoveries(acked_devices):
-            for device in found:
-                _distinct_deployables(name, device)
-                claimed = claims(device)
+            for device, claimed in found:
                 taken = sorted(claimed & seen.keys())
                 if taken:
                     first = seen[taken[0]]
@@ -205,9 +258,19 @@ class Reporter:
         return devices
 
     def _discoveries(self, acked_devices):
-        """[(driver name, its devices)] in the drivers' order: what each
-        found, or, where it failed or is still discovering after
-        ``[agent]discovery_timeout``, its last acknowledged devices."""
+        """[(driver name, [(device, its claims)])] in the drivers' order:
+        what each found, or, where it failed, returned what a report
+        cannot carry, or is still discovering after
+        ``[agent]discovery_timeout``, its last acknowledged devices.
+
+        One at a time: the RPC thread looking for a device just plugged
+        in (``AgentManager._find_device``) may ask while the reporter's
+        thread discovers, and both would start, take and drop the same
+        drivers' calls."""
+        with self._discovery_lock:
+            return list(self._each_discovery(acked_devices))
+
+    def _each_discovery(self, acked_devices):
         recall, self._recalled = not self._recalled, True
         acked = {name: [] for name in self.drivers}
         for device in acked_devices or ():
@@ -227,19 +290,40 @@ class Reporter:
             # One still running from an earlier report is not waited for
             # again: it has had its time.
             if not call.wait(deadline if name in started else 0):
-                LOG.warning('Driver %s has been discovering devices for '
-                            '%.0f s; keeping its last reported ones.', name,
-                            time.monotonic() - call.started)
-                yield name, acked[name]
+                self._driver_log.failed(
+                    name, 'Driver %s has been discovering devices for %.0f '
+                    's; keeping its last reported ones', name,
+                    time.monotonic() - call.started)
+                yield name, self._kept(name, acked[name])
                 continue
             del self._discovering[name]
-            if call.error is not None:
-                LOG.error('Driver %s failed to discover devices; keeping '
-                          'its last reported ones.', name,
-                          exc_info=call.error)
-                yield name, acked[name]
+            error = call.error
+            if error is None:
+                try:
+                    found = _checked(name, call.value)
+                except Exception as exc:
+                    error = exc
+            if error is not None:
+                self._driver_log.failed(
+                    name, 'Driver %s failed to discover devices (%s); '
+                    'keeping its last reported ones', name,
+                    exception.first_line(error), exc_info=error)
+                yield name, self._kept(name, acked[name])
                 continue
-            yield name, call.value
+            self._driver_log.succeeded(name, 'Driver %s discovers devices '
+                                       'again', name)
+            yield name, found
+
+    def _kept(self, name, acked):
+        """A failing driver's last acknowledged devices, checked as its
+        own output is; none when even they cannot be reported."""
+        try:
+            return _checked(name, acked)
+        except Exception as exc:
+            LOG.error('The last reported devices of driver %s cannot be '
+                      'reported again (%s); reporting none for it.', name,
+                      exception.first_line(exc))
+            return []
 
     # -- reporting ---------------------------------------------------------
 
@@ -288,9 +372,28 @@ class Reporter:
                 'removed', self.host, 'full' if report['full'] else 'delta',
                 len(report['devices']), len(report['removed']))
         self.last_report_started = time.monotonic()
-        reply = self._conductor.report_inventory(context, self.host, report)
+        try:
+            reply = self._conductor.report_inventory(context, self.host,
+                                                     report)
+        except Exception as exc:
+            if not report['full'] and agent_rpcapi.raised(
+                    exc, exception.Invalid):
+                self._refused(exc)
+            raise
         self.last_report = report
         return reply
+
+    def _refused(self, error):
+        """The conductor refused a delta as malformed.  Its base (the
+        record's digest) may be what it refuses: sent again from the same
+        record, the same delta would be refused for ever.  The next
+        attempt is a full report, from what the drivers find."""
+        LOG.warning('Conductor refused the inventory delta of %s (%s); '
+                    'forgetting the record of what it acknowledged, the '
+                    'next report is a full one.', self.host,
+                    agent_rpcapi.refusal(error))
+        self._cache.clear()
+        self._full_requested = True
 
     def _remember(self, reply, report, devices):
         if reply.get('need_full'):
@@ -346,12 +449,21 @@ class Reporter:
                                         daemon=True)
         self._thread.start()
 
-    def stop(self, timeout=10):
+    def stop(self, timeout=0):
+        """Ask the thread to end and return, without waiting for it
+        (``timeout``: wait that long, for tests).  A report may be blocked
+        on the conductor or the broker: waiting for it would eat the
+        agent's grace time, which the RPC server, stopped after the
+        reporter, needs to finish its calls (an mdev being made, a device
+        being prepared).  Nothing is lost: the thread is a daemon, the
+        record is replaced atomically (the old one or the new one, never
+        half of one), and a report cut short is sent again at the next
+        start."""
         self._stopping.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        thread, self._thread = self._thread, None
+        if thread is not None and timeout:
+            thread.join(timeout)
 
     def _run(self):
         interval = self.conf.periodic_interval
@@ -359,7 +471,13 @@ class Reporter:
         delay = interval
         failures = 0
         while not self._stopping.is_set():
-            self._wake.wait(delay)
+            if failures:
+                # The back-off of a failed attempt runs out whatever asks
+                # for a report meanwhile (udev events, the conductor):
+                # what was asked is sent by the next attempt anyway.
+                self._stopping.wait(delay)
+            else:
+                self._wake.wait(delay)
             if self._stopping.is_set():
                 break
             self._wake.clear()
@@ -396,6 +514,27 @@ def _log_failure(count, message, *args):
     log."""
     level = logging.WARNING if count & (count - 1) == 0 else logging.DEBUG
     LOG.log(level, message + ' (failure %d in a row)', *args, count)
+
+
+def _checked(driver_name, found):
+    """What a driver's ``discover()`` returned, as [(device, its
+    claims)]; raises when it is not a list of devices a report can carry
+    (None, something else than a ``DriverDevice``, a PCI attach handle
+    without its address parts, a value that is not JSON): one driver's
+    bug must not fail every driver's report."""
+    if not isinstance(found, (list, tuple)):
+        raise TypeError(f'discover() returned {type(found).__name__}, not '
+                        f'a list of devices')
+    checked = []
+    for device in found:
+        if not isinstance(device, inventory.DriverDevice):
+            raise TypeError(f'discover() returned a {type(device).__name__} '
+                            f'among its devices')
+        _distinct_deployables(driver_name, device)
+        # What the report computes of it, and sends.
+        inventory.device_digest(device)
+        checked.append((device, claims(device)))
+    return checked
 
 
 def _distinct_deployables(driver_name, device):

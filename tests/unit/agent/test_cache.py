@@ -18,23 +18,47 @@ def _device():
         controlpath_id=inventory.ControlPathID('0000:0c:00.0'))
 
 
+# The digests the reporter saves: each that of the devices saved with it.
+NONE = inventory.inventory_digest([])
+ONE = inventory.inventory_digest([_device()])
+
+
 def test_a_saved_record_is_loaded(tmp_path):
     cache = agent_cache.ReportCache(str(tmp_path / 'agent.json'), HOST)
     assert cache.load() == (None, None)
-    cache.save('d1', [_device()])
-    assert cache.load() == ('d1', [_device()])
+    cache.save(ONE, [_device()])
+    assert cache.load() == (ONE, [_device()])
     assert [p.name for p in tmp_path.iterdir()] == ['agent.json']
 
 
 @pytest.mark.parametrize('text', [
     'null', '[]', '"agent"', '3', '{"hostname": "compute-1"',
-    '{"hostname": "compute-1", "digest": "d1", "devices": 3}',
-    '{"hostname": "compute-1", "digest": "d1", "devices": [null]}',
-    '{"hostname": "compute-1", "devices": []}'])
+    '{"hostname": "compute-1", "digest": "%s", "devices": 3}' % NONE,
+    '{"hostname": "compute-1", "digest": "%s", "devices": [null]}' % NONE,
+    '{"hostname": "compute-1", "devices": []}',
+    # Nested deeper than the JSON parser goes (RecursionError).
+    '[' * 100000])
 def test_a_record_that_is_not_one_is_no_record(tmp_path, text):
     path = tmp_path / 'agent.json'
     path.write_text(text)
     assert agent_cache.ReportCache(str(path), HOST).load() == (None, None)
+
+
+@pytest.mark.parametrize('digest', [
+    12345, None, '', 'x' * 65, NONE.upper(), NONE, ONE[:-1]])
+def test_a_record_whose_digest_is_not_its_devices_is_no_record(tmp_path,
+                                                              digest):
+    """The digest is the next delta's base: one the conductor refuses as
+    a whole (not a string, empty, too long) made it refuse every report
+    of the host, for ever.  A saved digest is always the digest of the
+    devices saved with it; anything else is no record."""
+    path = tmp_path / 'agent.json'
+    cache = agent_cache.ReportCache(str(path), HOST)
+    cache.save(ONE, [_device()])
+    record = json.loads(path.read_text())
+    record['digest'] = digest
+    path.write_text(json.dumps(record))
+    assert cache.load() == (None, None)
 
 
 def test_an_unreadable_record_is_no_record_said_once(tmp_path, caplog):
@@ -51,23 +75,40 @@ def test_an_unreadable_record_is_no_record_said_once(tmp_path, caplog):
     assert 'Ignoring unreadable agent cache' in caplog.records[0].message
     # Said again once it was readable and broke anew.
     path.rmdir()
-    path.write_text(json.dumps({'hostname': HOST, 'digest': 'd1',
+    path.write_text(json.dumps({'hostname': HOST, 'digest': NONE,
                                 'devices': []}))
-    assert cache.load() == ('d1', [])
+    assert cache.load() == (NONE, [])
     path.write_text('null')
     assert cache.load() == (None, None)
     assert len(caplog.records) == 2
 
 
+def test_another_hosts_record_is_ignored_said_once(tmp_path, caplog):
+    """A record of another host (a state directory copied from another
+    compute node, a host renamed) is not this host's, and is replaced by
+    this host's at the next acknowledged report: said once, naming both
+    hosts, not silently."""
+    caplog.set_level('WARNING', logger='cyborg.agent.cache')
+    path = tmp_path / 'agent.json'
+    agent_cache.ReportCache(str(path), 'compute-2').save(ONE, [_device()])
+    cache = agent_cache.ReportCache(str(path), HOST)
+    for _ in range(3):
+        assert cache.load() == (None, None)
+    [record] = caplog.records
+    assert record.levelname == 'WARNING'
+    assert "host 'compute-2', not of this host 'compute-1'" in \
+        record.getMessage()
+
+
 def test_a_failed_save_leaves_the_old_record(tmp_path):
     path = tmp_path / 'agent.json'
     cache = agent_cache.ReportCache(str(path), HOST)
-    cache.save('d1', [])
+    cache.save(NONE, [])
     # The record cannot be replaced (its temporary file cannot be made).
     (tmp_path / ('agent.json.tmp.%d' % os.getpid())).mkdir()
     with pytest.raises(OSError):
-        cache.save('d2', [_device()])
-    assert cache.load() == ('d1', [])
+        cache.save(ONE, [_device()])
+    assert cache.load() == (NONE, [])
 
 
 def test_a_record_that_cannot_be_removed_is_left(tmp_path):
