@@ -59,6 +59,7 @@ import threading
 import time
 import uuid
 
+import oslo_messaging as messaging
 from oslo_log import log as logging
 
 from cyborg.agent import calls
@@ -670,6 +671,12 @@ class HealthMonitor:
         try:
             reply = self._conductor.report_health(
                 cyborg_context.get_admin_context(), self.host, report)
+        except messaging.MessageUndeliverable:
+            # It carries no message: "failed ()" said nothing.
+            self._log.failed('conductor', 'Health report of %s not sent: '
+                             'no conductor listens on the broker yet; '
+                             'retrying at the next check', self.host)
+            return False
         except Exception as exc:
             self._log.failed('conductor', 'Health report of %s failed (%s); '
                              'retrying at the next check', self.host, exc)

@@ -294,9 +294,12 @@ def test_a_report_with_the_broker_away_fails_and_is_retried(conf, broker,
                       messaging.MessageUndeliverable)
 
 
-def test_a_health_report_with_the_broker_away_fails(conf, broker):
+def test_a_health_report_with_the_broker_away_fails(conf, broker, caplog):
     """The health monitor's reports, sent by a client alike: one blocked
-    with RabbitMQ away held the monitor's checks too."""
+    with RabbitMQ away held the monitor's checks too.  With no conductor
+    yet, it says so (the exception carries no message: the log said
+    "failed ()")."""
+    caplog.set_level('WARNING', logger='cyborg.agent.health')
     conf.set_override('enabled_drivers', ['fake_driver'], 'agent')
     drivers = {'fake_driver': fake.FakeDriver(conf, HOST)}
     devices = drivers['fake_driver'].discover()
@@ -309,6 +312,9 @@ def test_a_health_report_with_the_broker_away_fails(conf, broker):
     monitor.check_once()
     # The broker is there; no conductor ever listened on it.
     assert _outcome(monitor.send_once, 10) is False
+    assert [r.getMessage() for r in caplog.records] == [
+        f'Health report of {HOST} not sent: no conductor listens on the '
+        f'broker yet; retrying at the next check (failure 1 in a row)']
     broker.cut()
     # Failed (kept for the next check), not blocked.
     assert _outcome(monitor.send_once, 30) is False
