@@ -18,7 +18,13 @@ LOG = logging.getLogger(__name__)
 # Version documents answer without a token (clients discover with them).
 PUBLIC_PATHS = ('/', '/v2', '/v2/', '/v2/openapi.json')
 
-_IDENTITY_HEADERS = ('HTTP_X_PROJECT_ID', 'HTTP_X_USER_ID', 'HTTP_X_ROLES')
+# Every header oslo.context reads an identity from (its older names
+# included: X-Tenant-Id, X-User, X-Role...): a request naming any of them
+# names an identity, and is not taken for the all-in-one's operator.
+_IDENTITY_HEADERS = ('HTTP_X_PROJECT_ID', 'HTTP_X_TENANT_ID', 'HTTP_X_TENANT',
+                     'HTTP_X_USER_ID', 'HTTP_X_USER', 'HTTP_X_ROLES',
+                     'HTTP_X_ROLE', 'HTTP_X_DOMAIN_ID',
+                     'HTTP_OPENSTACK_SYSTEM_SCOPE')
 IS_SERVICE = 'cyborg.is_service'
 # Set once auth_token has let a request through to the application.
 _PASSED = 'cyborg.auth_passed'
@@ -31,7 +37,8 @@ _KEYSTONE_AWAY = (ksa_exceptions.ConnectionError,
 
 
 def noauth(app):
-    """Identity from X-Project-Id, X-User-Id and X-Roles, trusted as sent.
+    """Identity from X-Project-Id, X-User-Id and X-Roles (or their older
+    names), trusted as sent.
 
     A request naming no identity at all is the admin of project 'admin'
     (the all-in-one's operator); one with X-Service-Token is a service's.

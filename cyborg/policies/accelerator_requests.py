@@ -25,7 +25,8 @@ rules = [
               'carry a service token).'),
     base.Rule(DELETE, base.ADMIN_OR_PROJECT_MEMBER_OR_SERVICE,
               'Delete accelerator requests (bound ones and by instance need '
-              'a service token).'),
+              'a service token; one allocated standalone may also be '
+              'deleted by an admin or a service).'),
     base.Rule(ALLOCATE, base.ADMIN_OR_SERVICE,
               'Allocate an accelerator to an accelerator request without '
               'Nova (standalone use: a scheduler such as Kubernetes claims '

@@ -146,3 +146,25 @@ def test_a_policy_letting_no_project_in_still_shows_no_arq(
     mine = _listed(_call(service, 'GET', '/v2/accelerator_requests',
                          dict(NO_PROJECT, **{'X-Project-Id': 'p-one'})))
     assert mine and mine < arqs
+
+
+@pytest.mark.parametrize('headers', [
+    {'X-Tenant-Id': 'p-three', 'X-Role': 'reader', 'X-User': 'bob'},
+    {'X-Tenant': 'p-three', 'X-Role': 'reader'},
+    {'X-Role': 'reader'},
+    {'OpenStack-System-Scope': 'all', 'X-Role': 'reader'},
+], ids=['tenant-id', 'tenant', 'role-only', 'system-scope'])
+def test_older_identity_header_names_are_no_operator(service, arqs,
+                                                     headers):
+    """oslo.context reads X-Tenant-Id, X-Tenant, X-User and X-Role too; a
+    request naming its identity only with those was taken for one naming
+    none, the all-in-one's operator: an admin of project 'admin'."""
+    before = _left(service)
+    resp = _call(service, 'POST', '/v2/device_profiles', headers,
+                 [{'name': 'by-a-reader', 'groups': [
+                     {'resources:FPGA': '1'}]}])
+    assert resp.status_int == 403, resp.text
+    assert _fault(resp).endswith('cyborg:device_profile:create')
+    listed = _call(service, 'GET', '/v2/accelerator_requests', headers)
+    assert listed.status_int == 403 or not (_listed(listed) & arqs)
+    assert _left(service) == before
