@@ -27,7 +27,16 @@ if is_service_enabled cyborg-api cyborg-cond cyborg-agent; then
         fi
     elif [[ "$1" == "stack" && "$2" == "extra" ]]; then
         echo_summary "Initializing and starting cyborg"
-        init_cyborg
+        protect_cyborg_config
+        # The database belongs to the node with the conductor and the
+        # database server (devstack's DATABASE_BACKENDS, mysql or
+        # postgresql): a compute node's DATABASE_HOST is the controller,
+        # whose database init_cyborg would drop and recreate.
+        # shellcheck disable=SC2086
+        if is_service_enabled cyborg-cond &&
+                is_service_enabled $DATABASE_BACKENDS; then
+            init_cyborg
+        fi
         start_cyborg
     fi
 

@@ -33,7 +33,9 @@
 #                     "demo" extra installed into it, when it lacks them)
 #   CYBORG_DEMO_NAME  name of the MariaDB databases (<name> and
 #                     <name>_placement) and of the RabbitMQ vhost
-#                     (default cyborg_demo); dropped again at the end
+#                     (default cyborg_demo); none may exist yet (the demo
+#                     stops rather than use or drop what it did not make)
+#                     and they are dropped again at the end
 #   CYBORG_DEMO_DB_URL  MariaDB account that may create databases
 #                     (default mysql+pymysql://root@127.0.0.1)
 #   CYBORG_DEMO_DB_DRIVER  MariaDB driver of cyborg's own connection:
@@ -80,7 +82,7 @@ while [ $# -gt 0 ]; do
         --metrics) METRICS=1 ;;
         --nova-url) [ $# -ge 2 ] || die "--nova-url needs a URL"
                     NOVA_URL=$2; shift ;;
-        -h|--help) sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
     shift
@@ -117,7 +119,8 @@ WORK=$(cd "$WORK" && pwd)
 # last run's).
 : >"$WORK/pids"
 PIDS=()
-MADE_DB=
+# What this run made, and only that, is dropped at the end.
+MADE_DBS=()
 MADE_VHOST=
 
 sql() {
@@ -127,6 +130,21 @@ import sqlalchemy as sa
 engine = sa.create_engine(sys.argv[1], isolation_level='AUTOCOMMIT')
 with engine.connect() as connection:
     connection.execute(sa.text(sys.argv[2]))
+EOF
+}
+
+# existing_databases NAME...: those of the NAMEs the server has.
+existing_databases() {
+    "$PY" - "$DB_URL" "$@" <<'EOF'
+import sys
+import sqlalchemy as sa
+engine = sa.create_engine(sys.argv[1])
+query = sa.text('SELECT schema_name FROM information_schema.schemata '
+                'WHERE schema_name IN :names').bindparams(
+    sa.bindparam('names', expanding=True))
+with engine.connect() as connection:
+    print(' '.join(sorted(connection.scalars(query,
+                                             {'names': sys.argv[2:]}))))
 EOF
 }
 
@@ -143,9 +161,11 @@ cleanup() {
         kill -KILL "${PIDS[@]}" 2>/dev/null
         wait 2>/dev/null
     fi
-    if [ -n "$MADE_DB" ]; then
-        sql "DROP DATABASE IF EXISTS $NAME"
-        sql "DROP DATABASE IF EXISTS ${NAME}_placement"
+    local db
+    if [ ${#MADE_DBS[@]} -gt 0 ]; then
+        for db in "${MADE_DBS[@]}"; do
+            sql "DROP DATABASE IF EXISTS $db"
+        done
     fi
     [ -z "$MADE_VHOST" ] || rabbitmqctl -q delete_vhost "$NAME" >/dev/null
     if [ -n "$REMOVE_WORK" ]; then
@@ -194,14 +214,30 @@ EOF
 
 # -- database and message queue --------------------------------------------
 
-log "databases $NAME and ${NAME}_placement, RabbitMQ vhost $NAME"
-MADE_DB=1
-sql "CREATE DATABASE $NAME CHARACTER SET utf8mb4"
-sql "CREATE DATABASE ${NAME}_placement CHARACTER SET utf8mb4"
 command -v rabbitmqctl >/dev/null ||
     die "rabbitmqctl not found: the demo makes its vhost with it (as root)"
-MADE_VHOST=1
+# Names already taken (a demo running, or one that was killed) are
+# refused, not shared: the end of this run would drop them.
+taken=$(existing_databases "$NAME" "${NAME}_placement")
+[ -z "$taken" ] ||
+    die "database(s) $taken exist already (another demo running, or" \
+        "left behind): choose other names with CYBORG_DEMO_NAME, or drop them"
+vhosts=$(rabbitmqctl -q list_vhosts) ||
+    die "rabbitmqctl list_vhosts failed (the demo needs root and RabbitMQ)"
+# Newer rabbitmqctl print a "name" heading even with -q.
+if sed '1{/^name$/d}' <<<"$vhosts" | grep -qxF "$NAME"; then
+    die "RabbitMQ vhost $NAME exists already (another demo running, or" \
+        "left behind): choose another name with CYBORG_DEMO_NAME, or" \
+        "delete it (rabbitmqctl delete_vhost $NAME)"
+fi
+log "databases $NAME and ${NAME}_placement, RabbitMQ vhost $NAME"
+for db in "$NAME" "${NAME}_placement"; do
+    sql "CREATE DATABASE $db CHARACTER SET utf8mb4"
+    MADE_DBS+=("$db")
+done
+# add_vhost succeeds on a vhost that exists: it was checked above.
 rabbitmqctl -q add_vhost "$NAME" >/dev/null
+MADE_VHOST=1
 rabbitmqctl -q set_permissions -p "$NAME" "${RABBIT%%:*}" '.*' '.*' '.*' \
     >/dev/null
 

@@ -4,7 +4,9 @@
 # Just enough of devstack to run the cyborg plugin's phases in a
 # temporary directory: iniset writes real ini files; the functions that
 # would reach Keystone, Apache, systemd or a database server record their
-# arguments in $CALLS, one call per line.  Needs TEST_ROOT, PYTHON, CALLS.
+# arguments in $CALLS, one call per line.  Needs TEST_ROOT, PYTHON, CALLS;
+# ENABLED_SERVICES (default: a controller's keystone and mysql; settings
+# adds cyborg's) and DISABLED_SERVICES may be set, as in local.conf.
 
 set -eu
 
@@ -23,6 +25,9 @@ ENABLE_DEBUG_LOG_LEVEL=True
 NOVA_CONF=$TEST_ROOT/etc/nova/nova.conf
 NOVA_CPU_CONF=$TEST_ROOT/etc/nova/nova-cpu.conf
 CYBORG_CONF_DIR=$TEST_ROOT/etc/cyborg
+ENABLED_SERVICES=${ENABLED_SERVICES-keystone,mysql}
+DISABLED_SERVICES=${DISABLED_SERVICES-}
+DATABASE_BACKENDS="mysql postgresql"
 
 function record { printf '%s\n' "$*" >> "$CALLS"; }
 
@@ -64,9 +69,21 @@ function write_uwsgi_config {
 function remove_uwsgi_config { record remove_uwsgi_config "$@"; rm -f "$1"; }
 function setup_develop { record setup_develop "$@"; }
 function get_python_exec_prefix { dirname "$PYTHON"; }
-function is_service_enabled { return 0; }
+# devstack's: true when any of the services is in ENABLED_SERVICES.
+function is_service_enabled {
+    local service
+    for service in "$@"; do
+        [[ ,$ENABLED_SERVICES, == *,$service,* ]] && return 0
+    done
+    return 1
+}
 function echo_summary { :; }
-function run_process { record run_process "$@"; }
+# devstack's run_process starts only an enabled service.
+function run_process {
+    if is_service_enabled "$1"; then
+        record run_process "$@"
+    fi
+}
 function stop_process { record stop_process "$@"; }
 function wait_for_service { record wait_for_service "$@"; }
 function die { echo "die: $*" >&2; exit 1; }
@@ -75,13 +92,23 @@ function get_or_create_role { record get_or_create_role "$@"; }
 function get_or_add_user_project_role { record get_or_add_user_project_role "$@"; }
 function get_or_create_service { record get_or_create_service "$@"; echo 5e7f1c2a; }
 function get_or_create_endpoint { record get_or_create_endpoint "$@"; }
-function enable_service { :; }
-# install -d -o USER and rm -rf, without root.
+# devstack's: adds those not enabled yet, except the disabled ones.
+function enable_service {
+    local service
+    for service in "$@"; do
+        [[ ,$DISABLED_SERVICES, == *,$service,* ]] && continue
+        is_service_enabled "$service" ||
+            ENABLED_SERVICES=${ENABLED_SERVICES:+$ENABLED_SERVICES,}$service
+    done
+}
+# Recorded; install -d -o USER makes the directories, chown changes
+# owners only when the test runs as root, anything else runs.
 function sudo {
+    record sudo "$@"
     if [[ "$1" == "install" ]]; then
         shift 3
         mkdir -p "$@"
-    else
+    elif [[ "$1" != "chown" || $(id -u) == 0 ]]; then
         "$@"
     fi
 }

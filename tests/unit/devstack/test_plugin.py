@@ -5,14 +5,18 @@ the API under uWSGI at /accelerator, register the endpoint and set
 Nova's service token options."""
 
 import configparser
+import grp
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import uuid
 
 import pytest
 
 from tests.fixtures import placement as placement_fixture
+from tests.fixtures import sysfs as fake_sysfs
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir,
                                     os.pardir, os.pardir))
@@ -21,6 +25,8 @@ SCRIPTS = ['devstack/plugin.sh', 'devstack/lib/cyborg', 'devstack/settings',
            'tools/run-aio.sh', 'tools/run-tests.sh', 'tools/gen-samples.sh',
            'tools/multihost-demo.sh', 'tools/build-image.sh',
            'tests/unit/devstack/stubs.sh']
+GPU = '0000:c1:00.0'
+MDEV_TYPE = 'nvidia-223'
 
 
 def _shellcheck():
@@ -43,7 +49,9 @@ def test_shellcheck_is_clean():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _run_phases(tmp_path, *phases):
+def _run_phases(tmp_path, *phases, services=None):
+    """Source the stubs, settings and each phase of plugin.sh; ``services``
+    is local.conf's ENABLED_SERVICES (default: the stubs' controller)."""
     calls = tmp_path / 'calls'
     calls.touch()
     script = ['source %s' % os.path.join(HERE, 'stubs.sh'),
@@ -54,6 +62,10 @@ def _run_phases(tmp_path, *phases):
     env = dict(os.environ, TEST_ROOT=str(tmp_path), PYTHON=sys.executable,
                CALLS=str(calls))
     env.pop('OS_CYBORG_CONFIG', None)
+    env.pop('ENABLED_SERVICES', None)
+    env.pop('DISABLED_SERVICES', None)
+    if services is not None:
+        env['ENABLED_SERVICES'] = services
     done = subprocess.run(['bash', '-c', '\n'.join(script)], env=env,
                           capture_output=True, text=True, timeout=300,
                           cwd=tmp_path)
@@ -99,8 +111,13 @@ def test_stack_phases_configure_register_and_start(tmp_path, placement):
         assert conf[group]['project_name'] == 'service', group
     assert conf['service_user']['send_service_user_token'] == 'True'
     assert 'fake_driver' in conf['agent']['enabled_drivers']
-    assert conf['cyborg_sys_admin']['helper_command'].startswith(
-        'sudo %s/privsep-helper' % os.path.dirname(sys.executable))
+    # The helper reads what the agent reads, drop-ins included.
+    etc = tmp_path / 'etc' / 'cyborg'
+    assert conf['cyborg_sys_admin']['helper_command'] == (
+        'sudo %s/privsep-helper --config-file %s --config-dir %s'
+        % (os.path.dirname(sys.executable), etc / 'cyborg.conf',
+           etc / 'cyborg.conf.d'))
+    assert (etc / 'cyborg.conf.d').is_dir()
     _reach_placement_without_keystone(
         tmp_path / 'etc' / 'cyborg' / 'cyborg.conf', placement.url)
     # The calls file keeps what every phase called.
@@ -130,6 +147,7 @@ def test_stack_phases_configure_register_and_start(tmp_path, placement):
             'http://192.0.2.10/accelerator/v2') in calls
 
     # The database was really created at head, and the services started.
+    assert 'recreate_database cyborg' in calls
     assert (tmp_path / 'data' / 'cyborg.sqlite').exists()
     started = [c.split(' ', 2)[1:] for c in calls
                if c.startswith('run_process')]
@@ -140,10 +158,106 @@ def test_stack_phases_configure_register_and_start(tmp_path, placement):
                          'cyborg-api-uwsgi.ini') in commands['cyborg-api']
     for name, script in (('cyborg-cond', 'cyborg-conductor'),
                          ('cyborg-agent', 'cyborg-agent')):
-        assert commands[name] == '%s --config-file %s' % (
+        assert commands[name] == '%s --config-file %s --config-dir %s' % (
             os.path.join(os.path.dirname(sys.executable), script),
-            tmp_path / 'etc' / 'cyborg' / 'cyborg.conf')
+            etc / 'cyborg.conf', etc / 'cyborg.conf.d')
     assert 'wait_for_service 60 http://192.0.2.10/accelerator' in calls
+    _assert_protected(tmp_path, calls)
+
+
+def _assert_protected(tmp_path, calls):
+    """Before anything started, cyborg.conf and cyborg.conf.d were made
+    root's and writable by root alone (the agent's privileged helper
+    refuses any other configuration), readable by the stack user's
+    group."""
+    etc = tmp_path / 'etc' / 'cyborg'
+    group = grp.getgrgid(os.getgid()).gr_name
+    chown = 'sudo chown -R root:%s %s %s' % (
+        group, etc / 'cyborg.conf', etc / 'cyborg.conf.d')
+    assert chown in calls
+    assert 'sudo chmod 0640 %s' % (etc / 'cyborg.conf') in calls
+    first_start = min([i for i, c in enumerate(calls)
+                       if c.startswith('run_process')] or [len(calls)])
+    assert calls.index(chown) < first_start
+    assert stat.S_IMODE((etc / 'cyborg.conf').stat().st_mode) == 0o640
+    for path in [etc / 'cyborg.conf.d', *(etc / 'cyborg.conf.d').iterdir()]:
+        mode = path.stat().st_mode
+        assert not mode & (stat.S_IWGRP | stat.S_IWOTH), path
+        assert mode & stat.S_IRGRP, path
+    if os.geteuid() == 0:
+        # The stubs' sudo really changed owners.
+        for path in [etc / 'cyborg.conf', etc / 'cyborg.conf.d',
+                     *(etc / 'cyborg.conf.d').iterdir()]:
+            assert path.stat().st_uid == 0, path
+
+
+@pytest.mark.parametrize('services, started', [
+    # A compute node: the agent only.
+    ('n-cpu,placement-client,cyborg-agent', ['cyborg-agent']),
+    # A conductor away from the database server.
+    ('n-cpu,cyborg-cond,cyborg-agent', ['cyborg-cond', 'cyborg-agent']),
+])
+def test_a_node_without_the_database_leaves_it_alone(tmp_path, services,
+                                                     started):
+    """A node whose local.conf lists some of cyborg's services gets those
+    alone (not all three), and one without the database server never
+    drops and recreates the database: its DATABASE_HOST is the
+    controller's."""
+    calls, _done = _run_phases(tmp_path, 'stack install',
+                               'stack post-config', 'stack extra',
+                               services=services)
+    assert [c.split(' ', 2)[1] for c in calls
+            if c.startswith('run_process')] == started
+    assert not [c for c in calls if c.startswith('recreate_database')]
+    assert not (tmp_path / 'data' / 'cyborg.sqlite').exists()
+    # No API here: nothing to wait for, no Keystone to register with.
+    assert not [c for c in calls if c.startswith(('wait_for_service',
+                                                  'create_service_user'))]
+    _assert_protected(tmp_path, calls)
+
+
+_THROUGH_THE_HELPER = '''
+import sys
+import cyborg.conf
+from cyborg.agent import privileged
+conf = cyborg.conf.CONF
+conf(['--config-file', sys.argv[1]], project='cyborg',
+     default_config_files=[], default_config_dirs=[])
+# No sudo here: the test runs as root already.
+command = conf.cyborg_sys_admin.helper_command
+assert command.startswith('sudo '), command
+conf.set_override('helper_command', command[len('sudo '):],
+                  group='cyborg_sys_admin')
+privileged.create_mdev(sys.argv[2], sys.argv[3], sys.argv[4])
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0,
+                    reason='privsep-helper keeps capabilities: root only')
+def test_the_helper_trusts_and_reads_what_devstack_wrote(tmp_path):
+    """The helper_command devstack writes starts a privileged helper that
+    trusts the configuration as the extra phase left it and reads the
+    drop-ins of cyborg.conf.d: a sysfs_root set in one (as a local.conf
+    post-config section would) is the tree it creates the mdev in."""
+    tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
+    tree.add_pci(GPU, '0x10de', '0x1eb8', '0x030200', driver='nvidia')
+    tree.add_mdev_type(GPU, MDEV_TYPE, 'GRID T4-2B', 8)
+    _run_phases(tmp_path, 'stack install', 'stack post-config',
+                services='cyborg-agent')
+    etc = tmp_path / 'etc' / 'cyborg'
+    (etc / 'cyborg.conf.d' / 'sysfs.conf').write_text(
+        '[agent]\nsysfs_root = %s\n' % tree.root)
+    _run_phases(tmp_path, 'stack extra', services='cyborg-agent')
+    mdev = str(uuid.uuid4())
+    done = subprocess.run(
+        [sys.executable, '-c', _THROUGH_THE_HELPER, str(etc / 'cyborg.conf'),
+         GPU, MDEV_TYPE, mdev],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    create = os.path.join(tree.device_path(GPU), 'mdev_supported_types',
+                          MDEV_TYPE, 'create')
+    with open(create) as f:
+        assert f.read() == mdev
 
 
 def test_unstack_and_clean(tmp_path):
