@@ -67,9 +67,12 @@ def parse(argv):
     logging.register_options(conf)
     try:
         service.check_all_values(argv, [], [], extra_opts=cli_opts)
-        conf(argv, project='cyborg', prog=PROG,
-             version=version.version_string(),
-             default_config_files=[], default_config_dirs=[])
+        # --port and --state-dir: their values on the command line are
+        # checked only here.
+        with service.command_line_values_checked():
+            conf(argv, project='cyborg', prog=PROG,
+                 version=version.version_string(),
+                 default_config_files=[], default_config_dirs=[])
         cyborg.conf.check_values(conf)
         service.check_registered_values(conf)
     except cfg.Error as exc:

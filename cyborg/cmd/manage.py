@@ -17,8 +17,11 @@ database credentials.  Exit status: 0 done; 1 refused or failed, with
 one line on stderr saying why; 2 a configuration error.
 """
 
+import contextlib
+import logging as std_logging
 import sys
 
+from amqp import exceptions as amqp_exceptions
 from kombu import exceptions as kombu_exceptions
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -34,8 +37,13 @@ from cyborg.conductor import rpcapi as conductor_rpcapi
 PROG = 'cyborg-manage'
 # The conductor RPC version the host commands need.
 HOSTS_VERSION = '1.8'
-# More tries to reach the broker before giving up (one line, status 1).
+# More tries to reach the broker before giving up (one line, status 1):
+# about 4 s with oslo.messaging's default intervals (1 s, then 3 s).
 BROKER_RETRIES = 2
+# Where oslo.messaging says it retries the broker (an ERROR line a try),
+# and where stevedore says it found no driver of a transport_url.
+_RABBIT_LOGGER = 'oslo.messaging._drivers.impl_rabbit'
+_DRIVER_LOGGER = 'stevedore.named'
 # Exit statuses (2, a configuration error, is service.config_error's).
 OK, FAILED = 0, 1
 
@@ -116,11 +124,70 @@ def _failure(exc):
         return ('no conductor answered in time ([DEFAULT]'
                 'rpc_response_timeout); one may still be carrying the '
                 'command out: see "host list" and the conductors\' logs')
+    if isinstance(exc, (amqp_exceptions.AccessRefused,
+                        amqp_exceptions.NotAllowed)):
+        # At login: a wrong user or password, a virtual host that does
+        # not exist or that the user may not use.
+        return (f'the message broker of [DEFAULT]transport_url refused '
+                f'the user, password or virtual host it names: '
+                f'{_amqp_reason(exc)}')
+    if isinstance(exc, amqp_exceptions.AMQPError):
+        return (f'the message broker of [DEFAULT]transport_url cannot be '
+                f'reached: {_amqp_reason(exc)}')
     if isinstance(exc, (messaging.MessagingException, OSError,
                         kombu_exceptions.KombuError)):
         return (f'the message broker of [DEFAULT]transport_url cannot be '
                 f'reached: {exception.first_line(exc)}')
     return None
+
+
+def _amqp_reason(exc):
+    """The broker's own words (``ACCESS_REFUSED - Login was refused...``),
+    without the channel and method numbers amqp puts before them."""
+    return (getattr(exc, 'reply_text', None) or
+            exception.first_line(exc)).strip()
+
+
+def reach_broker(conf, client):
+    """Connect to the broker, trying it ``BROKER_RETRIES`` more times;
+    raises what the last try did (kombu's OperationalError for a broker
+    nothing answers on, amqp's AccessRefused or NotAllowed for a refused
+    login).
+
+    The client's ``retry`` bounds only sending: oslo.messaging opens the
+    queue a call's reply comes back on with no bound at all, so that a
+    call made while the broker cannot be reached would wait for it
+    forever.  A broker that just let this connection in lets that queue's
+    in too: only a broker lost in between is waited for.  (The API opens
+    its reply queue on a thread of its own instead,
+    cyborg.api.conductor_client, which suits a server that must not
+    block but tells no reason; a command wants the reason, at once.)
+    """
+    # No public call for this; another driver (the fake transport) has
+    # nothing to wait for.
+    driver = getattr(getattr(getattr(client, '_client', None), 'transport',
+                             None), '_driver', None)
+    connect = getattr(driver, '_get_connection', None)
+    if connect is None:
+        return
+    with _untold(conf, _RABBIT_LOGGER):
+        with connect(retry=BROKER_RETRIES):
+            pass
+
+
+@contextlib.contextmanager
+def _untold(conf, logger):
+    """What ``logger`` logs meanwhile, not told (``--debug`` tells it):
+    the command's one line says what went wrong (oslo.messaging logs each
+    failed try to reach the broker at ERROR, stevedore a driver it could
+    not find as a WARNING)."""
+    quiet = std_logging.getLogger(logger)
+    was_disabled = quiet.disabled
+    quiet.disabled = not conf.debug
+    try:
+        yield
+    finally:
+        quiet.disabled = was_disabled
 
 
 def main(argv=None):
@@ -132,6 +199,15 @@ def main(argv=None):
     conf.set_default('use_stderr', True)
     service.prepare(argv, conf=conf, prog=PROG)
     try:
+        # A driver that is not installed, a URL oslo.messaging cannot
+        # read: the configuration's fault, said before anything else.
+        with _untold(conf, _DRIVER_LOGGER):
+            rpc.get_transport(conf)
+    except (messaging.DriverLoadFailure, messaging.InvalidTransportURL,
+            ValueError) as exc:
+        service.config_error(PROG, f'[DEFAULT]transport_url: '
+                                   f'{exception.first_line(exc)}')
+    try:
         client = conductor_rpcapi.ConductorAPI(
             conf, retry=BROKER_RETRIES, require_queue=True)
     except ValueError as exc:
@@ -142,6 +218,7 @@ def main(argv=None):
                   f'RPC at {client.version_cap}; host commands need '
                   f'{HOSTS_VERSION}', file=sys.stderr)
             return FAILED
+        reach_broker(conf, client)
         return conf.command.func(conf, client,
                                  cyborg_context.get_admin_context())
     except Exception as exc:

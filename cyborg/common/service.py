@@ -33,6 +33,7 @@ later on.
 import contextlib
 import copy
 import importlib.metadata
+import io
 import itertools
 import logging as std_logging
 import os
@@ -94,7 +95,8 @@ def parse_args(conf, argv, prog=None):
     argv = config_options_first(argv)
     check_all_values(argv, cyborg.conf.default_config_files(),
                      cyborg.conf.default_config_dirs())
-    cyborg.conf.parse_args(conf, argv, prog=prog)
+    with command_line_values_checked():
+        cyborg.conf.parse_args(conf, argv, prog=prog)
     with _deprecations_untold(conf):
         check_registered_values(conf)
     return conf
@@ -227,6 +229,36 @@ def split_config_options(argv):
         else:
             rest.append(arg)
     return first, rest
+
+
+# What oslo.config writes on stderr for a command-line option's value
+# that is not of its type, before it ends the process with status 1.
+_BAD_COMMAND_LINE_VALUE = re.compile(r'argument -\S+: Invalid .* value: ')
+
+
+@contextlib.contextmanager
+def command_line_values_checked():
+    """Around the parse of a command line (calling a ConfigOpts): a
+    command-line option's value that is not of its type (``cyborg-aio
+    --port 70000``) raises ``cfg.Error``, for ``config_error``'s one line
+    and status 2.  oslo.config would write a line of its own and end the
+    process with status 1; it checks those values only then.  What else
+    the parse writes on stderr (argparse's usage and error, status 2)
+    is written as it was."""
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            yield
+    except SystemExit as exc:
+        line = said.getvalue()
+        if exc.code == 1 and _BAD_COMMAND_LINE_VALUE.match(line):
+            said = None
+            raise cfg.Error(line.strip()) from None
+        raise
+    finally:
+        if said is not None:
+            sys.stderr.write(said.getvalue())
+            sys.stderr.flush()
 
 
 # oslo.config names where a bad value came from as a LocationInfo repr.

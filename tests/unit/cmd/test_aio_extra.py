@@ -3,6 +3,7 @@ extra only; every other command works without them, and cyborg-aio
 says what to install, or which --port to take when its port is busy."""
 
 import configparser
+import importlib.metadata
 import os
 import socket
 import subprocess
@@ -51,6 +52,36 @@ def test_the_scripts_install_what_they_use():
         assert '.[aio]' in f.read()
     with open(os.path.join(ROOT, 'test-requirements.txt')) as f:
         assert 'openstack-placement' in _requirements(f.read())
+
+
+def test_the_test_virtualenv_gets_one_cli_plugin():
+    """tools/run-tests.sh installs test-requirements.txt into .venv, the
+    virtualenv tools/run-aio.sh runs and whose openstack command the
+    all-in-one's banner names: python-cyborgclient there too, and that
+    command ran its accelerator commands, not python-openstackclient's
+    (doc/source/clients.rst, "Two plugins, one command set")."""
+    with open(os.path.join(ROOT, 'test-requirements.txt')) as f:
+        wanted = _requirements(f.read())
+    assert 'python-openstackclient' in wanted
+    assert 'python-cyborgclient' not in wanted
+    # And a .venv made while it was listed loses it at its next install.
+    with open(os.path.join(ROOT, 'tools', 'run-tests.sh')) as f:
+        assert 'uninstall -q -y python-cyborgclient' in f.read()
+
+
+def test_each_accelerator_command_has_one_plugin_here():
+    """The virtualenv these tests run in is the one tools/run-tests.sh
+    made (or one like it): no command name is registered twice, so the
+    one that runs is not left to the order Python lists them in."""
+    registered = {}
+    for entry_point in importlib.metadata.entry_points(
+            group='openstack.accelerator.v2'):
+        registered.setdefault(entry_point.name, set()).add(
+            entry_point.dist.name)
+    assert registered
+    twice = {name: sorted(dists) for name, dists in registered.items()
+             if len(dists) > 1}
+    assert not twice
 
 
 def test_services_start_without_placement_installed():

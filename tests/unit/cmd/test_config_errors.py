@@ -133,3 +133,64 @@ def test_the_all_in_one_checks_quota_settings_at_start(tmp_path):
     assert result.stderr.strip().startswith(
         'cyborg-aio: configuration error: [quota]driver is unified_limits '
         'but [oslo_limit] has no auth_type')
+
+
+@pytest.mark.parametrize('port', ['70000', 'abc'])
+def test_the_all_in_one_says_a_bad_port_is_a_configuration_error(
+        tmp_path, port):
+    """oslo.config checks a command-line option's value only as it parses
+    the command line, and ends the process there with status 1 and a line
+    of its own."""
+    result = subprocess.run(
+        [os.path.join(sys.prefix, 'bin', 'cyborg-aio'), '--port', port,
+         '--state-dir', str(tmp_path / 'state')],
+        capture_output=True, text=True, timeout=60)
+    output = (result.stdout + result.stderr).strip()
+    assert result.returncode == 2, output
+    assert output == ('cyborg-aio: configuration error: argument --port: '
+                      'Invalid Port(min=0, max=65535) value: %s' % port)
+    assert not (tmp_path / 'state').exists()
+
+
+def test_any_bad_command_line_value_is_a_configuration_error(
+        tmp_path, capsys):
+    """Every command parses its command line through service.parse_args:
+    a typed command-line option of its own gets the same one line."""
+    from oslo_config import cfg
+
+    import cyborg.conf
+    from cyborg.common import service
+    conf = cfg.ConfigOpts()
+    cyborg.conf.register_opts(conf)
+    conf.register_cli_opt(cfg.IntOpt('workers', min=1))
+    config = tmp_path / 'cyborg.conf'
+    config.write_text('')
+    with pytest.raises(SystemExit) as exited:
+        service.parse_or_exit(
+            conf, ['--config-file', str(config), '--workers', '0'],
+            prog='cyborg-test')
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        'cyborg-test: configuration error: argument --workers: Invalid '
+        'Integer(min=1) value: 0\n')
+
+
+def test_argparse_errors_are_still_said(tmp_path, capsys):
+    """What is not a value's type (an unknown option) stays argparse's:
+    its usage and error on stderr, status 2."""
+    from oslo_config import cfg
+
+    import cyborg.conf
+    from cyborg.common import service
+    conf = cfg.ConfigOpts()
+    cyborg.conf.register_opts(conf)
+    config = tmp_path / 'cyborg.conf'
+    config.write_text('')
+    with pytest.raises(SystemExit) as exited:
+        service.parse_or_exit(conf, ['--config-file', str(config),
+                                     '--no-such-option'], prog='cyborg-test')
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith('usage: cyborg-test'), err
+    assert err.endswith('cyborg-test: error: unrecognized arguments: '
+                        '--no-such-option\n'), err

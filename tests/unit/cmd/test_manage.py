@@ -4,6 +4,11 @@ stderr and status 1, never a traceback.  The commands themselves run
 end to end in tests/functional/test_host_forget.py."""
 
 import contextlib
+import os
+import subprocess
+import sys
+import time
+import uuid
 
 import oslo_messaging as messaging
 import pytest
@@ -88,3 +93,69 @@ def test_no_conductor_at_all_is_said_at_once(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith('cyborg-manage: no conductor has ever listened')
     assert 'Traceback' not in err
+
+
+def _command(tmp_path, transport_url, timeout=60):
+    """``cyborg-manage host list`` as an operator runs it: (status, all
+    it wrote on stderr, seconds)."""
+    config = processes.write_config(
+        tmp_path / 'manage.conf', {'DEFAULT': {'transport_url':
+                                               transport_url}})
+    started = time.monotonic()
+    done = subprocess.run(
+        [os.path.join(sys.prefix, 'bin', 'cyborg-manage'), '--config-file',
+         str(config), 'host', 'list'],
+        capture_output=True, text=True, timeout=timeout)
+    assert done.stdout == ''
+    return done.returncode, done.stderr, time.monotonic() - started
+
+
+def _broker(user=rabbit.RABBIT_USER, password=rabbit.RABBIT_PASSWORD,
+            port=rabbit.RABBIT_PORT, vhost=''):
+    return 'rabbit://%s:%s@%s:%d/%s' % (user, password, rabbit.RABBIT_HOST,
+                                        port, vhost)
+
+
+def test_a_broker_nothing_answers_on_is_one_line_within_seconds(tmp_path):
+    """oslo.messaging opens a call's reply queue with no bound on its
+    tries, whatever the client's retry: the command waited forever."""
+    with processes.refused_url() as url:
+        port = int(url.rsplit(':', 1)[1])
+        status, err, seconds = _command(tmp_path, _broker(port=port))
+    assert status == manage.FAILED
+    # oslo.messaging's line for each try is not told (--debug tells it).
+    assert err == ('cyborg-manage: the message broker of [DEFAULT]'
+                   'transport_url cannot be reached: [Errno 111] '
+                   'Connection refused\n')
+    # Two more tries, 1 s and 3 s apart, and the command's start.
+    assert seconds < 30
+
+
+@pytest.mark.parametrize('broker, refusal', [
+    (_broker(password='not-' + rabbit.RABBIT_PASSWORD),
+     'ACCESS_REFUSED - Login was refused'),
+    (_broker(vhost='cyborg_t_none_' + uuid.uuid4().hex[:8]),
+     'NOT_ALLOWED - vhost cyborg_t_none_'),
+], ids=['password', 'vhost'])
+def test_a_refused_login_is_one_line(tmp_path, broker, refusal):
+    """amqp's refusals are none of kombu's errors: a traceback."""
+    status, err, _seconds = _command(tmp_path, broker)
+    assert status == manage.FAILED
+    line, = err.splitlines()
+    assert line.startswith(
+        'cyborg-manage: the message broker of [DEFAULT]transport_url '
+        'refused the user, password or virtual host it names: '
+        + refusal), err
+
+
+@pytest.mark.parametrize('transport_url, why', [
+    ('foo://x', 'Failed to load transport driver "foo"'),
+    ('rabbit', 'No scheme specified'),
+], ids=['driver', 'url'])
+def test_a_transport_url_that_cannot_work_is_a_configuration_error(
+        tmp_path, transport_url, why):
+    status, err, _seconds = _command(tmp_path, transport_url)
+    assert status == 2
+    line, = err.splitlines()
+    assert line.startswith('cyborg-manage: configuration error: '
+                           '[DEFAULT]transport_url: ' + why), err
