@@ -23,6 +23,7 @@ answers 503 within seconds and reads keep being served.
 
 import threading
 
+from amqp import exceptions as amqp_exceptions
 from kombu import exceptions as kombu_exceptions
 from oslo_log import log as logging
 import oslo_messaging as messaging
@@ -99,6 +100,15 @@ class ConductorClient:
             LOG.warning('Calling the conductor (%s) failed: %s', name, e)
             raise exception.ServiceUnavailable(
                 reason='the message broker cannot be reached')
+        except amqp_exceptions.AMQPError as e:
+            # The broker's own refusal at login (a wrong password, a
+            # virtual host that does not exist): oslo.messaging lets it
+            # through, and it was a 500.
+            LOG.error('Calling the conductor (%s) failed: the message '
+                      'broker of [DEFAULT]transport_url refused us: %s',
+                      name, e)
+            raise exception.ServiceUnavailable(
+                reason='the message broker refused the API\'s login')
         except Exception as e:
             answered = _answered(e)
             raise

@@ -85,8 +85,9 @@ def endpoint(tmp_path_factory):
 def osc(endpoint, *args):
     """``openstack <args>`` with no Keystone; its parsed JSON output.
 
-    The real python-openstackclient shell with the cyborgclient plugin,
-    run in this process: the same code as the console script without
+    The real python-openstackclient shell with its own accelerator
+    commands (no python-cyborgclient in this virtualenv), run in this
+    process: the same code as the console script without
     paying its start-up (plugin discovery) for every command.
     """
     argv = ['--os-auth-type', 'none', '--os-endpoint', endpoint, *args]

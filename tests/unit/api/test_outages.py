@@ -71,6 +71,28 @@ def test_conductor_not_answering_is_503(db):
     assert 'conductor' in fault['faultstring']
 
 
+def test_a_broker_refusing_the_login_is_503(db):
+    """A wrong password or a virtual host that does not exist: the
+    broker's refusal came through oslo.messaging as amqp's own error, a
+    500."""
+    conf = api_fixture.make_conf()
+    url = 'rabbit://%s:%s@%s:%d/' % (
+        rabbit.RABBIT_USER, 'not-' + rabbit.RABBIT_PASSWORD,
+        rabbit.RABBIT_HOST, rabbit.RABBIT_PORT)
+    transport = messaging.get_rpc_transport(conf, url=url)
+    previous = rpc._TRANSPORT
+    rpc.set_transport(transport)
+    try:
+        app = api_app.build_app(conf, rpcapi.ConductorAPI(conf, timeout=5))
+        status, fault = _call(app, 'POST', '/v2/device_profiles', [
+            {'name': 'dp', 'groups': [{'resources:FPGA': '1'}]}])
+    finally:
+        rpc.set_transport(previous)
+        transport.cleanup()
+    assert status == 503
+    assert 'refused' in fault['faultstring']
+
+
 def test_a_programming_longer_than_the_api_waits_says_what_to_watch(db):
     """FPGA programming can outlast ``[api]conductor_timeout``; the 503
     then says that it may go on, and where to see how it ended."""
