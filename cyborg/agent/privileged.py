@@ -57,36 +57,121 @@ CONF = cyborg.conf.CONF
 _MDEV_TYPE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
 
 
+# The kernel's own limit on links followed in one lookup (ELOOP).
+_MAX_LINKS = 40
+
+
+def _writable_by_others(info):
+    return info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _refuse(path, why):
+    return exception.Invalid(
+        reason=f'the privileged helper does not trust its configuration '
+               f'{path}: {why}; nothing was done')
+
+
+def _trusted_path(path):
+    """The real path of ``path`` once every name on the way to it is
+    root's alone; ``Invalid`` otherwise.
+
+    What the helper read at its start is what these names led to then,
+    so checking the file alone is not enough: whoever can write a
+    directory on the way can put a file of its own (or a link to one)
+    in the place of root's, start the helper, and put root's file back
+    before the first call.  So the lookup is walked as the kernel walks
+    it, following each link (a ``..`` in a link climbs from where the
+    link led), and each directory a name is looked up in must be owned
+    by root and writable by no one else, or have the sticky bit (as
+    ``/tmp``) with that name root's: there no one but root may rename or
+    remove it, though others may add names of their own.  The file (or
+    configuration directory) itself must be owned by root and writable
+    by no one else, sticky or not: in a configuration directory others
+    could write, a drop-in of theirs read at the start could be gone by
+    the call.
+
+    The path must be absolute: privsep-helper read a relative one (or
+    one starting with ``~``) from the directory it was started in (or
+    its user's home), and its daemon now runs in ``/``.  oslo.config
+    read it with each ``..`` taken away by name (``a/link/../b`` is
+    ``a/b``), so that is the path walked."""
+    if not os.path.isabs(path):
+        raise _refuse(path, 'not an absolute path')
+    names = os.path.normpath(path).split('/')
+    current = '/'
+    links = 0
+    try:
+        info = os.lstat(current)
+        while names:
+            name = names.pop(0)
+            if name in ('', '.'):
+                continue
+            if name == '..':
+                current = os.path.dirname(current)
+                info = os.lstat(current)
+                continue
+            entry = os.path.join(current, name)
+            found = os.lstat(entry)
+            if info.st_uid != 0 or (
+                    _writable_by_others(info) and
+                    not (info.st_mode & stat.S_ISVTX and
+                         found.st_uid == 0)):
+                raise _refuse(
+                    path, f'the directory {current} on its way is not '
+                          f'root\'s alone (it must be owned by root and '
+                          f'writable by root only, or sticky with '
+                          f'{name} root\'s)')
+            if stat.S_ISLNK(found.st_mode):
+                links += 1
+                if links > _MAX_LINKS:
+                    raise _refuse(path, 'too many links on its way')
+                target = os.readlink(entry)
+                if target.startswith('/'):
+                    current = '/'
+                    info = os.lstat(current)
+                names[:0] = target.split('/')
+                continue
+            current, info = entry, found
+    except OSError as exc:
+        raise exception.Invalid(
+            reason=f'the privileged helper cannot check its '
+                   f'configuration {path}: {exc.strerror}')
+    if info.st_uid != 0 or _writable_by_others(info):
+        raise _refuse(path, 'it must be owned by root and writable by '
+                            'root only')
+    return current
+
+
 def _trusted_settings():
     """Refuse (``Invalid``, nothing done) when the settings the daemon
     acts on could be the caller's: privsep-helper runs as root through a
     sudoers rule, which cannot pin the ``--config-file`` options the
     unprivileged agent starts it with, and the tool directories, state
     directory and sysfs tree it trusts come from those files.  So each
-    file (and config directory, and the files in it) must be owned by
-    root and writable by no one else.  A daemon that is not root gains
-    nothing from a caller's file: it is not asked (tests in process)."""
+    file (and config directory, and the files in it), and every
+    directory on the way to each, must be root's alone
+    (``_trusted_path``).  The check runs at each call, not when the
+    helper starts (oslo.privsep has no hook there): a layout root's
+    alone now was root's alone when the helper read it, unless root
+    itself changed it since.  A daemon that is not root gains nothing
+    from a caller's file: it is not asked (tests in process)."""
     if os.geteuid() != 0:
         return
-    paths = list(CONF.config_file or ())
+    for path in CONF.config_file or ():
+        _trusted_path(path)
     for directory in CONF.config_dir or ():
-        paths.append(directory)
-        if os.path.isdir(directory):
-            paths.extend(os.path.join(directory, name)
-                         for name in sorted(os.listdir(directory))
-                         if name.endswith('.conf'))
-    for path in paths:
+        real = _trusted_path(directory)
         try:
-            info = os.stat(path)
+            names = sorted(os.listdir(real))
         except OSError as exc:
             raise exception.Invalid(
                 reason=f'the privileged helper cannot check its '
-                       f'configuration {path}: {exc.strerror}')
-        if info.st_uid != 0 or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise exception.Invalid(
-                reason=f'the privileged helper does not trust its '
-                       f'configuration {path}: it must be owned by root and '
-                       f'writable by root only; nothing was done')
+                       f'configuration {directory}: {exc.strerror}')
+        # What oslo.config read: <directory>/*.conf (here hidden ones
+        # too).
+        for name in names:
+            if name.endswith('.conf'):
+                _trusted_path(os.path.join(directory, name))
 
 
 def _check(pattern, value, what):

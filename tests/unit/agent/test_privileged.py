@@ -3,7 +3,8 @@ trust: which tool (found in its own configured directories), which PCI
 address, which bitstream (a regular file in its own state directory),
 which mdev (in its own sysfs tree, written only under ``devices`` and
 never through a link).  The functions run in process, reading the test's
-configuration as the daemon reads its own; nothing here needs root."""
+configuration as the daemon reads its own; only the tests of who owns
+that configuration (and of the real privsep-helper) need root."""
 
 import os
 import re
@@ -12,7 +13,9 @@ import sys
 import uuid
 
 import pytest
+from oslo_config import cfg
 
+import cyborg.conf
 from cyborg.common import exception
 from tests.fixtures import privsep as fake_privsep
 from tests.fixtures import sysfs as fake_sysfs
@@ -22,6 +25,10 @@ TYPE = 'nvidia-223'
 FPGA = '0000:d8:00.0'
 # What the tool is given for the bitstream: the helper's open file.
 BY_DESCRIPTOR = r'/proc/self/fd/\d+'
+# A user other than root (a uid: no account needed).
+OTHER = 65534
+as_root = pytest.mark.skipif(os.geteuid() != 0,
+                             reason='the helper checks owners only as root')
 
 
 @pytest.fixture
@@ -353,16 +360,19 @@ privileged.run_fpga_tool('fpgaconf', sys.argv[2], sys.argv[5])
 
 @pytest.mark.skipif(os.geteuid() != 0,
                     reason='privsep-helper keeps capabilities: root only')
-@pytest.mark.parametrize('trusted', [True, False])
+@pytest.mark.parametrize('layout', ['trusted', 'writable file',
+                                    'writable directory'])
 def test_the_real_helper_reads_its_own_configuration(conf, tmp_path,
-                                                     trusted):
+                                                     layout):
     """Through a real privsep daemon (privsep-helper, started as the
     agent starts it, by an agent whose own options differ): the tree,
     the state directory and the tool directories are those of the
     configuration file the helper was started with, not the agent's.
-    That file must be root's alone: the sudoers rule cannot pin the
-    --config-file an agent starts the helper with, and a file the agent
-    (or anyone but root) may write named tools the helper ran as root."""
+    That file must be root's alone, and so must the directory it is in:
+    the sudoers rule cannot pin the --config-file an agent starts the
+    helper with, and a file the agent (or anyone but root) may write or
+    replace named tools the helper ran as root."""
+    trusted = layout == 'trusted'
     tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
     tree.add_pci(GPU, '0x10de', '0x1eb8', '0x030200', driver='nvidia')
     tree.add_mdev_type(GPU, TYPE, 'GRID T4-2B', 8)
@@ -374,6 +384,11 @@ def test_the_real_helper_reads_its_own_configuration(conf, tmp_path,
     fake_privsep.fake_fpga_tools(conf, tmp_path / 'bin', log)
     helper = os.path.join(os.path.dirname(sys.executable), 'privsep-helper')
     daemon_conf = tmp_path / 'daemon.conf'
+    if layout == 'writable directory':
+        # Root's file, in a directory another user may write.
+        (tmp_path / 'other').mkdir()
+        os.chown(tmp_path / 'other', OTHER, OTHER)
+        daemon_conf = tmp_path / 'other' / 'daemon.conf'
     daemon_conf.write_text(
         f'[DEFAULT]\nstate_path = {state}\n'
         f'[agent]\nsysfs_root = {tree.root}\n'
@@ -384,7 +399,8 @@ def test_the_real_helper_reads_its_own_configuration(conf, tmp_path,
         f'[agent]\nsysfs_root = {tmp_path / "agent-sys"}\n'
         f'[cyborg_sys_admin]\nhelper_command = {helper} '
         f'--config-file {daemon_conf}\n')
-    os.chmod(daemon_conf, 0o644 if trusted else 0o666)
+    os.chmod(daemon_conf,
+             0o666 if layout == 'writable file' else 0o644)
     mdev = str(uuid.uuid4())
     done = subprocess.run(
         [sys.executable, '-c', _THROUGH_THE_DAEMON, str(agent_conf), GPU,
@@ -406,3 +422,219 @@ def test_the_real_helper_reads_its_own_configuration(conf, tmp_path,
     assert log.read_text().split()[0] == 'fpgaconf'
     assert re.fullmatch(BY_DESCRIPTOR, log.read_text().split()[-1])
     assert (tmp_path / 'tool.log.read').read_bytes() == b'bits'
+
+
+_SWAPPED = '''
+import os
+import sys
+import cyborg.conf
+from cyborg.agent import privileged
+cyborg.conf.CONF(['--config-file', sys.argv[1]], project='cyborg')
+privileged.default.start()
+# The helper has read the agent's file: root's is put back before the
+# first call.
+os.replace(sys.argv[5], sys.argv[6])
+privileged.create_mdev(sys.argv[2], sys.argv[3], sys.argv[4])
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0,
+                    reason='privsep-helper keeps capabilities: root only')
+def test_a_file_swapped_before_the_helper_started_is_refused(tmp_path):
+    """The agent could write the directory of the helper's (root's)
+    configuration file: it put a file of its own there, started the
+    helper (which read it: the agent's sysfs tree), put root's file back,
+    then called.  The file is root's at the call, but not the directory:
+    refused, nothing written in either tree."""
+    trees = {}
+    for name in ('sys', 'agent-sys'):
+        trees[name] = fake_sysfs.FakeSysfs(tmp_path / name)
+        trees[name].add_pci(GPU, '0x10de', '0x1eb8', '0x030200',
+                            driver='nvidia')
+        trees[name].add_mdev_type(GPU, TYPE, 'GRID T4-2B', 8)
+    etc = tmp_path / 'etc'
+    etc.mkdir()
+    os.chown(etc, OTHER, OTHER)
+    daemon_conf = etc / 'daemon.conf'
+    roots = tmp_path / 'root-s.conf'
+    for path, tree in ((daemon_conf, 'agent-sys'), (roots, 'sys')):
+        path.write_text(f'[agent]\nsysfs_root = {trees[tree].root}\n')
+    for path in (daemon_conf, roots):
+        os.chmod(path, 0o644)
+    helper = os.path.join(os.path.dirname(sys.executable), 'privsep-helper')
+    agent_conf = tmp_path / 'agent.conf'
+    agent_conf.write_text(
+        f'[cyborg_sys_admin]\nhelper_command = {helper} '
+        f'--config-file {daemon_conf}\n')
+    mdev = str(uuid.uuid4())
+    done = subprocess.run(
+        [sys.executable, '-c', _SWAPPED, str(agent_conf), GPU, TYPE, mdev,
+         str(roots), str(daemon_conf)],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert f"the directory {etc} on its way is not root's alone" in \
+        done.stderr, done.stderr[-3000:]
+    for tree in trees.values():
+        create = os.path.join(tree.device_path(GPU), 'mdev_supported_types',
+                              TYPE, 'create')
+        with open(create) as f:
+            assert mdev not in f.read()
+
+
+# -- where the helper's configuration lies ------------------------------
+
+def _etc(tmp_path):
+    """An /etc-like layout under ``tmp_path``: ``etc/cyborg`` with
+    ``cyborg.conf`` and ``cyborg.conf.d/sysfs.conf``, every directory
+    root's and 0755, every file root's and 0644; returns ``etc/cyborg``."""
+    etc = tmp_path / 'etc' / 'cyborg'
+    (etc / 'cyborg.conf.d').mkdir(parents=True)
+    for directory in (tmp_path / 'etc', etc, etc / 'cyborg.conf.d'):
+        os.chmod(directory, 0o755)
+    for path in (etc / 'cyborg.conf', etc / 'cyborg.conf.d' / 'sysfs.conf'):
+        path.write_text('[DEFAULT]\n')
+        os.chmod(path, 0o644)
+    return etc
+
+
+def _args(etc, conf='cyborg.conf'):
+    return ['--config-file', str(etc / conf),
+            '--config-dir', str(etc / 'cyborg.conf.d')]
+
+
+def _helper_check(args):
+    """The helper's check of the configuration privsep-helper loaded
+    from ``args`` (its --config-file and --config-dir options)."""
+    settings = cfg.ConfigOpts()
+    cyborg.conf.register_opts(settings)
+    settings(args, project='cyborg', default_config_files=[],
+             default_config_dirs=[])
+    with fake_privsep.in_process(settings) as privileged:
+        privileged._trusted_settings()
+
+
+@as_root
+def test_root_s_own_directories_are_trusted(tmp_path):
+    """/etc-like (every directory root's, 0755), reached through links
+    of root's (climbing with '..' in one), or under a sticky directory
+    anyone may write (/tmp-like: no one else may rename root's names in
+    it)."""
+    etc = _etc(tmp_path)
+    _helper_check(_args(etc))
+    os.symlink('../cyborg/cyborg.conf', etc / 'link.conf')
+    os.symlink(etc, tmp_path / 'etc-link')
+    _helper_check(_args(etc, 'link.conf'))
+    _helper_check(['--config-file',
+                   str(tmp_path / 'etc-link' / 'link.conf')])
+    shared = tmp_path / 'tmp'
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    os.rename(tmp_path / 'etc', shared / 'etc')
+    _helper_check(_args(shared / 'etc' / 'cyborg'))
+
+
+def _writable_by_other(tmp_path, etc, how):
+    """Make a directory on the way to ``etc/cyborg.conf`` (or that file a
+    link through one) writable by a user other than root; returns that
+    directory."""
+    if how == 'owned by another user':
+        os.chown(etc, OTHER, OTHER)
+    elif how == 'group-writable':
+        os.chmod(etc, 0o775)
+    elif how == 'world-writable':
+        os.chmod(etc, 0o777)
+    elif how == 'a parent owned by another user':
+        os.chown(etc.parent, OTHER, OTHER)
+        return etc.parent
+    elif how == "another user's link in a sticky directory":
+        shared = tmp_path / 'tmp'
+        shared.mkdir()
+        os.chmod(shared, 0o1777)
+        os.symlink(etc / 'real.conf', shared / 'cyborg.conf')
+        os.lchown(shared / 'cyborg.conf', OTHER, OTHER)
+        os.rename(etc / 'cyborg.conf', etc / 'real.conf')
+        os.symlink(shared / 'cyborg.conf', etc / 'cyborg.conf')
+        return shared
+    else:
+        other = tmp_path / 'other'
+        other.mkdir()
+        os.chown(other, OTHER, OTHER)
+        if how == 'a link into it':
+            # Root's file in the other user's directory, named by a link.
+            os.rename(etc / 'cyborg.conf', other / 'cyborg.conf')
+            os.symlink(other / 'cyborg.conf', etc / 'cyborg.conf')
+        else:
+            # A link to root's file in root's directory, but through a
+            # link the other user may replace: neither the path as given
+            # nor the real path has that user's directory among its
+            # parents.
+            os.symlink(etc, other / 'etc')
+            os.rename(etc / 'cyborg.conf', etc / 'real.conf')
+            os.symlink(other / 'etc' / 'real.conf', etc / 'cyborg.conf')
+        return other
+    return etc
+
+
+@as_root
+@pytest.mark.parametrize('how', [
+    'owned by another user', 'group-writable', 'world-writable',
+    'a parent owned by another user', 'a link into it',
+    'a link on the way through it',
+    "another user's link in a sticky directory"])
+def test_root_s_file_where_another_user_may_replace_it_is_refused(
+        tmp_path, how):
+    """The file is root's, but another user (the agent) may write a
+    directory its name is looked up in: it could have had the helper
+    read a file of its own there, then put root's back before calling."""
+    etc = _etc(tmp_path)
+    writable = _writable_by_other(tmp_path, etc, how)
+    with pytest.raises(exception.Invalid,
+                       match=f"the directory {re.escape(str(writable))} on "
+                             f"its way is not root's alone"):
+        _helper_check(_args(etc))
+
+
+@as_root
+def test_a_config_dir_others_may_write_is_refused_even_sticky(tmp_path):
+    """Sticky is no excuse for the configuration directory itself: a
+    drop-in of another user's, read when the helper started, could be
+    removed (by its owner) before the call."""
+    etc = _etc(tmp_path)
+    os.chmod(etc / 'cyborg.conf.d', 0o1777)
+    with pytest.raises(exception.Invalid,
+                       match='must be owned by root and writable by root '
+                             'only'):
+        _helper_check(_args(etc))
+
+
+@as_root
+def test_a_dot_dot_after_a_link_is_taken_away_by_name(tmp_path):
+    """oslo.config read ``<dir>/link/../other.conf`` as
+    ``<dir>/other.conf`` (its name without the ``..``), not as the kernel
+    would resolve it (where the link led, one up): the check looks at
+    the file that was read, here another user's in a sticky directory,
+    not at root's file where the link would lead."""
+    etc = _etc(tmp_path)
+    shared = tmp_path / 'tmp'
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    os.symlink(etc, shared / 'root-s-link')
+    (shared / 'other.conf').write_text('[DEFAULT]\n')
+    os.chown(shared / 'other.conf', OTHER, OTHER)
+    (etc.parent / 'other.conf').write_text('[DEFAULT]\n')
+    with pytest.raises(exception.Invalid,
+                       match=f"the directory {re.escape(str(shared))} on "
+                             f"its way is not root's alone"):
+        _helper_check(['--config-file',
+                       str(shared / 'root-s-link' / '..' / 'other.conf')])
+
+
+@as_root
+def test_a_relative_path_is_refused(tmp_path, monkeypatch):
+    """privsep-helper read a relative --config-file from the directory
+    it started in (the agent's choice), but its daemon runs in '/': the
+    file the check would find is not the one it read."""
+    etc = _etc(tmp_path)
+    monkeypatch.chdir(etc)
+    with pytest.raises(exception.Invalid, match='not an absolute path'):
+        _helper_check(['--config-file', 'cyborg.conf'])

@@ -6,13 +6,15 @@
 # would reach Keystone, Apache, systemd or a database server record their
 # arguments in $CALLS, one call per line.  Needs TEST_ROOT, PYTHON, CALLS;
 # ENABLED_SERVICES (default: a controller's keystone and mysql; settings
-# adds cyborg's) and DISABLED_SERVICES may be set, as in local.conf.
+# adds cyborg's) and DISABLED_SERVICES may be set, as in local.conf, and
+# TEST_STACK_USER (default: the user running the test; another user only
+# means something to a test run as root, where sudo changes owners).
 
 set -eu
 
 DEST=$TEST_ROOT/opt
 DATA_DIR=$TEST_ROOT/data
-STACK_USER=$(id -un)
+STACK_USER=${TEST_STACK_USER:-$(id -un)}
 SERVICE_PROTOCOL=http
 SERVICE_HOST=192.0.2.10
 SERVICE_PASSWORD=secret
@@ -101,11 +103,12 @@ function enable_service {
             ENABLED_SERVICES=${ENABLED_SERVICES:+$ENABLED_SERVICES,}$service
     done
 }
-# Recorded; install -d -o USER makes the directories, chown changes
-# owners only when the test runs as root, anything else runs.
+# Recorded; install -d -o USER makes the directories (the stack user's
+# only when the test runs as root), chown changes owners only when the
+# test runs as root, anything else runs.
 function sudo {
     record sudo "$@"
-    if [[ "$1" == "install" ]]; then
+    if [[ "$1" == "install" && $(id -u) != 0 ]]; then
         shift 3
         mkdir -p "$@"
     elif [[ "$1" != "chown" || $(id -u) == 0 ]]; then

@@ -7,6 +7,7 @@ Nova's service token options."""
 import configparser
 import grp
 import os
+import pwd
 import shutil
 import stat
 import subprocess
@@ -49,9 +50,10 @@ def test_shellcheck_is_clean():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _run_phases(tmp_path, *phases, services=None):
+def _run_phases(tmp_path, *phases, services=None, stack_user=None):
     """Source the stubs, settings and each phase of plugin.sh; ``services``
-    is local.conf's ENABLED_SERVICES (default: the stubs' controller)."""
+    is local.conf's ENABLED_SERVICES (default: the stubs' controller),
+    ``stack_user`` devstack's STACK_USER (default: the test's user)."""
     calls = tmp_path / 'calls'
     calls.touch()
     script = ['source %s' % os.path.join(HERE, 'stubs.sh'),
@@ -66,6 +68,9 @@ def _run_phases(tmp_path, *phases, services=None):
     env.pop('DISABLED_SERVICES', None)
     if services is not None:
         env['ENABLED_SERVICES'] = services
+    env.pop('TEST_STACK_USER', None)
+    if stack_user is not None:
+        env['TEST_STACK_USER'] = stack_user
     done = subprocess.run(['bash', '-c', '\n'.join(script)], env=env,
                           capture_output=True, text=True, timeout=300,
                           cwd=tmp_path)
@@ -165,28 +170,38 @@ def test_stack_phases_configure_register_and_start(tmp_path, placement):
     _assert_protected(tmp_path, calls)
 
 
-def _assert_protected(tmp_path, calls):
+def _assert_protected(tmp_path, calls, stack_user=None):
     """Before anything started, cyborg.conf and cyborg.conf.d were made
     root's and writable by root alone (the agent's privileged helper
     refuses any other configuration), readable by the stack user's
-    group."""
+    group, and so was the directory holding them (the helper refuses
+    files in a directory anyone else may write: they could have been
+    replaced), the API's uWSGI file still in it."""
     etc = tmp_path / 'etc' / 'cyborg'
-    group = grp.getgrgid(os.getgid()).gr_name
+    if stack_user is None:
+        group = grp.getgrgid(os.getgid()).gr_name
+    else:
+        group = grp.getgrgid(pwd.getpwnam(stack_user).pw_gid).gr_name
     chown = 'sudo chown -R root:%s %s %s' % (
         group, etc / 'cyborg.conf', etc / 'cyborg.conf.d')
+    chown_dir = 'sudo chown root:%s %s' % (group, etc)
+    chmod_dir = 'sudo chmod go-w %s' % etc
     assert chown in calls
     assert 'sudo chmod 0640 %s' % (etc / 'cyborg.conf') in calls
     first_start = min([i for i, c in enumerate(calls)
                        if c.startswith('run_process')] or [len(calls)])
-    assert calls.index(chown) < first_start
+    for call in (chown, chown_dir, chmod_dir):
+        assert calls.index(call) < first_start, call
     assert stat.S_IMODE((etc / 'cyborg.conf').stat().st_mode) == 0o640
-    for path in [etc / 'cyborg.conf.d', *(etc / 'cyborg.conf.d').iterdir()]:
+    for path in [etc, etc / 'cyborg.conf.d',
+                 *(etc / 'cyborg.conf.d').iterdir()]:
         mode = path.stat().st_mode
         assert not mode & (stat.S_IWGRP | stat.S_IWOTH), path
         assert mode & stat.S_IRGRP, path
+    assert (etc / 'cyborg-api-uwsgi.ini').is_file()
     if os.geteuid() == 0:
         # The stubs' sudo really changed owners.
-        for path in [etc / 'cyborg.conf', etc / 'cyborg.conf.d',
+        for path in [etc, etc / 'cyborg.conf', etc / 'cyborg.conf.d',
                      *(etc / 'cyborg.conf.d').iterdir()]:
             assert path.stat().st_uid == 0, path
 
@@ -232,22 +247,35 @@ privileged.create_mdev(sys.argv[2], sys.argv[3], sys.argv[4])
 '''
 
 
+def _other_stack_user():
+    """A user other than root to stack as (devstack's is not root)."""
+    try:
+        return pwd.getpwnam('nobody').pw_name
+    except KeyError:
+        pytest.skip('no user nobody to stack as')
+
+
 @pytest.mark.skipif(os.geteuid() != 0,
                     reason='privsep-helper keeps capabilities: root only')
 def test_the_helper_trusts_and_reads_what_devstack_wrote(tmp_path):
     """The helper_command devstack writes starts a privileged helper that
-    trusts the configuration as the extra phase left it and reads the
-    drop-ins of cyborg.conf.d: a sysfs_root set in one (as a local.conf
-    post-config section would) is the tree it creates the mdev in."""
+    trusts the configuration as the extra phase left it, stacked by a
+    user other than root (whose CYBORG_CONF_DIR it was until then), and
+    reads the drop-ins of cyborg.conf.d: a sysfs_root set in one (as a
+    local.conf post-config section would) is the tree it creates the
+    mdev in."""
+    stack_user = _other_stack_user()
     tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
     tree.add_pci(GPU, '0x10de', '0x1eb8', '0x030200', driver='nvidia')
     tree.add_mdev_type(GPU, MDEV_TYPE, 'GRID T4-2B', 8)
     _run_phases(tmp_path, 'stack install', 'stack post-config',
-                services='cyborg-agent')
+                services='cyborg-agent', stack_user=stack_user)
     etc = tmp_path / 'etc' / 'cyborg'
+    assert etc.stat().st_uid == pwd.getpwnam(stack_user).pw_uid
     (etc / 'cyborg.conf.d' / 'sysfs.conf').write_text(
         '[agent]\nsysfs_root = %s\n' % tree.root)
-    _run_phases(tmp_path, 'stack extra', services='cyborg-agent')
+    _run_phases(tmp_path, 'stack extra', services='cyborg-agent',
+                stack_user=stack_user)
     mdev = str(uuid.uuid4())
     done = subprocess.run(
         [sys.executable, '-c', _THROUGH_THE_HELPER, str(etc / 'cyborg.conf'),
@@ -258,6 +286,35 @@ def test_the_helper_trusts_and_reads_what_devstack_wrote(tmp_path):
                           MDEV_TYPE, 'create')
     with open(create) as f:
         assert f.read() == mdev
+
+
+@pytest.mark.skipif(os.geteuid() != 0,
+                    reason='the stubs change owners only as root')
+def test_stacking_again_gives_the_directory_back_until_extra(tmp_path):
+    """Stacking again (unstack, stack): the post-config phase gives
+    CYBORG_CONF_DIR back to the stack user, who writes cyborg.conf and
+    the uWSGI file there again (as iniset, write_uwsgi_config and
+    local.conf's sections do), and the extra phase makes it root's
+    again; clean removes the uWSGI file from it as root."""
+    stack_user = _other_stack_user()
+    uid = pwd.getpwnam(stack_user).pw_uid
+    etc = tmp_path / 'etc' / 'cyborg'
+    agent = 'cyborg-agent'
+    _run_phases(tmp_path, 'stack install', 'stack post-config',
+                'stack extra', services=agent, stack_user=stack_user)
+    calls, _done = _run_phases(tmp_path, 'unstack', 'stack install',
+                               'stack post-config', services=agent,
+                               stack_user=stack_user)
+    for path in (etc, etc / 'cyborg.conf.d'):
+        assert path.stat().st_uid == uid, path
+    assert (etc / 'cyborg-api-uwsgi.ini').is_file()
+    calls, _done = _run_phases(tmp_path, 'stack extra', services=agent,
+                               stack_user=stack_user)
+    _assert_protected(tmp_path, calls, stack_user)
+    calls, _done = _run_phases(tmp_path, 'unstack', 'clean',
+                               services=agent, stack_user=stack_user)
+    assert 'sudo rm -f %s' % (etc / 'cyborg-api-uwsgi.ini') in calls
+    assert not (etc / 'cyborg-api-uwsgi.ini').exists()
 
 
 def test_unstack_and_clean(tmp_path):
