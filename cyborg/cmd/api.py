@@ -291,6 +291,8 @@ def main(argv=None):
                or policy.config_problem(conf))
     if problem:
         service.config_error('cyborg-api', problem)
+    # Writes need the conductor: said now, not as each one fails.
+    service.check_transport_url(conf, 'cyborg-api')
     warn_if_shutdown_short(conf)
     try:
         sock = listen(conf.api.host_ip, conf.api.port)

@@ -17,8 +17,6 @@ database credentials.  Exit status: 0 done; 1 refused or failed, with
 one line on stderr saying why; 2 a configuration error.
 """
 
-import contextlib
-import logging as std_logging
 import sys
 
 from amqp import exceptions as amqp_exceptions
@@ -40,10 +38,8 @@ HOSTS_VERSION = '1.8'
 # More tries to reach the broker before giving up (one line, status 1):
 # about 4 s with oslo.messaging's default intervals (1 s, then 3 s).
 BROKER_RETRIES = 2
-# Where oslo.messaging says it retries the broker (an ERROR line a try),
-# and where stevedore says it found no driver of a transport_url.
+# Where oslo.messaging says it retries the broker (an ERROR line a try).
 _RABBIT_LOGGER = 'oslo.messaging._drivers.impl_rabbit'
-_DRIVER_LOGGER = 'stevedore.named'
 # Exit statuses (2, a configuration error, is service.config_error's).
 OK, FAILED = 0, 1
 
@@ -170,24 +166,9 @@ def reach_broker(conf, client):
     connect = getattr(driver, '_get_connection', None)
     if connect is None:
         return
-    with _untold(conf, _RABBIT_LOGGER):
+    with service.untold(conf, _RABBIT_LOGGER):
         with connect(retry=BROKER_RETRIES):
             pass
-
-
-@contextlib.contextmanager
-def _untold(conf, logger):
-    """What ``logger`` logs meanwhile, not told (``--debug`` tells it):
-    the command's one line says what went wrong (oslo.messaging logs each
-    failed try to reach the broker at ERROR, stevedore a driver it could
-    not find as a WARNING)."""
-    quiet = std_logging.getLogger(logger)
-    was_disabled = quiet.disabled
-    quiet.disabled = not conf.debug
-    try:
-        yield
-    finally:
-        quiet.disabled = was_disabled
 
 
 def main(argv=None):
@@ -198,15 +179,9 @@ def main(argv=None):
     # stdout carries the answer; log lines go to stderr.
     conf.set_default('use_stderr', True)
     service.prepare(argv, conf=conf, prog=PROG)
-    try:
-        # A driver that is not installed, a URL oslo.messaging cannot
-        # read: the configuration's fault, said before anything else.
-        with _untold(conf, _DRIVER_LOGGER):
-            rpc.get_transport(conf)
-    except (messaging.DriverLoadFailure, messaging.InvalidTransportURL,
-            ValueError) as exc:
-        service.config_error(PROG, f'[DEFAULT]transport_url: '
-                                   f'{exception.first_line(exc)}')
+    # A driver that is not installed, a URL oslo.messaging cannot read:
+    # the configuration's fault, said before anything else.
+    service.check_transport_url(conf, PROG)
     try:
         client = conductor_rpcapi.ConductorAPI(
             conf, retry=BROKER_RETRIES, require_queue=True)

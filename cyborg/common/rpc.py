@@ -66,13 +66,48 @@ def reconnect_fast(conf):
         conf.set_default(name, value, group=RABBIT_GROUP)
 
 
+# What making a transport raises for a ``[DEFAULT]transport_url`` that
+# cannot work: a driver that is not installed (or that needs a library
+# that is not: ``_make_transport`` says so as DriverLoadFailure too), a
+# URL oslo.messaging cannot read (no scheme; urllib's ValueError for a
+# bad IPv6 address or port).
+TRANSPORT_URL_ERRORS = (messaging.DriverLoadFailure,
+                        messaging.InvalidTransportURL, ValueError)
+
+
+def _make_transport(conf):
+    try:
+        return messaging.get_rpc_transport(conf)
+    except ImportError as exc:
+        # stevedore lets the import error of a driver's module through
+        # (kafka:// without confluent_kafka); oslo.messaging wraps only
+        # "no such driver".  Both say the same thing.
+        driver = messaging.TransportURL.parse(conf).transport
+        raise messaging.DriverLoadFailure(driver, exc) from exc
+
+
 def get_transport(conf):
-    """The process-wide RPC transport for ``conf.transport_url``."""
+    """The process-wide RPC transport for ``conf.transport_url``; raises
+    one of ``TRANSPORT_URL_ERRORS`` when that URL cannot work."""
     global _TRANSPORT
     with _LOCK:
         if _TRANSPORT is None:
-            _TRANSPORT = messaging.get_rpc_transport(conf)
+            _TRANSPORT = _make_transport(conf)
         return _TRANSPORT
+
+
+def check_transport_url(conf):
+    """Raise one of ``TRANSPORT_URL_ERRORS`` when ``conf.transport_url``
+    cannot work; nothing when the process's transport is made already.
+
+    The transport made to find out is dropped: loading its driver
+    connects to nothing, and the process's own is made later, once the
+    options it reads are final (``reconnect_fast``) and, in the API, in
+    each worker after the fork."""
+    with _LOCK:
+        if _TRANSPORT is not None:
+            return
+    _make_transport(conf).cleanup()
 
 
 def set_transport(transport):

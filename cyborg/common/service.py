@@ -49,6 +49,7 @@ from oslo_log import versionutils
 
 import cyborg.conf
 from cyborg import version
+from cyborg.common import exception
 from cyborg.common import rpc
 from cyborg.conf import default as default_conf
 
@@ -278,6 +279,48 @@ def config_error_line(prog, problem):
     ``LocationInfo`` reprs replaced by the file they name."""
     return '%s: configuration error: %s' % (
         prog or 'cyborg', _LOCATION.sub(r'\1', str(problem)))
+
+
+# Where stevedore says it found no driver of a transport_url (a WARNING,
+# before the one line of ``check_transport_url``).
+_DRIVER_LOGGER = 'stevedore.named'
+
+
+def check_transport_url(conf, prog):
+    """Exit with ``config_error``'s one line when ``[DEFAULT]
+    transport_url`` cannot work (``rpc.check_transport_url``): a driver
+    that is not installed, or that needs a library that is not, a URL
+    oslo.messaging cannot read.  Otherwise a service would find it out
+    only as its RPC server is made (status 1, "cannot start") and the API
+    at every write.  Nothing connects to the broker here: one that is
+    away is still waited for."""
+    problem = transport_url_problem(conf)
+    if problem:
+        config_error(prog, problem)
+
+
+def transport_url_problem(conf):
+    """Why ``[DEFAULT]transport_url`` cannot work, or None (see
+    ``check_transport_url``)."""
+    try:
+        with untold(conf, _DRIVER_LOGGER):
+            rpc.check_transport_url(conf)
+    except rpc.TRANSPORT_URL_ERRORS as exc:
+        return '[DEFAULT]transport_url: %s' % exception.first_line(exc)
+    return None
+
+
+@contextlib.contextmanager
+def untold(conf, logger):
+    """What the library logger named ``logger`` logs meanwhile, not told
+    unless ``--debug``: a command's one line says what went wrong."""
+    quiet = std_logging.getLogger(logger)
+    was_disabled = quiet.disabled
+    quiet.disabled = not conf.debug
+    try:
+        yield
+    finally:
+        quiet.disabled = was_disabled
 
 
 class RPCService:
@@ -536,7 +579,9 @@ def run_process(prog, build_services, argv=None, config_problem=None):
     arrives while the process is still starting also ends it cleanly.
     ``build_services(conf)`` returns the services in start order.
     ``config_problem(conf)`` says why the configuration cannot work, or
-    None; a problem stops the process at once (``config_error``).
+    None; a problem stops the process at once (``config_error``), as a
+    ``[DEFAULT]transport_url`` that cannot work does
+    (``check_transport_url``).
     """
     launcher = Launcher(cyborg.conf.CONF, prog)
     launcher.install_signal_handlers()
@@ -544,6 +589,7 @@ def run_process(prog, build_services, argv=None, config_problem=None):
     problem = config_problem(conf) if config_problem else None
     if problem:
         config_error(prog, problem)
+    check_transport_url(conf, prog)
     LOG.info('%s %s starting on host %s', prog, version.version_string(),
              conf.host)
     try:

@@ -94,7 +94,9 @@ def load_configuration(argv=None):
     log.setup(conf, 'cyborg')
     problem = (auth.keystone_config_problem(conf)
                or quota.config_problem(conf)
-               or policy.config_problem(conf))
+               or policy.config_problem(conf)
+               # Writes need the conductor: said now, not at each one.
+               or service.transport_url_problem(conf))
     if problem:
         line = service.config_error_line(PROG, problem)
         LOG.error('%s', line)

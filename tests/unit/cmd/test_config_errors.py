@@ -2,6 +2,7 @@
 line saying why (exit status 2), not a traceback and not a server that
 answers 500 to every request."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -36,6 +37,45 @@ def test_a_bad_value_is_one_line(tmp_path, script, text, says):
     assert output.count('\n') == 0, output
     assert output.startswith('%s: configuration error: ' % script)
     assert says % {'config': tmp_path / 'cyborg.conf'} in output
+
+
+# kafka:// names a driver oslo.messaging has, whose library
+# (confluent_kafka) is not installed here: its module fails to import.
+NO_KAFKA = pytest.mark.skipif(
+    importlib.util.find_spec('confluent_kafka') is not None,
+    reason='confluent_kafka is installed: the kafka driver loads')
+
+
+@pytest.mark.parametrize('script', SCRIPTS)
+@pytest.mark.parametrize('url, says', [
+    ('foo://x', 'Failed to load transport driver "foo": No '
+                "'oslo.messaging.drivers' driver found, looking for 'foo'"),
+    pytest.param('kafka://127.0.0.1:9092',
+                 'Failed to load transport driver "kafka": No module '
+                 "named 'confluent_kafka'", marks=NO_KAFKA),
+    ('rabbit://guest@[127.0.0.1:5672/', 'Invalid IPv6 URL'),
+    ('rabbit', 'No scheme specified'),
+], ids=['no-driver', 'driver-import', 'ipv6', 'no-scheme'])
+def test_a_transport_url_that_cannot_work_is_one_line(tmp_path, script,
+                                                      url, says):
+    """Found out as the RPC server was made (status 1, "cannot start"),
+    and by the API only at each write: said at start, before anything
+    listens or connects."""
+    config = tmp_path / 'cyborg.conf'
+    config.write_text('[DEFAULT]\ntransport_url = %s\n'
+                      '[api]\nport = 0\nauth_strategy = noauth\n' % url)
+    try:
+        result = subprocess.run(
+            [os.path.join(sys.prefix, 'bin', script), '--config-file',
+             str(config)],
+            capture_output=True, text=True, timeout=30,
+            env=dict(os.environ, OS_CYBORG_CONFIG_DIR=str(tmp_path / 'no')))
+    except subprocess.TimeoutExpired:
+        pytest.fail('%s kept running with transport_url %s' % (script, url))
+    output = (result.stdout + result.stderr).strip()
+    assert result.returncode == 2, output
+    assert output == ('%s: configuration error: [DEFAULT]transport_url: %s'
+                      % (script, says))
 
 
 def test_a_missing_file_is_one_line(tmp_path):

@@ -4,6 +4,7 @@ stderr and status 1, never a traceback.  The commands themselves run
 end to end in tests/functional/test_host_forget.py."""
 
 import contextlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -151,7 +152,15 @@ def test_a_refused_login_is_one_line(tmp_path, broker, refusal):
 @pytest.mark.parametrize('transport_url, why', [
     ('foo://x', 'Failed to load transport driver "foo"'),
     ('rabbit', 'No scheme specified'),
-], ids=['driver', 'url'])
+    # A driver whose library is not installed: its module's import error
+    # was a traceback.
+    pytest.param('kafka://127.0.0.1:9092',
+                 'Failed to load transport driver "kafka": No module named '
+                 "'confluent_kafka'",
+                 marks=pytest.mark.skipif(
+                     importlib.util.find_spec('confluent_kafka') is not None,
+                     reason='confluent_kafka is installed')),
+], ids=['driver', 'url', 'driver-import'])
 def test_a_transport_url_that_cannot_work_is_a_configuration_error(
         tmp_path, transport_url, why):
     status, err, _seconds = _command(tmp_path, transport_url)

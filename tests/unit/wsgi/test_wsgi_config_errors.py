@@ -95,6 +95,9 @@ def test_a_good_configuration_still_serves(tmp_path):
 @pytest.mark.parametrize('text, says', [
     ('[DEFAULT]\ndebug = maybe\n', "Unexpected boolean value 'maybe'"),
     ('[api]\nauth_strategy = keystone\n', 'has no auth_type'),
+    # A driver not installed: writes would fail at the conductor call.
+    ('[DEFAULT]\ntransport_url = foo://x\n[api]\nauth_strategy = noauth\n',
+     '[DEFAULT]transport_url: '),
 ])
 def test_the_test_server_says_it_in_one_line(tmp_path, text, says):
     config = tmp_path / 'cyborg.conf'
