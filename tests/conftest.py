@@ -48,11 +48,13 @@ def _root_log_handlers_restored():
 
 
 @pytest.fixture
-def conf():
+def conf(tmp_path):
     c = cfg.ConfigOpts()
     cyborg.conf.register_opts(c)
     c([], project='cyborg', default_config_files=[], default_config_dirs=[])
     c.set_override('connection', 'sqlite://', group='database')
+    # Never the machine's /var/lib/cyborg (agent caches, health records).
+    c.set_override('state_path', str(tmp_path / 'state'))
     yield c
     c.reset()
     # Nova taken for away is kept by id(conf), which a later test's conf

@@ -50,7 +50,10 @@ of the drivers that have it (utilization 0..1, memory used in bytes and,
 where the device tells, temperature, power and the reasons its clocks are
 held down) into the Prometheus gauges and, when notifications are on, as one
 ``device.metrics`` notification per device (priority 'sample': telemetry,
-broadcast, stored by nobody here).
+broadcast, stored by nobody here).  A device its driver left out of the
+sample (one it cannot read: a GPU lost, its driver unloaded) loses its
+usage gauges, and a value left out loses its own, rather than show what
+was last read for good.
 """
 
 import collections
@@ -82,7 +85,8 @@ _USAGE_GAUGES = (('utilization', metrics.AGENT_UTILIZATION),
                  ('power_watts', metrics.AGENT_POWER))
 # Per-device series the drivers set during their checks, labelled also by
 # what they saw (an XID number and its severity, an AER error kind).
-_DRIVER_SERIES = (metrics.AGENT_XID_EVENTS, metrics.AGENT_AER_ERRORS)
+_DRIVER_SERIES = (metrics.AGENT_XID_EVENTS, metrics.AGENT_GPU_LAST_FATAL_XID,
+                  metrics.AGENT_AER_ERRORS)
 
 # Unsent readings kept per (device, deployable) while the conductor is
 # unreachable: enough to carry a burst of distinct events, bounded so an
@@ -652,9 +656,11 @@ class HealthMonitor:
         A change is an event the conductor counts; a full report only
         re-states what holds.  So when both are due, the changes go first
         in a report of their own (once this monitor has reported at all:
-        its first report says what holds, which is no news).  Returns True
-        when nothing was left to send or the conductor took it; False when
-        it failed (everything is kept for the next try).
+        its first report says what holds, which is no news; the events
+        and probe verdicts queued before it, numbered, are counted as
+        a change report's by the conductor, ``conductor.health._restates``).
+        Returns True when nothing was left to send or the conductor took
+        it; False when it failed (everything is kept for the next try).
         """
         if self._full_wanted and self._pending and self.reports_sent:
             if not self._send(list(self._pending), full=False):
@@ -740,17 +746,23 @@ class HealthMonitor:
                 name, 'usage', functools.partial(usage, devices), devices)
             calls.append((name, call))
         sampled = {}
+        # The devices of the calls that returned: those left out of what
+        # they returned (or of a call that raised) could not be read.
+        unread = set()
         deadline = started + self._round_wait()
         for name, call in calls:
             if not call.wait(deadline):
                 continue        # dropped when it returns (_settled)
             del self._calls[name]
+            unread.update(d.key() for d in call.devices)
             if call.error is not None:
                 self._log.failed(f'{name}.usage', 'Usage sampling of driver '
                                  '%s failed', name, exc_info=call.error)
                 continue
             for device, values in call.value.items():
                 sampled[device] = dict(values, driver_name=name)
+        for device in unread - set(sampled):
+            self._clear_usage_gauges(device)
         for device, values in sampled.items():
             self._set_usage_gauges(device, values)
         if sampled and notify.enabled(self.conf, 'agent', self.host):
@@ -763,16 +775,46 @@ class HealthMonitor:
         return sampled
 
     def _set_usage_gauges(self, device, values):
+        """Set ``device``'s usage series from ``values``; those of the
+        values it has not (a query the GPU stopped answering) are
+        removed, not left at what was last read."""
         for key, gauge in _USAGE_GAUGES:
             if values.get(key) is not None:
                 gauge.labels(device).set(values[key])
                 self._watched.add(device)
+            else:
+                _remove(gauge, device)
         active = values.get('clock_events')
-        if active is not None:
-            # A reason once seen keeps its series, at 0 when it clears.
-            labelled = self._clock_labels.setdefault(device, set())
-            labelled.update(active)
-            for reason in labelled:
-                metrics.AGENT_CLOCK_EVENTS.labels(device, reason).set(
-                    int(reason in active))
-            self._watched.add(device)
+        if active is None:
+            self._clear_clock_events(device)
+            return
+        # A reason once seen keeps its series, at 0 when it clears.
+        labelled = self._clock_labels.setdefault(device, set())
+        labelled.update(active)
+        for reason in labelled:
+            metrics.AGENT_CLOCK_EVENTS.labels(device, reason).set(
+                int(reason in active))
+        self._watched.add(device)
+
+    def _clear_usage_gauges(self, device):
+        """Remove ``device``'s usage and clock event series: its driver
+        sampled it and could not read it (a GPU lost, its driver unloaded,
+        handed to vfio-pci), or failed.  Left at their last values, a GPU
+        nobody reads any more would show its last temperature and a
+        hardware slowdown for good (CyborgGPUHardwareSlowdown firing for
+        ever); absent, they say nothing is known."""
+        for _, gauge in _USAGE_GAUGES:
+            _remove(gauge, device)
+        self._clear_clock_events(device)
+
+    def _clear_clock_events(self, device):
+        for reason in self._clock_labels.pop(device, ()):
+            _remove(metrics.AGENT_CLOCK_EVENTS, device, reason)
+
+
+def _remove(gauge, *labels):
+    """Remove a series of ``gauge``, if it has one with ``labels``."""
+    try:
+        gauge.remove(*labels)
+    except KeyError:
+        pass

@@ -44,6 +44,13 @@ AGENT_XID_EVENTS = prom.Counter(
     'cyborg_agent_xid_events_total',
     'NVIDIA XID events seen, by XID and by how they were classified.',
     ['device', 'xid', 'severity'], registry=REGISTRY)
+# A timestamp rather than the counter above for alerting: a counter
+# series that comes back at the value it had (the agent restarted, or
+# the GPU's series removed while it was gone) shows no increase.
+AGENT_GPU_LAST_FATAL_XID = prom.Gauge(
+    'cyborg_agent_gpu_last_fatal_xid_timestamp_seconds',
+    'When the GPU last reported a fatal XID of this number (Unix time).',
+    ['device', 'xid'], registry=REGISTRY)
 AGENT_AER_ERRORS = prom.Gauge(
     'cyborg_agent_aer_errors',
     'PCIe AER error counters of the device as sysfs shows them.',

@@ -205,6 +205,23 @@ def _seq(values):
     return None
 
 
+def _restates(reading, seq):
+    """Whether ``reading``, of a full report, re-states a condition (a
+    pending row remap, an error register not yet cleared) rather than
+    tells something new: not a probe verdict (asked for, answered once),
+    nor an event (``Reading.event``: one more XID, new AER errors) that
+    the agent numbered (``seq``): one it queued as news and is sending
+    for the first time.  The first report of an agent that has just
+    started is a full one, and carries the events it queued while the
+    conductor could not be reached yet: each is an occurrence, counted
+    as a change report's would be.  An event without a number is the
+    agent's last check re-stated (sent before, in a change report), or
+    an older agent's, which numbers nothing."""
+    if reading.source == 'probe':
+        return False
+    return not (reading.event is True and seq is not None)
+
+
 def _parse(report):
     """``[(reading, seq or None)]`` of a health report, or Invalid."""
     if not isinstance(report, dict) or not isinstance(
@@ -212,9 +229,7 @@ def _parse(report):
         raise exception.Invalid(
             reason='a health report is an object with a readings list')
     readings = []
-    # A full snapshot re-states what still holds (a pending row remap,
-    # an error register not yet cleared): it is not a new fault event.
-    restated = bool(report.get('full'))
+    full = bool(report.get('full'))
     unknown = set()
     for values in report['readings']:
         try:
@@ -227,7 +242,7 @@ def _parse(report):
             continue
         try:
             reading = health_objects.Reading.from_dict(
-                dict(values, restated=restated))
+                dict(values, restated=False))
         except (TypeError, ValueError, AttributeError) as exc:
             raise exception.Invalid(reason=f'bad health reading: {exc}')
         if not isinstance(reading.device, str) or not (
@@ -235,7 +250,9 @@ def _parse(report):
                 isinstance(reading.deployable, str)):
             raise exception.Invalid(
                 reason=f'bad health reading for {reading.device!r}')
-        readings.append((reading, _seq(values)))
+        seq = _seq(values)
+        reading.restated = full and _restates(reading, seq)
+        readings.append((reading, seq))
     if unknown:
         LOG.warning('Health report: skipped the readings of unknown '
                     'severity %s (an agent newer than this conductor?); '

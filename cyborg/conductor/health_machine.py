@@ -8,6 +8,8 @@ writes what changed.  The vocabulary is ``cyborg.common.states``.
 A record (the ``HealthColumns`` of a device or deployable row) moves so::
 
     healthy --transient--> suspect --(suspect_threshold faults)--> unhealthy
+      (counted while it stays suspect: each fault, or re-statement of its
+      condition, within suspect_window of the one before)
     suspect --(its condition re-stated)--> suspect (window restarts)
     suspect --(a transient reading after max_suspect_time)--> unhealthy
     suspect --(suspect_window without fault)--> healthy           (timer)
@@ -201,6 +203,11 @@ def _transient(record, reading, now, settings):
         # the device and each of its deployables) is a verdict only for
         # what is out.  Any other fault a probe finds is one.
         return record
+    if record.health == states.SUSPECT:
+        # A window that ran out before the timers ran (they run between
+        # reports) made the record healthy first: its faults are no
+        # longer counted with this one.
+        record = apply_timers(record, now, settings)
     suspect_for = _suspect_for(record, now)
     if (settings.max_suspect_time and suspect_for is not None and
             suspect_for >= settings.max_suspect_time):
@@ -221,9 +228,14 @@ def _transient(record, reading, now, settings):
         faults = (record.faults if record.health == states.SUSPECT
                   else 0) + 1
         if faults >= settings.suspect_threshold:
+            # Not "within suspect_window" of the first: the record keeps
+            # no time of each fault, only that it stayed suspect between
+            # them (each fault, or re-statement of a condition that still
+            # held, within suspect_window of the one before).
             return _moved(record, now, states.UNHEALTHY,
                           f'{faults} transient faults within '
-                          f'{settings.suspect_window} s; last: {reason}',
+                          f'{settings.suspect_window} s of the last fault '
+                          f'or held condition before each; last: {reason}',
                           faults=faults, due_at=None)
         return _moved(record, now, states.SUSPECT, reason, faults=faults,
                       due_at=now + _seconds(settings.suspect_window))
@@ -350,7 +362,11 @@ def remembered(record, now, settings):
 def came_back(record, now):
     """Lost hardware is back: unhealthy, re-admitted by the hold-down and
     a re-probe like any failed device (it may have been swapped or reset;
-    it is not trusted until a probe says it works)."""
+    it is not trusted until a probe says it works).  The hold-down starts
+    at its first good reading: an agent with health watching off sends
+    none, and such hardware waits for an admin to enable it
+    (``vouched``); the inventory code that calls this has no settings to
+    start the hold-down here."""
     if record.health != states.LOST:
         return record
     return _out(record, now, CAME_BACK_REASON)

@@ -33,8 +33,10 @@ opts = [
                       'a check still running is not started again.'),
     # -- conductor: the state machine ---------------------------------
     cfg.IntOpt('suspect_threshold', default=3, min=1,
-               help='Transient faults within suspect_window that make a '
-                    'suspect device unhealthy.'),
+               help='Transient faults that make a suspect device '
+                    'unhealthy, each within suspect_window of the fault '
+                    '(or re-stated condition) before it: they are counted '
+                    'for as long as the device stays suspect.'),
     cfg.IntOpt('suspect_window', default=300, min=1,
                help='Seconds without a fault, and without the condition '
                     'that made it suspect being re-stated, after which a '

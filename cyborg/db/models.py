@@ -85,8 +85,9 @@ class Host(Base):
 class HealthColumns:
     """Ours: the health state machine's state (cyborg.conductor.health).
 
-    ``health_faults`` counts transient faults in the current suspect
-    window, ``health_flaps`` re-admissions within the flap window (which
+    ``health_faults`` counts transient faults while the device stays
+    suspect (each within the suspect window of the one before),
+    ``health_flaps`` re-admissions within the flap window (which
     lengthen the hold-down), ``health_due_at`` is when the next timed step
     is due (suspect expiry, end of the hold-down, probe timeout), and
     ``health_readmitted_at`` the last re-admission.

@@ -104,8 +104,11 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
         # Unit tests pass a fake NVML; else [agent]nvml_module (pynvml).
         self._nvml = (nvml if nvml is not None
                       else _import_nvml(conf.agent.nvml_module))
+        # Its ECC and replay counts kept in the driver's health record:
+        # errors counted while the agent was down are reported.
         self._watcher = nvml_health.NvmlWatcher(
-            self._nvml, conf.agent.aer_correctable_burst)
+            self._nvml, conf.agent.aer_correctable_burst,
+            counters=self.health_counters())
         # {PCI address: the device last discovered} of the GPUs NVML last
         # said were in MIG mode: sysfs alone cannot tell MIG mode, and
         # would offer such a GPU whole while its instances run.  Seeded

@@ -9,8 +9,11 @@ timeout.  Its sources, each skipped for a GPU that answers
 - XID events (``nvmlEventTypeXidCriticalError``), classified by
   ``cyborg.drivers.xid``; an application XID that names a MIG GPU
   instance concerns only that instance's deployable, any other XID the
-  whole GPU.  Double bit ECC events are ``fatal``;
-- the volatile uncorrected ECC count: an increase is ``fatal``;
+  whole GPU.  Double bit ECC events are ``fatal``.  Each fatal XID's
+  time is a gauge (``AGENT_GPU_LAST_FATAL_XID``), for alerts;
+- the volatile uncorrected ECC count: an increase is ``fatal``; given
+  the driver's ``PCIHealth.health_counters``, an increase while the
+  agent was down too;
 - retired pages pending (pre-Ampere): ``transient`` until a GPU reset;
 - row remapping (Ampere and later): a failure is ``fatal``, a pending
   remap ``transient`` until a GPU reset;
@@ -148,7 +151,7 @@ class _Gpu:
 class NvmlWatcher:
     """Health readings and usage of NVIDIA GPUs (see the module)."""
 
-    def __init__(self, module, correctable_burst=10):
+    def __init__(self, module, correctable_burst=10, counters=None):
         self._nvml = module
         # PCIe replays between two checks above which the link is faulty.
         self._correctable_burst = correctable_burst
@@ -157,7 +160,11 @@ class NvmlWatcher:
         self._retry_at = 0.0
         self._gpus = {}              # PCI address -> _Gpu
         self._unknown = {}           # PCI address -> when to look again
-        self._counters = CounterTracker()
+        # The uncorrectable ECC count and PCIe replays last read: the
+        # driver's (``PCIHealth.health_counters``), kept on disk so that
+        # errors counted while the agent was down are reported.
+        self._counters = counters if counters is not None else (
+            CounterTracker())
         self._xids = collections.Counter()   # device key -> XIDs seen
         self._error = getattr(module, 'NVMLError', OSError)
         self._codes = {name: getattr(module, 'NVML_ERROR_' + name, value)
@@ -423,6 +430,9 @@ class NvmlWatcher:
         self._xids[device.key()] += 1
         metrics.AGENT_XID_EVENTS.labels(device.key(), str(number),
                                         severity).inc()
+        if severity == states.FATAL:
+            metrics.AGENT_GPU_LAST_FATAL_XID.labels(
+                device.key(), str(number)).set(time.time())
         deployable = None
         instance = getattr(data, 'gpuInstanceId', NO_INSTANCE)
         if severity == states.APPLICATION and instance != NO_INSTANCE:
@@ -471,7 +481,9 @@ class NvmlWatcher:
     def _pcie_replays(self, device, gpu, counters):
         count = self._call('nvmlDeviceGetPcieReplayCounter', gpu.handle)
         counters['pcie_replays'] = count
-        new = self._counters.delta((device.key(), 'pcie_replays'), count)
+        # Replays that piled up while the agent was down are no burst.
+        new = self._counters.delta((device.key(), 'pcie_replays'), count,
+                                   across_restart=False)
         if new <= self._correctable_burst:
             return []
         return [reading(device, states.TRANSIENT, 'nvml',

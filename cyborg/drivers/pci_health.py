@@ -25,6 +25,12 @@ bases.  For each device it reads, under ``<sysfs_root>/bus/pci/devices/
   that goes down (the kernel reset it) is a new baseline.  Functions
   without AER statistics (no AER capability, old kernels) skip this source.
 
+What the checks compare (the functions seen bound, AER counts, the
+counters of ``new_errors`` and ``health_counters``) is kept on disk
+(``HealthRecord``), so that an agent restarted compares with what the
+last one saw, within one boot: errors counted while no agent watched are
+reported, and a function whose driver unbound meanwhile is unbound.
+
 Drivers add sources of their own by overriding ``more_health`` (NVML,
 FPGA error registers); it is not called for a function that is gone.  A
 check that raises for a device keeps what it read before the error and
@@ -36,7 +42,10 @@ DEBUG), and one INFO line when a check of it works again: a check runs
 every second.
 """
 
+import contextlib
+import json
 import os
+import tempfile
 import time
 
 from oslo_log import log as logging
@@ -55,6 +64,7 @@ AER_FILES = {
     'aer_dev_nonfatal': ('aer_nonfatal', 'TOTAL_ERR_NONFATAL'),
     'aer_dev_correctable': ('aer_correctable', 'TOTAL_ERR_COR'),
 }
+_AER_KINDS = frozenset(kind for kind, _ in AER_FILES.values())
 
 # Consecutive checks without a driver before the function counts as
 # unbound (see the module docstring).
@@ -95,19 +105,186 @@ def _increases(before, after):
 
 class CounterTracker:
     """The last value of cumulative counters, to tell an increase since
-    the previous check from what was already there."""
+    the previous check from what was already there.  ``moved`` says a
+    value changed since it was last cleared (the driver's ``HealthRecord``
+    is then written); ``restore`` takes the values an earlier agent left
+    on disk."""
 
     def __init__(self):
         self._last = {}
+        # Values an earlier agent last saw (HealthRecord), until this
+        # one reads each counter.
+        self._carried = {}
+        self.moved = False
 
-    def delta(self, key, value):
+    def delta(self, key, value, across_restart=True):
         """How much counter ``key`` grew since the previous call: 0 the
-        first time (a baseline) and when it went down (a reset)."""
+        first time (a baseline) and when it went down (a reset).  The
+        first call after the agent started compares with the value an
+        earlier agent last saw, if any: errors counted while no agent
+        watched are new errors.  Not with ``across_restart`` false (a
+        counter of correctable errors, a fault only in bursts within one
+        check): those that piled up over the hours the agent was down
+        are no burst."""
         previous = self._last.get(key)
-        self._last[key] = value
+        if previous is None:
+            previous = self._carried.pop(key, None)
+            if not across_restart:
+                previous = None
+        if value != self._last.get(key):
+            self._last[key] = value
+            self.moved = True
         if previous is None or value < previous:
             return 0
         return value - previous
+
+    def values(self):
+        """``{key: last value}``, those carried from an earlier agent and
+        not read again yet included (to be saved)."""
+        return {**self._carried, **self._last}
+
+    def restore(self, values):
+        """Take ``{key: value}`` an earlier agent last saw."""
+        self._carried.update(values)
+
+
+# The kernel's id of the running boot: a record of another boot is not
+# this one's (the kernel counts errors from zero, drivers bind afresh,
+# the agent may start before them).
+BOOT_ID_FILE = '/proc/sys/kernel/random/boot_id'
+
+
+def boot_id():
+    """This boot's id, None when it cannot be read."""
+    try:
+        with open(BOOT_ID_FILE) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+class HealthRecord:
+    """What a driver's health checks compare, kept on disk so that a
+    restarted agent compares with what the last one saw
+    (``$state_path/health-<driver>-<host>.json``): the functions seen
+    bound to a host driver, the last value of each error counter, and
+    each function's AER counts.  Without it, an uncorrectable error
+    counted while the agent was down became the new baseline, never
+    reported, and a function whose driver unbound meanwhile read well
+    (never seen bound) and was re-admitted with no driver.
+
+    Writes are atomic (temporary file, fsync, rename), as the agent's
+    report cache's.  A record that cannot be read, whatever the reason,
+    or that another host or another boot wrote, is no record: the agent
+    starts from fresh baselines, as it did before it kept any.  A write
+    that fails is said once and tried again at the next check."""
+
+    def __init__(self, path, host):
+        self.path = path
+        self.host = host
+        self._problem = None        # what was last wrong, said once
+
+    def load(self):
+        """``(bound addresses, {counter key: value}, {(device key, AER
+        kind): (counts, total)})`` of the record; empty ones when there
+        is none to use."""
+        empty = set(), {}, {}
+        try:
+            with open(self.path) as f:
+                record = json.load(f)
+            if not isinstance(record, dict):
+                raise ValueError('not a JSON object')
+            if record.get('host') != self.host:
+                raise ValueError(f'the record of host '
+                                 f'{str(record.get("host"))[:80]!r}')
+            if record.get('boot_id') != boot_id():
+                LOG.info('Health record %s is of an earlier boot: health '
+                         'counters start from fresh baselines.', self.path)
+                return empty
+            found = _parsed(record)
+        except FileNotFoundError:
+            return empty
+        except Exception as exc:
+            # Whatever the reason: the checks must go on.
+            self._say(f'{type(exc).__name__}: {str(exc)[:200]}',
+                      'Ignoring unreadable health record %s (%s): health '
+                      'counters start from fresh baselines.')
+            return empty
+        return found
+
+    def save(self, bound, counters, aer):
+        """Write the record; False when it could not be (said once)."""
+        record = {
+            'host': self.host, 'boot_id': boot_id(),
+            'bound': sorted(bound),
+            # Keys of names and whole counts only: what ``load`` takes
+            # back (a counter keyed otherwise starts from a baseline).
+            'counters': [[list(key), value]
+                         for key, value in sorted(counters.items(),
+                                                  key=repr)
+                         if all(isinstance(k, str) for k in key)
+                         and _count(value)],
+            'aer': [[key, kind, counts, total] for (key, kind), (
+                counts, total) in sorted(aer.items())]}
+        # Into the agent's state directory as it is: the deployment
+        # makes it, and so does the agent's first report (its cache).
+        directory = os.path.dirname(self.path) or '.'
+        tmp = None
+        try:
+            fd, tmp = tempfile.mkstemp(
+                prefix=os.path.basename(self.path) + '.', dir=directory)
+            with os.fdopen(fd, 'w') as f:
+                json.dump(record, f, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            # Its strerror: the message names a temporary file, another
+            # at every try.
+            self._say(exc.strerror or str(exc), 'Cannot write the health '
+                      'record %s (%s): a restarted agent would not see the '
+                      'errors counted while it was down; trying again at '
+                      'the next check.')
+            return False
+        if self._problem is not None:
+            LOG.info('Health record %s written again.', self.path)
+        self._problem = None
+        return True
+
+    def _say(self, problem, message):
+        if problem != self._problem:
+            LOG.warning(message, self.path, problem)
+        self._problem = problem
+
+
+def _parsed(record):
+    """The content of a health record (see ``HealthRecord.load``), or
+    ValueError."""
+    bound = record['bound']
+    if not all(isinstance(a, str) for a in bound):
+        raise ValueError('bad bound list')
+    counters = {}
+    for key, value in record['counters']:
+        if not (isinstance(key, list) and key and
+                all(isinstance(k, str) for k in key) and _count(value)):
+            raise ValueError(f'bad counter {str(key)[:80]}')
+        counters[tuple(key)] = value
+    aer = {}
+    for key, kind, counts, total in record['aer']:
+        if not (isinstance(key, str) and kind in _AER_KINDS and
+                isinstance(counts, dict) and _count(total) and
+                all(isinstance(n, str) and _count(c)
+                    for n, c in counts.items())):
+            raise ValueError(f'bad AER counts of {str(key)[:80]}')
+        aer[(key, kind)] = (counts, total)
+    return set(bound), counters, aer
+
+
+def _count(value):
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def reading(device, severity, source, reason='', code=None, counters=None,
@@ -132,28 +309,60 @@ class PCIHealth(base.HealthReporting):
     """``check_health`` for drivers whose devices are PCI functions."""
 
     def _pci_health_state(self):
-        # Created lazily: drivers' constructors stay as they are.
+        # Created lazily: drivers' constructors stay as they are.  What
+        # the checks compare starts from what the last agent saw
+        # (``HealthRecord``).
         state = self.__dict__.get('_pci_health')
         if state is None:
+            record = HealthRecord(os.path.join(
+                self.conf.state_path,
+                f'health-{self.name or type(self).__name__}-{self.host}'
+                f'.json'), self.host)
+            bound, counters, aer = record.load()
             state = self.__dict__['_pci_health'] = {
-                'counters': CounterTracker(), 'unbound': {}, 'aer': {},
-                'paths': {}, 'sparing': {}, 'bound': set(),
-                'failing': {}}
+                'counters': CounterTracker(), 'unbound': {},
+                # (device key, kind) -> (raw text, counts, total); raw
+                # None: as the last agent saw them.
+                'aer': {k: (None,) + v for k, v in aer.items()},
+                'paths': {}, 'sparing': {}, 'bound': bound,
+                'failing': {}, 'record': record, 'moved': False}
+            state['counters'].restore(counters)
         return state
+
+    def health_counters(self):
+        """The ``CounterTracker`` of this driver's checks, kept in its
+        health record: for a source of the driver's that compares
+        counters of its own (NVML's uncorrectable ECC count)."""
+        return self._pci_health_state()['counters']
 
     def check_health(self, devices):
         readings = []
         for device in devices:
             readings.extend(self._device_health(device))
+        self._save_health_record()
         return readings
+
+    def _save_health_record(self):
+        """Write what the checks compare, if it moved (errors counted, a
+        function seen bound or gone): rarely, not at every check."""
+        state = self._pci_health_state()
+        counters = state['counters']
+        if not (state['moved'] or counters.moved):
+            return
+        aer = {key: (counts, total)
+               for key, (_raw, counts, total) in state['aer'].items()}
+        if state['record'].save(state['bound'], counters.values(), aer):
+            state['moved'] = counters.moved = False
 
     def new_errors(self, device, key, count, correctable=False):
         """Errors a cumulative counter ``key`` of ``device`` gained since
         the previous check (the first value is a baseline, a lower one a
-        reset).  Correctable ones count only in bursts: 0 unless more than
+        reset; after the agent restarts, the value the last agent saw).
+        Correctable ones count only in bursts: 0 unless more than
         ``[agent]aer_correctable_burst`` arrived."""
         new = self._pci_health_state()['counters'].delta(
-            (device.key(),) + tuple(key), count)
+            (device.key(),) + tuple(key), count,
+            across_restart=not correctable)
         if correctable and new <= self.conf.agent.aer_correctable_burst:
             return 0
         return new
@@ -267,7 +476,9 @@ class PCIHealth(base.HealthReporting):
         if not os.path.exists(path):
             # Whatever comes back at this address is watched afresh.
             state = self._pci_health_state()
-            state['bound'].discard(address)
+            if address in state['bound']:
+                state['bound'].discard(address)
+                state['moved'] = True
             state['unbound'].pop(address, None)
             return [reading(device, states.GONE, 'pci',
                             f'PCI function {address} disappeared',
@@ -285,7 +496,10 @@ class PCIHealth(base.HealthReporting):
         """Note the function's driver; True when it has one."""
         driver = _driver_name(driver_link)
         if driver is not None and driver not in PASSTHROUGH_STUBS:
-            self._pci_health_state()['bound'].add(address)
+            state = self._pci_health_state()
+            if address not in state['bound']:
+                state['bound'].add(address)
+                state['moved'] = True
         return driver is not None
 
     def _unbound(self, address, driver_link):
@@ -302,14 +516,16 @@ class PCIHealth(base.HealthReporting):
         return seen[address] >= UNBOUND_CHECKS
 
     def _aer_readings(self, device, aer_files, counters):
-        last = self._pci_health_state()['aer']
+        state = self._pci_health_state()
+        last = state['aer']
         key = device.key()
         found = []
         for path, kind, total_label in aer_files:
             raw = _read_bytes(path)
             previous = last.get((key, kind))
             if raw is None:
-                last.pop((key, kind), None)
+                if last.pop((key, kind), None) is not None:
+                    state['moved'] = True
                 continue
             if previous is not None and previous[0] == raw:
                 # Unchanged since the last check (the common case): no
@@ -322,10 +538,18 @@ class PCIHealth(base.HealthReporting):
             counts = parse_aer(raw.decode('ascii', 'replace'))
             total = counts.pop(total_label, sum(counts.values()))
             last[(key, kind)] = (raw, counts, total)
+            if previous is None or (previous[1], previous[2]) != (
+                    counts, total):
+                state['moved'] = True
             counters[kind] = total
             metrics.AGENT_AER_ERRORS.labels(key, kind).set(total)
-            # The first value is a baseline, a lower one a reset.
-            new = 0 if previous is None else total - previous[2]
+            # The first value is a baseline, a lower one a reset; after
+            # the agent restarts, the last agent's counts are the
+            # baseline (errors counted while it was down are new), but
+            # for correctable ones (a burst is within one check).
+            new = 0 if previous is None or (
+                previous[0] is None and kind == 'aer_correctable') \
+                else total - previous[2]
             severity = self._aer_severity(kind, max(new, 0))
             if severity != states.OK:
                 found.append(reading(

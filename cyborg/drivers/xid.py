@@ -46,10 +46,17 @@ CATALOGUE = {
     61: (TRANSIENT, 'Internal micro-controller breakpoint/warning'),
     # Internal micro-controller halted: needs a GPU reset.
     62: (FATAL, 'Internal micro-controller halt'),
-    # A row remap / page retirement was recorded: it only takes effect
-    # after a GPU reset, until which the bad memory is still in use.
-    63: (FATAL, 'ECC page retirement or row remapping recording event'),
-    # Recording the row remap / page retirement failed.
+    # A row remap / page retirement was recorded: the row is marked for
+    # remapping at the next GPU reset, and the GPU carries on meanwhile
+    # (NVML: a pending remap does not affect the work that follows).  It
+    # is raised when the remap becomes pending, which the row remapper's
+    # reading (nvml_health ``_remapped_rows``, ``ecc:row_remap_pending``)
+    # reports as a transient condition for as long as it lasts: that
+    # reading decides, and a fatal XID here would take every GPU out at
+    # each new remap, max_suspect_time = 0 or not.
+    63: (TRANSIENT, 'ECC page retirement or row remapping recording event'),
+    # Recording the row remap / page retirement failed: the bad memory
+    # cannot be kept out of use.
     64: (FATAL, 'ECC page retirement or row remapper recording failure'),
     # A video decoder exception caused by the application's stream.
     68: (APPLICATION, 'NVDEC0 Exception'),

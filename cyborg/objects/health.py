@@ -42,13 +42,14 @@ class Reading:
     # errors, a failed heartbeat), as opposed to a condition that holds (a
     # slowdown, a pending row remap, an error register set): the agent
     # sends each event that is not harmless, and a condition only when it
-    # appears.  The agent's alone (a conductor ignores it, an older one
-    # drops it: no RPC version).
+    # appears.  A numbered event (``seq``) in a full report is a new
+    # occurrence, not a re-statement (an older conductor drops the flag:
+    # no RPC version).
     event: bool = False
-    # Set by the conductor for the readings of a full snapshot: they
-    # re-state conditions the agent already reported, so a transient one
-    # does not count as one more fault (the agent sends a new event at
-    # once, in a change report).
+    # Set by the conductor, reading by reading, for those of a full
+    # snapshot that re-state conditions the agent already reported, so a
+    # transient one does not count as one more fault; never for a
+    # numbered event or a probe's verdict (cyborg.conductor.health).
     restated: bool = False
 
     def __post_init__(self):

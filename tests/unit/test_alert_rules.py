@@ -3,23 +3,48 @@ metric it reads is one cyborg serves, with labels the metric has and
 label values the code can give it (so a renamed metric or state breaks
 this test, not an operator's alerting)."""
 
+import operator
 import pathlib
+import re
 
 import prometheus_client as prom
 import promql_parser
 import pytest
+import sqlalchemy as sa
 import yaml
 
 from cyborg.common import metrics, states
 from cyborg.conductor import metrics_collector
+from cyborg.db import models
 from cyborg.drivers import nvml_health
+from tests.fixtures import arqs as seed
 
 RULES = (pathlib.Path(__file__).resolve().parents[2] / 'etc' /
          'prometheus' / 'cyborg-alerts.yaml')
-# The label values the code can give, where it names them in one place.
+# The label values the code can give, where it names them in one place:
+# by label, for a label that means the same on every metric...
 KNOWN_VALUES = {'health': states.HEALTH_STATES,
                 'severity': states.SEVERITIES,
-                'reason': tuple(nvml_health.CLOCK_EVENTS)}
+                'from_state': states.HEALTH_STATES,
+                'to_state': states.HEALTH_STATES}
+# ...and by (metric, label) for the others (a histogram's or summary's
+# family name stands for its samples).
+METRIC_VALUES = {
+    ('cyborg_agent_device_clock_event_active', 'reason'):
+        tuple(nvml_health.CLOCK_EVENTS),
+    ('cyborg_notifications_dropped_total', 'reason'):
+        (metrics.NOTIFICATION_QUEUE_FULL, metrics.NOTIFICATION_NOT_PUBLISHED),
+    ('cyborg_conductor_programmings_total', 'outcome'):
+        metrics.PROGRAMMING_OUTCOMES,
+    ('cyborg_conductor_programming_seconds', 'outcome'):
+        metrics.PROGRAMMING_OUTCOMES,
+}
+# Labels whose values are no vocabulary of the code (device keys, XID
+# numbers, RPC methods, route templates, HTTP statuses, event types): a
+# rule may match them freely.  Any other label a rule matches needs its
+# values above, so that a renamed value fails here.
+FREE_FORM = frozenset(('device', 'xid', 'method', 'route', 'status',
+                       'event_type'))
 # The samples a metric of each type serves, by suffix.
 SUFFIXES = {'counter': ('_total',), 'gauge': ('',),
             'histogram': ('_bucket', '_count', '_sum'),
@@ -72,25 +97,184 @@ def test_the_rules_are_complete():
         assert rule['annotations']['description'], rule
 
 
+def _family(sample):
+    """The metric family a sample name belongs to."""
+    for suffix in ('_bucket', '_count', '_sum'):
+        if sample.endswith(suffix):
+            return sample[:-len(suffix)]
+    return sample
+
+
+def _vocabulary(sample, label):
+    """The values the code gives ``label`` of ``sample``, None when
+    unknown here."""
+    for name in (sample, _family(sample)):
+        if (name, label) in METRIC_VALUES:
+            return METRIC_VALUES[name, label]
+    return KNOWN_VALUES.get(label)
+
+
+def _problems(rule, served):
+    """What in ``rule``'s PromQL is not what cyborg serves."""
+    problems = []
+    selectors = list(_selectors(promql_parser.parse(rule['expr'])))
+    if not selectors:
+        problems.append(f'{rule["alert"]}: reads no metric')
+    for selector in selectors:
+        if selector.name not in served:
+            problems.append(f'{rule["alert"]}: {selector.name} is not a '
+                            f'metric cyborg serves')
+            continue
+        for matcher in selector.matchers.matchers:
+            where = f'{rule["alert"]}: {selector.name}{{{matcher.name}}}'
+            if matcher.name not in served[selector.name]:
+                problems.append(f'{where} is no label of it')
+                continue
+            if matcher.name in FREE_FORM:
+                continue
+            known = _vocabulary(selector.name, matcher.name)
+            if known is None:
+                problems.append(f'{where}: its values are unknown here (add '
+                                f'them to METRIC_VALUES or KNOWN_VALUES)')
+                continue
+            # A regex matcher names its values as alternatives.
+            for value in matcher.value.split('|'):
+                if value not in known:
+                    problems.append(f'{where}: {value!r} is never given')
+    return problems
+
+
 @pytest.mark.parametrize('rule', _rules(), ids=lambda rule: rule['alert'])
 def test_every_rule_reads_what_cyborg_serves(db, rule):
-    served = _served(db)
-    selectors = list(_selectors(promql_parser.parse(rule['expr'])))
-    assert selectors, rule['expr']
-    for selector in selectors:
-        assert selector.name in served, (
-            f'{rule["alert"]}: {selector.name} is not a metric cyborg '
-            f'serves')
-        for matcher in selector.matchers.matchers:
-            assert matcher.name in served[selector.name], (
-                f'{rule["alert"]}: {selector.name} has no label '
-                f'{matcher.name}')
-            known = KNOWN_VALUES.get(matcher.name)
-            if known is not None:
-                for value in matcher.value.split('|'):
-                    assert value in known, (
-                        f'{rule["alert"]}: {matcher.name}={value!r} is '
-                        f'never given')
+    assert _problems(rule, _served(db)) == []
+
+
+@pytest.mark.parametrize('expr, problem', [
+    # A renamed programming outcome.
+    ('increase(cyborg_conductor_programmings_total'
+     '{outcome="never_given"}[1h]) > 0', "'never_given' is never given"),
+    ('cyborg_conductor_programming_seconds_count{outcome=~"programmed|x"}',
+     "'x' is never given"),
+    # Another metric's reasons.
+    ('cyborg_notifications_dropped_total{reason="hw_slowdown"}',
+     "'hw_slowdown' is never given"),
+    ('cyborg_conductor_devices{health=~"unhealthy|broken"}',
+     "'broken' is never given"),
+    # A label with no known vocabulary is refused, not let through.
+    ('cyborg_conductor_report_seconds_count{kind="full"}',
+     'its values are unknown here'),
+    ('cyborg_conductor_devices{colour="red"}', 'is no label of it'),
+    ('cyborg_conductor_no_such_metric > 0', 'is not a metric cyborg serves'),
+])
+def test_a_value_the_code_never_gives_fails_the_check(db, expr, problem):
+    [found] = _problems({'alert': 'CyborgTest', 'expr': expr}, _served(db))
+    assert problem in found, found
+
+
+# -- what a rule says over time -----------------------------------------
+
+# By the matcher's operator (str(): MatchOp is not hashable); PromQL
+# anchors its regular expressions.
+_MATCH = {
+    'MatchOp.Equal': lambda value, want: value == want,
+    'MatchOp.NotEqual': lambda value, want: value != want,
+    'MatchOp.Re': lambda value, want: bool(re.fullmatch(want, value)),
+    'MatchOp.NotRe': lambda value, want: not re.fullmatch(want, value),
+}
+_ARITHMETIC = {'+': operator.add, '-': operator.sub, '*': operator.mul}
+_COMPARISON = {'>': operator.gt, '<': operator.lt, '>=': operator.ge,
+               '<=': operator.le, '==': operator.eq, '!=': operator.ne}
+
+
+def _evaluate(node, samples):
+    """The instant value of the PromQL ``node`` over ``samples``
+    ({(name, frozenset(labels)): value}): {frozenset(labels): value} for
+    a vector, a float for a scalar.  Only what the gauge rules use:
+    selectors, sum by/without, arithmetic and comparisons (one-to-one on
+    all labels); anything else is refused."""
+    if isinstance(node, promql_parser.ParenExpr):
+        return _evaluate(node.expr, samples)
+    if isinstance(node, promql_parser.NumberLiteral):
+        return node.val
+    if isinstance(node, promql_parser.VectorSelector):
+        return {labels: value for (name, labels), value in samples.items()
+                if name == node.name and all(
+                    _MATCH[str(m.op)](dict(labels).get(m.name, ''), m.value)
+                    for m in node.matchers.matchers)}
+    if isinstance(node, promql_parser.AggregateExpr):
+        assert str(node.op) == 'sum', node
+        keep = node.modifier
+        result = {}
+        for labels, value in _evaluate(node.expr, samples).items():
+            if keep is None:
+                labels = frozenset()
+            elif keep.type == promql_parser.AggModifierType.Without:
+                labels = frozenset(i for i in labels
+                                   if i[0] not in keep.labels)
+            else:
+                labels = frozenset(i for i in labels if i[0] in keep.labels)
+            result[labels] = result.get(labels, 0) + value
+        return result
+    if isinstance(node, promql_parser.BinaryExpr):
+        assert node.modifier is None, node
+        op = str(node.op)
+        lhs = _evaluate(node.lhs, samples)
+        rhs = _evaluate(node.rhs, samples)
+        if isinstance(lhs, float) and isinstance(rhs, float):
+            return _ARITHMETIC[op](lhs, rhs)
+        pairs = ({k: (v, rhs) for k, v in lhs.items()}
+                 if isinstance(rhs, float) else
+                 {k: (v, rhs[k]) for k, v in lhs.items() if k in rhs})
+        if op in _COMPARISON:
+            return {k: a for k, (a, b) in pairs.items()
+                    if _COMPARISON[op](a, b)}
+        return {k: _ARITHMETIC[op](a, b) for k, (a, b) in pairs.items()}
+    raise NotImplementedError(node)
+
+
+def _scrape():
+    """The conductor collector's samples now."""
+    return {(sample.name, frozenset(sample.labels.items())): sample.value
+            for family in metrics_collector.ConductorCollector().collect()
+            for sample in family.samples}
+
+
+def _rule(name):
+    return next(rule for rule in _rules() if rule['alert'] == name)
+
+
+def _set_health(db, table, row_id, health):
+    with db.begin() as c:
+        c.execute(sa.update(table).where(table.id == row_id).values(
+            health=health))
+
+
+@pytest.mark.parametrize('alert, table', [
+    ('CyborgDevicesOutOfService', models.Device),
+    ('CyborgPartitionsOutOfService', models.Deployable)])
+def test_out_of_service_holds_while_a_device_is_re_probed(db, alert, table):
+    """A device (or partition) that fails its re-probes goes unhealthy,
+    probing, unhealthy again...: out of the schedule all along, so the
+    alert's expression must give the same series at every scrape, or its
+    ``for:`` starts again at each move and it never fires."""
+    failing = seed.seed_device(db, handles=0)
+    row_id = (failing.device_id if table is models.Device
+              else failing.deployable_id)
+    if table is models.Device:
+        # A card an operator pulled for repair is no alert.
+        pulled = seed.seed_device(db, handles=0, status='maintaining')
+        _set_health(db, table, pulled.device_id, states.LOST)
+    expr = promql_parser.parse(_rule(alert)['expr'])
+    assert _evaluate(expr, _scrape()) == {}
+    seen = []
+    for health in (states.UNHEALTHY, states.PROBING, states.UNHEALTHY,
+                   states.PROBING):
+        _set_health(db, table, row_id, health)
+        seen.append(_evaluate(expr, _scrape()))
+    assert all(len(result) == 1 for result in seen), seen
+    assert len({frozenset(result) for result in seen}) == 1, seen
+    _set_health(db, table, row_id, states.HEALTHY)
+    assert _evaluate(expr, _scrape()) == {}
 
 
 def test_the_collector_and_the_registry_are_both_read(db):

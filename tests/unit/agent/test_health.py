@@ -726,9 +726,10 @@ def test_telemetry_is_sampled_with_the_full_report(conf, conductor,
 def test_a_vanished_device_loses_its_metric_labels(conf, conductor,
                                                   tmp_path):
     """Every series of a device that is gone goes, those its driver set
-    during checks too: XID events by number and severity, AER counters
-    by kind (they stayed at their last values, a GPU long gone still
-    counting errors).  Another GPU's stay."""
+    during checks too: XID events by number and severity, the time of
+    its last fatal XID, AER counters by kind (they stayed at their last
+    values, a GPU long gone still counting errors).  Another GPU's
+    stay."""
     metered = MeteredDriver(conf, HOST)
     gone, kept = '0000:17:00.0', '0000:65:00.0'
     tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
@@ -748,10 +749,13 @@ def test_a_vanished_device_loses_its_metric_labels(conf, conductor,
     monitor.check_once()              # registers the GPUs' NVML events
     for address in (gone, kept):
         nvml.add_xid(address, 13)
+    nvml.add_xid(gone, 79)
     monitor.check_once()
     monitor.sample_usage()
     assert _sample('cyborg_agent_device_healthy',
                    device='PCI:0000:d8:00.0') == 1
+    assert _sample('cyborg_agent_gpu_last_fatal_xid_timestamp_seconds',
+                   device='PCI:' + gone, xid='79')
 
     def driver_series(address):
         device = 'PCI:' + address
@@ -828,6 +832,71 @@ def test_temperature_power_and_clock_events_are_gauges(conf, conductor,
                  'cyborg_agent_device_power_watts'):
         assert metrics.REGISTRY.get_sample_value(
             name, {'device': device}) is None
+
+
+def test_a_gpu_nvml_no_longer_reads_loses_its_usage_series(
+        conf, conductor, tmp_path):
+    """A GPU NVML can no longer read (lost, its driver unloaded, handed
+    to vfio-pci) is left out of the usage sample: its utilization,
+    temperature and clock event series go, rather than show the GPU
+    hot and slowed down for good (an alert on hw_thermal_slowdown
+    firing for ever); a query it stops answering loses its series
+    alone.  Read again, they are back."""
+    address = '0000:17:00.0'
+    device = 'PCI:' + address
+    tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
+    tree.add_pci(address, *fake_sysfs.A100, driver='nvidia', numa_node=0)
+    conf.set_override('sysfs_root', tree.root, 'agent')
+    nvml = fake_nvml.create(tmp_path / 'nvml.json', {address: {
+        'name': 'NVIDIA A100', 'uuid': 'GPU-1', 'serial': '1',
+        'memory_mb': 40960, 'utilization': 90, 'temperature': 91,
+        'power_mw': 300000, 'clock_events': ['hw_thermal_slowdown']}})
+    gpus = nvidia_gpu.NvidiaGPUDriver(conf, HOST, nvml=nvml)
+    gpus.name = 'nvidia_gpu_driver'
+    _reporter, monitor = _agent(conf, gpus)
+
+    def series():
+        return (_sample('cyborg_agent_device_utilization_ratio',
+                        device=device) or None,
+                metrics.REGISTRY.get_sample_value(
+                    'cyborg_agent_device_temperature_celsius',
+                    {'device': device}),
+                metrics.REGISTRY.get_sample_value(
+                    'cyborg_agent_device_clock_event_active',
+                    {'device': device, 'reason': 'hw_thermal_slowdown'}))
+
+    monitor.sample_usage()
+    assert series() == (0.9, 91, 1)
+    nvml.update_gpu(address, temperature=None)
+    monitor.sample_usage()
+    assert series() == (0.9, None, 1)
+    nvml.update_gpu(address, lost=True)
+    monitor.check_once()
+    assert device not in monitor.sample_usage()
+    assert series() == (None, None, None)
+    assert metrics.REGISTRY.get_sample_value(
+        'cyborg_agent_device_memory_used_bytes', {'device': device}) is None
+    nvml.update_gpu(address, lost=False, temperature=88)
+    monitor.check_once()
+    monitor.sample_usage()
+    assert series() == (0.9, 88, 1)
+
+
+def test_usage_series_go_while_their_sampling_fails(conf, conductor):
+    metered = MeteredDriver(conf, HOST)
+    _reporter, monitor = _agent(conf, metered)
+    device = 'PCI:0000:d8:00.0'
+    monitor.sample_usage()
+    assert _sample('cyborg_agent_device_utilization_ratio',
+                   device=device) == 0.25
+    metered.values = None       # usage() raises: nothing is known
+    monitor.sample_usage()
+    assert metrics.REGISTRY.get_sample_value(
+        'cyborg_agent_device_utilization_ratio', {'device': device}) is None
+    metered.values = {'utilization': 0.5, 'memory_used_bytes': 1}
+    monitor.sample_usage()
+    assert _sample('cyborg_agent_device_utilization_ratio',
+                   device=device) == 0.5
 
 
 def test_check_and_reporter_metrics_are_recorded(conf, conductor, watched):

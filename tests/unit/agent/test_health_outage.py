@@ -14,6 +14,8 @@ from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db import models
 from cyborg.drivers import fake
 from cyborg.drivers import loader
+from cyborg.drivers import nvidia_gpu
+from tests.fixtures import fake_nvml
 from tests.fixtures import sysfs as fake_sysfs
 
 HOST = fake_sysfs.HOST
@@ -24,6 +26,12 @@ def _device(engine):
         return c.execute(sa.select(models.Device.health,
                                    models.Device.health_reason)
                          .where(models.Device.hostname == HOST)).one()
+
+
+# What a send waits for the conductor: each send while it is stopped
+# waits this long, and a report on a busy 2-core machine may take more
+# than 1 s to be answered (a test failed so).
+RPC_TIMEOUT = 3
 
 
 def _inject(conf, **values):
@@ -41,7 +49,7 @@ def test_a_fatal_fault_outlasts_harmless_readings_of_an_outage(
     conf.set_override('state_path', str(tmp_path / 'state'))
     conf.set_override('enabled_drivers', ['fake_driver'], 'agent')
     drivers = loader.load_drivers(conf, HOST)
-    api = conductor_rpcapi.ConductorAPI(conf, timeout=1)
+    api = conductor_rpcapi.ConductorAPI(conf, timeout=RPC_TIMEOUT)
     reporter = agent_reporter.Reporter(conf, HOST, drivers,
                                        conductor_api=api)
     reporter.report_now()
@@ -93,7 +101,7 @@ def test_a_reading_delivered_late_and_re_sent_is_applied_once(
     conf.set_override('state_path', str(tmp_path / 'state'))
     conf.set_override('enabled_drivers', ['fake_driver'], 'agent')
     drivers = loader.load_drivers(conf, HOST)
-    api = conductor_rpcapi.ConductorAPI(conf, timeout=1)
+    api = conductor_rpcapi.ConductorAPI(conf, timeout=RPC_TIMEOUT)
     reporter = agent_reporter.Reporter(conf, HOST, drivers,
                                        conductor_api=api)
     reporter.report_now()
@@ -118,3 +126,44 @@ def test_a_reading_delivered_late_and_re_sent_is_applied_once(
     while time.monotonic() < deadline:
         assert tuple(_faults(conductor.engine)) == (states.SUSPECT, 1)
         time.sleep(0.1)
+
+
+def test_events_queued_before_the_first_report_count_one_by_one(
+        conf, tmp_path, conductor):
+    """An agent that has just started cannot reach the conductor yet,
+    and its GPU delivers three transient XIDs meanwhile, each seen by a
+    check of its own.  Its first report is a full one, and carried them
+    all: the conductor took them for re-statements of one condition,
+    one fault (suspect), where three events within the suspect window
+    take the device out."""
+    address = '0000:17:00.0'
+    conf.set_override('state_path', str(tmp_path / 'state'))
+    conf.set_override('enabled_drivers', ['nvidia_gpu_driver'], 'agent')
+    tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
+    tree.add_pci(address, *fake_sysfs.A100, driver='nvidia', numa_node=0)
+    conf.set_override('sysfs_root', tree.root, 'agent')
+    nvml = fake_nvml.create(tmp_path / 'nvml.json', {address: {
+        'name': 'NVIDIA A100', 'uuid': 'GPU-1', 'serial': '1',
+        'memory_mb': 40960, 'events': True}})
+    drivers = {'nvidia_gpu_driver': nvidia_gpu.NvidiaGPUDriver(
+        conf, HOST, nvml=nvml)}
+    api = conductor_rpcapi.ConductorAPI(conf, timeout=RPC_TIMEOUT)
+    reporter = agent_reporter.Reporter(conf, HOST, drivers,
+                                       conductor_api=api)
+    reporter.report_now()
+    assert tuple(_faults(conductor.engine)) == (states.HEALTHY, 0)
+
+    conductor.stop()
+    monitor = agent_health.HealthMonitor(conf, HOST, drivers,
+                                         reporter.known_devices,
+                                         conductor_api=api)
+    monitor.check_once()                # registers the GPU's events
+    for _ in range(3):
+        nvml.add_xid(address, 61)
+        monitor.check_once()
+    conductor.start()
+    assert monitor.send_once()
+    report = monitor.last_report
+    assert report['full'] and monitor.reports_sent == 1
+    assert [r['code'] for r in report['readings']].count('xid:61') == 3
+    assert tuple(_faults(conductor.engine)) == (states.UNHEALTHY, 3)

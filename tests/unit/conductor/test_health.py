@@ -448,6 +448,32 @@ def test_readings_of_a_newer_agent_apply_what_is_understood(
     assert len(warnings) == 1
 
 
+def test_a_full_report_re_states_conditions_not_new_events():
+    """A full report re-states what holds, except what the agent tells
+    for the first time in it: the events it numbered (queued before its
+    first report, while the conductor could not be reached) and probe
+    verdicts.  An event without a number is its last check re-stated
+    (sent before as a change), or an older agent's."""
+    event = dict(_reading(GPU_KEY, states.TRANSIENT, 'XID 61'), event=True)
+    condition = _reading(GPU_KEY, states.TRANSIENT, 'row remap pending')
+    verdict = _reading(GPU_KEY, states.TRANSIENT, 'not yet', source='probe')
+    readings = [dict(event, seq=1), dict(condition, seq=2),
+                dict(verdict, seq=3), event, condition, verdict]
+    full = health.parse_report({'full': True, 'readings': readings})
+    assert [r.restated for r in full] == [False, True, False, True, True,
+                                          False]
+    change = health.parse_report({'full': False, 'readings': readings})
+    assert not any(r.restated for r in change)
+    # Five such events are five faults, not one.
+    record = health_machine.step(
+        health_machine.Record(),
+        health.parse_report({'full': True, 'sender': 'a',
+                             'readings': [dict(event, seq=n)
+                                          for n in range(1, 6)]}),
+        datetime.datetime(2024, 1, 1), health_machine.Settings())
+    assert (record.health, record.faults) == (states.UNHEALTHY, 3)
+
+
 @pytest.mark.parametrize('report', [
     None, {'full': True}, {'readings': 'x'},
     {'readings': [{'severity': 'ok'}]},

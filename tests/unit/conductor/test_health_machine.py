@@ -104,6 +104,37 @@ def test_transient_makes_healthy_suspect_then_unhealthy_at_threshold():
     assert '3 transient faults' in three.reason
 
 
+def test_the_reason_says_how_faults_were_counted():
+    """Faults are counted while the record stays suspect, each within
+    suspect_window of the one before: faults at 0, 290 and 580 s take
+    it out, and the reason must not say all three fell within 300 s."""
+    record = rec()
+    for seconds in (0, 290, 580):
+        record = m.step(record, [TRANSIENT], at(seconds), S)
+    assert record.health == states.UNHEALTHY
+    assert record.reason == (
+        '3 transient faults within 300 s of the last fault or held '
+        'condition before each; last: XID 63')
+
+
+def test_a_window_that_ran_out_before_the_timers_ran_is_over():
+    """The timers run between reports: a fault that comes after the
+    suspect window ran out, before the timer made the record healthy,
+    starts a new count, not the third of the old one."""
+    two = m.apply_reading(m.apply_reading(rec(), TRANSIENT, at(0), S),
+                          TRANSIENT, at(100), S)
+    assert (two.health, two.faults, two.due_at) == (states.SUSPECT, 2,
+                                                    at(400))
+    again = m.apply_reading(two, TRANSIENT, at(401), S)
+    assert (again.health, again.faults, again.due_at) == (
+        states.SUSPECT, 1, at(701))
+    # Suspect again from now: max_suspect_time counts from here.
+    assert again.updated_at == at(401)
+    # Within the window, the count goes on as before.
+    assert m.apply_reading(two, TRANSIENT, at(399), S).health == \
+        states.UNHEALTHY
+
+
 def test_threshold_of_one_takes_a_healthy_device_out_at_once():
     out = m.apply_reading(rec(), TRANSIENT, T0,
                           dataclasses.replace(S, suspect_threshold=1))
@@ -365,8 +396,10 @@ def test_a_device_suspect_for_too_long_is_taken_out():
     record = m.apply_reading(rec(), TRANSIENT, at(0), S)
     restated = dataclasses.replace(TRANSIENT, restated=True,
                                    reason='Hardware slowdown')
-    record = m.step(record, [restated], at(899), S)
-    assert record.health == states.SUSPECT
+    # Re-stated by each full snapshot, within the suspect window.
+    for second in (250, 500, 750, 899):
+        record = m.step(record, [restated], at(second), S)
+        assert record.health == states.SUSPECT
     out = m.step(record, [restated], at(900), S)
     assert (out.health, out.updated_at, out.due_at, out.faults) == (
         states.UNHEALTHY, at(900), None, 1)

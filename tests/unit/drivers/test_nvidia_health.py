@@ -1,9 +1,11 @@
 """NVIDIA GPU health through NVML (the file-backed fake NVML)."""
 
+import datetime
 import time
 
 from cyborg.common import metrics, states
-from cyborg.drivers import nvidia_gpu, nvml_health
+from cyborg.conductor import health_machine
+from cyborg.drivers import nvidia_gpu, nvml_health, pci_health
 from tests.fixtures import fake_nvml
 from tests.fixtures import sysfs as fake_sysfs
 
@@ -73,6 +75,76 @@ def test_xids_are_classified_and_scoped(conf, scenario, tmp_path):
     assert reading[0].counters['xid'] == 2
 
 
+def test_a_fatal_xid_is_stamped_with_its_time(conf, scenario, tmp_path):
+    """When the GPU last reported each fatal XID, for an alert on "in the
+    last 10 minutes" that the XID counter cannot give: its series comes
+    back at the value it had after the agent restarts, or after the GPU
+    was gone and is back, and increase() then sees nothing."""
+    driver, nvml, devices = _setup(conf, scenario, tmp_path)
+    _check(driver, devices)
+
+    def stamp(xid, address=WHOLE):
+        return metrics.REGISTRY.get_sample_value(
+            'cyborg_agent_gpu_last_fatal_xid_timestamp_seconds',
+            {'device': 'PCI:' + address, 'xid': xid})
+
+    before = time.time()
+    nvml.add_xid(WHOLE, 79)
+    nvml.add_xid(WHOLE, 13)
+    nvml.add_xid(VGPU, 61)
+    driver.check_health(devices)
+    assert before <= stamp('79') <= time.time()
+    # Application and transient XIDs are not fatal ones.
+    assert stamp('13') is None and stamp('61', VGPU) is None
+    time.sleep(0.01)
+    nvml.add_xid(WHOLE, 79)
+    first = stamp('79')
+    driver.check_health(devices)
+    assert stamp('79') > first
+
+
+def test_ecc_errors_counted_while_the_agent_was_down_are_reported(
+        conf, scenario, tmp_path):
+    """Given the counters an earlier agent last saw (its driver's health
+    record, ``PCIHealth.health_counters``), the first check compares with
+    them: an uncorrectable ECC error counted meanwhile is reported, PCIe
+    replays that piled up meanwhile are no burst."""
+    driver, nvml, devices = _setup(conf, scenario, tmp_path, gpus={
+        WHOLE: _gpu('GPU-1', ecc_uncorrected=4, pcie_replays=0)})
+    [device] = [d for d in devices if d.controlpath_id.cpid_info == WHOLE]
+    before = pci_health.CounterTracker()
+    watcher = nvml_health.NvmlWatcher(nvml, counters=before)
+    assert watcher.check(device, {}) == []
+    watcher.close()
+    nvml.update_gpu(WHOLE, ecc_uncorrected=5, pcie_replays=500)
+    carried = pci_health.CounterTracker()
+    carried.restore(before.values())
+    restarted = nvml_health.NvmlWatcher(nvml, counters=carried)
+    assert [(r.severity, r.code) for r in restarted.check(device, {})] == [
+        (states.FATAL, 'ecc:uncorrected')]
+    assert restarted.check(device, {}) == []
+
+
+def test_a_restarted_driver_reports_ecc_errors_counted_while_down(
+        conf, scenario, tmp_path):
+    """The driver gives its watcher the counters of its health record:
+    an agent restarted (a new driver on the same state_path) reports an
+    uncorrectable ECC error counted while it was down, where it took the
+    new count for a baseline."""
+    # The agent's state directory (its report cache makes it).
+    (tmp_path / 'state').mkdir()
+    conf.set_override('state_path', str(tmp_path / 'state'))
+    driver, nvml, devices = _setup(conf, scenario, tmp_path, gpus={
+        WHOLE: _gpu('GPU-1', ecc_uncorrected=4, pcie_replays=0)})
+    assert _check(driver, devices) == [(states.OK, '', '')]
+    driver._watcher.close()
+    nvml.update_gpu(WHOLE, ecc_uncorrected=5, pcie_replays=500)
+    restarted = nvidia_gpu.NvidiaGPUDriver(conf, 'h', nvml=nvml)
+    restarted.name = 'nvidia_gpu_driver'
+    assert _check(restarted, restarted.discover()) == [
+        (states.FATAL, 'ecc:uncorrected', '')]
+
+
 def test_repeated_xids_are_one_reading(conf, scenario, tmp_path):
     driver, nvml, devices = _setup(conf, scenario, tmp_path)
     _check(driver, devices)
@@ -105,6 +177,33 @@ def test_ecc_and_row_remapping(conf, scenario, tmp_path):
     nvml.update_gpu(WHOLE, remapped_rows={}, retired_pages_pending=True)
     assert _check(driver, devices) == [
         (states.TRANSIENT, 'ecc:retired_pages_pending', '')]
+
+
+def test_a_row_remap_recorded_is_transient_its_failure_fatal(
+        conf, scenario, tmp_path):
+    """XID 63 comes when a row remap becomes pending (effective at the
+    next GPU reset; the GPU works on meanwhile): transient, like the
+    pending remap the row remapper reports, so that max_suspect_time = 0
+    keeps such a GPU in the schedule.  A remap that could not be recorded
+    (XID 64) is fatal."""
+    driver, nvml, devices = _setup(conf, scenario, tmp_path)
+    _check(driver, devices)
+    nvml.add_xid(WHOLE, 63)
+    nvml.update_gpu(WHOLE, remapped_rows={'pending': True})
+    found = [r for r in driver.check_health(devices)
+             if r.device == 'PCI:' + WHOLE]
+    assert sorted((r.severity, r.code) for r in found) == [
+        (states.TRANSIENT, 'ecc:row_remap_pending'),
+        (states.TRANSIENT, 'xid:63')]
+    settings = health_machine.Settings(max_suspect_time=0)
+    record = health_machine.step(health_machine.Record(), found,
+                                 datetime.datetime(2025, 1, 1), settings)
+    assert record.health == states.SUSPECT
+    nvml.add_xid(WHOLE, 64)
+    nvml.update_gpu(WHOLE, remapped_rows={'pending': True, 'failure': True})
+    assert _check(driver, devices) == [
+        (states.FATAL, 'ecc:row_remap_failure', ''),
+        (states.FATAL, 'xid:64', '')]
 
 
 def test_a_burst_of_pcie_replays_is_transient(conf, scenario, tmp_path):
@@ -271,6 +370,7 @@ def test_usage(conf, scenario, tmp_path):
 
 
 def test_nvml_module_comes_from_the_option(conf, tmp_path, monkeypatch):
+    conf.set_override('state_path', str(tmp_path / 'state'))
     path = tmp_path / 'nvml.json'
     fake_nvml.create(path, {WHOLE: _gpu('GPU-1')})
     monkeypatch.setenv(fake_nvml.ENV, str(path))
@@ -289,6 +389,7 @@ def test_nvml_module_comes_from_the_option(conf, tmp_path, monkeypatch):
 
 
 def test_checking_8_gpus_is_cheap(conf, tmp_path):
+    conf.set_override('state_path', str(tmp_path / 'state'))
     tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
     gpus = {}
     for index in range(8):

@@ -140,6 +140,7 @@ def _vf_host(conf, tmp_path, driver=None):
     tree.add_vfs('0000:e3:00.0', ['0000:e3:00.2', '0000:e3:00.3'],
                  device='101e', driver=driver, iommu_base=181)
     conf.set_override('sysfs_root', str(tmp_path / 'sys'), 'agent')
+    conf.set_override('state_path', str(tmp_path / 'state'))
     conf.set_override('passthrough_whitelist',
                       ['{"vendor_id": "15b3", "product_id": "101e"}'],
                       'agent')
@@ -322,3 +323,123 @@ def test_fake_driver_ignores_a_bad_file(conf, tmp_path):
     with open(fake.health_file(conf), 'w') as f:
         f.write('{"severity": "ok"')
     assert driver.check_health(devices)[0].severity == states.TRANSIENT
+
+
+# -- across an agent's restart --------------------------------------------
+
+QAT = '0000:3d:00.0'
+
+
+@pytest.fixture
+def state_dir(conf, tmp_path, monkeypatch):
+    """The agent's state directory, and this boot's id (a file the test
+    may change: a reboot)."""
+    boot = tmp_path / 'boot_id'
+    boot.write_text('boot-1\n')
+    monkeypatch.setattr(pci_health, 'BOOT_ID_FILE', str(boot))
+    state = tmp_path / 'state'
+    state.mkdir()
+    conf.set_override('state_path', str(state))
+    return state
+
+
+def test_errors_counted_while_the_agent_was_down_are_reported(
+        conf, scenario, state_dir):
+    """The first value a check read was a baseline: a fatal AER error, or
+    an uncorrectable one a driver counts, that came while the agent was
+    down was taken for one from before, and never reported.  A
+    restarted agent compares with what the last one saw; correctable
+    errors that piled up meanwhile are no burst."""
+    tree = scenario('qat')
+    conf.set_override('state_path', str(state_dir))
+    tree.set_aer(QAT, fatal={'Surprise Down Error': 1},
+                 nonfatal={}, correctable={'Receiver Error': 3})
+    tree.set_qat(QAT, fatal=2, nonfatal=0, correctable=0)
+    driver = _driver(conf, 'intel_qat_driver')
+    devices = driver.discover()
+    for _ in range(2):
+        assert _check(driver)['PCI:' + QAT] == [(states.OK, None, None)]
+    # The agent stops; meanwhile...
+    tree.set_aer(QAT, fatal={'Surprise Down Error': 1, 'Malformed TLP': 1},
+                 correctable={'Receiver Error': 300})
+    tree.set_qat(QAT, fatal=3, nonfatal=0, correctable=500)
+    restarted = _driver(conf, 'intel_qat_driver')
+    found = {r.code: r for r in restarted.check_health(devices)}
+    assert sorted(found) == ['aer:fatal', 'qat:errors_fatal']
+    assert 'Malformed TLP +1' in found['aer:fatal'].reason
+    assert found['qat:errors_fatal'].reason == '1 new fatal errors'
+    assert _check(restarted)['PCI:' + QAT] == [(states.OK, None, None)]
+    # Another restart, nothing new: nothing reported.
+    again = _driver(conf, 'intel_qat_driver')
+    assert _check(again)['PCI:' + QAT] == [(states.OK, None, None)]
+
+
+def test_a_function_unbound_while_the_agent_was_down_is_gone(
+        conf, tmp_path, state_dir):
+    """Only a function the agent saw bound can be unbound: one whose
+    driver let it go while the agent was down read well for good after
+    its restart (never seen bound), and was re-admitted with no
+    driver."""
+    tree, driver, devices = _vf_host(conf, tmp_path, driver='mlx5_core')
+    conf.set_override('state_path', str(state_dir))
+    key = 'PCI:0000:e3:00.3'
+    assert _check_devices(driver, devices)[key].severity == states.OK
+    tree.set_driver('0000:e3:00.3', None)
+    restarted = _driver(conf, 'pci_driver')
+    assert _check_devices(restarted, devices)[key].severity == states.OK
+    r = _check_devices(restarted, devices)[key]
+    assert (r.severity, r.code) == (states.GONE, 'pci:unbound')
+    assert _check_devices(restarted, devices)[
+        'PCI:0000:e3:00.2'].severity == states.OK
+
+
+def test_a_record_of_another_boot_host_or_unreadable_is_none(
+        conf, tmp_path, state_dir, caplog):
+    """After a reboot the kernel counts from zero and drivers bind
+    afresh (perhaps after the agent starts): the last boot's record is
+    not this one's.  Another host's record, or a damaged one, is no
+    record either: the checks start from fresh baselines, as before
+    records were kept, and the record is written again."""
+    tree, driver, devices = _vf_host(conf, tmp_path, driver='mlx5_core')
+    conf.set_override('state_path', str(state_dir))
+    key = 'PCI:0000:e3:00.3'
+    record = state_dir / 'health-pci_driver-h.json'
+    _check_devices(driver, devices)
+    saved = record.read_text()
+    assert json.loads(saved)['bound'] == ['0000:e3:00.2', '0000:e3:00.3']
+    tree.set_driver('0000:e3:00.3', None)
+
+    def never_unbound():
+        restarted = _driver(conf, 'pci_driver')
+        for _ in range(3):
+            assert _check_devices(restarted, devices)[key].code is None
+        return restarted
+
+    (tmp_path / 'boot_id').write_text('boot-2\n')
+    never_unbound()
+    (tmp_path / 'boot_id').write_text('boot-1\n')
+    for damaged in ('{"host": "h", "bound": ', '[]',
+                    saved.replace('"h"', '"other"'),
+                    saved.replace('"0000:e3:00.3"', '7')):
+        record.write_text(damaged)
+        never_unbound()
+    assert any('Ignoring unreadable health record' in r.getMessage()
+               for r in caplog.records)
+    record.unlink()
+    never_unbound()
+    assert json.loads(record.read_text())['bound'] == ['0000:e3:00.2']
+
+
+def test_a_record_that_cannot_be_written_is_said_once(
+        conf, tmp_path, caplog):
+    """The checks go on without a record (a state directory that is not
+    there yet, or read-only): said once, not at every check."""
+    tree, driver, devices = _vf_host(conf, tmp_path, driver='mlx5_core')
+    conf.set_override('state_path', str(tmp_path / 'missing'))
+    for address in ('0000:e3:00.2', '0000:e3:00.3'):
+        tree.set_driver(address, None)
+        _check_devices(driver, devices)
+    warnings = [r for r in caplog.records
+                if 'Cannot write the health record' in r.getMessage()]
+    assert len(warnings) == 1
+    assert not (tmp_path / 'missing').exists()
