@@ -67,11 +67,11 @@ def set_status(conf, context, device_uuid, status, wait=None):
         # otherwise enable/disable is plain maintenance and must work
         # while the host's agent is down.
         _prepare(conf, context, target, wait)
-    device, host = db_api.write_retrying(context, _set_in, context,
-                                        device_uuid, status)
+    device, host, serial = db_api.write_retrying(context, _set_in, context,
+                                                device_uuid, status)
     if target['status'] != status:
         _notify(conf, context, target, status)
-    _sync(conf, context, device, device_uuid, host)
+    _sync(conf, context, device, device_uuid, host, serial)
     if status == states.ENABLED:
         _vouch(conf, context, target['hostname'], device_uuid)
     return device
@@ -93,9 +93,11 @@ def _set_in(context, device_uuid, status):
     device = device_db.set_status(context, device_uuid, status)
     if device is None:
         raise exception.ResourceNotFound(resource='Device', id=device_uuid)
-    host = host_db.get(context, device['hostname'])
+    # Locked: whether it was synced and the serial after our bump are
+    # read with no change of another writer between them.
+    host = host_db.lock(context, device['hostname'])
     host_db.update(context, device['hostname'], placement_synced=False)
-    return device, host
+    return device, host, host_db.sync_serial(context, device['hostname'])
 
 
 def _prepare(conf, context, target, wait):
@@ -166,11 +168,11 @@ def _notify(conf, context, target, status):
         'deployables': target['deployables']})
 
 
-def _sync(conf, context, device, device_uuid, host):
+def _sync(conf, context, device, device_uuid, host, serial):
     providers = {row['rp_uuid'] or inventory.provider_uuid(row['name'])
                  for row in inventory_db.host_providers(
                      context, device['hostname'])
                  if row['device_uuid'] == device_uuid}
     placement_sync.sync_providers(conf, context, device['hostname'],
-                                  providers, host=host)
+                                  providers, host=host, serial=serial)
 

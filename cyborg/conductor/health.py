@@ -285,6 +285,8 @@ class _Evaluation:
     outbox: object = None
     digest: str = None
     was_synced: bool = False
+    # The host's sync_serial as the writing transaction left it.
+    serial: int = None
 
 
 def device_key(device_row):
@@ -434,6 +436,7 @@ def _write(conf, context, hostname, readings, now, settings, vouched):
         result.digest = host['report_digest']
         result.was_synced = bool(host['placement_synced'])
         host_db.update(context, hostname, placement_synced=False)
+        result.serial = host_db.sync_serial(context, hostname)
     result.outbox = _notifications(conf, context, hostname, result)
     return result
 
@@ -462,7 +465,8 @@ def _after_commit(conf, context, hostname, result):
         placement_sync.sync_after_report(
             conf, context, hostname,
             placement_sync.Touched(result.touched_providers),
-            result.digest, trust_memory=result.was_synced)
+            result.digest, trust_memory=result.was_synced,
+            serial=result.serial)
 
 
 def _ask_probe(conf, context, hostname, device_keys):

@@ -47,7 +47,8 @@ MAX_ATTEMPTS = 5
 
 class _Outcome:
     def __init__(self, digest, need_full=False, plan=None, synced=False,
-                 was_synced=False, outbox=None, host=None, changes=()):
+                 was_synced=False, outbox=None, host=None, changes=(),
+                 serial=None):
         self.digest = digest
         self.need_full = need_full
         self.plan = plan
@@ -60,6 +61,8 @@ class _Outcome:
         self.host = host
         # Health moves of hardware lost or back (``health.Change``).
         self.changes = changes
+        # The host's sync_serial as this report's transaction left it.
+        self.serial = serial
 
 
 def handle_report(conf, context, hostname, report):
@@ -120,7 +123,8 @@ def _handle_changed(conf, context, hostname, report, parsed):
         placement_sync.sync_after_report(
             conf, context, hostname, outcome.plan, outcome.digest,
             rp_name=report.get('resource_provider_name'),
-            trust_memory=outcome.was_synced, host=outcome.host)
+            trust_memory=outcome.was_synced, host=outcome.host,
+            serial=outcome.serial)
     return {'digest': digest, 'need_full': False}
 
 
@@ -202,8 +206,12 @@ def _write(conf, context, hostname, report, parsed, held):
     host_db.update(context, hostname, report_digest=digest,
                    placement_synced=synced,
                    last_report_at=clock_db.utcnow())
+    # Read in this transaction, after its own bump: a change committed
+    # after it keeps the host unsynced whatever the sync writes.
+    serial = None if synced else host_db.sync_serial(context, hostname)
     return _Outcome(digest, plan=plan, synced=synced, was_synced=was_synced,
-                    outbox=outbox, host=host, changes=changes)
+                    outbox=outbox, host=host, changes=changes,
+                    serial=serial)
 
 
 def stored_digest_of(digest, parsed, plan):

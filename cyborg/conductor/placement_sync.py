@@ -31,6 +31,13 @@ be older than what Placement now holds: the provider is worked out again
 from a new listing and new rows, never written again with the same body.
 The sync that read the newest rows is the last to write.
 
+Every change Placement must follow (a report, a status, health or
+programming change, vanished hardware dropped) bumps the host's
+``sync_serial`` in the transaction that makes it, and its sync marks the
+host synced only while the serial is still the one that transaction left
+(``_mark_synced``): a change committed after it, whose own sync may fail,
+is one this sync may not have written.
+
 To keep an unchanged tree cheap, this process remembers each provider's
 generation after it last wrote or checked it: a provider whose generation
 Placement still reports is unchanged, anything else (an edit by hand,
@@ -80,20 +87,29 @@ class Touched:
     """What a sync needs of a plan when no report made one (a status or
     health change): the providers to rewrite."""
 
-    def __init__(self, providers):
+    def __init__(self, providers, removed=()):
         self.touched_providers = providers
-        self.removed_providers = ()
+        self.removed_providers = removed
 
 
 def sync_after_report(conf, context, hostname, plan, digest, rp_name=None,
-                      trust_memory=True, host=None):
+                      trust_memory=True, host=None, serial=None):
     """Sync the host after its report was written; True when Placement
     now matches.  Failures are logged, not raised: the report is stored
     and the next report or the reconcile finishes the job.  ``host``: the
-    host's row, when the caller has just read it."""
-    # Read before the rows: a change committed after it (its own sync
-    # may fail) keeps the host unsynced whatever this sync writes.
-    serial = host_db.sync_serial(context, hostname)
+    host's row, when the caller has just read it.
+
+    ``serial``: the host's ``sync_serial`` as the transaction that made
+    the change left it (read in it, after its own bump).  A change
+    committed after that transaction (its own sync may fail) then keeps
+    the host unsynced whatever this sync writes.  Read here instead, the
+    serial could already count such a change, whose providers this sync
+    neither touches nor, trusting its memory, compares: without it,
+    memory is trusted only if the host was synced at the serial read."""
+    if serial is None:
+        row = host_db.get(context, hostname)
+        serial = row['sync_serial'] if row else None
+        trust_memory = trust_memory and bool(row and row['placement_synced'])
     try:
         cn_uuid = sync_host(conf, context, hostname,
                             touched=plan.touched_providers if plan else set(),
@@ -107,26 +123,36 @@ def sync_after_report(conf, context, hostname, plan, digest, rp_name=None,
     return _mark_synced(context, hostname, digest, cn_uuid, serial)
 
 
-def sync_providers(conf, context, hostname, providers, host=None):
+def sync_providers(conf, context, hostname, providers, host=None,
+                   serial=None):
     """Rewrite ``providers`` of the host from the database after a change
     no report made (a device's status, the end of an FPGA programming),
     as ``sync_after_report`` does: True when Placement now matches,
     failures logged and left to the next report or the reconcile.
-    ``host``: the host's row, when the caller has just read it."""
-    host = host or host_db.get(context, hostname)
+    ``host``: the host's row as the change's transaction read it (before
+    marking it unsynced), with ``serial``, the ``sync_serial`` that
+    transaction left; without them the row is read now."""
+    if host is None:
+        host = host_db.get(context, hostname)
+        if serial is None and host is not None:
+            # One read for both: memory is trusted only if the host was
+            # synced at this serial.
+            serial = host['sync_serial']
     return sync_after_report(
         conf, context, hostname, Touched(providers),
         host['report_digest'] if host else None,
-        trust_memory=bool(host and host['placement_synced']), host=host)
+        trust_memory=bool(host and host['placement_synced']), host=host,
+        serial=serial)
 
 
 def _mark_synced(context, hostname, digest, cn_uuid, serial):
     """Record a completed sync (and the compute node provider it found)
     in one UPDATE, unless a later report changed the digest, or a later
-    change made Placement lag (``serial``, the host's ``sync_serial`` as
-    read before the rows), meanwhile: that change's sync, or the
-    reconcile, marks it.  True when Placement matched at the end of the
-    sync."""
+    change made Placement lag (``serial``: the host's ``sync_serial`` as
+    the change this sync writes left it, or as read before the rows;
+    any change since moved it past), meanwhile: that change's sync, or
+    the reconcile, marks it.  True when Placement matched at the end of
+    the sync."""
     if cn_uuid:
         host_db.update(context, hostname, digest=digest, serial=serial,
                        placement_synced=True, compute_rp_uuid=cn_uuid)
@@ -191,7 +217,12 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     else:
         failures += [placement_client.GenerationConflict(
             uuid=rp_uuid, attempts=passes) for rp_uuid in overtaken]
-    unwanted = (set(removed) | owned) - wanted - {cn_uuid}
+    # Orphans are those no deployable explains, of this host or of any
+    # other: two host rows may share the compute node (a host renamed,
+    # until the old name is forgotten), and neither's reconcile may take
+    # the other's providers.
+    orphans = owned - deployable_db.providing(context, owned)
+    unwanted = (set(removed) | orphans) - wanted - {cn_uuid}
     for rp_uuid in sorted(unwanted):
         if rp_uuid in actual:
             _remove_provider(client, rp_uuid)
@@ -575,7 +606,9 @@ def remove_providers(conf, rp_uuids):
 def reconcile_all(conf, context):
     """Periodic job: repair every host's providers (see periodics)."""
     repaired = 0
-    for host in host_db.list_all(context):
+    hosts = host_db.list_all(context)
+    _warn_shared(hosts)
+    for host in hosts:
         try:
             reconcile_host(conf, context, host['hostname'],
                            host['report_digest'],
@@ -587,13 +620,46 @@ def reconcile_all(conf, context):
     return repaired
 
 
+# Compute node providers already warned about as shared by host rows.
+_SHARED_WARNED = set()
+
+
+def _warn_shared(hosts):
+    """Warn once when several host rows resolve to one compute node
+    provider (a host renamed, even in case only): each keeps its own
+    providers under it until the old name is forgotten."""
+    by_cn = collections.defaultdict(list)
+    for host in hosts:
+        if host['compute_rp_uuid']:
+            by_cn[host['compute_rp_uuid']].append(host['hostname'])
+    for cn_uuid, names in sorted(by_cn.items()):
+        key = (cn_uuid, tuple(names))
+        if len(names) > 1 and key not in _SHARED_WARNED:
+            _SHARED_WARNED.add(key)
+            LOG.warning('Hosts %s share the compute node provider %s (a '
+                        'host renamed?); forget the retired name with '
+                        '"cyborg-manage host forget".', ', '.join(names),
+                        cn_uuid)
+
+
 def reconcile_host(conf, context, hostname, digest=None,
                    trust_memory=False):
     """Drop gone deployables whose allocations ended, then check every
-    provider of the host and delete orphans.  True when in sync."""
-    serial = host_db.sync_serial(context, hostname)
-    removed = _drop_released(conf, context, hostname,
-                             inventory_db.gone(context, hostname))
+    provider of the host and delete orphans.  True when in sync.
+
+    The serial and whether the host is synced are read in one row, before
+    the rows the sync writes from: memory is trusted only if the host was
+    synced at that serial (``trust_memory`` as the caller listed it may
+    be older than a change whose own sync failed)."""
+    host = host_db.get(context, hostname)
+    serial = host['sync_serial'] if host else None
+    trust_memory = trust_memory and bool(host and host['placement_synced'])
+    removed, dropped = _drop_released(conf, context, hostname,
+                                      inventory_db.gone(context, hostname))
+    if dropped is not None:
+        # The drop marked the host unsynced: its serial is ours now.
+        was_synced, serial = dropped
+        trust_memory = trust_memory and was_synced
     cn_uuid = sync_host(conf, context, hostname, touched=None,
                         removed=removed, remove_orphans=True,
                         trust_memory=trust_memory)
@@ -605,17 +671,28 @@ def drop_released_gone(conf, context):
     vanished) whose allocations ended, and their providers, soon after
     Nova releases them, rather than at the next full reconcile; and the
     lost devices left with no deployable.  One query when nothing is
-    gone.  Returns how many deployables were removed."""
+    gone.  Returns how many deployables were removed.  A host that
+    fails (Placement down) is logged and left to the next run; the
+    others are still done."""
     by_host = {}
     for row in inventory_db.gone(context):
         by_host.setdefault(row['hostname'], []).append(row)
     dropped = 0
     for hostname, rows in by_host.items():
-        removed = _drop_released(conf, context, hostname, rows)
-        if removed:
-            sync_host(conf, context, hostname, touched=set(),
-                      removed=removed)
-            dropped += len(removed)
+        try:
+            removed, after = _drop_released(conf, context, hostname, rows)
+        except Exception:
+            LOG.exception('Removing the vanished hardware of host %s '
+                          'failed', hostname)
+            continue
+        if after is not None:
+            # A failed sync leaves the host unsynced (the drop marked it)
+            # for the next report or the reconcile.
+            was_synced, serial = after
+            sync_after_report(conf, context, hostname,
+                              Touched(set(), removed), None,
+                              trust_memory=was_synced, serial=serial)
+        dropped += len(removed)
     return dropped
 
 
@@ -624,9 +701,19 @@ def _delete_gone_in(context, hostname, deployables, devices):
     of a host's rows: a report bringing the hardware back (another
     conductor's) either commits first, and the rows are no longer gone,
     or finds them deleted and adds them anew; never are rows a report
-    has just brought back deleted under it."""
-    host_db.lock(context, hostname)
-    return inventory_db.delete_gone(context, deployables, devices)
+    has just brought back deleted under it.
+
+    Returns (the uuids deleted, None or, when deployables were: (whether
+    the host was synced before, its ``sync_serial`` after)).  Deleting
+    deployables marks the host unsynced in the same transaction, so that
+    if their providers' removal fails the host is not taken as synced."""
+    host = host_db.lock(context, hostname)
+    deleted = inventory_db.delete_gone(context, deployables, devices)
+    if host is None or not set(deleted) & set(deployables):
+        return deleted, None
+    host_db.update(context, hostname, placement_synced=False)
+    return deleted, (bool(host['placement_synced']),
+                     host_db.sync_serial(context, hostname))
 
 
 def _drop_released(conf, context, hostname, gone):
@@ -635,7 +722,9 @@ def _drop_released(conf, context, hostname, gone):
     a lost device none of whose deployables is kept, either (for
     hardware that vanished while not healthy, or in a status an operator
     gave it) once ``health_machine.remembered`` no longer keeps it.
-    Returns the providers of the deployables deleted."""
+    Returns (the providers of the deployables deleted, None or (whether
+    the host was synced before, its ``sync_serial`` after the delete
+    marked it unsynced))."""
     client = placement_client.get_client(conf)
     settings = health_machine.Settings.from_conf(conf)
     now = clock_db.utcnow()
@@ -650,12 +739,13 @@ def _drop_released(conf, context, hostname, gone):
     devices = [row['uuid'] for row in unkept
                if row['kind'] == 'device' and row['uuid'] not in kept]
     if not released and not devices:
-        return set()
-    deleted = set(db_api.write_retrying(
+        return set(), None
+    deleted, after = db_api.write_retrying(
         context, _delete_gone_in, context, hostname, sorted(released),
-        devices))
+        devices)
+    deleted = set(deleted)
     LOG.info('Removed %d deployable(s) and %d device(s) of host %s whose '
              'hardware went away and that nothing keeps any more.',
              len(deleted & released), len(deleted - released), hostname)
     return {row['rp_uuid'] for row in gone if row['uuid'] in released
-            and row['uuid'] in deleted}
+            and row['uuid'] in deleted}, after

@@ -148,8 +148,11 @@ def count_reporting(context, since):
 
 @reader
 def sync_serial(context, hostname):
-    """The host's ``sync_serial`` (None: unknown host): read by a
-    Placement sync before the rows it writes from."""
+    """The host's ``sync_serial`` (None: unknown host): read by a writer
+    in the transaction that marked the host unsynced, after that bump,
+    for the change's Placement sync to mark it synced with
+    (``placement_sync._mark_synced``): a change of another writer
+    committed after it moves the serial past it."""
     return _sql.connection(context).execute(
         _SERIAL, {'b_hostname': hostname}).scalar()
 
