@@ -76,9 +76,15 @@ def _in_the_gap(monkeypatch, conf, context, placement, name):  # noqa: F811
     return raced
 
 
-def _repaired_by_the_reconcile(conf, context, placement):  # noqa: F811
-    """The periodic reconcile (trusting its memory of a synced host)
-    puts the disabled FPGA out of the schedule."""
+def _left_unsynced_then_repaired(
+        conf, context, placement, monkeypatch, raced):  # noqa: F811
+    """The change in the gap happened, its sync failed and the racing
+    sync left the host unsynced (the FPGA still schedulable); the
+    periodic reconcile then puts the disabled FPGA out of the schedule."""
+    assert raced
+    assert _inventories(placement, FPGA)['FPGA'] == (4, 0)
+    assert not host_db.get(context, HOST)['placement_synced']
+    monkeypatch.undo()
     placement_sync.reconcile_all(conf, context)
     assert _inventories(placement, FPGA)['FPGA'] == (4, 4)
     assert host_db.get(context, HOST)['placement_synced']
@@ -94,11 +100,8 @@ def test_a_report_sync_does_not_mark_a_change_committed_before_it(
     inventory_apply.handle_report(conf, admin_context, HOST, cf.report(
         _devices(traits=['CUSTOM_NEW']), base_digest=first['digest'],
         full=False, changed=[gpu]))
-    assert raced
-    assert _inventories(placement, FPGA)['FPGA'] == (4, 0)
-    assert not host_db.get(admin_context, HOST)['placement_synced']
-    monkeypatch.undo()
-    _repaired_by_the_reconcile(conf, admin_context, placement)
+    _left_unsynced_then_repaired(conf, admin_context, placement,
+                                 monkeypatch, raced)
 
 
 def test_a_status_sync_does_not_mark_a_change_committed_before_it(
@@ -107,11 +110,8 @@ def test_a_status_sync_does_not_mark_a_change_committed_before_it(
     raced = _in_the_gap(monkeypatch, conf, admin_context, placement,
                         'sync_providers')
     device_status.set_status(conf, admin_context, GPU_DEVICE, 'maintaining')
-    assert raced
-    assert _inventories(placement, FPGA)['FPGA'] == (4, 0)
-    assert not host_db.get(admin_context, HOST)['placement_synced']
-    monkeypatch.undo()
-    _repaired_by_the_reconcile(conf, admin_context, placement)
+    _left_unsynced_then_repaired(conf, admin_context, placement,
+                                 monkeypatch, raced)
 
 
 def test_the_reconcile_does_not_trust_a_host_unsynced_since_its_listing(
