@@ -23,7 +23,8 @@ A record (the ``HealthColumns`` of a device or deployable row) moves so::
     hardware vanished while allocated, or while not healthy --> lost
       (out only because a 'gone' reading saw it vanish: as healthy)
     hardware vanished in the status an operator gave it --> lost
-    lost --came back--> unhealthy ('came back; re-probing')
+    lost --came back--> unhealthy ('came back; re-probing'), hold-down
+      started (due_at): no good reading needed
     unhealthy --an admin enables the device--> probing (flaps forgotten)
 
 The hold-down is ``hold_down * 2**flaps`` (at most ``max_hold_down``),
@@ -359,17 +360,20 @@ def remembered(record, now, settings):
             and now - record.updated_at < _seconds(settings.max_hold_down))
 
 
-def came_back(record, now):
+def came_back(record, now, settings):
     """Lost hardware is back: unhealthy, re-admitted by the hold-down and
     a re-probe like any failed device (it may have been swapped or reset;
     it is not trusted until a probe says it works).  The hold-down starts
-    at its first good reading: an agent with health watching off sends
-    none, and such hardware waits for an admin to enable it
-    (``vouched``); the inventory code that calls this has no settings to
-    start the hold-down here."""
+    now, not at its first good reading as after a fault: an agent with
+    health watching off sends no readings, yet answers the re-probe at
+    its end.  Readings during it do what they do to any unhealthy record
+    whose hold-down runs: a good one leaves it as it is (neither shorter
+    nor started again), a fault stops it until the next good reading."""
     if record.health != states.LOST:
         return record
-    return _out(record, now, CAME_BACK_REASON)
+    back = _out(record, now, CAME_BACK_REASON)
+    return dataclasses.replace(
+        back, due_at=now + _seconds(hold_down(back, now, settings)))
 
 
 # -- what the scheduler sees ----------------------------------------------

@@ -238,7 +238,8 @@ def _plan(conf, context, hostname, full, parsed, held):
     stored = inventory_db.load(context, hostname, uuids)
     options = {'new_device_status': conf.conductor.new_device_status,
                'now': clock_db.utcnow(), 'kept_keys': parsed.kept_keys,
-               'remove_unreported': not parsed.unidentified}
+               'remove_unreported': not parsed.unidentified,
+               'health_settings': health_machine.Settings.from_conf(conf)}
     plan = inventory_plan.make_plan(hostname, stored, devices, removed, full,
                                     **options)
     if plan.removal_candidates:

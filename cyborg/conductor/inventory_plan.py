@@ -142,7 +142,8 @@ def _group(rows, key):
 
 def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
               held_providers=frozenset(), new_device_status=states.ENABLED,
-              now=None, kept_keys=frozenset(), remove_unreported=True):
+              now=None, kept_keys=frozenset(), remove_unreported=True,
+              health_settings=None):
     """The changes that make the stored rows match the report.
 
     ``stored_rows``: {table: [row dicts]} for the devices concerned (all of
@@ -157,8 +158,13 @@ def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
     report's checks too (``stored_problem``: stored before those
     checks), which go as vanished hardware; ``remove_unreported`` False:
     a full report removes nothing else (one of its devices could not be
-    identified).
+    identified); ``health_settings``: the ``health_machine.Settings`` the
+    hold-down of hardware that came back is computed with (the defaults
+    when None).
     """
+    came_back = functools.partial(
+        health_machine.came_back,
+        settings=health_settings or health_machine.Settings())
     stored = _Stored(stored_rows)
     plan = Plan()
     if full:
@@ -172,7 +178,7 @@ def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
             _add_device(plan, hostname, device, new_device_status)
         else:
             _change_device(plan, hostname, stored, row, device,
-                           held_providers, now)
+                           held_providers, now, came_back)
     reported.update(device_uuid(hostname, key) for key in kept_keys
                     if key not in plan.unkept)
     if full:
@@ -257,11 +263,14 @@ def _add_device(plan, hostname, device, status):
         _add_deployable(plan, hostname, key, uuid, deployable)
 
 
-def _change_device(plan, hostname, stored, row, device, held, now):
+def _change_device(plan, hostname, stored, row, device, held, now,
+                   came_back):
+    """``came_back``: the move of lost hardware reported again
+    (``health_machine.came_back`` with its settings)."""
     changed = {k: v for k, v in _device_columns(hostname, device).items()
                if row.get(k) != v}
     if row.get('health') == states.LOST:
-        changed.update(_health_change(row, health_machine.came_back, now))
+        changed.update(_health_change(row, came_back, now))
     if changed:
         plan.update['devices'].append(dict(changed, uuid=row['uuid']))
     key = device.key()
@@ -272,7 +281,7 @@ def _change_device(plan, hostname, stored, row, device, held, now):
             _add_deployable(plan, hostname, key, row['uuid'], deployable)
         else:
             _change_deployable(plan, hostname, key, stored, old,
-                               deployable, now)
+                               deployable, now, came_back)
     for old in existing.values():
         # The device is still here: the deployable's own health decides.
         _remove_deployable(plan, old, held, now)
@@ -341,7 +350,7 @@ def _handle_row(hostname, device_key, deployable_name, dep_uuid, handle):
 
 
 def _change_deployable(plan, hostname, device_key, stored, row,
-                       deployable, now):
+                       deployable, now, came_back):
     rp = _rp_uuid(deployable.name)
     wanted = {'num_accelerators': deployable.num_accelerators,
               'driver_name': deployable.driver_name,
@@ -349,7 +358,7 @@ def _change_deployable(plan, hostname, device_key, stored, row,
               'rp_uuid': rp, 'gone': False}
     changed = {k: v for k, v in wanted.items() if row.get(k) != v}
     if row.get('gone'):
-        changed.update(_health_change(row, health_machine.came_back, now))
+        changed.update(_health_change(row, came_back, now))
     if changed:
         plan.update['deployables'].append(dict(changed, uuid=row['uuid']))
     attrs_changed = _change_attributes(

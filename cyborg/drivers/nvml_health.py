@@ -16,7 +16,10 @@ timeout.  Its sources, each skipped for a GPU that answers
   agent was down too;
 - retired pages pending (pre-Ampere): ``transient`` until a GPU reset;
 - row remapping (Ampere and later): a failure is ``fatal``, a pending
-  remap ``transient`` until a GPU reset;
+  remap ``transient`` until a GPU reset.  XID 63, which the GPU raises
+  as a remap (or page retirement) becomes pending, adds no reading of its
+  own while a check reads that pending remap or retirement: one remap is
+  one fault (``_one_fault_per_remap``), the XID still counted;
 - PCIe replays (the link layer resending what the other end did not
   acknowledge): counted, and ``transient`` when more than the correctable
   burst (``[agent]aer_correctable_burst``) arrive between two checks, as
@@ -93,6 +96,10 @@ _SOURCE_NAMES = {
     '_retired_pages': 'retired pages', '_remapped_rows': 'remapped rows',
     '_pcie_replays': 'PCIe replay counter', '_slowdown': 'clock events',
 }
+# The XID a GPU raises as a row remap or page retirement becomes pending,
+# and the conditions that report such a pending one until the GPU's reset.
+_REMAP_XID = 'xid:63'
+_PENDING_REMAP = ('ecc:row_remap_pending', 'ecc:retired_pages_pending')
 # Errors after which the session is closed and opened again.
 _SESSION_ERRORS = ('UNINITIALIZED', 'DRIVER_NOT_LOADED', 'LIBRARY_NOT_FOUND',
                    'LIB_RM_VERSION_MISMATCH')
@@ -379,7 +386,7 @@ class NvmlWatcher:
                 found.append(self._error_reading(device, exc, what))
             return []
         failed = self._guarded(device, sources, [])
-        return found + failed
+        return _one_fault_per_remap(found) + failed
 
     def _source_failed(self, exc, source, errors):
         """Note NVML error ``exc`` of ``source`` in ``errors`` (one reading
@@ -562,6 +569,21 @@ class NvmlWatcher:
                      'includes the driver\'s reservation.')
             self._memory_v2 = None
         return self._call('nvmlDeviceGetMemoryInfo', gpu.handle).used
+
+
+def _one_fault_per_remap(found):
+    """``found`` (one check's readings of a GPU) without its XID 63
+    reading when the check also reads a pending row remap or page
+    retirement: the XID says that the remap became pending, and the
+    condition reports it for as long as it is.  Both sent, one remap would
+    be two transient faults in one check (a third soon after takes the
+    GPU out); a further XID 63 while one is pending is the same condition
+    still holding.  The XID stays counted (``_event``: the XID metrics and
+    the ``xid`` counter).  Without a pending reading (the row remapper not
+    answering) the XID is the one sign of the remap, and is kept."""
+    if not any(r.code in _PENDING_REMAP for r in found):
+        return found
+    return [r for r in found if r.code != _REMAP_XID]
 
 
 def mig_suffix(gpu_instance_id, compute_instance_id=0):

@@ -685,6 +685,34 @@ def test_vanished_allocated_hardware_is_lost_and_comes_back_unhealthy(
             for d in device_lost['deployables']] == [(GPU, 'lost')]
 
 
+def test_lost_hardware_back_on_a_host_sending_no_readings_is_re_probed(
+        conf, db, admin_context, cn, placement, agent):  # noqa: F811
+    # The host's agent has [health]enabled = false: it sends no reading,
+    # so none starts the hold-down of hardware that came back.  Its
+    # return does, with the conductor's [health] settings, and the
+    # re-probe at its end (which such an agent still answers) decides.
+    conf.set_override('hold_down', 120, group='health')
+    gpu_rp = inventory.provider_uuid(GPU)
+    pf.hold_allocation(placement.url, pf.PROJECT, {gpu_rp: {'PGPU': 1}})
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report(_devices()[1:]))
+    assert _device_health(db).health == 'lost'
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report(_devices()))
+    assert _device_health(db)[:2] == ('unhealthy', 'came back; re-probing')
+    assert _deployable_health(db, GPU)[:2] == ('unhealthy',
+                                               'came back; re-probing')
+    assert _out(placement, GPU)
+    _age(db, 100)
+    assert health.run_timers(conf, admin_context) == 0
+    assert not agent.probes
+    _age(db, 21)
+    assert health.run_timers(conf, admin_context) == 2
+    assert _device_health(db).health == 'probing'
+    _probe_readmits(conf, admin_context, db, agent, placement, GPU_KEY, GPU)
+    assert _device_health(db).health == 'healthy'
+
+
 def _rows_of(engine, table, **where):
     t = models.Base.metadata.tables[table]
     query = sa.select(sa.func.count()).select_from(t)

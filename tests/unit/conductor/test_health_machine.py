@@ -308,13 +308,46 @@ def test_lost_ignores_readings_and_timers_until_it_comes_back():
     for r in (OK, PROBE_OK, TRANSIENT, FATAL, GONE):
         assert m.apply_reading(lost, r, at(2), S) == lost
     assert m.apply_timers(lost, at(10 ** 6), S) == lost
-    back = m.came_back(lost, at(3))
-    assert back.health == states.UNHEALTHY and back.due_at is None
+    back = m.came_back(lost, at(3), S)
+    assert back.health == states.UNHEALTHY and back.due_at == at(63)
     assert back.reason == m.CAME_BACK_REASON
     # ...and follows the hold-down and probe like any failed device.
-    held = m.apply_reading(back, OK, at(4), S)
-    assert m.apply_timers(held, at(64), S).health == states.PROBING
-    assert m.came_back(rec(), at(3)) == rec()
+    assert m.apply_timers(back, at(62), S) == back
+    probing = m.apply_timers(back, at(63), S)
+    assert probing.health == states.PROBING
+    assert m.apply_reading(probing, PROBE_OK, at(64), S).health == \
+        states.HEALTHY
+    assert m.came_back(rec(), at(3), S) == rec()
+
+
+def test_came_back_starts_the_hold_down_without_a_good_reading():
+    # An agent with health watching off sends no reading: the hold-down
+    # runs from the return alone, and the re-probe at its end decides.
+    back = m.came_back(m.lost(rec(), at(0)), at(10), S)
+    assert m.step(back, [], at(69), S) == back
+    assert m.needs_probe(back, m.step(back, [], at(70), S))
+
+
+def test_readings_during_a_came_back_hold_down():
+    back = m.came_back(m.lost(rec(), at(0)), at(10), S)
+    # A good reading (an agent watching health) neither shortens it nor
+    # starts a second one.
+    assert m.apply_reading(back, OK, at(20), S) == back
+    assert m.apply_reading(back, OK, at(69), S) == back
+    # A fault keeps it out; its hold-down starts at the next good reading.
+    for fault in (TRANSIENT, FATAL):
+        bad = m.apply_reading(back, fault, at(20), S)
+        assert bad.health == states.UNHEALTHY and bad.due_at is None
+        assert m.apply_timers(bad, at(10 ** 6), S) == bad
+        again = m.apply_reading(bad, OK, at(30), S)
+        assert again.health == states.UNHEALTHY and again.due_at == at(90)
+
+
+def test_a_flapping_device_that_came_back_is_held_longer():
+    # Lost soon after a re-admission: its flaps double the hold-down.
+    readmitted = rec(flaps=2, readmitted_at=at(0))
+    back = m.came_back(m.lost(readmitted, at(10)), at(20), S)
+    assert back.due_at == at(20 + 240)
 
 
 def test_hardware_that_vanished_in_an_operators_status_is_remembered():

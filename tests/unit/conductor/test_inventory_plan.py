@@ -117,15 +117,21 @@ def test_vanished_device_with_allocations_is_kept_as_gone_and_lost():
     # health state machine re-probes it.
     stored = _stored(plan, stored)
     later = NOW + datetime.timedelta(seconds=5)
-    back = ip.make_plan(HOST, stored, _devices(), full=True, now=later)
+    back = ip.make_plan(HOST, stored, _devices(), full=True, now=later,
+                        health_settings=health_machine.Settings(
+                            hold_down=90))
+    # Its hold-down starts now (a host whose agent watches no health
+    # sends no good reading to start it), with the settings given.
+    due = later + datetime.timedelta(seconds=90)
     assert back.update['deployables'] == [
         {'uuid': ip.deployable_uuid(HOST, 'host1_0000:82:00.0'),
          'gone': False, 'health': 'unhealthy', 'health_updated_at': later,
-         'health_reason': health_machine.CAME_BACK_REASON}]
+         'health_reason': health_machine.CAME_BACK_REASON,
+         'health_due_at': due}]
     [device_back] = back.update['devices']
     assert (device_back['uuid'], device_back['health'],
-            device_back['health_reason']) == (
-        dev_uuid, 'unhealthy', health_machine.CAME_BACK_REASON)
+            device_back['health_reason'], device_back['health_due_at']) == (
+        dev_uuid, 'unhealthy', health_machine.CAME_BACK_REASON, due)
     assert back.touched_providers == {gone_rp}
     # Still lost while held and absent: nothing more to write.
     again = ip.make_plan(HOST, stored, _devices()[:1], full=True,

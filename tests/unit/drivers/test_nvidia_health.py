@@ -189,11 +189,10 @@ def test_a_row_remap_recorded_is_transient_its_failure_fatal(
     driver, nvml, devices = _setup(conf, scenario, tmp_path)
     _check(driver, devices)
     nvml.add_xid(WHOLE, 63)
-    nvml.update_gpu(WHOLE, remapped_rows={'pending': True})
     found = [r for r in driver.check_health(devices)
              if r.device == 'PCI:' + WHOLE]
-    assert sorted((r.severity, r.code) for r in found) == [
-        (states.TRANSIENT, 'ecc:row_remap_pending'),
+    # No pending remap read (yet): the XID is the one sign of it.
+    assert [(r.severity, r.code) for r in found] == [
         (states.TRANSIENT, 'xid:63')]
     settings = health_machine.Settings(max_suspect_time=0)
     record = health_machine.step(health_machine.Record(), found,
@@ -204,6 +203,56 @@ def test_a_row_remap_recorded_is_transient_its_failure_fatal(
     assert _check(driver, devices) == [
         (states.FATAL, 'ecc:row_remap_failure', ''),
         (states.FATAL, 'xid:64', '')]
+
+
+def _xid_63_count():
+    return metrics.REGISTRY.get_sample_value(
+        'cyborg_agent_xid_events_total',
+        {'device': 'PCI:' + WHOLE, 'xid': '63',
+         'severity': states.TRANSIENT}) or 0
+
+
+def test_one_row_remap_is_one_fault(conf, scenario, tmp_path):
+    """A row remap raises XID 63 and makes the remap pending, which the
+    row remapper reports as a condition: one remap, counted once.  Were
+    the XID a reading too, one remap would be two transient faults of
+    [health]suspect_threshold (3) in one check, and any fault soon after
+    would take the GPU out."""
+    driver, nvml, devices = _setup(conf, scenario, tmp_path)
+    _check(driver, devices)
+    xids = _xid_63_count()
+    nvml.add_xid(WHOLE, 63)
+    nvml.update_gpu(WHOLE, remapped_rows={'pending': True})
+    found = [r for r in driver.check_health(devices)
+             if r.device == 'PCI:' + WHOLE]
+    assert [(r.severity, r.code) for r in found] == [
+        (states.TRANSIENT, 'ecc:row_remap_pending')]
+    # The XID is still counted.
+    assert _xid_63_count() == xids + 1
+    now = datetime.datetime(2025, 1, 1)
+    settings = health_machine.Settings()
+    record = health_machine.step(health_machine.Record(), found, now,
+                                 settings)
+    assert (record.health, record.faults) == (states.SUSPECT, 1)
+    # One more transient fault soon after leaves it suspect.
+    nvml.update_gpu(WHOLE, clock_events=['hw_thermal_slowdown'])
+    slowdown = [r for r in driver.check_health(devices)
+                if r.code == 'clocks:hw_thermal_slowdown']
+    assert len(slowdown) == 1
+    record = health_machine.step(
+        record, slowdown, now + datetime.timedelta(seconds=10), settings)
+    assert (record.health, record.faults) == (states.SUSPECT, 2)
+    # Another remap while one is pending: the condition still holds.
+    nvml.update_gpu(WHOLE, clock_events=[])
+    nvml.add_xid(WHOLE, 63)
+    assert _check(driver, devices) == [
+        (states.TRANSIENT, 'ecc:row_remap_pending', '')]
+    assert _xid_63_count() == xids + 2
+    # The same for a page retirement (GPUs before Ampere).
+    nvml.update_gpu(WHOLE, remapped_rows={}, retired_pages_pending=True)
+    nvml.add_xid(WHOLE, 63)
+    assert _check(driver, devices) == [
+        (states.TRANSIENT, 'ecc:retired_pages_pending', '')]
 
 
 def test_a_burst_of_pcie_replays_is_transient(conf, scenario, tmp_path):
