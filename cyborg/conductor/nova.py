@@ -11,22 +11,31 @@ Nova would otherwise hold up (binds that make mdevs or program cards
 waiting behind POSTs); batches waiting for them go together, up to
 ``MAX_EVENTS_PER_POST`` events in one POST.  A PATCH whose binds all ended
 in the transaction that started them sends what that transaction recorded
-without reading it back.  Rows are deleted once Nova has accepted them;
-rows left behind (Nova down or refusing, conductor killed between commit
-and POST) are re-sent by the periodic ``resend_due``, and at once by their
-conductor (``owner``) when it starts again (``resend_owned``).  A periodic
-pass sends the due batches most recently recorded first, several in one
-POST, until none is due or ``PASS_POSTS`` POSTs went.  After a delivery
-failed, Nova is taken for away for a retry interval (``away``):
-deliveries right after binds leave their batches to the periodic unsent,
-and a periodic pass stops at its first failure.
+without reading it back.  Rows are deleted once Nova has answered for
+them for good; rows left behind (Nova down or refusing, conductor killed
+between commit and POST) are re-sent by the periodic ``resend_due``, and
+at once by their conductor (``owner``) when it starts again
+(``resend_owned``).  A periodic pass sends the due batches most recently
+recorded first, several in one POST, until none is due or ``PASS_POSTS``
+POSTs went.  After Nova did not answer a delivery (5xx, no answer) or
+refused every request (see below), it is taken for away for a retry
+interval (``away``): deliveries right after binds leave their batches to
+the periodic unsent, and a periodic pass stops there.
 
-Nova has accepted events when it answers 200, 207 (per-event codes; 404
-and 422 say the instance is gone or not on a host: nobody waits) or its
-own 404 "No instances found for any event".  Any other answer keeps them
-for later: a 5xx, no answer, 401/403 (credentials), a 3xx keystoneauth
-could not follow, any other 4xx (a proxy's, an endpoint missing its
-/v2.1).  Events are not kept for ever: those recorded more than
+Nova has accepted events when it answers 200, 207 or its own 404 "No
+instances found for any event".  A 207 is read event by event: 200, 404
+and 422 (the instance is gone or not on a host: nobody waits) end an
+event; a 5xx keeps that event (its row alone) for later; another 4xx is
+Nova's refusal of that event, which no retry changes: it is dropped,
+logged at ERROR.  Any other answer keeps the POST's events for later.  A
+5xx, no answer, 401/403 (credentials), 408/429 (try later), a 3xx
+keystoneauth could not follow or another 2xx concern every request: Nova
+is taken for away.  Any other 4xx (a body Nova rejects, 400, or finds too
+large, 413; a proxy's; an endpoint missing its /v2.1) refuses that
+request only: a POST of several batches so refused is sent again batch
+by batch (each once), so that one batch Nova refuses keeps back none of
+the others, and a periodic pass goes on after such a refusal.  Events
+are not kept for ever: those recorded more than
 ``[nova]event_max_age`` seconds ago (past Nova's own
 ``[compute]arq_binding_timeout``: their builds have failed) are dropped
 by the periodic, logged at ERROR and counted in
@@ -49,8 +58,8 @@ keystoneauth where Nova redirects.  With no ``[nova] auth_type``
 recorded or sent, and binding works the same.
 
 Each POST is timed in ``cyborg_conductor_nova_request_seconds``; those
-that leave the events undelivered count in
-``cyborg_conductor_nova_errors_total``.
+that leave all their events undelivered (any answer but 200, 207 or
+Nova's own 404, or none) count in ``cyborg_conductor_nova_errors_total``.
 """
 
 import collections
@@ -107,6 +116,16 @@ PASS_POSTS = 25
 # nobody waits for the event: its instance is gone (404, deleted during
 # its build) or not on a host (422).
 _USUAL_CODES = (200, 404, 422)
+# Answers to a whole request that say nothing of its body: Nova's
+# credentials or rate limits, a request timeout.  Every request gets the
+# same: Nova is taken for away (``_NOVA_AWAY``), not sent batch by batch.
+_EVERY_REQUEST = (401, 403, 408, 429)
+
+# Why a request's events were all kept (``_Outcome.failure``): Nova away
+# (no answer, a 5xx, an answer every request gets), or this request
+# refused (any other 4xx: its body may hold one batch Nova rejects).
+_NOVA_AWAY = 'away'
+_REFUSED = 'refused'
 
 # The ARQ state each event status reports.
 _OUTCOME = {'completed': states.BOUND, 'failed': states.BIND_FAILED}
@@ -115,11 +134,12 @@ _ADAPTERS = {}
 _ADAPTERS_LOCK = threading.Lock()
 
 # {_key(conf): time.monotonic() until which that Nova is taken for away}:
-# set when a delivery's tries all failed, cleared by one that goes
-# through.  Meanwhile a delivery right after a bind leaves its batch to
-# the periodic at once, instead of holding a sender thread for
-# ``delivery_time()`` to find Nova away again (the batches queued behind
-# it would wait), and a periodic pass stops at its first failure.
+# set when a delivery's tries all failed (``_NOVA_AWAY``; not by a 4xx
+# refusing one request), cleared by one that goes through.  Meanwhile a
+# delivery right after a bind leaves its batch to the periodic at once,
+# instead of holding a sender thread for ``delivery_time()`` to find Nova
+# away again (the batches queued behind it would wait), and a periodic
+# pass stops there.
 _AWAY = {}
 
 
@@ -166,16 +186,23 @@ def record(conf, context, batch_id, events, due_at):
 
 
 class _Batch:
-    """A batch's events to send ([(instance, arq, status)]), its row ids
-    (None: forgotten by batch id, as recorded) and the attempts made."""
+    """A batch's events to send ([(instance, arq, status)]), its rows
+    [(id, event)] (None: forgotten by batch id, as recorded) and the
+    attempts made."""
 
-    __slots__ = ('batch_id', 'events', 'ids', 'attempts')
+    __slots__ = ('batch_id', 'events', 'rows', 'attempts')
 
-    def __init__(self, batch_id, events, ids=None, attempts=0):
+    def __init__(self, batch_id, events, rows=None, attempts=0):
         self.batch_id = batch_id
         self.events = events
-        self.ids = ids
+        self.rows = rows
         self.attempts = attempts
+
+
+# What became of a ``_deliver``'s batches: ``kept``, the ids of those
+# with events kept for later (postponed, or left unsent); ``away``,
+# whether Nova was found away; ``posts``, the requests made.
+_Delivery = collections.namedtuple('_Delivery', 'kept away posts')
 
 
 def deliver_batch(conf, context, batch_id, probe=False):
@@ -186,7 +213,7 @@ def deliver_batch(conf, context, batch_id, probe=False):
     if not enabled(conf):
         return True
     batches = _read(context, [batch_id])
-    return not batches or _deliver(conf, context, batches, probe)
+    return not batches or not _deliver(conf, context, batches, probe).kept
 
 
 def deliver_recorded(conf, context, batch_id, events):
@@ -199,7 +226,7 @@ def deliver_recorded(conf, context, batch_id, events):
     events = [event for event in events if event[0]]
     if not enabled(conf) or not events:
         return True
-    return _deliver(conf, context, [_Batch(batch_id, events)])
+    return not _deliver(conf, context, [_Batch(batch_id, events)]).kept
 
 
 def deliver_later(conf, context, batch_id, events=None):
@@ -230,41 +257,94 @@ def drain(timeout=None):
     return _SENDER.drain(timeout)
 
 
-def _deliver(conf, context, batches, probe=False):
+def _deliver(conf, context, batches, probe=False, budget=None):
     """Send the events of ``batches`` in one request (none: nothing left
-    to say) and forget their rows once Nova has accepted them; else
-    postpone each batch after its earlier attempts.  True when
-    delivered."""
+    to say) and forget the rows of those Nova answered for (accepted, or
+    refused one by one for good); postpone each batch with events kept,
+    after its earlier attempts.  When Nova refuses the request of several
+    batches (``_REFUSED``), each is sent alone (``_one_by_one``), at most
+    ``budget`` requests made in all.  Returns a ``_Delivery``."""
     events, seen = [], set()
     for batch in batches:
         for event in batch.events:
             if event not in seen:
                 seen.add(event)
                 events.append(event)
-    if events and away(conf) and not probe:
+    posts = 0
+    if not events:
+        outcome = _Outcome()
+    elif away(conf) and not probe:
         LOG.debug('Nova is away: batches %s are left to the periodic',
                   ', '.join(b.batch_id for b in batches))
-        delivered = False
+        outcome = _Outcome(_NOVA_AWAY, events)
     else:
-        delivered = not events or _sent(conf, events)
-    if delivered:
+        outcome, posts = _sent(conf, events), 1
+    if outcome.failure == _REFUSED and len(batches) > 1:
+        return _one_by_one(conf, context, batches, budget, posts)
+    if outcome.failure:
+        db_api.write_retrying(context, _postpone, conf, context, batches)
+        return _Delivery({b.batch_id for b in batches},
+                         outcome.failure == _NOVA_AWAY, posts)
+    if outcome.kept:
+        db_api.write_retrying(context, _settle, conf, context, batches,
+                              outcome.kept)
+    else:
         db_api.write_retrying(context, _forget, context, batches)
-        return True
-    db_api.write_retrying(context, _postpone, conf, context, batches)
-    return False
+    return _Delivery({b.batch_id for b in batches
+                      if outcome.kept.intersection(b.events)}, False, posts)
+
+
+def _one_by_one(conf, context, batches, budget, posts):
+    """Send each of ``batches`` alone, once, after Nova refused them
+    together (a 4xx: a body it rejects, one too large): the refusal may
+    be of one batch's events, which must not keep back the others'
+    builds until ``[nova]event_max_age``.  Stops sending once Nova is
+    found away (the rest are postponed unsent) or ``budget`` requests
+    went (the rest are left as claimed, unsent: due at a later pass)."""
+    LOG.warning('Nova refused one request of %d batches of events; '
+                'sending each alone', len(batches))
+    kept, nova_away = set(), False
+    for batch in batches:
+        if budget is not None and posts >= budget:
+            kept.add(batch.batch_id)
+            continue
+        done = _deliver(conf, context, [batch], probe=not nova_away)
+        kept |= done.kept
+        nova_away = nova_away or done.away
+        posts += done.posts
+    return _Delivery(kept, nova_away, posts)
 
 
 def _forget(context, batches):
-    recorded = [b.batch_id for b in batches if b.ids is None]
+    recorded = [b.batch_id for b in batches if b.rows is None]
     if recorded:
         event_db.forget_batches(context, recorded)
-    ids = [i for b in batches if b.ids is not None for i in b.ids]
+    ids = [i for b in batches if b.rows is not None for i, _event in b.rows]
     if ids:
         event_db.delete_ids(context, ids)
 
 
 def _postpone(conf, context, batches):
     for batch in batches:
+        event_db.postpone_batch(context, batch.batch_id,
+                                _next_attempt(conf, batch.attempts))
+
+
+def _settle(conf, context, batches, kept):
+    """Forget the rows of ``batches`` but those of the events ``kept``
+    (Nova's 207 answered a 5xx for them), and postpone the batches that
+    still have some."""
+    _forget(context, [b for b in batches if not kept.intersection(b.events)])
+    for batch in batches:
+        if not kept.intersection(batch.events):
+            continue
+        rows = batch.rows
+        if rows is None:
+            rows = [(r.id, (r.instance_uuid, r.arq_uuid, r.status))
+                    for r in event_db.get_batch(context, batch.batch_id)]
+        ids = [i for i, event in rows if event not in kept]
+        if ids:
+            event_db.delete_ids(context, ids)
         event_db.postpone_batch(context, batch.batch_id,
                                 _next_attempt(conf, batch.attempts))
 
@@ -276,13 +356,14 @@ def away(conf):
 
 
 def _sent(conf, events):
-    """``send``, noting whether Nova took them for ``away``."""
-    if send(conf, events):
+    """``send``, noting whether Nova is to be taken for away."""
+    outcome = send(conf, events)
+    if outcome.failure == _NOVA_AWAY:
+        _AWAY[_key(conf)] = (time.monotonic()
+                             + conf.conductor.nova_event_retry_interval)
+    elif not outcome.failure:
         _AWAY.pop(_key(conf), None)
-        return True
-    _AWAY[_key(conf)] = (time.monotonic()
-                         + conf.conductor.nova_event_retry_interval)
-    return False
+    return outcome
 
 
 @db_api.reader
@@ -302,8 +383,11 @@ def _read(context, batch_ids):
             events = list(dict.fromkeys(
                 event for event in ((r.instance_uuid, r.arq_uuid, r.status)
                                     for r in its) if event in wanted))
-            batches.append(_Batch(batch_id, events, [r.id for r in its],
-                                  max(r.attempts for r in its)))
+            batches.append(_Batch(
+                batch_id, events,
+                [(r.id, (r.instance_uuid, r.arq_uuid, r.status))
+                 for r in its],
+                max(r.attempts for r in its)))
     return batches
 
 
@@ -342,8 +426,9 @@ def resend_due(conf, context):
     """Periodic: give up on the events older than ``[nova]event_max_age``,
     then deliver the batches whose next attempt is due, the most recently
     recorded first, several in one POST, until none is due, ``PASS_POSTS``
-    POSTs went, or Nova did not take one (the rest wait for the next
-    pass)."""
+    POSTs went, or Nova was found away (the rest wait for the next pass).
+    A POST Nova refuses (a 4xx) is sent again batch by batch, and the
+    pass goes on."""
     if not enabled(conf):
         return
     expire(conf, context)
@@ -365,13 +450,16 @@ def resend_due(conf, context):
             batches = _read(context, claimed) if claimed else []
             if not batches:
                 continue
-            posts += any(batch.events for batch in batches)
+            done = _deliver(conf, context, batches, probe=True,
+                            budget=PASS_POSTS - posts)
+            posts += done.posts
             # Nova away: the rest wait for the next pass (each would
-            # spend ``delivery_time()`` finding that out again).
-            if not _deliver(conf, context, batches, probe=True):
+            # spend ``delivery_time()`` finding that out again).  A
+            # refusal of some batches is theirs alone: the pass goes on.
+            if done.away:
                 LOG.info('Nova did not take %d batch(es) of events; the '
                          'batches due after them wait for the next pass',
-                         len(batches))
+                         len(done.kept))
                 return
             if posts >= PASS_POSTS:
                 return
@@ -437,17 +525,37 @@ def payload(events):
                        for instance_uuid, arq_uuid, status in events]}
 
 
+class _Outcome:
+    """What became of events sent: ``failure`` None, Nova answered for
+    them (each accepted, or refused for good and dropped) but for those
+    ``kept`` for later; else why they are all ``kept`` (``_NOVA_AWAY``,
+    ``_REFUSED``).  True when none is kept."""
+
+    __slots__ = ('failure', 'kept')
+
+    def __init__(self, failure=None, kept=()):
+        self.failure = failure
+        self.kept = set(kept)
+
+    def __bool__(self):
+        return not self.failure and not self.kept
+
+
 def send(conf, events):
     """POST the events, at most ``MAX_EVENTS_PER_POST`` in one request
-    (Nova refuses a body over its size limit, 413); True when Nova has
-    answered for good (accepted, or told us the instances are gone),
-    False to try again later."""
+    (Nova refuses a body over its size limit, 413); an ``_Outcome``, true
+    when Nova has answered for good for every one (accepted, refused one
+    by one, or told us the instances are gone), false to try (some of)
+    them again later."""
+    kept = set()
     for start in range(0, len(events), MAX_EVENTS_PER_POST):
-        if not _send(conf, events[start:start + MAX_EVENTS_PER_POST]):
+        outcome = _send(conf, events[start:start + MAX_EVENTS_PER_POST])
+        if outcome.failure:
             # Those delivered already are sent again with the rest: Nova
             # ignores an event for a bind it no longer waits for.
-            return False
-    return True
+            return _Outcome(outcome.failure, events)
+        kept |= outcome.kept
+    return _Outcome(kept=kept)
 
 
 def _send(conf, events):
@@ -471,7 +579,7 @@ def _send(conf, events):
         if attempt < _TRIES:
             time.sleep(delay)
             delay *= 2
-    return False
+    return _Outcome(_NOVA_AWAY, events)
 
 
 def _post(conf, body):
@@ -502,29 +610,61 @@ def _accepted(response):
 
 
 def _answered(status, response, events):
-    """True when Nova accepted the events; else (any answer but Nova's
-    acceptance) they are kept for later."""
+    """The ``_Outcome`` of Nova's answer below 500 (see the module)."""
     if status == 207:
-        codes = [e.get('code') for e in _events_of(response)]
-        odd = [c for c in codes if c not in _USUAL_CODES]
-        if odd:
-            LOG.warning('Nova refused some accelerator events: %s', codes)
-        return True
+        return _Outcome(kept=_per_event(response, events))
     if _accepted(response):
         if status != 200:
             LOG.info('Nova knows none of the instances of %d event(s)',
                      len(events))
-        return True
+        return _Outcome()
     if status in (401, 403):
         # A configuration problem an operator can fix: keep the events.
         LOG.error('Nova refused our credentials (%s); events kept', status)
-        return False
+        return _Outcome(_NOVA_AWAY, events)
     # Not Nova's acceptance: a redirect keystoneauth could not follow, a
     # wrong endpoint's or a proxy's 404, a proxy's rate limit or timeout,
     # a refusal.  Kept, tried again until they expire.
     LOG.error('Nova answered %s to %d accelerator event(s), events kept: '
               '%s', status, len(events), response.text[:500])
-    return False
+    if 400 <= status < 500 and status not in _EVERY_REQUEST:
+        return _Outcome(_REFUSED, events)
+    return _Outcome(_NOVA_AWAY, events)
+
+
+def _per_event(response, events):
+    """The events of a 207 to try again: those Nova answered a 5xx for.
+    Another 4xx than 404/422 is Nova's refusal of that event, which no
+    retry changes: it is dropped, logged at ERROR.  An event without a
+    code (Nova lists them all) is taken as accepted, as the 207 is."""
+    codes = {}
+    for answer in _events_of(response):
+        if isinstance(answer, dict):
+            codes[(answer.get('server_uuid'), answer.get('tag'),
+                   answer.get('status'))] = answer.get('code')
+    kept, refused, odd = [], [], []
+    for event in events:
+        code = codes.get(event)
+        if code in _USUAL_CODES:
+            continue
+        named = (f'{event[2]} for instance {event[0]} (accelerator '
+                 f'request {event[1]}): {code}')
+        if isinstance(code, int) and 500 <= code < 600:
+            kept.append(event)
+            LOG.warning('Nova answered %s; the event is kept', named)
+        elif isinstance(code, int) and 400 <= code < 500:
+            refused.append(named)
+        else:
+            odd.append(named)
+    if refused:
+        LOG.error('Nova refused %d accelerator-request-bound event(s), '
+                  'dropped: %s', len(refused),
+                  wording.some(refused, _EXPIRED_SHOWN))
+    if odd:
+        LOG.warning('Nova answered unexpected codes for %d accelerator '
+                    'event(s), taken as accepted: %s', len(odd),
+                    wording.some(odd, _EXPIRED_SHOWN))
+    return kept
 
 
 def _instances_gone(response):
@@ -535,9 +675,11 @@ def _instances_gone(response):
 
 def _events_of(response):
     try:
-        return response.json().get('events', [])
+        body = response.json()
     except ValueError:
         return []
+    events = body.get('events') if isinstance(body, dict) else None
+    return events if isinstance(events, list) else []
 
 
 class _Job:
@@ -632,10 +774,12 @@ class _Sender:
             if job is not None:
                 jobs.append(job)
         batches = [job.batch for job in jobs if job.batch is not None]
-        delivered = (not batches or
-                     _deliver(first.conf, first.context, batches))
+        kept = (_deliver(first.conf, first.context, batches).kept
+                if batches else set())
+        # Each batch's own outcome: one Nova refuses keeps back no other.
         for job in jobs:
-            job.future.set_result(delivered)
+            job.future.set_result(job.batch is None
+                                  or job.batch.batch_id not in kept)
 
     def _next(self, conf):
         with self._cond:

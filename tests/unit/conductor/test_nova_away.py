@@ -2,7 +2,9 @@
 delivery's tries all failed, deliveries right after binds leave their
 batches to the periodic unsent (a bind worker is not held for three
 tries of ``[nova]timeout`` each time), a periodic pass stops at its first
-failure, and the first delivery that goes through ends it."""
+failure (a 5xx, no answer, refused credentials: not a 4xx refusing one
+batch, see test_nova_delivery.py), and the first delivery that goes
+through ends it."""
 
 import datetime
 import time

@@ -1,8 +1,9 @@
 """How events reach a recording Nova beyond one batch's POST: on sender
 threads of their own (a slow Nova holds no bind worker), batches merged
 into POSTs of up to MAX_EVENTS_PER_POST events (after binds and in the
-periodic's backlog), Nova's answers read (a redirect followed, anything
-but Nova's acceptance kept), and events given up on once older than
+periodic's backlog), Nova's answers read (a redirect followed, a 207 event
+by event, anything but Nova's acceptance kept, a merged POST Nova refuses
+sent again batch by batch), and events given up on once older than
 [nova]event_max_age."""
 
 import datetime
@@ -214,13 +215,182 @@ def test_a_207_for_a_deleted_instance_is_no_refusal(nconf, db,
     assert [r.getMessage() for r in caplog.records
             if r.levelno >= logging.WARNING] == []
     assert _pending(db) == []
-    # Another code is a refusal, logged; the events are done all the same.
-    batch, events = _record(nconf, admin_context, db=db, count=1)
-    fake_nova.statuses = [(207, {}, {'events': [
-        dict(nova.payload(events)['events'][0], code=400)]})]
+
+
+def _answer_207(codes):
+    """Nova's 207 answering each event {(instance, arq, status): code}."""
+    return (207, {}, {'events': [
+        dict(event, code=codes[event['server_uuid'], event['tag'],
+                               event['status']])
+        for event in nova.payload(list(codes))['events']]})
+
+
+@pytest.mark.parametrize('recorded', [True, False])
+def test_a_207_is_read_event_by_event(nconf, db, admin_context, fake_nova,
+                                      caplog, recorded):
+    """A 207 with a 500 and a 400 among its codes counted every event as
+    delivered, logged only: the 500's event was lost (Nova may take it
+    on a retry).  Now its row alone is kept; the 400's event, Nova's
+    refusal of it, is dropped with an ERROR naming it."""
+    batch, events = _record(nconf, admin_context, db=db, count=4)
+    accepted, failing, refused, gone = events
+    fake_nova.statuses = [_answer_207({accepted: 200, failing: 500,
+                                       refused: 400, gone: 404})]
     with caplog.at_level(logging.WARNING, logger='cyborg.conductor.nova'):
-        assert nova.deliver_batch(nconf, admin_context, batch)
-    assert 'Nova refused some accelerator events' in caplog.text
+        if recorded:      # sent as recorded: its rows found by batch
+            assert not nova.deliver_recorded(nconf, admin_context, batch,
+                                             events)
+        else:
+            assert not nova.deliver_batch(nconf, admin_context, batch)
+    rows = _pending(db)
+    assert [(r.arq_uuid, r.attempts) for r in rows] == [(failing[1], 1)]
+    assert rows[0].next_attempt_at > timeutils.utcnow()
+    errors = [r.getMessage() for r in caplog.records
+              if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and refused[1] in errors[0]
+    assert 'dropped' in errors[0] and failing[1] not in errors[0]
+    assert not nova.away(nconf)
+    # The periodic re-sends that event alone.
+    _age(db, 1)
+    nova.resend_due(nconf, admin_context)
+    assert fake_nova.event_posts()[-1].json() == nova.payload([failing])
+    assert _pending(db) == []
+
+
+def test_a_207_in_a_merged_post_keeps_only_the_failed_event(
+        nconf, db, admin_context, fake_nova):
+    """Two batches in one periodic POST: the batch whose events Nova
+    answered 200 and 422 for is done, the other keeps its 5xx event."""
+    first, (ok, failing) = _record(nconf, admin_context, db=db, count=2)
+    second, (refused, gone) = _record(nconf, admin_context, db=db, count=2)
+    _age(db, 1)
+    fake_nova.statuses = [_answer_207({ok: 200, failing: 503,
+                                       refused: 409, gone: 422})]
+    nova.resend_due(nconf, admin_context)
+    assert len(fake_nova.event_posts()) == 1
+    assert [(r.batch_id, r.arq_uuid, r.attempts)
+            for r in _pending(db)] == [(first, failing[1], 1)]
+
+
+# -- a request Nova refuses ---------------------------------------------------
+
+def _refusing(fake_nova, events):
+    """Make ``fake_nova`` refuse with a 400 (a body it rejects) every
+    POST holding one of ``events``; others are answered as usual."""
+    tags = {event[1] for event in events}
+    answer = fake_nova.respond
+
+    def respond(request):
+        if request.method == 'POST' and tags & {
+                e['tag'] for e in (request.json() or {}).get('events', [])}:
+            fake_nova._hold()
+            return 400, {}, {'badRequest': {
+                'code': 400, 'message': 'Invalid input for field/attribute '
+                                        'events.'}}
+        return answer(request)
+
+    fake_nova.respond = respond
+
+
+def _tags(post):
+    return {event['tag'] for event in post.json()['events']}
+
+
+def test_a_batch_nova_refuses_keeps_back_no_other_after_binds(
+        nconf, db, admin_context, fake_nova, monkeypatch):
+    """Batches waiting for a slow Nova go in one POST: Nova refused it
+    (400) for one batch's events, and every batch merged into it waited
+    for the periodic, refused again and again until [nova]event_max_age,
+    their builds failing.  Each is sent alone now: only that one is
+    kept."""
+    # One sender thread of this test's own: the batches queued behind
+    # its first POST go together in its second.
+    monkeypatch.setattr(nova, 'SENDERS', 1)
+    monkeypatch.setattr(nova, '_SENDER', nova._Sender())
+    nconf.set_override('timeout', 10, group='nova')
+    head, _ = _record(nconf, admin_context, db=db, count=1)
+    bad, bad_events = _record(nconf, admin_context, db=db, count=1)
+    good = [_record(nconf, admin_context, db=db, count=2)
+            for _ in range(2)]
+    _refusing(fake_nova, bad_events)
+    fake_nova.delay = 30
+    try:
+        first = nova.deliver_later(nconf, admin_context, head)
+        fake_nova.wait_for(lambda _r: len(fake_nova.event_posts()) == 1)
+        refused = nova.deliver_later(nconf, admin_context, bad, bad_events)
+        # Read back, or sent as recorded.
+        healthy = [nova.deliver_later(nconf, admin_context, good[0][0]),
+                   nova.deliver_later(nconf, admin_context, *good[1])]
+    finally:
+        fake_nova.release()
+    assert first.result(30) and all(f.result(30) for f in healthy)
+    assert refused.result(30) is False
+    assert nova.drain(10)
+    posts = [_tags(post) for post in fake_nova.event_posts()]
+    merged = {bad_events[0][1]} | {e[1] for _b, es in good for e in es}
+    # The merged POST, then each of its batches alone, once.
+    assert posts[1] == merged
+    assert sorted(map(sorted, posts[2:])) == sorted(
+        [[bad_events[0][1]]] + [sorted(e[1] for e in es)
+                                for _b, es in good])
+    rows = _pending(db)
+    assert {(r.batch_id, r.attempts) for r in rows} == {(bad, 1)}
+    # A refusal of some events is not Nova away.
+    assert not nova.away(nconf)
+
+
+def test_a_periodic_pass_goes_on_past_a_batch_nova_refuses(
+        nconf, db, admin_context, fake_nova, monkeypatch):
+    """A pass stopped at a POST Nova refused (400 for one batch in it):
+    the batches merged with that one and every batch due after it waited,
+    pass after pass, until [nova]event_max_age."""
+    monkeypatch.setattr(nova, 'MAX_EVENTS_PER_POST', 2)
+    recorded = [_record(nconf, admin_context, db=db, count=1)
+                for _ in range(6)]
+    bad, bad_events = recorded[2]
+    _refusing(fake_nova, bad_events)
+    _age(db, 2)
+    _age(db, 1, bad)        # the newest: in the pass's first POST
+    nova.resend_due(nconf, admin_context)
+    rows = _pending(db)
+    assert [(r.batch_id, r.attempts) for r in rows] == [(bad, 1)]
+    assert rows[0].next_attempt_at > timeutils.utcnow()
+    # Three POSTs of two batches, and the refused one's two alone.
+    assert sorted(len(_tags(p)) for p in fake_nova.event_posts()) == [
+        1, 1, 2, 2, 2]
+    assert sorted(e['tag'] for e in fake_nova.events) == sorted(
+        events[0][1] for batch, events in recorded if batch != bad)
+    assert not nova.away(nconf)
+
+
+def test_a_pass_sends_batch_by_batch_within_its_posts(
+        nconf, db, admin_context, fake_nova, monkeypatch):
+    """An endpoint refusing every POST (a proxy's 404): a pass sends the
+    batches of its refused POST alone up to ``PASS_POSTS`` POSTs in all;
+    those it did not send are due again, no attempt counted."""
+    monkeypatch.setattr(nova, 'PASS_POSTS', 3)
+    recorded = [_record(nconf, admin_context, db=db, count=1)
+                for _ in range(5)]
+    _refusing(fake_nova, [e for _b, events in recorded for e in events])
+    _age(db, 1)
+    nova.resend_due(nconf, admin_context)
+    assert [len(_tags(p)) for p in fake_nova.event_posts()] == [5, 1, 1]
+    attempts = {r.batch_id: r.attempts for r in _pending(db)}
+    assert sorted(attempts.values()) == [0, 0, 0, 1, 1]
+
+
+def test_refused_credentials_are_not_sent_batch_by_batch(
+        nconf, db, admin_context, fake_nova):
+    """A 403 concerns every request: Nova is taken for away, the batches
+    of the POST are not sent again one by one."""
+    for _ in range(3):
+        _record(nconf, admin_context, db=db, count=1)
+    _age(db, 1)
+    fake_nova.statuses = [403] * 5
+    nova.resend_due(nconf, admin_context)
+    assert len(fake_nova.event_posts()) == 1
+    assert {r.attempts for r in _pending(db)} == {1}
+    assert nova.away(nconf)
 
 
 # -- giving up ----------------------------------------------------------------
