@@ -23,15 +23,14 @@ back as it was.
 """
 
 import abc
-import contextlib
 import json
 import os
-import tempfile
 import threading
 
 from oslo_log import log as logging
 
 from cyborg.common import exception
+from cyborg.common import files
 from cyborg.drivers import base
 
 LOG = logging.getLogger(__name__)
@@ -90,23 +89,7 @@ class BitstreamRecord:
         with _RECORDS_LOCK:
             records = self.load()
             change(records)
-            fd, tmp = tempfile.mkstemp(
-                prefix=os.path.basename(self.path) + '.', dir=directory)
-            try:
-                with os.fdopen(fd, 'w') as f:
-                    json.dump(records, f, sort_keys=True)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            files.write_json(self.path, records, sync_directory=True)
 
 
 def fingerprint(device):

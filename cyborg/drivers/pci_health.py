@@ -42,15 +42,14 @@ DEBUG), and one INFO line when a check of it works again: a check runs
 every second.
 """
 
-import contextlib
 import json
 import os
-import tempfile
 import time
 
 from oslo_log import log as logging
 
 from cyborg.common import exception
+from cyborg.common import files
 from cyborg.common import metrics
 from cyborg.common import states
 from cyborg.drivers import base
@@ -228,20 +227,9 @@ class HealthRecord:
                 counts, total) in sorted(aer.items())]}
         # Into the agent's state directory as it is: the deployment
         # makes it, and so does the agent's first report (its cache).
-        directory = os.path.dirname(self.path) or '.'
-        tmp = None
         try:
-            fd, tmp = tempfile.mkstemp(
-                prefix=os.path.basename(self.path) + '.', dir=directory)
-            with os.fdopen(fd, 'w') as f:
-                json.dump(record, f, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            files.write_json(self.path, record)
         except OSError as exc:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
             # Its strerror: the message names a temporary file, another
             # at every try.
             self._say(exc.strerror or str(exc), 'Cannot write the health '

@@ -6,6 +6,7 @@ import tempfile
 import pytest
 
 from cyborg.common import exception
+from cyborg.common import files
 from cyborg.drivers import loader
 
 
@@ -283,8 +284,6 @@ def test_a_record_that_cannot_be_cleared_programs_nothing(
     agent killed mid-write would leave the image of before reported: the
     agent refuses (the conductor's "nothing ran": the card as it was),
     the tool never runs, and the image is still reported."""
-    from cyborg.drivers import fpga
-
     scenario('intel_fpga')
     driver = _load(conf, 'intel_fpga_driver')
     image = _image(conf)
@@ -298,7 +297,7 @@ def test_a_record_that_cannot_be_cleared_programs_nothing(
         os.dup2(full, fd)           # its writes: ENOSPC, from the kernel
         return fd, path
 
-    monkeypatch.setattr(fpga.tempfile, 'mkstemp', on_a_full_disk)
+    monkeypatch.setattr(files.tempfile, 'mkstemp', on_a_full_disk)
     try:
         with pytest.raises(exception.Conflict,
                            match='No space left.*card was not touched'):
