@@ -11,7 +11,6 @@ import time
 
 import oslo_messaging as messaging
 import pytest
-from oslo_messaging.notify import _impl_test as test_notifications
 
 from cyborg.agent import health as agent_health
 from cyborg.agent import manager as agent_manager
@@ -20,7 +19,6 @@ from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.cmd import agent as agent_cmd
 from cyborg.common import exception
 from cyborg.common import metrics
-from cyborg.common import notify
 from cyborg.common import rpc
 from cyborg.common import service
 from cyborg.common import states
@@ -31,6 +29,7 @@ from cyborg.objects import health
 from cyborg.objects import inventory
 from tests.fixtures import fake_nvml
 from tests.fixtures import sysfs as fake_sysfs
+from tests.fixtures import notifications as notification_fixture
 
 HOST = 'compute-1'
 GPU_A = '0000:3b:00.0'
@@ -672,21 +671,8 @@ def test_probe_with_health_off_is_ignored(conf, admin_context):
 def notifications(conf):
     """Notifications through oslo.messaging's own in-memory 'test'
     driver; returns a callable listing those sent."""
-    # Registers the [oslo_messaging_notifications] options on conf.
-    messaging.get_notification_transport(conf, url='fake:/').cleanup()
-    conf.set_override('transport_url', 'fake:/',
-                      'oslo_messaging_notifications')
-    conf.set_override('driver', ['test'], 'oslo_messaging_notifications')
-    notify.reset()
-    test_notifications.reset()
-
-    def sent():
-        notify.flush()      # published by the sender thread
-        return test_notifications.NOTIFICATIONS
-
-    yield sent
-    notify.reset()
-    test_notifications.reset()
+    with notification_fixture.published(conf) as sent:
+        yield sent
 
 
 def test_telemetry_only_for_drivers_with_usage(conf, conductor,

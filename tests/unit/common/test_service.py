@@ -6,11 +6,11 @@ import sys
 import threading
 import time
 
-import oslo_messaging as messaging
 from oslo_messaging.notify import _impl_test as test_notifications
 
 from cyborg.common import notify
 from cyborg.common import service
+from tests.fixtures import notifications as notification_fixture
 
 
 class Recorder:
@@ -213,12 +213,6 @@ def test_a_stopping_service_publishes_the_notifications_queued(
     """A service ends with os._exit (``exit_process``), which runs no
     atexit handler: the notifications still queued when it stops are
     published by the stop itself, not lost."""
-    messaging.get_notification_transport(conf, url='fake:/').cleanup()
-    conf.set_override('transport_url', 'fake:/',
-                      'oslo_messaging_notifications')
-    conf.set_override('driver', ['test'], 'oslo_messaging_notifications')
-    notify.reset()
-    test_notifications.reset()
     publish = test_notifications.TestDriver.notify
 
     def slow(self, *args, **kwargs):
@@ -226,16 +220,13 @@ def test_a_stopping_service_publishes_the_notifications_queued(
         return publish(self, *args, **kwargs)
 
     monkeypatch.setattr(test_notifications.TestDriver, 'notify', slow)
-    try:
+    with notification_fixture.published(conf):
         for index in range(20):
             assert notify.send(conf, None, notify.DEVICE_ADD,
                                {'index': index})
         service.Launcher(conf, 'test')._stop_and_wait([])
         # Read without flushing: what the stop published.
         assert len(test_notifications.NOTIFICATIONS) == 20
-    finally:
-        notify.reset()
-        test_notifications.reset()
 
 
 _DEPRECATED_NAME = r'''

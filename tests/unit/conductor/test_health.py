@@ -36,6 +36,7 @@ from tests.fixtures import arqs as seed
 from tests.fixtures import conductor as cf
 from tests.fixtures import databases
 from tests.fixtures import placement as pf
+from tests.fixtures import notifications as notification_fixture
 from tests.fixtures.placement import placement  # noqa: F401
 from tests.unit.conductor import agent_endpoint
 
@@ -88,23 +89,10 @@ def cn(conf, db, admin_context, placement, agent):  # noqa: F811
 def notifications(conf):
     """Notifications through oslo.messaging's in-memory 'test' driver;
     returns a callable listing (event type, priority, data) sent."""
-    # Making a notification transport registers the options on conf.
-    messaging.get_notification_transport(conf, url='fake:/').cleanup()
-    conf.set_override('transport_url', 'fake:/',
-                      'oslo_messaging_notifications')
-    conf.set_override('driver', ['test'], 'oslo_messaging_notifications')
-    notify.reset()
-    test_notifier.reset()
-
-    def sent():
-        notify.flush()      # published by the sender thread
-        return [(n[1]['event_type'], n[2],
-                 n[1]['payload']['cyborg_object.data'])
-                for n in test_notifier.NOTIFICATIONS]
-
-    yield sent
-    notify.reset()
-    test_notifier.reset()
+    with notification_fixture.published(conf) as published:
+        yield lambda: [(n[1]['event_type'], n[2],
+                        n[1]['payload']['cyborg_object.data'])
+                       for n in published()]
 
 
 def _reading(device, severity, reason='', deployable=None, source='nvml'):

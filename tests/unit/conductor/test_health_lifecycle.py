@@ -4,15 +4,12 @@ database, the real (embedded) Placement, a real RPC client over fake://."""
 
 import time
 
-import oslo_messaging as messaging
 import pytest
 import requests
 import sqlalchemy as sa
-from oslo_messaging.notify import _impl_test as test_notifier
 
 from cyborg.common import exception
 from cyborg.common import metrics
-from cyborg.common import notify
 from cyborg.common import rpc
 from cyborg.conductor import device_status, inventory_apply, manager
 from cyborg.conductor import rpcapi as conductor_rpcapi
@@ -21,6 +18,7 @@ from cyborg.objects import inventory
 from cyborg.placement import client as placement_client
 from tests.fixtures import conductor as cf
 from tests.fixtures import placement as pf
+from tests.fixtures import notifications as notification_fixture
 from tests.fixtures.placement import placement  # noqa: F401
 from tests.unit.conductor import agent_endpoint
 
@@ -47,21 +45,10 @@ def pconf(conf, db, placement):  # noqa: F811
 
 @pytest.fixture
 def notifications(pconf):
-    messaging.get_notification_transport(pconf, url='fake:/').cleanup()
-    pconf.set_override('transport_url', 'fake:/',
-                       'oslo_messaging_notifications')
-    pconf.set_override('driver', ['test'], 'oslo_messaging_notifications')
-    notify.reset()
-    test_notifier.reset()
-
-    def sent():
-        notify.flush()      # published by the sender thread
-        return [(n[1]['event_type'], n[1]['payload']['cyborg_object.data'])
-                for n in test_notifier.NOTIFICATIONS]
-
-    yield sent
-    notify.reset()
-    test_notifier.reset()
+    with notification_fixture.published(pconf) as published:
+        yield lambda: [(n[1]['event_type'],
+                        n[1]['payload']['cyborg_object.data'])
+                       for n in published()]
 
 
 def _reserved(placement, name):  # noqa: F811
