@@ -107,10 +107,8 @@ class BackoffLog:
 
     def failed(self, what, message, *args, exc_info=False):
         self._failures[what] += 1
-        count = self._failures[what]
-        if count & (count - 1) == 0:
-            self._log.warning(message + ' (failure %d in a row)', *args,
-                              count, exc_info=exc_info)
+        log_failure(self._log, self._failures[what], message, *args,
+                    exc_info=exc_info)
 
     def succeeded(self, what, message, *args):
         count = self._failures.pop(what, 0)
@@ -486,16 +484,18 @@ class Reporter:
                 self.report_now(full=full)
             except messaging.MessageUndeliverable:
                 failures += 1
-                _log_failure(failures, 'No conductor listens on the broker '
-                             'yet; reporting the inventory of %s again in '
-                             '%.0f s.', self.host, _NO_CONDUCTOR_RETRY)
+                log_failure(LOG, failures, 'No conductor listens on the '
+                            'broker yet; reporting the inventory of %s '
+                            'again in %.0f s.', self.host,
+                            _NO_CONDUCTOR_RETRY)
                 self._full_requested = self._full_requested or full
                 delay = _NO_CONDUCTOR_RETRY
                 continue
             except Exception as exc:
                 failures += 1
-                _log_failure(failures, 'Inventory report of %s failed (%s); '
-                             'retrying in %.0f s.', self.host, exc, retry)
+                log_failure(LOG, failures, 'Inventory report of %s failed '
+                            '(%s); retrying in %.0f s.', self.host, exc,
+                            retry)
                 self._full_requested = self._full_requested or full
                 delay = retry
                 retry = min(retry * 2, interval)
@@ -508,12 +508,16 @@ class Reporter:
             retry = _RETRY_DELAY
 
 
-def _log_failure(count, message, *args):
-    """WARNING for the 1st, 2nd, 4th, 8th... failure in a row, DEBUG for
-    the others: an agent waiting for its conductor must not flood the
+def log_failure(log, count, message, *args, exc_info=False):
+    """WARNING for the 1st, 2nd, 4th, 8th... failure in a row (with
+    ``exc_info`` then), DEBUG for the others: an agent waiting for its
+    conductor, or a driver failing at every report, must not flood the
     log."""
-    level = logging.WARNING if count & (count - 1) == 0 else logging.DEBUG
-    LOG.log(level, message + ' (failure %d in a row)', *args, count)
+    if count & (count - 1) == 0:
+        log.warning(message + ' (failure %d in a row)', *args, count,
+                    exc_info=exc_info)
+    else:
+        log.debug(message + ' (failure %d in a row)', *args, count)
 
 
 def _checked(driver_name, found):
