@@ -75,3 +75,32 @@ def test_every_string_is_double_quoted():
     # Numbers stay numbers.
     assert written[str(as_json['items'][0]['spec']['pool']['generation'])] \
         == {None}
+
+
+def test_accept_header_chooses_yaml_without_format():
+    """kubectl and curl users ask by media type: an Accept header that
+    prefers application/yaml gets the YAML document (it got JSON);
+    ?format still decides when given, and a tie, no header or an Accept
+    naming neither type stays JSON."""
+    path = '/v2/exports/resourceslices'
+    with api_fixture.api_service() as service:
+        api_fixture.seed_device(service.engine, 'compute-a', 'compute-a_gpu',
+                                device_type='GPU', vendor='10de', handles=1)
+
+        def get(query='', accept=None):
+            headers = dict(MANAGER)
+            if accept is not None:
+                headers['Accept'] = accept
+            response = webob.Request.blank(
+                path + query, headers=headers).get_response(service.app)
+            assert response.status_int == 200, response.text
+            return response.content_type
+
+        assert get(accept='application/yaml') == 'application/yaml'
+        assert get(accept='application/json;q=0.5, application/yaml') \
+            == 'application/yaml'
+        assert get('?format=json', 'application/yaml') == 'application/json'
+        assert get('?format=yaml', 'application/json') == 'application/yaml'
+        for accept in (None, '*/*', 'application/json, application/yaml',
+                       'text/html'):
+            assert get(accept=accept) == 'application/json', accept

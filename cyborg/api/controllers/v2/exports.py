@@ -16,6 +16,11 @@ class _QuotedDumper(yaml.SafeDumper):
     boolean, and the apply be refused."""
 
 
+_YAML = 'application/yaml'
+# JSON first: it wins a tie (Accept: */*).
+_MEDIA_TYPES = ('application/json', _YAML)
+
+
 def _quoted(dumper, text):
     return dumper.represent_scalar('tag:yaml.org,2002:str', text,
                                    style='"')
@@ -29,19 +34,30 @@ def _inventories(r):
                                     None)
 
 
+def _wants_yaml(r):
+    """?format says; else the Accept header's first choice of the two
+    (a tie, no header or neither acceptable: JSON, as before)."""
+    chosen = r.query.get('format')
+    if chosen:
+        return chosen == 'yaml'
+    offers = r.req.accept.acceptable_offers(_MEDIA_TYPES)
+    return bool(offers) and offers[0][0] == _YAML
+
+
 def export_resource_slices(r):
     """Kubernetes ResourceSlices (resource.k8s.io/v1) of one host or all.
 
     A Kubernetes List of ResourceSlice objects, one pool per host and
     driver (a pool with nothing to offer: one slice of no devices), each
-    labelled to be pruned by; ?format=yaml answers the same document as
-    YAML, every string double-quoted.
+    labelled to be pruned by; as YAML, every string double-quoted, for
+    ?format=yaml or, without ``format``, an Accept header preferring
+    application/yaml to application/json.
     """
     document = resource_slices.document(
         (inventory, inventory.generation) for inventory in _inventories(r))
-    if r.query.get('format') == 'yaml':
+    if _wants_yaml(r):
         # No line width: a long string is never folded over lines.
-        return base.Text('application/yaml', yaml.dump(
+        return base.Text(_YAML, yaml.dump(
             document, Dumper=_QuotedDumper, default_flow_style=False,
             sort_keys=False, allow_unicode=True, width=2 ** 31))
     return document
