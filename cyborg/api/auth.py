@@ -111,7 +111,16 @@ def keystone(app, conf):
 
 
 class _ServiceMarker:
-    """Marks requests whose valid service token has a service role."""
+    """Marks requests whose valid service token has a service role.
+
+    Also refuses, with auth_token's own 401 (which adds
+    ``WWW-Authenticate`` on the way out), a request whose token (or
+    service token) was not confirmed: with ``[keystone_authtoken]
+    delay_auth_decision = true`` auth_token lets such a request through
+    for the application to decide, and nothing here is served to an
+    anonymous caller (the version documents never reach auth_token), so
+    it was refused by policy as a 403 that told the client nothing of
+    its token."""
 
     def __init__(self, app, conf, group):
         self.app = app
@@ -120,6 +129,12 @@ class _ServiceMarker:
             self.roles = set(getattr(conf, group).service_token_roles)
 
     def __call__(self, environ, start_response):
+        if (environ.get('HTTP_X_IDENTITY_STATUS') != 'Confirmed'
+                or environ.get('HTTP_X_SERVICE_IDENTITY_STATUS',
+                               'Confirmed') != 'Confirmed'):
+            return faults.response(
+                401, 'Unauthorized: the request you have made requires '
+                     'authentication')(environ, start_response)
         confirmed = environ.get(
             'HTTP_X_SERVICE_IDENTITY_STATUS') == 'Confirmed'
         roles = {r.strip().lower() for r in

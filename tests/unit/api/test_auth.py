@@ -59,6 +59,9 @@ def test_keystone_mode_refuses_a_request_without_a_token(conf):
 
 
 def _marked(environ, roles=('service',)):
+    """IS_SERVICE as the marker set it for a confirmed user token and
+    ``environ``; None when the marker refused the request (its
+    status)."""
     seen = {}
 
     def app(env, start_response):
@@ -66,10 +69,15 @@ def _marked(environ, roles=('service',)):
         start_response('200 OK', [])
         return [b'']
 
+    def start_response(status, headers):
+        seen['status'] = status
+
     marker = auth._ServiceMarker(app, None, None)
     marker.roles = set(roles)
-    marker(environ, lambda *a: None)
-    return seen['service']
+    marker({'REQUEST_METHOD': 'GET', 'HTTP_X_IDENTITY_STATUS': 'Confirmed',
+            **environ},
+           start_response)
+    return seen.get('service', seen.get('status'))
 
 
 def test_a_confirmed_service_token_with_a_service_role_is_a_service():
@@ -82,9 +90,31 @@ def test_a_service_token_without_a_service_role_is_not():
                         'HTTP_X_SERVICE_ROLES': 'member'})
 
 
-def test_an_invalid_service_token_is_not():
-    assert not _marked({'HTTP_X_SERVICE_IDENTITY_STATUS': 'Invalid',
-                        'HTTP_X_SERVICE_ROLES': 'service'})
+def test_an_invalid_service_token_is_refused():
+    """auth_token refuses it itself unless its decision is delayed; then
+    the marker does, with the same 401."""
+    assert _marked({'HTTP_X_SERVICE_IDENTITY_STATUS': 'Invalid',
+                    'HTTP_X_SERVICE_ROLES': 'service'}).startswith('401')
+
+
+def test_delayed_auth_decision_still_answers_401(conf):
+    """With [keystone_authtoken]delay_auth_decision auth_token passes a
+    request without a (valid) token on, marked Invalid: it is refused
+    with a 401 naming where to authenticate, as without the option (it
+    was a 403 from policy)."""
+    conf.set_override('auth_strategy', 'keystone', group='api')
+    group = auth.register_keystone_opts(conf)
+    conf.set_override('www_authenticate_uri', 'http://keystone.invalid/v3',
+                      group=group)
+    conf.set_override('delay_auth_decision', True, group=group)
+    app = api_app.build_app(conf)
+    for path in ('/v2/devices', '/v2/accelerator_requests'):
+        resp = _get(app, path)
+        assert resp.status_int == 401, resp.text
+        assert _fault(resp)['faultcode'] == 'Client'
+        assert resp.headers['WWW-Authenticate'] == \
+            'Keystone uri="http://keystone.invalid/v3"'
+    assert _get(app, '/v2').status_int == 200
 
 
 def test_a_hung_keystone_answers_503_in_bounded_time(conf):
