@@ -159,6 +159,10 @@ CONDUCTOR_NOVA_EVENTS_EXPIRED = prom.Counter(
     'cyborg_conductor_nova_events_expired_total',
     'Bind outcomes given up on: not accepted by Nova within '
     '[nova]event_max_age seconds of their recording.', registry=REGISTRY)
+CONDUCTOR_NOVA_EVENTS_REFUSED = prom.Counter(
+    'cyborg_conductor_nova_events_refused_total',
+    'Bind outcomes Nova refused one by one (a 4xx for the event in its '
+    '207 answer), dropped: their builds fail in Nova.', registry=REGISTRY)
 # Any process that writes the database (the conductor).
 DB_RETRIES = prom.Counter(
     'cyborg_db_transaction_retries_total',

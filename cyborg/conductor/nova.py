@@ -23,22 +23,29 @@ interval (``away``): deliveries right after binds leave their batches to
 the periodic unsent, and a periodic pass stops there.
 
 Nova has accepted events when it answers 200, 207 or its own 404 "No
-instances found for any event".  A 207 is read event by event: 200, 404
-and 422 (the instance is gone or not on a host: nobody waits) end an
-event; a 5xx keeps that event (its row alone) for later; another 4xx is
-Nova's refusal of that event, which no retry changes: it is dropped,
-logged at ERROR.  Any other answer keeps the POST's events for later.  A
-5xx, no answer, 401/403 (credentials), 408/429 (try later), a 3xx
-keystoneauth could not follow or another 2xx concern every request: Nova
-is taken for away.  Any other 4xx (a body Nova rejects, 400, or finds too
-large, 413; a proxy's; an endpoint missing its /v2.1) refuses that
-request only: a POST of several batches so refused is sent again batch
-by batch (each once), so that one batch Nova refuses keeps back none of
-the others, and a periodic pass goes on after such a refusal.  Events
-are not kept for ever: those recorded more than
-``[nova]event_max_age`` seconds ago (past Nova's own
-``[compute]arq_binding_timeout``: their builds have failed) are dropped
-by the periodic, logged at ERROR and counted in
+instances found for any event".  A 207 is read event by event (Nova
+lists the events as sent, each with a ``code`` and its ``status``
+rewritten): a 2xx (Nova's is 200), 404 or 422 (the instance is gone or
+not on a host: nobody waits) ends an event; a 5xx keeps that event (its
+row alone) for later; another 4xx (Nova's is 400) is Nova's refusal of
+that event, which no retry changes: it is dropped, logged at ERROR and
+counted in ``cyborg_conductor_nova_events_refused_total``.  An event
+the 207 gives no integer code for (left out, no ``code``, a string) or
+a code that is no final answer (1xx, 3xx) may not have reached Nova: it
+is kept like a 5xx's, logged at WARNING (at least once, not at most).
+Any other answer keeps the POST's events for later.  A 5xx, no answer,
+401/403 (credentials), 408/429 (try later), a 3xx keystoneauth could not
+follow or another 2xx concern every request: Nova is taken for away.
+Any other 4xx (a body Nova rejects, 400, or finds too large, 413; a
+proxy's; an endpoint missing its /v2.1) refuses that request only: a
+POST of several batches so refused is sent again batch by batch (each
+once), so that one batch Nova refuses keeps back none of the others,
+and a periodic pass goes on after such a refusal.  A batch refused
+alone is kept, not dropped (a wrong endpoint or a proxy refuses every
+request alike), and not counted as refused.  Events are not kept for
+ever: those recorded more than ``[nova]event_max_age`` seconds ago (past
+Nova's own ``[compute]arq_binding_timeout``: their builds have failed)
+are dropped by the periodic, logged at ERROR and counted in
 ``cyborg_conductor_nova_events_expired_total``.
 
 What is sent is exactly how each bind ended: an event read back from the
@@ -112,10 +119,15 @@ QUEUE_LIMIT = 1000
 # A periodic pass: due batches read at once, and POSTs at most.
 _DUE_READ = 1000
 PASS_POSTS = 25
-# Per-event codes of a 207 that are no refusal: accepted (200), or
-# nobody waits for the event: its instance is gone (404, deleted during
-# its build) or not on a host (422).
+# Per-event codes of a 207 that are no refusal: accepted (200; any 2xx
+# is), or nobody waits for the event: its instance is gone (404, deleted
+# during its build) or not on a host (422).
 _USUAL_CODES = (200, 404, 422)
+# What a 207's per-event code says of its event (``_verdict``).
+_DONE = 'done'
+_DROPPED = 'dropped'
+_KEPT = 'kept'
+_UNREAD = 'unread'
 # Answers to a whole request that say nothing of its body: Nova's
 # credentials or rate limits, a request timeout.  Every request gets the
 # same: Nova is taken for away (``_NOVA_AWAY``), not sent batch by batch.
@@ -633,38 +645,65 @@ def _answered(status, response, events):
 
 
 def _per_event(response, events):
-    """The events of a 207 to try again: those Nova answered a 5xx for.
-    Another 4xx than 404/422 is Nova's refusal of that event, which no
-    retry changes: it is dropped, logged at ERROR.  An event without a
-    code (Nova lists them all) is taken as accepted, as the 207 is."""
-    codes = {}
+    """The events of a 207 to try again (``_verdict``): those Nova
+    answered a 5xx for, and those whose code does not say whether Nova
+    took them.  A 4xx but 404 and 422 is Nova's refusal of that event,
+    which no retry changes: it is dropped, logged at ERROR and counted.
+    Answers are matched to events by instance and tag, in order: Nova
+    lists the events as sent, but rewrites their ``status`` (``failed``
+    for a 404 or 422, ``completed`` for a 200)."""
+    codes = collections.defaultdict(collections.deque)
     for answer in _events_of(response):
         if isinstance(answer, dict):
-            codes[(answer.get('server_uuid'), answer.get('tag'),
-                   answer.get('status'))] = answer.get('code')
-    kept, refused, odd = [], [], []
+            key = (answer.get('server_uuid'), answer.get('tag'))
+            if all(isinstance(part, str) for part in key):
+                codes[key].append(answer.get('code'))
+    kept, refused, unread = [], [], []
     for event in events:
-        code = codes.get(event)
-        if code in _USUAL_CODES:
+        answers = codes.get(event[:2])
+        code = answers.popleft() if answers else None
+        verdict = _verdict(code)
+        if verdict == _DONE:
             continue
         named = (f'{event[2]} for instance {event[0]} (accelerator '
-                 f'request {event[1]}): {code}')
-        if isinstance(code, int) and 500 <= code < 600:
-            kept.append(event)
-            LOG.warning('Nova answered %s; the event is kept', named)
-        elif isinstance(code, int) and 400 <= code < 500:
+                 f'request {event[1]}): '
+                 f'{"no code" if code is None else repr(code)}')
+        if verdict == _DROPPED:
             refused.append(named)
+            continue
+        kept.append(event)
+        if verdict == _UNREAD:
+            unread.append(named)
         else:
-            odd.append(named)
+            LOG.warning('Nova answered %s; the event is kept', named)
     if refused:
+        metrics.CONDUCTOR_NOVA_EVENTS_REFUSED.inc(len(refused))
         LOG.error('Nova refused %d accelerator-request-bound event(s), '
                   'dropped: %s', len(refused),
                   wording.some(refused, _EXPIRED_SHOWN))
-    if odd:
-        LOG.warning('Nova answered unexpected codes for %d accelerator '
-                    'event(s), taken as accepted: %s', len(odd),
-                    wording.some(odd, _EXPIRED_SHOWN))
+    if unread:
+        LOG.warning('Nova\'s 207 said neither that it took nor that it '
+                    'refused %d accelerator event(s), kept for another '
+                    'try: %s', len(unread),
+                    wording.some(unread, _EXPIRED_SHOWN))
     return kept
+
+
+def _verdict(code):
+    """What a 207's ``code`` for one event says of it: ``_DONE`` (a 2xx:
+    Nova took it; 404, 422: nobody waits for it), ``_DROPPED`` (another
+    4xx: Nova refused it), ``_KEPT`` (a 5xx: tried again), ``_UNREAD``
+    (no code, not an integer, or no final answer, a 1xx or 3xx: nothing
+    says Nova took it, so it is tried again, as a 5xx's)."""
+    if isinstance(code, bool) or not isinstance(code, int):
+        return _UNREAD
+    if code in _USUAL_CODES or 200 <= code < 300:
+        return _DONE
+    if 400 <= code < 500:
+        return _DROPPED
+    if 500 <= code < 600:
+        return _KEPT
+    return _UNREAD
 
 
 def _instances_gone(response):

@@ -40,6 +40,11 @@ def _expired():
         'cyborg_conductor_nova_events_expired_total') or 0
 
 
+def _refused():
+    return metrics.REGISTRY.get_sample_value(
+        'cyborg_conductor_nova_events_refused_total') or 0
+
+
 def _age(db, seconds, batch=None):
     """Make events (a batch's, or all) recorded ``seconds`` ago and due."""
     e = models.NovaEvent.__table__
@@ -204,12 +209,14 @@ def test_a_207_for_a_deleted_instance_is_no_refusal(nconf, db,
                                                     fake_nova, caplog):
     """Nova's 207 says 404 for an event whose instance was deleted during
     its build (the usual case), 422 for one not on a host: nobody waits
-    for either, and neither is a refusal worth a WARNING."""
+    for either, and neither is a refusal worth a WARNING.  Nova rewrites
+    their status to "failed" (and a 200's to "completed"): matched by
+    status, they were found in no answer and taken for codes unknown."""
     batch, events = _record(nconf, admin_context, db=db, count=3)
     sent = nova.payload(events)['events']
     fake_nova.statuses = [(207, {}, {'events': [
-        dict(sent[0], code=200), dict(sent[1], code=404),
-        dict(sent[2], code=422)]})]
+        dict(sent[0], code=200), dict(sent[1], code=404, status='failed'),
+        dict(sent[2], code=422, status='failed')]})]
     with caplog.at_level(logging.WARNING, logger='cyborg.conductor.nova'):
         assert nova.deliver_batch(nconf, admin_context, batch)
     assert [r.getMessage() for r in caplog.records
@@ -218,11 +225,21 @@ def test_a_207_for_a_deleted_instance_is_no_refusal(nconf, db,
 
 
 def _answer_207(codes):
-    """Nova's 207 answering each event {(instance, arq, status): code}."""
-    return (207, {}, {'events': [
-        dict(event, code=codes[event['server_uuid'], event['tag'],
-                               event['status']])
-        for event in nova.payload(list(codes))['events']]})
+    """Nova's 207 answering each event {(instance, arq, status): code}:
+    its status rewritten as Nova does ("completed" for a 200, else
+    "failed"), a code of ``_LEFT_OUT`` left out."""
+    answers = []
+    for event in nova.payload(list(codes))['events']:
+        code = codes[event['server_uuid'], event['tag'], event['status']]
+        event['status'] = ('completed' if isinstance(code, int)
+                           and 200 <= code < 300 else 'failed')
+        if code is not _LEFT_OUT:
+            event['code'] = code
+        answers.append(event)
+    return 207, {}, {'events': answers}
+
+
+_LEFT_OUT = object()
 
 
 @pytest.mark.parametrize('recorded', [True, False])
@@ -236,6 +253,7 @@ def test_a_207_is_read_event_by_event(nconf, db, admin_context, fake_nova,
     accepted, failing, refused, gone = events
     fake_nova.statuses = [_answer_207({accepted: 200, failing: 500,
                                        refused: 400, gone: 404})]
+    counted = _refused()
     with caplog.at_level(logging.WARNING, logger='cyborg.conductor.nova'):
         if recorded:      # sent as recorded: its rows found by batch
             assert not nova.deliver_recorded(nconf, admin_context, batch,
@@ -249,6 +267,7 @@ def test_a_207_is_read_event_by_event(nconf, db, admin_context, fake_nova,
               if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and refused[1] in errors[0]
     assert 'dropped' in errors[0] and failing[1] not in errors[0]
+    assert _refused() == counted + 1
     assert not nova.away(nconf)
     # The periodic re-sends that event alone.
     _age(db, 1)
@@ -266,10 +285,86 @@ def test_a_207_in_a_merged_post_keeps_only_the_failed_event(
     _age(db, 1)
     fake_nova.statuses = [_answer_207({ok: 200, failing: 503,
                                        refused: 409, gone: 422})]
+    counted = _refused()
     nova.resend_due(nconf, admin_context)
     assert len(fake_nova.event_posts()) == 1
     assert [(r.batch_id, r.arq_uuid, r.attempts)
             for r in _pending(db)] == [(first, failing[1], 1)]
+    assert _refused() == counted + 1
+
+
+@pytest.mark.parametrize('code', [
+    pytest.param(_LEFT_OUT, id='left_out'), None, '200', 200.0, True,
+    100, 302, 600])
+@pytest.mark.parametrize('recorded', [True, False])
+def test_a_207_code_that_says_nothing_keeps_the_event(
+        nconf, db, admin_context, fake_nova, caplog, code, recorded):
+    """An event of a 207 without a code, or with one that is no integer
+    or no final answer (a 1xx or 3xx), was taken as accepted, logged at
+    WARNING: nothing said Nova had it, and its build failed if it had
+    not.  It is kept and tried again, like a 5xx's."""
+    batch, events = _record(nconf, admin_context, db=db, count=2)
+    accepted, unsure = events
+    fake_nova.statuses = [_answer_207({accepted: 200, unsure: code})]
+    counted = _refused()
+    with caplog.at_level(logging.WARNING, logger='cyborg.conductor.nova'):
+        if recorded:
+            assert not nova.deliver_recorded(nconf, admin_context, batch,
+                                             events)
+        else:
+            assert not nova.deliver_batch(nconf, admin_context, batch)
+    assert [(r.arq_uuid, r.attempts) for r in _pending(db)] == [
+        (unsure[1], 1)]
+    [warning] = [r.getMessage() for r in caplog.records
+                 if r.levelno >= logging.WARNING]
+    assert unsure[1] in warning and 'kept' in warning
+    assert accepted[1] not in warning
+    assert _refused() == counted and not nova.away(nconf)
+    # Tried again, it goes.
+    _age(db, 1)
+    nova.resend_due(nconf, admin_context)
+    assert fake_nova.event_posts()[-1].json() == nova.payload([unsure])
+    assert _pending(db) == []
+
+
+def test_a_207_event_missing_from_an_unreadable_body_is_kept(
+        nconf, db, admin_context, fake_nova):
+    """A 207 whose body lists no event (not JSON) said nothing of any:
+    every event was taken as accepted."""
+    batch, _events = _record(nconf, admin_context, db=db, count=2)
+    fake_nova.statuses = [(207, {}, b'<html>Multi-Status</html>')]
+    assert not nova.deliver_batch(nconf, admin_context, batch)
+    assert {r.attempts for r in _pending(db)} == {1}
+    assert len(_pending(db)) == 2
+
+
+@pytest.mark.parametrize('code', [201, 202, 204])
+def test_any_2xx_code_of_a_207_is_acceptance(nconf, db, admin_context,
+                                             fake_nova, caplog, code):
+    """Another 2xx than 200 for an event (Nova notes 202 would suit its
+    asynchronous dispatch) is Nova taking it, not an unexpected code
+    worth a WARNING."""
+    batch, (event,) = _record(nconf, admin_context, db=db, count=1)
+    fake_nova.statuses = [_answer_207({event: code})]
+    with caplog.at_level(logging.WARNING, logger='cyborg.conductor.nova'):
+        assert nova.deliver_batch(nconf, admin_context, batch)
+    assert [r.getMessage() for r in caplog.records
+            if r.levelno >= logging.WARNING] == []
+    assert _pending(db) == []
+
+
+def test_a_207_s_answers_go_to_their_events_in_order(nconf, fake_nova):
+    """One request may hold an ARQ's "completed" and, after an unbind
+    and a failed bind for the same instance, its "failed": Nova answers
+    both with the same instance and tag, their status rewritten; each
+    answer goes to the event sent in its place."""
+    instance, arq = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+    events = [(instance, arq, 'completed'), (instance, arq, 'failed')]
+    sent = nova.payload(events)['events']
+    fake_nova.statuses = [(207, {}, {'events': [
+        dict(sent[0], code=200), dict(sent[1], code=500,
+                                      status='completed')]})]
+    assert nova.send(nconf, events).kept == {events[1]}
 
 
 # -- a request Nova refuses ---------------------------------------------------
@@ -351,6 +446,7 @@ def test_a_periodic_pass_goes_on_past_a_batch_nova_refuses(
     _refusing(fake_nova, bad_events)
     _age(db, 2)
     _age(db, 1, bad)        # the newest: in the pass's first POST
+    counted = _refused()
     nova.resend_due(nconf, admin_context)
     rows = _pending(db)
     assert [(r.batch_id, r.attempts) for r in rows] == [(bad, 1)]
@@ -361,6 +457,8 @@ def test_a_periodic_pass_goes_on_past_a_batch_nova_refuses(
     assert sorted(e['tag'] for e in fake_nova.events) == sorted(
         events[0][1] for batch, events in recorded if batch != bad)
     assert not nova.away(nconf)
+    # Kept, not dropped: not counted as refused.
+    assert _refused() == counted
 
 
 def test_a_pass_sends_batch_by_batch_within_its_posts(
