@@ -3,10 +3,12 @@
 It holds the digest the conductor stored for this host and the inventory
 that digest stands for, so that a restarted agent sends only what changed
 (often nothing) and a change made while the conductor was unreachable is
-sent when it comes back.  Writes are atomic (temp file, fsync, rename): a
-crash leaves either the old or the new record, never half of one.  A
-record that cannot be read, whatever the reason, is no record: the agent
-sends a full report, and keeps reporting, rather than stop on the file.
+sent when it comes back.  Writes are atomic (``files.write_json``: temp
+file, fsync, rename): a crash leaves either the old or the new record,
+never half of one, and the temporary file an agent killed mid-write left
+is removed when the next one starts.  A record that cannot be read,
+whatever the reason, is no record: the agent sends a full report, and
+keeps reporting, rather than stop on the file.
 """
 
 import json
@@ -14,6 +16,8 @@ import os
 
 from oslo_log import log as logging
 
+from cyborg.common import files
+from cyborg.common import said
 from cyborg.objects import inventory
 
 LOG = logging.getLogger(__name__)
@@ -26,13 +30,17 @@ def default_path(conf, host):
 
 
 class ReportCache:
+    """The record at ``path``; made once, as the agent starts (its
+    reporter's), which removes the temporary files an agent killed
+    mid-write left of it."""
 
     def __init__(self, path, hostname):
         self.path = path
         self.hostname = hostname
         # What was last wrong with the record, said once (every report
         # reads it).
-        self._unreadable = None
+        self._problems = said.Problems(LOG)
+        files.remove_leftovers(path)
 
     def load(self):
         """``(digest, [DriverDevice])`` last acknowledged, or ``(None,
@@ -52,11 +60,11 @@ class ReportCache:
                 raise ValueError('not a JSON object')
             if record.get('hostname') != self.hostname:
                 other = repr(record.get('hostname'))[:80]
-                self._say(f'host {other}', 'Ignoring the agent cache %s: '
-                          'it is the record of host %s, not of this host '
-                          '%r; the next report is a full one, and its '
-                          'record replaces that file.', self.path, other,
-                          self.hostname)
+                self._problems.say(
+                    f'host {other}', 'Ignoring the agent cache %s: it is '
+                    'the record of host %s, not of this host %r; the next '
+                    'report is a full one, and its record replaces that '
+                    'file.', self.path, other, self.hostname)
                 return None, None
             devices = [inventory.DriverDevice.from_dict(d)
                        for d in record['devices']]
@@ -71,37 +79,20 @@ class ReportCache:
             # Whatever the reason (a file nested too deep for the parser
             # raises RecursionError): the agent must keep reporting.
             problem = f'{type(exc).__name__}: {str(exc)[:200]}'
-            self._say(problem, 'Ignoring unreadable agent cache %s (%s); '
-                      'the next report is a full one.', self.path, problem)
+            self._problems.say(problem, 'Ignoring unreadable agent cache '
+                               '%s (%s); the next report is a full one.',
+                               self.path, problem)
             return None, None
-        self._unreadable = None
+        self._problems.solved()
         return found
 
-    def _say(self, problem, message, *args):
-        """Warn of ``problem`` with the record once, not at every read."""
-        if problem != self._unreadable:
-            LOG.warning(message, *args)
-        self._unreadable = problem
-
     def save(self, digest, devices):
-        record = {'hostname': self.hostname, 'digest': digest,
-                  'devices': [d.to_dict() for d in devices]}
-        directory = os.path.dirname(self.path) or '.'
-        os.makedirs(directory, exist_ok=True)
-        tmp = '%s.tmp.%d' % (self.path, os.getpid())
-        try:
-            with open(tmp, 'w') as f:
-                json.dump(record, f, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            # Leave no half-written file behind (a full disk).
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        """Write the record (its directory made if need be); raises
+        OSError when it cannot be, the record of before left as it
+        was."""
+        files.write_json(self.path, {
+            'hostname': self.hostname, 'digest': digest,
+            'devices': [d.to_dict() for d in devices]})
 
     def clear(self):
         """Forget the record (the next report is a full one); a record

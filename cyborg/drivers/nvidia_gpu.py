@@ -46,6 +46,7 @@ import re
 
 from oslo_log import log as logging
 
+from cyborg.common import said
 from cyborg.drivers import base, nvml_health, pci_health, sysfs
 from cyborg.objects import inventory
 
@@ -118,9 +119,9 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
         self._mig_devices = {}
         # What was logged, kept from one discovery to the next so that a
         # lasting problem is logged when it starts, changes and ends, not
-        # at every discovery: {PCI address: why NVML last could not read
-        # that GPU}, and the MIG GPUs reported as last discovered.
-        self._nvml_unread = {}
+        # at every discovery: why NVML last could not read each GPU (by
+        # PCI address), and the MIG GPUs reported as last discovered.
+        self._nvml_unread = said.Problems(LOG)
         self._mig_kept = set()
 
     def recall(self, devices):
@@ -170,7 +171,7 @@ class NvidiaGPUDriver(base.Driver, base.Partitionable, pci_health.PCIHealth):
             # read afresh.
             del self._mig_devices[address]
         for address in (set(self._nvml_unread) | self._mig_kept) - present:
-            self._nvml_unread.pop(address, None)
+            self._nvml_unread.solved(address)
             self._mig_kept.discard(address)
         return devices
 
@@ -337,11 +338,11 @@ class _Nvml:
         # NVML reports every failure as NVMLError (library missing, no
         # driver, not supported, GPU lost...).
         self._errors = (getattr(module, 'NVMLError', OSError), OSError)
-        # {PCI address: why NVML could not read that GPU}, the driver's,
-        # kept from one discovery to the next: a GPU NVML cannot read is
-        # logged when that starts, changes and ends, not at every
-        # discovery.
-        self._unread = {} if unread is None else unread
+        # Why NVML could not read each GPU (``said.Problems`` by PCI
+        # address), the driver's, kept from one discovery to the next: a
+        # GPU NVML cannot read is logged when that starts, changes and
+        # ends, not at every discovery.
+        self._unread = said.Problems(LOG) if unread is None else unread
 
     def __enter__(self):
         if self._module is not None:
@@ -370,7 +371,7 @@ class _Nvml:
         except self._errors as exc:
             self._cannot_read(address, exc)
             return None
-        why = self._unread.pop(address, None)
+        why = self._unread.solved(address)
         if why is not None:
             LOG.info('NVML reads GPU %s again (it could not: %s).',
                      address, why)
@@ -378,14 +379,12 @@ class _Nvml:
 
     def _cannot_read(self, address, exc):
         why = '%s: %s' % (type(exc).__name__, exc)
-        if self._unread.get(address) == why:
+        if not self._unread.say(
+                why, 'NVML cannot read GPU %s (%s): until it can, the GPU '
+                'is described from sysfs alone, or as last discovered if '
+                'it was in MIG mode.  Logged again when that changes.',
+                address, why, key=address):
             LOG.debug('NVML still cannot read GPU %s (%s).', address, why)
-            return
-        self._unread[address] = why
-        LOG.warning('NVML cannot read GPU %s (%s): until it can, the GPU '
-                    'is described from sysfs alone, or as last discovered '
-                    'if it was in MIG mode.  Logged again when that '
-                    'changes.', address, why)
 
     def _read(self, address):
         nvml = self._module

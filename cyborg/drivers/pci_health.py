@@ -51,6 +51,7 @@ from oslo_log import log as logging
 from cyborg.common import exception
 from cyborg.common import files
 from cyborg.common import metrics
+from cyborg.common import said
 from cyborg.common import states
 from cyborg.drivers import base
 from cyborg.objects import health
@@ -172,16 +173,20 @@ class HealthRecord:
     reported, and a function whose driver unbound meanwhile read well
     (never seen bound) and was re-admitted with no driver.
 
-    Writes are atomic (temporary file, fsync, rename), as the agent's
-    report cache's.  A record that cannot be read, whatever the reason,
-    or that another host or another boot wrote, is no record: the agent
-    starts from fresh baselines, as it did before it kept any.  A write
-    that fails is said once and tried again at the next check."""
+    Writes are atomic (``files.write_json``: temporary file, fsync,
+    rename), the state directory made if need be, as the agent's report
+    cache's; made once per driver as the agent's checks start, it
+    removes the temporary files an agent killed mid-write left.  A
+    record that cannot be read, whatever the reason, or that another
+    host or another boot wrote, is no record: the agent starts from
+    fresh baselines, as it did before it kept any.  A write that fails
+    is said once and tried again at the next check."""
 
     def __init__(self, path, host):
         self.path = path
         self.host = host
-        self._problem = None        # what was last wrong, said once
+        self._problems = said.Problems(LOG)  # what was last wrong
+        files.remove_leftovers(path)
 
     def load(self):
         """``(bound addresses, {counter key: value}, {(device key, AER
@@ -225,8 +230,6 @@ class HealthRecord:
                          and _count(value)],
             'aer': [[key, kind, counts, total] for (key, kind), (
                 counts, total) in sorted(aer.items())]}
-        # Into the agent's state directory as it is: the deployment
-        # makes it, and so does the agent's first report (its cache).
         try:
             files.write_json(self.path, record)
         except OSError as exc:
@@ -237,15 +240,12 @@ class HealthRecord:
                       'errors counted while it was down; trying again at '
                       'the next check.')
             return False
-        if self._problem is not None:
+        if self._problems.solved() is not None:
             LOG.info('Health record %s written again.', self.path)
-        self._problem = None
         return True
 
     def _say(self, problem, message):
-        if problem != self._problem:
-            LOG.warning(message, self.path, problem)
-        self._problem = problem
+        self._problems.say(problem, message, self.path, problem)
 
 
 def _parsed(record):

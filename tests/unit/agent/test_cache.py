@@ -1,13 +1,14 @@
 """The agent's on-disk record of the last acknowledged report: a record
 that cannot be read is no record, never an error."""
 
+import errno
 import json
-import os
 
 import pytest
 
 from cyborg.agent import cache as agent_cache
 from cyborg.objects import inventory
+from tests.fixtures.disks import full_disk  # noqa: F401
 
 HOST = 'compute-1'
 
@@ -100,15 +101,55 @@ def test_another_hosts_record_is_ignored_said_once(tmp_path, caplog):
         record.getMessage()
 
 
-def test_a_failed_save_leaves_the_old_record(tmp_path):
+def test_a_failed_save_leaves_the_old_record(
+        tmp_path, full_disk):  # noqa: F811
     path = tmp_path / 'agent.json'
     cache = agent_cache.ReportCache(str(path), HOST)
     cache.save(NONE, [])
-    # The record cannot be replaced (its temporary file cannot be made).
-    (tmp_path / ('agent.json.tmp.%d' % os.getpid())).mkdir()
-    with pytest.raises(OSError):
+    # The record cannot be replaced: its temporary file is on a full disk.
+    full_disk.fill('agent.json.tmp-')
+    with pytest.raises(OSError) as raised:
         cache.save(ONE, [_device()])
+    assert raised.value.errno == errno.ENOSPC
     assert cache.load() == (NONE, [])
+    assert [p.name for p in tmp_path.iterdir()] == ['agent.json']
+
+
+def test_the_directory_of_the_record_is_made(tmp_path):
+    path = tmp_path / 'state' / 'agent.json'
+    agent_cache.ReportCache(str(path), HOST).save(ONE, [_device()])
+    assert agent_cache.ReportCache(str(path), HOST).load() == (
+        ONE, [_device()])
+
+
+def test_temporary_files_left_by_a_killed_agent_are_removed(tmp_path,
+                                                            caplog):
+    """An agent killed in the middle of a save left its temporary file
+    next to the record, for ever (one more at each such death): the next
+    agent removes those of its record, named as this agent's writes name
+    them or as the agents before did (``.tmp.<pid>``), and nothing else:
+    not the record, not another record's, not an operator's copy, not a
+    directory."""
+    caplog.set_level('INFO', logger='cyborg.common.files')
+    path = tmp_path / 'agent.json'
+    agent_cache.ReportCache(str(path), HOST).save(ONE, [_device()])
+    left = ['agent.json.tmp.4242', 'agent.json.tmp-k3_x9q0z']
+    kept = ['agent.json.orig', 'agent.json.original', 'agent.json.tmp.',
+            'agent.json.tmp.42x', 'agent.json.tmp-k3_x9q0zz',
+            'agent.json.tmp-K3_X9Q0Z', 'agent.json.k3_x9q0z',
+            'other-agent.json.tmp-k3_x9q0z', 'xagent.json.tmp.4242',
+            'agent.jsonXtmp-k3_x9q0z', 'health-h.json.tmp-k3_x9q0z']
+    for name in left + kept:
+        (tmp_path / name).write_text('{"hostname": "comp')
+    (tmp_path / 'agent.json.dir_x9q0').mkdir()
+    cache = agent_cache.ReportCache(str(path), HOST)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ['agent.json', 'agent.json.dir_x9q0'] + kept)
+    assert cache.load() == (ONE, [_device()])
+    [record] = [r for r in caplog.records
+                if r.name == 'cyborg.common.files']
+    assert record.levelname == 'INFO'
+    assert ', '.join(sorted(left)) in record.getMessage()
 
 
 def test_a_record_that_cannot_be_removed_is_left(tmp_path):

@@ -2,7 +2,6 @@
 full first report, cheap unchanged reports, deltas, restart with the
 cache, a conductor outage, need_full."""
 
-import os
 import socket
 import threading
 import time
@@ -16,6 +15,7 @@ from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.drivers import fake
 from cyborg.drivers import loader
 from tests.fixtures import sysfs as fake_sysfs
+from tests.fixtures.disks import full_disk  # noqa: F401
 
 HOST = fake_sysfs.HOST
 QAT = 'compute-1_0000:3d:00.0'
@@ -161,16 +161,16 @@ def test_conductor_that_lost_track_gets_a_full_report(conf, host, conductor,
 
 
 def test_a_cache_that_cannot_be_written_costs_full_reports_only(
-        conf, host, conductor, tmp_path):
+        conf, host, conductor, full_disk):  # noqa: F811
     """An acknowledged report the agent cannot record (disk full,
     read-only) still is what the conductor knows: the health monitor
     watches its devices, and the next reports, based on the old record
     the conductor refuses, go in full until the record can be written."""
     reporter = _reporter(conf)
     reporter.report_now()
-    # The record cannot be replaced: its temporary file cannot be made.
-    blocker = tmp_path / 'state' / f'agent-{HOST}.json.tmp.{os.getpid()}'
-    blocker.mkdir()
+    # The record cannot be replaced: its temporary file is on a full
+    # disk.
+    full_disk.fill(f'agent-{HOST}.json.tmp-')
     host.add_vfs('0000:3f:00.0', ['0000:3f:01.0'], device='37c9')
     reply = reporter.report_now()
     assert reply['need_full'] is False
@@ -182,7 +182,7 @@ def test_a_cache_that_cannot_be_written_costs_full_reports_only(
         assert reply['need_full'] is False
         assert reporter.last_report['full'] is True
         assert reporter.reports_acknowledged == acknowledged + 1
-    blocker.rmdir()
+    full_disk.free()
     reporter.report_now()               # recorded at last
     reporter.report_now()
     assert reporter.last_report['full'] is False

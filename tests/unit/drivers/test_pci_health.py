@@ -432,14 +432,65 @@ def test_a_record_of_another_boot_host_or_unreadable_is_none(
 
 def test_a_record_that_cannot_be_written_is_said_once(
         conf, tmp_path, caplog):
-    """The checks go on without a record (a state directory that is not
-    there yet, or read-only): said once, not at every check."""
+    """The checks go on without a record (a state directory that cannot
+    be made, here under a file; or read-only): said once, not at every
+    check, and once more when it is written again."""
+    caplog.set_level('INFO', logger='cyborg.drivers.pci_health')
     tree, driver, devices = _vf_host(conf, tmp_path, driver='mlx5_core')
-    conf.set_override('state_path', str(tmp_path / 'missing'))
+    (tmp_path / 'file').write_text('')
+    conf.set_override('state_path', str(tmp_path / 'file' / 'state'))
     for address in ('0000:e3:00.2', '0000:e3:00.3'):
         tree.set_driver(address, None)
         _check_devices(driver, devices)
-    warnings = [r for r in caplog.records
+    said = [(r.levelname, r.getMessage()) for r in caplog.records
+            if 'Cannot write the health record' in r.getMessage()]
+    assert len(said) == 1
+    assert said[0][0] == 'WARNING'
+    assert '(Not a directory)' in said[0][1]
+    caplog.clear()
+    (tmp_path / 'file').unlink()
+    _check_devices(driver, devices)
+    _check_devices(driver, devices)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records
+            if 'ealth record' in r.getMessage()] == [
+        ('INFO', f'Health record {tmp_path}/file/state/'
+                 f'health-pci_driver-h.json written again.')]
+
+
+def test_the_state_directory_of_a_fresh_host_is_made(conf, tmp_path,
+                                                     caplog):
+    """The health checks may write their record before the agent's first
+    report has made the state directory (its cache): they make it, the
+    first write is not lost."""
+    tree, driver, devices = _vf_host(conf, tmp_path, driver='mlx5_core')
+    conf.set_override('state_path', str(tmp_path / 'fresh' / 'state'))
+    _check_devices(driver, devices)
+    record = tmp_path / 'fresh' / 'state' / 'health-pci_driver-h.json'
+    assert json.loads(record.read_text())['bound'] == [
+        '0000:e3:00.2', '0000:e3:00.3']
+    assert not [r for r in caplog.records
                 if 'Cannot write the health record' in r.getMessage()]
-    assert len(warnings) == 1
-    assert not (tmp_path / 'missing').exists()
+
+
+def test_temporary_files_left_by_a_killed_agent_are_removed(
+        conf, tmp_path, state_dir, caplog):
+    """An agent killed in the middle of a write of its health record
+    left the temporary file next to it, for ever: the checks of the next
+    agent remove those of their record, and nothing else."""
+    caplog.set_level('INFO', logger='cyborg.common.files')
+    tree, driver, devices = _vf_host(conf, tmp_path, driver='mlx5_core')
+    conf.set_override('state_path', str(state_dir))
+    left = ['health-pci_driver-h.json.tmp-ab_1cd2e',
+            'health-pci_driver-h.json.tmp.31337']
+    kept = ['health-pci_driver-h.json.bak',
+            'health-pci_driver-h.json.original',
+            'health-nvidia_gpu_driver-h.json.tmp-ab_1cd2e',
+            'agent-h.json.tmp-ab_1cd2e']
+    for name in left + kept:
+        (state_dir / name).write_text('{"host": ')
+    _check_devices(driver, devices)
+    assert sorted(p.name for p in state_dir.iterdir()) == sorted(
+        kept + ['health-pci_driver-h.json'])
+    [record] = [r for r in caplog.records
+                if r.name == 'cyborg.common.files']
+    assert ', '.join(sorted(left)) in record.getMessage()
