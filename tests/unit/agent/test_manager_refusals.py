@@ -5,7 +5,6 @@ on fake sysfs trees, privileged calls in process."""
 
 import base64
 import os
-import tempfile
 import uuid
 
 import pytest
@@ -21,6 +20,7 @@ from tests.unit.agent.test_manager import _manager, _refused
 from tests.unit.conductor.test_programming import (  # noqa: F401
     HOST, OLD_TRAIT, _health, _provider, ctx, device, glance, pconf,
     placement_url)
+from tests.fixtures.disks import full_disk  # noqa: F401
 
 
 @pytest.fixture
@@ -93,24 +93,6 @@ def test_an_mdev_uuid_is_checked_before_it_is_looked_up(
                                  f'../../../../devices/{uuid.uuid4()}')
 
 
-@pytest.fixture
-def full_disk(monkeypatch):
-    """Bitstream files the agent makes sit on a full disk: writing them
-    fails with ENOSPC (from the kernel: /dev/full)."""
-    real_mkstemp = tempfile.mkstemp
-    full = os.open('/dev/full', os.O_WRONLY)
-
-    def on_a_full_disk(*args, **kwargs):
-        fd, path = real_mkstemp(*args, **kwargs)
-        if kwargs.get('prefix') == agent_manager._BITSTREAM_PREFIX:
-            os.dup2(full, fd)
-        return fd, path
-
-    monkeypatch.setattr(agent_manager.tempfile, 'mkstemp', on_a_full_disk)
-    yield
-    os.close(full)
-
-
 class _Recording(fake.FakeDriver):
     def __init__(self, *args):
         super().__init__(*args)
@@ -123,9 +105,10 @@ class _Recording(fake.FakeDriver):
 
 
 def test_a_bitstream_that_cannot_be_written_is_a_refusal(
-        conf, tmp_path, admin_context, full_disk):
+        conf, tmp_path, admin_context, full_disk):  # noqa: F811
     """A full disk raised OSError: a failure (500), which the conductor
     takes for a tool that may have run, taking the card out."""
+    full_disk.fill(agent_manager._BITSTREAM_PREFIX)
     manager, _tree, requests = _manager(conf, tmp_path)
     driver = manager.drivers['fake_driver'] = _Recording(conf, 'h')
     with _refused(exception.Conflict,
@@ -162,6 +145,7 @@ def test_the_conductor_reads_a_full_agent_disk_as_nothing_ran(
         pconf, ctx, db, device, glance, full_disk):  # noqa: F811
     """The card is as it was: no unknown outcome, not taken out, its
     function trait kept."""
+    full_disk.fill(agent_manager._BITSTREAM_PREFIX)
     driver = _Recording(pconf, HOST)
     with seed.agent_endpoint(pconf, HOST, {'fake_driver': driver}):
         image = glance.add_image(b'written' * 10)

@@ -1,13 +1,12 @@
 import json
 import os
 import re
-import tempfile
 
 import pytest
 
 from cyborg.common import exception
-from cyborg.common import files
 from cyborg.drivers import loader
+from tests.fixtures.disks import full_disk  # noqa: F401
 
 
 # What the tool is given for the bitstream: the privileged helper's open
@@ -214,10 +213,10 @@ def test_a_programming_whose_record_cannot_be_written_still_succeeds(
     image = _image(conf)
     driver.program('0000:d8:00.0', image, 'img-1')
 
-    def full_disk(self, *args):
+    def save_on_a_full_disk(self, *args):
         raise OSError(28, 'No space left on device')
 
-    monkeypatch.setattr(fpga.BitstreamRecord, 'save', full_disk)
+    monkeypatch.setattr(fpga.BitstreamRecord, 'save', save_on_a_full_disk)
     driver.program('0000:d8:00.0', image, 'img-2')
     assert {dep.name: dep.bitstream_id for dev in driver.discover()
             for dep in dev.deployables}['h_0000:d8:00.0'] == 'img-2'
@@ -279,7 +278,8 @@ def test_a_privileged_helper_that_dies_leaves_the_image_unknown(
 
 
 def test_a_record_that_cannot_be_cleared_programs_nothing(
-        conf, scenario, in_process_privsep, fake_tools, monkeypatch):
+        conf, scenario, in_process_privsep, fake_tools,
+        full_disk):  # noqa: F811
     """Without the record cleared on disk, a tool that then failed or an
     agent killed mid-write would leave the image of before reported: the
     agent refuses (the conductor's "nothing ran": the card as it was),
@@ -289,21 +289,11 @@ def test_a_record_that_cannot_be_cleared_programs_nothing(
     image = _image(conf)
     driver.program('0000:d8:00.0', image, 'img-1')
     fake_tools.unlink()
-    real_mkstemp = tempfile.mkstemp
-    full = os.open('/dev/full', os.O_WRONLY)
-
-    def on_a_full_disk(*args, **kwargs):
-        fd, path = real_mkstemp(*args, **kwargs)
-        os.dup2(full, fd)           # its writes: ENOSPC, from the kernel
-        return fd, path
-
-    monkeypatch.setattr(files.tempfile, 'mkstemp', on_a_full_disk)
-    try:
-        with pytest.raises(exception.Conflict,
-                           match='No space left.*card was not touched'):
-            driver.program('0000:d8:00.0', image, 'img-2')
-    finally:
-        os.close(full)
+    full_disk.fill('fpga-intel_fpga_driver-h.json.')
+    with pytest.raises(exception.Conflict,
+                       match='No space left.*card was not touched'):
+        driver.program('0000:d8:00.0', image, 'img-2')
+    full_disk.free()
     assert not fake_tools.exists()
     assert _reported(driver)['h_0000:d8:00.0'] == 'img-1'
     assert sorted(os.listdir(conf.state_path)) == [
