@@ -9,6 +9,7 @@ collide on a unique key instead of creating duplicates.
 
 import sqlalchemy as sa
 from sqlalchemy import orm
+from sqlalchemy.dialects import mysql
 
 from cyborg.common import states
 from cyborg.db.api import clock as clock_db
@@ -28,12 +29,49 @@ NAME = sa.String(255)
 # A NAME compared exactly, as SQLite and PostgreSQL compare every string:
 # MariaDB's and MySQL's default collations ignore case (and accents), so
 # there ``?name=FPGA-SMALL`` found the profile ``fpga-small`` and a
-# profile ``FPGA-SMALL`` could not be made beside it.  Both still ignore
-# trailing spaces (PAD SPACE): readers by name check the name they got.
-# Host names too: ``Compute-1`` and ``compute-1`` are two hosts.
+# profile ``FPGA-SMALL`` could not be made beside it.  Host names too:
+# ``Compute-1`` and ``compute-1`` are two hosts.  On MariaDB (10.2 and
+# later) the collation is NO PAD as well, ``utf8mb4_nopad_bin``: ``k``
+# and ``k `` are two attribute keys.  MySQL's, ``utf8mb4_bin``, is PAD
+# SPACE: it ignores trailing spaces, so there the two are one (a unique
+# key holds one of them) and readers by name check the name they got.
+# ``exact_collation`` chooses by the server a connection found.  The
+# exact-name migrations gave EXACT_COLLATION on both; 6b2d8f4e1c07 moves
+# MariaDB's columns on to NO PAD.
 EXACT_COLLATION = 'utf8mb4_bin'
-EXACT_NAME = NAME.with_variant(sa.String(255, collation=EXACT_COLLATION),
-                               'mysql', 'mariadb')
+EXACT_COLLATION_MARIADB = 'utf8mb4_nopad_bin'
+
+
+def exact_collation(dialect):
+    """The collation of EXACT_NAME columns on a MariaDB or MySQL
+    ``dialect`` (one that has connected: only then does it know which
+    server it talks to)."""
+    if dialect.is_mariadb:
+        return EXACT_COLLATION_MARIADB
+    return EXACT_COLLATION
+
+
+class _ExactName(sa.types.TypeDecorator):
+    """NAME, in ``exact_collation`` on MariaDB and MySQL."""
+
+    impl = NAME
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect):
+        if dialect.name in ('mysql', 'mariadb'):
+            return dialect.type_descriptor(sa.String(
+                NAME.length, collation=exact_collation(dialect)))
+        return dialect.type_descriptor(NAME)
+
+
+EXACT_NAME = _ExactName()
+# Every timestamp column: MariaDB's and MySQL's DATETIME keeps whole
+# seconds unless asked for a fraction, where PostgreSQL and SQLite keep
+# microseconds.  Cut to seconds, two changes within one second shared an
+# export's pool generation, and health and programming timers moved by up
+# to a second.  Migrations adding a timestamp column use it too.
+DATETIME = sa.DateTime().with_variant(mysql.DATETIME(fsp=6),
+                                      'mysql', 'mariadb')
 # What a TEXT column holds on MariaDB and MySQL: 65535 bytes (of UTF-8).
 # PostgreSQL and SQLite hold more; what cyborg accepts for one (report
 # values, profile groups, attribute values) is bounded by this, so that
@@ -50,8 +88,8 @@ class Base(orm.DeclarativeBase):
     """Every table has an integer id and created/updated timestamps."""
 
     id = sa.Column(sa.Integer, primary_key=True, autoincrement=True)
-    created_at = sa.Column(sa.DateTime, default=_now, nullable=True)
-    updated_at = sa.Column(sa.DateTime, onupdate=_now, nullable=True)
+    created_at = sa.Column(DATETIME, default=_now, nullable=True)
+    updated_at = sa.Column(DATETIME, onupdate=_now, nullable=True)
 
     def as_dict(self):
         return {c.name: getattr(self, c.name) for c in self.__table__.columns}
@@ -79,7 +117,7 @@ class Host(Base):
     # it (cyborg.db.api.hosts.update).
     sync_serial = sa.Column(sa.Integer, nullable=False, default=0,
                             server_default='0')
-    last_report_at = sa.Column(sa.DateTime, nullable=True)
+    last_report_at = sa.Column(DATETIME, nullable=True)
 
 
 class HealthColumns:
@@ -97,13 +135,13 @@ class HealthColumns:
                        default=states.HEALTHY,
                        server_default=states.HEALTHY)
     health_reason = sa.Column(sa.Text, nullable=True)
-    health_updated_at = sa.Column(sa.DateTime, nullable=True)
+    health_updated_at = sa.Column(DATETIME, nullable=True)
     health_faults = sa.Column(sa.Integer, nullable=False, default=0,
                               server_default='0')
     health_flaps = sa.Column(sa.Integer, nullable=False, default=0,
                              server_default='0')
-    health_due_at = sa.Column(sa.DateTime, nullable=True)
-    health_readmitted_at = sa.Column(sa.DateTime, nullable=True)
+    health_due_at = sa.Column(DATETIME, nullable=True)
+    health_readmitted_at = sa.Column(DATETIME, nullable=True)
 
 
 class Device(HealthColumns, Base):
@@ -177,7 +215,7 @@ class Deployable(HealthColumns, Base):
     # which that must have ended; reserved = total meanwhile.  Still set
     # after it: its conductor died mid-programming (what the card holds is
     # unknown; cyborg.conductor.programming.take_out_overdue).
-    programming_until = sa.Column(sa.DateTime, nullable=True)
+    programming_until = sa.Column(DATETIME, nullable=True)
 
 
 class Attribute(Base):
@@ -323,7 +361,7 @@ class ExtARQ(Base):
     # conductor ([DEFAULT]host) carrying the bind through (a restarted one
     # fails its own leftovers at once), and why a bind (BindFailed) or an
     # unbind (UnbindFailed) failed.
-    bind_started_at = sa.Column(sa.DateTime, nullable=True)
+    bind_started_at = sa.Column(DATETIME, nullable=True)
     bind_owner = sa.Column(NAME, nullable=True)
     bind_failure_reason = sa.Column(sa.Text, nullable=True)
     # Ours: the bind (its batch) an ARQ in BindStarted or Bound belongs
@@ -415,7 +453,7 @@ class NovaEvent(Base):
     status = sa.Column(sa.Enum('completed', 'failed',
                                name='nova_event_status'), nullable=False)
     attempts = sa.Column(sa.Integer, nullable=False, default=0)
-    next_attempt_at = sa.Column(sa.DateTime, nullable=True)
+    next_attempt_at = sa.Column(DATETIME, nullable=True)
     # The conductor ([DEFAULT]host) that recorded it and delivers its
     # batch; restarted, it re-sends its own batches at once.
     owner = sa.Column(NAME, nullable=True)
@@ -435,8 +473,9 @@ class QuotaLock(Base):
 
     project_id = sa.Column(EXACT_NAME, nullable=False)
     # Moved on by every lock (cyborg.db.api.quotas.lock_project): a write
-    # that changes nothing (updated_at holds whole seconds) sends Galera
-    # no write set, and creates on two nodes then both passed a limit.
+    # that changes nothing (updated_at alone, which held whole seconds on
+    # MariaDB before migration 6b2d8f4e1c07) sends Galera no write set,
+    # and creates on two nodes then both passed a limit.
     generation = sa.Column(sa.BigInteger, nullable=False, default=0,
                            server_default='0')
 

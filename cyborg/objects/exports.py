@@ -104,14 +104,14 @@ _MICROSECOND = datetime.timedelta(microseconds=1)
 def _generation(rows, host_changed_at):
     """The newest of the rows' timestamps and ``host_changed_at`` (its
     last report or other change of the host's row), in whole
-    microseconds since the epoch (exact integer arithmetic): PostgreSQL
-    and SQLite keep the microseconds of a change, so two changes within
-    one second still give two generations there; MariaDB and MySQL keep
-    whole seconds (DATETIME without a fraction), so there it moves once
-    a second at most.  A row deleted does not move it, unless the
-    deletion moves the host's row: an attribute deleted marks its host
-    unsynced, which does; a gone deployable's clean-up does not, but its
-    units were not offered any more (doc/source/exports.rst)."""
+    microseconds since the epoch (exact integer arithmetic): every
+    database keeps the microseconds of a change (MariaDB and MySQL since
+    migration 6b2d8f4e1c07, ``models.DATETIME``), so two changes within
+    one second give two generations.  A row deleted does not move it,
+    unless the deletion moves the host's row: an attribute deleted marks
+    its host unsynced, which does; a gone deployable's clean-up does
+    not, but its units were not offered any more
+    (doc/source/exports.rst)."""
     stamps = [row.get(column) for table in rows.values() for row in table
               for column in ('created_at', 'updated_at')]
     stamps.append(host_changed_at)

@@ -52,7 +52,7 @@ def test_mysql_column_collations_match_the_models():
             engine.dispose()
     assert columns == {key: expected[key] for key in columns}
     exact = {key for key, collation in columns.items()
-             if collation == 'utf8mb4_bin'}
+             if collation == models.EXACT_COLLATION_MARIADB}
     assert exact == {('device_profiles', 'name'),
                      ('device_profiles', 'project_id'),
                      ('device_profile_projects', 'project_id'),
