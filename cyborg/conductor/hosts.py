@@ -68,7 +68,7 @@ def forget(conf, context, hostname):
     reports or something holds its devices; 409 or 503 when Placement
     kept providers (the rows are gone then: forget it again)."""
     host = host_db.get(context, hostname)
-    # MariaDB ignores trailing spaces even in a binary collation.
+    # MySQL's binary collation (PAD SPACE) ignores trailing spaces.
     if host is None or host['hostname'] != hostname:
         raise exception.NotFound(
             message=f'No host {hostname!r} is known to cyborg '

@@ -75,9 +75,10 @@ def one(context, model, **filters):
 
 def _exactly(row, given):
     """Whether ``row`` holds exactly the strings it was found by.
-    MariaDB's and MySQL's collations ignore trailing spaces, binary ones
-    too ('p ' = 'p'), and case but for ``EXACT_NAME`` columns: a row read
-    by one name (a DELETE by name) is the one named, on every engine."""
+    MySQL's collations ignore trailing spaces, binary ones too
+    ('p ' = 'p'), as MariaDB's do but for ``EXACT_NAME`` columns (NO
+    PAD there), and both ignore case but for those: a row read by one
+    name (a DELETE by name) is the one named, on every engine."""
     values = row._mapping
     return all(values[column] == value for column, value in given.items()
                if isinstance(value, str) and column in values)

@@ -120,8 +120,9 @@ def _one(context, whole, uuid, name, visible_to):
         key: value for key, value in params.items()
         if value is not None}).first()
     if row is not None and name is not None and row.name != name:
-        # MariaDB's and MySQL's collations, binary ones too, ignore
-        # trailing spaces ('p ' = 'p'): a name is exact on every engine.
+        # MySQL's collations, binary ones too, ignore trailing spaces
+        # ('p ' = 'p'; MariaDB's EXACT_NAME, NO PAD, does not): a name
+        # is exact on every engine.
         return None
     return row
 
