@@ -12,6 +12,7 @@ alembic.ini has to be found on disk.
 
 from importlib import metadata
 import os
+import re
 import sys
 
 from alembic import command as alembic_command
@@ -19,6 +20,8 @@ from alembic import config as alembic_config
 from alembic import migration as alembic_migration
 from alembic import op
 from alembic import script as alembic_script
+from alembic import util as alembic_util
+from alembic.script import revision as alembic_revision
 import sqlalchemy as sa
 
 from cyborg.db import models
@@ -161,13 +164,41 @@ def check_upgrade(current, target):
             'before the upgrade)' % current)
     if target in ('head', 'heads', current):
         return
-    if target == 'base' or any(
-            script.revision == target
-            for script in _scripts().iterate_revisions(current, 'base')):
+    named = _named(target, current)
+    if named == 'base' or any(
+            script.revision == named
+            for script in _scripts().iterate_revisions(current, 'base')
+            if script.revision != current):
         raise UpgradeRefused(
             'the database is at schema revision %s, newer than %s: '
             'downgrades are not supported: restore the backup taken '
             'before the upgrade' % (current, target))
+
+
+def _named(target, current):
+    """The revision ``target`` names as alembic reads it: a full id, a
+    unique start of one (``2967``), or one relative to another or to
+    ``current`` (``head-1``, ``-2``, ``d4b8+1``); ``base`` before the
+    first.  ``target`` itself where alembic cannot resolve it (it says
+    why when it runs)."""
+    scripts = _scripts()
+    relative = re.fullmatch(r'(.*?)([-+][0-9]+)', target)
+    try:
+        named = scripts.get_revision(
+            (relative.group(1) or current) if relative else target)
+        if not relative:
+            return 'base' if named is None else named.revision
+        # Oldest first: the history is one line (base is before it).
+        order = [script.revision
+                 for script in scripts.walk_revisions()][::-1]
+        at = -1 if named is None else order.index(named.revision)
+    except (alembic_util.CommandError, alembic_revision.RevisionError,
+            ValueError):
+        return target
+    at += int(relative.group(2))
+    if at < 0:
+        return 'base'
+    return order[at] if at < len(order) else target
 
 
 def stamp(conf_or_url, revision='head'):
