@@ -3,7 +3,10 @@
 Operators' automation (and Ceilometer-style consumers) read them from the
 notification topics configured in ``[oslo_messaging_notifications]``
 (``driver = messagingv2``, ``topics``, ``transport_url``); with no driver
-configured nothing is sent and nothing is built.
+configured, or only ``noop``, nothing is sent and nothing is built.  A
+``transport_url`` of their own that cannot work is a configuration error
+at start (``check_transport_url``, through ``cyborg.common.service``),
+not a failure at the first notification.
 
 Format: like the other OpenStack services' versioned notifications, the
 payload is a versioned object primitive::
@@ -42,6 +45,7 @@ import os
 import threading
 
 import oslo_messaging as messaging
+from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_messaging import transport as messaging_transport
 from oslo_serialization import jsonutils
@@ -85,6 +89,11 @@ WARN = 'warn'
 ERROR = 'error'
 SAMPLE = 'sample'        # telemetry: usage figures, not state changes
 
+# oslo.messaging's group of notification options, and the driver of it
+# that sends nothing.
+GROUP = 'oslo_messaging_notifications'
+NOOP_DRIVER = 'noop'
+
 _NOTIFIERS = {}
 _LOCK = threading.Lock()
 
@@ -121,14 +130,13 @@ class _Serializer(messaging.NoOpSerializer):
 
 def get_notifier(conf, process, host):
     """The notifier of this process, or None when notifications are off
-    (no ``[oslo_messaging_notifications]driver``)."""
+    (no ``[oslo_messaging_notifications]driver`` but ``noop``)."""
     key = (id(conf), process, host)
     with _LOCK:
         if key not in _NOTIFIERS:
             notifier = None
-            if conf.oslo_messaging_notifications.driver:
-                transport = _Transport(
-                    messaging.get_notification_transport(conf))
+            if _drivers_on(conf):
+                transport = _Transport(_notification_transport(conf))
                 notifier = messaging.Notifier(
                     transport, publisher_id=f'cyborg-{process}:{host}',
                     serializer=_Serializer(), retry=_retry(conf))
@@ -136,6 +144,47 @@ def get_notifier(conf, process, host):
                     notifier = None
             _NOTIFIERS[key] = notifier
         return _NOTIFIERS[key]
+
+
+def _drivers_on(conf):
+    """Whether ``[oslo_messaging_notifications]driver`` names a driver
+    that sends (any but ``noop``; ``driver =`` names none): only then is
+    a transport made."""
+    return any(name not in ('', NOOP_DRIVER) for name in conf[GROUP].driver)
+
+
+def _notification_transport(conf):
+    """oslo.messaging's notification transport of ``conf``; raises one of
+    ``rpc.TRANSPORT_URL_ERRORS`` when its URL cannot work.  As for the RPC
+    transport (``rpc.get_transport``), the import error of a driver's
+    module that stevedore lets through (kafka:// without confluent_kafka)
+    is said as the driver failing to load."""
+    try:
+        return messaging.get_notification_transport(conf)
+    except ImportError as exc:
+        driver = messaging.TransportURL.parse(
+            conf, conf[GROUP].transport_url or conf.transport_url).transport
+        raise messaging.DriverLoadFailure(driver, exc) from exc
+
+
+def own_transport_url(conf):
+    """``[oslo_messaging_notifications]transport_url`` where notifications
+    are on and go to a broker of their own; None where they are off or go
+    to ``[DEFAULT]transport_url``'s."""
+    _register(conf)
+    if not _drivers_on(conf):
+        return None
+    return conf[GROUP].transport_url or None
+
+
+def check_transport_url(conf):
+    """Raise one of ``rpc.TRANSPORT_URL_ERRORS`` when ``own_transport_url``
+    cannot work: a driver that is not installed, or that needs a library
+    that is not, a URL oslo.messaging cannot read.  The transport made to
+    find out is dropped: loading its driver connects to nothing, and the
+    notifier makes its own at the first notification."""
+    if own_transport_url(conf):
+        _notification_transport(conf).cleanup()
 
 
 def enabled(conf, process='conductor', host=None):
@@ -321,8 +370,12 @@ class Outbox:
 def _register(conf):
     # The [oslo_messaging_notifications] options are registered by
     # oslo.messaging when a transport or notifier is made; make sure they
-    # exist before we read them.
+    # exist before we read them, without making a transport (of a URL
+    # that may not work).
     try:
-        conf.oslo_messaging_notifications.driver
-    except Exception:
-        messaging.get_notification_transport(conf)
+        conf[GROUP].driver
+    except cfg.NoSuchOptError:
+        import oslo_messaging.opts
+        for group, opts in oslo_messaging.opts.list_opts():
+            if group == GROUP:
+                conf.register_opts(opts, group=group)

@@ -27,7 +27,8 @@ options (``[DEFAULT]debug`` and ``log_config_append``, oslo.log's).
 Configuration: every option's value is checked at start
 (``check_all_values``), the libraries' included, so that a bad one is
 the one line and exit status 2 of ``config_error``, never a traceback
-later on.
+later on; so is a message broker URL that cannot work
+(``check_transport_url``).
 """
 
 import contextlib
@@ -42,7 +43,9 @@ import signal
 import sys
 import threading
 import time
+import urllib.parse
 
+import oslo_messaging as messaging
 from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_log import versionutils
@@ -50,6 +53,7 @@ from oslo_log import versionutils
 import cyborg.conf
 from cyborg import version
 from cyborg.common import exception
+from cyborg.common import notify
 from cyborg.common import rpc
 from cyborg.conf import default as default_conf
 
@@ -285,14 +289,39 @@ def config_error_line(prog, problem):
 # before the one line of ``check_transport_url``).
 _DRIVER_LOGGER = 'stevedore.named'
 
+# The options naming a message broker, as (group, name): the RPC one,
+# and the one notifications go to where it is set (``notify``).
+RPC_URL = ('DEFAULT', 'transport_url')
+NOTIFICATIONS_URL = (notify.GROUP, 'transport_url')
+
+# What else making a transport raises for a URL that cannot work: a
+# query naming no option of its driver (``?pool=1``).
+_URL_ERRORS = rpc.TRANSPORT_URL_ERRORS + (cfg.NoSuchOptError,)
+
+# A port of a host of a transport URL: 0 too, which the rabbit driver
+# takes for its default port (a configuration that works is not
+# refused).
+_PORTS = range(0, 65536)
+
+# The options of oslo.messaging's rabbit driver that it checks against
+# each other as it loads: a pool's size at least its minimum.
+_RABBIT_DRIVERS = ('rabbit', 'kombu')
+_POOL_SIZE = 'rpc_conn_pool_size'
+_POOL_MIN_SIZE = 'conn_pool_min_size'
+# Where oslo.config says an option's value was left to its default.
+_DEFAULTED = (cfg.Locations.opt_default, cfg.Locations.set_default)
+
 
 def check_transport_url(conf, prog):
     """Exit with ``config_error``'s one line when ``[DEFAULT]
-    transport_url`` cannot work (``rpc.check_transport_url``): a driver
-    that is not installed, or that needs a library that is not, a URL
-    oslo.messaging cannot read.  Otherwise a service would find it out
-    only as its RPC server is made (status 1, "cannot start") and the API
-    at every write.  Nothing connects to the broker here: one that is
+    transport_url``, or the ``[oslo_messaging_notifications]
+    transport_url`` notifications go to, cannot work
+    (``transport_url_problem``): a driver that is not installed, or that
+    needs a library that is not, a URL oslo.messaging cannot read, a
+    port out of range, driver options it refuses.  Otherwise a service
+    would find it out only as its RPC server is made (status 1, "cannot
+    start") or as it connects, the API at every write, and notifications
+    at the first one.  Nothing connects to the broker here: one that is
     away is still waited for."""
     problem = transport_url_problem(conf)
     if problem:
@@ -300,14 +329,109 @@ def check_transport_url(conf, prog):
 
 
 def transport_url_problem(conf):
-    """Why ``[DEFAULT]transport_url`` cannot work, or None (see
-    ``check_transport_url``)."""
+    """Why ``[DEFAULT]transport_url`` (``rpc.check_transport_url``) or,
+    where notifications are on and go to a broker of their own,
+    ``[oslo_messaging_notifications]transport_url``
+    (``notify.check_transport_url``) cannot work; None when both can
+    (see ``check_transport_url``)."""
+    problem = _transport_problem(conf, RPC_URL, rpc.check_transport_url)
+    if problem is None and notify.own_transport_url(conf):
+        problem = _transport_problem(conf, NOTIFICATIONS_URL,
+                                     notify.check_transport_url)
+    return problem
+
+
+def _transport_problem(conf, option, check):
+    """Why the URL of ``option`` cannot work, or None; ``check(conf)``
+    makes its transport (which registers the option) and drops it."""
     try:
         with untold(conf, _DRIVER_LOGGER):
-            rpc.check_transport_url(conf)
-    except rpc.TRANSPORT_URL_ERRORS as exc:
-        return '[DEFAULT]transport_url: %s' % exception.first_line(exc)
+            check(conf)
+    except _URL_ERRORS as exc:
+        return (_port_problem(conf, option)
+                or _pool_problem(conf, option, exc)
+                or '%s: %s' % (_label(option), exception.first_line(exc)))
+    return _port_problem(conf, option)
+
+
+def _label(option):
+    return '[%s]%s' % option
+
+
+def _url(conf, option):
+    """The value of ``option``; None where it is not registered (a
+    transport made beforehand, on another ConfigOpts: ``rpc``'s check
+    then makes none)."""
+    group, name = option
+    try:
+        return (conf if group == 'DEFAULT' else conf[group])[name]
+    except cfg.NoSuchOptError:
+        return None
+
+
+def _port_problem(conf, option):
+    """The first host of ``option``'s URL whose port is not a number from
+    0 to 65535.  oslo.messaging takes any integer (99999 fails only as
+    the first connection is made, "Port out of range"; 0 is 5672 to its
+    rabbit driver) and says of one that is not an integer only int()'s
+    "invalid literal".  What else it cannot read it says itself."""
+    url = _url(conf, option)
+    try:
+        hosts = urllib.parse.urlsplit(url).netloc.split(',') if url else ()
+    except ValueError:
+        return None
+    for host in hosts:
+        # As oslo.messaging splits them (oslo_utils.netutils
+        # .parse_host_port), credentials first.
+        address = host.rsplit('@', 1)[-1]
+        if address.startswith('['):
+            name, _bracket, port = address[1:].partition(']')
+            if not port.startswith(':'):
+                continue
+            port = port[1:]
+        elif address.count(':') == 1:
+            name, port = address.split(':')
+        else:
+            continue
+        if not (port.isascii() and port.isdigit() and int(port) in _PORTS):
+            return '%s: host %s has port %r, not a number from %d to %d' % (
+                _label(option), name, port, _PORTS[0], _PORTS[-1])
     return None
+
+
+def _pool_problem(conf, option, exc):
+    """oslo.messaging's rabbit driver refuses a connection pool whose size
+    (``rpc_conn_pool_size``) is less than its minimum
+    (``conn_pool_min_size``) as it loads, which oslo.messaging then says
+    as the driver failing to load: say it of the option that is wrong,
+    in ``[oslo_messaging_rabbit]`` or the URL's query (whose options win),
+    the other beside it."""
+    if not (isinstance(exc, messaging.DriverLoadFailure)
+            and exc.driver.split('+')[0] in _RABBIT_DRIVERS
+            and rpc.RABBIT_GROUP in conf):
+        return None
+    query = messaging.TransportURL.parse(conf, _url(conf, option)).query
+    (size_label, size, size_set), (min_label, minimum, min_set) = [
+        _pool_option(conf, option, query, name)
+        for name in (_POOL_SIZE, _POOL_MIN_SIZE)]
+    if size >= minimum:
+        return None
+    if min_set and not size_set:
+        return '%s: %d must be less than or equal to %s: %d' % (
+            min_label, minimum, size_label, size)
+    return '%s: %d must be greater than or equal to %s: %d' % (
+        size_label, size, min_label, minimum)
+
+
+def _pool_option(conf, option, query, name):
+    """(where the value comes from, the value, whether it was set rather
+    than left to its default) of the rabbit driver's option ``name``."""
+    if name in query:
+        # The driver has already read it as its option's type.
+        return "%s's %s" % (_label(option), name), int(query[name]), True
+    location = conf.get_location(name, rpc.RABBIT_GROUP).location
+    return ('[%s]%s' % (rpc.RABBIT_GROUP, name),
+            conf[rpc.RABBIT_GROUP][name], location not in _DEFAULTED)
 
 
 @contextlib.contextmanager
@@ -580,8 +704,7 @@ def run_process(prog, build_services, argv=None, config_problem=None):
     ``build_services(conf)`` returns the services in start order.
     ``config_problem(conf)`` says why the configuration cannot work, or
     None; a problem stops the process at once (``config_error``), as a
-    ``[DEFAULT]transport_url`` that cannot work does
-    (``check_transport_url``).
+    transport URL that cannot work does (``check_transport_url``).
     """
     launcher = Launcher(cyborg.conf.CONF, prog)
     launcher.install_signal_handlers()

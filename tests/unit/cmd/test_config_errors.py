@@ -55,7 +55,11 @@ NO_KAFKA = pytest.mark.skipif(
                  "named 'confluent_kafka'", marks=NO_KAFKA),
     ('rabbit://guest@[127.0.0.1:5672/', 'Invalid IPv6 URL'),
     ('rabbit', 'No scheme specified'),
-], ids=['no-driver', 'driver-import', 'ipv6', 'no-scheme'])
+    # Refused only as the first connection was made (the API: at the
+    # first write).
+    ('rabbit://guest@127.0.0.1:99999/',
+     "host 127.0.0.1 has port '99999', not a number from 0 to 65535"),
+], ids=['no-driver', 'driver-import', 'ipv6', 'no-scheme', 'port'])
 def test_a_transport_url_that_cannot_work_is_one_line(tmp_path, script,
                                                       url, says):
     """Found out as the RPC server was made (status 1, "cannot start"),
@@ -68,7 +72,7 @@ def test_a_transport_url_that_cannot_work_is_one_line(tmp_path, script,
         result = subprocess.run(
             [os.path.join(sys.prefix, 'bin', script), '--config-file',
              str(config)],
-            capture_output=True, text=True, timeout=30,
+            capture_output=True, text=True, timeout=60,
             env=dict(os.environ, OS_CYBORG_CONFIG_DIR=str(tmp_path / 'no')))
     except subprocess.TimeoutExpired:
         pytest.fail('%s kept running with transport_url %s' % (script, url))
@@ -76,6 +80,30 @@ def test_a_transport_url_that_cannot_work_is_one_line(tmp_path, script,
     assert result.returncode == 2, output
     assert output == ('%s: configuration error: [DEFAULT]transport_url: %s'
                       % (script, says))
+
+
+@pytest.mark.parametrize('script', SCRIPTS)
+def test_a_notification_url_that_cannot_work_is_one_line(tmp_path, script):
+    """Where notifications go to a broker of their own: found out only as
+    the first notification was sent."""
+    config = tmp_path / 'cyborg.conf'
+    config.write_text('[oslo_messaging_notifications]\ndriver = messagingv2\n'
+                      'transport_url = foo://x\n'
+                      '[api]\nport = 0\nauth_strategy = noauth\n')
+    try:
+        result = subprocess.run(
+            [os.path.join(sys.prefix, 'bin', script), '--config-file',
+             str(config)],
+            capture_output=True, text=True, timeout=60,
+            env=dict(os.environ, OS_CYBORG_CONFIG_DIR=str(tmp_path / 'no')))
+    except subprocess.TimeoutExpired:
+        pytest.fail('%s kept running' % script)
+    output = (result.stdout + result.stderr).strip()
+    assert result.returncode == 2, output
+    assert output == (
+        '%s: configuration error: [oslo_messaging_notifications]'
+        'transport_url: Failed to load transport driver "foo": No '
+        "'oslo.messaging.drivers' driver found, looking for 'foo'" % script)
 
 
 def test_a_missing_file_is_one_line(tmp_path):

@@ -168,3 +168,22 @@ def test_a_transport_url_that_cannot_work_is_a_configuration_error(
     line, = err.splitlines()
     assert line.startswith('cyborg-manage: configuration error: '
                            '[DEFAULT]transport_url: ' + why), err
+
+
+def test_a_notification_url_that_cannot_work_is_a_configuration_error(
+        tmp_path):
+    """The same file as the services': refused as theirs is."""
+    config = processes.write_config(tmp_path / 'manage.conf', {
+        'DEFAULT': {'transport_url': _broker()},
+        'oslo_messaging_notifications': {
+            'driver': 'messagingv2',
+            'transport_url': 'rabbit://guest@127.0.0.1:70000/'}})
+    done = subprocess.run(
+        [os.path.join(sys.prefix, 'bin', 'cyborg-manage'), '--config-file',
+         str(config), 'host', 'list'],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        'cyborg-manage: configuration error: [oslo_messaging_notifications]'
+        "transport_url: host 127.0.0.1 has port '70000', not a number from "
+        '0 to 65535\n')

@@ -98,6 +98,9 @@ def test_a_good_configuration_still_serves(tmp_path):
     # A driver not installed: writes would fail at the conductor call.
     ('[DEFAULT]\ntransport_url = foo://x\n[api]\nauth_strategy = noauth\n',
      '[DEFAULT]transport_url: '),
+    ('[oslo_messaging_notifications]\ndriver = messagingv2\n'
+     'transport_url = foo://x\n[api]\nauth_strategy = noauth\n',
+     '[oslo_messaging_notifications]transport_url: '),
 ])
 def test_the_test_server_says_it_in_one_line(tmp_path, text, says):
     config = tmp_path / 'cyborg.conf'
