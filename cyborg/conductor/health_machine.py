@@ -15,23 +15,38 @@ A record (the ``HealthColumns`` of a device or deployable row) moves so::
     suspect --(suspect_window without fault)--> healthy           (timer)
     any --fatal/gone--> unhealthy
     unhealthy --first good reading--> hold-down starts (due_at)
+    unhealthy --a fault reading--> hold-down stopped until the next good
+      reading (a probe's verdict, asked for rather than watched, leaves
+      it running)
     unhealthy --hold-down over--> probing (+ re-probe request)    (timer)
     probing --probe verdict ok--> healthy (re-admitted; flaps counted)
-    probing --probe verdict fault, or any fault--> unhealthy
-    probing --no verdict within probe_timeout--> unhealthy        (timer)
+    probing --probe verdict fault, or any fault--> unhealthy, next
+      re-probe scheduled (due_at: the hold-down, one more failed re-probe)
+    probing --no verdict within probe_timeout--> unhealthy, next
+      re-probe scheduled, as above                                (timer)
+    unhealthy after that --the late verdict ok--> healthy (re-admitted)
     healthy/suspect --a probe's "not yet" (probe:programming)--> unchanged
     hardware vanished while allocated, or while not healthy --> lost
       (out only because a 'gone' reading saw it vanish: as healthy)
     hardware vanished in the status an operator gave it --> lost
     lost --came back--> unhealthy ('came back; re-probing'), hold-down
       started (due_at): no good reading needed
-    unhealthy --an admin enables the device--> probing (flaps forgotten)
+    unhealthy --an admin enables the device--> probing (flaps and failed
+      re-probes forgotten)
 
-The hold-down is ``hold_down * 2**flaps`` (at most ``max_hold_down``),
-where flaps counts re-admissions, each within ``flap_window`` of the one
-before: a device that keeps failing soon after coming back stays out
-longer each time.  An application-severity reading (a workload's fault)
-never changes anything.
+The hold-down is ``hold_down * 2**(flaps + failed - 1)`` (``failed - 1``
+at least 0; at most ``max_hold_down``), where flaps counts re-admissions,
+each within ``flap_window`` of the one before, and failed the re-probes
+failed in a row since the record was taken out (``Record.failed_probes``):
+a device that keeps failing soon after coming back, or keeps failing its
+re-probes, stays out longer each time.  A failed re-probe schedules the
+next one by itself, without waiting for a good reading (an agent with
+health watching off sends none, yet answers re-probes): a device out
+only because its agent or the broker was away for the probe comes back
+after ``hold_down``, one broken for good is re-probed rarely.  A zero
+hold-down (re-probe at the first good reading) leaves the next re-probe
+to the next good reading, rather than re-probe without end.  An
+application-severity reading (a workload's fault) never changes anything.
 """
 
 import dataclasses
@@ -55,6 +70,8 @@ VANISHED_UNHEALTHY = 'the hardware vanished while not healthy'
 VANISHED_IN_STATUS = 'the hardware vanished while its device was'
 # How the reason of a record taken out by a 'gone' reading alone begins.
 GONE_REASON = 'the device vanished or its driver was unbound'
+# How the reason of a record whose re-probe timed out begins.
+NO_VERDICT = 'no re-probe verdict within'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +94,12 @@ class Settings:
 
 @dataclasses.dataclass(frozen=True)
 class Record:
-    """The health columns of one row (``models.HealthColumns``)."""
+    """The health columns of one row (``models.HealthColumns``).
+
+    ``faults`` counts the transient faults of a suspect record, and the
+    re-probes failed in a row of an unhealthy or probing one
+    (``failed_probes``); no API shows it.  A record taken out from
+    healthy or suspect starts that count at 0."""
 
     health: str = states.HEALTHY
     reason: str = None
@@ -112,6 +134,14 @@ class Record:
                 if since is None or getattr(since, field) !=
                 getattr(self, field)}
 
+    @property
+    def failed_probes(self):
+        """Re-probes failed in a row since the record was taken out (0
+        unless unhealthy or probing)."""
+        if self.health in (states.UNHEALTHY, states.PROBING):
+            return self.faults
+        return 0
+
 
 def _moved(record, now, health, reason, **values):
     """``record`` in ``health``; ``updated_at`` changes with the state."""
@@ -126,14 +156,18 @@ def _seconds(value):
 
 
 def hold_down(record, now, settings):
-    """Seconds an unhealthy ``record`` must read well before its re-probe:
-    doubled per flap, flaps counting only while the last re-admission is
-    within the flap window."""
+    """Seconds an unhealthy ``record`` waits for its re-probe (reading
+    well, or after a failed re-probe): doubled per flap, flaps counting
+    only while the last re-admission is within the flap window, and per
+    re-probe it failed in a row after the first (the first failed one is
+    re-probed after the same wait: most often its agent or the broker was
+    away for a moment)."""
     flaps = record.flaps
     if (record.readmitted_at is None or
             now - record.readmitted_at > _seconds(settings.flap_window)):
         flaps = 0
-    seconds = settings.hold_down * 2 ** min(flaps, _MAX_DOUBLINGS)
+    doublings = flaps + max(record.failed_probes - 1, 0)
+    seconds = settings.hold_down * 2 ** min(doublings, _MAX_DOUBLINGS)
     return min(seconds, settings.max_hold_down)
 
 
@@ -152,9 +186,9 @@ def apply_reading(record, reading, now, settings):
     if severity == states.TRANSIENT:
         return _transient(record, reading, now, settings)
     if severity == states.GONE and record.health != states.HEALTHY:
-        return _out(record, now, _gone_too(record.reason,
-                                           _fault_reason(reading)))
-    return _out(record, now, _fault_reason(reading))
+        return _out(record, reading, now, settings,
+                    _gone_too(record.reason, _fault_reason(reading)))
+    return _out(record, reading, now, settings, _fault_reason(reading))
 
 
 def _gone_too(reason, gone):
@@ -173,9 +207,46 @@ def _fault_reason(reading):
     return reading.reason or f'{reading.severity} fault ({reading.source})'
 
 
-def _out(record, now, reason):
-    """Unhealthy; the hold-down restarts at the next good reading."""
-    return _moved(record, now, states.UNHEALTHY, reason, due_at=None)
+def _taken_out(record, now, reason):
+    """Unhealthy from healthy, suspect or lost: no re-probe failed yet;
+    the hold-down starts at the next good reading."""
+    return _moved(record, now, states.UNHEALTHY, reason, faults=0,
+                  due_at=None)
+
+
+def _out(record, reading, now, settings, reason):
+    """Unhealthy after the fault ``reading``."""
+    if record.health == states.PROBING:
+        return _probe_failed(record, now, settings, reason)
+    if record.health != states.UNHEALTHY:
+        return _taken_out(record, now, reason)
+    return _still_out(record, reading, reason=reason)
+
+
+def _still_out(record, reading, **values):
+    """An unhealthy record's fault ``reading``: the device is still not
+    well, so its hold-down stops until the next good reading (where the
+    agent watches health, one will come once it is well), unless the
+    reading is a probe's verdict (one that came after its probe timed
+    out, or a partition's fault sent beside its device's verdict): a
+    verdict comes only when asked, and is no sign that any reading will
+    follow, so the re-probe scheduled stays."""
+    if reading.source == 'probe':
+        return dataclasses.replace(record, **values)
+    return dataclasses.replace(record, due_at=None, **values)
+
+
+def _probe_failed(record, now, settings, reason):
+    """A probing record whose re-probe failed: unhealthy, one more
+    re-probe failed in a row, and the next one scheduled after the
+    hold-down that count gives, readings or not.  A zero hold-down leaves
+    it to the next good reading instead."""
+    out = _moved(record, now, states.UNHEALTHY, reason,
+                 faults=record.faults + 1, due_at=None)
+    seconds = hold_down(out, now, settings)
+    if not seconds:
+        return out
+    return dataclasses.replace(out, due_at=now + _seconds(seconds))
 
 
 def _good(record, reading, now, settings):
@@ -183,9 +254,25 @@ def _good(record, reading, now, settings):
         # The hold-down counts from the first good reading.
         due = now + _seconds(hold_down(record, now, settings))
         return dataclasses.replace(record, due_at=due)
-    if record.health == states.PROBING and reading.source == 'probe':
+    if reading.source == 'probe' and (
+            record.health == states.PROBING or _late_verdict(record)):
         return _readmitted(record, now, settings)
     return record
+
+
+def _late_verdict(record):
+    """Whether a probe's good verdict for the unhealthy ``record`` is
+    that of a re-probe it timed out waiting for: the probe requests of an
+    agent that was away (stopped, its host rebooting, the broker cut) wait
+    in its queue and are answered when it is back, after their
+    ``probe_timeout``.  Each timed out, doubling the next wait: without
+    their verdicts a device out only for that would stay out for what
+    the outage built up.  Not after a fault reading meanwhile, which
+    stops the scheduled re-probe (a watched host's device still
+    failing)."""
+    return (record.health == states.UNHEALTHY and record.due_at is not None
+            and record.failed_probes > 0 and bool(record.reason)
+            and record.reason.startswith(NO_VERDICT))
 
 
 def _readmitted(record, now, settings):
@@ -215,10 +302,10 @@ def _transient(record, reading, now, settings):
         # Still failing after all this time: a condition that does not
         # clear (a GPU held in hardware slowdown, a reset that never
         # comes) takes the device out until it reads well.
-        return _moved(record, now, states.UNHEALTHY,
-                      f'suspect for {suspect_for} s, longer than '
-                      f'max_suspect_time ({settings.max_suspect_time} s); '
-                      f'last: {reason}', due_at=None)
+        return _taken_out(record, now,
+                          f'suspect for {suspect_for} s, longer than '
+                          f'max_suspect_time ({settings.max_suspect_time} '
+                          f's); last: {reason}')
     if record.health == states.SUSPECT and reading.restated:
         # The condition that made it suspect still holds: not a new
         # fault, but it stays suspect for as long as it lasts (and the
@@ -233,17 +320,17 @@ def _transient(record, reading, now, settings):
             # no time of each fault, only that it stayed suspect between
             # them (each fault, or re-statement of a condition that still
             # held, within suspect_window of the one before).
-            return _moved(record, now, states.UNHEALTHY,
-                          f'{faults} transient faults within '
-                          f'{settings.suspect_window} s of the last fault '
-                          f'or held condition before each; last: {reason}',
-                          faults=faults, due_at=None)
+            return _taken_out(record, now,
+                              f'{faults} transient faults within '
+                              f'{settings.suspect_window} s of the last '
+                              f'fault or held condition before each; '
+                              f'last: {reason}')
         return _moved(record, now, states.SUSPECT, reason, faults=faults,
                       due_at=now + _seconds(settings.suspect_window))
     if record.health == states.PROBING:
-        return _out(record, now, reason)
-    # Unhealthy: the device is still not well; start the hold-down again.
-    return dataclasses.replace(record, due_at=None)
+        return _probe_failed(record, now, settings, reason)
+    # Unhealthy: the device is still not well.
+    return _still_out(record, reading)
 
 
 def _suspect_for(record, now):
@@ -267,8 +354,8 @@ def apply_timers(record, now, settings):
         return _moved(record, now, states.PROBING, record.reason,
                       due_at=now + _seconds(settings.probe_timeout))
     if record.health == states.PROBING:
-        return _out(record, now, f'no re-probe verdict within '
-                                 f'{settings.probe_timeout} s')
+        return _probe_failed(record, now, settings,
+                             f'{NO_VERDICT} {settings.probe_timeout} s')
     return record
 
 
@@ -289,13 +376,13 @@ def needs_probe(old, new):
 def vouched(record, now, settings):
     """An admin enabled the device (repaired, reseated or replaced it): an
     unhealthy record is re-probed now rather than at the end of its
-    hold-down, and its flap history is forgotten.  Only the probe's
-    verdict re-admits it; any other health is left as it is (a lost
-    device has no hardware to probe)."""
+    hold-down, and its history (flaps, failed re-probes) is forgotten.
+    Only the probe's verdict re-admits it; any other health is left as it
+    is (a lost device has no hardware to probe)."""
     if record.health != states.UNHEALTHY:
         return record
     return _moved(record, now, states.PROBING, record.reason, flaps=0,
-                  due_at=now + _seconds(settings.probe_timeout))
+                  faults=0, due_at=now + _seconds(settings.probe_timeout))
 
 
 # -- inventory events (devices and deployables) ---------------------------
@@ -371,7 +458,7 @@ def came_back(record, now, settings):
     nor started again), a fault stops it until the next good reading."""
     if record.health != states.LOST:
         return record
-    back = _out(record, now, CAME_BACK_REASON)
+    back = _taken_out(record, now, CAME_BACK_REASON)
     return dataclasses.replace(
         back, due_at=now + _seconds(hold_down(back, now, settings)))
 

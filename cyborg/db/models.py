@@ -124,10 +124,12 @@ class HealthColumns:
     """Ours: the health state machine's state (cyborg.conductor.health).
 
     ``health_faults`` counts transient faults while the device stays
-    suspect (each within the suspect window of the one before),
-    ``health_flaps`` re-admissions within the flap window (which
-    lengthen the hold-down), ``health_due_at`` is when the next timed step
-    is due (suspect expiry, end of the hold-down, probe timeout), and
+    suspect (each within the suspect window of the one before), and
+    re-probes failed in a row while it is unhealthy or probing (which
+    lengthen the wait for the next one), ``health_flaps`` re-admissions
+    within the flap window (which lengthen the hold-down),
+    ``health_due_at`` is when the next timed step is due (suspect
+    expiry, end of the hold-down, probe timeout), and
     ``health_readmitted_at`` the last re-admission.
     """
 

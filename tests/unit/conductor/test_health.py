@@ -223,8 +223,10 @@ def test_no_probe_verdict_in_time_means_unhealthy_again(
     health.run_timers(conf, admin_context)
     _age(db, 31)
     health.run_timers(conf, admin_context)
-    assert _device_health(db) == (
-        'unhealthy', 'no re-probe verdict within 30 s', None)
+    now = _device_health(db)
+    assert now[:2] == ('unhealthy', 'no re-probe verdict within 30 s')
+    # Its next re-probe is scheduled (a hold-down from now).
+    assert now.health_due_at is not None
     assert _out(placement, GPU)
 
 
@@ -277,7 +279,7 @@ def test_a_device_still_broken_when_enabled_fails_its_probe(
     assert agent.probed.wait(10) and agent.probes == [[GPU_KEY]]
     _report(conf, admin_context,
             _reading(GPU_KEY, states.FATAL, 'XID 79 again', source='probe'))
-    assert _device_health(db) == ('unhealthy', 'XID 79 again', None)
+    assert _device_health(db)[:2] == ('unhealthy', 'XID 79 again')
     assert _out(placement, GPU)
 
 
@@ -452,14 +454,15 @@ def test_a_full_report_re_states_conditions_not_new_events():
                                           False]
     change = health.parse_report({'full': False, 'readings': readings})
     assert not any(r.restated for r in change)
-    # Five such events are five faults, not one.
+    # Five such events are five faults, not one (three take it out).
     record = health_machine.step(
         health_machine.Record(),
         health.parse_report({'full': True, 'sender': 'a',
                              'readings': [dict(event, seq=n)
                                           for n in range(1, 6)]}),
         datetime.datetime(2024, 1, 1), health_machine.Settings())
-    assert (record.health, record.faults) == (states.UNHEALTHY, 3)
+    assert record.health == states.UNHEALTHY
+    assert record.reason.startswith('3 transient faults')
 
 
 @pytest.mark.parametrize('report', [
@@ -699,6 +702,50 @@ def test_lost_hardware_back_on_a_host_sending_no_readings_is_re_probed(
     assert _device_health(db).health == 'probing'
     _probe_readmits(conf, admin_context, db, agent, placement, GPU_KEY, GPU)
     assert _device_health(db).health == 'healthy'
+
+
+def test_a_failed_re_probe_on_a_host_sending_no_readings_is_re_probed(
+        conf, db, admin_context, cn, placement, agent):  # noqa: F811
+    """An agent with [health]enabled = false sends no reading: a re-probe
+    that gets no verdict (the agent restarting, the broker away, as it
+    was asked) is re-probed again by itself, each wait longer than the
+    one before, and a good verdict then re-admits the device, no admin
+    needed."""
+    gpu_rp = inventory.provider_uuid(GPU)
+    pf.hold_allocation(placement.url, pf.PROJECT, {gpu_rp: {'PGPU': 1}})
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report(_devices()[1:]))
+    inventory_apply.handle_report(conf, admin_context, HOST,
+                                  cf.report(_devices()))
+    assert _device_health(db)[:2] == ('unhealthy', 'came back; re-probing')
+    _age(db, 61)
+    before = _transitions('device', 'unhealthy', 'probing')
+    for attempt, wait in enumerate((60, 120), start=1):
+        # The device and its deployable (both came back): probed.
+        assert health.run_timers(conf, admin_context) == 2
+        assert _device_health(db).health == 'probing'
+        assert agent.probed.wait(10)
+        assert agent.probes == [[GPU_KEY]] * attempt
+        agent.probed.clear()
+        # No verdict within [health]probe_timeout (30 s): out again.
+        _age(db, 31)
+        assert health.run_timers(conf, admin_context) == 2
+        assert _device_health(db)[:2] == ('unhealthy',
+                                          'no re-probe verdict within 30 s')
+        assert _out(placement, GPU)
+        # Re-probed again after the wait, readings or not.
+        _age(db, wait - 1)
+        assert health.run_timers(conf, admin_context) == 0
+        _age(db, 2)
+    assert health.run_timers(conf, admin_context) == 2
+    assert agent.probed.wait(10) and agent.probes == [[GPU_KEY]] * 3
+    assert _transitions('device', 'unhealthy', 'probing') == before + 3
+    # The agent answers this one: the device works.
+    _report(conf, admin_context,
+            _reading(GPU_KEY, states.OK, source='probe'))
+    assert _device_health(db) == ('healthy', None, None)
+    assert _deployable_health(db, GPU).health == 'healthy'
+    assert _in(placement, GPU)
 
 
 def _rows_of(engine, table, **where):

@@ -83,8 +83,10 @@ def test_probe_verdict_ok_readmits_and_clears_everything():
 def test_probe_verdict_fault_sends_it_back_out():
     probing = rec(states.PROBING, due_at=at(30), reason='x')
     out = m.apply_reading(probing, PROBE_BAD, at(5), S)
-    assert out.health == states.UNHEALTHY and out.due_at is None
+    assert out.health == states.UNHEALTHY
     assert out.reason == 'still broken' and out.updated_at == at(5)
+    # Its next re-probe is scheduled: no good reading needed.
+    assert (out.failed_probes, out.due_at) == (1, at(65))
 
 
 # -- transient faults -------------------------------------------------------
@@ -99,8 +101,9 @@ def test_transient_makes_healthy_suspect_then_unhealthy_at_threshold():
                                                     at(400))
     assert two.updated_at == at(0)      # same state: not a change of it
     three = m.apply_reading(two, TRANSIENT, at(200), S)
+    # Out: what it counts now is its failed re-probes (none yet).
     assert (three.health, three.faults, three.due_at) == (
-        states.UNHEALTHY, 3, None)
+        states.UNHEALTHY, 0, None)
     assert '3 transient faults' in three.reason
 
 
@@ -149,10 +152,11 @@ def test_transient_while_unhealthy_restarts_the_hold_down():
     assert m.apply_reading(again, OK, at(30), S).due_at == at(90)
 
 
-def test_transient_while_probing_is_unhealthy():
+def test_transient_while_probing_is_a_failed_re_probe():
     probing = rec(states.PROBING, due_at=at(30))
     out = m.apply_reading(probing, TRANSIENT, at(1), S)
-    assert out.health == states.UNHEALTHY and out.due_at is None
+    assert (out.health, out.failed_probes, out.due_at) == (
+        states.UNHEALTHY, 1, at(61))
 
 
 @pytest.mark.parametrize('health', [states.HEALTHY, states.SUSPECT])
@@ -183,8 +187,11 @@ def test_a_probe_s_not_yet_is_no_fault_of_what_was_not_probed(health):
                                     states.PROBING, states.UNHEALTHY])
 def test_fatal_takes_any_state_out(health):
     out = m.apply_reading(rec(health, due_at=at(9)), FATAL, at(1), S)
-    assert out.health == states.UNHEALTHY and out.due_at is None
+    assert out.health == states.UNHEALTHY
     assert out.reason == 'XID 79: fallen off the bus'
+    # A failed re-probe schedules the next; otherwise a good reading
+    # starts the hold-down.
+    assert out.due_at == (at(61) if health == states.PROBING else None)
 
 
 def test_gone_says_the_device_vanished():
@@ -203,10 +210,13 @@ def test_gone_keeps_why_a_failing_device_was_out(health):
                           at(1), S)
     assert (out.health, out.reason, out.due_at) == (
         states.UNHEALTHY, 'XID 79; then the device vanished or its driver '
-        'was unbound: driver unbound', None)
+        'was unbound: driver unbound',
+        at(61) if health == states.PROBING else None)
     assert not m.healthy_until_it_vanished(out)
-    # Said again (the agent's full report restates it): said once.
-    assert m.apply_reading(out, GONE, at(2), S) == out
+    # Said again (the agent's full report restates it): said once (and
+    # the re-probe a failed one scheduled waits for a good reading).
+    again = m.apply_reading(out, GONE, at(2), S)
+    assert again == dataclasses.replace(out, due_at=None)
 
 
 def test_vanishing_alone_is_not_failing():
@@ -249,11 +259,16 @@ def test_unhealthy_without_good_reading_is_never_probed():
     assert m.apply_timers(out, at(10 ** 6), S) == out
 
 
-def test_probe_timeout_sends_it_back_out_and_needs_a_new_good_reading():
+def test_probe_timeout_sends_it_back_out_and_schedules_the_next():
     probing = rec(states.PROBING, due_at=at(30))
     out = m.apply_timers(probing, at(30), S)
-    assert out.health == states.UNHEALTHY and out.due_at is None
+    assert out.health == states.UNHEALTHY
     assert out.reason == 'no re-probe verdict within 30 s'
+    # No good reading needed (an agent with health watching off sends
+    # none): re-probed again after the hold-down.
+    assert (out.failed_probes, out.due_at) == (1, at(90))
+    assert m.apply_timers(out, at(89), S) == out
+    assert m.needs_probe(out, m.apply_timers(out, at(90), S))
 
 
 def test_step_applies_readings_then_timers():
@@ -297,6 +312,187 @@ def test_readmission_after_the_flap_window_counts_from_one_again():
     late = (record.readmitted_at - T0).total_seconds() + 3601
     record, hold = _outage(record, late)
     assert hold == 60 and record.flaps == 1
+
+
+# -- failed re-probes ---------------------------------------------------------
+
+TIMED_OUT = 'no verdict'
+PROBE_NOT_YET_READING = reading(states.TRANSIENT, 'being programmed',
+                                source='probe', code=PROBE_NOT_YET)
+
+
+def _fail_probe(record, how, settings=S):
+    """``record`` (unhealthy, its re-probe due) re-probed at its due time
+    and failing it ``how`` (a reading, or ``TIMED_OUT``); returns (the
+    record, its next re-probe in seconds from the failure)."""
+    probing = m.apply_timers(record, record.due_at, settings)
+    assert probing.health == states.PROBING
+    if how == TIMED_OUT:
+        failed_at = probing.due_at
+        out = m.apply_timers(probing, failed_at, settings)
+    else:
+        failed_at = probing.updated_at + datetime.timedelta(seconds=1)
+        out = m.apply_reading(probing, how, failed_at, settings)
+    assert out.health == states.UNHEALTHY
+    return out, (out.due_at - failed_at).total_seconds()
+
+
+@pytest.mark.parametrize('how', [TIMED_OUT, PROBE_BAD, FATAL, TRANSIENT,
+                                 GONE, PROBE_NOT_YET_READING])
+def test_failed_re_probes_are_re_probed_less_often_up_to_the_cap(how):
+    """Broken for good: each failed re-probe schedules the next by
+    itself, after the hold-down, doubled for each further one failed in
+    a row (60, 120, 240, ... at most max_hold_down): few moves between
+    unhealthy and probing, hence few log lines and notifications."""
+    record = m.apply_reading(unhealthy_since(0), OK, at(1), S)
+    waits = []
+    for _ in range(7):
+        record, wait = _fail_probe(record, how)
+        waits.append(wait)
+    assert waits == [60, 120, 240, 480, 600, 600, 600]
+    assert record.failed_probes == 7 and record.flaps == 0
+
+
+def test_a_device_out_for_a_passing_outage_comes_back_soon():
+    """The agent restarted, or the broker blipped, as the re-probe was
+    asked: no verdict.  Nothing else is sent (health watching off), yet
+    it is re-probed after one hold-down, and re-admitted as usual."""
+    record = m.apply_reading(unhealthy_since(0), OK, at(1), S)
+    record, wait = _fail_probe(record, TIMED_OUT)
+    assert wait == 60
+    record, wait = _fail_probe(record, TIMED_OUT)
+    assert wait == 120
+    probing = m.step(record, [], record.due_at, S)
+    back = m.step(probing, [PROBE_OK], record.due_at, S)
+    assert (back.health, back.faults, back.flaps, back.due_at) == (
+        states.HEALTHY, 0, 1, None)
+    # Next time it is out, its count starts again: its one flap doubles
+    # the wait, its past failed re-probes do not.
+    out = m.apply_reading(back, FATAL, at(1000), S)
+    assert out.failed_probes == 0
+    assert _fail_probe(m.apply_reading(out, OK, at(1001), S),
+                       PROBE_BAD)[1] == 120
+
+
+def test_flaps_and_failed_re_probes_both_lengthen_the_wait():
+    # Re-admitted twice within the flap window: 4 hold-downs; each
+    # failed re-probe after the first doubles that.
+    record = rec(states.UNHEALTHY, reason='x', flaps=2,
+                 readmitted_at=at(0), due_at=at(10))
+    waits = []
+    for _ in range(3):
+        record, wait = _fail_probe(record, PROBE_BAD,
+                                   dataclasses.replace(S,
+                                                       max_hold_down=9999))
+        waits.append(wait)
+    assert waits == [240, 480, 960]
+
+
+def test_a_fault_reading_after_a_failed_re_probe_waits_for_a_good_one():
+    """Where the agent watches health, a fault it reads while the device
+    is out stops the hold-down until it reads well, as before; the
+    hold-down that reading starts counts the failed re-probes too."""
+    record = m.apply_reading(unhealthy_since(0), OK, at(1), S)
+    for _ in range(3):
+        record, _wait = _fail_probe(record, PROBE_BAD)
+    failed_at = record.updated_at
+    for fault in (TRANSIENT, FATAL):
+        bad = m.apply_reading(record, fault, failed_at, S)
+        assert (bad.health, bad.due_at, bad.failed_probes) == (
+            states.UNHEALTHY, None, 3)
+        assert m.apply_timers(bad, at(10 ** 6), S) == bad
+        good = m.apply_reading(bad, OK, at(10 ** 6), S)
+        assert good.due_at == at(10 ** 6 + 240)
+
+
+def test_a_good_reading_does_not_bring_the_next_re_probe_nearer():
+    record = m.apply_reading(unhealthy_since(0), OK, at(1), S)
+    record, _wait = _fail_probe(record, PROBE_BAD)
+    record, _wait = _fail_probe(record, PROBE_BAD)
+    assert m.apply_reading(record, OK, record.updated_at, S) == record
+
+
+def test_a_late_probe_verdict_keeps_the_next_re_probe():
+    """A probe's verdict that comes after its timeout (or a partition's
+    fault sent beside its device's verdict) tells why it is out, but is
+    no reading of a host that watches health: no good reading may ever
+    follow, so the re-probe scheduled stays."""
+    record = m.apply_reading(unhealthy_since(0), OK, at(1), S)
+    record, _wait = _fail_probe(record, TIMED_OUT)
+    late = m.apply_reading(record, PROBE_BAD, record.updated_at, S)
+    assert (late.health, late.reason, late.due_at, late.failed_probes) == (
+        states.UNHEALTHY, 'still broken', record.due_at, 1)
+    assert m.apply_reading(record, PROBE_NOT_YET_READING, record.updated_at,
+                           S) == record
+    # A probe's fault on a record whose hold-down waits for a good
+    # reading does not start it either.
+    stopped = unhealthy_since(0)
+    assert m.apply_reading(stopped, PROBE_BAD, at(1), S).due_at is None
+
+
+def test_the_late_good_verdict_of_a_timed_out_re_probe_re_admits():
+    """An agent away for a while (stopped, its host rebooting, the broker
+    cut) answers the re-probes waiting in its queue when it is back, each
+    after its timeout, which doubled the next wait: their good verdicts
+    re-admit the device then, rather than leave it out for as long as the
+    outage built up.  Not after a fault reading meanwhile, nor after a
+    re-probe that failed with a verdict of its own."""
+    record = m.apply_reading(unhealthy_since(0), OK, at(1), S)
+    for _ in range(5):
+        record, _wait = _fail_probe(record, TIMED_OUT)
+    assert (record.due_at - record.updated_at).total_seconds() == 600
+    back = m.apply_reading(record, PROBE_OK, record.updated_at, S)
+    assert (back.health, back.failed_probes, back.due_at, back.flaps) == (
+        states.HEALTHY, 0, None, 1)
+    # A fault read meanwhile stops the re-probe: a verdict of before it
+    # re-admits nothing (a good reading, it starts the hold-down again).
+    for fault in (TRANSIENT, FATAL):
+        bad = m.apply_reading(record, fault, record.updated_at, S)
+        assert m.apply_reading(bad, PROBE_OK, record.updated_at, S) == \
+            m.apply_reading(bad, OK, record.updated_at, S)
+        assert m.apply_reading(bad, PROBE_OK, record.updated_at,
+                               S).health == states.UNHEALTHY
+    # A re-probe whose verdict was a fault: a good one later is no late
+    # verdict of it; the next re-probe decides.
+    refused, _wait = _fail_probe(record, PROBE_BAD)
+    assert m.apply_reading(refused, PROBE_OK, refused.updated_at,
+                           S) == refused
+    # Out for a fault, the hold-down not run yet: a probe's good word
+    # does not cut it short.
+    held = m.apply_reading(unhealthy_since(0), OK, at(1), S)
+    assert m.apply_reading(held, PROBE_OK, at(2), S) == held
+
+
+@pytest.mark.parametrize('settings', [dataclasses.replace(S, hold_down=0),
+                                      dataclasses.replace(S,
+                                                          max_hold_down=0)])
+def test_a_zero_hold_down_waits_for_a_good_reading_after_a_failed_probe(
+        settings):
+    # Re-probing at once would re-probe without end: the next good
+    # reading re-probes it, as a zero hold-down says.
+    probing = rec(states.PROBING, due_at=at(30), reason='x')
+    out = m.apply_timers(probing, at(30), settings)
+    assert (out.health, out.due_at, out.failed_probes) == (
+        states.UNHEALTHY, None, 1)
+    assert m.apply_timers(out, at(10 ** 6), settings) == out
+    assert m.step(out, [OK], at(31), settings).health == states.PROBING
+
+
+@pytest.mark.parametrize('take_out', [
+    lambda r: m.apply_reading(r, FATAL, at(1), S),
+    lambda r: m.apply_reading(r, GONE, at(1), S),
+    lambda r: m.step(r, [TRANSIENT] * S.suspect_threshold, at(1), S),
+    lambda r: m.came_back(m.lost(r, at(1)), at(2), S),
+])
+def test_a_record_taken_out_has_failed_no_re_probe_yet(take_out):
+    # Whatever it counted while suspect is not taken for failed probes.
+    suspect = m.apply_reading(rec(), TRANSIENT, at(0), S)
+    suspect = m.apply_reading(suspect, TRANSIENT, at(0), S)
+    assert suspect.faults == 2 and suspect.failed_probes == 0
+    out = take_out(suspect)
+    assert out.health == states.UNHEALTHY and out.failed_probes == 0
+    held = out if out.due_at else m.apply_reading(out, OK, at(3), S)
+    assert _fail_probe(held, TIMED_OUT)[1] == 60
 
 
 # -- lost -------------------------------------------------------------------
@@ -435,7 +631,7 @@ def test_a_device_suspect_for_too_long_is_taken_out():
         assert record.health == states.SUSPECT
     out = m.step(record, [restated], at(900), S)
     assert (out.health, out.updated_at, out.due_at, out.faults) == (
-        states.UNHEALTHY, at(900), None, 1)
+        states.UNHEALTHY, at(900), None, 0)
     assert out.reason == ('suspect for 900 s, longer than max_suspect_time '
                           '(900 s); last: Hardware slowdown')
     # Out while the condition lasts; back as any failed device once well.
@@ -480,12 +676,15 @@ def test_max_suspect_time_zero_keeps_a_lasting_condition_suspect():
 
 
 def test_an_admin_vouching_re_probes_an_unhealthy_record_now():
-    flapping = dataclasses.replace(unhealthy_since(0), flaps=5,
+    flapping = dataclasses.replace(unhealthy_since(0), flaps=5, faults=4,
                                    due_at=at(600), readmitted_at=at(-60))
     probing = m.vouched(flapping, at(10), S)
     assert (probing.health, probing.reason, probing.flaps,
-            probing.due_at, probing.updated_at) == (
-        states.PROBING, flapping.reason, 0, at(40), at(10))
+            probing.failed_probes, probing.due_at, probing.updated_at) == (
+        states.PROBING, flapping.reason, 0, 0, at(40), at(10))
+    # Its failed re-probes forgotten too: failing this one, it is
+    # re-probed after the shortest wait.
+    assert m.step(probing, [PROBE_BAD], at(11), S).due_at == at(71)
     # Its verdict decides, as after any hold-down.
     assert m.step(probing, [PROBE_OK], at(11), S).health == states.HEALTHY
     assert m.step(probing, [PROBE_BAD], at(11), S).health == states.UNHEALTHY
