@@ -38,11 +38,13 @@ and it is marked ``unhealthy`` (a ``fatal`` reading made here, code
 ``program:unfinished``).
 The health state machine brings it back: after the hold-down the agent
 re-probes it, and answers "not yet" while the programming still runs.
-Should the tool succeed after all, the agent's next report records the
-image, and the next programming asking for it advertises its function
-trait without loading it again.  A conductor that dies mid-programming
-leaves the mark set: once its time has passed, any conductor's periodic
-``take_out_overdue`` does the same to the card.
+The host's report digest is dropped with the image, so the agent's next
+report is a full one: an image it reported already (the tool succeeded
+after all, before the conductor gave up) is recorded again, as is one it
+reports later, and the next programming asking for it advertises its
+function trait without loading it again.  A conductor that dies
+mid-programming leaves the mark set: once its time has passed, any
+conductor's periodic ``take_out_overdue`` does the same to the card.
 
 Programming rewrites the whole device, so it is refused while another
 instance holds one of the deployable's handles (counted again once the
@@ -405,14 +407,15 @@ def take_out_overdue(conf, context):
 
 def _out_until_probed(conf, context, target, until, reason):
     """The card's state after a programming that did not end in time: no
-    image, no function trait, unhealthy (out of the schedule until the
-    hold-down and a re-probe), then its programming mark (``until``)
-    cleared and its provider synced.  Each step is tried; a failure is
-    logged, and one before the mark is cleared leaves it for
-    ``take_out_overdue`` to try again."""
+    image, no function trait, the agent asked for a full report
+    (``_forgotten``), unhealthy (out of the schedule until the hold-down
+    and a re-probe), then its programming mark (``until``) cleared and
+    its provider synced.  Each step is tried; a failure is logged, and
+    one before the mark is cleared leaves it for ``take_out_overdue`` to
+    try again."""
     steps = (
         ('forget its image', lambda: db_api.write_retrying(
-            context, _loaded, context, target.deployable_id, None, None)),
+            context, _forgotten, context, target)),
         ('mark it unhealthy', lambda: health.apply_readings(
             conf, context, target.hostname, [health_objects.Reading(
                 device=health.device_key(target._mapping),
@@ -434,6 +437,26 @@ def _out_until_probed(conf, context, target, until, reason):
     # The health change synced it if the health moved; not if the card
     # was out already, and its function trait is gone either way.
     _sync(conf, context, target)
+
+
+def _forgotten(context, target):
+    """No image and no function trait recorded for the deployable, and
+    no report digest for its host, under the host's lock (serialised with
+    its reports).  The image may be one the agent has reported since the
+    programming began: a tool that succeeded after all, reported before
+    its conductor gave up or while a dead conductor's mark waited to go
+    overdue.  The agent's inventory will not change again, so its next
+    reports would be unchanged deltas that record nothing, and the card
+    would be taken as running nothing until some full report.  With no
+    digest stored, the next delta is answered ``need_full`` (as after
+    ``cyborg-manage host forget``), and the full report records what the
+    agent says the card runs: nothing while the tool runs or after it
+    failed (the agent removes its record first), the image once it
+    succeeded.  The host is no longer taken as synced: the trait goes."""
+    host_db.lock(context, target.hostname)
+    _loaded(context, target.deployable_id, None, None)
+    host_db.update(context, target.hostname, report_digest=None,
+                   placement_synced=False)
 
 
 @contextlib.contextmanager

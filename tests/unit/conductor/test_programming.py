@@ -13,6 +13,7 @@ import requests
 import sqlalchemy as sa
 from oslo_utils import timeutils
 
+from cyborg.agent import reporter as agent_reporter
 from cyborg.api import faults
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
@@ -501,6 +502,130 @@ def test_a_programming_the_agent_does_not_finish_in_time_keeps_the_card_out(
     assert health == 'unhealthy'
     assert reason.startswith('programming with image ')
     assert 'outcome is unknown' in reason
+
+
+class _ReportedFPGA:
+    """The fake FPGA of HOST as a real agent reports it: its driver (which
+    records the image it programs), and the agent's reporter, answered by
+    the conductor's report endpoint in this process (as over RPC), so
+    that a delta the conductor refuses is followed by a full report."""
+
+    def __init__(self, conf, db, driver=None):
+        conf.set_override('resource_provider_name', HOST, group='agent')
+        client = placement_client.get_client(conf)
+        if client.get_provider_by_name(HOST) is None:
+            client.create_provider(str(uuidlib.uuid4()), HOST, None)
+        self.driver = driver or fake.FakeDriver(conf, HOST)
+        self.reporter = agent_reporter.Reporter(
+            conf, HOST, {'fake_driver': self.driver},
+            conductor_api=manager.ConductorManager(conf, 'c1'))
+        self.reporter.report_now()
+        with db.connect() as c:
+            self.row = c.execute(sa.select(
+                models.Deployable.id.label('deployable_id'),
+                models.Deployable.uuid.label('deployable_uuid'),
+                models.Deployable.rp_uuid)).one()
+
+    def report(self):
+        """The agent's next periodic report: whether it was a full one."""
+        self.reporter.report_now()
+        return self.reporter.last_report['full']
+
+
+def test_an_overdue_mark_keeps_the_image_the_agent_reported_after_it(
+        pconf, ctx, db, glance):
+    """A conductor died while the agent ran the vendor tool, which
+    succeeded: the agent's next report (a delta) recorded the image.  The
+    overdue mark makes the conductor forget it; the agent's inventory
+    does not change again, so its later reports were unchanged deltas,
+    and the database said the card ran nothing (and the next bind for
+    the image loaded it again).  The conductor now asks for a full
+    report, which records the image; the card stays out until a
+    re-probe, and asking for the image only advertises its trait."""
+    image = glance.add_image(b'late' * 10, {'accel:function_id': 'f7'})
+    fpga = _ReportedFPGA(pconf, db)
+    card = fpga.row
+    assert _provider(pconf, card.rp_uuid)[0] == 0
+    assert _bitstream(ctx, card) is None
+    # A conductor began programming and was killed: its mark stays.
+    until = (timeutils.utcnow() + datetime.timedelta(minutes=5)).replace(
+        microsecond=0)
+    with db.begin() as c:
+        c.execute(sa.update(models.Deployable).values(
+            programming_until=until))
+    # The tool succeeded: the agent reports the image.
+    fpga.driver.program(fake.CONTROLPATH_ADDRESS, None, image)
+    assert not fpga.report()
+    assert _bitstream(ctx, card) == image
+
+    with db.begin() as c:
+        c.execute(sa.update(models.Deployable).values(
+            programming_until=timeutils.utcnow()
+            - datetime.timedelta(seconds=1)))
+    assert programming.take_out_overdue(pconf, ctx) == 1
+    # Forgotten until the agent says again what the card runs.
+    assert _bitstream(ctx, card) is None
+    full = fpga.report()
+    assert _bitstream(ctx, card) == image
+    assert full                 # the conductor asked for it
+    assert deployables.Deployable.get(
+        ctx, card.deployable_uuid).bitstream_id == image
+    assert not fpga.report()    # then unchanged deltas again
+    # Still out of the schedule until a re-probe finds it well.
+    assert _health(db, card)[0] == 'unhealthy'
+    reserved, traits = _provider(pconf, card.rp_uuid)
+    assert reserved == fake.NUM_ACCELERATORS
+    assert 'CUSTOM_ACCEL_UNHEALTHY' in traits
+    # A bind (or an admin) asking for the image does not load it again.
+    target = deployable_db.program_target(ctx, card.deployable_uuid)
+    assert not programming.program(
+        pconf, ctx, target, {'id': image, **glance.images[image]},
+        timeutils.utcnow() + datetime.timedelta(minutes=1), own_handles=0)
+    assert glance.downloads() == []
+    assert 'CUSTOM_FPGA_FUNCTION_ID_F7' in _provider(pconf, card.rp_uuid)[1]
+
+
+def test_an_image_reported_before_the_conductor_gave_up_is_kept(
+        pconf, ctx, db, glance):
+    """The tool succeeded and the agent's report recorded the image just
+    before the conductor stopped waiting for the agent's answer: the card
+    is taken out (its outcome is unknown to the conductor), and the
+    agent's next report, a full one, records the image again."""
+    image = glance.add_image(b'just' * 10, {'accel:function_id': 'f8'})
+    release = threading.Event()
+    reported = []
+
+    class LateDriver(fake.FakeDriver):
+        def program(self, controlpath_id, image_path, image_uuid):
+            super().program(controlpath_id, image_path, image_uuid)
+            reported.append(fpga.report())
+            release.wait(30)    # the answer comes too late
+
+    driver = LateDriver(pconf, HOST)
+    fpga = _ReportedFPGA(pconf, db, driver)
+    card = fpga.row
+    target = deployable_db.program_target(ctx, card.deployable_uuid)
+    with seed.agent_endpoint(pconf, HOST, {'fake_driver': driver}):
+        try:
+            with pytest.raises(exception.ServiceUnavailable):
+                programming.program(
+                    pconf, ctx, target,
+                    {'id': image, **glance.images[image]},
+                    # Time for the Placement syncs of the mark and of
+                    # the agent's report before the conductor gives up.
+                    timeutils.utcnow() + datetime.timedelta(seconds=6),
+                    own_handles=0)
+        finally:
+            release.set()
+    # The agent's delta was taken (it recorded the image), and the
+    # conductor forgot the image after it.
+    assert reported == [False]
+    assert _bitstream(ctx, card) is None
+    assert _health(db, card)[0] == 'unhealthy'
+    full = fpga.report()
+    assert _bitstream(ctx, card) == image
+    assert full
+    assert _provider(pconf, card.rp_uuid)[0] == fake.NUM_ACCELERATORS
 
 
 def test_an_image_already_loaded_gets_its_function_trait(pconf, ctx, db,
