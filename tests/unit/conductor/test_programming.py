@@ -484,7 +484,9 @@ def test_a_programming_the_agent_does_not_finish_in_time_keeps_the_card_out(
             'fake_driver': SlowDriver(pconf, HOST)}):
         image = glance.add_image(b'slow' * 10, {'accel:function_id': 'f9'})
         target = deployable_db.program_target(ctx, device.deployable_uuid)
-        deadline = timeutils.utcnow() + datetime.timedelta(seconds=1)
+        # Long enough for the download and the mark's Placement sync
+        # before the agent is asked, on a loaded machine too.
+        deadline = timeutils.utcnow() + datetime.timedelta(seconds=5)
         try:
             with pytest.raises(exception.ServiceUnavailable) as caught:
                 programming.program(pconf, ctx, target,
