@@ -9,7 +9,10 @@ Idempotent: every call compares and writes only what differs, so a sync
 cut short (Placement down, a conductor killed) is finished by the next
 report or by ``reconcile_all``.  The host row's ``placement_synced`` says
 whether Placement is known to match; it is set only when a sync completes
-for the digest it started from.
+for the digest it started from.  A sync that did not happen after its
+change committed may have left providers whose rows that change deleted
+(a device a report dropped), recorded nowhere else: an unsynced host's
+next sync also deletes its orphans (``_may_have_lost_removals``).
 
 The compute node provider is looked up once by name (the report's
 ``resource_provider_name`` if the agent sent one and it exists, else the
@@ -105,22 +108,47 @@ def sync_after_report(conf, context, hostname, plan, digest, rp_name=None,
     the host unsynced whatever this sync writes.  Read here instead, the
     serial could already count such a change, whose providers this sync
     neither touches nor, trusting its memory, compares: without it,
-    memory is trusted only if the host was synced at the serial read."""
+    memory is trusted only if the host was synced at the serial read.
+
+    ``trust_memory`` False (the host was not synced before this change)
+    also deletes the host's orphans (``_may_have_lost_removals``)."""
     if serial is None:
         row = host_db.get(context, hostname)
         serial = row['sync_serial'] if row else None
         trust_memory = trust_memory and bool(row and row['placement_synced'])
+        host = host or row
+    elif host is None:
+        # Read here rather than in sync_host: the orphans depend on it.
+        host = host_db.get(context, hostname)
     try:
         cn_uuid = sync_host(conf, context, hostname,
                             touched=plan.touched_providers if plan else set(),
                             removed=plan.removed_providers if plan else (),
                             rp_name=rp_name, trust_memory=trust_memory,
-                            host=host)
+                            host=host,
+                            remove_orphans=_may_have_lost_removals(
+                                host, trust_memory))
     except exception.PlacementError as exc:
         LOG.warning('Placement sync of host %s failed, will retry: %s',
                     hostname, exc)
         return False
     return _mark_synced(context, hostname, digest, cn_uuid, serial)
+
+
+def _may_have_lost_removals(host, trust_memory):
+    """Whether a sync must look for the host's orphans: providers whose
+    rows were deleted (a report that dropped a device, vanished hardware
+    dropped, a forget cut short) and whose own removal never happened
+    (Placement failed that sync, or the conductor died after the
+    commit).  Nothing but the providers records them, and a sync that
+    only writes what its rows describe would mark the host synced with
+    them still offered.  Any such failure leaves the host unsynced, so
+    its next sync, whatever starts it, deletes them: one listing and one
+    query more, for an unsynced host only.  A host's first report (no
+    digest stored, no compute node provider found yet) cannot have lost
+    any, and its first sync stays as cheap as it was."""
+    return bool(not trust_memory and host is not None and
+                (host['report_digest'] or host['compute_rp_uuid']))
 
 
 def sync_providers(conf, context, hostname, providers, host=None,
