@@ -166,4 +166,8 @@ def test_events_queued_before_the_first_report_count_one_by_one(
     report = monitor.last_report
     assert report['full'] and monitor.reports_sent == 1
     assert [r['code'] for r in report['readings']].count('xid:61') == 3
-    assert tuple(_faults(conductor.engine)) == (states.UNHEALTHY, 3)
+    # Taken out by the count (an unhealthy row's health_faults then
+    # counts its failed re-probes: none yet).
+    health, reason = _device(conductor.engine)
+    assert health == states.UNHEALTHY
+    assert reason.startswith('3 transient faults within'), reason

@@ -1,6 +1,9 @@
 """NVIDIA GPU health through NVML (the file-backed fake NVML)."""
 
+import collections
 import datetime
+import os
+import sys
 import time
 
 from cyborg.common import metrics, states
@@ -437,7 +440,43 @@ def test_nvml_module_comes_from_the_option(conf, tmp_path, monkeypatch):
     assert (r.severity, r.code) == (states.FATAL, 'xid:95')
 
 
+class _Counting:
+    """The fake NVML, counting the NVML functions called through it."""
+
+    def __init__(self, nvml):
+        self._nvml = nvml
+        self.calls = collections.Counter()
+
+    def __getattr__(self, name):
+        value = getattr(self._nvml, name)
+        if not callable(value) or not name.startswith('nvml'):
+            return value            # constants and error classes
+
+        def call(*args, **kwargs):
+            self.calls[name] += 1
+            return value(*args, **kwargs)
+        return call
+
+
+def _counting_opens():
+    """A counter of the files this process opens while ``counting`` is
+    set (an audit hook: it stays for the process, counting nothing
+    after)."""
+    opened = collections.Counter()
+    state = {'counting': False}
+
+    def hook(event, args):
+        if state['counting'] and event == 'open':
+            opened[str(args[0])] += 1
+    sys.addaudithook(hook)
+    return opened, state
+
+
 def test_checking_8_gpus_is_cheap(conf, tmp_path):
+    """What a check costs per GPU, counted rather than timed (a timed
+    bound failed on loaded machines; tools/bench measures time): a few
+    NVML calls on handles taken once, the AER counters read, nothing
+    discovered again."""
     conf.set_override('state_path', str(tmp_path / 'state'))
     tree = fake_sysfs.FakeSysfs(tmp_path / 'sys')
     gpus = {}
@@ -447,23 +486,31 @@ def test_checking_8_gpus_is_cheap(conf, tmp_path):
         tree.set_aer(address, fatal={}, nonfatal={}, correctable={})
         gpus[address] = _gpu(f'GPU-{index}')
     conf.set_override('sysfs_root', str(tmp_path / 'sys'), 'agent')
-    nvml = fake_nvml.create(tmp_path / 'nvml.json', gpus)
+    nvml = _Counting(fake_nvml.create(tmp_path / 'nvml.json', gpus))
     driver = nvidia_gpu.NvidiaGPUDriver(conf, 'h', nvml=nvml)
     devices = driver.discover()
     assert len(devices) == 8
     driver.check_health(devices)
-    start = time.process_time()
-    for _ in range(1000):
+    opened, state = _counting_opens()
+    nvml.calls.clear()
+    state['counting'] = True
+    checks = 10
+    for _ in range(checks):
         readings = driver.check_health(devices)
-    spent = time.process_time() - start
+    state['counting'] = False
     assert {r.severity for r in readings} == {states.OK}
-    # A sanity bound, not a benchmark: every second on 8 GPUs must stay
-    # a small fraction of one core.
-    assert spent < 2.0, spent
+    # Handles are taken once and NVML initialised once, not per check.
+    assert not {'nvmlInit', 'nvmlDeviceGetHandleByPciBusId',
+                'nvmlDeviceGetCount'} & set(nvml.calls), nvml.calls
+    per_gpu = sum(nvml.calls.values()) / (checks * 8)
+    assert per_gpu <= 6, nvml.calls
+    # The AER counters (fatal, non-fatal, correctable) and nothing else.
+    assert {os.path.basename(path) for path in opened} <= {
+        'aer_dev_fatal', 'aer_dev_nonfatal', 'aer_dev_correctable'}, opened
+    assert sum(opened.values()) <= checks * 8 * 3, opened
 
 
 def test_fake_nvml_works_in_another_process(tmp_path):
-    import os
     import subprocess
     import sys
     path = tmp_path / 'nvml.json'
