@@ -46,13 +46,28 @@ def as_cyborg_exception(exc):
     """``exc`` as a CyborgException when it is one, or was one remotely.
 
     Exceptions raised by the conductor come back over RPC as
-    ``oslo_messaging.RemoteError`` carrying the class name and message.
+    ``oslo_messaging.RemoteError`` carrying the class name, the message
+    and the traceback.  A class this API does not know (a newer
+    conductor's, during a rolling upgrade) is rebuilt as the nearest one
+    it knows of those the traceback's note names, with the status the
+    conductor noted (``exception.remote_status``): not a 500 as if the
+    conductor had failed.
     """
     if isinstance(exc, exception.CyborgException):
         return exc
+    value = getattr(exc, 'value', None)
+    if value is None:
+        return None
     exc_type = getattr(exc, 'exc_type', None)
-    cls = getattr(exception, exc_type or '', None)
-    if (isinstance(cls, type) and issubclass(cls, exception.CyborgException)
-            and getattr(exc, 'value', None) is not None):
-        return cls(message=exc.value)
+    noted = exception.remote_status(exc_type,
+                                    getattr(exc, 'traceback', None))
+    code, names = noted or (None, [exc_type])
+    for name in names:
+        cls = getattr(exception, name or '', None)
+        if (isinstance(cls, type)
+                and issubclass(cls, exception.CyborgException)):
+            rebuilt = cls(message=value)
+            if code is not None:
+                rebuilt.code = code
+            return rebuilt
     return None

@@ -5,6 +5,8 @@ doc/source/contract.rst ("Errors") with ``code`` as the status; anything
 else becomes a 500.
 """
 
+import re
+
 from oslo_db import exception as db_exc
 import sqlalchemy.exc
 
@@ -57,6 +59,22 @@ def first_line(error):
     return lines[0][:FIRST_LINE_LIMIT] if lines else type(error).__name__
 
 
+# What a CyborgException says of itself in its traceback, for an API that
+# does not know its class.  Raised in a conductor, it reaches the API over
+# RabbitMQ as oslo.messaging's RemoteError: its class name, its message and
+# its formatted traceback, nothing else (its kwargs and args are dropped
+# unless the API could rebuild the class itself).  An API older than the
+# conductor knows the class by name only where both releases have it; with
+# this note, which Python (3.11 and later) prints after the exception's
+# line in every traceback, it answers the conductor's status, as the
+# nearest class it knows (``remote_status``).  The 2027.1 API reads no
+# note: there, errors it has no class for read as 503 (doc/source/
+# upgrade.rst).
+_STATUS_NOTE = 'HTTP %d from cyborg (%s)'
+_STATUS_NOTE_LINE = re.compile(
+    r'^HTTP ([45][0-9][0-9]) from cyborg \(([A-Za-z_][\w, ]*)\)$')
+
+
 class CyborgException(Exception):
     """Base exception: subclasses set ``message`` (a format) and ``code``."""
 
@@ -72,9 +90,31 @@ class CyborgException(Exception):
                 message = self.message
         self.msg = str(message)
         super().__init__(self.msg)
+        if hasattr(self, 'add_note'):       # Python 3.11 (PEP 678)
+            self.add_note(_STATUS_NOTE % (self.code, ', '.join(
+                cls.__name__ for cls in type(self).__mro__
+                if issubclass(cls, CyborgException))))
 
     def __str__(self):
         return self.msg
+
+
+def remote_status(exc_type, traceback):
+    """(code, class names) that a CyborgException of class ``exc_type``
+    raised elsewhere noted in ``traceback`` (a RemoteError's: a list of
+    formatted lines), its own class's name first and CyborgException's
+    last; None without such a note (an exception of another kind, one
+    from Python 3.10).  Only a note naming ``exc_type`` first counts: the
+    exceptions it was raised from (or while handling) are in the
+    traceback too, with their notes."""
+    lines = ''.join(traceback or ()).splitlines()
+    for line in reversed(lines):
+        found = _STATUS_NOTE_LINE.match(line)
+        if found:
+            names = [name.strip() for name in found.group(2).split(',')]
+            if names[0] == exc_type:
+                return int(found.group(1)), names
+    return None
 
 
 class Invalid(CyborgException):
