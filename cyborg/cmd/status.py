@@ -1,6 +1,8 @@
 """cyborg-status upgrade check: is this deployment ready for this release?
 
-Checks: the database schema is at the newest migration; the policy file,
+Checks: the database schema is at the newest migration and has every table
+and column of the models (a revision stamped, or restored, over an older
+schema passes for the newest without them); the policy file,
 if there is one, is YAML (JSON policy files are no longer read) and parses;
 this host's clock is near the database server's (the API and the
 conductor compare their clocks); the health timers fit together (a full
@@ -25,6 +27,9 @@ from cyborg.common import service
 from cyborg.db import migration
 
 LOG = logging.getLogger(__name__)
+
+# The most missing tables and columns a failed check names.
+MISSING_NAMED = 10
 
 PROG = 'cyborg-status'
 Code = upgradecheck.Code
@@ -63,7 +68,32 @@ class Checks(upgradecheck.UpgradeCommands):
                           'The database schema is at revision %s, this '
                           'release needs %s; run "cyborg-dbsync upgrade".'
                           % (current, head))
-        return Result(Code.SUCCESS)
+        return self._check_tables(current)
+
+    def _check_tables(self, current):
+        """The revision row says the newest; do the tables agree?  A
+        ``cyborg-dbsync stamp --force``, or a restore that kept the row of
+        a later schema, records migrations that never ran."""
+        try:
+            _present, missing = migration.schema_contents(self.conf)
+        except Exception as exc:
+            LOG.debug('Reading the schema failed', exc_info=True)
+            return Result(Code.FAILURE,
+                          'Cannot read the tables from [database] '
+                          'connection: %s' % exception.first_line(exc))
+        if not missing:
+            return Result(Code.SUCCESS)
+        named = ', '.join(missing[:MISSING_NAMED])
+        if len(missing) > MISSING_NAMED:
+            named += ' and %d more' % (len(missing) - MISSING_NAMED)
+        return Result(Code.FAILURE,
+                      'The database schema is recorded at revision %s, '
+                      'the newest, but lacks %s: migrations were recorded '
+                      'without being run ("cyborg-dbsync stamp", or a '
+                      'restore that kept the revision).  Run "cyborg-dbsync '
+                      'stamp --revision base", then "cyborg-dbsync '
+                      'upgrade": each migration adds only what is missing.'
+                      % (current, named))
 
     def _policy_file(self):
         """(path, text, failure) of the policy file: path None when there

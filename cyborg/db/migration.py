@@ -239,6 +239,33 @@ def version(conf_or_url):
         engine.dispose()
 
 
+def schema_contents(conf_or_url):
+    """What the database has of cyborg's models: (the names of the models'
+    tables it has, those of their tables and columns it lacks, as
+    ``table`` and ``table.column``, in the models' order).  What it has
+    beyond them (a newer release's, alembic's own table) is no concern."""
+    engine = sa.create_engine(_url(conf_or_url),
+                           poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            inspector = sa.inspect(connection)
+            there = set(inspector.get_table_names())
+            present, missing = [], []
+            for table in models.Base.metadata.sorted_tables:
+                if table.name not in there:
+                    missing.append(table.name)
+                    continue
+                present.append(table.name)
+                columns = {column['name']
+                           for column in inspector.get_columns(table.name)}
+                missing.extend('%s.%s' % (table.name, column.name)
+                               for column in table.columns
+                               if column.name not in columns)
+    finally:
+        engine.dispose()
+    return present, missing
+
+
 # Steps for the scripts under alembic/versions.  MariaDB and MySQL commit
 # each DDL statement at once: a migration interrupted between two of them
 # (a signal, a lost connection, a lock wait given up) leaves the first

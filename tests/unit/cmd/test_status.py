@@ -44,6 +44,35 @@ def test_old_schema_revision_fails(tmp_path, capsys):
         assert _check(tmp_path, url) == 2
 
 
+def _words(out):
+    """The words of the check table's rows (it wraps its lines)."""
+    return ' '.join(word for line in out.split('\n')
+                    if line.startswith('|')
+                    for word in line.strip('| ').split())
+
+
+def test_a_schema_recorded_newer_than_its_tables_fails(tmp_path, capsys):
+    """2027.1's schema (revision 8d3e6b1c4f70) stamped as the newest with
+    --force: the revision row says the newest, the tables are 2027.1's.
+    The check read only the row and passed; the services then failed on
+    the missing columns."""
+    with databases.throwaway_database('sqlite') as url:
+        migration.upgrade(url, '8d3e6b1c4f70')
+        migration.stamp(url, 'head')
+        assert _check(tmp_path, url) == 2
+        words = _words(capsys.readouterr().out)
+        assert ('is recorded at revision %s, the newest, but lacks '
+                % migration.head()) in words, words
+        assert 'hosts.sync_serial' in words
+        assert 'placement_releases' in words
+        assert ('Run "cyborg-dbsync stamp --revision base", then '
+                '"cyborg-dbsync upgrade"') in words
+        # What it says to do mends it.
+        migration.stamp(url, 'base')
+        migration.upgrade(url)
+        assert _check(tmp_path, url) == 0
+
+
 def test_a_schema_a_newer_release_upgraded_warns(tmp_path, capsys):
     """In a rolling upgrade's middle this release runs on a schema the
     next one has expanded: its check said FAILURE and told the operator
@@ -56,10 +85,7 @@ def test_a_schema_a_newer_release_upgraded_warns(tmp_path, capsys):
                               "'0123456789ab'"))
         engine.dispose()
         assert _check(tmp_path, url) == 1
-        # The table wraps its lines: read its words.
-        words = ' '.join(word for line in capsys.readouterr().out.split('\n')
-                         if line.startswith('|')
-                         for word in line.strip('| ').split())
+        words = _words(capsys.readouterr().out)
         assert 'which this release does not know' in words, words
         assert 'run "cyborg-dbsync upgrade"' not in words
 
