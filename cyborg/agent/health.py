@@ -71,6 +71,7 @@ from cyborg.agent import reporter as agent_reporter
 from cyborg.common import context as cyborg_context
 from cyborg.common import metrics
 from cyborg.common import notify
+from cyborg.common import rpc
 from cyborg.common import states
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.drivers import base
@@ -163,7 +164,7 @@ class HealthMonitor:
         self._conductor = conductor_api or conductor_rpcapi.ConductorAPI(
             conf, timeout=max(_MIN_SEND_TIMEOUT,
                               conf.health.report_interval),
-            retry=agent_reporter.BROKER_RETRIES, require_queue=True)
+            retry=rpc.BROKER_RETRIES, require_queue=True)
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._thread = None

@@ -45,7 +45,7 @@ A delta the conductor refuses as malformed (``Invalid``) may be refused
 for its base, the on-disk record: the record is forgotten and the next
 attempt is a full report, rather than the same delta refused for ever.
 
-The report client tries the broker ``BROKER_RETRIES`` more times, not for
+The report client tries the broker ``rpc.BROKER_RETRIES`` more times, not for
 ever: with RabbitMQ away a report fails within seconds, is logged
 (``Inventory report of <host> failed``) and retried with the back-off,
 discovering afresh each time.
@@ -75,6 +75,7 @@ from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
 from cyborg.common import metrics
+from cyborg.common import rpc
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.objects import inventory
 
@@ -86,14 +87,13 @@ _RETRY_DELAY = 1.0
 # such a report at once (nothing reaches a conductor, nothing waits), so
 # trying often costs one message each time.
 _NO_CONDUCTOR_RETRY = 1.0
-# How many more times the agent's reports (inventory and health) try to
-# reach the broker before they fail (1, 2 then 4 s apart with
-# oslo.messaging's defaults: about 7 s in all): with its default (for
-# ever) a report sent while RabbitMQ is away blocks inside its reconnect
-# loop, and neither the agent's back-off nor its log line ever runs.
-# (Before the agent first reached the broker, its RPC server waits for
-# it, and nothing reports yet.)
-BROKER_RETRIES = 2
+# The agent's reports (inventory and health) try the broker
+# rpc.BROKER_RETRIES more times before they fail (1, 2 then 4 s apart
+# with oslo.messaging's defaults: about 7 s in all): with its default
+# (for ever) a report sent while RabbitMQ is away blocks inside its
+# reconnect loop, and neither the agent's back-off nor its log line ever
+# runs.  (Before the agent first reached the broker, its RPC server waits
+# for it, and nothing reports yet.)
 
 
 class BackoffLog:
@@ -155,7 +155,7 @@ class Reporter:
         # monitor share this one (``cmd.agent.build_services``).
         self.programming = programming.InProgress()
         self._conductor = conductor_api or conductor_rpcapi.ConductorAPI(
-            conf, retry=BROKER_RETRIES, require_queue=True)
+            conf, retry=rpc.BROKER_RETRIES, require_queue=True)
         self._cache = report_cache or agent_cache.ReportCache(
             agent_cache.default_path(conf, host), host)
         self._lock = threading.Lock()

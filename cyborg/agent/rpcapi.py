@@ -2,15 +2,26 @@
 
 Topic ``cyborg-agent``; each agent listens as server ``<its host>``.
 
+With RabbitMQ away a call or cast fails within seconds with
+``MessageDeliveryFailure`` (``rpc.BROKER_RETRIES`` more tries; a call
+also when the conductor's reply queue is not open yet): the agent was not
+reached, and the message does not go out later, once its caller has
+given up (``not_reached`` says so; a broker that hung rather than
+stopped may still deliver what it had taken).  A call's ``timeout``
+bounds the wait for the agent's answer.
+
 ``HISTORY`` is the API's version history, one line per change (pin the
 version each call needs); ``RELEASES`` maps a release name to the version
 its agents serve, for ``[upgrade_levels]agent`` (doc/source/upgrade.rst).
 """
 
+from oslo_log import log as logging
 import oslo_messaging as messaging
 
 from cyborg.common import exception
 from cyborg.common import rpc
+
+LOG = logging.getLogger(__name__)
 
 TOPIC = 'cyborg-agent'
 
@@ -51,6 +62,16 @@ def refusal(error):
     return exception.first_line(error)
 
 
+def not_reached(error, hostname):
+    """What to say when ``error`` is a call's or cast's to the agent on
+    ``hostname`` that never reached it (the broker could not be reached:
+    nothing runs there, now or later); else None."""
+    if isinstance(error, messaging.MessageDeliveryFailure):
+        return (f'the agent on {hostname} was not reached: the message '
+                f'broker cannot be reached')
+    return None
+
+
 def raised(error, cls):
     """Whether the agent answered with a ``cls``: rebuilt here, or (its
     module not allowed to be rebuilt, as over RabbitMQ) a RemoteError
@@ -70,10 +91,21 @@ class AgentAPI:
         return rpc.get_client(self._conf, TOPIC, RPC_API_VERSION,
                               server=hostname,
                               timeout=timeout or self._timeout,
+                              retry=rpc.BROKER_RETRIES,
                               version_cap=self.version_cap)
 
-    def _prepare(self, hostname, version, timeout=None):
-        return self._client(hostname, timeout).prepare(version=version)
+    def _call(self, context, hostname, version, method, timeout=None,
+              **kwargs):
+        client = self._client(hostname, timeout)
+        rpc.wait_reply_queue(client.transport, rpc.BROKER_RETRIES + 1)
+        with rpc.broker_errors_undelivered():
+            return client.prepare(version=version).call(context, method,
+                                                        **kwargs)
+
+    def _cast(self, context, hostname, version, method, **kwargs):
+        client = self._client(hostname)
+        with rpc.broker_errors_undelivered():
+            client.prepare(version=version).cast(context, method, **kwargs)
 
     def can_send(self, version):
         """Whether ``[upgrade_levels]agent`` lets ``version`` through."""
@@ -99,16 +131,16 @@ class AgentAPI:
         deployable's ``driver_name``.  Errors come back as RemoteError
         (CyborgException subclasses), e.g. an unknown driver or address.
         """
-        return self._prepare(hostname, '1.0', timeout).call(
-            context, 'fpga_program', controlpath_id=controlpath_id,
-            bitstream=bitstream, driver_name=driver_name)
+        return self._call(context, hostname, '1.0', 'fpga_program',
+                          timeout, controlpath_id=controlpath_id,
+                          bitstream=bitstream, driver_name=driver_name)
 
     def create_vgpu_mdev(self, context, hostname, pci_address, asked_type,
                          mdev_uuid):
         """Create mdev ``mdev_uuid`` of ``asked_type`` on the parent GPU."""
-        return self._prepare(hostname, '1.0').call(
-            context, 'create_vgpu_mdev', pci_address=pci_address,
-            asked_type=asked_type, mdev_uuid=mdev_uuid)
+        return self._call(context, hostname, '1.0', 'create_vgpu_mdev',
+                          pci_address=pci_address, asked_type=asked_type,
+                          mdev_uuid=mdev_uuid)
 
     def remove_vgpu_mdev(self, context, hostname, pci_address, mdev_uuid,
                          asked_type=None):
@@ -117,18 +149,28 @@ class AgentAPI:
         agent then refuses a uuid of an mdev of another type, as it does
         one of another parent.  While ``[upgrade_levels]agent`` caps
         below 1.2 the removal is sent without it (the parent alone is
-        checked), as older agents take it."""
+        checked), as older agents take it; so is it, after a warning, where
+        no cap is set and the agent refuses 1.2 (it is older)."""
         if asked_type is not None and self.can_send('1.2'):
-            return self._prepare(hostname, '1.2').call(
-                context, 'remove_vgpu_mdev', pci_address=pci_address,
-                mdev_uuid=mdev_uuid, asked_type=asked_type)
-        return self._prepare(hostname, '1.0').call(
-            context, 'remove_vgpu_mdev', pci_address=pci_address,
-            mdev_uuid=mdev_uuid)
+            try:
+                return self._call(context, hostname, '1.2',
+                                  'remove_vgpu_mdev', pci_address=pci_address,
+                                  mdev_uuid=mdev_uuid, asked_type=asked_type)
+            except Exception as exc:
+                if not rpc.peer_too_old(exc):
+                    raise
+                # An agent of 2027.1 (1.1) with no [upgrade_levels]agent
+                # cap set: it refused before removing anything.
+                LOG.warning('The agent on %s does not serve agent RPC 1.2: '
+                            'removing mdev %s checking its parent only (set '
+                            '[upgrade_levels]agent while agents of an older '
+                            'release run).', hostname, mdev_uuid)
+        return self._call(context, hostname, '1.0', 'remove_vgpu_mdev',
+                          pci_address=pci_address, mdev_uuid=mdev_uuid)
 
     def request_report(self, context, hostname):
         """Ask the agent for a full inventory snapshot (cast)."""
-        self._prepare(hostname, '1.0').cast(context, 'request_report')
+        self._cast(context, hostname, '1.0', 'request_report')
 
     def probe_health(self, context, hostname, device_keys):
         """Ask the agent to actively re-probe devices (cast); the verdicts
@@ -140,8 +182,8 @@ class AgentAPI:
                             'devices waiting for a re-probe stay out of the '
                             'schedule until the agents are upgraded')
             return
-        self._prepare(hostname, '1.1').cast(context, 'probe_health',
-                                            device_keys=device_keys)
+        self._cast(context, hostname, '1.1', 'probe_health',
+                   device_keys=device_keys)
 
     def prepare_device(self, context, hostname, device_key, timeout=None):
         """Run the driver's preparation step for a device (``Preparable``)
@@ -154,5 +196,5 @@ class AgentAPI:
                             self.version_cap, 'devices are enabled without '
                             'their driver\'s preparation step')
             return True
-        return self._prepare(hostname, '1.1', timeout).call(
-            context, 'prepare_device', device_key=device_key)
+        return self._call(context, hostname, '1.1', 'prepare_device',
+                          timeout, device_key=device_key)

@@ -3,7 +3,10 @@ broker's health, so that while RabbitMQ or the conductor is away a write
 answers 503 within seconds and reads keep being served.
 
 - Each call waits for the conductor at most ``[api]conductor_timeout``
-  seconds and tries the broker ``[api]broker_retries`` more times.
+  seconds and tries the broker ``[api]broker_retries`` more times; the
+  whole call, however the broker fails (refusing connections, or
+  accepting them and answering nothing), takes at most ``call_bound``
+  seconds, after which it answers 503 like a broker that is away.
 - While the conductor answers, every thread may wait for it: a burst of
   writes (a boot storm's binds) is served, not refused.  Once a call went
   unanswered (a timeout, the broker lost), at most half of a worker's
@@ -12,16 +15,18 @@ answers 503 within seconds and reads keep being served.
   never take the threads reads need; the next call answered lifts that.
 - oslo.messaging opens the queue replies come back on, on first use, with
   no bound: a call made while the broker is away would hang there for as
-  long as it stays away.  The client opens it in a thread of its own from
-  the start and, until it is open, a write answers 503 after
-  ``broker_retries`` + 1 seconds with nothing sent.
+  long as it stays away.  It is opened in a thread of its own instead
+  (``rpc.wait_reply_queue``) and, until it is open, a write answers 503
+  after ``broker_retries`` + 1 seconds with nothing sent.
 - A connection refused below oslo.messaging is a 503 like any messaging
   failure, never a 500.
 - It reconnects to a broker that came back at most a second apart
   (``cyborg.common.rpc.reconnect_fast``).
 """
 
+from concurrent import futures
 import threading
+import time
 
 from amqp import exceptions as amqp_exceptions
 from kombu import exceptions as kombu_exceptions
@@ -35,6 +40,18 @@ from cyborg.common import timing
 from cyborg.objects import clock as objects_clock
 
 LOG = logging.getLogger(__name__)
+
+BROKER_AWAY = 'the message broker cannot be reached'
+
+
+def call_bound(conf):
+    """Seconds a call to the conductor takes at most, from the moment the
+    API sends it to its 503: ``[api]conductor_timeout`` for the answer,
+    and for the broker ``[api]broker_retries`` + 1 (what a call waits for
+    the reply queue).  Past ``conductor_timeout`` the conductor drops the
+    call if it comes to it (``answer_by``), so nothing is written behind
+    such a 503."""
+    return conf.api.conductor_timeout + conf.api.broker_retries + 1
 
 
 class ConductorClient:
@@ -50,7 +67,6 @@ class ConductorClient:
         self._waiting = 0
         self._unanswered_limit = max(1, conf.api.threads // 2)
         self._answering = True
-        self._reply_queue = None
 
     def __getattr__(self, name):
         method = getattr(self._rpc(), name)
@@ -71,7 +87,6 @@ class ConductorClient:
                 self._client = rpcapi.ConductorAPI(
                     self._conf, timeout=self._conf.api.conductor_timeout,
                     retry=self._conf.api.broker_retries)
-                self._reply_queue = _ReplyQueue(self._client)
             return self._client
 
     def _call(self, name, method, *args, **kwargs):
@@ -90,16 +105,16 @@ class ConductorClient:
         answered = False
         try:
             with timing.phase(timing.RPC):
-                if self._reply_queue is not None:
-                    self._reply_queue.wait(self._conf.api.broker_retries + 1)
-                result = method(*args, **kwargs)
+                result = self._within_bound(name, method, args, kwargs)
             answered = True
             return result
-        except (OSError, kombu_exceptions.KombuError) as e:
-            # Connection errors from below oslo.messaging (kombu, sockets).
+        except (OSError, kombu_exceptions.KombuError,
+                messaging.MessageDeliveryFailure, _Overdue) as e:
+            # Connection errors from below oslo.messaging (kombu, sockets),
+            # its own once it gave up on the broker, the reply queue not
+            # open, or the broker not answering within the call's bound.
             LOG.warning('Calling the conductor (%s) failed: %s', name, e)
-            raise exception.ServiceUnavailable(
-                reason='the message broker cannot be reached')
+            raise exception.ServiceUnavailable(reason=BROKER_AWAY)
         except amqp_exceptions.AMQPError as e:
             # The broker's own refusal at login (a wrong password, a
             # virtual host that does not exist): oslo.messaging lets it
@@ -117,46 +132,47 @@ class ConductorClient:
                 self._waiting -= 1
                 self._answering = answered
 
+    def _within_bound(self, name, method, args, kwargs):
+        """``method(*args, **kwargs)``, on a thread of its own that the
+        caller stops waiting for once ``call_bound`` has passed (_Overdue).
+
+        oslo.messaging bounds a call's parts, not the whole: with the
+        broker accepting connections and answering nothing, the publish
+        alone waits ``conductor_timeout`` for the broker's confirmation,
+        then each of ``broker_retries`` reconnections its handshake
+        timeout (about 5 s): a write took 37 s.  The abandoned thread
+        ends by itself within those bounds."""
+        started = time.monotonic()
+        transport = getattr(getattr(self._client, '_client', None),
+                            'transport', None)
+        rpc.wait_reply_queue(transport, self._conf.api.broker_retries + 1)
+        future = futures.Future()
+
+        def run():
+            future.set_running_or_notify_cancel()
+            try:
+                future.set_result(method(*args, **kwargs))
+            except BaseException as e:  # noqa: BLE001 - handed over
+                future.set_exception(e)
+
+        threading.Thread(target=run, daemon=True,
+                         name=f'conductor-call-{name}').start()
+        bound = call_bound(self._conf)
+        futures.wait([future], bound - (time.monotonic() - started))
+        if not future.done():
+            raise _Overdue(f'no outcome within {bound} s')
+        return future.result()
+
 
 def _answered(error):
     """Whether a call that raised ``error`` reached a conductor that
     answered (with an error of its own: a 4xx, a 503 for Placement),
     rather than going unanswered (a timeout, a message not delivered,
-    the reply queue not open: the 503 ``_ReplyQueue`` raises)."""
+    the reply queue not open)."""
     if isinstance(error, messaging.RemoteError):
         return True
-    return not isinstance(error, (messaging.MessagingException,
-                                  _ReplyQueueNotOpen))
+    return not isinstance(error, messaging.MessagingException)
 
 
-class _ReplyQueue:
-    """Opens the RPC client's reply queue in the background, once."""
-
-    def __init__(self, rpc_client):
-        # oslo.messaging has no public call for this; without the private
-        # one (another driver, the fake transport) there is nothing to do.
-        driver = getattr(getattr(getattr(rpc_client, '_client', None),
-                                 'transport', None), '_driver', None)
-        self._open = getattr(driver, '_get_reply_q', None)
-        self._ready = threading.Event()
-        if self._open is None:
-            self._ready.set()
-            return
-        threading.Thread(target=self._run, daemon=True,
-                         name='conductor-reply-queue').start()
-
-    def _run(self):
-        try:
-            self._open()
-        except Exception:  # noqa: BLE001 - calls open it themselves then
-            LOG.exception('Opening the conductor reply queue failed')
-        self._ready.set()
-
-    def wait(self, timeout):
-        if not self._ready.wait(timeout):
-            raise _ReplyQueueNotOpen(
-                reason='the message broker cannot be reached')
-
-
-class _ReplyQueueNotOpen(exception.ServiceUnavailable):
-    """No call was sent: the reply queue is not open yet."""
+class _Overdue(Exception):
+    """The call's bound passed with no outcome."""

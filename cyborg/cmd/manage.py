@@ -35,9 +35,9 @@ from cyborg.conductor import rpcapi as conductor_rpcapi
 PROG = 'cyborg-manage'
 # The conductor RPC version the host commands need.
 HOSTS_VERSION = '1.8'
-# More tries to reach the broker before giving up (one line, status 1):
-# about 4 s with oslo.messaging's default intervals (1 s, then 3 s).
-BROKER_RETRIES = 2
+# Commands try the broker rpc.BROKER_RETRIES more times before giving up
+# (one line, status 1): about 4 s with oslo.messaging's default intervals
+# (1 s, then 3 s).
 # Where oslo.messaging says it retries the broker (an ERROR line a try).
 _RABBIT_LOGGER = 'oslo.messaging._drivers.impl_rabbit'
 # Exit statuses (2, a configuration error, is service.config_error's).
@@ -106,10 +106,10 @@ command_opt = cfg.SubCommandOpt('command', title='Commands',
 
 def _failure(exc):
     """One line saying why a command failed, or None for a bug."""
+    if rpc.peer_too_old(exc):
+        return (f'the conductors do not serve this command (conductor '
+                f'RPC {HOSTS_VERSION}): upgrade them first')
     if isinstance(exc, messaging.RemoteError):
-        if exc.exc_type in ('UnsupportedVersion', 'NoSuchMethod'):
-            return (f'the conductors do not serve this command (conductor '
-                    f'RPC {HOSTS_VERSION}): upgrade them first')
         # The conductor's refusal, whole: it names what holds the host.
         return (str(exc.value or '').strip().splitlines() or
                 [exc.exc_type])[0]
@@ -145,7 +145,7 @@ def _amqp_reason(exc):
 
 
 def reach_broker(conf, client):
-    """Connect to the broker, trying it ``BROKER_RETRIES`` more times;
+    """Connect to the broker, trying it ``rpc.BROKER_RETRIES`` more times;
     raises what the last try did (kombu's OperationalError for a broker
     nothing answers on, amqp's AccessRefused or NotAllowed for a refused
     login).
@@ -167,7 +167,7 @@ def reach_broker(conf, client):
     if connect is None:
         return
     with service.untold(conf, _RABBIT_LOGGER):
-        with connect(retry=BROKER_RETRIES):
+        with connect(retry=rpc.BROKER_RETRIES):
             pass
 
 
@@ -184,7 +184,7 @@ def main(argv=None):
     service.check_transport_url(conf, PROG)
     try:
         client = conductor_rpcapi.ConductorAPI(
-            conf, retry=BROKER_RETRIES, require_queue=True)
+            conf, retry=rpc.BROKER_RETRIES, require_queue=True)
     except ValueError as exc:
         service.config_error(PROG, exc)
     try:

@@ -5,8 +5,12 @@ by their ``to_dict()`` and are rebuilt by the receiving side.  The request
 context travels with every message.
 """
 
+import contextlib
 import threading
+import weakref
 
+from amqp import exceptions as amqp_exceptions
+from kombu import exceptions as kombu_exceptions
 import oslo_messaging as messaging
 from oslo_log import log as logging
 from oslo_serialization import jsonutils
@@ -135,6 +139,101 @@ def register_messaging_opts(conf):
                        group='oslo_messaging_metrics')
     conf.register_opts(tracing.oslo_messaging_tracing,
                        group='oslo_messaging_tracing')
+
+
+# How many more times the conductor's calls and casts to agents try to
+# reach the broker before they fail with MessageDeliveryFailure (a second
+# or so apart with FAST_RECONNECT: a few seconds in all).  With
+# oslo.messaging's default (for ever) a call made while RabbitMQ is away
+# ignores its timeout: it holds its thread (a bind worker, an RPC thread,
+# the health timers) for the whole outage, and goes out when the broker
+# is back, long after its caller gave up.
+BROKER_RETRIES = 2
+
+# What oslo.messaging lets through from below when it gives up on the
+# broker within a bounded ``retry``: kombu's error for a connection it
+# could not open (a call or cast that needs a new one from the pool),
+# py-amqp's for a broker refusing the login.  Neither is ever a peer's
+# answer: oslo.messaging rebuilds only builtin exceptions (and those of
+# the modules a transport allows, none here).
+BROKER_ERRORS = (kombu_exceptions.KombuError, amqp_exceptions.AMQPError)
+
+
+def peer_too_old(error):
+    """Whether ``error`` is a peer's refusal of a call's version or
+    method it does not serve (an older release's, in a rolling upgrade):
+    refused before anything ran.  Over RabbitMQ it comes back as a
+    RemoteError naming the class, over fake:// as the class itself."""
+    return (isinstance(error, (messaging.UnsupportedVersion,
+                               messaging.NoSuchMethod)) or
+            (isinstance(error, messaging.RemoteError) and
+             error.exc_type in ('UnsupportedVersion', 'NoSuchMethod')))
+
+
+class BrokerUnreachable(messaging.MessageDeliveryFailure):
+    """Nothing was sent: the message broker could not be reached."""
+
+
+@contextlib.contextmanager
+def broker_errors_undelivered():
+    """Raise ``BROKER_ERRORS`` from within as BrokerUnreachable, so that
+    a caller sees one error, oslo.messaging's MessageDeliveryFailure,
+    whenever a message was not sent."""
+    try:
+        yield
+    except BROKER_ERRORS as exc:
+        raise BrokerUnreachable(
+            f'the message broker cannot be reached: {exc}') from exc
+
+
+class _ReplyQueue:
+    """Opens a transport's reply queue on a thread of its own, once."""
+
+    def __init__(self, transport):
+        # oslo.messaging has no public call for this; without the private
+        # one (another driver, the fake transport) there is nothing to do.
+        driver = getattr(transport, '_driver', None)
+        self._open = getattr(driver, '_get_reply_q', None)
+        self._ready = threading.Event()
+        if self._open is None:
+            self._ready.set()
+            return
+        threading.Thread(target=self._run, daemon=True,
+                         name='rpc-reply-queue').start()
+
+    def _run(self):
+        try:
+            self._open()
+        except Exception:  # noqa: BLE001 - calls open it themselves then
+            LOG.exception('Opening the RPC reply queue failed')
+        self._ready.set()
+
+    def wait(self, timeout):
+        return self._ready.wait(timeout)
+
+
+_REPLY_QUEUES = weakref.WeakKeyDictionary()
+
+
+def wait_reply_queue(transport, timeout):
+    """Wait at most ``timeout`` seconds for ``transport``'s reply queue
+    (None: nothing to wait for), or raise BrokerUnreachable.
+
+    oslo.messaging opens the queue answers come back on at the first
+    call, trying the broker for ever whatever the call's ``retry``, and
+    every other call of the process waits behind it: a first call made
+    while the broker is away would hang for as long as it stays away.
+    The queue is opened in the background instead (on the first wait),
+    and a call waits for it only this long."""
+    if transport is None:
+        return
+    with _LOCK:
+        queue = _REPLY_QUEUES.get(transport)
+        if queue is None:
+            queue = _REPLY_QUEUES[transport] = _ReplyQueue(transport)
+    if not queue.wait(timeout):
+        raise BrokerUnreachable('the message broker cannot be reached: '
+                                'the reply queue is not open yet')
 
 
 def get_client(conf, topic, version, server=None, timeout=None, retry=None,

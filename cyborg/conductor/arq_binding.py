@@ -794,6 +794,11 @@ def _reason(error, job):
     """What to keep on the ARQ (and log) for a failed bind."""
     if isinstance(error, exception.CyborgException):
         return str(error)
+    from cyborg.agent import rpcapi as agent_rpcapi
+    unreached = agent_rpcapi.not_reached(
+        error, job.get('agent_host') or job['hostname'])
+    if unreached is not None:
+        return unreached
     if isinstance(error, messaging.MessagingTimeout):
         return (f"the agent on {job['hostname']} did not answer within "
                 f"the bind timeout")
@@ -1257,7 +1262,10 @@ def _remove_mdev(conf, context, hostname, attach_info, mdev_uuid,
             context, hostname, inventory.pci_address(info), mdev_uuid,
             asked_type=info.get('asked_type'))
     except Exception as e:  # noqa: BLE001 - any failure is only reported
-        if isinstance(e, messaging.MessagingTimeout):
+        unreached = agent_rpcapi.not_reached(e, hostname)
+        if unreached is not None:
+            reason = f'{unreached}: mdev {mdev_uuid} was not removed'
+        elif isinstance(e, messaging.MessagingTimeout):
             reason = (f'the agent on {hostname} did not answer when asked '
                       f'to remove mdev {mdev_uuid}')
         else:

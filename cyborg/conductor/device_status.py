@@ -28,6 +28,7 @@ from oslo_log import log as logging
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
 from cyborg.common import notify
+from cyborg.common import rpc
 from cyborg.common import states
 from cyborg.conductor import health
 from cyborg.conductor import placement_sync
@@ -41,11 +42,6 @@ LOG = logging.getLogger(__name__)
 
 # Longest the agent has to prepare a device, in seconds.
 PREPARE_TIMEOUT = 30
-
-# Errors of an agent too old to know prepare_device (RPC 1.0): it has no
-# preparation step to run.
-_NOT_SUPPORTED = ('UnsupportedVersion', 'NoSuchMethod')
-
 
 def set_status(conf, context, device_uuid, status, wait=None):
     """Set the device's status and its providers' reserved; returns the
@@ -114,11 +110,16 @@ def _prepare(conf, context, target, wait):
             reason=f'the agent on {hostname} did not prepare device {key} '
                    f'within {timeout} s; the device stays maintaining')
     except Exception as exc:
-        if (isinstance(exc, messaging.RemoteError) and
-                exc.exc_type in _NOT_SUPPORTED):
+        if rpc.peer_too_old(exc):
+            # An agent too old to know prepare_device (RPC 1.0): it has
+            # no preparation step to run.
             LOG.warning('The agent on %s cannot prepare devices (too old); '
                         'enabling %s without it.', hostname, key)
             return
+        unreached = agent_rpcapi.not_reached(exc, hostname)
+        if unreached is not None:
+            raise exception.ServiceUnavailable(
+                reason=f'{unreached}; the device stays maintaining') from exc
         reason = agent_rpcapi.refusal(exc)
         if reason is None:
             raise exception.ServiceUnavailable(

@@ -356,6 +356,12 @@ def _run_agent(conf, context, target, image, data, deadline, fetched):
                    f'{max(int(remaining), 1)} s; {_OUT}',
             outcome='did not end in time') from exc
     except Exception as exc:
+        unreached = agent_rpcapi.not_reached(exc, target.hostname)
+        if unreached is not None:
+            # Nothing was sent, nor goes out later: the card is as it was.
+            raise exception.ServiceUnavailable(
+                reason=f'{unreached}; {target.cpid_info} was not '
+                       f'programmed') from exc
         reason = agent_rpcapi.refusal(exc)
         if reason is None:
             raise           # not reached: nothing ran

@@ -18,6 +18,7 @@ from cyborg.conductor import rpcapi
 from cyborg.db import api as db_api
 from tests.fixtures import api as api_fixture
 from tests.fixtures import rabbit
+from tests.fixtures import tcp_proxy
 
 
 def _call(app, method, path, body=None):
@@ -91,6 +92,50 @@ def test_a_broker_refusing_the_login_is_503(db):
         transport.cleanup()
     assert status == 503
     assert 'refused' in fault['faultstring']
+
+
+def test_a_hung_broker_is_a_503_within_the_call_s_bound(db):
+    """RabbitMQ (through a TCP proxy) keeping the API's connections open
+    and answering nothing: the publish waited [api]conductor_timeout for
+    the broker's confirmation, then each of [api]broker_retries
+    reconnections its handshake timeout (about 5 s): 37 s with the
+    defaults, past the API's graceful-stop time.  The call now answers
+    503 once ``call_bound`` has passed, as for a broker that is away."""
+    from cyborg.api import conductor_client
+
+    conf = api_fixture.make_conf({('api', 'conductor_timeout'): 2,
+                                  ('api', 'broker_retries'): 1})
+    rpc.reconnect_fast(conf)
+    profile = [{'name': 'dp', 'groups': [{'resources:FPGA': '1'}]}]
+    with rabbit.throwaway_vhost() as url, \
+            tcp_proxy.tcp_proxy(rabbit.RABBIT_PORT) as proxy:
+        transport = messaging.get_rpc_transport(conf, url=url.replace(
+            ':%d/' % rabbit.RABBIT_PORT, ':%d/' % proxy.port))
+        previous = rpc._TRANSPORT
+        rpc.set_transport(transport)
+        try:
+            app = api_app.build_app(conf, rpcapi.ConductorAPI(
+                conf, timeout=2, retry=1))
+            # No conductor: the broker is reached (its reply queue open).
+            status, fault = _call(app, 'POST', '/v2/device_profiles',
+                                  profile)
+            assert (status, fault['faultstring']) == (
+                503, 'Service unavailable: the conductor did not answer in '
+                     'time')
+            proxy.hold()
+            started = time.monotonic()
+            status, fault = _call(app, 'POST', '/v2/device_profiles',
+                                  profile)
+            took = time.monotonic() - started
+            proxy.release()
+        finally:
+            rpc.set_transport(previous)
+            transport.cleanup()
+    bound = conductor_client.call_bound(conf)
+    assert bound == 4
+    assert took < bound + 1, took
+    assert (status, fault['faultstring']) == (
+        503, 'Service unavailable: the message broker cannot be reached')
 
 
 def test_a_programming_longer_than_the_api_waits_says_what_to_watch(db):

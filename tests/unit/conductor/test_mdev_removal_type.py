@@ -1,7 +1,7 @@
 """The conductor's mdev removal names the handle's mdev type (agent RPC
 1.2), so that the agent refuses a uuid of an mdev of another type; capped
-at 1.1 ([upgrade_levels]agent = 2027.1) it is sent as 2027.1 agents take
-it.  The real clients, transport (fake://) and, where an agent removes,
+at 1.1 ([upgrade_levels]agent = 2027.1), or refused by an older agent, it
+is sent as 2027.1 agents take it.  The real clients, transport (fake://) and, where an agent removes,
 the real agent endpoint on a fake sysfs tree."""
 
 import json
@@ -51,6 +51,9 @@ def ctx():
 
 @pytest.mark.parametrize('cap, version, sent', [
     ('', '1.2', {'asked_type': VGPU_TYPE}),
+    # No cap set while a 2027.1 agent runs: it refuses 1.2 (nothing
+    # removed), and the removal is sent again as it takes it.
+    ('', '1.1', {}),
     ('1.1', '1.1', {}),
     ('2027.1', '1.1', {}),
     ('2027.1', '1.2', {})])
