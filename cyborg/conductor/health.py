@@ -23,7 +23,9 @@ that deployable's.  A deployable is scheduled by its EFFECTIVE health, the
 worse of its own and its device's.  A device-level good reading (a probe
 verdict included) also counts for the device's deployables that have no
 fault of their own in the report, so a partition taken out on its own is
-re-admitted by its device's probe.
+re-admitted by its device's probe; a device's fault verdict fails the
+re-probe of its deployables probed with it that have no verdict of their
+own in the report, at once (``health_machine.device_verdict``).
 
 A reading applied once is not applied again.  An agent numbers the
 readings it queues (``seq``, under the ``sender`` id of its health
@@ -366,10 +368,21 @@ def _sort_readings(hostname, by_key, by_name, readings):
 def _deployable_readings(own, device_readings):
     """A deployable's readings: its own, then its device's good ones
     unless it has a fault of its own (a partition's fault outlives its
-    device reading well)."""
-    if any(not r.harmless for r in own):
-        return own
-    return own + [r for r in device_readings if r.severity == states.OK]
+    device reading well), and its device's re-probe fault verdicts
+    unless it has a verdict of its own (``health_machine.device_verdict``:
+    they fail the re-probe of a deployable probed with its device, and
+    change nothing else)."""
+    faulty = any(not r.harmless for r in own)
+    verdict = any(r.source == 'probe' for r in own)
+    added = []
+    for reading in device_readings:
+        if reading.severity == states.OK:
+            if not faulty:
+                added.append(reading)
+        elif (reading.source == 'probe' and not reading.harmless and
+              not verdict):
+            added.append(machine.device_verdict(reading))
+    return own + added
 
 
 def _note(result, kind, row, device, old, new):

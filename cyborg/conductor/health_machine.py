@@ -15,6 +15,10 @@ A record (the ``HealthColumns`` of a device or deployable row) moves so::
     suspect --(suspect_window without fault)--> healthy           (timer)
     any --fatal/gone--> unhealthy
     unhealthy --first good reading--> hold-down starts (due_at)
+    healthy/suspect/unhealthy --the conductor's own fault reading (an FPGA
+      programming whose outcome is unknown, program:unfinished)-->
+      unhealthy, hold-down started (due_at) unless one runs: no good
+      reading needed
     unhealthy --a fault reading--> hold-down stopped until the next good
       reading (a probe's verdict, asked for rather than watched, leaves
       it running)
@@ -22,6 +26,8 @@ A record (the ``HealthColumns`` of a device or deployable row) moves so::
     probing --probe verdict ok--> healthy (re-admitted; flaps counted)
     probing --probe verdict fault, or any fault--> unhealthy, next
       re-probe scheduled (due_at: the hold-down, one more failed re-probe)
+    probing deployable --its device's probe verdict fault (no verdict of
+      its own)--> the same (a deployable's record; cyborg.conductor.health)
     probing --no verdict within probe_timeout--> unhealthy, next
       re-probe scheduled, as above                                (timer)
     unhealthy after that --the late verdict ok--> healthy (re-admitted)
@@ -72,6 +78,13 @@ VANISHED_IN_STATUS = 'the hardware vanished while its device was'
 GONE_REASON = 'the device vanished or its driver was unbound'
 # How the reason of a record whose re-probe timed out begins.
 NO_VERDICT = 'no re-probe verdict within'
+# The code of the fatal reading the conductor makes itself for an FPGA
+# whose programming's outcome is unknown (cyborg.conductor.programming).
+PROGRAM_UNFINISHED = 'program:unfinished'
+# The code of a device's re-probe fault verdict as its deployables get
+# it (``device_verdict``), and how the reason of one failed by it begins.
+DEVICE_VERDICT = 'probe:device'
+DEVICE_VERDICT_REASON = "its device's re-probe verdict"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +194,11 @@ def apply_reading(record, reading, now, settings):
     severity = reading.severity
     if severity == states.APPLICATION:
         return record
+    if reading.code == DEVICE_VERDICT:
+        # A verdict only for a record probed with its device.
+        if record.health != states.PROBING or reading.harmless:
+            return record
+        return _probe_failed(record, now, settings, reading.reason)
     if severity == states.OK:
         return _good(record, reading, now, settings)
     if severity == states.TRANSIENT:
@@ -218,9 +236,34 @@ def _out(record, reading, now, settings, reason):
     """Unhealthy after the fault ``reading``."""
     if record.health == states.PROBING:
         return _probe_failed(record, now, settings, reason)
+    if _unwatched(reading):
+        # No good reading need follow it: an agent with health watching
+        # off sends none, yet answers the re-probe.  A hold-down already
+        # running goes on (as after a probe's verdict); a fault the
+        # agent reads later stops it, as any.
+        out = (_taken_out(record, now, reason)
+               if record.health != states.UNHEALTHY
+               else dataclasses.replace(record, reason=reason))
+        return out if out.due_at is not None else _held_down(out, now,
+                                                             settings)
     if record.health != states.UNHEALTHY:
         return _taken_out(record, now, reason)
     return _still_out(record, reading, reason=reason)
+
+
+def _unwatched(reading):
+    """Whether the fault ``reading`` is the conductor's own, not one of
+    an agent's health watching (an FPGA programming whose outcome is
+    unknown, ``PROGRAM_UNFINISHED``): the record it takes out is
+    re-probed after its hold-down without a good reading, as hardware
+    that came back is (``came_back``)."""
+    return reading.code == PROGRAM_UNFINISHED
+
+
+def _held_down(record, now, settings):
+    """The unhealthy ``record`` with its hold-down started ``now``."""
+    return dataclasses.replace(
+        record, due_at=now + _seconds(hold_down(record, now, settings)))
 
 
 def _still_out(record, reading, **values):
@@ -366,6 +409,21 @@ def step(record, readings, now, settings):
     return apply_timers(record, now, settings)
 
 
+def device_verdict(verdict):
+    """A device's re-probe verdict ``verdict``, a fault, as one of its
+    deployables gets it (one that has no verdict of its own in the same
+    report: cyborg.conductor.health).  The re-probe asked for the device
+    is asked for each of its deployables being probed, and its good
+    verdict re-admits them: its fault fails their re-probe at once, with
+    a reason naming it, rather than leave each to wait for its probe
+    timeout.  It changes nothing of a deployable that is not probing (a
+    fault of the device takes every partition out by itself:
+    ``effective``)."""
+    return dataclasses.replace(
+        verdict, code=DEVICE_VERDICT,
+        reason=f'{DEVICE_VERDICT_REASON}: {_fault_reason(verdict)}')
+
+
 def needs_probe(old, new):
     """Whether the move from ``old`` to ``new`` asks for a re-probe."""
     return new.health == states.PROBING and old.health != states.PROBING
@@ -458,9 +516,8 @@ def came_back(record, now, settings):
     nor started again), a fault stops it until the next good reading."""
     if record.health != states.LOST:
         return record
-    back = _taken_out(record, now, CAME_BACK_REASON)
-    return dataclasses.replace(
-        back, due_at=now + _seconds(hold_down(back, now, settings)))
+    return _held_down(_taken_out(record, now, CAME_BACK_REASON), now,
+                      settings)
 
 
 # -- what the scheduler sees ----------------------------------------------

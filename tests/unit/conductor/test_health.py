@@ -295,6 +295,39 @@ def test_enabling_a_device_with_a_failed_partition_re_probes_it(
                     MIGS[0])
 
 
+def test_a_device_s_failed_re_probe_fails_its_deployables_probed_with_it(
+        conf, db, admin_context, cn, placement, agent):  # noqa: F811
+    """The device and a partition of it, both out, are re-probed by one
+    request; the device's fault verdict is the partition's too (it has
+    none of its own): both fail at once and are re-probed again at the
+    same time, rather than the partition waiting for its probe timeout
+    (and a re-probe later than its device's)."""
+    _report(conf, admin_context, _reading(MIG_KEY, states.FATAL, 'XID 48'),
+            _reading(MIG_KEY, states.FATAL, 'XID 95', deployable=MIGS[0]))
+    device_status.set_status(conf, admin_context, MIG_DEV, states.ENABLED)
+    assert agent.probed.wait(10) and agent.probes == [[MIG_KEY]]
+    assert _deployable_health(db, MIGS[0]).health == 'probing'
+    _report(conf, admin_context, _reading(MIG_KEY, states.FATAL,
+                                          'XID 48 again', source='probe'))
+    device = _device_health(db, MIG_KEY)
+    assert device[:2] == ('unhealthy', 'XID 48 again')
+    partition = _deployable_health(db, MIGS[0])
+    assert partition[:2] == (
+        'unhealthy', "its device's re-probe verdict: XID 48 again")
+    assert partition.health_due_at == device.health_due_at
+    # Its sibling, not probed, keeps its own record (out by its device).
+    assert _deployable_health(db, MIGS[1])[:2] == ('healthy', None)
+    assert all(_out(placement, name) for name in MIGS)
+    # Nothing is left to time out (the partition's probe timeout, 30 s,
+    # is past); both are re-probed after the wait (60 s).
+    _age(db, 50)
+    assert health.run_timers(conf, admin_context) == 0
+    _age(db, 11)
+    assert health.run_timers(conf, admin_context) == 2
+    assert {_deployable_health(db, MIGS[0]).health,
+            _device_health(db, MIG_KEY).health} == {'probing'}
+
+
 def test_only_enabling_an_unhealthy_device_re_probes_it(
         conf, db, admin_context, cn, placement, agent):  # noqa: F811
     # An instance holds the GPU (so that it is kept when it vanishes).

@@ -546,6 +546,95 @@ def test_a_flapping_device_that_came_back_is_held_longer():
     assert back.due_at == at(20 + 240)
 
 
+UNFINISHED = Reading(device=DEV, deployable='fpga0', severity=states.FATAL,
+                     reason='programming did not end', source='program',
+                     code='program:unfinished')
+
+
+@pytest.mark.parametrize('before', [
+    rec(), rec(states.SUSPECT, faults=2, due_at=at(300), reason='x')])
+def test_an_unfinished_programming_is_re_probed_without_a_good_reading(
+        before):
+    """The conductor's own reading (an FPGA programming whose outcome is
+    unknown) starts the hold-down at once, as a return from lost does: an
+    agent with health watching off sends no good reading, yet answers the
+    re-probe at its end."""
+    out = m.apply_reading(before, UNFINISHED, at(10), S)
+    assert (out.health, out.reason, out.due_at, out.failed_probes) == (
+        states.UNHEALTHY, 'programming did not end', at(70), 0)
+    assert m.step(out, [], at(69), S) == out
+    probing = m.step(out, [], at(70), S)
+    assert m.needs_probe(out, probing)
+    # The agent's "not yet" (still being programmed): re-probed again
+    # after the next hold-down, still without any reading.
+    again = m.apply_reading(probing, PROBE_NOT_YET_READING, at(71), S)
+    assert (again.health, again.due_at) == (states.UNHEALTHY, at(131))
+    # A good verdict then re-admits it.
+    back = m.apply_reading(m.step(again, [], at(131), S), PROBE_OK, at(132),
+                           S)
+    assert back.health == states.HEALTHY
+
+
+def test_readings_during_an_unfinished_programming_s_hold_down():
+    out = m.apply_reading(rec(), UNFINISHED, at(10), S)
+    # A good reading (an agent watching health) neither shortens it nor
+    # starts a second one; nor does the conductor's reading again.
+    assert m.apply_reading(out, OK, at(20), S) == out
+    assert m.apply_reading(out, UNFINISHED, at(30), S) == out
+    # A fault the agent reads meanwhile stops it, as any: the card is
+    # still failing where health is watched.
+    for fault in (TRANSIENT, FATAL):
+        bad = m.apply_reading(out, fault, at(20), S)
+        assert bad.health == states.UNHEALTHY and bad.due_at is None
+        assert m.apply_timers(bad, at(10 ** 6), S) == bad
+        assert m.apply_reading(bad, OK, at(30), S).due_at == at(90)
+    # Out already, its hold-down stopped by a fault: the conductor's
+    # reading starts it (no reading may follow it).
+    stopped = unhealthy_since(0)
+    restarted = m.apply_reading(stopped, UNFINISHED, at(5), S)
+    assert (restarted.reason, restarted.due_at) == (
+        'programming did not end', at(65))
+    # Probing: the re-probe fails, and the next one is scheduled.
+    probing = rec(states.PROBING, due_at=at(30), reason='x')
+    failed = m.apply_reading(probing, UNFINISHED, at(1), S)
+    assert (failed.health, failed.failed_probes, failed.due_at) == (
+        states.UNHEALTHY, 1, at(61))
+
+
+# -- a device's verdict, for its deployables ----------------------------------
+
+def test_a_device_s_fault_verdict_fails_the_re_probe_of_its_deployable():
+    """A deployable probed with its device gets the device's fault
+    verdict (when it has none of its own): its re-probe fails at once,
+    as the device's does, rather than wait for its probe timeout."""
+    probing = rec(states.PROBING, due_at=at(30), reason='x')
+    for verdict, why in ((PROBE_BAD, 'still broken'),
+                         (reading(states.TRANSIENT, source='probe'),
+                          'transient fault (probe)')):
+        out = m.apply_reading(probing, m.device_verdict(verdict), at(1), S)
+        assert (out.health, out.reason, out.failed_probes, out.due_at) == (
+            states.UNHEALTHY, f"its device's re-probe verdict: {why}", 1,
+            at(61))
+        # As the device's own record after the same verdict.
+        device = m.apply_reading(probing, verdict, at(1), S)
+        assert (device.health, device.due_at) == (out.health, out.due_at)
+
+
+@pytest.mark.parametrize('before', [
+    rec(), rec(states.SUSPECT, faults=1, due_at=at(300), reason='x'),
+    rec(states.UNHEALTHY, due_at=at(60), faults=1, reason='y'),
+    rec(states.UNHEALTHY, reason='y'),
+    rec(states.LOST, reason=m.LOST_REASON)])
+def test_a_device_s_fault_verdict_is_no_fault_of_a_deployable_not_probed(
+        before):
+    # The device's fault takes every partition out by itself (effective
+    # health); the partition's own record is not the device's.
+    for verdict in (PROBE_BAD, reading(states.TRANSIENT, source='probe'),
+                    reading(states.GONE, source='probe')):
+        assert m.apply_reading(before, m.device_verdict(verdict), at(1),
+                               S) == before
+
+
 def test_hardware_that_vanished_in_an_operators_status_is_remembered():
     # Healthy, nothing allocated, but in a status an operator gave it:
     # kept for max_hold_down, so that it comes back in that status.

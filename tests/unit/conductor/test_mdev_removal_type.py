@@ -1,8 +1,9 @@
 """The conductor's mdev removal names the handle's mdev type (agent RPC
 1.2), so that the agent refuses a uuid of an mdev of another type; capped
 at 1.1 ([upgrade_levels]agent = 2027.1), or refused by an older agent, it
-is sent as 2027.1 agents take it.  The real clients, transport (fake://) and, where an agent removes,
-the real agent endpoint on a fake sysfs tree."""
+is sent as 2027.1 agents take it.  The real clients, transport (fake://)
+and, where an agent removes, the real agent endpoint on a fake sysfs
+tree."""
 
 import json
 import os

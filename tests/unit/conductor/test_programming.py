@@ -735,6 +735,67 @@ def test_a_card_taken_out_by_an_unfinished_programming_comes_back_by_probe(
     assert 'CUSTOM_ACCEL_UNHEALTHY' not in traits
 
 
+def test_a_card_out_for_an_unfinished_programming_on_a_host_not_watching(
+        pconf, ctx, db, device):
+    """An agent with health watching off sends no readings, yet answers
+    re-probes: the card comes back by its hold-down and a re-probe alone,
+    no good reading and no admin needed (it stayed out until an admin
+    enabled the device)."""
+    from cyborg.conductor import health
+    from tests.unit.conductor import agent_endpoint
+
+    pconf.set_override('hold_down', 60, 'health')
+    pconf.set_override('probe_timeout', 30, 'health')
+    key = 'PCI:0000:0c:00.0'
+    table = models.Deployable.__table__
+
+    def hold_down_over():
+        # Time passes: the re-probe scheduled is due.
+        with db.begin() as c:
+            where = table.c.id == device.deployable_id
+            due = c.execute(sa.select(table.c.health_due_at).where(
+                where)).scalar()
+            assert due is not None, 'no re-probe scheduled'
+            c.execute(sa.update(table).where(where).values(
+                health_due_at=due - datetime.timedelta(seconds=61)))
+
+    def answer(severity, about):
+        health.handle_report(pconf, ctx, HOST, {'full': False, 'readings': [
+            {'device': key, 'severity': severity, 'source': 'probe',
+             'deployable': deployable, 'reason': 'being programmed',
+             'code': PROBE_NOT_YET if severity == 'transient' else None}
+            for deployable in about]})
+
+    with agent_endpoint.serving(pconf, HOST,
+                                agent_endpoint.RecordingAgent()) as agent:
+        target = deployable_db.program_target(ctx, device.deployable_uuid)
+        programming._out_until_probed(pconf, ctx, target, None,
+                                      "programming with image x did not "
+                                      "end")
+        assert _health(db, device)[0] == 'unhealthy'
+        assert _provider(pconf, device.rp_uuid)[0] == 4
+        assert health.run_timers(pconf, ctx) == 0   # held down meanwhile
+        for attempt in (1, 2):
+            hold_down_over()
+            assert health.run_timers(pconf, ctx) == 1
+            assert _health(db, device)[0] == 'probing'
+            assert agent.probed.wait(10)
+            assert agent.probes == [[key]] * attempt
+            agent.probed.clear()
+            if attempt == 1:
+                # The tool still runs: "not yet", for the device and its
+                # deployable.  Probed again after the next hold-down.
+                answer('transient', (None, device.name))
+                assert _health(db, device) == ('unhealthy',
+                                               'being programmed')
+        answer('ok', (None,))
+    state, (reserved, traits) = _health(db, device)[0], _provider(
+        pconf, device.rp_uuid)
+    assert (state, reserved) == ('healthy', 0)
+    assert 'CUSTOM_ACCEL_UNHEALTHY' not in traits
+    assert _device_health(db, device) == 'healthy'
+
+
 def test_a_device_probed_while_an_admin_programs_it_waits_its_turn(
         pconf, ctx, db, device):
     """A device out for a fault of its own, vouched for by an admin
