@@ -4,9 +4,11 @@ Operators' automation (and Ceilometer-style consumers) read them from the
 notification topics configured in ``[oslo_messaging_notifications]``
 (``driver = messagingv2``, ``topics``, ``transport_url``); with no driver
 configured, or only ``noop``, nothing is sent and nothing is built.  A
-``transport_url`` of their own that cannot work is a configuration error
-at start (``check_transport_url``, through ``cyborg.common.service``),
-not a failure at the first notification.
+``driver`` no installed notification driver has (``driver_problem``)
+and a ``transport_url`` of their own that cannot work
+(``check_transport_url``) are configuration errors at start (through
+``cyborg.common.service``), not notifications silently off or a failure
+at the first one.
 
 Format: like the other OpenStack services' versioned notifications, the
 payload is a versioned object primitive::
@@ -41,6 +43,7 @@ other process at exit.
 
 import atexit
 import collections
+import importlib.metadata
 import os
 import threading
 
@@ -51,6 +54,7 @@ from oslo_messaging import transport as messaging_transport
 from oslo_serialization import jsonutils
 
 from cyborg.common import metrics
+from cyborg.common import rpc
 
 LOG = logging.getLogger(__name__)
 
@@ -93,6 +97,9 @@ SAMPLE = 'sample'        # telemetry: usage figures, not state changes
 # that sends nothing.
 GROUP = 'oslo_messaging_notifications'
 NOOP_DRIVER = 'noop'
+# Where oslo.messaging's notifier finds its drivers (stevedore's
+# namespace of entry points): the names ``driver`` may give.
+DRIVER_NAMESPACE = 'oslo.messaging.notify.drivers'
 
 _NOTIFIERS = {}
 _LOCK = threading.Lock()
@@ -158,13 +165,9 @@ def _notification_transport(conf):
     ``rpc.TRANSPORT_URL_ERRORS`` when its URL cannot work.  As for the RPC
     transport (``rpc.get_transport``), the import error of a driver's
     module that stevedore lets through (kafka:// without confluent_kafka)
-    is said as the driver failing to load."""
-    try:
-        return messaging.get_notification_transport(conf)
-    except ImportError as exc:
-        driver = messaging.TransportURL.parse(
-            conf, conf[GROUP].transport_url or conf.transport_url).transport
-        raise messaging.DriverLoadFailure(driver, exc) from exc
+    is said as the driver failing to load (``rpc.driver_loaded``)."""
+    return rpc.driver_loaded(messaging.get_notification_transport, conf,
+                             conf[GROUP].transport_url or conf.transport_url)
 
 
 def own_transport_url(conf):
@@ -175,6 +178,33 @@ def own_transport_url(conf):
     if not _drivers_on(conf):
         return None
     return conf[GROUP].transport_url or None
+
+
+def driver_problem(conf):
+    """Why ``[oslo_messaging_notifications]driver`` cannot work, or None:
+    a name that no installed notification driver has (``messagingv3``).
+    oslo.messaging's notifier loads only the drivers it finds (stevedore
+    tells the others at the first notification, as it makes the
+    notifier) and sends nothing to the others: a typo turned
+    notifications off without a word at start.  The names are those of
+    the ``DRIVER_NAMESPACE`` entry points installed (stevedore's); no
+    driver, or ``noop`` only, is notifications off, which is no
+    problem."""
+    _register(conf)
+    names = [name for name in conf[GROUP].driver if name]
+    known = driver_names()
+    unknown = [name for name in names if name not in known]
+    if not unknown:
+        return None
+    return ('[%s]driver: not an installed notification driver: %s '
+            '(installed: %s)' % (GROUP, ', '.join(map(repr, unknown)),
+                                 ', '.join(known)))
+
+
+def driver_names():
+    """The names of the notification drivers installed, sorted."""
+    return sorted({entry_point.name for entry_point in
+                   importlib.metadata.entry_points(group=DRIVER_NAMESPACE)})
 
 
 def check_transport_url(conf):

@@ -12,6 +12,7 @@ import weakref
 from amqp import exceptions as amqp_exceptions
 from kombu import exceptions as kombu_exceptions
 import oslo_messaging as messaging
+from oslo_config import cfg
 from oslo_log import log as logging
 from oslo_serialization import jsonutils
 
@@ -70,24 +71,32 @@ def reconnect_fast(conf):
         conf.set_default(name, value, group=RABBIT_GROUP)
 
 
-# What making a transport raises for a ``[DEFAULT]transport_url`` that
-# cannot work: a driver that is not installed (or that needs a library
-# that is not: ``_make_transport`` says so as DriverLoadFailure too), a
-# URL oslo.messaging cannot read (no scheme; urllib's ValueError for a
-# bad IPv6 address or port).
+# What making a transport raises for a transport URL that cannot work
+# (``[DEFAULT]transport_url``, or notifications' own): a driver that is
+# not installed (or that needs a library that is not: ``driver_loaded``
+# says so as DriverLoadFailure too), a URL oslo.messaging cannot read (no
+# scheme; urllib's ValueError for a bad IPv6 address or port), a query
+# naming no option of its driver (``?pool=1``: NoSuchOptError).
 TRANSPORT_URL_ERRORS = (messaging.DriverLoadFailure,
-                        messaging.InvalidTransportURL, ValueError)
+                        messaging.InvalidTransportURL, ValueError,
+                        cfg.NoSuchOptError)
+
+
+def driver_loaded(make, conf, url=None):
+    """``make(conf)``, a transport of ``url`` (None: ``[DEFAULT]
+    transport_url``), with the import error of its driver's module that
+    stevedore lets through (kafka:// without confluent_kafka) raised as
+    DriverLoadFailure: oslo.messaging wraps only "no such driver", and
+    both say the same thing."""
+    try:
+        return make(conf)
+    except ImportError as exc:
+        driver = messaging.TransportURL.parse(conf, url).transport
+        raise messaging.DriverLoadFailure(driver, exc) from exc
 
 
 def _make_transport(conf):
-    try:
-        return messaging.get_rpc_transport(conf)
-    except ImportError as exc:
-        # stevedore lets the import error of a driver's module through
-        # (kafka:// without confluent_kafka); oslo.messaging wraps only
-        # "no such driver".  Both say the same thing.
-        driver = messaging.TransportURL.parse(conf).transport
-        raise messaging.DriverLoadFailure(driver, exc) from exc
+    return driver_loaded(messaging.get_rpc_transport, conf)
 
 
 def get_transport(conf):

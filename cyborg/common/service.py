@@ -27,8 +27,8 @@ options (``[DEFAULT]debug`` and ``log_config_append``, oslo.log's).
 Configuration: every option's value is checked at start
 (``check_all_values``), the libraries' included, so that a bad one is
 the one line and exit status 2 of ``config_error``, never a traceback
-later on; so is a message broker URL that cannot work
-(``check_transport_url``).
+later on; so is a message broker URL that cannot work, or a
+notification driver that is not installed (``check_transport_url``).
 """
 
 import contextlib
@@ -294,10 +294,6 @@ _DRIVER_LOGGER = 'stevedore.named'
 RPC_URL = ('DEFAULT', 'transport_url')
 NOTIFICATIONS_URL = (notify.GROUP, 'transport_url')
 
-# What else making a transport raises for a URL that cannot work: a
-# query naming no option of its driver (``?pool=1``).
-_URL_ERRORS = rpc.TRANSPORT_URL_ERRORS + (cfg.NoSuchOptError,)
-
 # A port of a host of a transport URL: 0 too, which the rabbit driver
 # takes for its default port (a configuration that works is not
 # refused).
@@ -314,27 +310,31 @@ _DEFAULTED = (cfg.Locations.opt_default, cfg.Locations.set_default)
 
 def check_transport_url(conf, prog):
     """Exit with ``config_error``'s one line when ``[DEFAULT]
-    transport_url``, or the ``[oslo_messaging_notifications]
-    transport_url`` notifications go to, cannot work
-    (``transport_url_problem``): a driver that is not installed, or that
-    needs a library that is not, a URL oslo.messaging cannot read, a
-    port out of range, driver options it refuses.  Otherwise a service
-    would find it out only as its RPC server is made (status 1, "cannot
-    start") or as it connects, the API at every write, and notifications
-    at the first one.  Nothing connects to the broker here: one that is
-    away is still waited for."""
+    transport_url``, the ``[oslo_messaging_notifications]driver`` or the
+    ``[oslo_messaging_notifications]transport_url`` notifications go to
+    cannot work (``transport_url_problem``): a driver that is not
+    installed, or that needs a library that is not, a URL oslo.messaging
+    cannot read, a port out of range, driver options it refuses.
+    Otherwise a service would find it out only as its RPC server is made
+    (status 1, "cannot start") or as it connects, the API at every
+    write, and notifications at the first one, or never (an unknown
+    notification driver sends nothing).  Nothing connects to the broker
+    here: one that is away is still waited for."""
     problem = transport_url_problem(conf)
     if problem:
         config_error(prog, problem)
 
 
 def transport_url_problem(conf):
-    """Why ``[DEFAULT]transport_url`` (``rpc.check_transport_url``) or,
-    where notifications are on and go to a broker of their own,
+    """Why ``[DEFAULT]transport_url`` (``rpc.check_transport_url``),
+    ``[oslo_messaging_notifications]driver`` (a name no installed
+    notification driver has: ``notify.driver_problem``) or, where
+    notifications are on and go to a broker of their own,
     ``[oslo_messaging_notifications]transport_url``
-    (``notify.check_transport_url``) cannot work; None when both can
-    (see ``check_transport_url``)."""
-    problem = _transport_problem(conf, RPC_URL, rpc.check_transport_url)
+    (``notify.check_transport_url``) cannot work, in that order; None
+    when all can (see ``check_transport_url``)."""
+    problem = (_transport_problem(conf, RPC_URL, rpc.check_transport_url)
+               or notify.driver_problem(conf))
     if problem is None and notify.own_transport_url(conf):
         problem = _transport_problem(conf, NOTIFICATIONS_URL,
                                      notify.check_transport_url)
@@ -347,7 +347,7 @@ def _transport_problem(conf, option, check):
     try:
         with untold(conf, _DRIVER_LOGGER):
             check(conf)
-    except _URL_ERRORS as exc:
+    except rpc.TRANSPORT_URL_ERRORS as exc:
         return (_port_problem(conf, option)
                 or _pool_problem(conf, option, exc)
                 or '%s: %s' % (_label(option), exception.first_line(exc)))

@@ -222,9 +222,7 @@ def _create_in(context, wanted, project_id, limits=None):
             name=wanted['name'] or wanted['uuid'])
     groups = json.loads(profile.profile_json)
     quotas.check(context, project_id, groups, limits)
-    # Whole seconds: what is returned now is what a later read shows, on
-    # every engine (a DATETIME column may round a fraction).
-    now = clock_db.utcnow().replace(microsecond=0)
+    now = clock_db.utcnow()
     rows = []
     for group_id, group in enumerate(groups):
         for _ in range(profile_objects.group_size(group)):

@@ -22,7 +22,8 @@ refused every request (see below), it is taken for away for a retry
 interval (``away``): deliveries right after binds leave their batches to
 the periodic unsent, and a periodic pass stops there.
 
-Nova has accepted events when it answers 200, 207 or its own 404 "No
+Nova has accepted events when it answers a 2xx other than 207 (Nova's
+is 200; another, such as 202 or 204, says the same) or its own 404 "No
 instances found for any event".  A 207 is read event by event (Nova
 lists the events as sent, each with a ``code`` and its ``status``
 rewritten): a 2xx (Nova's is 200), 404 or 422 (the instance is gone or
@@ -34,8 +35,8 @@ the 207 gives no integer code for (left out, no ``code``, a string) or
 a code that is no final answer (1xx, 3xx) may not have reached Nova: it
 is kept like a 5xx's, logged at WARNING (at least once, not at most).
 Any other answer keeps the POST's events for later.  A 5xx, no answer,
-401/403 (credentials), 408/429 (try later), a 3xx keystoneauth could not
-follow or another 2xx concern every request: Nova is taken for away.
+401/403 (credentials), 408/429 (try later) or a 3xx keystoneauth could
+not follow concern every request: Nova is taken for away.
 Any other 4xx (a body Nova rejects, 400, or finds too large, 413; a
 proxy's; an endpoint missing its /v2.1) refuses that request only: a
 POST of several batches so refused is sent again batch by batch (each
@@ -65,8 +66,10 @@ keystoneauth where Nova redirects.  With no ``[nova] auth_type``
 recorded or sent, and binding works the same.
 
 Each POST is timed in ``cyborg_conductor_nova_request_seconds``; those
-that leave all their events undelivered (any answer but 200, 207 or
-Nova's own 404, or none) count in ``cyborg_conductor_nova_errors_total``.
+that leave all their events undelivered count in
+``cyborg_conductor_nova_errors_total``: any answer but a 2xx or Nova's
+own 404, or none, and a 207 that keeps every event for another try
+(none taken, none refused for good).
 """
 
 import collections
@@ -617,16 +620,22 @@ def _post(conf, body):
 
 
 def _accepted(response):
-    """Whether Nova's answer ends the events (see the module)."""
-    return response.status_code in (200, 207) or _instances_gone(response)
+    """Whether Nova's answer ends the request (see the module): a 2xx
+    (a 207's events are then read one by one), or Nova's own 404."""
+    return 200 <= response.status_code < 300 or _instances_gone(response)
 
 
 def _answered(status, response, events):
     """The ``_Outcome`` of Nova's answer below 500 (see the module)."""
     if status == 207:
-        return _Outcome(kept=_per_event(response, events))
+        kept = _per_event(response, events)
+        if len(kept) == len(events):
+            # Nothing delivered, as by a failed request (5xx codes alone,
+            # or none Nova's answer says it took).
+            metrics.CONDUCTOR_NOVA_ERRORS.inc()
+        return _Outcome(kept=kept)
     if _accepted(response):
-        if status != 200:
+        if _instances_gone(response):
             LOG.info('Nova knows none of the instances of %d event(s)',
                      len(events))
         return _Outcome()

@@ -114,8 +114,7 @@ class AtStart:
     started_at)``, on a thread of its own as the conductor starts (so an
     absent database never holds up the other services), trying again
     every ``retry`` seconds while the database is unreachable.
-    ``started_at``: when this process started (whole seconds, rounded
-    down: the database may keep no fractions), so that the job leaves
+    ``started_at``: when this process started, so that the job leaves
     alone what this run has done since; a datetime, or a callable of the
     context that tells it when the job runs
     (``cyborg.db.api.clock.this_moment``)."""
@@ -148,7 +147,7 @@ class AtStart:
         started_at = self.started_at
         if callable(started_at):
             started_at = started_at(context)
-        return started_at.replace(microsecond=0)
+        return started_at
 
     def _run(self):
         while not self._stop.is_set():

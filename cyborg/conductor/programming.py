@@ -204,8 +204,7 @@ def program(conf, context, target, image, deadline, own_handles,
             fetching = time.monotonic()
             data = glance.download(conf, image)
             fetched = time.monotonic() - fetching
-            until = (deadline + datetime.timedelta(seconds=OVERDUE_AFTER)
-                     ).replace(microsecond=0)   # as a DATETIME keeps it
+            until = deadline + datetime.timedelta(seconds=OVERDUE_AFTER)
             with _reserved(conf, context, target, until):
                 # Again now that binds see the mark: one that took a
                 # handle since the first count would get a card rewritten

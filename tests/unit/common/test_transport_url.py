@@ -5,6 +5,8 @@ where notifications go to a broker of their own,
 the option that is wrong.  (tests/unit/cmd/test_config_errors.py: the
 commands' one line and exit status 2.)"""
 
+import importlib.metadata
+
 import pytest
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -154,3 +156,94 @@ def test_a_query_naming_no_option_is_a_problem(tmp_path):
     assert _problem(tmp_path, _rpc('rabbit://u:p@h:5672/?pool=1')) == (
         '[DEFAULT]transport_url: no such option pool in group '
         '[oslo_messaging_rabbit]')
+
+
+def _drivers(*names):
+    return '[oslo_messaging_notifications]\n' + ''.join(
+        'driver = %s\n' % name for name in names)
+
+
+def _installed():
+    """The notification drivers' names, as stevedore finds them."""
+    return ', '.join(sorted({entry_point.name for entry_point in
+                             importlib.metadata.entry_points(
+                                 group='oslo.messaging.notify.drivers')}))
+
+
+@pytest.mark.parametrize('names, unknown', [
+    (('messagingv3',), "'messagingv3'"),
+    (('messagingv2', 'messaging_v2'), "'messaging_v2'"),
+    (('noop', 'Log', 'bogus'), "'Log', 'bogus'"),
+], ids=['typo', 'beside-a-good-one', 'two'])
+def test_a_notification_driver_not_installed_is_a_problem(tmp_path, names,
+                                                          unknown):
+    """A name no driver has was taken: oslo.messaging's notifier loaded
+    the drivers it found, none here, and notifications were silently
+    off."""
+    assert _problem(tmp_path, _drivers(*names)) == (
+        '[oslo_messaging_notifications]driver: not an installed '
+        'notification driver: %s (installed: %s)' % (unknown, _installed()))
+
+
+@pytest.mark.parametrize('names', [
+    (), ('',), ('noop',), ('messagingv2',), ('messaging', 'log'),
+    ('routing',), ('test',)])
+def test_installed_notification_drivers_are_no_problem(tmp_path, names):
+    assert _problem(tmp_path, _drivers(*names)) is None
+
+
+def test_the_notification_driver_is_said_between_the_urls(tmp_path):
+    bad_driver = _drivers('messagingv3')
+    assert _problem(tmp_path, _rpc('foo://x') + bad_driver).startswith(
+        '[DEFAULT]transport_url: ')
+    assert _problem(tmp_path, _notifications('foo://x', 'messagingv3')
+                    ).startswith('[oslo_messaging_notifications]driver: ')
+
+
+@pytest.mark.parametrize('check', [rpc.check_transport_url,
+                                   notify.check_transport_url])
+def test_a_query_naming_no_driver_option_is_a_url_error(tmp_path, check):
+    """What ``transport_url_problem`` catches, for each URL: the rabbit
+    driver's NoSuchOptError for an option it does not have."""
+    url = 'rabbit://u:p@127.0.0.1:5672/?pool=1'
+    config = tmp_path / 'cyborg.conf'
+    config.write_text(_rpc(url) + _notifications(url))
+    conf = cfg.ConfigOpts()
+    conf(['--config-file', str(config)], default_config_files=[],
+         default_config_dirs=[])
+    try:
+        with pytest.raises(rpc.TRANSPORT_URL_ERRORS) as raised:
+            check(conf)
+        assert isinstance(raised.value, cfg.NoSuchOptError)
+    finally:
+        notify.reset()
+        conf.reset()
+
+
+@pytest.mark.parametrize('url, driver', [
+    (None, 'kafka'), ('amqp://h:5672/', 'amqp')])
+def test_a_driver_module_that_cannot_be_imported_failed_to_load(
+        tmp_path, url, driver):
+    """stevedore lets the import error of a driver's module through
+    (kafka:// without confluent_kafka): said as the driver failing to
+    load, the driver named from the URL made (``[DEFAULT]transport_url``
+    where none is given), for the RPC transport and notifications'
+    alike."""
+    config = tmp_path / 'cyborg.conf'
+    config.write_text(_rpc('kafka://h:9092/'))
+    conf = cfg.ConfigOpts()
+    conf(['--config-file', str(config)], default_config_files=[],
+         default_config_dirs=[])
+    missing = ImportError("No module named 'confluent_kafka'")
+
+    def make(made_of):
+        assert made_of is conf
+        raise missing
+
+    with pytest.raises(rpc.messaging.DriverLoadFailure) as raised:
+        rpc.driver_loaded(make, conf, url)
+    assert raised.value.driver == driver
+    assert raised.value.__cause__ is missing
+    assert str(raised.value) == ('Failed to load transport driver "%s": '
+                                 "No module named 'confluent_kafka'"
+                                 % driver)

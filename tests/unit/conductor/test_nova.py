@@ -14,6 +14,7 @@ from keystoneauth1 import loading as ks_loading
 from oslo_utils import timeutils
 
 from cyborg.conductor import nova
+from cyborg.conductor import periodics
 from cyborg.db import api as db_api
 from cyborg.db import models
 from tests.fixtures import arqs as seed
@@ -294,6 +295,28 @@ def test_restarted_conductor_resends_its_own_events_at_once(
         e[1] for e in before)
     assert {r.arq_uuid for r in _pending(db)} == {theirs[0][1], since[0][1]}
     assert {r.owner for r in _pending(db)} == {'conductor-a', 'conductor-b'}
+
+
+def test_a_restart_resends_what_its_previous_run_left_that_second(
+        nconf, db, admin_context, fake_nova):
+    """The conductor's start-up job gets its start time to the
+    microsecond, as every database keeps them: cut to whole seconds, it
+    took events the previous run recorded earlier in the same second
+    for this run's, and left them waiting for their due time."""
+    _old, before = _record(nconf, admin_context, db=db, count=1)
+    started_at = (timeutils.utcnow() + datetime.timedelta(seconds=2)
+                  ).replace(microsecond=800000)
+    with db.begin() as c:
+        c.execute(sa.update(models.NovaEvent).values(
+            created_at=started_at - datetime.timedelta(seconds=0.5)))
+    job = periodics.AtStart(nconf, 'recover_binds',
+                            'cyborg.conductor.nova:resend_owned',
+                            started_at)
+    job.start()
+    job._thread.join(60)
+    assert not job._thread.is_alive()
+    assert [e['tag'] for e in fake_nova.events] == [before[0][1]]
+    assert _pending(db) == []
 
 
 def test_only_nova_s_own_404_drops_the_events(nconf, db, admin_context,

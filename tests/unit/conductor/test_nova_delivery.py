@@ -188,7 +188,6 @@ def test_a_redirect_is_followed(nconf, db, admin_context, fake_nova,
     (302, {}, b''),                     # a redirect to nowhere
     (400, {}, {'badRequest': {'message': 'Invalid input'}}),
     (409, {}, {'conflict': {'message': 'busy'}}),
-    (202, {}, b''),
 ])
 def test_any_answer_but_nova_s_acceptance_keeps_the_events(
         nconf, db, admin_context, fake_nova, answer):
@@ -202,6 +201,43 @@ def test_any_answer_but_nova_s_acceptance_keeps_the_events(
     assert len(rows) == 2 and {r.attempts for r in rows} == {1}
     assert metrics.REGISTRY.get_sample_value(
         'cyborg_conductor_nova_errors_total') > errors
+
+
+def _errors():
+    return metrics.REGISTRY.get_sample_value(
+        'cyborg_conductor_nova_errors_total') or 0
+
+
+@pytest.mark.parametrize('answer', [
+    (201, {}, b''),
+    (202, {}, b''),
+    (202, {}, {'events': []}),
+    (204, {}, b''),
+])
+@pytest.mark.parametrize('recorded', [True, False])
+def test_any_2xx_answer_delivers_the_events(nconf, db, admin_context,
+                                            fake_nova, caplog, answer,
+                                            recorded):
+    """A whole answer in 2xx but 200 and 207 (202 would suit Nova's
+    asynchronous dispatch, a proxy may say 204) was taken for Nova
+    away: the events were kept, re-sent until they expired, and every
+    delivery right after a bind left to the periodic meanwhile.  Like a
+    200, it delivers them, and is no Nova error."""
+    batch, events = _record(nconf, admin_context, db=db, count=2)
+    fake_nova.statuses = [answer]
+    errors = _errors()
+    with caplog.at_level(logging.INFO, logger='cyborg.conductor.nova'):
+        if recorded:
+            assert nova.deliver_recorded(nconf, admin_context, batch,
+                                         events)
+        else:
+            assert nova.deliver_batch(nconf, admin_context, batch)
+    assert len(fake_nova.event_posts()) == 1
+    assert _pending(db) == []
+    assert not nova.away(nconf)
+    assert _errors() == errors
+    assert [r.getMessage() for r in caplog.records
+            if r.levelno >= logging.INFO] == []
 
 
 def test_a_207_for_a_deleted_instance_is_no_refusal(nconf, db,
@@ -240,6 +276,36 @@ def _answer_207(codes):
 
 
 _LEFT_OUT = object()
+
+
+@pytest.mark.parametrize('codes', [
+    (500, 503), (500, None), (_LEFT_OUT, 302)],
+    ids=['5xx', '5xx-and-none', 'unread'])
+def test_a_207_keeping_every_event_is_a_nova_error(nconf, db,
+                                                   admin_context,
+                                                   fake_nova, codes):
+    """A 207 that keeps every event for another try (none taken, none
+    refused for good) delivered nothing, as a failed request: it counts
+    in cyborg_conductor_nova_errors_total, which missed it."""
+    batch, events = _record(nconf, admin_context, db=db, count=2)
+    fake_nova.statuses = [_answer_207(dict(zip(events, codes)))]
+    errors = _errors()
+    assert not nova.deliver_batch(nconf, admin_context, batch)
+    assert _errors() == errors + 1
+    assert len(_pending(db)) == 2
+
+
+@pytest.mark.parametrize('codes', [(200, 500), (400, 500), (404, 500),
+                                   (400, 409)])
+def test_a_207_that_answers_for_some_event_is_no_nova_error(
+        nconf, db, admin_context, fake_nova, codes):
+    """One event taken, or refused for good: Nova answered the
+    request."""
+    batch, events = _record(nconf, admin_context, db=db, count=2)
+    fake_nova.statuses = [_answer_207(dict(zip(events, codes)))]
+    errors = _errors()
+    nova.deliver_batch(nconf, admin_context, batch)
+    assert _errors() == errors
 
 
 @pytest.mark.parametrize('recorded', [True, False])
