@@ -76,7 +76,6 @@ reservation is restored and the new image recorded.
 import base64
 import contextlib
 import datetime
-import re
 import threading
 import time
 
@@ -100,14 +99,13 @@ from cyborg.db.api import hosts as host_db
 from cyborg.objects import base as objects_base
 from cyborg.objects import deployables
 from cyborg.objects import health as health_objects
+from cyborg.objects import inventory
 
 LOG = logging.getLogger(__name__)
 
-TRAIT_PREFIX = 'CUSTOM_FPGA_FUNCTION_ID_'
 # The deployable attribute holding its function trait: a ``trait*`` key,
 # so the conductor's Placement sync keeps advertising it.
 TRAIT_ATTRIBUTE = 'trait_fpga_function_id'
-_NOT_IN_ALPHABET = re.compile(r'[^A-Z0-9_]')
 
 # The end of the message of a programming whose outcome is unknown.
 _OUT = 'the card is out of the schedule until a re-probe finds it well'
@@ -127,8 +125,9 @@ _REFUSED_BEFORE = (exception.ResourceNotFound, exception.Invalid,
 
 
 def function_trait(function_id):
-    """The Placement trait advertising an FPGA function id."""
-    return TRAIT_PREFIX + _NOT_IN_ALPHABET.sub('_', function_id.upper())
+    """The Placement trait advertising an FPGA function id: the one the
+    agent's drivers report for it (``inventory.function_trait``)."""
+    return inventory.function_trait(function_id)
 
 
 def program_deployable(conf, context, deployable_uuid, image_uuid):

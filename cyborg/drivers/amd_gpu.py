@@ -1,5 +1,8 @@
-"""AMD GPUs (vendor 0x1002, class 0x0300 VGA / 0x0380 display, which is
-how Instinct accelerators present).  Cyborg has no AMD driver.
+"""AMD GPUs (vendor 0x1002) of class 0x0300 VGA, 0x0380 display (how
+Instinct MI100 to MI250X present) or 0x1200 processing accelerator (how
+Instinct MI300X, MI300A, MI325X and MI350 present, e.g. 1002:74a1).
+AMD's other devices, such as its XDNA NPUs, are vendor 0x1022: never
+matched.  Cyborg has no AMD driver.
 
 A GPU without SR-IOV VFs is offered whole as PGPU.  With VFs enabled
 (MxGPU), the PF stays with the host and its VFs are offered as one VGPU
@@ -13,7 +16,7 @@ utilization, memory, temperature and power (``amdgpu_health``).
 from cyborg.drivers import amdgpu_health, base
 
 VENDOR = '1002'
-GPU_CLASSES = ('0300', '0380')
+GPU_CLASSES = ('0300', '0380', '1200')
 
 
 class AMDGPUDriver(base.Driver, amdgpu_health.AMDGPUHealth):

@@ -21,18 +21,24 @@ Naming rules every driver follows (doc/source/contract.rst, "Placement"):
   address>``, plus ``_<suffix>`` for a partition of the device (a vGPU type,
   a MIG instance);
 - its ``rc`` attribute is a standard resource class or ``CUSTOM_*``, its
-  ``trait<N>`` attributes are ``CUSTOM_*`` traits in Placement's alphabet;
+  ``trait<N>`` attributes are ``CUSTOM_*`` traits in Placement's alphabet
+  (or standard traits an operator names, ``pci_driver``'s allowlist);
   ``OWNER_CYBORG`` is added by the conductor, not by drivers.
 """
 
 import abc
 import dataclasses
+import functools
 import re
+
+from oslo_log import log as logging
 
 from cyborg.common import states
 from cyborg.drivers import sysfs
 from cyborg.objects import health
 from cyborg.objects import inventory
+
+LOG = logging.getLogger(__name__)
 
 _NOT_IN_ALPHABET = re.compile(r'[^A-Z0-9_]')
 
@@ -61,10 +67,11 @@ def deployable_name(host, address, suffix=None):
 
 def make_attributes(rc, traits=(), **extra):
     """A deployable's attributes: ``rc``, ``trait0..N`` (sorted, unique,
-    each sanitised) and descriptive ``extra`` keys (values as strings)."""
+    each a ``CUSTOM_`` name in Placement's alphabet or a standard trait,
+    anything else made one by ``custom_name``) and descriptive ``extra``
+    keys (values as strings)."""
     attributes = {'rc': rc}
-    clean = sorted({t if t.startswith('CUSTOM_') and
-                    not _NOT_IN_ALPHABET.search(t) else custom_name(t)
+    clean = sorted({t if _placement_trait(t) else custom_name(t)
                     for t in traits})
     for index, trait in enumerate(clean):
         attributes['trait%d' % index] = trait
@@ -72,6 +79,22 @@ def make_attributes(rc, traits=(), **extra):
         if value is not None:
             attributes[key] = str(value)
     return attributes
+
+
+def _placement_trait(name):
+    """Whether Placement takes trait ``name`` as it is: ``CUSTOM_`` and
+    its alphabet, or a standard trait (os-traits, only loaded when a
+    driver names one)."""
+    if name.startswith('CUSTOM_'):
+        return not _NOT_IN_ALPHABET.search(name)
+    return name in standard_traits()
+
+
+@functools.cache
+def standard_traits():
+    """os-traits' standard trait names (loaded when first asked)."""
+    import os_traits
+    return frozenset(os_traits.get_traits())
 
 
 def pci_handle(address, attach_type='PCI', **extra):
@@ -269,10 +292,19 @@ def physical_functions(sysfs_root, match):
 
 class WholeFunctionDriver(Driver):
     """A driver whose devices are PCI functions (never VFs) each passed
-    through whole: subclasses say which functions, and how to call them."""
+    through whole: subclasses say which functions, and how to call them.
+
+    A PF whose SR-IOV VFs are enabled (``virtfn`` links, or a non-zero
+    ``sriov_numvfs``) is not offered: the VFs are parts of the same
+    silicon, which an instance given the whole PF would share with
+    whoever has them.  These drivers do not offer VFs either; an operator
+    who wants them offers them with ``pci_driver``'s allowlist.
+    """
 
     device_type = None
     resource_class = None
+    # The PFs the last discovery left out for their VFs (logged once).
+    _pfs_with_vfs = frozenset()
 
     @abc.abstractmethod
     def matches(self, function):
@@ -290,10 +322,18 @@ class WholeFunctionDriver(Driver):
 
     def discover(self):
         devices = []
-        for pf, _vfs in physical_functions(self.sysfs_root, self.matches):
+        with_vfs = set()
+        for pf, vfs in physical_functions(self.sysfs_root, self.matches):
+            if vfs or pf.virtfns or pf.sriov_numvfs > 0:
+                with_vfs.add(pf.address)
+                continue
             deployable = whole_function_deployable(
                 self, pf, self.resource_class, self.traits(pf),
                 **self.extra_attributes(pf))
             devices.append(pci_device(pf, self.device_type, [deployable],
                                       model=self.model(pf)))
+        for address in sorted(with_vfs - self._pfs_with_vfs):
+            LOG.info('%s: %s has SR-IOV VFs enabled; it is not offered '
+                     'whole while they are', self.name, address)
+        self._pfs_with_vfs = with_vfs
         return devices

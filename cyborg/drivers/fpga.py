@@ -9,17 +9,27 @@ reaches a vendor tool.
 
 Hardware does not say which Glance image it runs, so the agent records
 the image it programmed, per device, in a state file
-(``$state_path/fpga-<driver>-<host>.json``) with the device's function ids
-as they were right after programming; discovery reports the image as the
-deployables' ``bitstream_id`` while those ids are unchanged (someone
-reprogramming the card by hand makes it unknown again, not wrong).  The
-card's record is removed, on disk, before the tool starts, and the new
-image recorded once it has succeeded: a tool that fails, a privileged
-helper that dies, or an agent killed mid-write leaves the image unknown,
-never the one before.  A refusal of the privileged helper before the tool
-ran (no such tool in its directories, a tool that cannot be started, a
-bitstream it does not take) never touched the card: the record is put
-back as it was.
+(``$state_path/fpga-<driver>-<host>.json``) with the card's fingerprint
+as it was right after programming: what the card itself shows of the
+function it runs (the DFL port's ``afu_id``, XRT's ``xclbinuuid``) and of
+which card it is (its PCI vendor, device and subsystem ids, its serial
+number where readable; ``RecordsBitstreams.fingerprint``).  Discovery
+reports the image as the deployables' ``bitstream_id`` only while the
+card shows that same fingerprint, and forgets the record as soon as it
+does not: the card reprogrammed by hand, reset or rebooted (the function
+id changes or cannot be read), another card in the slot, or the card gone.
+A card on which nothing readable proves the function (no function id
+shown: nothing loaded, or the function is not bound to the vendor's
+driver) has no record that holds: its image is unknown, never the one
+recorded before.
+
+The card's record is removed, on disk, before the tool starts, and the
+new image recorded once it has succeeded: a tool that fails, a
+privileged helper that dies, or an agent killed mid-write leaves the
+image unknown, never the one before.  A refusal of the privileged
+helper before the tool ran (no such tool in its directories, a tool that
+cannot be started, a bitstream it does not take) never touched the card:
+the record is put back as it was.
 """
 
 import abc
@@ -31,7 +41,7 @@ from oslo_log import log as logging
 
 from cyborg.common import exception
 from cyborg.common import files
-from cyborg.drivers import base
+from cyborg.drivers import base, sysfs
 
 LOG = logging.getLogger(__name__)
 
@@ -78,6 +88,16 @@ class BitstreamRecord:
             records.pop(controlpath_id, None)))
         return removed[0]
 
+    def forget_stale(self, stale):
+        """Remove the records ``stale`` ({controlpath id: record}) that
+        are still as given, the others kept."""
+        def change(records):
+            for controlpath_id, record in stale.items():
+                if records.get(controlpath_id) == record:
+                    del records[controlpath_id]
+        if any(self.load().get(c) == r for c, r in stale.items()):
+            self._update(change)
+
     def _update(self, change):
         """``change(records)`` written to disk: under a lock, through a
         temporary file of its own (renamed into place), so two cards
@@ -92,15 +112,117 @@ class BitstreamRecord:
             files.write_json(self.path, records, sync_directory=True)
 
 
-def fingerprint(device):
-    """What identifies the loaded function(s): the deployables' function
-    ids (empty for FPGAs that do not expose one)."""
-    return sorted(d.attributes.get('function_id') or ''
-                  for d in device.deployables)
+def identity_marks(function):
+    """Which card ``function`` (a ``sysfs.PCIFunction``) is, as far as its
+    PCI ids say: a fingerprint's ``pci=`` mark."""
+    return [f'pci={function.address}={function.vendor}:{function.device}:'
+            f'{function.subsystem_vendor or ""}:'
+            f'{function.subsystem_device or ""}']
+
+
+def dfl_ids(function_path, file_name):
+    """Ids in the ``file_name`` files (``compat_id``, ``afu_id``) of the
+    DFL FPGA regions under the PCI function at ``function_path``, as
+    Placement-safe lower-case hex without dashes.  The kernel shows them
+    only while dfl-pci is bound to the function."""
+    top = os.path.join(function_path, 'fpga_region')
+    paths = sysfs.Sysfs(function_path).find_files(top, [file_name])[file_name]
+    ids = (sysfs.read_text(p, '') for p in paths)
+    return sorted({i.replace('-', '').lower() for i in ids if i})
+
+
+# The drivers a PCI function is on while its DFL region tree is gone
+# though the card is unchanged: passed through (vfio-pci), or unbound.
+PASSTHROUGH_DRIVERS = (None, 'vfio-pci')
+
+
+class LastSeenIds:
+    """The ids (``compat_id``, ``afu_id``) last read from each DFL
+    function's region tree, kept on disk
+    (``$state_path/fpga-ids-<driver>-<host>.json``: ``{PCI address:
+    {'pci': its identity mark, <file name>: [ids]}}``), for while the
+    kernel shows none: dfl-pci creates the tree only while it is bound,
+    and a function passed through (vfio-pci) or unbound runs what it ran.
+
+    ``ids(function)`` is what the function shows now when its tree is
+    there (and is remembered), the ids last seen when the function is on
+    vfio-pci or unbound and is still the same function (PCI ids), else
+    nothing.  ``keep(addresses)`` forgets the functions no longer there.
+    A write that fails is logged: memory holds the ids meanwhile."""
+
+    NAMES = ('compat_id', 'afu_id')
+
+    def __init__(self, conf, driver_name, host):
+        self.path = os.path.join(conf.state_path,
+                                 f'fpga-ids-{driver_name}-{host}.json')
+        self._lock = threading.Lock()
+        self._seen = None
+
+    def _load(self):
+        if self._seen is None:
+            try:
+                with open(self.path) as f:
+                    self._seen = json.load(f)
+            except FileNotFoundError:
+                self._seen = {}
+            except ValueError:
+                LOG.warning('Ignoring unreadable %s', self.path)
+                self._seen = {}
+        return self._seen
+
+    def ids(self, function):
+        """``{file name: [ids]}`` of ``function`` (``sysfs.PCIFunction``)."""
+        identity = identity_marks(function)[0]
+        with self._lock:
+            seen = self._load()
+            if os.path.isdir(os.path.join(function.path, 'fpga_region')):
+                now = {name: dfl_ids(function.path, name)
+                       for name in self.NAMES}
+                entry = dict(now, pci=identity)
+                if seen.get(function.address) != entry:
+                    seen[function.address] = entry
+                    self._save()
+                return now
+            entry = seen.get(function.address)
+            if entry and entry.get('pci') != identity:
+                # Another function at the address: nothing seen of it.
+                del seen[function.address]
+                self._save()
+            elif entry and function.driver in PASSTHROUGH_DRIVERS:
+                return {name: list(entry.get(name, []))
+                        for name in self.NAMES}
+            return {name: [] for name in self.NAMES}
+
+    def keep(self, addresses):
+        """Forget the functions not at ``addresses``."""
+        with self._lock:
+            seen = self._load()
+            gone = set(seen) - set(addresses)
+            for address in gone:
+                del seen[address]
+            if gone:
+                self._save()
+
+    def _save(self):
+        try:
+            files.write_json(self.path, self._seen)
+        except OSError:
+            LOG.exception('Could not record the FPGA ids last seen in %s',
+                          self.path)
+
+
+def fingerprint_of(proofs, identity):
+    """A fingerprint: ``proofs`` (marks of the function the card runs) and
+    ``identity`` (marks of which card it is), sorted; [] when there is no
+    proof, for then nothing shows which image the card runs."""
+    if not any(proofs):
+        return []
+    return sorted(set(proofs) | set(identity))
 
 
 class RecordsBitstreams(base.Programmable):
-    """Sets ``bitstream_id`` on discovered devices from the record."""
+    """Sets ``bitstream_id`` on discovered devices from the record, and
+    forgets the records the cards no longer prove."""
 
     def _record(self):
         return BitstreamRecord(self.conf, self.name, self.host)
@@ -110,27 +232,95 @@ class RecordsBitstreams(base.Programmable):
         this process's word wins over the file's until a save works."""
         return self.__dict__.setdefault('_unsaved_records', {})
 
+    def fingerprint(self, device):
+        """What ``device`` (as discovered) shows of the function it runs
+        and of which card it is (see ``fingerprint_of``); [] when nothing
+        it shows proves which function it runs, or it is gone.  Drivers
+        of real cards override it with what their cards show.
+
+        This default is the fake driver's, whose device has nothing to
+        read: its deployables' function ids (none: [''])."""
+        return sorted(d.attributes.get('function_id') or ''
+                      for d in device.deployables)
+
+    def function_id_fingerprint(self, device):
+        """A fingerprint of the function ids ``device``'s deployables
+        show (``function_id`` attributes) and the control path
+        function's PCI ids; [] when they show none."""
+        function = sysfs.Sysfs(self.sysfs_root).pci_function(
+            device.controlpath_id.cpid_info)
+        if function is None:
+            return []
+        proofs = sorted(
+            'function=' + function_id
+            for deployable in device.deployables
+            for function_id in (deployable.attributes.get('function_id')
+                                or '').split(',') if function_id)
+        return fingerprint_of(proofs, identity_marks(function))
+
     def with_bitstreams(self, devices):
+        """``devices`` with the recorded image as ``bitstream_id`` where
+        the card still shows the fingerprint recorded with it.  The other
+        records (the fingerprint differs or is empty, the card is gone)
+        are forgotten; one being written (``remember``) is left alone."""
         records = dict(self._record().load(), **self._unsaved())
+        stale = {}
         for device in devices:
-            record = records.get(device.controlpath_id.cpid_info)
-            if record and record['fingerprint'] == fingerprint(device):
+            controlpath_id = device.controlpath_id.cpid_info
+            record = records.pop(controlpath_id, None)
+            if record is None or record.get('fingerprint') is None:
+                continue
+            marks = self.fingerprint(device)
+            if marks and record['fingerprint'] == marks:
                 for deployable in device.deployables:
                     deployable.bitstream_id = record['image_uuid']
+            else:
+                stale[controlpath_id] = record
+        # What is left is the records of cards no longer discovered.
+        stale.update((controlpath_id, record)
+                     for controlpath_id, record in records.items()
+                     if record.get('fingerprint') is not None)
+        if stale:
+            self._forget_stale(stale)
         return devices
 
+    def _forget_stale(self, stale):
+        """Forget the records ``stale`` ({controlpath id: record}) that
+        are still what is recorded (a card recorded again meanwhile keeps
+        its new record)."""
+        unsaved = self._unsaved()
+        for controlpath_id, record in stale.items():
+            LOG.info('FPGA %s no longer shows the fingerprint recorded '
+                     'with image %s: its image is unknown',
+                     controlpath_id, record.get('image_uuid'))
+            if unsaved.get(controlpath_id) == record:
+                unsaved.pop(controlpath_id)
+        try:
+            self._record().forget_stale(stale)
+        except OSError:
+            # Not reported in this report; removed at a later discovery
+            # (unless a card shows its fingerprint again meanwhile).
+            LOG.exception('Could not remove the records of FPGAs %s',
+                          sorted(stale))
+
     def remember(self, controlpath_id, image_uuid):
-        """Record ``image_uuid`` as what ``controlpath_id`` now runs.
-        Where that fails it is kept in memory: with the card's function
-        ids when they could be read, else with none, which matches no card
-        (its image then reads as unknown, never as the one before)."""
+        """Record ``image_uuid`` as what ``controlpath_id`` now runs, with
+        the card's fingerprint as it is now.  Where that fails it is kept
+        in memory: with the card's fingerprint when it could be read,
+        else with none, which matches no card (its image then reads as
+        unknown, never as the one before)."""
         unsaved = self._unsaved()
         unsaved[controlpath_id] = {'image_uuid': image_uuid,
                                    'fingerprint': None}
         found = [d for d in self.discover()
                  if d.controlpath_id.cpid_info == controlpath_id]
-        marks = fingerprint(found[0]) if found else []
-        unsaved[controlpath_id]['fingerprint'] = marks
+        marks = self.fingerprint(found[0]) if found else []
+        if not marks:
+            LOG.warning('Nothing FPGA %s shows proves it runs image %s '
+                        '(no function id readable): its image is '
+                        'reported as unknown', controlpath_id, image_uuid)
+        unsaved[controlpath_id] = {'image_uuid': image_uuid,
+                                   'fingerprint': marks}
         self._record().save(controlpath_id, image_uuid, marks)
         unsaved.pop(controlpath_id, None)
 

@@ -4,6 +4,20 @@ generations).  Instances get VFs: a PF is offered as one provider with rc
 its VFs.  A PF without VFs enabled serves the host's own crypto and is not
 offered.
 
+Traits: ``CUSTOM_QAT``, ``CUSTOM_QAT_<GENERATION>`` and one per service the
+endpoint is configured for, where its kernel driver says (in-tree driver,
+4xxx and later; kernel ABI ``sysfs-driver-qat``)::
+
+    <PF>/qat/cfg_services            the services, ';'-separated, in any
+                                     order: sym, asym, dc, dcc (dc with
+                                     chaining), decomp (qat_6xxx)
+
+``CUSTOM_QAT_SYM``, ``CUSTOM_QAT_ASYM``, ``CUSTOM_QAT_DC`` (also for
+``dcc``, which compresses too), ``CUSTOM_QAT_DCC``, ``CUSTOM_QAT_DECOMP``:
+so a compression profile can require ``CUSTOM_QAT_DC`` and never land on a
+crypto-only endpoint.  An endpoint without the file (older generations,
+Intel's out-of-tree driver) gets no service trait.
+
 Health: PCI, and the PF's error counters and state (kernel ABI
 ``sysfs-driver-qat_ras`` and ``sysfs-driver-qat``)::
 
@@ -72,6 +86,7 @@ class IntelQATDriver(base.Driver, pci_health.PCIHealth):
                 continue
             model = PF_MODELS[pf.device]
             traits = ['CUSTOM_QAT', base.custom_name('QAT', model)]
+            traits += service_traits(pf.path)
             deployable = base.vf_pool_deployable(self, pf, vfs, 'CUSTOM_QAT',
                                                  traits)
             devices.append(base.pci_device(pf, 'QAT', [deployable],
@@ -138,6 +153,18 @@ RAS_COUNTERS = (
     ('correctable', ('qat_ras/errors_correctable', 'ras_correctable'),
      states.TRANSIENT, True),
 )
+
+
+def service_traits(pf_path):
+    """The traits of the services the endpoint at ``pf_path`` is configured
+    for (``qat/cfg_services``); [] where it does not say."""
+    text = sysfs.read_text(os.path.join(pf_path, 'qat', 'cfg_services'))
+    services = {s.strip().lower() for s in (text or '').split(';')}
+    services.discard('')
+    if 'dcc' in services:
+        # dc chaining: compression with hashing (or ciphering) first.
+        services.add('dc')
+    return sorted(base.custom_name('QAT', s) for s in services)
 
 
 def _first_int(path, names):

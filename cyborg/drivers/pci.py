@@ -6,12 +6,18 @@ Matching keys (as in Nova): ``vendor_id``, ``product_id`` (hex or ``*``),
 dict of ``domain``/``bus``/``slot``/``function`` regular expressions) and
 ``devname`` (a network interface name).  Every other key is a tag; these
 tags are ours: ``resource_class`` (default ``CUSTOM_PCI``), ``traits``
-(comma-separated, default ``CUSTOM_PCI_<VENDOR>_<PRODUCT>``),
-``device_type`` (default from the PCI class: network NIC, display GPU,
-NVMe SSD, co-processor QAT, else AICHIP) and ``physical_network`` (put on
-the attach handle, as for NICs).  A PF whose VFs are enabled is left to its
-VFs.  An unparsable entry stops the agent at start with the entry in the
-message rather than silently offering nothing.
+(a string of comma-separated names, default
+``CUSTOM_PCI_<VENDOR>_<PRODUCT>``), ``device_type`` (default from the PCI
+class: network NIC, display GPU, NVMe SSD, co-processor QAT, else AICHIP)
+and ``physical_network`` (a string, put on the attach handle, as for NICs).
+As in Nova, a standard resource class or trait (os-resource-classes,
+os-traits: ``PGPU``, ``HW_GPU_API_VULKAN``) and a ``CUSTOM_`` name are kept
+as they are; any other name is upper-cased, its characters outside
+Placement's alphabet replaced by ``_``, and prefixed ``CUSTOM_``.  A PF
+whose VFs are enabled is left to its VFs.  An entry that cannot be parsed,
+or whose tags are of the wrong type or make no name Placement takes,
+stops the agent at start with the entry in the message rather than
+failing every discovery or silently offering nothing.
 """
 
 import fnmatch
@@ -22,6 +28,8 @@ from cyborg.drivers import base, pci_health
 
 _WIDTHS = {'domain': 4, 'bus': 2, 'slot': 2, 'function': 1}
 _MATCH_KEYS = {'vendor_id', 'product_id', 'address', 'devname'}
+# What Placement takes as a custom resource class or trait.
+_CUSTOM = re.compile(r'CUSTOM_[A-Z0-9_]{1,248}')
 DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
 
 
@@ -63,13 +71,43 @@ class DeviceSpec:
             self._address = self._parse_address(spec.get('address', '*'))
             self.tags = {k: v for k, v in spec.items()
                          if k not in _MATCH_KEYS}
-            device_type = self.tags.get('device_type')
-            if device_type is not None and device_type not in DEVICE_TYPES:
+            self.device_type = self.tags.get('device_type')
+            if (self.device_type is not None and
+                    self.device_type not in DEVICE_TYPES):
                 allowed = ', '.join(DEVICE_TYPES)
                 raise ValueError(f'device_type must be one of {allowed}')
+            self.resource_class = _placement_name(
+                'resource_class', self.tags.get('resource_class',
+                                                'CUSTOM_PCI'),
+                _standard_resource_classes())
+            self.traits = self._parse_traits(self.tags.get('traits'))
+            self.physical_network = self.tags.get('physical_network')
+            if self.physical_network is not None and not (
+                    isinstance(self.physical_network, str) and
+                    self.physical_network.strip()):
+                raise ValueError('physical_network must be a non-empty '
+                                 'string')
         except (ValueError, TypeError, AttributeError, re.error) as exc:
             raise ValueError('Invalid [agent]passthrough_whitelist entry '
                              f'{text}: {exc}') from exc
+
+    @staticmethod
+    def _parse_traits(traits):
+        """The traits tag's names, normalised; [] when it names none."""
+        if traits is None:
+            return []
+        if not isinstance(traits, str):
+            raise ValueError('traits must be a string of comma-separated '
+                             f'trait names, not {traits!r}')
+        standard = None
+        found = []
+        for name in traits.split(','):
+            name = name.strip()
+            if name:
+                if standard is None:
+                    standard = base.standard_traits()
+                found.append(_placement_name('traits', name, standard))
+        return found
 
     @staticmethod
     def _parse_address(address):
@@ -104,6 +142,29 @@ class DeviceSpec:
                 self._address_matches(function.address))
 
 
+def _standard_resource_classes():
+    import os_resource_classes
+    return frozenset(os_resource_classes.STANDARDS)
+
+
+def _placement_name(tag, name, standard):
+    """``name`` as Placement is to be given it: a standard name (one of
+    ``standard``) as it is, else ``base.custom_name(name)``; ValueError
+    when ``name`` is not a string or makes no name Placement takes."""
+    if not isinstance(name, str):
+        raise ValueError(f'{tag} must be a string, not {name!r}')
+    name = name.strip()
+    if name in standard:
+        return name
+    custom = base.custom_name(name)
+    if not _CUSTOM.fullmatch(custom):
+        raise ValueError(
+            f'{tag} {name!r} makes {custom!r}, which is not CUSTOM_ '
+            f'followed by 1 to 248 upper case letters, digits or '
+            f'underscores')
+    return custom
+
+
 class PCIDriver(base.Driver, pci_health.PCIHealth):
 
     name = 'pci_driver'
@@ -130,18 +191,15 @@ class PCIDriver(base.Driver, pci_health.PCIHealth):
         return None
 
     def _device(self, function, spec):
-        tags = spec.tags
-        traits = [t.strip() for t in tags.get('traits', '').split(',')
-                  if t.strip()] or [base.custom_name('PCI', function.vendor,
-                                                     function.device)]
-        rc = base.custom_name(tags.get('resource_class', 'CUSTOM_PCI'))
+        traits = spec.traits or [base.custom_name('PCI', function.vendor,
+                                                  function.device)]
+        physnet = spec.physical_network
         deployable = base.whole_function_deployable(
-            self, function, rc, traits,
-            physical_network=tags.get('physical_network'))
-        physnet = tags.get('physical_network')
+            self, function, spec.resource_class, traits,
+            physical_network=physnet)
         if physnet:
             deployable.attach_handles = [base.pci_handle(
                 function.address, physical_network=physnet)]
-        device_type = tags.get('device_type') or _type_for_class(
+        device_type = spec.device_type or _type_for_class(
             function.base_class)
         return base.pci_device(function, device_type, [deployable])

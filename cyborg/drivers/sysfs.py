@@ -72,15 +72,20 @@ class PCIFunction:
 def read_text(path, default=None):
     """The file's text without surrounding white space, nor the NUL some
     kernel files end with (QAT's debugfs ones); ``default`` when it cannot
-    be read."""
+    be read, or is not UTF-8 text (one garbled attribute of one function
+    must not stop every driver's discovery)."""
     try:
-        with open(path) as f:
+        with open(path, encoding='utf-8') as f:
             return f.read().strip('\x00 \t\n')
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         return default
     except OSError:
         # Some attributes (e.g. config of a device being removed) fail
         # with EIO/ENODEV; that is "unknown", not a crash.
+        return default
+    except UnicodeDecodeError:
+        # A value that is not text is as unknown as one that cannot be
+        # read.
         return default
 
 

@@ -5,7 +5,16 @@ An Alveo card shows two functions on one slot: the management function
 user function (xocl), which is what an instance gets.  One deployable per
 card, rc FPGA, programmed with XRT's ``xbutil program`` on the user
 function.
+
+What proves which image a card runs (``fingerprint``): the uuid of the
+xclbin loaded, which xocl shows in the user function's ``xclbinuuid``
+(one per line, empty when none is loaded; absent while xocl is not bound,
+e.g. the user function passed through to an instance), together with both
+functions' PCI ids and the card's serial number (``serial_num`` of the
+XMC or, on Versal cards, ``hwmon_sdm`` sub-device, where readable).
 """
+
+import os
 
 from cyborg.drivers import base, fpga, fpga_health, sysfs
 from cyborg.objects import inventory
@@ -48,6 +57,33 @@ class XilinxFPGADriver(base.Driver, fpga.ToolProgrammable,
             cards.append((functions[0], functions[-1]))
         return sorted(cards, key=lambda card: card[0].address)
 
+    def fingerprint(self, device):
+        card = [(m, u) for m, u in self._cards()
+                if m.address == device.controlpath_id.cpid_info]
+        if not card:
+            return []
+        mgmt, user = card[0]
+        proofs = ['xclbin=' + uuid.lower() for uuid in sysfs.read_text(
+            os.path.join(user.path, 'xclbinuuid'), '').split()]
+        identity = (fpga.identity_marks(mgmt) + fpga.identity_marks(user)
+                    + ['serial=' + serial for serial in
+                       _serial_numbers(mgmt) or _serial_numbers(user)])
+        return fpga.fingerprint_of(proofs, identity)
+
     def fpga_tool(self, controlpath_id):
         user = {m.address: u for m, u in self._cards()}[controlpath_id]
         return 'xbutil', user.address
+
+
+def _serial_numbers(function):
+    """The card's serial number(s) as the XRT sub-devices of ``function``
+    show them (``xmc.<m|u>.<N>/serial_num``, ``hwmon_sdm.<...>/serial_num``
+    on Versal cards); [] when none reads."""
+    found = set()
+    for name in sysfs.listdir(function.path):
+        if name.startswith(('xmc.', 'hwmon_sdm.')):
+            serial = sysfs.read_text(
+                os.path.join(function.path, name, 'serial_num'))
+            if serial:
+                found.add(serial)
+    return sorted(found)

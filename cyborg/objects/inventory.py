@@ -85,6 +85,44 @@ TRAIT_ATTRIBUTE_PREFIX = 'trait'
 _CUSTOM = re.compile(r'CUSTOM_[A-Z0-9_]{1,248}')
 
 
+# The prefix of the trait naming an FPGA function id (``function_trait``).
+FUNCTION_TRAIT_PREFIX = 'CUSTOM_FPGA_FUNCTION_ID_'
+# A function id that is a UUID: 32 hex digits, with the usual dashes
+# (8-4-4-4-12, as Glance images' ``accel:function_id`` usually are) or
+# without any (as the DFL driver's ``afu_id`` files show them).
+_UUID_SHAPED = re.compile(r'[0-9a-fA-F]{8}(-?)[0-9a-fA-F]{4}\1[0-9a-fA-F]{4}'
+                          r'\1[0-9a-fA-F]{4}\1[0-9a-fA-F]{12}')
+_NOT_IN_TRAIT = re.compile(r'[^A-Z0-9_]')
+
+
+def function_trait(function_id):
+    """The Placement trait naming FPGA function id ``function_id``: what
+    the agent's drivers report for a function they read on a card and
+    what the conductor advertises for one it programmed, so one function
+    has one trait however its id is spelt.
+
+    ``CUSTOM_FPGA_FUNCTION_ID_`` then the id upper-cased with each
+    character outside Placement's alphabet ([A-Z0-9_]) replaced by '_',
+    a UUID-shaped id (32 hex digits, dashed 8-4-4-4-12 or not dashed at
+    all, surrounding white space ignored) first written in its dashed
+    form: the name the conductor has always given a Glance image's
+    dashed function id.
+
+    >>> function_trait('d8424dc4-a4a3-c413-f89e-433683f9040b')
+    'CUSTOM_FPGA_FUNCTION_ID_D8424DC4_A4A3_C413_F89E_433683F9040B'
+    >>> function_trait('d8424dc4a4a3c413f89e433683f9040b')
+    'CUSTOM_FPGA_FUNCTION_ID_D8424DC4_A4A3_C413_F89E_433683F9040B'
+    >>> function_trait('crypto-1')
+    'CUSTOM_FPGA_FUNCTION_ID_CRYPTO_1'
+    """
+    text = str(function_id).strip()
+    if _UUID_SHAPED.fullmatch(text):
+        digits = text.replace('-', '')
+        text = '-'.join((digits[:8], digits[8:12], digits[12:16],
+                         digits[16:20], digits[20:]))
+    return FUNCTION_TRAIT_PREFIX + _NOT_IN_TRAIT.sub('_', text.upper())
+
+
 def attribute_problem(key, value):
     """Why Placement would refuse attribute ``key`` = ``value`` of a
     deployable (its ``rc`` must be a resource class, its ``trait*`` a

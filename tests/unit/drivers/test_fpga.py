@@ -297,4 +297,5 @@ def test_a_record_that_cannot_be_cleared_programs_nothing(
     assert not fake_tools.exists()
     assert _reported(driver)['h_0000:d8:00.0'] == 'img-1'
     assert sorted(os.listdir(conf.state_path)) == [
-        'fpga-intel_fpga_driver-h.json', 'gbs']
+        'fpga-ids-intel_fpga_driver-h.json', 'fpga-intel_fpga_driver-h.json',
+        'gbs']

@@ -1,0 +1,212 @@
+"""What proves which image an FPGA runs: the record of the image the
+agent programmed holds only while the card still shows the fingerprint
+recorded with it (``cyborg.drivers.fpga``)."""
+
+import json
+import os
+
+from cyborg.drivers import fpga
+from cyborg.drivers import loader
+
+XCLBIN_1 = '1f9c6bd6-6c4e-4a8f-b6d2-55d1c0b0e001'
+XCLBIN_2 = '1f9c6bd6-6c4e-4a8f-b6d2-55d1c0b0e002'
+
+
+def _load(conf, name):
+    return loader.load_driver(conf, 'h', name)
+
+
+def _reported(driver):
+    return {dep.name: dep.bitstream_id for dev in driver.discover()
+            for dep in dev.deployables}
+
+
+def _recorded(driver):
+    with open(driver._record().path) as f:
+        return {address: entry['image_uuid']
+                for address, entry in json.load(f).items()}
+
+
+def _image(conf, name='k.xclbin'):
+    os.makedirs(conf.state_path, exist_ok=True)
+    path = os.path.join(conf.state_path, name)
+    with open(path, 'wb') as f:
+        f.write(b'bits')
+    return path
+
+
+def _xbutil_loads(fake_tools, tree, uuid):
+    """Make the fake ``xbutil`` load an xclbin of uuid ``uuid``: xocl then
+    shows it in the user function's ``xclbinuuid``."""
+    path = os.path.join(tree.device_path('0000:d8:00.1'), 'xclbinuuid')
+    script = fake_tools.parent / 'bin' / 'xbutil'
+    script.write_text(f'#!/bin/sh\necho "xbutil $*" >> {fake_tools}\n'
+                      f'echo {uuid} > {path}\n')
+
+
+# -- Xilinx -------------------------------------------------------------------
+
+
+def test_xilinx_image_is_reported_while_its_xclbin_is_loaded(
+        conf, scenario, in_process_privsep, fake_tools):
+    tree = scenario('mixed')
+    _xbutil_loads(fake_tools, tree, XCLBIN_1)
+    driver = _load(conf, 'xilinx_fpga_driver')
+    driver.program('0000:d8:00.0', _image(conf), 'img-1')
+    assert _reported(driver) == {'h_0000:d8:00.0': 'img-1'}
+    # An agent restarted.
+    assert _reported(_load(conf, 'xilinx_fpga_driver')) == {
+        'h_0000:d8:00.0': 'img-1'}
+
+
+def test_xilinx_image_is_unknown_once_reprogrammed_by_hand(
+        conf, scenario, in_process_privsep, fake_tools):
+    """``xbutil program`` run by hand loaded another xclbin: the record
+    made at programming named the image still, and the conductor, which
+    skips programming a card recorded as running the image asked for,
+    gave an instance a card not running its image."""
+    tree = scenario('mixed')
+    _xbutil_loads(fake_tools, tree, XCLBIN_1)
+    driver = _load(conf, 'xilinx_fpga_driver')
+    driver.program('0000:d8:00.0', _image(conf), 'img-1')
+    tree.set_xclbin('0000:d8:00.1', XCLBIN_2)
+    assert _reported(driver) == {'h_0000:d8:00.0': None}
+    # Forgotten: the first xclbin loaded again by hand proves nothing.
+    assert _recorded(driver) == {}
+    tree.set_xclbin('0000:d8:00.1', XCLBIN_1)
+    assert _reported(_load(conf, 'xilinx_fpga_driver')) == {
+        'h_0000:d8:00.0': None}
+
+
+def test_xilinx_image_is_unknown_after_a_reset(conf, scenario):
+    """A reset or a reboot unloads the xclbin: xocl shows none."""
+    tree = scenario('mixed')
+    tree.set_xclbin('0000:d8:00.1', XCLBIN_1)
+    driver = _load(conf, 'xilinx_fpga_driver')
+    driver.remember('0000:d8:00.0', 'img-1')
+    assert _reported(driver) == {'h_0000:d8:00.0': 'img-1'}
+    tree.set_xclbin('0000:d8:00.1')
+    assert _reported(_load(conf, 'xilinx_fpga_driver')) == {
+        'h_0000:d8:00.0': None}
+    assert _recorded(driver) == {}
+
+
+def test_xilinx_image_is_unknown_without_xocl(conf, scenario):
+    """No ``xclbinuuid`` (xocl not bound to the user function): nothing
+    shows which image the card runs, whatever was recorded."""
+    tree = scenario('mixed')
+    tree.set_xclbin('0000:d8:00.1', XCLBIN_1)
+    driver = _load(conf, 'xilinx_fpga_driver')
+    driver.remember('0000:d8:00.0', 'img-1')
+    os.unlink(os.path.join(tree.device_path('0000:d8:00.1'), 'xclbinuuid'))
+    tree.set_driver('0000:d8:00.1', 'vfio-pci')
+    assert _reported(driver) == {'h_0000:d8:00.0': None}
+
+
+def _swap_card(tree, mgmt_device, user_device, serial):
+    for address in ('0000:d8:00.0', '0000:d8:00.1'):
+        tree.remove_pci(address)
+    tree.add_pci('0000:d8:00.0', '10ee', mgmt_device, '120000',
+                 driver='xclmgmt', numa_node=1, iommu_group=150)
+    tree.add_pci('0000:d8:00.1', '10ee', user_device, '120000',
+                 driver='xocl', numa_node=1, iommu_group=151)
+    tree.set_xrt_serial('0000:d8:00.0', serial)
+
+
+def test_xilinx_image_is_unknown_for_another_card_in_the_slot(
+        conf, scenario):
+    """Another card (a U280 for the U250, or one of the same model: its
+    serial number differs) in the slot, showing the same xclbin uuid."""
+    tree = scenario('mixed')
+    tree.set_xclbin('0000:d8:00.1', XCLBIN_1)
+    driver = _load(conf, 'xilinx_fpga_driver')
+    driver.remember('0000:d8:00.0', 'img-1')
+    _swap_card(tree, '5004', '5005', '21290594399X')
+    tree.set_xclbin('0000:d8:00.1', XCLBIN_1)
+    assert _reported(_load(conf, 'xilinx_fpga_driver')) == {
+        'h_0000:d8:00.0': None}
+
+    driver.remember('0000:d8:00.0', 'img-2')
+    _swap_card(tree, '500c', '500d', '21290594399X')
+    tree.set_xclbin('0000:d8:00.1', XCLBIN_1)
+    assert _reported(_load(conf, 'xilinx_fpga_driver')) == {
+        'h_0000:d8:00.0': None}
+
+
+def test_a_card_gone_has_its_record_forgotten(conf, scenario):
+    """The card left (removed, or gone from the bus for a while): a card
+    found at its address later proves nothing of the image recorded."""
+    tree = scenario('mixed')
+    tree.set_xclbin('0000:d8:00.1', XCLBIN_1)
+    driver = _load(conf, 'xilinx_fpga_driver')
+    driver.remember('0000:d8:00.0', 'img-1')
+    for address in ('0000:d8:00.0', '0000:d8:00.1'):
+        tree.remove_pci(address)
+    assert _reported(driver) == {}
+    assert _recorded(driver) == {}
+
+
+# -- Inspur -------------------------------------------------------------------
+
+
+def test_inspur_image_is_unknown_when_nothing_shows_it(conf, scenario):
+    """On vfio-pci an Inspur card shows no function id: the record made
+    at programming matched for ever ([''])."""
+    scenario('mixed')
+    driver = _load(conf, 'inspur_fpga_driver')
+    driver.remember('0000:da:00.0', 'img-1')
+    assert _reported(driver) == {'h_0000:da:00.0': None}
+    assert _recorded(driver) == {}
+
+
+def test_inspur_image_holds_while_its_afu_is_shown(conf, scenario):
+    tree = scenario('mixed')
+    tree.set_driver('0000:da:00.0', 'dfl-pci')
+    tree.add_fpga_region('0000:da:00.0', 'region0',
+                         afu_id='c000c9660d824272a0a1d7f1b1b3fae4')
+    driver = _load(conf, 'inspur_fpga_driver')
+    driver.remember('0000:da:00.0', 'img-1')
+    assert _reported(_load(conf, 'inspur_fpga_driver')) == {
+        'h_0000:da:00.0': 'img-1'}
+    # Another Inspur card in the slot, running the same AFU.
+    tree.remove_pci('0000:da:00.0')
+    tree.add_pci('0000:da:00.0', '1bd4', '0099', '120000', driver='dfl-pci',
+                 numa_node=1, iommu_group=160)
+    tree.add_fpga_region('0000:da:00.0', 'region0',
+                         afu_id='c000c9660d824272a0a1d7f1b1b3fae4')
+    assert _reported(_load(conf, 'inspur_fpga_driver')) == {
+        'h_0000:da:00.0': None}
+
+
+# -- Intel --------------------------------------------------------------------
+
+
+def test_intel_image_is_unknown_once_its_afu_is_gone(conf, scenario):
+    """The port shows no AFU any more (the region was reset)."""
+    tree = scenario('intel_fpga')
+    driver = _load(conf, 'intel_fpga_driver')
+    driver.remember('0000:d8:00.0', 'img-1')
+    assert _reported(driver)['h_0000:d8:00.0'] == 'img-1'
+    os.unlink(os.path.join(tree.device_path('0000:d8:00.0'), 'fpga_region',
+                           'region3', 'dfl-port.0', 'afu_id'))
+    assert _reported(driver)['h_0000:d8:00.0'] is None
+    assert _recorded(driver) == {}
+
+
+# -- the record itself ------------------------------------------------------
+
+
+def test_forgetting_a_stale_record_keeps_a_newer_one(conf, tmp_path):
+    """Discovery compared a card with the record it read; the card was
+    programmed and recorded again meanwhile: the new record stays."""
+    conf.set_override('state_path', str(tmp_path))
+    record = fpga.BitstreamRecord(conf, 'xilinx_fpga_driver', 'h')
+    record.save('0000:d8:00.0', 'img-1', ['xclbin=1'])
+    stale = record.load()
+    record.save('0000:d8:00.0', 'img-2', ['xclbin=2'])
+    record.save('0000:d9:00.0', 'img-3', ['xclbin=3'])
+    record.forget_stale(stale)
+    assert {a: e['image_uuid'] for a, e in record.load().items()} == {
+        '0000:d8:00.0': 'img-2', '0000:d9:00.0': 'img-3'}
+    record.forget_stale({'0000:d9:00.0': record.load()['0000:d9:00.0']})
+    assert list(record.load()) == ['0000:d8:00.0']
