@@ -176,8 +176,11 @@ def test_a_malformed_report_is_refused_whole_before_any_statement(
         stop()
     assert seen == []
     assert _rows(engine) == before
+    # cyborg's own: another test's transport may still be logging its
+    # reconnections from a thread of its own.
     warnings = [r.getMessage() for r in caplog.records
-                if r.levelno >= logging.WARNING]
+                if r.levelno >= logging.WARNING
+                and r.name.startswith('cyborg')]
     assert warnings == [
         f'Report of {inventory_plan.shown(hostname)} refused, nothing '
         f'stored: {refused.value}']
@@ -369,8 +372,11 @@ def test_a_device_of_bad_text_or_attach_info_leaves_the_rest_stored(
         inventory_plan.to_json(h.attach_info) for d in _devices()
         for h in d.deployables[0].attach_handles)
     reason = inventory_plan.parse_report(report).skipped['PCI:' + BAD]
+    # cyborg's own: another test's transport may still be logging its
+    # reconnections from a thread of its own.
     warnings = [r.getMessage() for r in caplog.records
-                if r.levelno >= logging.WARNING]
+                if r.levelno >= logging.WARNING
+                and r.name.startswith('cyborg')]
     assert len(warnings) == 1 and reason in warnings[0], warnings
 
 

@@ -162,7 +162,10 @@ def test_a_malformed_device_leaves_the_rest_of_the_host_stored_and_synced(
     assert inventory.provider_uuid(f'{HOST}_{BAD}') == after[
         f'{HOST}_{BAD}']['rp_uuid']
     skipped = inventory_plan.parse_report(report).skipped
+    # cyborg's own: another test's transport may still be logging its
+    # reconnections from a thread of its own.
     warnings = [r.getMessage() for r in caplog.records
-                if r.levelno == logging.WARNING]
+                if r.levelno == logging.WARNING
+                and r.name.startswith('cyborg')]
     assert len(warnings) == 1, warnings
     assert all(reason in warnings[0] for reason in skipped.values())
