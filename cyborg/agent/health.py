@@ -53,7 +53,9 @@ held down) into the Prometheus gauges and, when notifications are on, as one
 broadcast, stored by nobody here).  A device its driver left out of the
 sample (one it cannot read: a GPU lost, its driver unloaded) loses its
 usage gauges, and a value left out loses its own, rather than show what
-was last read for good.
+was last read for good; so do the devices of a driver whose call (its
+usage, its check, a re-probe) has not returned within
+``[health]check_timeout``, until a sample of them comes back.
 """
 
 import collections
@@ -735,11 +737,17 @@ class HealthMonitor:
         notifications are on.  Returns ``{device key: usage}``."""
         started = time.monotonic()
         calls = []
+        # The devices of drivers whose call in flight (a usage sample, a
+        # check, a re-probe) has run past [health]check_timeout: hung.
+        stalled = set()
         for name, driver, devices in self._watched_drivers():
             usage = getattr(driver, 'usage', None)
             if not callable(usage):
                 continue
-            if self._settled(name) is not None:
+            busy = self._settled(name)
+            if busy is not None:
+                if self._overdue(busy):
+                    stalled.update(d.key() for d in devices)
                 LOG.debug('Driver %s is busy: no usage sample of it this '
                           'time', name)
                 continue
@@ -753,7 +761,10 @@ class HealthMonitor:
         deadline = started + self._round_wait()
         for name, call in calls:
             if not call.wait(deadline):
-                continue        # dropped when it returns (_settled)
+                # Dropped when it returns (_settled).
+                if self._overdue(call):
+                    stalled.update(d.key() for d in call.devices)
+                continue
             del self._calls[name]
             unread.update(d.key() for d in call.devices)
             if call.error is not None:
@@ -762,7 +773,7 @@ class HealthMonitor:
                 continue
             for device, values in call.value.items():
                 sampled[device] = dict(values, driver_name=name)
-        for device in unread - set(sampled):
+        for device in (unread | stalled) - set(sampled):
             self._clear_usage_gauges(device)
         for device, values in sampled.items():
             self._set_usage_gauges(device, values)
@@ -774,6 +785,14 @@ class HealthMonitor:
                             priority=notify.SAMPLE, process='agent',
                             host=self.host)
         return sampled
+
+    def _overdue(self, call):
+        """Whether ``call``, not returned, has run past
+        [health]check_timeout: its driver is taken for hung, and the usage
+        series of its devices are cleared (``_clear_usage_gauges``) until
+        a sample of them comes back."""
+        return (not call.done() and time.monotonic() - call.started
+                >= self.conf.health.check_timeout)
 
     def _set_usage_gauges(self, device, values):
         """Set ``device``'s usage series from ``values``; those of the
@@ -800,10 +819,12 @@ class HealthMonitor:
     def _clear_usage_gauges(self, device):
         """Remove ``device``'s usage and clock event series: its driver
         sampled it and could not read it (a GPU lost, its driver unloaded,
-        handed to vfio-pci), or failed.  Left at their last values, a GPU
-        nobody reads any more would show its last temperature and a
-        hardware slowdown for good (CyborgGPUHardwareSlowdown firing for
-        ever); absent, they say nothing is known."""
+        handed to vfio-pci), failed, or has a call (usage, check, re-probe)
+        running past [health]check_timeout (NVML stuck).  Left at their
+        last values, a GPU nobody reads any more would show its last
+        temperature and a hardware slowdown for good
+        (CyborgGPUHardwareSlowdown firing for ever); absent, they say
+        nothing is known."""
         for _, gauge in _USAGE_GAUGES:
             _remove(gauge, device)
         self._clear_clock_events(device)

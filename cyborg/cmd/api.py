@@ -9,7 +9,9 @@ passes the signal on, and on SIGTERM passes the signal on and exits 0
 once they are gone (``service.shutdown_timeout``: time for the writes
 waiting for the conductor).  Each worker
 builds its own app, database engine and RPC client after the fork: none of
-them survives a fork.
+them survives a fork.  With several workers it first removes the metrics
+files a previous run left in ``PROMETHEUS_MULTIPROC_DIR``
+(``cyborg.api.metrics``).
 """
 
 import errno
@@ -28,6 +30,7 @@ from cyborg import version
 from cyborg.api import app as api_app
 from cyborg.api import auth
 from cyborg.api import faults
+from cyborg.api import metrics as api_metrics
 from cyborg.common import exception
 from cyborg.common import policy
 from cyborg.common import quota
@@ -156,6 +159,9 @@ class WorkerPool:
         self._reload = threading.Event()
 
     def run(self):
+        # Before any worker records into it: a previous run's counts
+        # would be added to this one's.
+        api_metrics.empty_multiproc_dir()
         for signum in service.STOP_SIGNALS:
             signal.signal(signum, lambda *_: self._stop.set())
         signal.signal(signal.SIGHUP, lambda *_: self._reload.set())

@@ -108,7 +108,8 @@ CONDUCTOR_PROGRAMMINGS = prom.Counter(
     'FPGA programmings this conductor ran, by outcome: programmed, '
     'failed (the card as it was) or outcome_unknown (the card taken out '
     'of the schedule until a re-probe); abandoned: one whose conductor '
-    'stopped, taken out the same way by this one.', ['outcome'],
+    'stopped, taken out the same way by this one.  One refused before '
+    'anything ran on the card is not counted.', ['outcome'],
     registry=REGISTRY)
 # The outcomes CONDUCTOR_PROGRAMMINGS (and CONDUCTOR_PROGRAMMING_SECONDS)
 # count, by these names alone (cyborg.conductor.programming), each served

@@ -44,7 +44,10 @@ after all, before the conductor gave up) is recorded again, as is one it
 reports later, and the next programming asking for it advertises its
 function trait without loading it again.  A conductor that dies
 mid-programming leaves the mark set: once its time has passed, any
-conductor's periodic ``take_out_overdue`` does the same to the card.
+conductor's periodic ``take_out_overdue`` does the same to the card, one
+conductor only: the one whose guarded update moves the mark on from the
+overdue time it read (the card stays marked meanwhile, and goes overdue
+again if that conductor stops too).
 
 Programming rewrites the whole device, so it is refused while another
 instance holds one of the deployable's handles (counted again once the
@@ -71,6 +74,11 @@ once the checks have passed (an image already loaded, or a device in use,
 sends nothing), then ``deployable.program.end`` or
 ``deployable.program.error`` (priority error, with the reason) once the
 reservation is restored and the new image recorded.
+``cyborg_conductor_programmings_total`` counts the programmings this
+conductor ran; one refused before anything ran on the card, after its
+start was sent (the mark set by another request or a handle taken while
+the image downloaded, the agent not reached), is not counted, its start
+answered by an error.
 """
 
 import base64
@@ -89,6 +97,7 @@ from cyborg.common import notify
 from cyborg.common import states
 from cyborg.conductor import glance
 from cyborg.conductor import health
+from cyborg.conductor import health_machine
 from cyborg.conductor import placement_sync
 from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
@@ -208,7 +217,10 @@ def program(conf, context, target, image, deadline, own_handles,
                 # Again now that binds see the mark: one that took a
                 # handle since the first count would get a card rewritten
                 # under it.
-                _check_unused(context, target, own_handles, bind)
+                try:
+                    _check_unused(context, target, own_handles, bind)
+                except (exception.InUse, exception.BindFailed) as exc:
+                    raise _Refused(exc) from None
                 _run_agent(conf, context, target, image, data, deadline,
                            fetched)
                 trait = function_trait(function_id) if function_id else None
@@ -223,6 +235,10 @@ def program(conf, context, target, image, deadline, own_handles,
                 f"{exc.kwargs['outcome']}; the card's outcome is unknown")
             notice.failed(exc)
             raise
+        except _Refused as refused:
+            # Nothing ran on the card: no programming to count.
+            notice.refused(refused.error)
+            raise refused.error from refused.error.__cause__
         except Exception as exc:
             notice.failed(exc)
             raise
@@ -232,11 +248,22 @@ def program(conf, context, target, image, deadline, own_handles,
     return True
 
 
+class _Refused(Exception):
+    """A programming refused before anything ran on the card (the mark
+    set by another request, a handle taken meanwhile, the agent not
+    reached): ``error``, what the caller gets.  Never leaves this
+    module."""
+
+    def __init__(self, error):
+        super().__init__(str(error))
+        self.error = error
+
+
 class _Notice:
     """The notifications and metrics of one programming; sends ``start``
     when made.  With notifications off it builds and sends nothing, and
     counts the outcome (``metrics.CONDUCTOR_PROGRAMMINGS``) all the
-    same."""
+    same; a refusal (``refused``) is not counted."""
 
     def __init__(self, conf, context, target, image, function_id, arq_uuid):
         self._conf = conf
@@ -260,8 +287,15 @@ class _Notice:
         outcome = (metrics.PROGRAMMING_OUTCOME_UNKNOWN
                    if isinstance(error, exception.ProgrammingOutcomeUnknown)
                    else metrics.PROGRAMMING_FAILED)
-        self._send(notify.PROGRAM_ERROR, notify.ERROR,
-                   duration=self._elapsed(outcome),
+        self._error(error, self._elapsed(outcome))
+
+    def refused(self, error):
+        """A refusal before anything ran on the card: its ``start``
+        answered by an error, nothing counted."""
+        self._error(error, round(time.monotonic() - self._started, 3))
+
+    def _error(self, error, duration):
+        self._send(notify.PROGRAM_ERROR, notify.ERROR, duration=duration,
                    reason=(str(error) or type(error).__name__)[:1000])
 
     def _elapsed(self, outcome):
@@ -357,9 +391,11 @@ def _run_agent(conf, context, target, image, data, deadline, fetched):
         unreached = agent_rpcapi.not_reached(exc, target.hostname)
         if unreached is not None:
             # Nothing was sent, nor goes out later: the card is as it was.
-            raise exception.ServiceUnavailable(
+            error = exception.ServiceUnavailable(
                 reason=f'{unreached}; {target.cpid_info} was not '
-                       f'programmed') from exc
+                       f'programmed')
+            error.__cause__ = exc
+            raise _Refused(error) from exc
         reason = agent_rpcapi.refusal(exc)
         if reason is None:
             raise           # not reached: nothing ran
@@ -394,12 +430,23 @@ def take_out_overdue(conf, context):
                                                         deployable_id)
             if target is None or target.programming_until != until:
                 continue
+            # Every conductor runs this job: the one that moves the mark
+            # on from the overdue time it read takes the card out, the
+            # others find it moved.  Still set, it keeps binds and other
+            # programmings off the card; left by a take-out that fails or
+            # whose conductor stops, it goes overdue again.
+            taking = clock_db.utcnow() + datetime.timedelta(
+                seconds=OVERDUE_AFTER)
+            if not db_api.write_retrying(
+                    context, deployable_db.set_programming_until, context,
+                    deployable_id, taking, was=until):
+                continue
             LOG.warning('Deployable %s on %s: a programming did not end by '
                         '%s (its conductor stopped?); taking it out of the '
                         'schedule until a re-probe', target.deployable_uuid,
                         target.hostname, until)
             _out_until_probed(
-                conf, context, target, until,
+                conf, context, target, taking,
                 f"a programming did not end by {until:%Y-%m-%d %H:%M:%S} "
                 f"UTC (its conductor stopped?); the card's outcome is "
                 f"unknown")
@@ -424,7 +471,7 @@ def _out_until_probed(conf, context, target, until, reason):
             conf, context, target.hostname, [health_objects.Reading(
                 device=health.device_key(target._mapping),
                 deployable=target.name, severity=states.FATAL,
-                source='program', code='program:unfinished',
+                source='program', code=health_machine.PROGRAM_UNFINISHED,
                 reason=reason)])),
     )
     failed = False
@@ -496,9 +543,9 @@ def _claimed(context, target, until):
     """Set the programming mark where none is; the host unsynced."""
     if not deployable_db.claim_programming(context, target.deployable_id,
                                            until):
-        raise exception.Conflict(
+        raise _Refused(exception.Conflict(
             reason=f'deployable {target.deployable_uuid} is being '
-                   f'programmed by another request')
+                   f'programmed by another request'))
     host_db.update(context, target.hostname, placement_synced=False)
 
 

@@ -286,6 +286,28 @@ def test_out_of_service_holds_while_a_device_is_re_probed(db, alert, table):
     assert _evaluate(expr, _scrape()) == {}
 
 
+def test_a_partition_lost_alone_is_out_of_service_once(db):
+    """A partition that vanished on its own (a MIG instance gone under
+    an allocation, its GPU still reported) is lost while its device stays
+    healthy: counted by neither rule, it raised no alert however long the
+    instance's accelerator was gone.  One lost with its device is the
+    device's alert alone, not one more for the partition."""
+    devices = promql_parser.parse(_rule('CyborgDevicesOutOfService')['expr'])
+    partitions = promql_parser.parse(
+        _rule('CyborgPartitionsOutOfService')['expr'])
+    alone = seed.seed_device(db, handles=0)
+    _set_health(db, models.Deployable, alone.deployable_id, states.LOST)
+    assert _evaluate(devices, _scrape()) == {}
+    assert list(_evaluate(partitions, _scrape()).values()) == [1]
+    # Its device goes too (the card pulled): the device's alert, once.
+    _set_health(db, models.Device, alone.device_id, states.LOST)
+    pulled = seed.seed_device(db, handles=0)
+    _set_health(db, models.Device, pulled.device_id, states.LOST)
+    _set_health(db, models.Deployable, pulled.deployable_id, states.LOST)
+    assert list(_evaluate(devices, _scrape()).values()) == [2]
+    assert _evaluate(partitions, _scrape()) == {}
+
+
 def test_the_collector_and_the_registry_are_both_read(db):
     served = _served(db)
     assert served['cyborg_conductor_devices'] == {'health'}

@@ -12,6 +12,7 @@ import time
 
 import pynvml
 
+from cyborg.common import metrics
 from cyborg.common import states
 from cyborg.drivers import base
 from cyborg.drivers import loader
@@ -140,6 +141,101 @@ def test_usage_of_a_hung_driver_is_skipped(conf, conductor):
         assert time.monotonic() - started < 1
     finally:
         gpus.release.set()
+
+
+class HangingMeteredDriver(MeteredDriver):
+    """A GPU, hot and slowed down, whose usage (``hang_usage``) or check
+    (``hang_check``) blocks while set, as NVML does on a wedged GPU."""
+
+    name = 'hanging_metered_driver'
+
+    def __init__(self, conf, host):
+        super().__init__(conf, host)
+        self.values.update(temperature_celsius=95,
+                           clock_events=['hw_thermal_slowdown'])
+        self.hang_usage = threading.Event()
+        self.hang_check = threading.Event()
+        self.release = threading.Event()
+
+    def usage(self, devices):
+        if self.hang_usage.is_set():
+            self.release.wait(60)
+        return super().usage(devices)
+
+    def check_health(self, devices):
+        if self.hang_check.is_set():
+            self.release.wait(60)
+        return super().check_health(devices)
+
+
+def _usage_series(device=NIC_KEY):
+    """(temperature, hw_thermal_slowdown active) of ``device``; None where
+    it has no series."""
+    return (metrics.REGISTRY.get_sample_value(
+                'cyborg_agent_device_temperature_celsius',
+                {'device': device}),
+            metrics.REGISTRY.get_sample_value(
+                'cyborg_agent_device_clock_event_active',
+                {'device': device, 'reason': 'hw_thermal_slowdown'}))
+
+
+def test_usage_series_go_while_the_usage_call_hangs(conf, conductor):
+    """A usage sample that did not return was skipped, and the driver
+    skipped as busy at every later sample: its GPU kept its last
+    temperature and its hardware slowdown (CyborgGPUHardwareSlowdown
+    firing on data nobody read any more) for as long as NVML hung.  Past
+    [health]check_timeout its series go; the next good sample brings
+    them back."""
+    conf.set_override('check_timeout', 30, 'health')
+    gpu = HangingMeteredDriver(conf, HOST)
+    _reporter, monitor = _agent(conf, gpu)
+    monitor.sample_usage()
+    assert _usage_series() == (95, 1)
+    gpu.hang_usage.set()
+    try:
+        # Late, within check_timeout: what was read last still holds.
+        assert monitor.sample_usage() == {}
+        assert _usage_series() == (95, 1)
+        # Past check_timeout (the call has run for a round already).
+        conf.set_override('check_timeout', 0.3, 'health')
+        assert monitor.sample_usage() == {}
+        assert _usage_series() == (None, None)
+        monitor.check_once()
+        monitor.sample_usage()
+        assert _usage_series() == (None, None)
+        gpu.hang_usage.clear()
+        gpu.release.set()
+        _wait_for(lambda: NIC_KEY in monitor.sample_usage())
+        assert _usage_series() == (95, 1)
+    finally:
+        gpu.release.set()
+
+
+def test_usage_series_go_while_the_check_hangs(conf, conductor):
+    """A driver whose check hangs is busy: no usage sample of it, and past
+    [health]check_timeout no series either."""
+    conf.set_override('check_timeout', 30, 'health')
+    gpu = HangingMeteredDriver(conf, HOST)
+    _reporter, monitor = _agent(conf, gpu)
+    monitor.check_once()
+    monitor.sample_usage()
+    assert _usage_series() == (95, 1)
+    gpu.hang_check.set()
+    try:
+        monitor.check_once()
+        assert monitor.sample_usage() == {}
+        assert _usage_series() == (95, 1)
+        time.sleep(0.4)
+        conf.set_override('check_timeout', 0.3, 'health')
+        assert monitor.sample_usage() == {}
+        assert _usage_series() == (None, None)
+        gpu.hang_check.clear()
+        gpu.release.set()
+        _wait_for(lambda: monitor.check_once() is not None and
+                  NIC_KEY in monitor.sample_usage())
+        assert _usage_series() == (95, 1)
+    finally:
+        gpu.release.set()
 
 
 def _nvidia(conf, tmp_path):

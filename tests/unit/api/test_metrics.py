@@ -2,6 +2,7 @@
 when enabled, and summed over worker processes in multiprocess mode."""
 
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -189,3 +190,63 @@ def test_a_dispatched_request_is_labelled_by_its_operation(app,
                 + str(uuid.uuid4())).status_int == 404
     monkeypatch.undo()
     assert _requests(app, route, '404') == before + 1
+
+
+# What prometheus_client's multiprocess mode writes, and what it does not.
+_PROM_FILES = ('counter_4242.db', 'histogram_4242.db', 'summary_17.db',
+               'gauge_all_4242.db', 'gauge_livesum_17.db')
+_OTHER_FILES = ('cyborg.db', 'counter_old.db', 'counter_4242.db.bak',
+                'notes.txt')
+
+
+def _leftovers(path):
+    for name in _PROM_FILES + _OTHER_FILES:
+        (path / name).write_bytes(b'x')
+    (path / 'sub').mkdir()
+    (path / 'sub' / 'counter_1.db').write_bytes(b'x')
+
+
+def test_emptying_the_multiprocess_dir_takes_only_its_files(tmp_path,
+                                                            monkeypatch):
+    """The files of a previous run go; nothing else in the directory (an
+    operator's SQLite database, a subdirectory) is touched."""
+    _leftovers(tmp_path)
+    monkeypatch.setenv(api_metrics.MULTIPROC_ENV, str(tmp_path))
+    assert api_metrics.empty_multiproc_dir() == len(_PROM_FILES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        _OTHER_FILES + ('sub',))
+    assert (tmp_path / 'sub' / 'counter_1.db').exists()
+    monkeypatch.delenv(api_metrics.MULTIPROC_ENV)
+    (tmp_path / 'counter_1.db').write_bytes(b'x')
+    assert api_metrics.empty_multiproc_dir() == 0
+    assert (tmp_path / 'counter_1.db').exists()
+
+
+def test_cyborg_api_with_workers_empties_the_multiprocess_dir(
+        conf, tmp_path, monkeypatch):
+    """A previous run's worker files were summed into /metrics (and a
+    worker given a previous worker's pid went on from its counts): the
+    parent that forks the workers removes them before it forks any."""
+    from cyborg.cmd import api as api_cmd
+    stale = tmp_path / 'counter_4242.db'
+    stale.write_bytes(b'x')
+    seen = tmp_path / 'seen'
+    seen.mkdir()
+
+    def serve(conf, sock, parent):
+        # In the forked worker: what it finds, then the parent stopped.
+        (seen / str(os.getpid())).write_text(str(stale.exists()))
+        os.kill(parent, signal.SIGTERM)
+        return 0
+
+    monkeypatch.setattr(api_cmd, '_serve_worker', serve)
+    monkeypatch.setenv(api_metrics.MULTIPROC_ENV, str(tmp_path))
+    handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    previous = {signum: signal.getsignal(signum) for signum in handled}
+    try:
+        assert api_cmd.WorkerPool(conf, None, 1).run() == 0
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    found = {p.read_text() for p in seen.iterdir()}
+    assert found == {'False'}

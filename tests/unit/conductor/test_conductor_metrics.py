@@ -181,6 +181,37 @@ def test_collector_counts_arqs_events_and_devices(populated):
         'cyborg_conductor_deployables', {'health': 'unhealthy'}) == 1
 
 
+def test_collector_counts_partitions_lost_apart_from_their_device(db):
+    """A deployable lost with its device is the device's loss, counted in
+    cyborg_conductor_devices; one lost while its device is still here (a
+    MIG instance, a VF pool gone on its own) counts as lost."""
+    def lost():
+        registry = _collected()
+        return (registry.get_sample_value('cyborg_conductor_deployables',
+                                          {'health': states.LOST}),
+                registry.get_sample_value('cyborg_conductor_devices',
+                                          {'health': states.LOST}))
+
+    pulled = seed.seed_device(db, handles=0)
+    alone = seed.seed_device(db, handles=0)
+    unhealthy = seed.seed_device(db, handles=0)
+    dep, dev = models.Deployable, models.Device
+    with db.begin() as c:
+        c.execute(sa.update(dev).where(dev.id.in_(
+            [pulled.device_id, unhealthy.device_id])).values(
+            health=states.LOST))
+        c.execute(sa.update(dep).where(dep.id.in_(
+            [pulled.deployable_id, alone.deployable_id])).values(
+            health=states.LOST))
+        c.execute(sa.update(dep).where(
+            dep.id == unhealthy.deployable_id).values(
+            health=states.UNHEALTHY))
+    assert lost() == (1, 2)
+    # A partition's own fault under a lost device still counts as such.
+    assert _collected().get_sample_value(
+        'cyborg_conductor_deployables', {'health': states.UNHEALTHY}) == 1
+
+
 def test_collector_counts_the_programmings_in_progress(db):
     """Deployables a conductor is programming now (their mark is set),
     whichever conductor: an FPGA taking no instance for that reason."""
