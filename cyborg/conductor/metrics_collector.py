@@ -46,16 +46,12 @@ import threading
 
 from oslo_log import log as logging
 from prometheus_client.core import GaugeMetricFamily
-import sqlalchemy as sa
 
 from cyborg.common import context as cyborg_context
 from cyborg.common import metrics
 from cyborg.common import states
 from cyborg.conductor import silence
 from cyborg.conf import default as default_opts
-from cyborg.db import api as db_api
-from cyborg.db import models
-from cyborg.db.api import _sql as db_sql
 from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import clock as clock_db
 from cyborg.db.api import deployables as deployable_db
@@ -148,7 +144,7 @@ class ConductorCollector:
         if health is not None:
             yield _devices(health[0])
             yield _devices(health[1], MAINTAINED_DEVICES)
-        health = _read(count_deployables_by_health, context)
+        health = _read(deployable_db.count_by_health, context)
         if health is not None:
             yield _devices(health, DEPLOYABLES)
         programming = _read(deployable_db.count_programming, context)
@@ -158,27 +154,6 @@ class ConductorCollector:
         hosts = _read(host_db.count_reporting, context, since=since)
         if hosts is not None:
             yield from _hosts(hosts)
-
-
-@db_api.reader
-def count_deployables_by_health(context):
-    """{health state: number of deployables} by their own health (a
-    partition's fault, apart from its device's), for the states that
-    have any (one GROUP BY over a join).  A deployable 'lost' with its
-    device (a card pulled, its partitions with it) is left out: its
-    device counts in cyborg_conductor_devices, and an alert on both
-    would say one loss twice; one lost alone (a MIG instance gone under
-    an allocation, its GPU still here) counts.
-
-    Here rather than beside ``deployables.count_by_health`` (which counts
-    every deployable by its own health) for this metric's sake only."""
-    d, dev = models.Deployable, models.Device
-    lost_alone = sa.or_(d.health != states.LOST,
-                        dev.health != states.LOST)
-    return dict(db_sql.connection(context).execute(
-        sa.select(d.health, sa.func.count())
-        .join(dev, dev.id == d.device_id)
-        .where(lost_alone).group_by(d.health)).all())
 
 
 def _read(reader, context, **kwargs):

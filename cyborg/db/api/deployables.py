@@ -9,6 +9,7 @@ import uuid as uuidlib
 
 import sqlalchemy as sa
 
+from cyborg.common import states
 from cyborg.db import models
 from cyborg.db.api import _sql
 from cyborg.db.api import reader, writer
@@ -208,10 +209,17 @@ def count_programming(context):
 def count_by_health(context):
     """{health state: number of deployables} by their own health (a
     partition's fault, apart from its device's), for the states that
-    have any."""
-    d = models.Deployable
+    have any (one GROUP BY over a join).  A deployable 'lost' with its
+    device (a card pulled, its partitions with it) is left out: its
+    device counts in cyborg_conductor_devices, and an alert on both
+    would say one loss twice; one lost alone (a MIG instance gone under
+    an allocation, its GPU still here) counts."""
+    d, dev = models.Deployable, models.Device
+    lost_alone = sa.or_(d.health != states.LOST, dev.health != states.LOST)
     return dict(_sql.connection(context).execute(
-        sa.select(d.health, sa.func.count()).group_by(d.health)).all())
+        sa.select(d.health, sa.func.count())
+        .join(dev, dev.id == d.device_id)
+        .where(lost_alone).group_by(d.health)).all())
 
 
 @reader
