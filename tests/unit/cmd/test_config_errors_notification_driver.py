@@ -3,11 +3,8 @@
 process that sends notifications at start with one line, status 2, as a
 transport URL that cannot work does: it was taken, and notifications
 were silently off.  (tests/unit/common/test_transport_url.py: what is
-said of which names.)"""
-
-import os
-import subprocess
-import sys
+said of which names; tests/unit/wsgi/test_wsgi_config_errors.py: the
+WSGI API's test server.)"""
 
 import pytest
 
@@ -23,19 +20,3 @@ def test_an_unknown_notification_driver_is_one_line(tmp_path, script):
     output = config_errors._refused_at_start(tmp_path, script, TYPO)
     assert output.startswith('%s: %s' % (script, SAYS)), output
     assert "messagingv2, noop" in output and output.endswith(')')
-
-
-def test_the_wsgi_api_says_it_in_one_line(tmp_path):
-    """Under a WSGI server the configuration is read as the first request
-    comes (every answer is then a 503 pointing at the server's log); its
-    test server says it at start."""
-    config = tmp_path / 'cyborg.conf'
-    config.write_text(TYPO + '[api]\nauth_strategy = noauth\n')
-    done = subprocess.run(
-        [os.path.join(sys.prefix, 'bin', 'cyborg-wsgi-api'), '--port', '0',
-         '--', '--config-file', str(config)],
-        capture_output=True, text=True, timeout=60)
-    output = (done.stdout + done.stderr).strip()
-    assert done.returncode == 2, output
-    assert 'cyborg-wsgi-api: ' + SAYS in output
-    assert 'Traceback' not in output

@@ -12,15 +12,14 @@ import threading
 
 import pytest
 import sqlalchemy as sa
-from oslo_db.sqlalchemy import exc_filters
 from oslo_utils import timeutils
 
 from cyborg.common import context as cyborg_context
 from cyborg.conductor import programming
-from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.db.api import deployables as deployable_db
 from cyborg.placement import client as placement_client
+from tests.fixtures import api as api_fixture
 from tests.fixtures import databases
 from tests.fixtures import placement as placement_fixture
 from tests.unit.conductor import test_programming as tp
@@ -33,16 +32,8 @@ def engine(request, conf):
     if request.param == 'sqlite':
         yield request.getfixturevalue('db')
         return
-    with databases.throwaway_database(request.param) as url:
-        databases.create_schema(url)
-        engine = sa.create_engine(url)
-        exc_filters.register_engine(engine)
-        undo = db_api.patch_engine(engine)
-        try:
-            yield engine
-        finally:
-            undo()
-            engine.dispose()
+    with api_fixture.database_in_use(request.param) as engine:
+        yield engine
 
 
 @pytest.fixture

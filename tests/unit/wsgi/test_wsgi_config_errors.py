@@ -101,6 +101,11 @@ def test_a_good_configuration_still_serves(tmp_path):
     ('[oslo_messaging_notifications]\ndriver = messagingv2\n'
      'transport_url = foo://x\n[api]\nauth_strategy = noauth\n',
      '[oslo_messaging_notifications]transport_url: '),
+    # A notification driver not installed: notifications silently off.
+    ('[oslo_messaging_notifications]\ndriver = messagingv3\n'
+     '[api]\nauth_strategy = noauth\n',
+     "[oslo_messaging_notifications]driver: not an installed "
+     "notification driver: 'messagingv3'"),
 ])
 def test_the_test_server_says_it_in_one_line(tmp_path, text, says):
     config = tmp_path / 'cyborg.conf'
