@@ -10,7 +10,11 @@ migrations make or upgrade its schema); authentication is off (noauth);
 the agent runs the fake driver plus every other installed driver (those
 without hardware here report nothing); the real OpenStack Placement runs
 in-process on a free local port with its own SQLite database, holding a
-compute-node provider for this host.  Ctrl-C or SIGTERM stops everything.
+compute-node provider for this host.  With notifications on, they go to
+``[oslo_messaging_notifications]transport_url``, else to ``[DEFAULT]
+transport_url`` (which RPC does not use here): a notification driver or
+that URL that cannot work stops it at start, as it does the other
+services.  Ctrl-C or SIGTERM stops everything.
 Extra options may come from ``--config-file``; the settings above (but
 the database) win over them.
 """
@@ -77,7 +81,11 @@ def parse(argv):
         service.check_registered_values(conf)
     except cfg.Error as exc:
         service.config_error(PROG, exc)
-    problem = quota.config_problem(conf) or policy.config_problem(conf)
+    # Its RPC stays in the process (fake://, whatever [DEFAULT]
+    # transport_url says): only what notifications use is checked, as
+    # the other services check it.
+    problem = (quota.config_problem(conf) or policy.config_problem(conf)
+               or service.notifications_problem(conf))
     if problem:
         service.config_error(PROG, problem)
     state_dir = os.path.abspath(os.path.expanduser(conf.state_dir))

@@ -341,6 +341,26 @@ def transport_url_problem(conf):
     return problem
 
 
+def notifications_problem(conf):
+    """``transport_url_problem`` for a process whose RPC does not go
+    through ``[DEFAULT]transport_url`` (``cyborg-aio``'s stays in the
+    process): only what notifications use.  The
+    ``[oslo_messaging_notifications]driver`` and, where notifications
+    are on, the URL they go to: their own, else ``[DEFAULT]
+    transport_url``, said of the option that names it.  None when all
+    can work, or notifications are off."""
+    problem = notify.driver_problem(conf)
+    if problem is not None:
+        return problem
+    if notify.own_transport_url(conf):
+        return _transport_problem(conf, NOTIFICATIONS_URL,
+                                  notify.check_transport_url)
+    if any(name not in ('', notify.NOOP_DRIVER)
+           for name in conf[notify.GROUP].driver):
+        return _transport_problem(conf, RPC_URL, rpc.check_transport_url)
+    return None
+
+
 def _transport_problem(conf, option, check):
     """Why the URL of ``option`` cannot work, or None; ``check(conf)``
     makes its transport (which registers the option) and drops it."""

@@ -70,15 +70,23 @@ tool failing, or any other error of the agent's (the tool may have run),
 is an unknown outcome, as above.
 
 Notifications (payload ``ProgramPayload``): ``deployable.program.start``
-once the checks have passed (an image already loaded, or a device in use,
-sends nothing), then ``deployable.program.end`` or
-``deployable.program.error`` (priority error, with the reason) once the
-reservation is restored and the new image recorded.
+once the card is this programming's (the mark set, no handle taken
+meanwhile), just before the agent is asked, then
+``deployable.program.end`` or ``deployable.program.error`` (priority
+error, with the reason) once the reservation is restored and the new
+image recorded.  An image already loaded, a device in use, or the mark
+set by another request (before or while the image downloaded) sends
+nothing: no programming ran.  A download that fails (Glance, the digest,
+the size) or a deadline gone before the agent could be asked sends its
+start then, right before its error; its ``duration``, like every
+programming's, counts from before the download.  A consumer reading the
+info and error topics apart orders them by the envelope's
+``timestamp``, not by arrival.
 ``cyborg_conductor_programmings_total`` counts the programmings this
-conductor ran; one refused before anything ran on the card, after its
-start was sent (the mark set by another request or a handle taken while
-the image downloaded, the agent not reached), is not counted, its start
-answered by an error.
+conductor ran: not those refused before anything ran on the card (the
+mark set by another request, a handle taken while the image downloaded,
+the agent not reached).  Only the last sends anything: its start, sent
+as the agent was asked, answered by an error.
 """
 
 import base64
@@ -221,6 +229,8 @@ def program(conf, context, target, image, deadline, own_handles,
                     _check_unused(context, target, own_handles, bind)
                 except (exception.InUse, exception.BindFailed) as exc:
                     raise _Refused(exc) from None
+                # The card is this programming's: it begins.
+                notice.started()
                 _run_agent(conf, context, target, image, data, deadline,
                            fetched)
                 trait = function_trait(function_id) if function_id else None
@@ -260,8 +270,12 @@ class _Refused(Exception):
 
 
 class _Notice:
-    """The notifications and metrics of one programming; sends ``start``
-    when made.  With notifications off it builds and sends nothing, and
+    """The notifications and metrics of one programming, its time counted
+    from when it is made (before the download).  ``start`` is sent by
+    ``started``, once the card is this programming's (its mark set, no
+    handle taken meanwhile), just before the agent is asked; a failure
+    before it (the download, the time gone) sends it then, before its
+    error.  With notifications off it builds and sends nothing, and
     counts the outcome (``metrics.CONDUCTOR_PROGRAMMINGS``) all the
     same; a refusal (``refused``) is not counted."""
 
@@ -269,6 +283,7 @@ class _Notice:
         self._conf = conf
         self._context = context
         self._started = time.monotonic()
+        self._announced = False
         self._data = None
         if not notify.enabled(conf):
             return
@@ -277,9 +292,15 @@ class _Notice:
             'deployable_name': target.name, 'device_rp_uuid': target.rp_uuid,
             'image_uuid': image['id'], 'function_id': function_id,
             'arq_uuid': arq_uuid, 'duration': None, 'reason': None}
-        self._send(notify.PROGRAM_START, notify.INFO)
+
+    def started(self):
+        """Send ``start``, once."""
+        if not self._announced:
+            self._announced = True
+            self._send(notify.PROGRAM_START, notify.INFO)
 
     def ended(self):
+        self.started()
         self._send(notify.PROGRAM_END, notify.INFO,
                    duration=self._elapsed(metrics.PROGRAMMED))
 
@@ -287,12 +308,17 @@ class _Notice:
         outcome = (metrics.PROGRAMMING_OUTCOME_UNKNOWN
                    if isinstance(error, exception.ProgrammingOutcomeUnknown)
                    else metrics.PROGRAMMING_FAILED)
+        self.started()
         self._error(error, self._elapsed(outcome))
 
     def refused(self, error):
-        """A refusal before anything ran on the card: its ``start``
-        answered by an error, nothing counted."""
-        self._error(error, round(time.monotonic() - self._started, 3))
+        """A refusal before anything ran on the card, nothing counted:
+        nothing sent before the card was this programming's (the mark
+        set by another request, a handle taken meanwhile); the agent not
+        reached, its ``start`` (sent as the agent was asked) answered by
+        an error."""
+        if self._announced:
+            self._error(error, round(time.monotonic() - self._started, 3))
 
     def _error(self, error, duration):
         self._send(notify.PROGRAM_ERROR, notify.ERROR, duration=duration,

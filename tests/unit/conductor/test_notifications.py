@@ -42,26 +42,40 @@ glance = recording_http.fake_glance
 
 class Consumer:
     """What an operator's automation reads from the ``notifications``
-    topic: (priority, publisher, event type, payload) in arrival order."""
+    topic: (priority, publisher, event type, payload) in arrival order.
+    Each priority is a queue of its own (``notifications.info``,
+    ``notifications.error``): arrival keeps the order within one, not
+    between them; ``in_sent_order`` orders by the envelope's timestamp."""
 
     def __init__(self, transport):
         self.seen = []
+        self.sent_at = []
         self._cond = threading.Condition()
         self._listener = messaging.get_notification_listener(
             transport, [messaging.Target(topic='notifications')], [self],
             executor='threading')
         self._listener.start()
 
-    def _record(self, priority, publisher_id, event_type, payload):
+    def _record(self, priority, publisher_id, event_type, payload,
+                metadata):
         with self._cond:
             self.seen.append((priority, publisher_id, event_type, payload))
+            self.sent_at.append(
+                datetime.datetime.fromisoformat(metadata['timestamp']))
             self._cond.notify_all()
 
     def info(self, ctxt, publisher_id, event_type, payload, metadata):
-        self._record('info', publisher_id, event_type, payload)
+        self._record('info', publisher_id, event_type, payload, metadata)
 
     def error(self, ctxt, publisher_id, event_type, payload, metadata):
-        self._record('error', publisher_id, event_type, payload)
+        self._record('error', publisher_id, event_type, payload, metadata)
+
+    def in_sent_order(self):
+        """Every notification so far, in the order the notifier published
+        them (one sender thread: their envelope's timestamps), each with
+        its timestamp: (timestamp, notification)."""
+        with self._cond:
+            return sorted(zip(self.sent_at, self.seen), key=lambda n: n[0])
 
     def wait_for(self, event_type, count=1, timeout=15, uuid=None):
         """Every notification so far, once ``count`` of ``event_type``
@@ -361,11 +375,18 @@ def test_failed_programming_sends_an_error(nconf, db, ctx, agent, fpga,
     uuid, = _create(nconf, db, ctx, [{'resources:FPGA': '1',
                                       'accel:bitstream_id': image}])
     _bind(nconf, ctx, {uuid: _binding(fpga)})
-    seen = consumer.wait_for('arq.bind.error')
-    assert [(n[0], n[2]) for n in seen if n[2] != 'arq.create'] == [
+    # The download failed: the programming's start is sent then, just
+    # before its error, and may arrive after it and after the bind's
+    # error (another queue).  Each was published once, in this order.
+    consumer.wait_for('arq.bind.error')
+    consumer.wait_for('deployable.program.start')
+    sent = [(at, n[0], n[2]) for at, n in consumer.in_sent_order()
+            if n[2] != 'arq.create']
+    assert [(priority, event) for _at, priority, event in sent] == [
         ('info', 'deployable.program.start'),
         ('error', 'deployable.program.error'),
         ('error', 'arq.bind.error')]
+    assert sent[0][0] <= sent[1][0] <= sent[2][0]
     error, = consumer.of('deployable.program.error')
     assert 'sha512 check' in error['reason']
     assert (error['arq_uuid'], error['image_uuid']) == (uuid, image)

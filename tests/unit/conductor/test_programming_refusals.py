@@ -1,9 +1,10 @@
 """A programming refused before anything ran on the card is no failed
 programming: ``cyborg_conductor_programmings_total`` counts programmings
 this conductor ran.  Refused once the image downloaded (another conductor
-set the mark meanwhile, a bind took a handle meanwhile) or the agent not
-reached (the broker away), it is not counted; its start, sent before the
-download, is answered by an error."""
+set the mark meanwhile, a bind took a handle meanwhile) it is not counted
+and sends no notification: its start goes out only once the card is its
+own.  The agent not reached (the broker away), it is not counted; its
+start, sent as the agent was asked, is answered by an error."""
 
 import datetime
 
@@ -83,8 +84,8 @@ def test_a_programming_refused_after_its_download_is_not_counted(
         with pytest.raises(refusal):
             programming.program_deployable(pconf, ctx,
                                            device.deployable_uuid, image)
-        assert _program_types(sent) == ['deployable.program.start',
-                                        'deployable.program.error']
+        # No programming ran: none began, none failed.
+        assert _program_types(sent) == []
     assert _counts() == before
     assert tp._loaded(agent) is None
     # A programming that runs is counted and announced all the same.
