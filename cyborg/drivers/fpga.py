@@ -21,7 +21,13 @@ id changes or cannot be read), another card in the slot, or the card gone.
 A card on which nothing readable proves the function (no function id
 shown: nothing loaded, or the function is not bound to the vendor's
 driver) has no record that holds: its image is unknown, never the one
-recorded before.
+recorded before.  The one exception is a DFL function passed through
+(vfio-pci) or unbound whose instance cannot reprogram the card (a VF:
+the management engine stays on the host's PF), which runs what it ran:
+the ids last read on it while dfl-pci was bound stand for it as long as
+the card's PCI ids confirm it is the same card (``LastSeen``, the Intel
+driver's).  An Alveo's user function, or a DFL PF passed through whole,
+can load functions of its own from the instance: unknown.
 
 The card's record is removed, on disk, before the tool starts, and the
 new image recorded once it has succeeded: a tool that fails, a
@@ -131,26 +137,49 @@ def dfl_ids(function_path, file_name):
     return sorted({i.replace('-', '').lower() for i in ids if i})
 
 
-# The drivers a PCI function is on while its DFL region tree is gone
-# though the card is unchanged: passed through (vfio-pci), or unbound.
+# The drivers a PCI function is on while what its vendor's driver shows of
+# it (the DFL region tree) is gone though the card is unchanged: passed
+# through (vfio-pci), or unbound.
 PASSTHROUGH_DRIVERS = (None, 'vfio-pci')
 
 
-class LastSeenIds:
-    """The ids (``compat_id``, ``afu_id``) last read from each DFL
-    function's region tree, kept on disk
+def _marks_of(marks, kind):
+    return sorted(m for m in marks if m.startswith(kind + '='))
+
+
+def _same_card(seen, now):
+    """Whether identity marks ``now`` confirm those ``seen``: True (the
+    same marks), False (another card: its PCI ids, or a serial number
+    read on both, differ) or None (not confirmed: a serial number read on
+    one of them only)."""
+    if sorted(seen) == sorted(now):
+        return True
+    seen_serials, now_serials = _marks_of(seen, 'serial'), _marks_of(
+        now, 'serial')
+    if (_marks_of(seen, 'pci') != _marks_of(now, 'pci') or
+            (seen_serials and now_serials)):
+        return False
+    return None
+
+
+class LastSeen:
+    """What a driver last read on each PCI function while the vendor's
+    driver bound to it showed it (the DFL region tree's ``compat_id`` and
+    ``afu_id``), kept on disk
     (``$state_path/fpga-ids-<driver>-<host>.json``: ``{PCI address:
-    {'pci': its identity mark, <file name>: [ids]}}``), for while the
-    kernel shows none: dfl-pci creates the tree only while it is bound,
-    and a function passed through (vfio-pci) or unbound runs what it ran.
+    {'identity': [identity marks], <name>: [values]}}``) for while the
+    function shows none: passed through (vfio-pci) or unbound, it runs
+    what it ran.
 
-    ``ids(function)`` is what the function shows now when its tree is
-    there (and is remembered), the ids last seen when the function is on
-    vfio-pci or unbound and is still the same function (PCI ids), else
-    nothing.  ``keep(addresses)`` forgets the functions no longer there.
-    A write that fails is logged: memory holds the ids meanwhile."""
-
-    NAMES = ('compat_id', 'afu_id')
+    ``read(function, now, identity)`` is ``now`` where the function
+    shows it (and it is remembered), the values last seen when the
+    function is on vfio-pci or unbound and ``identity`` confirms it is
+    still the same card, else None.  Marks of another card forget what
+    was seen; marks that only fail to confirm it (a serial number no
+    longer readable) leave it unused.  ``keep(addresses)`` forgets the
+    functions no longer there, ``forget(addresses)`` those about to
+    change (programmed).  A write that fails is logged: memory holds the
+    values meanwhile."""
 
     def __init__(self, conf, driver_name, host):
         self.path = os.path.join(conf.state_path,
@@ -170,38 +199,61 @@ class LastSeenIds:
                 self._seen = {}
         return self._seen
 
-    def ids(self, function):
-        """``{file name: [ids]}`` of ``function`` (``sysfs.PCIFunction``)."""
-        identity = identity_marks(function)[0]
+    def read(self, function, now, identity):
+        """``now`` (``{name: [values]}`` read on ``function``, a
+        ``sysfs.PCIFunction``, or None when it shows nothing) or what was
+        last seen on it (see the class); None when nothing stands."""
+        identity = sorted(identity)
         with self._lock:
             seen = self._load()
-            if os.path.isdir(os.path.join(function.path, 'fpga_region')):
-                now = {name: dfl_ids(function.path, name)
-                       for name in self.NAMES}
-                entry = dict(now, pci=identity)
+            if now is not None:
+                entry = dict(now, identity=identity)
                 if seen.get(function.address) != entry:
                     seen[function.address] = entry
                     self._save()
                 return now
             entry = seen.get(function.address)
-            if entry and entry.get('pci') != identity:
-                # Another function at the address: nothing seen of it.
+            if entry is None:
+                return None
+            same = _same_card(entry.get('identity') or [], identity)
+            if same is False or not entry.get('identity'):
+                # Another card at the address: nothing seen of it.
                 del seen[function.address]
                 self._save()
-            elif entry and function.driver in PASSTHROUGH_DRIVERS:
-                return {name: list(entry.get(name, []))
-                        for name in self.NAMES}
-            return {name: [] for name in self.NAMES}
+            elif same and function.driver in PASSTHROUGH_DRIVERS:
+                return {name: list(values) for name, values in entry.items()
+                        if name != 'identity'}
+            return None
 
     def keep(self, addresses):
         """Forget the functions not at ``addresses``."""
         with self._lock:
             seen = self._load()
-            gone = set(seen) - set(addresses)
-            for address in gone:
-                del seen[address]
-            if gone:
+            self._forget(set(seen) - set(addresses))
+
+    def forget(self, addresses):
+        """Forget what was seen on the functions at ``addresses``;
+        returns what was forgotten, for ``put_back``."""
+        with self._lock:
+            self._load()
+            return self._forget(addresses)
+
+    def put_back(self, forgotten):
+        """What ``forget`` returned, seen again (where nothing was seen
+        on those functions since)."""
+        with self._lock:
+            seen = self._load()
+            back = {a: e for a, e in forgotten.items() if a not in seen}
+            if back:
+                seen.update(back)
                 self._save()
+
+    def _forget(self, addresses):
+        gone = {a: self._seen.pop(a) for a in set(addresses)
+                if a in self._seen}
+        if gone:
+            self._save()
+        return gone
 
     def _save(self):
         try:
@@ -226,6 +278,11 @@ class RecordsBitstreams(base.Programmable):
 
     def _record(self):
         return BitstreamRecord(self.conf, self.name, self.host)
+
+    def _last_seen(self):
+        """This driver's ``LastSeen`` (one per driver object)."""
+        return self.__dict__.setdefault(
+            '_last_seen_values', LastSeen(self.conf, self.name, self.host))
 
     def _unsaved(self):
         """{controlpath id: record} written since the file could not be:
@@ -334,6 +391,11 @@ class ToolProgrammable(RecordsBitstreams):
         ``cyborg.agent.privileged.FPGA_TOOLS``) that programs
         ``controlpath_id``, and the function it is run on."""
 
+    def card_functions(self, controlpath_id):
+        """The PCI addresses of the functions of card ``controlpath_id``
+        whose function ids programming it changes."""
+        return [controlpath_id]
+
     def program(self, controlpath_id, image_path, image_uuid):
         if controlpath_id not in {d.controlpath_id.cpid_info
                                   for d in self.discover()}:
@@ -342,6 +404,10 @@ class ToolProgrammable(RecordsBitstreams):
         from cyborg.agent import privileged
         tool, address = self.fpga_tool(controlpath_id)
         before = self._forget_before_writing(controlpath_id)
+        # What was last seen on the function the tool writes no longer
+        # says what it runs: only a reading after the tool does.
+        seen_before = self._last_seen().forget(
+            [address] + self.card_functions(controlpath_id))
         LOG.info('Programming FPGA %s with image %s: %s on %s, %s',
                  controlpath_id, image_uuid, tool, address, image_path)
         try:
@@ -351,6 +417,7 @@ class ToolProgrammable(RecordsBitstreams):
             # that cannot start, a bitstream it does not take): the card
             # runs what it ran.
             self._put_back(controlpath_id, before)
+            self._last_seen().put_back(seen_before)
             raise
         # Whatever else it raises, the image recorded before is gone: the
         # tool failing may have written part of the card, the privileged

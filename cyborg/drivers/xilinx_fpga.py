@@ -11,7 +11,12 @@ xclbin loaded, which xocl shows in the user function's ``xclbinuuid``
 (one per line, empty when none is loaded; absent while xocl is not bound,
 e.g. the user function passed through to an instance), together with both
 functions' PCI ids and the card's serial number (``serial_num`` of the
-XMC or, on Versal cards, ``hwmon_sdm`` sub-device, where readable).
+XMC or, on Versal cards, ``hwmon_sdm`` sub-device, where readable).  A
+user function passed through (vfio-pci) or unbound shows nothing, and
+nothing read before it was stands for it (unlike an Intel DFL card's
+``fpga.LastSeen``): an instance holding the user function can load
+xclbins of its own, through xclmgmt's mailbox on the host, so the card
+runs no known image until xocl reads it again.
 """
 
 import os
@@ -63,16 +68,27 @@ class XilinxFPGADriver(base.Driver, fpga.ToolProgrammable,
         if not card:
             return []
         mgmt, user = card[0]
-        proofs = ['xclbin=' + uuid.lower() for uuid in sysfs.read_text(
-            os.path.join(user.path, 'xclbinuuid'), '').split()]
-        identity = (fpga.identity_marks(mgmt) + fpga.identity_marks(user)
-                    + ['serial=' + serial for serial in
-                       _serial_numbers(mgmt) or _serial_numbers(user)])
-        return fpga.fingerprint_of(proofs, identity)
+        proofs = ['xclbin=' + uuid for uuid in self._xclbins(mgmt, user)]
+        return fpga.fingerprint_of(proofs, _identity(mgmt, user))
+
+    def _xclbins(self, mgmt, user):
+        """The uuids of the xclbins the card runs, as xocl shows them in
+        the user function's ``xclbinuuid``; [] when none is loaded or
+        nothing shows which (xocl not bound)."""
+        return sorted(uuid.lower() for uuid in sysfs.read_text(
+            os.path.join(user.path, 'xclbinuuid'), '').split())
 
     def fpga_tool(self, controlpath_id):
         user = {m.address: u for m, u in self._cards()}[controlpath_id]
         return 'xbutil', user.address
+
+
+def _identity(mgmt, user):
+    """Which card the functions ``mgmt`` and ``user`` are: both's PCI ids
+    and the serial number, where readable."""
+    return (fpga.identity_marks(mgmt) + fpga.identity_marks(user)
+            + ['serial=' + serial for serial in
+               _serial_numbers(mgmt) or _serial_numbers(user)])
 
 
 def _serial_numbers(function):

@@ -4,7 +4,11 @@ recorded with it (``cyborg.drivers.fpga``)."""
 
 import json
 import os
+import shutil
 
+import pytest
+
+from cyborg.common import exception
 from cyborg.drivers import fpga
 from cyborg.drivers import loader
 
@@ -91,16 +95,127 @@ def test_xilinx_image_is_unknown_after_a_reset(conf, scenario):
     assert _recorded(driver) == {}
 
 
-def test_xilinx_image_is_unknown_without_xocl(conf, scenario):
-    """No ``xclbinuuid`` (xocl not bound to the user function): nothing
-    shows which image the card runs, whatever was recorded."""
+def _pass_through_user(tree, address='0000:d8:00.1'):
+    """What libvirt does when an instance starts with the Alveo's user
+    function: xocl unbound (its ``xclbinuuid`` and XMC sub-device go),
+    vfio-pci bound.  xclmgmt keeps the management function."""
+    path = tree.device_path(address)
+    if os.path.exists(os.path.join(path, 'xclbinuuid')):
+        os.unlink(os.path.join(path, 'xclbinuuid'))
+    for name in os.listdir(path):
+        if name.startswith('xmc.'):
+            shutil.rmtree(os.path.join(path, name))
+    tree.set_driver(address, 'vfio-pci')
+
+
+def _keeps_nothing_seen(driver):
+    """The Xilinx driver writes no state of ids last seen."""
+    return not os.path.exists(driver._last_seen().path)
+
+
+def test_xilinx_image_is_unknown_while_passed_through(
+        conf, scenario, in_process_privsep, fake_tools):
+    """The user function given to an instance (vfio-pci), or unbound:
+    xocl shows no ``xclbinuuid``, and nothing read before stands for it,
+    though xclmgmt's serial number confirms the same card: the instance
+    can load xclbins of its own through xclmgmt's mailbox."""
+    tree = scenario('mixed')
+    _xbutil_loads(fake_tools, tree, XCLBIN_1)
+    driver = _load(conf, 'xilinx_fpga_driver')
+    driver.program('0000:d8:00.0', _image(conf), 'img-1')
+    assert _reported(driver) == {'h_0000:d8:00.0': 'img-1'}
+    _pass_through_user(tree)
+    assert os.listdir(tree.device_path('0000:d8:00.0')).count(
+        'xmc.m.1024') == 1
+    assert _reported(driver) == {'h_0000:d8:00.0': None}
+    # The record made at programming is forgotten, not merely unused.
+    assert _recorded(driver) == {}
+    assert _reported(_load(conf, 'xilinx_fpga_driver')) == {
+        'h_0000:d8:00.0': None}
+    tree.set_driver('0000:d8:00.1', None)
+    assert _reported(driver) == {'h_0000:d8:00.0': None}
+    # Back on xocl, showing the xclbin programmed: the record is gone,
+    # and nothing shows the instance did not load that xclbin itself.
+    tree.set_driver('0000:d8:00.1', 'xocl')
+    tree.set_xclbin('0000:d8:00.1', XCLBIN_1)
+    assert _reported(driver) == {'h_0000:d8:00.0': None}
+    assert _reported(_load(conf, 'xilinx_fpga_driver')) == {
+        'h_0000:d8:00.0': None}
+    assert _keeps_nothing_seen(driver)
+
+
+def test_xilinx_image_is_unknown_on_xocl_without_xclbinuuid(conf, scenario):
+    """xocl bound but no ``xclbinuuid`` readable: nothing shows which
+    image the card runs, whatever was seen before."""
     tree = scenario('mixed')
     tree.set_xclbin('0000:d8:00.1', XCLBIN_1)
     driver = _load(conf, 'xilinx_fpga_driver')
     driver.remember('0000:d8:00.0', 'img-1')
     os.unlink(os.path.join(tree.device_path('0000:d8:00.1'), 'xclbinuuid'))
-    tree.set_driver('0000:d8:00.1', 'vfio-pci')
     assert _reported(driver) == {'h_0000:d8:00.0': None}
+
+
+def test_xilinx_a_card_swapped_in_the_slot_is_lent_nothing(
+        conf, scenario):
+    """Another card of the same model in the slot, its user function on
+    vfio-pci from the start; or the same card gone and back, passed
+    through: nothing read on the card before says what it runs."""
+    tree = scenario('mixed')
+    tree.set_xclbin('0000:d8:00.1', XCLBIN_1)
+    driver = _load(conf, 'xilinx_fpga_driver')
+    driver.remember('0000:d8:00.0', 'img-1')
+    assert _reported(driver) == {'h_0000:d8:00.0': 'img-1'}
+    _swap_card(tree, '5004', '5005', '21290594399X')
+    _pass_through_user(tree)
+    assert _reported(_load(conf, 'xilinx_fpga_driver')) == {
+        'h_0000:d8:00.0': None}
+    assert _recorded(driver) == {}
+    # Recorded while passed through: no fingerprint, which holds for none.
+    driver.remember('0000:d8:00.0', 'img-1')
+    assert _reported(_load(conf, 'xilinx_fpga_driver')) == {
+        'h_0000:d8:00.0': None}
+
+    tree.set_driver('0000:d8:00.1', 'xocl')
+    tree.set_xclbin('0000:d8:00.1', XCLBIN_1)
+    driver.remember('0000:d8:00.0', 'img-1')
+    assert _reported(driver) == {'h_0000:d8:00.0': 'img-1'}
+    tree.remove_pci('0000:d8:00.1')
+    assert _reported(driver) == {'h_0000:d8:00.0': None}
+    assert _recorded(driver) == {}
+    tree.add_pci('0000:d8:00.1', '10ee', '5005', '120000',
+                 driver='vfio-pci', numa_node=1, iommu_group=151)
+    assert _reported(_load(conf, 'xilinx_fpga_driver')) == {
+        'h_0000:d8:00.0': None}
+    assert _keeps_nothing_seen(driver)
+
+
+def test_xilinx_refused_programming_keeps_the_record_not_ids_seen(
+        conf, scenario, in_process_privsep, fake_tools):
+    """A refusal before the tool ran leaves the card's record as it was
+    (the card on xocl still shows its xclbin); passed through afterwards,
+    the card reads as unknown all the same: programming keeps nothing
+    seen on it."""
+    tree = scenario('mixed')
+    tree.set_xclbin('0000:d8:00.1', XCLBIN_1)
+    driver = _load(conf, 'xilinx_fpga_driver')
+    driver.remember('0000:d8:00.0', 'img-1')
+    tool_dirs = conf.cyborg_sys_admin.fpga_tool_dirs
+    conf.set_override('fpga_tool_dirs', [str(fake_tools.parent / 'none')],
+                      group='cyborg_sys_admin')
+    with pytest.raises(exception.NotFound):
+        driver.program('0000:d8:00.0', _image(conf), 'img-2')
+    assert _reported(driver) == {'h_0000:d8:00.0': 'img-1'}
+    _pass_through_user(tree)
+    assert _reported(driver) == {'h_0000:d8:00.0': None}
+    conf.set_override('fpga_tool_dirs', tool_dirs, group='cyborg_sys_admin')
+    tree.set_driver('0000:d8:00.1', 'xocl')
+    _xbutil_loads(fake_tools, tree, XCLBIN_2)
+    driver.program('0000:d8:00.0', _image(conf), 'img-2')
+    assert _reported(driver) == {'h_0000:d8:00.0': 'img-2'}
+    _pass_through_user(tree)
+    assert _reported(_load(conf, 'xilinx_fpga_driver')) == {
+        'h_0000:d8:00.0': None}
+    assert _keeps_nothing_seen(driver)
 
 
 def _swap_card(tree, mgmt_device, user_device, serial):
