@@ -25,9 +25,10 @@ recorded before.  The one exception is a DFL function passed through
 (vfio-pci) or unbound whose instance cannot reprogram the card (a VF:
 the management engine stays on the host's PF), which runs what it ran:
 the ids last read on it while dfl-pci was bound stand for it as long as
-the card's PCI ids confirm it is the same card (``LastSeen``, the Intel
-driver's).  An Alveo's user function, or a DFL PF passed through whole,
-can load functions of its own from the instance: unknown.
+the card's PCI ids confirm it is the same card, and the boot id that no
+reboot came between (``LastSeen``, the Intel driver's).  An Alveo's user
+function, or a DFL PF passed through whole, can load functions of its
+own from the instance: unknown.
 
 The card's record is removed, on disk, before the tool starts, and the
 new image recorded once it has succeeded: a tool that fails, a
@@ -47,7 +48,7 @@ from oslo_log import log as logging
 
 from cyborg.common import exception
 from cyborg.common import files
-from cyborg.drivers import base, sysfs
+from cyborg.drivers import base, pci_health, sysfs
 
 LOG = logging.getLogger(__name__)
 
@@ -147,18 +148,32 @@ def _marks_of(marks, kind):
     return sorted(m for m in marks if m.startswith(kind + '='))
 
 
+def boot_marks():
+    """This boot's identity mark, for what must not outlive a reboot (a
+    reset region runs the flash's default): ``boot=<this boot's id>``,
+    or ``boot=`` where the id cannot be read, which confirms nothing
+    (``_same_card``)."""
+    return ['boot=' + (pci_health.boot_id() or '')]
+
+
 def _same_card(seen, now):
     """Whether identity marks ``now`` confirm those ``seen``: True (the
     same marks), False (another card: its PCI ids, or a serial number
-    read on both, differ) or None (not confirmed: a serial number read on
-    one of them only)."""
+    read on both, differ; or another boot: the boot ids read on both
+    differ) or None (not confirmed: a serial number or boot id read on
+    one of them only, a boot id unreadable, any other mark differing)."""
+    if _marks_of(seen, 'pci') != _marks_of(now, 'pci'):
+        return False
+    for kind in ('serial', 'boot'):
+        seen_marks, now_marks = _marks_of(seen, kind), _marks_of(now, kind)
+        if (seen_marks and now_marks and seen_marks != now_marks
+                and 'boot=' not in seen_marks + now_marks):
+            return False
+    if 'boot=' in seen or 'boot=' in now:
+        # The boot id unreadable: nothing says no reboot came between.
+        return None
     if sorted(seen) == sorted(now):
         return True
-    seen_serials, now_serials = _marks_of(seen, 'serial'), _marks_of(
-        now, 'serial')
-    if (_marks_of(seen, 'pci') != _marks_of(now, 'pci') or
-            (seen_serials and now_serials)):
-        return False
     return None
 
 
@@ -174,9 +189,11 @@ class LastSeen:
     ``read(function, now, identity)`` is ``now`` where the function
     shows it (and it is remembered), the values last seen when the
     function is on vfio-pci or unbound and ``identity`` confirms it is
-    still the same card, else None.  Marks of another card forget what
-    was seen; marks that only fail to confirm it (a serial number no
-    longer readable) leave it unused.  ``keep(addresses)`` forgets the
+    still the same card, else None.  Marks of another card, or of
+    another boot (a ``boot_marks`` mark: the reset region runs the
+    flash's default), forget what was seen; marks that only fail to
+    confirm it (a serial number no longer readable, the boot id
+    unreadable) leave it unused.  ``keep(addresses)`` forgets the
     functions no longer there, ``forget(addresses)`` those about to
     change (programmed).  A write that fails is logged: memory holds the
     values meanwhile."""

@@ -26,11 +26,16 @@ function of a PF passed through whole: an instance holding the PF holds
 the management engine too, and can load a function of its own (partial
 reconfiguration), so that card's function is unknown until dfl-pci reads
 it again.  A VF's instance cannot (the engine stays on the host's PF).
+What was last seen on a function is used in the boot it was seen in
+only: a reboot resets the region to the flash's default.  A card whose
+VFs all show no function (on vfio-pci from the start) proves the image
+it was programmed with by its region ids, its VFs and the boot id, read
+on the PF (``IntelFPGADriver.fingerprint``).
 """
 
 import os
 
-from cyborg.drivers import base, fpga, fpga_health
+from cyborg.drivers import base, fpga, fpga_health, pci_health, sysfs
 from cyborg.objects import inventory
 
 # The PCI vendors of the DFL cards dfl-pci binds, as their traits name
@@ -95,7 +100,8 @@ class IntelFPGADriver(base.Driver, fpga.ToolProgrammable,
             now = {name: fpga.dfl_ids(function.path, name)
                    for name in DFL_NAMES}
         found = self._last_seen().read(
-            function, now, fpga.identity_marks(function)) or {}
+            function, now,
+            fpga.identity_marks(function) + fpga.boot_marks()) or {}
         if now is None and held_whole:
             found = dict(found, afu_id=[])
         return {name: found.get(name, []) for name in DFL_NAMES}
@@ -127,7 +133,32 @@ class IntelFPGADriver(base.Driver, fpga.ToolProgrammable,
             driver_name=self.name)
 
     def fingerprint(self, device):
-        return self.function_id_fingerprint(device)
+        """The function ids its deployables show; for a card with VFs of
+        which none shows one (all on vfio-pci, where Nova wants them),
+        the card's region, VFs and boot (``_card_fingerprint``)."""
+        return (self.function_id_fingerprint(device)
+                or self._card_fingerprint(device))
+
+    def _card_fingerprint(self, device):
+        """What holds the card's function while its VFs show none: the
+        PF's region ids (read while dfl-pci holds it, and the management
+        engine with it: no instance holding a VF can reprogram the
+        card), its VFs and this boot's id, with the PF's identity marks;
+        [] for a card without VFs (a PF passed through whole: its
+        instance can reprogram it), whose region does not show, or when
+        the boot id cannot be read."""
+        pf = sysfs.Sysfs(self.sysfs_root).pci_function(
+            device.controlpath_id.cpid_info)
+        if pf is None or not pf.virtfns:
+            return []
+        regions = fpga.dfl_ids(pf.path, 'compat_id')
+        boot = pci_health.boot_id()
+        if not regions or not boot:
+            return []
+        return fpga.fingerprint_of(
+            ['region=' + r for r in regions]
+            + ['vf=' + a for a in sorted(pf.virtfns)] + ['boot=' + boot],
+            fpga.identity_marks(pf))
 
     def fpga_tool(self, controlpath_id):
         return 'fpgaconf', controlpath_id

@@ -6,7 +6,9 @@ import json
 import os
 import shutil
 
-from cyborg.drivers import base, loader
+import pytest
+
+from cyborg.drivers import base, loader, pci_health
 from cyborg.objects import inventory
 from tests.fixtures import sysfs as fake_sysfs
 
@@ -261,3 +263,114 @@ def test_programming_a_card_forgets_what_its_vfs_showed(
     driver.program('0000:5e:00.0', image, 'img-1')
     assert trait not in _deployables(driver)['h_0000:5e:00.1'].traits
     assert trait not in _deployables(_load(conf))['h_0000:5e:00.1'].traits
+
+
+# -- What holds across programming and reboots ------------------------------
+
+N3000_REGION = 'ce489bd3b9a54a099b8ba7ba9ab1fb8a'
+
+
+@pytest.fixture
+def boot(tmp_path, monkeypatch):
+    """``boot(id)`` makes ``id`` this boot's id (None: unreadable)."""
+    path = tmp_path / 'boot_id'
+    monkeypatch.setattr(pci_health, 'BOOT_ID_FILE', str(path))
+
+    def set_boot(boot_id):
+        if boot_id is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(boot_id + '\n')
+    return set_boot
+
+
+def _n3000_vfs_on_vfio(conf, tmp_path):
+    """An N3000 whose two VFs are on vfio-pci from the start (where Nova
+    wants them): dfl-pci never showed their ports' AFU."""
+    root = tmp_path / 'sys'
+    tree = fake_sysfs.FakeSysfs(root)
+    fake_sysfs.apply_options(conf, fake_sysfs.INTEL_FPGA_OPTIONS, root,
+                             tmp_path / 'state')
+    tree.add_pci('0000:5e:00.0', '8086', '0b30', '120000', driver='dfl-pci',
+                 numa_node=0, iommu_group=70, sriov_totalvfs=2)
+    tree.add_fpga_region('0000:5e:00.0', 'region0', compat_id=N3000_REGION)
+    tree.add_vfs('0000:5e:00.0', ['0000:5e:00.1', '0000:5e:00.2'],
+                 device='0b31', driver='vfio-pci', iommu_base=71)
+    return tree
+
+
+def _images(driver):
+    return {name: dep.bitstream_id
+            for name, dep in _deployables(driver).items()}
+
+
+def test_a_card_programmed_while_its_vfs_are_on_vfio_pci_runs_its_image(
+        conf, tmp_path, boot, in_process_privsep, fake_tools):
+    """No VF shows a function id: the card's region, VFs and boot prove
+    the image programmed (no instance holding a VF can reprogram it),
+    until the host reboots or the region changes.  Its image read as
+    unknown right after programming: every bind programmed it again."""
+    boot('boot-1')
+    tree = _n3000_vfs_on_vfio(conf, tmp_path)
+    driver = _load(conf)
+    os.makedirs(conf.state_path, exist_ok=True)
+    image = os.path.join(conf.state_path, 'gbs')
+    with open(image, 'wb') as f:
+        f.write(b'bits')
+    driver.program('0000:5e:00.0', image, 'img-1')
+    programmed = {'h_0000:5e:00.1': 'img-1', 'h_0000:5e:00.2': 'img-1'}
+    assert _images(driver) == programmed
+    assert _images(_load(conf)) == programmed
+    # The host rebooted: the region runs the flash's default.
+    boot('boot-2')
+    assert _images(_load(conf)) == dict.fromkeys(programmed)
+    driver.program('0000:5e:00.0', image, 'img-2')
+    assert set(_images(driver).values()) == {'img-2'}
+    # Another region (the FIM updated by hand): nothing proven.
+    shutil.rmtree(os.path.join(tree.device_path('0000:5e:00.0'),
+                               'fpga_region'))
+    tree.add_fpga_region('0000:5e:00.0', 'region0',
+                         compat_id='00000000000000000000000000000003')
+    assert set(_images(_load(conf)).values()) == {None}
+    # The boot id unreadable: nothing proven either.
+    boot(None)
+    driver.program('0000:5e:00.0', image, 'img-3')
+    assert set(_images(driver).values()) == {None}
+
+
+def test_what_a_vf_showed_before_a_reboot_is_not_used_after_it(
+        conf, scenario, boot):
+    """After a power cycle the region runs the flash's default; a VF on
+    vfio-pci from boot went on reporting the AFU seen before it, and the
+    image recorded with it."""
+    boot('boot-1')
+    tree = scenario('intel_fpga')
+    driver = _load(conf)
+    tree.set_driver('0000:5e:00.1', 'dfl-pci')
+    tree.add_fpga_region('0000:5e:00.1', 'region2', afu_id=N6001_AFU)
+    driver.remember('0000:5e:00.0', 'img-A')
+    assert _deployables(driver)['h_0000:5e:00.1'].bitstream_id == 'img-A'
+    _pass_through(tree, '0000:5e:00.1')
+    # Same boot: what the VF showed stands.
+    assert _deployables(_load(conf))['h_0000:5e:00.1'].attributes[
+        'function_id'] == N6001_AFU
+    boot('boot-2')
+    found = _deployables(_load(conf))['h_0000:5e:00.1']
+    assert found.bitstream_id is None
+    assert 'function_id' not in found.attributes
+    assert inventory.function_trait(N6001_AFU) not in found.traits
+    # Seen again in this boot, then the boot id unreadable: unused.
+    tree.set_driver('0000:5e:00.1', 'dfl-pci')
+    tree.add_fpga_region('0000:5e:00.1', 'region2', afu_id=N6001_AFU)
+    driver.discover()
+    _pass_through(tree, '0000:5e:00.1')
+    boot(None)
+    assert 'function_id' not in _deployables(
+        _load(conf))['h_0000:5e:00.1'].attributes
+    # Seen while the boot id is unreadable: nothing says in which boot.
+    tree.set_driver('0000:5e:00.1', 'dfl-pci')
+    tree.add_fpga_region('0000:5e:00.1', 'region2', afu_id=N6001_AFU)
+    driver.discover()
+    _pass_through(tree, '0000:5e:00.1')
+    assert 'function_id' not in _deployables(
+        _load(conf))['h_0000:5e:00.1'].attributes
