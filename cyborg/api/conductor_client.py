@@ -25,11 +25,13 @@ answers 503 within seconds and reads keep being served.
 """
 
 from concurrent import futures
+import contextvars
 import threading
 import time
 
 from amqp import exceptions as amqp_exceptions
 from kombu import exceptions as kombu_exceptions
+from oslo_context import context as oslo_context
 from oslo_log import log as logging
 import oslo_messaging as messaging
 
@@ -147,15 +149,21 @@ class ConductorClient:
                             'transport', None)
         rpc.wait_reply_queue(transport, self._conf.api.broker_retries + 1)
         future = futures.Future()
+        # The request's context for what the call logs (its request id)
+        # and for context variables (tracing), as in the request's thread.
+        request = oslo_context.get_current()
+        variables = contextvars.copy_context()
 
         def run():
             future.set_running_or_notify_cancel()
+            if request is not None:
+                request.update_store()
             try:
                 future.set_result(method(*args, **kwargs))
             except BaseException as e:  # noqa: BLE001 - handed over
                 future.set_exception(e)
 
-        threading.Thread(target=run, daemon=True,
+        threading.Thread(target=variables.run, args=(run,), daemon=True,
                          name=f'conductor-call-{name}').start()
         bound = call_bound(self._conf)
         futures.wait([future], bound - (time.monotonic() - started))

@@ -183,6 +183,12 @@ class BrokerUnreachable(messaging.MessageDeliveryFailure):
     """Nothing was sent: the message broker could not be reached."""
 
 
+class ReplyQueueNotOpen(BrokerUnreachable):
+    """A call not even published: its reply queue is not open
+    (``wait_reply_queue``).  Any other MessageDeliveryFailure of a call
+    may follow a publish a hung broker took, and delivers later."""
+
+
 @contextlib.contextmanager
 def broker_errors_undelivered():
     """Raise ``BROKER_ERRORS`` from within as BrokerUnreachable, so that
@@ -241,7 +247,7 @@ def wait_reply_queue(transport, timeout):
         if queue is None:
             queue = _REPLY_QUEUES[transport] = _ReplyQueue(transport)
     if not queue.wait(timeout):
-        raise BrokerUnreachable('the message broker cannot be reached: '
+        raise ReplyQueueNotOpen('the message broker cannot be reached: '
                                 'the reply queue is not open yet')
 
 

@@ -102,6 +102,7 @@ from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import exception
 from cyborg.common import metrics
 from cyborg.common import notify
+from cyborg.common import rpc
 from cyborg.common import states
 from cyborg.conductor import glance
 from cyborg.conductor import health
@@ -415,6 +416,15 @@ def _run_agent(conf, context, target, image, data, deadline, fetched):
             outcome='did not end in time') from exc
     except Exception as exc:
         unreached = agent_rpcapi.not_reached(exc, target.hostname)
+        if unreached is not None and not isinstance(
+                exc, rpc.ReplyQueueNotOpen):
+            # Published perhaps: a broker that hung rather than stopped
+            # delivers what it took once it recovers, after the mark is
+            # gone.  The card's outcome is unknown.
+            raise exception.ProgrammingUnfinished(
+                reason=f'{unreached}; the request to program '
+                       f'{target.cpid_info} may still reach it; {_OUT}',
+                outcome='not known to have reached the agent') from exc
         if unreached is not None:
             # Nothing was sent, nor goes out later: the card is as it was.
             error = exception.ServiceUnavailable(

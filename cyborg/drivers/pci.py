@@ -9,7 +9,8 @@ tags are ours: ``resource_class`` (default ``CUSTOM_PCI``), ``traits``
 (a string of comma-separated names, default
 ``CUSTOM_PCI_<VENDOR>_<PRODUCT>``), ``device_type`` (default from the PCI
 class: network NIC, display GPU, NVMe SSD, co-processor QAT, else AICHIP)
-and ``physical_network`` (a string, put on the attach handle, as for NICs).
+and ``physical_network`` (a string, put on the attach handle, as for NICs;
+empty is none).
 As in Nova, a standard resource class or trait (os-resource-classes,
 os-traits: ``PGPU``, ``HW_GPU_API_VULKAN``) and a ``CUSTOM_`` name are kept
 as they are; any other name is upper-cased, its characters outside
@@ -82,11 +83,12 @@ class DeviceSpec:
                 _standard_resource_classes())
             self.traits = self._parse_traits(self.tags.get('traits'))
             self.physical_network = self.tags.get('physical_network')
-            if self.physical_network is not None and not (
-                    isinstance(self.physical_network, str) and
-                    self.physical_network.strip()):
-                raise ValueError('physical_network must be a non-empty '
-                                 'string')
+            if (self.physical_network is not None and
+                    not isinstance(self.physical_network, str)):
+                raise ValueError('physical_network must be a string')
+            # An empty one is none (as entries that worked before wrote).
+            self.physical_network = (self.physical_network or '').strip() \
+                or None
         except (ValueError, TypeError, AttributeError, re.error) as exc:
             raise ValueError('Invalid [agent]passthrough_whitelist entry '
                              f'{text}: {exc}') from exc

@@ -92,9 +92,14 @@ def get(context, handle_id):
 
 @writer
 def count_held(context, deployable_id):
-    """How many of the deployable's handles are taken, read with a share
-    lock on every one of them (so after any bind still taking one has
-    committed: see ``_TAKE_UNLESS_PROGRAMMED``)."""
+    """How many handles of the deployable's card are taken: its own and
+    those of the card's other deployables (a card with VFs is programmed
+    whole, through its PF, whichever VF asks), read with a share lock on
+    every one of them (so after any bind still taking one has committed:
+    see ``_TAKE_UNLESS_PROGRAMMED``)."""
+    card = sa.select(_D.c.device_id).where(
+        _D.c.id == deployable_id).scalar_subquery()
     return sum(_sql.connection(context).execute(
-        sa.select(_H.c.in_use).where(_H.c.deployable_id == deployable_id)
+        sa.select(_H.c.in_use).where(_H.c.deployable_id.in_(
+            sa.select(_D.c.id).where(_D.c.device_id == card)))
         .with_for_update(read=True)).scalars())

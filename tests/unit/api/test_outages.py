@@ -268,3 +268,26 @@ def test_each_call_tells_the_conductor_when_the_api_stops_waiting(
             monkeypatch.undo()
             objects_clock.reference.forget()
     assert before + 6.9 <= ctx.answer_by <= time.time() + 7.1
+
+
+def test_the_call_s_thread_has_the_request_s_context(conf):
+    """Each call runs on a thread of its own (bounded by call_bound):
+    what is logged there (oslo.messaging's reconnections, publishes)
+    carried no request id, and context variables (tracing) were lost."""
+    import contextvars
+
+    from oslo_context import context as oslo_context
+
+    from cyborg.api import conductor_client
+    from cyborg.common import context as cyborg_context
+
+    marker = contextvars.ContextVar('marker', default=None)
+
+    class Recording:
+        def arq_bind(self, context, bindings):
+            return oslo_context.get_current().request_id, marker.get()
+
+    client = conductor_client.ConductorClient(conf, Recording())
+    ctx = cyborg_context.RequestContext(request_id='req-in-the-call')
+    marker.set('traced')
+    assert client.arq_bind(ctx, []) == ('req-in-the-call', 'traced')

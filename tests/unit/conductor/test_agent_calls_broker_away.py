@@ -200,6 +200,28 @@ def test_an_admin_program_with_the_broker_away_is_a_503(
     _reply_queue_open(transport)
 
 
+def test_a_program_call_published_perhaps_is_an_unknown_outcome(
+        fpga_conf, db, ctx, glance, broker):
+    """The reply queue open, the call is published to a broker that then
+    fails: one that hung rather than stopped delivers it once it
+    recovers, after the conductor released the card.  So the outcome is
+    unknown (the card out until a re-probe), not "nothing was sent"."""
+    transport = rpc._TRANSPORT
+    rpc.wait_reply_queue(transport, 30)
+    device = programming._reported(fpga_conf, db, handles=1)
+    image = glance.add_image(b'maybe sent' * 10)
+    endpoint = manager.ConductorManager(fpga_conf, 'c1')
+    broker.cut()
+    outcome = _outcome(lambda: endpoint.deployable_program(
+        ctx, device.deployable_uuid, image), OUTAGE)
+    broker.restore()
+    assert isinstance(outcome, messaging.ExpectedException), outcome
+    error = outcome.exc_info[1]
+    assert isinstance(error, exception.ProgrammingUnfinished), error
+    assert 'may still reach it' in str(error), error
+    assert programming._bitstream(ctx, device) is None
+
+
 def test_a_probe_cast_with_the_broker_away_fails_at_once(conf, broker):
     """The health timers' thread casts the re-probes: one cast held it,
     and every timer of every host, for the whole outage."""

@@ -278,6 +278,31 @@ def test_admin_program_refuses_a_device_in_use(pconf, ctx, db, agent,
     assert _bitstream(ctx, device) == first
 
 
+def test_admin_program_refuses_a_card_another_vf_of_it_holds(
+        pconf, ctx, db, agent, device, glance):
+    """A card with VFs is programmed whole (through its PF), whichever VF
+    asks: an instance holding a handle of another of the card's
+    deployables (another VF) makes it in use.  Only the asking
+    deployable's handles were counted: the card was rewritten under that
+    instance."""
+    with db.begin() as c:
+        cpid_id = c.execute(sa.select(models.ControlpathID.id).where(
+            models.ControlpathID.device_id == device.device_id)).scalar()
+        other = c.execute(sa.insert(models.Deployable).values(
+            uuid=str(uuidlib.uuid4()), name=f'{HOST}_vf1',
+            num_accelerators=1, device_id=device.device_id,
+            driver_name='fake_driver', rp_uuid=str(uuidlib.uuid4()))
+        ).inserted_primary_key[0]
+        c.execute(sa.insert(models.AttachHandle).values(
+            uuid=str(uuidlib.uuid4()), deployable_id=other, cpid_id=cpid_id,
+            in_use=True, attach_type='PCI', attach_info='{}'))
+    image = glance.add_image(b'other vf' * 10)
+    with pytest.raises(exception.InUse):
+        programming.program_deployable(pconf, ctx, device.deployable_uuid,
+                                       image)
+    assert _bitstream(ctx, device) is None
+
+
 def test_admin_program_the_agent_refuses_is_a_409_saying_why(
         pconf, ctx, db, agent, glance, caplog):
     """The agent's refusal (here: the card is not at that address; also a

@@ -140,7 +140,7 @@ def test_nvme_vfs_offered_by_allowlist_without_their_pf(conf, scenario):
     {'vendor_id': '15b3', 'resource_class': 7},
     {'vendor_id': '15b3', 'resource_class': ['PGPU']},
     {'vendor_id': '15b3', 'physical_network': 7},
-    {'vendor_id': '15b3', 'physical_network': ''},
+    {'vendor_id': '15b3', 'physical_network': ['physnet1']},
     {'vendor_id': '15b3', 'device_type': ['NIC']},
 ])
 def test_bad_allowlist_tag_stops_loading(conf, scenario, bad):
@@ -154,6 +154,15 @@ def test_bad_allowlist_tag_stops_loading(conf, scenario, bad):
     assert text in message and '\n' not in message
     with pytest.raises(ValueError):
         pci.DeviceSpec(text)
+
+
+@pytest.mark.parametrize('value', ['', '  '])
+def test_an_empty_physical_network_is_none(value):
+    """Entries that worked before (the conductor took the empty
+    attribute) keep working: an empty physical network is none."""
+    spec = pci.DeviceSpec(json.dumps({'vendor_id': '15b3',
+                                      'physical_network': value}))
+    assert spec.physical_network is None
 
 
 @pytest.mark.parametrize('tags, rc, traits', [
