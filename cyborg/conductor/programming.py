@@ -67,7 +67,10 @@ before running the tool (a card or driver it does not have, a bad
 bitstream, a card it is programming already, a tool it cannot find or
 start) leaves the card as it was (409), its image still recorded; the
 tool failing, or any other error of the agent's (the tool may have run),
-is an unknown outcome, as above.
+is an unknown outcome, as above.  So is a call the message broker failed
+after it may have taken it (one that hung rather than stopped delivers
+it once it recovers); only a call never sent (its reply queue not open,
+``rpc.ReplyQueueNotOpen``) leaves the card as it was (503).
 
 Notifications (payload ``ProgramPayload``): ``deployable.program.start``
 once the card is this programming's (the mark set, no handle taken
@@ -85,8 +88,8 @@ info and error topics apart orders them by the envelope's
 ``cyborg_conductor_programmings_total`` counts the programmings this
 conductor ran: not those refused before anything ran on the card (the
 mark set by another request, a handle taken while the image downloaded,
-the agent not reached).  Only the last sends anything: its start, sent
-as the agent was asked, answered by an error.
+the request never sent to the agent).  Only the last sends anything:
+its start, sent as the agent was asked, answered by an error.
 """
 
 import base64
