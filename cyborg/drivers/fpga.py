@@ -148,12 +148,16 @@ def _marks_of(marks, kind):
     return sorted(m for m in marks if m.startswith(kind + '='))
 
 
+# The boot mark where the boot id cannot be read: it confirms nothing.
+UNKNOWN_BOOT = 'boot='
+
+
 def boot_marks():
     """This boot's identity mark, for what must not outlive a reboot (a
     reset region runs the flash's default): ``boot=<this boot's id>``,
-    or ``boot=`` where the id cannot be read, which confirms nothing
-    (``_same_card``)."""
-    return ['boot=' + (pci_health.boot_id() or '')]
+    or ``UNKNOWN_BOOT`` where the id cannot be read, which confirms
+    nothing (``_same_card``)."""
+    return [UNKNOWN_BOOT + (pci_health.boot_id() or '')]
 
 
 def _same_card(seen, now):
@@ -167,9 +171,9 @@ def _same_card(seen, now):
     for kind in ('serial', 'boot'):
         seen_marks, now_marks = _marks_of(seen, kind), _marks_of(now, kind)
         if (seen_marks and now_marks and seen_marks != now_marks
-                and 'boot=' not in seen_marks + now_marks):
+                and UNKNOWN_BOOT not in seen_marks + now_marks):
             return False
-    if 'boot=' in seen or 'boot=' in now:
+    if UNKNOWN_BOOT in seen or UNKNOWN_BOOT in now:
         # The boot id unreadable: nothing says no reboot came between.
         return None
     if sorted(seen) == sorted(now):

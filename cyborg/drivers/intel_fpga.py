@@ -35,7 +35,7 @@ on the PF (``IntelFPGADriver.fingerprint``).
 
 import os
 
-from cyborg.drivers import base, fpga, fpga_health, pci_health, sysfs
+from cyborg.drivers import base, fpga, fpga_health, sysfs
 from cyborg.objects import inventory
 
 # The PCI vendors of the DFL cards dfl-pci binds, as their traits name
@@ -77,12 +77,16 @@ class IntelFPGADriver(base.Driver, fpga.ToolProgrammable,
         for pf, vfs in base.physical_functions(self.sysfs_root, _is_fpga):
             ids = (pf.vendor, pf.device)
             model = PF_MODELS.get(ids, pf.device)
-            regions = self._ids(pf)['compat_id']
+            # Read once: the PF's region, and its function where it is
+            # the card's only deployable.
+            pf_ids = self._ids(pf, held_whole=not vfs)
+            regions = pf_ids['compat_id']
             vendor = VENDORS[pf.vendor]
             models = [model, CYBORG_MODELS.get(ids)]
-            deployables = [self._deployable(f, vendor, models, regions,
-                                            held_whole=not vfs)
-                           for f in (vfs or [pf])]
+            deployables = [
+                self._deployable(f, vendor, models, regions,
+                                 (self._ids(f) if vfs else pf_ids)['afu_id'])
+                for f in (vfs or [pf])]
             devices.append(base.pci_device(pf, 'FPGA', deployables,
                                            model=model))
             addresses += [pf.address] + [vf.address for vf in vfs]
@@ -106,14 +110,12 @@ class IntelFPGADriver(base.Driver, fpga.ToolProgrammable,
             found = dict(found, afu_id=[])
         return {name: found.get(name, []) for name in DFL_NAMES}
 
-    def _deployable(self, function, vendor, models, regions,
-                    held_whole=False):
+    def _deployable(self, function, vendor, models, regions, functions):
         """``vendor``: the card's vendor as its traits name it;
         ``models``: its model names, each a trait (None: no such name);
-        ``held_whole``: ``function`` is the PF, the card's only deployable.
-        The region and function traits are the DFL ids' whatever the
-        card's vendor."""
-        functions = self._ids(function, held_whole)['afu_id']
+        ``regions``, ``functions``: the region and function ids
+        (``_ids``).  The region and function traits are the DFL ids'
+        whatever the card's vendor."""
         traits = (['CUSTOM_FPGA_' + vendor]
                   + [base.custom_name('FPGA', vendor, m)
                      for m in models if m]
@@ -152,12 +154,12 @@ class IntelFPGADriver(base.Driver, fpga.ToolProgrammable,
         if pf is None or not pf.virtfns:
             return []
         regions = fpga.dfl_ids(pf.path, 'compat_id')
-        boot = pci_health.boot_id()
-        if not regions or not boot:
+        boot = fpga.boot_marks()
+        if not regions or fpga.UNKNOWN_BOOT in boot:
             return []
         return fpga.fingerprint_of(
             ['region=' + r for r in regions]
-            + ['vf=' + a for a in sorted(pf.virtfns)] + ['boot=' + boot],
+            + ['vf=' + a for a in sorted(pf.virtfns)] + boot,
             fpga.identity_marks(pf))
 
     def fpga_tool(self, controlpath_id):
