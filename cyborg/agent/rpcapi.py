@@ -64,11 +64,12 @@ def refusal(error):
 
 def not_reached(error, hostname):
     """What to say when ``error`` is a call's or cast's to the agent on
-    ``hostname`` that never reached it (the broker could not be reached:
-    nothing runs there, now or later); else None."""
+    ``hostname`` that did not reach it (the broker could not be reached);
+    else None.  Nothing runs there later, unless a broker that hung
+    rather than stopped had taken it (``rpc.ReplyQueueNotOpen`` alone
+    says it was never sent)."""
     if isinstance(error, messaging.MessageDeliveryFailure):
-        return (f'the agent on {hostname} was not reached: the message '
-                f'broker cannot be reached')
+        return f'the agent on {hostname} was not reached: {rpc.BROKER_AWAY}'
     return None
 
 

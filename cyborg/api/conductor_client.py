@@ -43,9 +43,6 @@ from cyborg.objects import clock as objects_clock
 
 LOG = logging.getLogger(__name__)
 
-BROKER_AWAY = 'the message broker cannot be reached'
-
-
 def call_bound(conf):
     """Seconds a call to the conductor takes at most, from the moment the
     API sends it to its 503: ``[api]conductor_timeout`` for the answer,
@@ -116,7 +113,7 @@ class ConductorClient:
             # its own once it gave up on the broker, the reply queue not
             # open, or the broker not answering within the call's bound.
             LOG.warning('Calling the conductor (%s) failed: %s', name, e)
-            raise exception.ServiceUnavailable(reason=BROKER_AWAY)
+            raise exception.ServiceUnavailable(reason=rpc.BROKER_AWAY)
         except amqp_exceptions.AMQPError as e:
             # The broker's own refusal at login (a wrong password, a
             # virtual host that does not exist): oslo.messaging lets it

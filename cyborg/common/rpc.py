@@ -167,6 +167,9 @@ BROKER_RETRIES = 2
 # the modules a transport allows, none here).
 BROKER_ERRORS = (kombu_exceptions.KombuError, amqp_exceptions.AMQPError)
 
+# How every process says that it could not reach the broker.
+BROKER_AWAY = 'the message broker cannot be reached'
+
 
 def peer_too_old(error):
     """Whether ``error`` is a peer's refusal of a call's version or
@@ -198,7 +201,7 @@ def broker_errors_undelivered():
         yield
     except BROKER_ERRORS as exc:
         raise BrokerUnreachable(
-            f'the message broker cannot be reached: {exc}') from exc
+            f'{BROKER_AWAY}: {exc}') from exc
 
 
 class _ReplyQueue:
@@ -247,8 +250,8 @@ def wait_reply_queue(transport, timeout):
         if queue is None:
             queue = _REPLY_QUEUES[transport] = _ReplyQueue(transport)
     if not queue.wait(timeout):
-        raise ReplyQueueNotOpen('the message broker cannot be reached: '
-                                'the reply queue is not open yet')
+        raise ReplyQueueNotOpen(f'{BROKER_AWAY}: the reply queue is not '
+                                f'open yet')
 
 
 def get_client(conf, topic, version, server=None, timeout=None, retry=None,

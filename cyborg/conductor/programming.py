@@ -419,8 +419,14 @@ def _run_agent(conf, context, target, image, data, deadline, fetched):
             outcome='did not end in time') from exc
     except Exception as exc:
         unreached = agent_rpcapi.not_reached(exc, target.hostname)
-        if unreached is not None and not isinstance(
-                exc, rpc.ReplyQueueNotOpen):
+        if isinstance(exc, rpc.ReplyQueueNotOpen):
+            # Never sent, nor goes out later: the card is as it was.
+            error = exception.ServiceUnavailable(
+                reason=f'{unreached}; {target.cpid_info} was not '
+                       f'programmed')
+            error.__cause__ = exc
+            raise _Refused(error) from exc
+        if unreached is not None:
             # Published perhaps: a broker that hung rather than stopped
             # delivers what it took once it recovers, after the mark is
             # gone.  The card's outcome is unknown.
@@ -428,13 +434,6 @@ def _run_agent(conf, context, target, image, data, deadline, fetched):
                 reason=f'{unreached}; the request to program '
                        f'{target.cpid_info} may still reach it; {_OUT}',
                 outcome='not known to have reached the agent') from exc
-        if unreached is not None:
-            # Nothing was sent, nor goes out later: the card is as it was.
-            error = exception.ServiceUnavailable(
-                reason=f'{unreached}; {target.cpid_info} was not '
-                       f'programmed')
-            error.__cause__ = exc
-            raise _Refused(error) from exc
         reason = agent_rpcapi.refusal(exc)
         if reason is None:
             raise           # not reached: nothing ran
