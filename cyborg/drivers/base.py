@@ -28,7 +28,6 @@ Naming rules every driver follows (doc/source/contract.rst, "Placement"):
 
 import abc
 import dataclasses
-import functools
 import re
 
 from oslo_log import log as logging
@@ -87,14 +86,7 @@ def _placement_trait(name):
     driver names one)."""
     if name.startswith('CUSTOM_'):
         return not _NOT_IN_ALPHABET.search(name)
-    return name in standard_traits()
-
-
-@functools.cache
-def standard_traits():
-    """os-traits' standard trait names (loaded when first asked)."""
-    import os_traits
-    return frozenset(os_traits.get_traits())
+    return name in inventory.standard_traits()
 
 
 def pci_handle(address, attach_type='PCI', **extra):

@@ -26,11 +26,10 @@ import json
 import re
 
 from cyborg.drivers import base, pci_health
+from cyborg.objects import inventory
 
 _WIDTHS = {'domain': 4, 'bus': 2, 'slot': 2, 'function': 1}
 _MATCH_KEYS = {'vendor_id', 'product_id', 'address', 'devname'}
-# What Placement takes as a custom resource class or trait.
-_CUSTOM = re.compile(r'CUSTOM_[A-Z0-9_]{1,248}')
 DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
 
 
@@ -80,7 +79,7 @@ class DeviceSpec:
             self.resource_class = _placement_name(
                 'resource_class', self.tags.get('resource_class',
                                                 'CUSTOM_PCI'),
-                _standard_resource_classes())
+                inventory.standard_resource_classes())
             self.traits = self._parse_traits(self.tags.get('traits'))
             self.physical_network = self.tags.get('physical_network')
             if (self.physical_network is not None and
@@ -107,7 +106,7 @@ class DeviceSpec:
             name = name.strip()
             if name:
                 if standard is None:
-                    standard = base.standard_traits()
+                    standard = inventory.standard_traits()
                 found.append(_placement_name('traits', name, standard))
         return found
 
@@ -144,11 +143,6 @@ class DeviceSpec:
                 self._address_matches(function.address))
 
 
-def _standard_resource_classes():
-    import os_resource_classes
-    return frozenset(os_resource_classes.STANDARDS)
-
-
 def _placement_name(tag, name, standard):
     """``name`` as Placement is to be given it: a standard name (one of
     ``standard``) as it is, else ``base.custom_name(name)``; ValueError
@@ -159,7 +153,7 @@ def _placement_name(tag, name, standard):
     if name in standard:
         return name
     custom = base.custom_name(name)
-    if not _CUSTOM.fullmatch(custom):
+    if not inventory.CUSTOM_NAME.fullmatch(custom):
         raise ValueError(
             f'{tag} {name!r} makes {custom!r}, which is not CUSTOM_ '
             f'followed by 1 to 248 upper case letters, digits or '

@@ -82,7 +82,8 @@ TRAIT_ATTRIBUTE_PREFIX = 'trait'
 
 # A custom resource class or trait as Placement accepts it (its names are
 # at most 255 characters).
-_CUSTOM = re.compile(r'CUSTOM_[A-Z0-9_]{1,248}')
+# What Placement takes as a custom resource class or trait.
+CUSTOM_NAME = re.compile(r'CUSTOM_[A-Z0-9_]{1,248}')
 
 
 # The prefix of the trait naming an FPGA function id (``function_trait``).
@@ -131,31 +132,31 @@ def attribute_problem(key, value):
     refuses fails every later sync of the deployable's host.  ``value``
     may be anything a report carries (a number, null, a list)."""
     if key == RC_ATTRIBUTE:
-        what, standard = 'a resource class', _standard_resource_classes()
+        what, standard = 'a resource class', standard_resource_classes()
     elif key.startswith(TRAIT_ATTRIBUTE_PREFIX):
-        what, standard = 'a trait', _standard_traits()
+        what, standard = 'a trait', standard_traits()
     else:
         return None
     if not isinstance(value, str):
         return (f'attribute {key} names {what} for Placement: {value!r} '
                 f'is not a string')
-    if value in standard or _CUSTOM.fullmatch(value):
+    if value in standard or CUSTOM_NAME.fullmatch(value):
         return None
     return (f'attribute {key} names {what} for Placement: {value!r} is '
             f'neither a standard one nor CUSTOM_ followed by 1 to 248 '
             f'upper case letters, digits or underscores')
 
 
-# Loaded when first asked (by the API): the agent, which shares this
-# module, never needs them.
+# Loaded when first asked (by the API, and by the agent only for the
+# standard names an operator gives pci_driver).
 @functools.cache
-def _standard_resource_classes():
+def standard_resource_classes():
     import os_resource_classes
     return frozenset(os_resource_classes.STANDARDS)
 
 
 @functools.cache
-def _standard_traits():
+def standard_traits():
     import os_traits
     return frozenset(os_traits.get_traits())
 
