@@ -68,15 +68,12 @@ class XilinxFPGADriver(base.Driver, fpga.ToolProgrammable,
         if not card:
             return []
         mgmt, user = card[0]
-        proofs = ['xclbin=' + uuid for uuid in self._xclbins(mgmt, user)]
+        # The uuids of the xclbins the card runs, as xocl shows them in
+        # the user function's xclbinuuid: none when none is loaded or
+        # nothing shows which (xocl not bound).
+        proofs = ['xclbin=' + uuid.lower() for uuid in sysfs.read_text(
+            os.path.join(user.path, 'xclbinuuid'), '').split()]
         return fpga.fingerprint_of(proofs, _identity(mgmt, user))
-
-    def _xclbins(self, mgmt, user):
-        """The uuids of the xclbins the card runs, as xocl shows them in
-        the user function's ``xclbinuuid``; [] when none is loaded or
-        nothing shows which (xocl not bound)."""
-        return sorted(uuid.lower() for uuid in sysfs.read_text(
-            os.path.join(user.path, 'xclbinuuid'), '').split())
 
     def fpga_tool(self, controlpath_id):
         user = {m.address: u for m, u in self._cards()}[controlpath_id]
