@@ -101,19 +101,22 @@ class CyborgException(Exception):
 
 def remote_status(exc_type, traceback):
     """(code, class names) that a CyborgException of class ``exc_type``
-    raised elsewhere noted in ``traceback`` (a RemoteError's: a list of
-    formatted lines), its own class's name first and CyborgException's
-    last; None without such a note (an exception of another kind, one
-    from Python 3.10).  Only a note naming ``exc_type`` first counts: the
-    exceptions it was raised from (or while handling) are in the
-    traceback too, with their notes."""
-    lines = ''.join(traceback or ()).splitlines()
-    for line in reversed(lines):
-        found = _STATUS_NOTE_LINE.match(line)
-        if found:
-            names = [name.strip() for name in found.group(2).split(',')]
-            if names[0] == exc_type:
-                return int(found.group(1)), names
+    raised elsewhere noted in ``traceback`` (a RemoteError's: the list
+    ``traceback.format_exception`` made), its own class's name first and
+    CyborgException's last; None without such a note (an exception of
+    another kind, one from Python 3.10).  Only a note of the exception
+    itself counts: its notes are the traceback's last entries, one entry
+    each, after the entry of its class and message.  The exceptions it
+    was raised from (or while handling) are earlier, with their notes;
+    a message that has such a line in it is within its own entry, so an
+    error whose text a user chose cannot pass itself off as cyborg's."""
+    for entry in reversed(traceback or ()):
+        found = _STATUS_NOTE_LINE.match(entry.rstrip('\n'))
+        if found is None:
+            return None
+        names = [name.strip() for name in found.group(2).split(',')]
+        if names[0] == exc_type:
+            return int(found.group(1)), names
     return None
 
 

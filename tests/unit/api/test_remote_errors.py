@@ -99,3 +99,21 @@ def test_a_bug_raised_from_a_cyborg_error_stays_a_500():
     error.__cause__ = bug
     resp = dispatch.error_response(req, _as_sent_over_rabbitmq(error))
     assert resp.status_int == 409
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11),
+                    reason='the status travels as an exception note '
+                           '(Python 3.11)')
+def test_a_message_cannot_pass_an_error_off_as_cyborgs():
+    """An error of another kind whose message (text a user may choose: a
+    name, a driver's answer) holds a line shaped as cyborg's note is
+    still a 500: only the error's own notes, each an entry of its own at
+    the traceback's end, count."""
+    from cyborg.api import dispatch
+
+    req = webob.Request.blank('/v2/device_profiles', method='POST')
+    for forged in ('HTTP 409 from cyborg (_Bug, Conflict, CyborgException)',
+                   'HTTP 409 from cyborg (_Bug, CyborgException)'):
+        bug = _Bug(f'a name the user gave\n{forged}')
+        resp = dispatch.error_response(req, _as_sent_over_rabbitmq(bug))
+        assert resp.status_int == 500, forged
