@@ -8,7 +8,9 @@ dict of ``domain``/``bus``/``slot``/``function`` regular expressions) and
 tags are ours: ``resource_class`` (default ``CUSTOM_PCI``), ``traits``
 (a string of comma-separated names, default
 ``CUSTOM_PCI_<VENDOR>_<PRODUCT>``), ``device_type`` (default from the PCI
-class: network NIC, display GPU, NVMe SSD, co-processor QAT, else AICHIP)
+class: network NIC, display GPU, NVMe SSD, co-processor QAT; a processing
+accelerator (class 12) GPU from AMD (Instinct), FPGA from Xilinx, else
+AICHIP)
 and ``physical_network`` (a string, put on the attach handle, as for NICs;
 empty is none).
 As in Nova, a standard resource class or trait (os-resource-classes,
@@ -25,7 +27,7 @@ import fnmatch
 import json
 import re
 
-from cyborg.drivers import base, pci_health
+from cyborg.drivers import amd_gpu, base, pci_health, xilinx_fpga
 from cyborg.objects import inventory
 
 _WIDTHS = {'domain': 4, 'bus': 2, 'slot': 2, 'function': 1}
@@ -33,7 +35,13 @@ _MATCH_KEYS = {'vendor_id', 'product_id', 'address', 'devname'}
 DEVICE_TYPES = ('GPU', 'FPGA', 'AICHIP', 'QAT', 'NIC', 'SSD')
 
 
-def _type_for_class(base_class):
+# Processing accelerators (class 12) whose vendor says what they are.
+_ACCELERATOR_TYPES = {amd_gpu.VENDOR: 'GPU', xilinx_fpga.VENDOR: 'FPGA'}
+
+
+def _type_for_class(base_class, vendor):
+    if base_class.startswith('12'):
+        return _ACCELERATOR_TYPES.get(vendor, 'AICHIP')
     if base_class.startswith('02'):
         return 'NIC'
     if base_class.startswith('03'):
@@ -197,5 +205,5 @@ class PCIDriver(base.Driver, pci_health.PCIHealth):
             deployable.attach_handles = [base.pci_handle(
                 function.address, physical_network=physnet)]
         device_type = spec.device_type or _type_for_class(
-            function.base_class)
+            function.base_class, function.vendor)
         return base.pci_device(function, device_type, [deployable])

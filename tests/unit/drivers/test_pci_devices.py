@@ -95,6 +95,27 @@ def test_allowlist_tags(conf, scenario):
         'physnet9'
 
 
+def test_allowlisted_processing_accelerators_typed_by_vendor(
+        conf, scenario):
+    """A PCI processing accelerator (class 12) the allowlist takes is a
+    GPU from AMD (Instinct MI300 and later are class 1200), an FPGA from
+    Xilinx, an AICHIP from anyone else; a ``device_type`` tag wins."""
+    tree = scenario('mixed')
+    tree.add_pci('0000:c1:00.0', '1002', '74a1', '120000', driver='vfio-pci',
+                 numa_node=1, iommu_group=190)
+    conf.set_override('passthrough_whitelist', [
+        '{"vendor_id": "1002"}', '{"vendor_id": "10ee"}',
+        '{"vendor_id": "19e5"}',
+        '{"vendor_id": "1bd4", "product_id": "0042", "device_type": "FPGA"}',
+    ], 'agent')
+    driver = loader.load_driver(conf, 'h', 'pci_driver')
+    assert {dev.deployables[0].name: dev.type
+            for dev in driver.discover()} == {
+        'h_0000:c1:00.0': 'GPU', 'h_0000:d8:00.0': 'FPGA',
+        'h_0000:d8:00.1': 'FPGA', 'h_0000:01:00.0': 'AICHIP',
+        'h_0000:da:00.0': 'FPGA'}
+
+
 @pytest.mark.parametrize('bad', ['{not json', '["a"]',
                                  '{"device_type": "TPU"}',
                                  '{"address": "1:2:3:4:5"}'])
