@@ -36,6 +36,7 @@ import re
 import stat
 import subprocess
 
+from oslo_config import cfg
 from oslo_privsep import capabilities as caps
 from oslo_privsep import priv_context
 
@@ -142,6 +143,16 @@ def _trusted_path(path):
     return current
 
 
+# The options the helper acts on, as (group, name), and the places their
+# values must not come from: the environment (OS_<GROUP>__<NAME>, which
+# oslo.config reads too: a sudoers rule keeping such variables, env_keep
+# or SETENV, would let the caller choose them) and the command line (the
+# caller's too).  Files are checked below.
+_ACTED_ON = ((None, 'state_path'), ('agent', 'sysfs_root'),
+             ('cyborg_sys_admin', 'fpga_tool_dirs'))
+_CALLER_S = (cfg.Locations.environment, cfg.Locations.command_line)
+
+
 def _trusted_settings():
     """Refuse (``Invalid``, nothing done) when the settings the daemon
     acts on could be the caller's: privsep-helper runs as root through a
@@ -157,6 +168,15 @@ def _trusted_settings():
     from a caller's file: it is not asked (tests in process)."""
     if os.geteuid() != 0:
         return
+    for group, name in _ACTED_ON:
+        found = CONF.get_location(name, group)
+        if found is not None and found.location in _CALLER_S:
+            raise exception.Invalid(
+                reason=f'the privileged helper does not trust its '
+                       f'configuration: [{group or "DEFAULT"}]{name} comes '
+                       f'from {found.detail or found.location.name}, not '
+                       f'from a file of root\'s (keep OS_* variables out '
+                       f'of the sudoers env_keep)')
     for path in CONF.config_file or ():
         _trusted_path(path)
     for directory in CONF.config_dir or ():

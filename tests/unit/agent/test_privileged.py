@@ -638,3 +638,21 @@ def test_a_relative_path_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(etc)
     with pytest.raises(exception.Invalid, match='not an absolute path'):
         _helper_check(['--config-file', 'cyborg.conf'])
+
+
+@as_root
+@pytest.mark.parametrize('variable', ['OS_AGENT__SYSFS_ROOT',
+                                      'OS_DEFAULT__STATE_PATH',
+                                      'OS_CYBORG_SYS_ADMIN__FPGA_TOOL_DIRS'])
+def test_a_setting_from_the_environment_is_refused(tmp_path, monkeypatch,
+                                                    variable):
+    """oslo.config reads OS_<GROUP>__<OPTION> variables as well as files:
+    a sudoers rule that keeps them (env_keep, SETENV) would let the agent
+    choose the tree, state directory or tool directories the helper acts
+    on as root, whatever root's files say."""
+    etc = _etc(tmp_path)
+    _helper_check(_args(etc))
+    monkeypatch.setenv(variable, str(tmp_path / 'agent-s'))
+    with pytest.raises(exception.Invalid,
+                       match=f'comes from {variable}, not from a file'):
+        _helper_check(_args(etc))
