@@ -233,11 +233,17 @@ def _retry(conf):
 def reset():
     """Forget cached notifiers (tests that change the configuration),
     once the notifications queued have gone (``RESET_WAIT`` at most; the
-    rest are dropped unsent)."""
+    rest are dropped unsent), and close their transports: a forgotten
+    one's connections would otherwise go on reconnecting (and logging)
+    from their heartbeat threads to a broker that may be gone."""
     if not _SENDER.flush(RESET_WAIT):
         _SENDER.discard()
     with _LOCK:
+        forgotten = [notifier for notifier in _NOTIFIERS.values()
+                     if notifier is not None]
         _NOTIFIERS.clear()
+    for notifier in forgotten:
+        notifier.transport.cleanup()
 
 
 def flush(timeout=None):

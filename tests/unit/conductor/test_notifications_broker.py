@@ -58,13 +58,11 @@ def broker(conf, db):
             tcp_proxy.tcp_proxy(rabbit.RABBIT_PORT) as proxy:
         test_notifications._notifications_on(conf, url.replace(
             ':%d/' % rabbit.RABBIT_PORT, ':%d/' % proxy.port))
-        notifier = notify.get_notifier(conf, 'conductor', CONDUCTOR)
         try:
             yield proxy, url
         finally:
             proxy.release()
             notify.reset()
-            notifier.transport.cleanup()
 
 
 @pytest.fixture
@@ -72,6 +70,24 @@ def create(conf, db):
     ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
     profile = seed.seed_profile(db, [{'resources:FPGA': '1'}])
     return lambda: arq_binding.create(ctx, profile, 'p1', conf=conf)
+
+
+def _heartbeats():
+    return sum(thread.name == 'Rabbit-heartbeat'
+               for thread in threading.enumerate())
+
+
+def test_a_reset_closes_the_notifiers_it_forgets(broker, create):
+    """A notifier forgotten by ``notify.reset`` had its transport left
+    open: its connection's heartbeat thread went on reconnecting to a
+    broker the test had taken away, for the rest of the run (logging into
+    other tests)."""
+    before = _heartbeats()
+    create()
+    assert notify.flush(30)
+    assert _heartbeats() > before
+    notify.reset()
+    assert _heartbeats() == before
 
 
 def test_a_create_does_not_wait_for_an_away_broker(broker, create):
