@@ -25,7 +25,8 @@ A record (the ``HealthColumns`` of a device or deployable row) moves so::
     unhealthy --hold-down over--> probing (+ re-probe request)    (timer)
     probing --probe verdict ok--> healthy (re-admitted; flaps counted)
     probing --probe verdict fault, or any fault--> unhealthy, next
-      re-probe scheduled (due_at: the hold-down, one more failed re-probe)
+      re-probe scheduled (due_at: ``reprobe_wait``, one more failed
+      re-probe)
     probing deployable --its device's probe verdict fault (no verdict of
       its own)--> the same (a deployable's record; cyborg.conductor.health)
     probing --no verdict within probe_timeout--> unhealthy, next
@@ -50,9 +51,15 @@ next one by itself, without waiting for a good reading (an agent with
 health watching off sends none, yet answers re-probes): a device out
 only because its agent or the broker was away for the probe comes back
 after ``hold_down``, one broken for good is re-probed rarely.  A zero
-hold-down (re-probe at the first good reading) leaves the next re-probe
-to the next good reading, rather than re-probe without end.  An
+hold-down (re-probe at the first good reading) waits ``probe_timeout``
+from a failed re-probe to the next (``reprobe_wait``), rather than
+re-probe at every tick, or never where no good reading comes (a card
+the conductor took out on a host whose agent watches no health).  An
 application-severity reading (a workload's fault) never changes anything.
+
+A record has no code saying why it is out, only its reason, for
+people: the few facts read back from it (``reason_begins``) are the
+beginnings of reasons this module writes, each a constant here.
 """
 
 import dataclasses
@@ -76,7 +83,8 @@ VANISHED_UNHEALTHY = 'the hardware vanished while not healthy'
 VANISHED_IN_STATUS = 'the hardware vanished while its device was'
 # How the reason of a record taken out by a 'gone' reading alone begins.
 GONE_REASON = 'the device vanished or its driver was unbound'
-# How the reason of a record whose re-probe timed out begins.
+# How the reason of a record whose re-probe timed out begins
+# (``no_verdict_reason``, ``out_for_no_verdict``).
 NO_VERDICT = 'no re-probe verdict within'
 # The code of the fatal reading the conductor makes itself for an FPGA
 # whose programming's outcome is unknown (cyborg.conductor.programming).
@@ -170,11 +178,11 @@ def _seconds(value):
 
 def hold_down(record, now, settings):
     """Seconds an unhealthy ``record`` waits for its re-probe (reading
-    well, or after a failed re-probe): doubled per flap, flaps counting
-    only while the last re-admission is within the flap window, and per
-    re-probe it failed in a row after the first (the first failed one is
-    re-probed after the same wait: most often its agent or the broker was
-    away for a moment)."""
+    well, or after a failed re-probe: ``reprobe_wait``): doubled per
+    flap, flaps counting only while the last re-admission is within the
+    flap window, and per re-probe it failed in a row after the first (the
+    first failed one is re-probed after the same wait: most often its
+    agent or the broker was away for a moment)."""
     flaps = record.flaps
     if (record.readmitted_at is None or
             now - record.readmitted_at > _seconds(settings.flap_window)):
@@ -182,6 +190,21 @@ def hold_down(record, now, settings):
     doublings = flaps + max(record.failed_probes - 1, 0)
     seconds = settings.hold_down * 2 ** min(doublings, _MAX_DOUBLINGS)
     return min(seconds, settings.max_hold_down)
+
+
+def reprobe_wait(record, now, settings):
+    """Seconds from the failed re-probe of ``record`` (unhealthy again)
+    to its next: its hold-down, or ``probe_timeout`` where that is zero
+    (``hold_down`` or ``max_hold_down`` 0).  Never none: a record the
+    conductor took out itself (an FPGA programming whose outcome is
+    unknown, ``PROGRAM_UNFINISHED``; hardware that came back) on a host
+    whose agent watches no health gets no good reading to start another
+    hold-down, yet its agent answers re-probes; and the record does not
+    say who took it out (no code column, ``reason_begins``).  Not at
+    once: a card that keeps answering "not yet" (still being
+    programmed), or a device broken for good, would move between
+    unhealthy and probing at every tick of the timers."""
+    return hold_down(record, now, settings) or settings.probe_timeout
 
 
 # -- readings -----------------------------------------------------------------
@@ -282,14 +305,11 @@ def _still_out(record, reading, **values):
 def _probe_failed(record, now, settings, reason):
     """A probing record whose re-probe failed: unhealthy, one more
     re-probe failed in a row, and the next one scheduled after the
-    hold-down that count gives, readings or not.  A zero hold-down leaves
-    it to the next good reading instead."""
+    wait that count gives (``reprobe_wait``), readings or not."""
     out = _moved(record, now, states.UNHEALTHY, reason,
-                 faults=record.faults + 1, due_at=None)
-    seconds = hold_down(out, now, settings)
-    if not seconds:
-        return out
-    return dataclasses.replace(out, due_at=now + _seconds(seconds))
+                 faults=record.faults + 1)
+    return dataclasses.replace(
+        out, due_at=now + _seconds(reprobe_wait(out, now, settings)))
 
 
 def _good(record, reading, now, settings):
@@ -314,8 +334,29 @@ def _late_verdict(record):
     stops the scheduled re-probe (a watched host's device still
     failing)."""
     return (record.health == states.UNHEALTHY and record.due_at is not None
-            and record.failed_probes > 0 and bool(record.reason)
-            and record.reason.startswith(NO_VERDICT))
+            and record.failed_probes > 0 and out_for_no_verdict(record))
+
+
+def no_verdict_reason(settings):
+    """The reason of a record whose re-probe timed out."""
+    return f'{NO_VERDICT} {settings.probe_timeout} s'
+
+
+def out_for_no_verdict(record):
+    """Whether ``record`` is out because its last re-probe timed out
+    (``no_verdict_reason``)."""
+    return reason_begins(record, NO_VERDICT)
+
+
+def reason_begins(record, *beginnings):
+    """Whether the reason of ``record`` begins with one of
+    ``beginnings`` (constants of this module, each the beginning of a
+    reason it writes).  The one place a record's reason, text for
+    people, is read back for a fact: the record has no code of its own
+    (its columns, ``Record.COLUMNS``, hold none; one needs a schema
+    migration), so whatever a decision needs to know about why it is out
+    is read from how its reason begins."""
+    return bool(record.reason) and record.reason.startswith(beginnings)
 
 
 def _readmitted(record, now, settings):
@@ -398,7 +439,7 @@ def apply_timers(record, now, settings):
                       due_at=now + _seconds(settings.probe_timeout))
     if record.health == states.PROBING:
         return _probe_failed(record, now, settings,
-                             f'{NO_VERDICT} {settings.probe_timeout} s')
+                             no_verdict_reason(settings))
     return record
 
 
@@ -457,8 +498,8 @@ def healthy_until_it_vanished(record):
     agent's health check may notice a removal before its inventory report
     says so; a failing device keeps its own reason, ``apply_reading``)."""
     return record.health == states.HEALTHY or (
-        record.health == states.UNHEALTHY and bool(record.reason)
-        and record.reason.startswith(GONE_REASON))
+        record.health == states.UNHEALTHY
+        and reason_begins(record, GONE_REASON))
 
 
 def worst(*records):
@@ -498,9 +539,9 @@ def remembered(record, now, settings):
     failing device is held out) after it vanished, so that within that
     time it comes back unhealthy, not healthy, and in its status, not in
     a new device's."""
-    return (record.health == states.LOST and bool(record.reason)
-            and record.reason.startswith((VANISHED_UNHEALTHY,
-                                          VANISHED_IN_STATUS))
+    return (record.health == states.LOST
+            and reason_begins(record, VANISHED_UNHEALTHY,
+                              VANISHED_IN_STATUS)
             and record.updated_at is not None
             and now - record.updated_at < _seconds(settings.max_hold_down))
 

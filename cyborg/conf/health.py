@@ -57,7 +57,10 @@ opts = [
                help='Seconds an unhealthy device must read well before it '
                     'is actively re-probed for re-admission. Doubled for '
                     'every re-admission within flap_window, so a flapping '
-                    'device stays out longer each time.'),
+                    'device stays out longer each time, and per re-probe '
+                    'it failed in a row after the first. 0: re-probed at '
+                    'the first good reading, and probe_timeout seconds '
+                    'after a failed re-probe.'),
     cfg.IntOpt('max_hold_down', default=86400, min=0,
                help='Upper bound of the doubled hold_down, in seconds.'),
     cfg.IntOpt('flap_window', default=3600, min=1,

@@ -430,6 +430,23 @@ def test_a_late_probe_verdict_keeps_the_next_re_probe():
     assert m.apply_reading(stopped, PROBE_BAD, at(1), S).due_at is None
 
 
+def test_why_a_record_is_out_is_read_back_in_one_place():
+    """The record has no code column: the facts read back from its
+    reason are the beginnings of reasons the machine writes, tested by
+    one helper (``reason_begins``), each beginning a constant."""
+    timed_out = m.apply_timers(rec(states.PROBING, due_at=at(30)), at(30),
+                               S)
+    assert timed_out.reason == m.no_verdict_reason(S)
+    assert m.out_for_no_verdict(timed_out)
+    for reason in (None, '', 'still broken', f'x; {m.NO_VERDICT} 30 s'):
+        assert not m.out_for_no_verdict(rec(states.UNHEALTHY,
+                                            reason=reason))
+    gone = m.apply_reading(rec(), GONE, at(1), S)
+    assert m.reason_begins(gone, m.GONE_REASON)
+    assert m.reason_begins(gone, m.NO_VERDICT, m.GONE_REASON)
+    assert not m.reason_begins(gone, m.NO_VERDICT)
+
+
 def test_the_late_good_verdict_of_a_timed_out_re_probe_re_admits():
     """An agent away for a while (stopped, its host rebooting, the broker
     cut) answers the re-probes waiting in its queue when it is back, each
@@ -466,16 +483,46 @@ def test_the_late_good_verdict_of_a_timed_out_re_probe_re_admits():
 @pytest.mark.parametrize('settings', [dataclasses.replace(S, hold_down=0),
                                       dataclasses.replace(S,
                                                           max_hold_down=0)])
-def test_a_zero_hold_down_waits_for_a_good_reading_after_a_failed_probe(
+def test_a_zero_hold_down_re_probes_a_probe_timeout_after_a_failed_probe(
         settings):
-    # Re-probing at once would re-probe without end: the next good
-    # reading re-probes it, as a zero hold-down says.
+    """No good reading need come (an agent with health watching off sends
+    none, and the record does not say whether the conductor took it
+    out): the next re-probe is scheduled, however the last one failed;
+    not at once, which would re-probe at every tick."""
     probing = rec(states.PROBING, due_at=at(30), reason='x')
-    out = m.apply_timers(probing, at(30), settings)
-    assert (out.health, out.due_at, out.failed_probes) == (
-        states.UNHEALTHY, None, 1)
-    assert m.apply_timers(out, at(10 ** 6), settings) == out
-    assert m.step(out, [OK], at(31), settings).health == states.PROBING
+    for failed in (m.apply_timers(probing, at(30), settings),
+                   m.apply_reading(probing, PROBE_BAD, at(30), settings),
+                   m.apply_reading(probing, PROBE_NOT_YET_READING, at(30),
+                                   settings),
+                   m.apply_reading(probing, UNFINISHED, at(30), settings),
+                   m.apply_reading(probing, m.device_verdict(PROBE_BAD),
+                                   at(30), settings)):
+        assert (failed.health, failed.due_at, failed.failed_probes) == (
+            states.UNHEALTHY, at(60), 1)
+        assert m.apply_timers(failed, at(59), settings) == failed
+        again = m.apply_timers(failed, at(60), settings)
+        assert m.needs_probe(failed, again)
+        # ...and after each one failed in a row, no longer.
+        out = m.apply_timers(again, again.due_at, settings)
+        assert (out.failed_probes, out.due_at) == (2, at(120))
+    # A good reading meanwhile brings it no nearer; a fault the agent
+    # reads stops it until a good one, which re-probes at once.
+    assert m.apply_reading(failed, OK, at(31), settings) == failed
+    bad = m.apply_reading(failed, FATAL, at(31), settings)
+    assert bad.due_at is None
+    assert m.step(bad, [OK], at(32), settings).health == states.PROBING
+
+
+def test_a_zero_hold_down_re_probes_what_came_back_on_a_host_not_watching():
+    # Lost hardware that came back (the conductor's own take-out, too):
+    # re-probed at once, and again after a failed re-probe.
+    zero = dataclasses.replace(S, hold_down=0)
+    back = m.came_back(m.lost(rec(), at(0)), at(10), zero)
+    probing = m.step(back, [], at(10), zero)
+    assert m.needs_probe(back, probing)
+    out = m.step(probing, [PROBE_BAD], at(11), zero)
+    assert (out.health, out.due_at) == (states.UNHEALTHY, at(41))
+    assert m.needs_probe(out, m.step(out, [], at(41), zero))
 
 
 @pytest.mark.parametrize('take_out', [

@@ -754,6 +754,17 @@ def test_a_card_taken_out_by_an_unfinished_programming_comes_back_by_probe(
     assert (state, reserved) == ('unhealthy', 4)
     assert _health(db, device)[1] == 'being programmed (for 300 s)'
     assert _device_health(db, device) == 'healthy'  # no fault of its own
+    # Re-probed a [health]probe_timeout later (a zero hold-down), good
+    # readings or not: one meanwhile brings it no nearer.
+    assert report('ok', 'fake', full=True)[0] == 'unhealthy'
+    table = models.Deployable.__table__
+    with db.begin() as c:
+        where = table.c.id == device.deployable_id
+        due = c.execute(sa.select(table.c.health_due_at).where(
+            where)).scalar()
+        c.execute(sa.update(table).where(where).values(
+            health_due_at=due - datetime.timedelta(
+                seconds=pconf.health.probe_timeout)))
     assert report('ok', 'fake', full=True)[0] == 'probing'
     state, (reserved, traits) = report('ok', 'probe')
     assert (state, reserved) == ('healthy', 0)
