@@ -12,6 +12,7 @@ from oslo_log import log as logging
 
 from cyborg.api import faults
 from cyborg.conf import api as api_conf
+from cyborg.conf import ksa
 
 LOG = logging.getLogger(__name__)
 
@@ -74,8 +75,7 @@ def keystone_config_problem(conf):
         return None
     group = register_keystone_opts(conf)
     section = conf[group]
-    if not (getattr(section, 'auth_type', None)
-            or getattr(section, 'auth_section', None)):
+    if not ksa.has_credentials(section):
         return ('[api]auth_strategy is keystone but [%s] has no auth_type '
                 '(and the credentials it goes with): set them, as the '
                 'install guide shows, or use auth_strategy = noauth to try '

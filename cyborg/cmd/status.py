@@ -24,6 +24,7 @@ import yaml
 import cyborg.conf
 from cyborg.common import exception
 from cyborg.common import service
+from cyborg.conf import ksa
 from cyborg.db import migration
 
 LOG = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ class Checks(upgradecheck.UpgradeCommands):
     def _check_placement(self):
         from cyborg.placement import client as placement_client
 
-        if self.conf.placement.auth_type is None:
+        if not ksa.has_credentials(self.conf.placement):
             return Result(Code.SUCCESS,
                           '[placement] is not configured on this host '
                           '(only cyborg-conductor talks to Placement).')

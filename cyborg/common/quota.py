@@ -32,6 +32,7 @@ from oslo_log import log as logging
 
 from cyborg.common import exception
 from cyborg.common import wording
+from cyborg.conf import ksa
 from cyborg.conf import quota as quota_conf
 from cyborg.objects import device_profiles
 
@@ -404,7 +405,7 @@ def config_problem(conf):
     if conf.quota.driver != quota_conf.UNIFIED_LIMITS:
         return None
     section = conf[quota_conf.LIMIT_GROUP]
-    if not (section.auth_type or section.auth_section):
+    if not ksa.has_credentials(section):
         return ('[quota]driver is unified_limits but [oslo_limit] has no '
                 'auth_type (and the credentials it goes with) to read the '
                 'limits from Keystone with')

@@ -23,6 +23,7 @@ from openstack import exceptions as sdk_exc
 import requests
 
 from cyborg.common import exception
+from cyborg.conf import ksa
 
 FUNCTION_ID_PROPERTY = 'accel:function_id'
 # The one image status whose data can be downloaded.
@@ -33,9 +34,10 @@ _LOCK = threading.Lock()
 
 
 def _connection(conf):
-    if not conf.glance.auth_type:
+    if not ksa.has_credentials(conf.glance):
         raise exception.Invalid(reason='no Glance is configured ([glance] '
-                                       'auth_type) to fetch bitstreams from')
+                                       'auth_type or auth_section) to fetch '
+                                       'bitstreams from')
     with _LOCK:
         conn = _CONNECTIONS.get(_key(conf))
         if conn is None:

@@ -61,9 +61,10 @@ Nova is reached with keystoneauth from ``[nova]`` (plus a service token
 from ``[service_user]`` when ``send_service_user_token`` is set); the POST
 itself usually goes over a keep-alive connection of the sending thread
 with keystoneauth's headers (``cyborg.common.keepalive``), through
-keystoneauth where Nova redirects.  With no ``[nova] auth_type``
-(all-in-one, standalone use) or ``send_events = False`` nothing is
-recorded or sent, and binding works the same.
+keystoneauth where Nova redirects.  With neither ``[nova] auth_type``
+nor ``auth_section`` (all-in-one, standalone use), or with
+``send_events = False``, nothing is recorded or sent, and binding works
+the same.
 
 Each POST is timed in ``cyborg_conductor_nova_request_seconds``; those
 that leave all their events undelivered count in
@@ -89,6 +90,7 @@ from cyborg.common import metrics
 from cyborg.common import states
 from cyborg.common import timing
 from cyborg.common import wording
+from cyborg.conf import ksa
 from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import clock as clock_db
@@ -160,7 +162,7 @@ _AWAY = {}
 
 def enabled(conf):
     """Whether events go to Nova at all."""
-    return bool(conf.nova.send_events and conf.nova.auth_type)
+    return bool(conf.nova.send_events and ksa.has_credentials(conf.nova))
 
 
 def _adapter(conf):

@@ -24,6 +24,14 @@ def register_client_opts(conf, group, service_type, timeout):
     conf.set_default('timeout', timeout, group=group)
 
 
+def has_credentials(section):
+    """Whether a keystoneauth group (``conf[group]``) names credentials:
+    an ``auth_type``, or an ``auth_section`` (another group holding them,
+    which keystoneauth reads the plugin and its options from)."""
+    return bool(getattr(section, 'auth_type', None)
+                or getattr(section, 'auth_section', None))
+
+
 def client_opts(timeout, extra=()):
     """The options of one service group, for the sample generator."""
     session = ks_loading.get_session_conf_options()

@@ -85,6 +85,23 @@ def test_batch_goes_in_one_request_and_is_forgotten(nconf, db,
     assert _pending(db) == []
 
 
+def test_credentials_named_by_auth_section_send_events(conf, db,
+                                                      admin_context,
+                                                      fake_nova):
+    """``[nova] auth_section`` names the group holding the credentials
+    (keystoneauth reads the plugin from there): events were off, nothing
+    recorded or sent, because only ``[nova] auth_type`` was looked at."""
+    ks_loading.register_auth_conf_options(conf, 'nova_credentials')
+    conf.set_override('auth_type', 'none', group='nova_credentials')
+    conf.set_override('auth_section', 'nova_credentials', group='nova')
+    conf.set_override('endpoint_override', fake_nova.url, group='nova')
+    assert nova.enabled(conf)
+    batch, events = _record(conf, admin_context, db=db, count=1)
+    assert nova.deliver_batch(conf, admin_context, batch)
+    assert [post.json() for post in fake_nova.event_posts()] == [
+        nova.payload(events)]
+
+
 def test_recorded_batch_goes_without_being_read_back(nconf, db,
                                                      admin_context,
                                                      fake_nova):
