@@ -2,17 +2,20 @@
 (``POST /v2/accelerator_requests/{uuid}/allocate``, microversion 2.6).
 
 For consumers other than instances (a Kubernetes pod, a batch job): the
-ARQ itself is the Placement consumer, and its ``consumer_id`` and
-``consumer_type`` say who holds it.  One call, in order:
+ARQ's allocation is the Placement consumer (below), and the ARQ's
+``consumer_id`` and ``consumer_type`` say who holds it.  One call, in
+order:
 
 1. **Start.**  One transaction moves the ARQ from Initial or Unbound to
    BindStarted (a guarded UPDATE: of two allocates of one ARQ, one gets
-   409) and records the consumer.  A request refused here writes nothing.
+   409) and records the consumer and the bind's identity (``bind_id``).
+   A request refused here writes nothing.
 2. **Claim.**  Placement is asked for allocation candidates for the ARQ's
    share of its profile group (``request_query``: one unit of the group's
    resource class on a provider with the group's required traits and
    none of its forbidden ones, optionally on one host), and the first is
-   claimed with consumer generation null.  Placement decides races: of
+   claimed with consumer generation null, the bind's identity as
+   Placement consumer (``consumer_of``).  Placement decides races: of
    two claims for the last unit, one gets 409 and tries the next
    candidate, a bounded number of times (``MAX_CLAIMS``), then asks
    again (``ROUNDS``); none left is a 409 naming what was asked, and
@@ -32,21 +35,32 @@ half-way leaves the ARQ in BindStarted, which ``fail_stuck`` fails after
 failed first, so that an allocation only slow cannot end Bound after its
 claim was released).
 
-Every allocation of one ARQ claims under the same consumer, so every
-release is ``release_claim``: it reads what the consumer holds, checks
-that the ARQ is not in a newer bind (whose claim that might be), and
-releases with the consumer generation read; a claim made since is left.
+Each allocation claims under a Placement consumer of its own, never used
+by another claim: its bind's identity, which is the ARQ's uuid for the
+ARQ's first bind (so an ARQ allocated once has its own uuid as consumer)
+and a fresh uuid for every later one.  A shared consumer could not keep
+two allocations' claims apart: Placement deletes a consumer that holds
+nothing, and a claim under it starts it over at the same generation, so a
+release still on its way (read, checked, then overtaken by another
+release, an unbind, a new allocation and its claim) took the newer claim.
+Every release is ``release_claim``: the bind's consumer, emptied at the
+consumer generation read with what it holds; and the ARQ's own uuid,
+released only once no bind of its own uses it (a claim an allocation made
+before consumers were per bind, or one its first allocation left).
 
 A delete or unbind may run its release before this allocation's claim
 lands in Placement; the allocation then finds its ARQ gone or moved (or
 failed by the stuck-bind check) and releases the claim itself.  Where
 Placement cannot be reached to do so, no ARQ row in BindStarted holds the
-claim any more (the stuck-bind periodic works on those rows): the consumer
-is recorded (``placement_releases``), as the stuck-bind check records
-the claim of each allocation it fails, in the transaction that fails it.
-The next allocation of the ARQ releases it before it claims;
-``release_left_claims``, which ``fail_stuck`` runs, releases it once
-Placement answers and the ARQ is gone, in no bind or BindFailed.
+claim any more (the stuck-bind periodic works on those rows): the
+allocation's consumer is recorded (``placement_releases``), as the
+stuck-bind check records the ARQ of each allocation it fails, in the
+transaction that fails it.  ``release_left_claims``, which ``fail_stuck``
+runs, releases it once Placement answers: an allocation's own consumer
+as it is, the ARQ's uuid once the ARQ is gone, in no bind or BindFailed
+(or the ARQ's next allocation, before it claims).  So is the consumer of
+a claim whose answer was lost: Placement may still make it after the
+allocation's undo read the consumer.
 
 The call is synchronous: the API answers once the ARQ is Bound.  A profile
 that programs an FPGA can take longer than ``[api]conductor_timeout``;
@@ -164,8 +178,9 @@ def allocate(conf, context, arq_uuid, consumer_id, consumer_type,
         raise exception.BindFailed(
             reason=arq_binding._reason(e, job)) from e
     LOG.info('Accelerator request %s allocated to %s %s on %s (provider '
-             '%s)', arq_uuid, consumer_type, consumer_id, job['hostname'],
-             claimed)
+             '%s, Placement consumer %s)', arq_uuid, consumer_type,
+             consumer_id, job['hostname'], claimed,
+             consumer_of(arq_uuid, job['bind_id']))
     return {'uuid': arq_uuid, 'device_rp_uuid': claimed,
             'hostname': job['hostname']}
 
@@ -192,13 +207,20 @@ def _start(context, arq_uuid, consumer_id, consumer_type, hostname, now,
                 reason=f'host {hostname} has no accelerators in Placement')
         compute_rp_uuid = host['compute_rp_uuid']
     query = request_query(group, compute_rp_uuid)
-    bind_id = str(uuidlib.uuid4())
-    if not arq_db.transition(
-            context, arq_uuid, states.BIND_STARTED, arq_binding.BIND_FROM,
-            {'consumer_id': consumer_id, 'consumer_type': consumer_type,
-             'bind_started_at': now, 'bind_owner': owner,
-             'bind_failure_reason': None, 'bind_id': bind_id},
-            where={'attach_handle_id': None}):
+    values = {'consumer_id': consumer_id, 'consumer_type': consumer_type,
+              'bind_started_at': now, 'bind_owner': owner,
+              'bind_failure_reason': None}
+    # The ARQ's first bind (none ever started: no bind_owner) is named by
+    # the ARQ's uuid, any later one by a fresh uuid: the name is the
+    # allocation's Placement consumer, which no other claim may use.
+    for bind_id, where in ((arq_uuid, {'attach_handle_id': None,
+                                       'bind_owner': None}),
+                           (str(uuidlib.uuid4()), {'attach_handle_id': None})):
+        if arq_db.transition(context, arq_uuid, states.BIND_STARTED,
+                             arq_binding.BIND_FROM,
+                             dict(values, bind_id=bind_id), where=where):
+            break
+    else:
         raise exception.Conflict(
             reason=f'accelerator request {arq_uuid} is already being '
                    f'bound')
@@ -222,11 +244,22 @@ def _wanted(query):
         if 'in_tree' + SUFFIX in query else '')
 
 
+def consumer_of(arq_uuid, bind_id):
+    """The Placement consumer the standalone allocation ``bind_id`` of
+    ARQ ``arq_uuid`` claims under: the bind's identity (the ARQ's uuid
+    for its first bind); the ARQ's uuid for an ARQ bound before binds had
+    an identity (``bind_id`` None)."""
+    return bind_id or arq_uuid
+
+
 def _release_owed(placement, context, job):
-    """An earlier allocation of the ARQ left its claim in Placement (its
-    release recorded in ``placement_releases``): release it before ours
-    is made under the same consumer, and forget it."""
-    release_claim(placement, context, job['uuid'], job['bind_id'])
+    """An earlier allocation of the ARQ left a claim in Placement under
+    the ARQ's own uuid (its release recorded in ``placement_releases``
+    under that uuid): release it before ours is made, and forget it.
+    The records of later allocations' consumers, and the failed binds'
+    the stuck-bind check recorded, are released by their own ways: an
+    ARQ enters a bind only after its unbind released its failed one."""
+    _release_own_uuid(placement, context, job['uuid'], job['bind_id'])
     db_api.write_retrying(context, release_db.forget, context, job['uuid'])
 
 
@@ -234,8 +267,13 @@ def _release_left_over(placement, context, job):
     """A claim refused (409): True when it was the ARQ's own consumer
     that holds a claim already (one an earlier allocation left: it is
     released, and the claim may be tried again), not someone taking the
-    capacity.  Ours is not made yet, and the ARQ is this allocation's (or
+    capacity.  Only the ARQ's first allocation claims under the ARQ's
+    uuid, which allocations made before consumers were per bind used;
+    a later one's consumer is new, and holds nothing before its claim.
+    Ours is not made yet, and the ARQ is this allocation's (or
     ``_Lost``): what the consumer holds is an earlier one's."""
+    if job['bind_id'] != job['uuid']:
+        return False
     claim = placement.get_claim(job['uuid'])
     if not claim['allocations']:
         return False
@@ -243,8 +281,8 @@ def _release_left_over(placement, context, job):
         raise arq_binding._Lost()
     LOG.info('Accelerator request %s still held a claim of an earlier '
              'allocation; releasing it', job['uuid'])
-    release_claim(placement, context, job['uuid'], job['bind_id'],
-                  claim=claim)
+    _release_own_uuid(placement, context, job['uuid'], job['bind_id'],
+                      claim=claim)
     db_api.write_retrying(context, release_db.forget, context, job['uuid'])
     return True
 
@@ -252,7 +290,9 @@ def _release_left_over(placement, context, job):
 def _claim(placement, context, job):
     """Claim one candidate for the ARQ; its provider uuid, NoCandidate
     when Placement offers none, or a Conflict when the claims kept being
-    refused (``_claims_refused``).  The ARQ's uuid is the consumer."""
+    refused (``_claims_refused``).  The consumer is the bind's identity
+    (``consumer_of``): a claim of an earlier allocation of the ARQ, or a
+    release of one still on its way, never meets it."""
     attempts = lost = left_over = 0
     tried = set()
     for _round in range(ROUNDS):
@@ -280,14 +320,23 @@ def _claim(placement, context, job):
                 # From here Placement may hold a claim even where its
                 # answer never comes back: _undo releases it.
                 job['claim_sent'] = True
-                if placement.claim(
-                        job['uuid'], allocations,
+                try:
+                    made = placement.claim(
+                        consumer_of(job['uuid'], job['bind_id']),
+                        allocations,
                         job['project_id'] or context.project_id or 'cyborg',
                         context.user_id or 'cyborg',
-                        placement_consumer_type(job['consumer_type'])):
+                        placement_consumer_type(job['consumer_type']))
+                except exception.PlacementError:
+                    # Placement may make it after _undo reads the
+                    # consumer: _undo records it then.
+                    job['claim_unanswered'] = True
+                    raise
+                if made:
                     return next(iter(allocations))
                 # Refused (409): the capacity went to someone else, or
-                # the consumer still holds an earlier allocation's claim.
+                # (the ARQ's uuid, its first allocation's) the consumer
+                # still holds an earlier allocation's claim.
                 ours = _release_left_over(placement, context, job)
                 if ours:
                     left_over += 1
@@ -349,28 +398,49 @@ def _undo(placement, context, job, claimed, error):
     """Release the claim and put the ARQ back as it was (if it is still
     ours: a delete or unbind meanwhile has its own way out).  A claim
     sent is released even where its answer was lost (``claimed`` None):
-    Placement may have made it."""
+    Placement may have made it, and may make it still after this release
+    read the consumer (the answer lost on the way, the request still in
+    Placement): the consumer is then recorded for ``release_left_claims``
+    as well, in the transaction that puts the ARQ back."""
     released = True
     if claimed is not None or job.get('claim_sent'):
         try:
-            # Unbound meanwhile and allocated again: the consumer (the
-            # ARQ's uuid) holds the newer allocation's claim, not ours
-            # (which the unbind released), and release_claim leaves it.
+            # The consumer is this allocation's alone: where the ARQ was
+            # unbound and allocated again meanwhile, the newer claim is
+            # under another.
             release_claim(placement, context, job['uuid'], job['bind_id'])
         except exception.PlacementError as e:
             _owe_release(context, job, e)
             released = False
     if released:
-        db_api.write_retrying(context, arq_binding._leave, context,
-                              job['uuid'], job['previous_state'],
-                              (states.BIND_STARTED,),
-                              dict(arq_binding._CLEARED),
-                              bind_id=job['bind_id'])
+        _write_adding(context, _put_back, context, job,
+                      job.get('claim_unanswered', False))
     LOG.info('Allocating accelerator request %s failed: %s', job['uuid'],
              error)
     if isinstance(error, arq_binding._Lost):
         raise exception.Conflict(reason=_lost_reason(context, job)) \
             from error
+
+
+def _put_back(context, job, owe):
+    """The ARQ as it was before the allocation ``job``, if still in its
+    bind; with ``owe``, the consumer recorded as owed a release (whether
+    the ARQ moved or not: the claim is no allocation's)."""
+    arq_binding._leave(context, job['uuid'], job['previous_state'],
+                       (states.BIND_STARTED,), dict(arq_binding._CLEARED),
+                       bind_id=job['bind_id'])
+    if owe:
+        release_db.add(context, consumer_of(job['uuid'], job['bind_id']))
+
+
+def _write_adding(context, fn, *args):
+    """``write_retrying`` of ``fn``, which records a release: where
+    another conductor recorded the same consumer at that moment, it is
+    written again (the record there, adding nothing)."""
+    try:
+        return db_api.write_retrying(context, fn, *args)
+    except db_exc.DBDuplicateEntry:
+        return db_api.write_retrying(context, fn, *args)
 
 
 def _lost_reason(context, job):
@@ -387,26 +457,54 @@ def _lost_reason(context, job):
             f"while it was being allocated")
 
 
-def release_claim(placement, context, arq_uuid, bind_id, claim=None):
-    """Release the claim Placement holds for ARQ ``arq_uuid`` (its
-    consumer) on behalf of bind ``bind_id`` (None: of no bind); True if
-    it released one.  ``claim``: what the consumer holds, as just read.
+def release_claim(placement, context, arq_uuid, bind_id):
+    """Release the claim of the standalone allocation ``bind_id`` of ARQ
+    ``arq_uuid`` (None: of no bind), and a claim left under the ARQ's own
+    uuid; True if it released one.  PlacementError when Placement cannot
+    be asked.
 
-    Every allocation of the ARQ claims under the same consumer, so a
-    release must not take a claim made after it was decided (the ARQ
-    unbound and allocated again meanwhile).  What the consumer holds is
-    read first, then the ARQ's bind: a newer allocation claims only once
-    its bind has started, so if the ARQ is still in ``bind_id`` (or in
-    none, or gone) after the read, what was read is not a newer claim.
-    The release is guarded by the consumer generation read: where the
-    consumer changed since (409), it is left as it is.
+    The allocation's consumer is its own (``consumer_of``): no other
+    claim is ever made under it, so whatever it holds is that
+    allocation's, and a release landing late (overtaken by another
+    release, an unbind, a new allocation of the ARQ and its claim) finds
+    it empty, or holding that allocation's claim still.  The ARQ's uuid
+    is the consumer of its first allocation only (and of allocations made
+    before consumers were per bind): ``_release_own_uuid``."""
+    released = False
+    if bind_id is not None and bind_id != arq_uuid:
+        released = _release_consumer(placement, bind_id)
+    return _release_own_uuid(placement, context, arq_uuid,
+                             bind_id) or released
 
-    Placement starts a consumer that lost its allocations over at
-    generation 1 when it is claimed again, so the guard alone cannot tell
-    two claims apart: only a release still on its way after another
-    release, an unbind, a new allocation and its claim (all since the
-    read) could take a newer claim.  PlacementError when Placement cannot
-    be asked."""
+
+def _release_consumer(placement, consumer):
+    """Empty ``consumer``, at the consumer generation read with what it
+    holds; True if it held something and this emptied it (a 409: it was
+    released meanwhile)."""
+    claim = placement.get_claim(consumer)
+    if not claim['allocations']:
+        return False
+    if placement.release_claim(consumer, claim):
+        return True
+    LOG.info('The claim of Placement consumer %s changed while it was '
+             'released: released meanwhile', consumer)
+    return False
+
+
+def _release_own_uuid(placement, context, arq_uuid, bind_id, claim=None):
+    """Release what the ARQ's own uuid holds as a consumer, on behalf of
+    bind ``bind_id`` (None: of no bind); True if it released a claim.
+    ``claim``: what the consumer holds, as just read.
+
+    That consumer is the ARQ's first allocation's, whose bind is named
+    by the ARQ's uuid: while the ARQ is in that bind (or in any bind but
+    ``bind_id``: the claim may be an allocation's before consumers were
+    per bind, in an upgrade), what it holds is left.  What it holds is
+    read first, then the ARQ's bind: if the ARQ is still in ``bind_id``
+    (or in none, or gone) after the read, the first allocation is over,
+    and nothing claims under the uuid again.  The release is guarded by
+    the consumer generation read: where the consumer changed since (409),
+    it is left as it is."""
     if claim is None:
         claim = placement.get_claim(arq_uuid)
     if not claim['allocations']:
@@ -424,30 +522,33 @@ def release_claim(placement, context, arq_uuid, bind_id, claim=None):
 
 def _owe_release(context, job, error):
     """The claim of ``job`` could not be released (Placement away).  An
-    ARQ still in this allocation, BindStarted, keeps its consumer:
+    ARQ still in this allocation (BindStarted) keeps its consumer:
     ``fail_stuck``, a delete or an unbind releases the claim once
     Placement answers.  One that has left it (deleted or unbound
     meanwhile, its release run before our claim landed), or that the
     stuck-bind check failed meanwhile (its release done before our claim
-    landed), says nothing of the claim any more: the consumer is recorded
-    for ``release_left_claims`` (or the ARQ's next allocation,
-    ``_release_owed``, should that come first)."""
+    landed), says nothing of the claim any more: the allocation's
+    consumer is recorded for ``release_left_claims`` (or, the ARQ's own
+    uuid, the ARQ's next allocation, ``_release_owed``, should that come
+    first)."""
+    consumer = consumer_of(job['uuid'], job['bind_id'])
     try:
         rows = arq_db.get_to_change(context, [job['uuid']])
-        if rows and (rows[0].state, rows[0].bind_id) == (
-                states.BIND_STARTED, job['bind_id']):
+        if rows and rows[0].bind_id == job['bind_id'] and (
+                rows[0].state != states.BIND_FAILED):
             LOG.warning('Could not release the claim of accelerator '
-                        'request %s: %s; the stuck-bind check releases it '
-                        'once Placement answers', job['uuid'], error)
+                        'request %s: %s; the stuck-bind check (or its '
+                        'unbind or deletion) releases it once Placement '
+                        'answers', job['uuid'], error)
             return
-        db_api.write_retrying(context, release_db.add, context, job['uuid'])
+        db_api.write_retrying(context, release_db.add, context, consumer)
     except db_exc.DBDuplicateEntry:
         pass                    # recorded by another conductor's undo
     except Exception:  # noqa: BLE001 - the allocation's own error goes on
         LOG.exception('Could not release the claim of accelerator request '
                       '%s (%s), nor record it for a later release: release '
                       'it by hand (openstack resource provider allocation '
-                      'delete %s)', job['uuid'], error, job['uuid'])
+                      'delete %s)', job['uuid'], error, consumer)
         return
     LOG.warning('Could not release the claim of accelerator request %s, '
                 'deleted, unbound or failed while it was allocated: %s; the '
@@ -462,23 +563,29 @@ def release_left_claims(conf, context):
     ARQ is gone, in no bind or in a failed one, and forget them; returns
     how many were settled.
 
-    Those whose ARQ is gone first: its uuid, the consumer, is then never
-    claimed again.  Then those whose ARQ exists but is in no bind
-    (unbound while its claim could not be released) or BindFailed (the
-    stuck-bind check failed its allocation, Placement away): its unit
-    stays taken otherwise until the ARQ is allocated again or deleted.
-    Each is released by ``release_claim`` on behalf of no bind, or of the
-    failed one (what the consumer holds read, then the ARQ's bind, then a
-    release guarded by the generation read), so that a claim of an
-    allocation started meanwhile is left alone; an ARQ in a bind by then
-    keeps its record for that allocation (``_release_owed``).  The queries
-    leave the other records out, so that any number of them never holds
-    these up."""
-    owed = ([(consumer, None, 'deleted')
+    First the consumers no ARQ is named by: an allocation's own (not the
+    ARQ's uuid) recorded by its undo, or the uuid of an ARQ gone.  None
+    is ever claimed under again: what they hold is released as it is.
+    Then those named by an ARQ that exists but is in no bind (unbound
+    while its claim could not be released) or BindFailed (the stuck-bind
+    check failed its allocation, Placement away): its unit stays taken
+    otherwise until the ARQ is allocated again or deleted.  Each is
+    released by ``release_claim`` on behalf of no bind, or of the failed
+    one, so that a claim of an allocation started meanwhile is left
+    alone; an ARQ in a bind by then keeps its record for that allocation
+    (``_release_owed``).  The queries leave the other records out, so
+    that any number of them never holds these up."""
+    owed = ([(consumer, _NO_ARQ, 'its allocation ended, or its '
+                                  'accelerator request was deleted')
              for consumer in release_db.owed(context)] +
-            [(consumer, bind_id, 'failed' if bind_id else 'unbound')
+            [(consumer, bind_id, 'accelerator request ' + (
+                'failed' if bind_id else 'unbound'))
              for consumer, bind_id in release_db.owed_in_no_bind(context)])
     return _settle(conf, context, owed)
+
+
+# ``_settle``'s bind for a consumer no ARQ is named by.
+_NO_ARQ = object()
 
 
 def release_failed(conf, context, rows):
@@ -489,33 +596,40 @@ def release_failed(conf, context, rows):
     first, an allocation that was only slow could end Bound in between,
     holding its handle with nothing claimed in Placement.  Where Placement
     is away, the records stay for ``release_left_claims``."""
-    return _settle(conf, context, [(row.uuid, row.bind_id, 'failed')
+    return _settle(conf, context, [(row.uuid, row.bind_id,
+                                    'accelerator request failed')
                                    for row in rows])
 
 
 def _settle(conf, context, owed):
     """Release each recorded claim of ``owed``, ``(consumer, bind,
-    what)``: on behalf of ``bind`` (the failed one's, or None), ``what``
-    the ARQ became (deleted, unbound, failed); forget the record unless
-    the ARQ is in another bind by now.  Returns how many were settled."""
+    what)``: the consumer as it is where no ARQ is named by it (bind
+    ``_NO_ARQ``), else the ARQ's on behalf of ``bind`` (the failed one's,
+    or None); ``what`` says why it is owed, for the log.  Forget the
+    record unless the ARQ is in another bind by now.  Returns how many
+    were settled."""
     if not owed:
         return 0
     placement = placement_client.get_client(conf)
     released = 0
     for consumer, bind_id, what in owed:
         try:
-            release_claim(placement, context, consumer, bind_id)
+            if bind_id is _NO_ARQ:
+                _release_consumer(placement, consumer)
+                bind_id = None
+            else:
+                release_claim(placement, context, consumer, bind_id)
         except exception.PlacementError as e:
-            LOG.warning('Could not release the claim of %s accelerator '
-                        'request %s: %s; tried again at the next stuck-bind '
-                        'check', what, consumer, e)
+            LOG.warning('Could not release the claim owed by Placement '
+                        'consumer %s (%s): %s; tried again at the next '
+                        'stuck-bind check', consumer, what, e)
             if getattr(e, 'status_code', 503) >= 500:
                 break           # Placement away: the others would wait too
             continue
         if not db_api.write_retrying(context, release_db.forget_settled,
                                      context, consumer, bind_id):
             continue            # allocated again: that allocation's now
-        LOG.info('Released the claim of accelerator request %s, %s while '
-                 'it was being allocated', consumer, what)
+        LOG.info('Released the claim owed by Placement consumer %s (%s)',
+                 consumer, what)
         released += 1
     return released

@@ -516,8 +516,10 @@ def test_a_stale_allocation_leaves_the_newer_one_s_claim(
         arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
     row = _row(db, uuid)
     assert (row.state, row.consumer_id) == ('Bound', 'pod-2')
+    # The newer allocation claims under a consumer of its own.
+    assert row.bind_id != uuid
     assert {rp: a['resources'] for rp, a in _held(
-        placement_url, uuid)['allocations'].items()} == {
+        placement_url, row.bind_id)['allocations'].items()} == {
         device.rp_uuid: {'FPGA': 1}}
     assert _usage(placement_url, device.rp_uuid) == 1
 
@@ -598,18 +600,22 @@ def test_a_remote_pool_is_no_candidate(aconf, db, ctx, trait,
     assert _row(db, uuid).state == 'Initial'
 
 
-def _is_release(request, consumer):
-    """Whether ``request`` releases ``consumer``'s allocations."""
+def _is_release(request, consumer=None):
+    """Whether ``request`` releases ``consumer``'s allocations (None:
+    any consumer's)."""
+    if consumer is None:
+        consumer = request.path.rsplit('/', 1)[-1]
     return request.path == '/allocations/' + consumer and (
         request.method == 'DELETE' or (request.method == 'PUT'
                                        and request.json()['allocations']
                                        == {}))
 
 
-def _releases_refused(placement_url, consumer):
+def _releases_refused(placement_url, consumer=None):
     """A Placement front forwarding every request to the real one, but
-    answering a release of ``consumer``'s allocations 503, without
-    forwarding it, while ``front.away`` is set: Placement gone."""
+    answering a release of ``consumer``'s allocations (None: of any
+    consumer's) 503, without forwarding it, while ``front.away`` is set:
+    Placement gone."""
     away = threading.Event()
     forward = _forwarder(placement_url, lambda request: False)
 
@@ -637,7 +643,7 @@ def _allocated_racing(aconf, ctx, uuid, meanwhile, placement_url,
         return claim(placement, context, job)
 
     monkeypatch.setattr(arq_allocation, '_claim', released_first)
-    front = _releases_refused(placement_url, uuid)
+    front = _releases_refused(placement_url)
     with front:
         placement_fixture.placement_conf(aconf, front.url)
         placement_client.reset_clients()
@@ -645,9 +651,13 @@ def _allocated_racing(aconf, ctx, uuid, meanwhile, placement_url,
             arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
         # Placement still away: the claim stays, and so does the record.
         assert arq_binding.fail_stuck(aconf, ctx) == 0
-        assert _held(placement_url, uuid)['allocations'] != {}
+        # The consumer the claim was made under.
+        consumer, = {r.path.rsplit('/', 1)[-1] for r in front.requests
+                     if r.method == 'PUT' and not _is_release(r)}
+        assert _held(placement_url, consumer)['allocations'] != {}
     placement_fixture.placement_conf(aconf, placement_url)
     placement_client.reset_clients()
+    return consumer
 
 
 def _owed(db):

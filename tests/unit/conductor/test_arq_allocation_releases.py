@@ -97,7 +97,7 @@ def test_an_unbind_leaves_a_newer_allocation_s_claim(
 
     def watched(context, arq_uuids, released, kept):
         # What Placement holds once the first round's release is done.
-        seen.append(_units(placement_url, uuid))
+        seen.append(_usage(placement_url, device.rp_uuid))
         return unbound(context, arq_uuids, released, kept)
 
     monkeypatch.setattr(arq_binding, 'release_allocations', overtaken)
@@ -105,7 +105,7 @@ def test_an_unbind_leaves_a_newer_allocation_s_claim(
     arq_binding.unbind(aconf, ctx, [uuid])
     # calls[1] and seen[0] are the nested unbind's; then ours, whose
     # release, read in pod-1's bind, left pod-2's claim.
-    assert seen[1] == {device.rp_uuid: 1}
+    assert seen[1] == 1
     row = _row(db, uuid)
     assert (row.state, row.consumer_id) == ('Unbound', None)
     assert _usage(placement_url, device.rp_uuid) == 0
@@ -113,19 +113,23 @@ def test_an_unbind_leaves_a_newer_allocation_s_claim(
 
 def test_a_release_reads_the_claim_before_the_bind(aconf, db, ctx, trait,
                                                    placement_url):
-    """What the consumer holds is read, then the bind checked: a claim
-    read while the ARQ is in the bind released for is that bind's."""
+    """What the ARQ's own uuid holds is read, then the bind checked: a
+    claim read while the ARQ is in the bind released for is that
+    bind's."""
     device = _provide(aconf, db, trait)
     uuid, = _arqs(db, ctx, _group(trait))
     arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
     old_bind = _row(db, uuid).bind_id
+    # The ARQ's first allocation: its consumer is the ARQ's uuid.
+    assert old_bind == uuid
     placement = placement_client.get_client(aconf)
     # Read in pod-1's bind, released after a new allocation: left alone.
     read = placement.get_claim(uuid)
     arq_binding.unbind(aconf, ctx, [uuid])
     arq_allocation.allocate(aconf, ctx, uuid, 'pod-2', 'k8s-pod')
-    assert not arq_allocation.release_claim(placement, ctx, uuid, old_bind,
-                                            claim=read)
+    assert not arq_allocation._release_own_uuid(placement, ctx, uuid,
+                                                old_bind, claim=read)
+    assert not arq_allocation.release_claim(placement, ctx, uuid, old_bind)
     assert _usage(placement_url, device.rp_uuid) == 1
     # The current bind's own release takes it.
     assert arq_allocation.release_claim(placement, ctx, uuid,
@@ -157,7 +161,8 @@ def test_an_unbound_arq_owed_a_release_is_allocated_again(
     row = _row(db, uuid)
     assert (row.state, row.consumer_id) == ('Bound', 'pod-2')
     # Its own claim only: the leaked one is gone, and so is the record.
-    assert _units(placement_url, uuid) == {device.rp_uuid: 1}
+    assert _units(placement_url, uuid) == {}
+    assert _units(placement_url, row.bind_id) == {device.rp_uuid: 1}
     assert _usage(placement_url, device.rp_uuid) == 1
     assert _owed(db) == []
 

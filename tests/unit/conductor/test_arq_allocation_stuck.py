@@ -171,7 +171,8 @@ def test_a_failed_arq_owed_a_release_keeps_a_newer_allocation_s_claim(
     assert arq_allocation.release_left_claims(aconf, ctx) == 0
     row = _row(db, uuid)
     assert (row.state, row.consumer_id) == ('Bound', 'pod-2')
-    assert list(_held(placement_url, uuid)['allocations']) == [
+    # Under pod-2's allocation's own consumer.
+    assert list(_held(placement_url, row.bind_id)['allocations']) == [
         device.rp_uuid]
     assert _usage(placement_url, device.rp_uuid) == 1
     assert _owed(db) == []
