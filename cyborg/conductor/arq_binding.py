@@ -407,8 +407,9 @@ def _take_at_once(context, job):
 def _take(context, job):
     """A free handle of the job's deployable, taken (None: none free).
     Refused when the card is being rewritten (an admin's programming, or
-    another bind's) since Nova chose it: the instance would start on a
-    card whose image changes under it.  A bind that programs the card
+    another bind's, through this deployable or another of the card's)
+    since Nova chose it: the instance would start on a card whose image
+    changes under it.  A bind that programs the card
     itself waits for that programming instead (cyborg.conductor.
     programming).  The take itself checks (``handle_db.take``), so a
     programming starting meanwhile either stops this take or finds its

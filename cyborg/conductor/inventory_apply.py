@@ -44,6 +44,14 @@ LOG = logging.getLogger(__name__)
 # first (lost lock conflicts are retried by db_api.write_retrying).
 MAX_ATTEMPTS = 5
 
+# A host's stored digest from when an FPGA programming recorded the image
+# it loaded on one of the host's cards (cyborg.conductor.programming)
+# until the host's next report is stored: no agent's digest (those are
+# sha256 in hex), so that report is never taken as unchanged.  The agent
+# may have read it before the programming ended (one report is in flight
+# at a time): it is stored without its images (``_programmed_images``).
+PROGRAMMED_DIGEST = 'programmed since the last report; not a digest'
+
 
 class _Outcome:
     def __init__(self, digest, need_full=False, plan=None, synced=False,
@@ -197,12 +205,14 @@ def _write(conf, context, hostname, report, parsed, held):
         return _Outcome(stored_digest, need_full=True)
     plan, stored = _plan(conf, context, hostname, report['full'], parsed,
                          held)
+    kept_images = (_programmed_images(plan)
+                   if stored_digest == PROGRAMMED_DIGEST else 0)
     inventory_db.write(context, plan.add, plan.update, plan.delete)
     changes = _health_changes(plan, stored)
     outbox = _notifications(conf, context, hostname, plan, stored, changes)
     was_synced = bool(host['placement_synced'])
     synced = was_synced and plan.empty
-    digest = stored_digest_of(report['digest'], parsed, plan)
+    digest = stored_digest_of(report['digest'], parsed, plan, kept_images)
     host_db.update(context, hostname, report_digest=digest,
                    placement_synced=synced,
                    last_report_at=clock_db.utcnow())
@@ -214,7 +224,7 @@ def _write(conf, context, hostname, report, parsed, held):
                     serial=serial)
 
 
-def stored_digest_of(digest, parsed, plan):
+def stored_digest_of(digest, parsed, plan, kept_images=0):
     """The digest to store for a report: its own when all of it was
     stored; else one no agent sends, so that the agent's next report,
     a delta based on the digest it was acknowledged, is answered
@@ -222,8 +232,11 @@ def stored_digest_of(digest, parsed, plan):
     what was skipped, and a conductor upgraded meanwhile stores it.  The
     same while the plan kept vanished handles an ARQ holds: each period's
     full report drops those the ARQs have let go (nothing else would: the
-    agent's picture does not change when they are freed)."""
-    if parsed.complete and not plan.kept_handles:
+    agent's picture does not change when they are freed); and when it
+    left out images the report changed (``kept_images``), reported before
+    a programming ended: the next report, read after it, says what the
+    cards run now."""
+    if parsed.complete and not plan.kept_handles and not kept_images:
         return digest
     return hashlib.sha256(b'incomplete\0' + digest.encode()).hexdigest()
 
@@ -258,6 +271,27 @@ def _plan(conf, context, hostname, full, parsed, held):
                                             removed, full, allocated,
                                             **options)
     return plan, stored
+
+
+def _programmed_images(plan):
+    """Leave out of ``plan`` the deployables' images it changes: the
+    first report stored after a programming recorded an image on the
+    host (its digest ``PROGRAMMED_DIGEST``) may have been read before the
+    programming ended (the agent reports a card being programmed as it
+    last reported it), and would put the old image back.  The image the
+    programming recorded wins; the agent's next report, a full one
+    (``stored_digest_of``), read after it, says what the card runs.
+    Returns how many images were left out."""
+    kept, updates = 0, []
+    for row in plan.update['deployables']:
+        if 'bitstream_id' in row:
+            kept += 1
+            row = {k: v for k, v in row.items() if k != 'bitstream_id'}
+            if row.keys() == {'uuid'}:
+                continue
+        updates.append(row)
+    plan.update['deployables'] = updates
+    return kept
 
 
 # Hosts whose skipped parts were logged: {hostname: what}.  Each full

@@ -16,7 +16,10 @@ One programming, in order:
    that is being rewritten, and every Placement sync meanwhile keeps it so;
 4. the agent programs the device; the deployable's ``bitstream_id`` is
    set, and the new function's ``CUSTOM_FPGA_FUNCTION_ID_*`` trait kept
-   as its ``trait_fpga_function_id`` attribute;
+   as its ``trait_fpga_function_id`` attribute (a function id too long
+   for a Placement trait is refused before step 1's download); the
+   host's next report, which the agent may have read before the end,
+   keeps that image (``inventory_apply.PROGRAMMED_DIGEST``);
 5. the mark cleared and the provider synced from the database, whatever
    happened, except when the agent did not answer in time: its
    reservation and traits are what the deployable now is (the new
@@ -47,20 +50,26 @@ mid-programming leaves the mark set: once its time has passed, any
 conductor's periodic ``take_out_overdue`` does the same to the card, one
 conductor only: the one whose guarded update moves the mark on from the
 overdue time it read (the card stays marked meanwhile, and goes overdue
-again if that conductor stops too).
+again if that conductor stops too, not while it works: it keeps the mark
+ahead of the clock however long the take-out takes, ``_Kept``).
 
-Programming rewrites the whole device, so it is refused while another
-instance holds one of the deployable's handles (counted again once the
-mark is set, waiting for binds still taking one: a bind's take checks
-the mark, and a bind refuses a card being programmed unless it programs
-it itself).  A bind that programs counts its own handle only while its
-ARQ still holds it for that bind (unbound meanwhile, it programs
-nothing).  Programmings of one deployable are serialised in this
-conductor, and across conductors by the mark itself: it is set only where
-none is (``claim_programming``), and a programming that finds one, even
-for an image the card already runs, is refused (409; a bind fails), as
-the card is about to change or, left behind by a conductor that died,
-holds what nobody knows.
+Programming rewrites the whole card (one with VFs is programmed through
+its PF, whichever of its deployables asks), so it is refused while
+another instance holds a handle of any of the card's deployables
+(counted again once the mark is committed, waiting for binds still
+taking one).  The mark is on the deployable asked for, and counts for
+the whole card: a bind's take checks every deployable of the card
+(``attach_handles.take``), so a bind on another VF of a card being
+programmed is refused as one on the deployable itself is, unless it
+programs the card itself.  A bind that programs counts its own handle
+only while its ARQ still holds it for that bind (unbound meanwhile, it
+programs nothing).  Programmings of one deployable are serialised in this
+conductor, and those of one card across conductors by the mark itself:
+it is set only where none of the card's deployables has one
+(``claim_programming``, the card's rows locked), and a programming that
+finds one, even for an image the card already runs, is refused (409; a
+bind fails), as the card is about to change or, left behind by a
+conductor that died, holds what nobody knows.
 
 The agent's answer tells whether the card changed: a refusal it makes
 before running the tool (a card or driver it does not have, a bad
@@ -102,6 +111,7 @@ from oslo_log import log as logging
 import oslo_messaging as messaging
 
 from cyborg.agent import rpcapi as agent_rpcapi
+from cyborg.common import context as cyborg_context
 from cyborg.common import exception
 from cyborg.common import metrics
 from cyborg.common import notify
@@ -110,6 +120,7 @@ from cyborg.common import states
 from cyborg.conductor import glance
 from cyborg.conductor import health
 from cyborg.conductor import health_machine
+from cyborg.conductor import inventory_apply
 from cyborg.conductor import placement_sync
 from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
@@ -131,10 +142,18 @@ TRAIT_ATTRIBUTE = 'trait_fpga_function_id'
 # The end of the message of a programming whose outcome is unknown.
 _OUT = 'the card is out of the schedule until a re-probe finds it well'
 
+# The longest FPGA function id whose trait Placement takes: a trait has
+# at most 255 characters, its prefix included.
+MAX_FUNCTION_ID = 255 - len(inventory.FUNCTION_TRAIT_PREFIX)
+
 # Seconds after a programming's deadline before another conductor takes
 # its mark for one its conductor left behind (dead mid-programming): the
 # live conductor gives up at the deadline and clears the mark itself.
 OVERDUE_AFTER = 60
+
+# Seconds between two moves of a mark that this conductor holds while it
+# takes a card out (``_Kept``): well within OVERDUE_AFTER.
+_KEEP_EVERY = OVERDUE_AFTER / 4
 
 _LOCKS = {}
 _LOCKS_LOCK = threading.Lock()
@@ -147,8 +166,22 @@ _REFUSED_BEFORE = (exception.ResourceNotFound, exception.Invalid,
 
 def function_trait(function_id):
     """The Placement trait advertising an FPGA function id: the one the
-    agent's drivers report for it (``inventory.function_trait``)."""
-    return inventory.function_trait(function_id)
+    agent's drivers report for it (``inventory.function_trait``).
+    Invalid when Placement would refuse it (a trait has at most 255
+    characters: a function id of more than ``MAX_FUNCTION_ID`` of them,
+    its prefix added): checked before anything is downloaded or written,
+    as the card would otherwise be programmed with a trait no Placement
+    sync of its host could write."""
+    trait = inventory.function_trait(function_id)
+    if inventory.attribute_problem(TRAIT_ATTRIBUTE, trait) is not None:
+        shown = str(function_id)
+        raise exception.Invalid(
+            reason=f'FPGA function id {shown[:40]!r}... ({len(shown)} '
+                   f'characters) is too long to name a Placement trait '
+                   f'({len(trait)} characters, at most 255): an '
+                   f'accel:function_id has at most {MAX_FUNCTION_ID} '
+                   f'characters')
+    return trait
 
 
 def program_deployable(conf, context, deployable_uuid, image_uuid):
@@ -184,6 +217,7 @@ def program_for_bind(conf, context, deployable_id, group, deadline,
     if bitstream_id:
         image = glance.get_image(conf, bitstream_id)
     else:
+        function_trait(function_id)     # refused before Glance is asked
         image = glance.find_by_function_id(conf, function_id)
     target = deployable_db.program_target_by_id(context, deployable_id)
     if target is None:
@@ -199,23 +233,25 @@ def program(conf, context, target, image, deadline, own_handles,
     ``arq_uuid``: the ARQ whose bind programs, for the notifications;
     ``bind``: (ARQ uuid, bind id, handle id) of a bind that programs, whose
     handle is counted as its own only while it holds it."""
+    function_id = function_id or image.get(glance.FUNCTION_ID_PROPERTY)
+    # Refused before anything is read, downloaded or written.
+    trait = function_trait(function_id) if function_id else None
     with _deployable_lock(target.deployable_id):
         current = deployable_db.program_target_by_id(
             context, target.deployable_id)
-        function_id = function_id or image.get(glance.FUNCTION_ID_PROPERTY)
-        if current.programming_until is not None:
-            # Another conductor's programming (or one left behind): the
-            # card is about to change, or holds what nobody knows.
-            raise exception.Conflict(
-                reason=f'deployable {target.deployable_uuid} is being '
-                       f'programmed (until '
-                       f'{current.programming_until:%Y-%m-%d %H:%M:%S} '
-                       f'UTC)')
+        marked = deployable_db.card_programming(context,
+                                                target.deployable_id)
+        if marked is not None:
+            # Another conductor's programming (or one left behind), of
+            # this deployable or of another of its card's: the card is
+            # about to change, or holds what nobody knows.
+            raise exception.Conflict(reason=_being_programmed(
+                target, marked))
         if current.bitstream_id == image['id']:
             LOG.info('Deployable %s already runs image %s',
                      target.deployable_uuid, image['id'])
-            if function_id:
-                _advertised(conf, context, target, function_trait(function_id))
+            if trait:
+                _advertised(conf, context, target, trait)
             return False
         glance.check_size(conf, image)
         _check_unused(context, target, own_handles, bind)
@@ -237,10 +273,8 @@ def program(conf, context, target, image, deadline, own_handles,
                 notice.started()
                 _run_agent(conf, context, target, image, data, deadline,
                            fetched)
-                trait = function_trait(function_id) if function_id else None
-                db_api.write_retrying(context, _loaded, context,
-                                      target.deployable_id, image['id'],
-                                      trait)
+                db_api.write_retrying(context, _recorded, context, target,
+                                      image['id'], trait)
         except exception.ProgrammingOutcomeUnknown as exc:
             LOG.warning('%s', exc)
             _out_until_probed(
@@ -260,6 +294,16 @@ def program(conf, context, target, image, deadline, own_handles,
     LOG.info('Deployable %s programmed with image %s',
              target.deployable_uuid, image['id'])
     return True
+
+
+def _being_programmed(target, marked):
+    """Why ``target`` cannot be programmed now: ``marked``, (uuid, mark)
+    of the deployable of its card that a programming marks."""
+    uuid, until = marked
+    through = ('' if uuid == target.deployable_uuid
+               else f' through deployable {uuid} of the same card')
+    return (f'deployable {target.deployable_uuid} is being programmed'
+            f'{through} (until {until:%Y-%m-%d %H:%M:%S} UTC)')
 
 
 class _Refused(Exception):
@@ -346,6 +390,19 @@ def _loaded(context, deployable_id, image_uuid, trait):
     deployable_db.set_bitstream(context, deployable_id, image_uuid)
     deployable_db.set_function_trait(context, deployable_id,
                                          TRAIT_ATTRIBUTE, trait)
+
+
+def _recorded(context, target, image_uuid, trait):
+    """The image the agent loaded and its function trait recorded, under
+    the host's lock (serialised with its reports), and the host's digest
+    made ``inventory_apply.PROGRAMMED_DIGEST``: the agent's report in
+    flight may have been read before the programming ended, and would
+    put the old image back; stored after this, it keeps this image, and
+    the agent's next report says what the card runs."""
+    host_db.lock(context, target.hostname)
+    _loaded(context, target.deployable_id, image_uuid, trait)
+    host_db.update(context, target.hostname,
+                   report_digest=inventory_apply.PROGRAMMED_DIGEST)
 
 
 def _check_unused(context, target, own_handles, bind=None):
@@ -501,7 +558,12 @@ def _out_until_probed(conf, context, target, until, reason):
     and a re-probe), then its programming mark (``until``) cleared and
     its provider synced.  Each step is tried; a failure is logged, and
     one before the mark is cleared leaves it for ``take_out_overdue`` to
-    try again."""
+    try again.  Meanwhile the mark is kept ahead of the clock (``_Kept``):
+    a step that outlives ``OVERDUE_AFTER`` (the health change's Placement
+    sync, Placement hung) must not make it overdue, for another conductor
+    to take the card out again while this one still does; should another
+    conductor have moved it all the same, the steps left and the mark are
+    left to that one."""
     steps = (
         ('forget its image', lambda: db_api.write_retrying(
             context, _forgotten, context, target)),
@@ -513,19 +575,75 @@ def _out_until_probed(conf, context, target, until, reason):
                 reason=reason)])),
     )
     failed = False
-    for what, step in steps:
-        try:
-            step()
-        except Exception:
-            failed = True
-            LOG.exception('Deployable %s: could not %s after its '
-                          'unfinished programming', target.deployable_uuid,
-                          what)
+    with _Kept(target, until) as kept:
+        for what, step in steps:
+            if kept.lost:
+                break
+            try:
+                step()
+            except Exception:
+                failed = True
+                LOG.exception('Deployable %s: could not %s after its '
+                              'unfinished programming',
+                              target.deployable_uuid, what)
+    if kept.lost:
+        return
     if not failed:
-        db_api.write_retrying(context, _unmarked, context, target, until)
+        db_api.write_retrying(context, _unmarked, context, target,
+                              kept.until)
     # The health change synced it if the health moved; not if the card
     # was out already, and its function trait is gone either way.
     _sync(conf, context, target)
+
+
+class _Kept:
+    """While the block runs, the deployable's programming mark, ``until``
+    as it enters, is moved on every ``_KEEP_EVERY`` seconds to
+    ``OVERDUE_AFTER`` from now, on a thread of its own (with a context of
+    its own), where it still is what this conductor last set: it goes
+    overdue only once this conductor stops.  ``until``: the mark as last
+    set (the one to clear after the block); ``lost``: another conductor
+    moved it (it took the card over), and it is no longer kept."""
+
+    def __init__(self, target, until):
+        self.until = until
+        self.lost = False
+        self._target = target
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._keep, daemon=True,
+            name=f'keep-mark-{target.deployable_uuid}')
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._stop.set()
+        self._thread.join()
+
+    def _keep(self):
+        context = cyborg_context.get_admin_context()
+        while not self._stop.wait(_KEEP_EVERY):
+            later = clock_db.utcnow() + datetime.timedelta(
+                seconds=OVERDUE_AFTER)
+            try:
+                moved = db_api.write_retrying(
+                    context, deployable_db.set_programming_until, context,
+                    self._target.deployable_id, later, was=self.until)
+            except Exception:
+                LOG.exception('Deployable %s: could not keep its '
+                              'programming mark ahead of the clock',
+                              self._target.deployable_uuid)
+                continue
+            if not moved:
+                LOG.warning('Deployable %s: its programming mark was moved '
+                            'by another conductor while this one took the '
+                            'card out; leaving the card to it',
+                            self._target.deployable_uuid)
+                self.lost = True
+                return
+            self.until = later
 
 
 def _forgotten(context, target):
@@ -542,9 +660,16 @@ def _forgotten(context, target):
     agent says the card runs: nothing while the tool runs or after it
     failed (the agent removes its record first), the image once it
     succeeded.  The host is no longer taken as synced: the trait goes."""
-    host_db.lock(context, target.hostname)
+    host = host_db.lock(context, target.hostname)
     _loaded(context, target.deployable_id, None, None)
-    host_db.update(context, target.hostname, report_digest=None,
+    # Another card's image recorded since the host's last report keeps
+    # the next one from putting an older image back (``_recorded``); it
+    # asks for a full report all the same.
+    programmed = (host is not None and host['report_digest'] ==
+                  inventory_apply.PROGRAMMED_DIGEST)
+    host_db.update(context, target.hostname,
+                   report_digest=(inventory_apply.PROGRAMMED_DIGEST
+                                  if programmed else None),
                    placement_synced=False)
 
 
@@ -578,12 +703,16 @@ def _release(conf, context, target, until):
 
 
 def _claimed(context, target, until):
-    """Set the programming mark where none is; the host unsynced."""
+    """Set the programming mark where none is on the card; the host
+    unsynced.  Committed before the handles are counted again
+    (``_check_unused``): a bind taking one meanwhile either finds the
+    mark or holds the handle's lock, which the count waits for."""
     if not deployable_db.claim_programming(context, target.deployable_id,
                                            until):
         raise _Refused(exception.Conflict(
             reason=f'deployable {target.deployable_uuid} is being '
-                   f'programmed by another request'))
+                   f'programmed by another request (through it or '
+                   f'another deployable of its card)'))
     host_db.update(context, target.hostname, placement_synced=False)
 
 

@@ -17,7 +17,8 @@ _TAKE_TRIES = 5
 def take(context, deployable_id, unless_programmed=False):
     """Mark one free handle of the deployable in use and return its row,
     or None when none is free (or, ``unless_programmed``, when a
-    programming marks the deployable: see ``_TAKE_UNLESS_PROGRAMMED``).
+    programming marks the deployable's card, through it or another of its
+    device's deployables: see ``_TAKE_UNLESS_PROGRAMMED``).
     FOR UPDATE SKIP LOCKED lets concurrent binds on MariaDB/PostgreSQL
     pass each other's candidates; SQLite renders no lock clause (its
     writers are serialised), so the guarded UPDATE with its row count is
@@ -40,8 +41,7 @@ def take(context, deployable_id, unless_programmed=False):
         if row is None:
             return None
         taken = connection.execute(statement, {
-            'handle_id': row.id, 'marked_id': deployable_id,
-            'now': models._now()}).rowcount
+            'handle_id': row.id, 'now': models._now()}).rowcount
         if taken:
             return row
     return None
@@ -58,16 +58,23 @@ _TAKE_HANDLE = (
     sa.update(_H).where(_H.c.id == sa.bindparam('handle_id'),
                         _H.c.in_use == sa.false(), _H.c.gone == sa.false())
     .values(in_use=True, updated_at=sa.bindparam('now')))
-# A bind that does not program the card takes no handle of one being
-# programmed, checked by the take itself: on MariaDB (REPEATABLE READ) the
-# subquery reads the deployable's row with a share lock, the latest
-# committed; on PostgreSQL it reads as of the statement, and a
-# programming marked later finds this handle locked when it counts the
-# card's instances (``count_held``) and waits for the bind's commit; on
-# SQLite writers are serialised.  No extra statement per bind.
+# A bind that does not program the card takes no handle of a card being
+# programmed (through any of its deployables: a card with VFs is
+# programmed whole, through its PF, whichever VF asks), checked by the
+# take itself: on MariaDB (REPEATABLE READ) the subquery reads the card's
+# deployables with share locks, the latest committed (a claim,
+# ``deployables.claim_programming``, locks the same rows in the same
+# order); on PostgreSQL it reads as of the statement, and a programming
+# marked later finds this handle locked when it counts the card's
+# instances (``count_held``, after its mark is committed) and waits for
+# the bind's commit; on SQLite writers are serialised.  The card is found
+# through the handle's control path (its device), not through its
+# deployable's row, which a claim locks later in its scan than the rows
+# before it: no lock cycle with one.  No extra statement per bind.
 _D = models.Deployable.__table__
+_C = models.ControlpathID.__table__
 _TAKE_UNLESS_PROGRAMMED = _TAKE_HANDLE.where(~sa.exists().where(
-    _D.c.id == sa.bindparam('marked_id'),
+    _C.c.id == _H.c.cpid_id, _D.c.device_id == _C.c.device_id,
     _D.c.programming_until.isnot(None)))
 _RELEASE_HANDLE = (
     sa.update(_H).where(_H.c.id == sa.bindparam('handle_id'))

@@ -185,15 +185,48 @@ def _bind_targets():
 _BIND_TARGETS = _bind_targets()
 
 
+def _card_rows(context, deployable_id, columns, lock):
+    """The rows (``columns``) of every deployable of the deployable's card
+    (its device: a card with VFs is programmed whole, through its PF,
+    whichever VF asks), each of them locked (``lock``: 'share' or
+    'update').  All of them, whatever their mark: PostgreSQL locks only
+    the rows a locking read returns, and one that a concurrent
+    programming's uncommitted mark will change, read without it by this
+    statement's snapshot, would be passed over rather than waited for.
+    Locked, each is read as last committed, after any transaction still
+    writing it has ended (on MariaDB as on PostgreSQL)."""
+    d = models.Deployable
+    card = context.session.scalar(
+        sa.select(d.device_id).where(d.id == deployable_id))
+    if card is None:
+        return []
+    return context.session.execute(
+        sa.select(*columns).where(d.device_id == card).order_by(d.id)
+        .with_for_update(read=lock == 'share')).all()
+
+
 @writer
 def being_programmed(context, deployable_id):
-    """Whether a programming marks the deployable, read with a share lock:
-    the latest mark committed, even in a transaction that read the row
-    before it (MariaDB's REPEATABLE READ would show that older read)."""
+    """Whether a programming marks the deployable's card (the deployable
+    or another of its device's), read with a share lock: the latest mark
+    committed, even in a transaction that read the row before it
+    (MariaDB's REPEATABLE READ would show that older read)."""
     d = models.Deployable
-    return context.session.scalar(
-        sa.select(d.programming_until).where(d.id == deployable_id)
-        .with_for_update(read=True)) is not None
+    return any(row.programming_until is not None for row in _card_rows(
+        context, deployable_id, (d.programming_until,), 'share'))
+
+
+@reader
+def card_programming(context, deployable_id):
+    """``(uuid, programming_until)`` of the deployable of the deployable's
+    card (itself or another of its device's) that a programming marks, or
+    None."""
+    d, card = models.Deployable, sa.orm.aliased(models.Deployable)
+    return _sql.connection(context).execute(
+        sa.select(card.uuid, card.programming_until)
+        .join(d, d.device_id == card.device_id)
+        .where(d.id == deployable_id, card.programming_until.isnot(None))
+        .order_by(card.id).limit(1)).first()
 
 
 @reader
@@ -273,9 +306,17 @@ def set_programming_until(context, deployable_id, until, was=None):
 @writer
 def claim_programming(context, deployable_id, until):
     """Mark the deployable as being programmed until ``until`` unless a
-    programming marks it already (this conductor's or another's, live or
-    left behind); returns whether it is now ours."""
+    programming marks its card already (the deployable or another of its
+    device's; this conductor's or another's, live or left behind);
+    returns whether it is now ours.  The card's deployables are locked
+    first (``_card_rows``): two claims on one card, through two of its
+    VFs, run one after the other, and the second finds the first's mark.
+    A bind's take reads the same rows (``attach_handles.take``)."""
     d = models.Deployable
+    rows = _card_rows(context, deployable_id,
+                      (d.id, d.programming_until), 'update')
+    if any(row.programming_until is not None for row in rows):
+        return False
     return context.session.execute(
         sa.update(d).where(d.id == deployable_id,
                            d.programming_until.is_(None))
