@@ -142,10 +142,6 @@ TRAIT_ATTRIBUTE = 'trait_fpga_function_id'
 # The end of the message of a programming whose outcome is unknown.
 _OUT = 'the card is out of the schedule until a re-probe finds it well'
 
-# The longest FPGA function id whose trait Placement takes: a trait has
-# at most 255 characters, its prefix included.
-MAX_FUNCTION_ID = 255 - len(inventory.FUNCTION_TRAIT_PREFIX)
-
 # Seconds after a programming's deadline before another conductor takes
 # its mark for one its conductor left behind (dead mid-programming): the
 # live conductor gives up at the deadline and clears the mark itself.
@@ -167,21 +163,13 @@ _REFUSED_BEFORE = (exception.ResourceNotFound, exception.Invalid,
 def function_trait(function_id):
     """The Placement trait advertising an FPGA function id: the one the
     agent's drivers report for it (``inventory.function_trait``).
-    Invalid when Placement would refuse it (a trait has at most 255
-    characters: a function id of more than ``MAX_FUNCTION_ID`` of them,
-    its prefix added): checked before anything is downloaded or written,
-    as the card would otherwise be programmed with a trait no Placement
-    sync of its host could write."""
-    trait = inventory.function_trait(function_id)
-    if inventory.attribute_problem(TRAIT_ATTRIBUTE, trait) is not None:
-        shown = str(function_id)
-        raise exception.Invalid(
-            reason=f'FPGA function id {shown[:40]!r}... ({len(shown)} '
-                   f'characters) is too long to name a Placement trait '
-                   f'({len(trait)} characters, at most 255): an '
-                   f'accel:function_id has at most {MAX_FUNCTION_ID} '
-                   f'characters')
-    return trait
+    Invalid when Placement would refuse it
+    (``inventory.function_trait_problem``): checked before anything is
+    downloaded or written."""
+    problem = inventory.function_trait_problem(function_id)
+    if problem is not None:
+        raise exception.Invalid(reason=problem)
+    return inventory.function_trait(function_id)
 
 
 def program_deployable(conf, context, deployable_uuid, image_uuid):

@@ -15,11 +15,14 @@ from cyborg.common import exception
 from cyborg.common import states
 from cyborg.db.api import device_profiles as profile_db
 from cyborg.objects import base
+from cyborg.objects import inventory
 
 
 # A group key naming a resource class, whose value is how many units of
 # it the group asks for: one ARQ each.
 RESOURCES_PREFIX = 'resources:'
+# The group key naming the FPGA function its accelerators must run.
+FUNCTION_ID = 'accel:function_id'
 
 
 def resource_amounts(group):
@@ -58,6 +61,12 @@ def check(values, path=''):
                                 % (path, visibility,
                                    ', '.join(states.PROFILE_VISIBILITIES)))
     for index, group in enumerate(values['groups']):
+        function_id = group.get(FUNCTION_ID)
+        problem = (None if function_id is None
+                   else inventory.function_trait_problem(function_id))
+        if problem is not None:
+            raise exception.Invalid(
+                reason=f'{path}groups/{index}/{FUNCTION_ID}: {problem}')
         if not group_size(group):
             # No ARQ would come of it, and Placement refuses a request
             # group with no resources.

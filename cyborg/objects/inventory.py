@@ -94,6 +94,8 @@ FUNCTION_TRAIT_PREFIX = 'CUSTOM_FPGA_FUNCTION_ID_'
 _UUID_SHAPED = re.compile(r'[0-9a-fA-F]{8}(-?)[0-9a-fA-F]{4}\1[0-9a-fA-F]{4}'
                           r'\1[0-9a-fA-F]{4}\1[0-9a-fA-F]{12}')
 _NOT_IN_TRAIT = re.compile(r'[^A-Z0-9_]')
+# The longest trait Placement takes.
+MAX_TRAIT_LENGTH = 255
 
 
 def function_trait(function_id):
@@ -122,6 +124,23 @@ def function_trait(function_id):
         text = '-'.join((digits[:8], digits[8:12], digits[12:16],
                          digits[16:20], digits[20:]))
     return FUNCTION_TRAIT_PREFIX + _NOT_IN_TRAIT.sub('_', text.upper())
+
+
+def function_trait_problem(function_id):
+    """Why FPGA function id ``function_id`` cannot be advertised (its
+    ``function_trait`` longer than Placement takes), or None.  Checked
+    before a profile asking for it is stored and before a card is
+    programmed with it: the card would carry a trait no Placement sync of
+    its host could write."""
+    trait = function_trait(function_id)
+    if len(trait) <= MAX_TRAIT_LENGTH:
+        return None
+    shown = str(function_id)
+    return (f'FPGA function id {shown[:40]!r}... ({len(shown)} characters) '
+            f'is too long to name a Placement trait ({len(trait)} '
+            f'characters, at most {MAX_TRAIT_LENGTH}): an accel:function_id '
+            f'has at most {MAX_TRAIT_LENGTH - len(FUNCTION_TRAIT_PREFIX)} '
+            f'characters')
 
 
 def attribute_problem(key, value):

@@ -80,3 +80,21 @@ def test_delete_by_value_finds_a_uuid_in_any_spelling(service):
     assert got == 204, body
     got, _body = _request(service, 'GET', '/v2/device_profiles/' + uuid)
     assert got == 404
+
+
+def test_a_function_id_too_long_for_a_trait_is_refused(service):
+    """An ``accel:function_id`` whose trait Placement would refuse (over
+    255 characters with its prefix): every bind with the profile would
+    fail once its image downloaded; refused at create, naming the key."""
+    from cyborg.objects import inventory
+
+    longest = inventory.MAX_TRAIT_LENGTH - len(
+        inventory.FUNCTION_TRAIT_PREFIX)
+    for length, status in ((longest, 201), (longest + 1, 400)):
+        got, body = _request(service, 'POST', '/v2/device_profiles', [
+            {'name': f'function-{length}', 'groups': [
+                {'resources:FPGA': '1', 'accel:function_id': 'f' * length}
+            ]}])
+        assert got == status, body
+    assert 'groups/0/accel:function_id' in json.dumps(body), body
+    assert 'too long to name a Placement trait' in json.dumps(body), body

@@ -20,7 +20,7 @@ from tests.unit.conductor import test_programming as tp
 pconf, ctx, glance, agent = tp.pconf, tp.ctx, tp.glance, tp.agent
 device, placement_url = tp.device, tp.placement_url
 
-LONGEST = programming.MAX_FUNCTION_ID
+LONGEST = inventory.MAX_TRAIT_LENGTH - len(inventory.FUNCTION_TRAIT_PREFIX)
 
 
 def test_the_longest_function_id_placement_takes():
