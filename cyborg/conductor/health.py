@@ -32,19 +32,20 @@ readings it queues (``seq``, under the ``sender`` id of its health
 monitor) and re-sends them until a send is answered; a send that timed
 out (the conductor slow or away, RabbitMQ keeping the message) may still
 be delivered, and the same transient fault then counted twice, a
-transition and its notification made twice.  So the conductor remembers,
-per host and sender, the highest number it applied (``APPLIED``), and
-leaves out of a report the readings numbered up to it.  It remembers in
-its memory: a re-send and the late delivery of the send before it that
-reach two different conductors (or one restarted in between) are both
-applied, as before.  Readings without a number (an older agent's, a full
-report's re-statements) are applied as they come.
+transition and its notification made twice.  So the database keeps, per
+host and sender, the highest number applied (``health_senders``), read
+and moved on in the writing transaction of step 2, after the host's row
+lock, and the readings numbered up to it are left out of a report.  A
+late delivery and its re-send served by two conductors (or by one
+restarted in between) are thus serialised on the host's row, and the
+second leaves out what the first applied.  A numbered report always
+takes step 2 (its number is recorded even when nothing else changes).
+A host keeps the ``SENDERS_KEPT`` senders moved on last.  Readings
+without a number (an older agent's, a full report's re-statements) are
+applied as they come.
 """
 
-import collections
 import dataclasses
-import functools
-import threading
 import time
 
 from oslo_log import log as logging
@@ -68,56 +69,11 @@ LOG = logging.getLogger(__name__)
 # Attempts at writing changes that race another conductor (SQLite, which
 # has no row lock for the host).
 MAX_ATTEMPTS = 5
-# Senders (agent health monitors: one per agent start) remembered per
-# host in ``APPLIED``; a late delivery is of the last one or two.
+# Senders (agent health monitors: one per agent start) whose highest
+# applied reading number a host keeps (``health_senders``); a late
+# delivery is of the last one or two.
 SENDERS_KEPT = 4
 _SENDER_MAX_LENGTH = 64
-
-
-class _Applied:
-    """{hostname: {sender: the highest reading number applied}}, and a
-    lock per host that its numbered reports are applied under (so that a
-    late delivery and its re-send, served by two threads, are not both
-    taken for new)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._hosts = {}        # hostname -> OrderedDict(sender -> seq)
-        self._host_locks = {}   # hostname -> threading.Lock
-
-    def host_lock(self, hostname):
-        with self._lock:
-            return self._host_locks.setdefault(hostname, threading.Lock())
-
-    def unseen(self, hostname, sender, numbered):
-        """``(readings, highest number, repeated)``: the readings of
-        ``numbered`` (``[(reading, seq or None)]``) not applied yet, in
-        order, the highest number among them (None: none numbered), and
-        how many were left out."""
-        with self._lock:
-            done = self._hosts.get(hostname, {}).get(sender, 0)
-        readings, top, repeated = [], None, 0
-        for reading, seq in numbered:
-            if seq is not None and seq <= done:
-                repeated += 1
-                continue
-            readings.append(reading)
-            if seq is not None:
-                top = seq if top is None else max(top, seq)
-        return readings, top, repeated
-
-    def note(self, hostname, sender, seq):
-        """The readings of ``sender`` numbered up to ``seq`` are applied
-        (committed)."""
-        with self._lock:
-            senders = self._hosts.setdefault(hostname,
-                                             collections.OrderedDict())
-            senders[sender] = max(senders.pop(sender, 0), seq)
-            while len(senders) > SENDERS_KEPT:
-                senders.popitem(last=False)
-
-
-APPLIED = _Applied()
 
 
 class _Raced(Exception):
@@ -132,35 +88,50 @@ def handle_report(conf, context, hostname, report):
     Returns ``{'accepted': <readings about known devices>}``; raises
     ``Invalid`` for a malformed report (nothing written).  Readings of
     devices the conductor does not know (not reported yet, or removed)
-    are skipped, and so are those this conductor applied already
-    (``APPLIED``: a send that timed out, delivered beside its re-send).
+    are skipped, and so are those applied already (``health_senders``:
+    a send that timed out, delivered beside its re-send, by whichever
+    conductor).
     """
     started = time.monotonic()
     try:
         numbered = _parse(report)
         sender = report.get('sender')
-        if not (isinstance(sender, str) and
-                0 < len(sender) <= _SENDER_MAX_LENGTH) or all(
-                    seq is None for _, seq in numbered):
+        if not _good_sender(sender) or all(
+                seq is None for _, seq in numbered):
             outcome = _apply(conf, context, hostname,
                              [reading for reading, _ in numbered])
-            return {'accepted': outcome.accepted}
-        with APPLIED.host_lock(hostname):
-            readings, top, repeated = APPLIED.unseen(hostname, sender,
-                                                     numbered)
-            if repeated:
-                LOG.info('Health report of %s: %d reading(s) it sent '
-                         'before and this conductor applied already (a '
-                         'send that timed out, delivered late) left out',
-                         hostname, repeated)
-            committed = (None if top is None else functools.partial(
-                APPLIED.note, hostname, sender, top))
-            outcome = _apply(conf, context, hostname, readings,
-                             committed=committed)
+        else:
+            outcome = _apply(conf, context, hostname, None,
+                             numbered=(sender, numbered))
         return {'accepted': outcome.accepted}
     finally:
         metrics.CONDUCTOR_HEALTH_REPORT_SECONDS.observe(
             time.monotonic() - started)
+
+
+def _good_sender(sender):
+    """Whether ``sender`` is an id the database can keep numbers under
+    (an agent's is 32 hex digits); the readings of a report with another
+    are applied as if unnumbered."""
+    return (isinstance(sender, str) and
+            0 < len(sender) <= _SENDER_MAX_LENGTH and sender.isascii()
+            and sender.isprintable() and sender == sender.strip())
+
+
+def _unseen(numbered, done):
+    """``(readings, highest number, repeated)``: the readings of
+    ``numbered`` (``[(reading, seq or None)]``) numbered above ``done``
+    or not numbered, in order, the highest number among them (None:
+    none numbered), and how many were left out."""
+    readings, top, repeated = [], None, 0
+    for reading, seq in numbered:
+        if seq is not None and seq <= done:
+            repeated += 1
+            continue
+        readings.append(reading)
+        if seq is not None:
+            top = seq if top is None else max(top, seq)
+    return readings, top, repeated
 
 
 def apply_readings(conf, context, hostname, readings):
@@ -289,6 +260,8 @@ class _Evaluation:
     was_synced: bool = False
     # The host's sync_serial as the writing transaction left it.
     serial: int = None
+    # Numbered readings left out: applied already.
+    repeated: int = 0
 
 
 def device_key(device_row):
@@ -398,45 +371,57 @@ def _note(result, kind, row, device, old, new):
 # -- applying -----------------------------------------------------------------
 
 def _apply(conf, context, hostname, readings, now=None, vouched=frozenset(),
-           committed=None):
-    """Apply ``readings`` and the timers; ``committed()``, when given, is
-    called once they are (written, or nothing to write)."""
+           numbered=None):
+    """Apply ``readings`` and the timers.  ``numbered``, instead of
+    ``readings``: ``(sender, [(reading, seq or None)])``, a report's
+    readings of which those the host's ``sender`` had applied already
+    are left out, in the writing transaction, which records the highest
+    number applied."""
     now = now or clock_db.utcnow()
     settings = machine.Settings.from_conf(conf)
-    # Optimistic first look without a lock: most reports change nothing.
-    with db_api.reader.using(context):
-        devices, deployables = health_db.records(context, hostname)
-    result = evaluate(settings, hostname, devices, deployables, readings,
-                      now, vouched)
-    if not result.changes:
-        if committed is not None:
-            committed()
-        return result
+    if numbered is None:
+        # Optimistic first look without a lock: most reports change
+        # nothing.
+        with db_api.reader.using(context):
+            devices, deployables = health_db.records(context, hostname)
+        result = evaluate(settings, hostname, devices, deployables,
+                          readings, now, vouched)
+        if not result.changes:
+            return result
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
             # Its own transaction, retried when it loses a lock conflict
             # (and on SQLite holding the write lock from its first read).
             result = db_api.write_retrying(context, _write, conf, context,
                                            hostname, readings, now, settings,
-                                           vouched)
+                                           vouched, numbered)
             break
         except _Raced:
             if attempt == MAX_ATTEMPTS:
                 raise
             LOG.info('Health of host %s changed under us; evaluating '
                      'again.', hostname)
-    if committed is not None:
-        committed()
+    if result.repeated:
+        LOG.info('Health report of %s: %d reading(s) it sent before and '
+                 'applied already (a send that timed out, delivered late) '
+                 'left out', hostname, result.repeated)
     _after_commit(conf, context, hostname, result)
     return result
 
 
-def _write(conf, context, hostname, readings, now, settings, vouched):
+def _write(conf, context, hostname, readings, now, settings, vouched,
+           numbered=None):
     if not host_db.lock(context, hostname):
         return _Evaluation()
+    repeated = 0
+    if numbered is not None:
+        sender, numbered_readings = numbered
+        row_id, done = health_db.applied(context, hostname, sender)
+        readings, top, repeated = _unseen(numbered_readings, done)
     devices, deployables = health_db.records(context, hostname)
     result = evaluate(settings, hostname, devices, deployables, readings,
                       now, vouched)
+    result.repeated = repeated
     for kind, table in (('device', 'devices'),
                         ('deployable', 'deployables')):
         rows = [dict(c.new.columns(since=c.old), uuid=c.row['uuid'],
@@ -444,6 +429,9 @@ def _write(conf, context, hostname, readings, now, settings, vouched):
                 for c in result.changes if c.kind == kind]
         if rows and health_db.write(context, table, rows) != len(rows):
             raise _Raced()
+    if numbered is not None and top is not None:
+        health_db.advance(context, hostname, sender, row_id, top,
+                          SENDERS_KEPT)
     if result.touched_providers:
         host = host_db.get(context, hostname)
         result.digest = host['report_digest']

@@ -41,6 +41,7 @@ from cyborg.conductor import silence
 from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import clock as clock_db
+from cyborg.db.api import health as health_db
 from cyborg.db.api import hosts as host_db
 from cyborg.db.api import inventory as inventory_db
 
@@ -172,6 +173,8 @@ def _forget_rows(conf, context, hostname, last_report_at):
     devices = [row['uuid'] for row in stored['devices']]
     if devices:
         inventory_db.write(context, {}, {}, {'devices': devices})
+    # The numbers of the health readings applied, per agent monitor.
+    health_db.forget_senders(context, hostname)
     # No digest: an agent that reports again is asked for the whole of
     # its inventory.
     host_db.update(context, hostname, report_digest=None,

@@ -120,6 +120,26 @@ class Host(Base):
     last_report_at = sa.Column(DATETIME, nullable=True)
 
 
+class HealthSender(Base):
+    """Ours: per host and agent health monitor (``sender``, one per agent
+    start), the highest reading number (``seq``) whose readings are
+    applied.  Read and moved on in the transaction that applies a
+    numbered health report, under the host's row lock, so that a send
+    delivered late and its re-send are applied once whichever conductors
+    serve them (cyborg.conductor.health).  ``updated_at`` is when it was
+    last moved on: a host keeps the few senders moved on last."""
+
+    __tablename__ = 'health_senders'
+    __table_args__ = (
+        sa.UniqueConstraint('hostname', 'sender',
+                            name='uniq_health_senders0hostname0sender'),
+    )
+
+    hostname = sa.Column(EXACT_NAME, nullable=False)
+    sender = sa.Column(EXACT_NAME, nullable=False)
+    seq = sa.Column(sa.BigInteger, nullable=False)
+
+
 class HealthColumns:
     """Ours: the health state machine's state (cyborg.conductor.health).
 

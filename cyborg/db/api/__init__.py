@@ -11,12 +11,14 @@ read and write rows live in the module of the noun they touch:
   deployables      one deployable: read, list, bind and program targets
   attributes       deployable attributes (the API's attribute resource)
   attach_handles   taking and releasing a handle for a bind
-  health           the health state machine's columns of a host
+  health           the health state machine's columns of a host, and
+                   the highest health reading number applied per agent
   device_profiles  device profiles
   arqs             accelerator requests: every ARQ read goes through
                    ``arqs.select``; every state change is a guarded UPDATE
   nova_events      bind outcomes Nova has not accepted yet
-  placement_releases  Placement claims owed a release whose ARQ is gone
+  placement_releases  Placement claims owed a release (an ARQ gone, an
+                   allocation's own consumer)
   quotas           a project's quota usage and the lock quota-checked
                    creates take
 

@@ -1,10 +1,24 @@
-"""The health columns of a host's devices and deployables.
+"""The health columns of a host's devices and deployables, and the
+health readings applied per agent health monitor.
 
 Owned by the conductor's health state machine (cyborg.conductor.health).
 A host's health records are read in two queries; changes are guarded
 UPDATEs (WHERE the state is still the one read), so two conductors never
 both apply a step.  The caller serialises with the host's reports by
 locking its row first (``hosts.lock``).
+
+``health_senders`` holds, per host and agent health monitor (its
+``sender`` id), the highest reading number applied: read
+(``applied``) and moved on (``advance``) in the transaction that applies
+a numbered report, after the host's row lock, so that two conductors
+applying the same report one after the other leave out, the second,
+what the first applied.  ``applied`` locks the sender's row by its id
+(a record lock only): a locking read of a missing row would take a gap
+lock on MariaDB and MySQL, and two hosts' first reports of new senders
+could then deadlock on their inserts (as ``hosts.lock_or_create`` says);
+a new sender's row is inserted by ``advance``, and moved on by its id.
+Whether a sender has a row is read without a lock, under the host's row
+lock, which every writer of the host's senders holds.
 """
 
 import sqlalchemy as sa
@@ -12,10 +26,28 @@ import sqlalchemy as sa
 from cyborg.common import states
 from cyborg.db import models
 from cyborg.db.api import _sql
+from cyborg.db.api import clock as clock_db
 from cyborg.db.api import reader, writer
 
 _TABLES = {'devices': models.Device.__table__,
            'deployables': models.Deployable.__table__}
+
+_SENDERS = models.HealthSender.__table__
+_SENDER_BY_ID = _SENDERS.c.id == sa.bindparam('b_id')
+# Built once, with bind parameters: numbered reports come with every
+# change an agent sees.
+_SENDER_ID = sa.select(_SENDERS.c.id).where(
+    _SENDERS.c.hostname == sa.bindparam('b_hostname'),
+    _SENDERS.c.sender == sa.bindparam('b_sender'))
+_SENDER_SEQ = (sa.select(_SENDERS.c.seq).where(_SENDER_BY_ID)
+               .with_for_update())
+_ADVANCE = sa.update(_SENDERS).where(_SENDER_BY_ID).values(
+    seq=sa.bindparam('v_seq'), updated_at=sa.bindparam('v_now'))
+_NEW_SENDER = sa.insert(_SENDERS)
+_SENDERS_BY_AGE = (sa.select(_SENDERS.c.id)
+                   .where(_SENDERS.c.hostname == sa.bindparam('b_hostname'))
+                   .order_by(_SENDERS.c.updated_at.desc(),
+                             _SENDERS.c.id.desc()))
 
 _HEALTH_COLUMNS = ('health', 'health_reason', 'health_updated_at',
                    'health_faults', 'health_flaps', 'health_due_at',
@@ -102,3 +134,51 @@ def _due_hosts():
 
 # Built once: every conductor asks every second.
 _DUE_HOSTS = _due_hosts()
+
+
+@writer
+def applied(context, hostname, sender):
+    """(the id of the host's ``sender`` row or None when it has none yet,
+    the highest reading number of it applied or 0), its row locked until
+    the transaction ends.  Call it holding the host's row lock
+    (``hosts.lock``), as every writer of the host's senders does."""
+    connection = _sql.connection(context)
+    found = connection.execute(
+        _SENDER_ID, {'b_hostname': hostname, 'b_sender': sender}).scalar()
+    if found is None:
+        return None, 0
+    # A locking read: the last committed number, whatever snapshot the
+    # transaction reads the rest in.
+    seq = connection.execute(_SENDER_SEQ, {'b_id': found}).scalar()
+    return (None, 0) if seq is None else (found, seq)
+
+
+@writer
+def advance(context, hostname, sender, row_id, seq, kept):
+    """Record ``seq`` as the highest reading number of the host's
+    ``sender`` applied, in the transaction that applied them: on its row
+    ``row_id`` as ``applied`` found it, inserted when None.  The host
+    keeps the ``kept`` senders moved on last; the others' rows are
+    deleted."""
+    connection = _sql.connection(context)
+    now = clock_db.utcnow()
+    if row_id is None:
+        connection.execute(_NEW_SENDER, {
+            'hostname': hostname, 'sender': sender, 'seq': seq,
+            'created_at': now, 'updated_at': now})
+    else:
+        connection.execute(_ADVANCE, {'b_id': row_id, 'v_seq': seq,
+                                      'v_now': now})
+    ids = connection.execute(_SENDERS_BY_AGE,
+                             {'b_hostname': hostname}).scalars().all()
+    if len(ids) > kept:
+        connection.execute(sa.delete(_SENDERS).where(
+            _SENDERS.c.id.in_(ids[kept:])))
+
+
+@writer
+def forget_senders(context, hostname):
+    """Delete the host's ``health_senders`` rows (a retired host
+    forgotten); how many there were."""
+    return _sql.connection(context).execute(
+        sa.delete(_SENDERS).where(_SENDERS.c.hostname == hostname)).rowcount

@@ -64,7 +64,9 @@ def test_mysql_column_collations_match_the_models():
                      ('deployables', 'name'),
                      ('hosts', 'hostname'),
                      ('hosts', 'compute_node_name'),
-                     ('devices', 'hostname')}
+                     ('devices', 'hostname'),
+                     ('health_senders', 'hostname'),
+                     ('health_senders', 'sender')}
 
 
 def test_the_migration_keeps_the_profiles_there_and_matches_them_exactly():
