@@ -11,18 +11,20 @@ One programming, in order:
 2. the data downloaded (refused as soon as it passes that size, where
    Glance gave none) and checked against Glance's digest;
 3. the deployable marked as being programmed (``programming_until``: the
-   deadline plus ``OVERDUE_AFTER``) and its provider synced: the mark
-   reserves it whole in Placement, so nothing is scheduled onto a device
-   that is being rewritten, and every Placement sync meanwhile keeps it so;
+   deadline plus ``OVERDUE_AFTER``) and its card's providers synced: the
+   mark reserves every provider of the card (each deployable of its
+   device, every VF of a card with VFs) whole in Placement, so nothing
+   is scheduled onto a device that is being rewritten, and every
+   Placement sync meanwhile keeps them so;
 4. the agent programs the device; the deployable's ``bitstream_id`` is
    set, and the new function's ``CUSTOM_FPGA_FUNCTION_ID_*`` trait kept
    as its ``trait_fpga_function_id`` attribute (a function id too long
    for a Placement trait is refused before step 1's download); the
    host's next report, which the agent may have read before the end,
    keeps that image (``inventory_apply.PROGRAMMED_DIGEST``);
-5. the mark cleared and the provider synced from the database, whatever
-   happened, except when the agent did not answer in time: its
-   reservation and traits are what the deployable now is (the new
+5. the mark cleared and the card's providers synced from the database,
+   whatever happened, except when the agent did not answer in time: their
+   reservations and traits are what the deployables now are (the new
    function's trait; reserved still if the device went into maintenance
    or failed meanwhile).  A failure before step 4 leaves the traits and
    ``bitstream_id`` as they were, and is raised.
@@ -715,11 +717,14 @@ def _unmarked(context, target, was):
 
 
 def _sync(conf, context, target):
-    """Make the deployable's provider what the database says; a failure is
-    logged and left to the next report or the reconcile."""
-    if target.rp_uuid:
+    """Make the providers of the deployable's card (each of its device's
+    deployables) what the database says: its mark, set or cleared,
+    reserves or frees every one of them.  A failure is logged and left
+    to the next report or the reconcile."""
+    providers = deployable_db.card_providers(context, target.deployable_id)
+    if providers:
         placement_sync.sync_providers(conf, context, target.hostname,
-                                      {target.rp_uuid})
+                                      providers)
 
 
 @contextlib.contextmanager

@@ -8,11 +8,13 @@ adopted), inventory ``{rc: {total: n, max_unit: n, reserved: r}}`` from the
 attributes plus ``OWNER_CYBORG``.
 
 ``reserved`` is the whole total while the device is in maintenance, the
-deployable is gone (hardware vanished under an allocation), is being
-programmed (``programming_until`` set) or its effective health is out of
-the schedule (``states.OUT_OF_SCHEDULE``), so nothing new lands on it; 0
-otherwise.  An out-of-schedule provider also carries
-``states.UNHEALTHY_TRAIT`` so operators and request filters can see it.
+deployable is gone (hardware vanished under an allocation), its card is
+being programmed (``programming_until`` set on it or on any other
+deployable of its card: a card with VFs is rewritten whole, whichever of
+them asked) or its effective health is out of the schedule
+(``states.OUT_OF_SCHEDULE``), so nothing new lands on it; 0 otherwise.
+An out-of-schedule provider also carries ``states.UNHEALTHY_TRAIT`` so
+operators and request filters can see it.
 Allocations already held are never touched: a resource class the rows no
 longer name but allocations still hold (another kind of card in the slot)
 is kept, reserved whole, until they end (``bridged``).  Pure functions: no
@@ -43,7 +45,8 @@ class Provider:
 def blocked(device_status, health, gone=False, programming_until=None):
     """Whether nothing new may land on a deployable: its device is in
     maintenance, its effective ``health`` is out of the schedule, it is
-    gone, or it is being programmed (``programming_until`` set).
+    gone, or it is being programmed (``programming_until`` set: for
+    Placement, the mark of any deployable of its card, ``provider_for``).
     Placement reserves such a deployable whole (``provider_for``) and the
     exports offer none of its units (cyborg.objects.exports): one rule,
     so that Kubernetes and Slurm are not handed what Nova cannot have."""
@@ -57,15 +60,19 @@ def provider_for(deployable, attributes, device_status, parent_uuid,
     """The provider of one deployable.
 
     ``deployable``: a mapping with name, num_accelerators, gone and
-    optionally rp_uuid and programming_until; ``attributes``: {key:
-    value} of that deployable; ``health``: its effective health (the
-    worse of its own and its device's).
+    optionally rp_uuid, programming_until and card_programming_until (the
+    mark of any deployable of its card, as ``inventory.host_providers``
+    reads it: the card is reserved whole, every provider of it, while
+    one of them is marked); ``attributes``: {key: value} of that
+    deployable; ``health``: its effective health (the worse of its own
+    and its device's).
     """
     name = deployable['name']
     total = int(deployable['num_accelerators'])
     unhealthy = health in states.OUT_OF_SCHEDULE
     reserved = blocked(device_status, health, deployable.get('gone'),
-                       deployable.get('programming_until'))
+                       deployable.get('programming_until') or
+                       deployable.get('card_programming_until'))
     inventories = {}
     rc = attributes.get(inventory.RC_ATTRIBUTE)
     if rc and total > 0:

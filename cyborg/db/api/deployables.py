@@ -185,6 +185,34 @@ def _bind_targets():
 _BIND_TARGETS = _bind_targets()
 
 
+def card_key(deployables):
+    """What makes deployables one card, of ``deployables`` (the model, an
+    alias of it, or a table's columns, ``table.c``): their device.  A
+    card with VFs (an Intel DFL card: its PF and VFs, each a deployable
+    of one device) is programmed whole, through its PF, whichever of its
+    deployables asks, and a programming mark on any of them is the
+    card's.  The one definition of a card: every reading of one
+    (``_card_rows``, ``card_programming``, ``card_providers``,
+    ``card_marks``) goes through it."""
+    return deployables.device_id
+
+
+def card_marks():
+    """A grouped subquery: ``card`` (``card_key``) and ``programming_until``
+    (the latest mark of its deployables) of each card a programming
+    marks, for a read of deployables to join on its own ``card_key``
+    (Placement's rows, ``inventory.host_providers``: every provider of
+    the card is reserved whole while any of its deployables is marked).
+    It reads the few marked rows (``deployables_programming_until_idx``),
+    not the card's."""
+    d = _DEPLOYABLES
+    return (sa.select(card_key(d.c).label('card'),
+                      sa.func.max(d.c.programming_until)
+                      .label('programming_until'))
+            .where(d.c.programming_until.isnot(None))
+            .group_by(card_key(d.c)).subquery('card_marks'))
+
+
 def _card_rows(context, deployable_id, columns, lock):
     """The rows (``columns``) of every deployable of the deployable's card
     (its device: a card with VFs is programmed whole, through its PF,
@@ -197,11 +225,11 @@ def _card_rows(context, deployable_id, columns, lock):
     writing it has ended (on MariaDB as on PostgreSQL)."""
     d = models.Deployable
     card = context.session.scalar(
-        sa.select(d.device_id).where(d.id == deployable_id))
+        sa.select(card_key(d)).where(d.id == deployable_id))
     if card is None:
         return []
     return context.session.execute(
-        sa.select(*columns).where(d.device_id == card).order_by(d.id)
+        sa.select(*columns).where(card_key(d) == card).order_by(d.id)
         .with_for_update(read=lock == 'share')).all()
 
 
@@ -224,9 +252,22 @@ def card_programming(context, deployable_id):
     d, card = models.Deployable, sa.orm.aliased(models.Deployable)
     return _sql.connection(context).execute(
         sa.select(card.uuid, card.programming_until)
-        .join(d, d.device_id == card.device_id)
+        .join(d, card_key(d) == card_key(card))
         .where(d.id == deployable_id, card.programming_until.isnot(None))
         .order_by(card.id).limit(1)).first()
+
+
+@reader
+def card_providers(context, deployable_id):
+    """The providers (``rp_uuid``) of every deployable of the
+    deployable's card (itself and its device's others): what a
+    programming mark on it reserves in Placement, and what its sync
+    writes."""
+    d, card = models.Deployable, sa.orm.aliased(models.Deployable)
+    return set(_sql.connection(context).scalars(
+        sa.select(card.rp_uuid)
+        .join(d, card_key(d) == card_key(card))
+        .where(d.id == deployable_id, card.rp_uuid.isnot(None))))
 
 
 @reader

@@ -13,6 +13,7 @@ from cyborg.common import states
 from cyborg.db import models
 from cyborg.db.api import _sql
 from cyborg.db.api import clock as clock_db
+from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import reader, writer
 
 # The tables of a host's inventory, by the names a plan uses.
@@ -232,8 +233,10 @@ def host_providers(context, hostname):
 
     Returns [{'id', 'uuid', 'name', 'num_accelerators', 'rp_uuid', 'gone',
     'programming_until', 'health', 'health_reason', 'health_updated_at'
-    (the deployable's own), 'device_status', 'device_uuid',
-    'device_health', 'attributes': {key: value}}]."""
+    (the deployable's own), 'card_programming_until' (its card's mark:
+    that of any deployable of its device, ``deployables.card_marks``),
+    'device_status', 'device_uuid', 'device_health', 'attributes': {key:
+    value}}]."""
     s = _sql.connection(context)
     deployables = _sql.rows(s.execute(_HOST_DEPLOYABLES,
                                       {'hostname': hostname}))
@@ -250,16 +253,21 @@ def host_providers(context, hostname):
 _D = models.Device.__table__
 _DEP = models.Deployable.__table__
 _A = models.Attribute.__table__
+# A card's programming mark reserves every provider of the card: one join
+# on the few marked rows, grouped by card.
+_MARKS = deployable_db.card_marks()
 # Built once (every change of a host's inventory or health reads these).
 _HOST_DEPLOYABLES = (
     sa.select(_DEP.c.id, _DEP.c.uuid, _DEP.c.name, _DEP.c.num_accelerators,
               _DEP.c.rp_uuid, _DEP.c.gone, _DEP.c.programming_until,
               _DEP.c.health,
               _DEP.c.health_reason, _DEP.c.health_updated_at,
+              _MARKS.c.programming_until.label('card_programming_until'),
               _D.c.status.label('device_status'),
               _D.c.uuid.label('device_uuid'),
               _D.c.health.label('device_health'))
     .join(_D, _D.c.id == _DEP.c.device_id)
+    .outerjoin(_MARKS, _MARKS.c.card == deployable_db.card_key(_DEP.c))
     .where(_D.c.hostname == sa.bindparam('hostname')).order_by(_DEP.c.id))
 _ATTRIBUTES_OF = sa.select(_A.c.deployable_id, _A.c.key, _A.c.value).where(
     _A.c.deployable_id.in_(sa.bindparam('ids', expanding=True)))
