@@ -77,11 +77,18 @@ def _host_inventory(hostname, rows, host_changed_at):
             in_use=bool(row['in_use'])))
     deployables = {}
     devices = {row['id']: row for row in rows['devices']}
+    # A programming mark on any deployable of a card (its device:
+    # deployables.card_key) holds every deployable of it, as Placement
+    # reserves each provider of the card whole.
+    marks = {row['device_id']: row['programming_until']
+             for row in rows['deployables']
+             if row['programming_until'] is not None}
     for row in sorted(rows['deployables'], key=lambda r: r['name']):
         device = devices[row['device_id']]
         schedulable = not provider_tree.blocked(
             device['status'], states.worst(row['health'], device['health']),
-            row['gone'], row['programming_until'])
+            row['gone'],
+            row['programming_until'] or marks.get(row['device_id']))
         deployables.setdefault(row['device_id'], []).append(Deployable(
             uuid=row['uuid'], name=row['name'],
             driver_name=row['driver_name'] or 'unknown',

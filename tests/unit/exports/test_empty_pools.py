@@ -113,3 +113,35 @@ def test_only_the_pool_emptied_is_empty(service):
     empty, = found['nvidia-gpu.cyborg.openstack.org']
     assert empty['spec']['devices'] == []
     assert empty['metadata']['name'] == HOST + '-nvidia-gpu-0'
+
+
+def test_a_card_being_programmed_offers_none_of_its_deployables(service):
+    """A programming mark on one deployable of a card (a VF) holds every
+    deployable of it (its device), as Placement reserves each of its
+    providers whole: the sibling VF was still exported."""
+    ids = api_fixture.seed_device(service.engine, HOST, HOST + '_vf0',
+                                  handles=1)
+    with orm.Session(service.engine) as session, session.begin():
+        cpid = session.scalar(sa.select(models.ControlpathID.id).where(
+            models.ControlpathID.device_id == ids['device_id']))
+        sibling = models.Deployable(
+            uuid='6d1f3c4e-5a0b-4c1d-8e2f-000000000001', name=HOST + '_vf1',
+            num_accelerators=1, device_id=ids['device_id'],
+            driver_name='fake_driver')
+        session.add(sibling)
+        session.flush()
+        session.add_all([
+            models.Attribute(uuid='6d1f3c4e-5a0b-4c1d-8e2f-000000000002',
+                             deployable_id=sibling.id, key='rc',
+                             value='FPGA'),
+            models.AttachHandle(
+                uuid='6d1f3c4e-5a0b-4c1d-8e2f-000000000003',
+                deployable_id=sibling.id, cpid_id=cpid, in_use=False,
+                attach_type='PCI',
+                attach_info='{"domain": "0000", "bus": "0c", '
+                            '"device": "01", "function": "1"}')])
+    before = _slices(service)
+    offered, = before[FAKE]
+    assert len(offered['spec']['devices']) == 2
+    _emptied(service, before, lambda: _deployable(
+        service, ids, programming_until=datetime.datetime(2100, 1, 1)))
