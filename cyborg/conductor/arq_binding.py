@@ -13,11 +13,17 @@ nothing" and "Every bind outcome reaches Nova"):
   writes nothing.  The ARQs then move to BindStarted in one transaction,
   except that an ARQ with nothing slow to do takes its handle and ends
   Bound in that same transaction (one commit for the whole bind; a
-  conductor dying before it leaves the ARQ as it was).  One that found
-  no free handle ends BindFailed before the PATCH returns; the slow work
-  (FPGA programming, mdev creation, fabric attach) runs on a thread pool
-  with ``[DEFAULT]bind_timeout``; the batch's Nova events go out on the
-  threads of ``cyborg.conductor.nova``, which never hold a bind worker.
+  conductor dying before it leaves the ARQ as it was).  One that finds
+  no free handle there refuses the whole PATCH (400, nothing written):
+  Nova, which takes every resolved ARQ for done, would otherwise boot
+  the instance without its device.  The slow work (FPGA programming,
+  mdev creation, fabric attach) runs on a thread pool with
+  ``[DEFAULT]bind_timeout``, its failures ending BindFailed; the batch's
+  Nova events go out on the threads of ``cyborg.conductor.nova``, which
+  never hold a bind worker.
+- A bind for an instance that still holds ARQs (binding or bound) on
+  another host is refused: Nova's compute attaches every ARQ of the
+  instance it finds, the other host's devices too.
 - An ARQ's final state and its Nova event are committed together; the
   batch's events go to Nova in one request once all its ARQs are resolved.
 - Each bind records its conductor (``bind_owner``, ``[DEFAULT]host``).
@@ -283,8 +289,9 @@ def start_bind(conf, context, bindings):
     # A bind with nothing slow to do (no programming, no mdev to make, no
     # fabric attach) takes its handle and ends Bound in the transaction
     # that validates it, before the PATCH is answered: Nova's first read
-    # finds it resolved.  The rest, and the batch's Nova events, go on in
-    # the background.
+    # finds it resolved.  One that finds no free handle refuses the PATCH
+    # (400, nothing written).  The rest, and the batch's Nova events, go
+    # on in the background.
     jobs = awaited.write(context, _start, conf, context, bindings, now,
                          known, batch_id, deadline)
     # Every bind Bound by _start: the batch's events are those _start
@@ -332,7 +339,8 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
     it back: nothing written); returns the jobs.  With a ``batch_id``, a
     bind with nothing slow to do goes on to Bound in the same transaction
     (its job carries the handle as ``bound``); one whose handle is an mdev
-    still to be made stays BindStarted holding it (``handle``).  With
+    still to be made stays BindStarted holding it (``handle``); one that
+    finds no free handle refuses the PATCH (``_take_at_once``).  With
     ``known.overlap`` the writes run while Placement answers
     ``known.asked`` and the answers are checked before the commit; else
     they are checked first.  It never waits for Placement: where it would
@@ -394,14 +402,29 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
 
 
 def _take_at_once(context, job):
-    """The handle of a bind with nothing slow to do, taken in the
-    transaction that starts it; None where the bind takes its usual course
-    (a remote pool, programming, or no free handle: the bind then fails
-    in a transaction of its own, after BindStarted)."""
+    """The handle of a bind with nothing slow to do (a PCI handle, or an
+    mdev's still to be made), taken in the transaction that starts it;
+    None where the bind takes its usual course (a remote pool,
+    programming: a failure then ends it BindFailed, after BindStarted).
+    No free handle raises BindFailed, which rolls the PATCH back: 400,
+    nothing written for any of its ARQs.  Nova's compute takes every
+    resolved ARQ for done without reading its state, so an ARQ ending
+    BindFailed under a 202 booted the instance without its device; a
+    refused PATCH makes Nova end the build instead (and delete the
+    ARQs), as OpenStack Cyborg's refusal does."""
     if (job.get('remote_pool_id') is not None
             or _needs_programming(job['group'])):
         return None
-    return _take(context, job)
+    handle = _take(context, job)
+    if handle is None:
+        raise _no_free_handle(job)
+    return handle
+
+
+def _no_free_handle(job):
+    return exception.BindFailed(
+        reason=f"no free attach handle on resource provider "
+               f"{job['device_rp_uuid']}")
 
 
 def _take(context, job):
@@ -463,8 +486,9 @@ def _validate(conf, context, bindings, known=None, allocations=True):
     """The bind jobs of a PATCH, or a 4xx: ARQs exist and are the caller's,
     are bindable, their provider is an enabled deployable on the host that
     Placement allocated to the instance, enough units of it for these
-    ARQs and those the instance already holds there.  A provider may also
-    be a remote pool's: the
+    ARQs and those the instance already holds there, and the instance
+    holds no ARQ on another host (``_check_one_host``).  A provider may
+    also be a remote pool's: the
     host must then be in one of the pool's aggregates (checked before,
     ``known.hosts_checked``).  ``allocations`` False leaves Placement's
     allocations (``known.asked``) for the caller to check."""
@@ -504,6 +528,7 @@ def _validate(conf, context, bindings, known=None, allocations=True):
                          agent_host=target.hostname,
                          notice=_bind_notice(row, binding,
                                              target.deployable_uuid)))
+    _check_one_host(jobs, elsewhere)
     known.held = _held_by(elsewhere)
     _check_pool_hosts(conf, known, pools, jobs)
     if allocations:
@@ -613,15 +638,55 @@ def _pool_host(pool, hostname):
     return pool.id, pool.aggregates, hostname
 
 
+def _check_one_host(jobs, elsewhere):
+    """BindFailed when an instance bound now on host H still holds ARQs
+    (``elsewhere``: binding, bound, or whose unbind failed) on another
+    host.  Nova reschedules a build that failed on its first host before
+    the ARQs were used (a claim, a late affinity check) by binding new
+    ARQs on another host without deleting the first ones; its compute
+    there then reads every ARQ of the instance and attaches each PCI
+    handle it finds, the first host's too.  Refused, Nova ends the build
+    and deletes the instance's ARQs, as after OpenStack Cyborg's refusal
+    of a bind for an instance that has ARQs.  ARQs the instance holds on
+    H itself (a port's device profile, bound later on the same host) are
+    allowed; Nova's evacuation deletes the ARQs before binding new ones
+    on the destination."""
+    hosts = {}      # {instance uuid: {host name of a job}}
+    for job in jobs:
+        names = hosts.setdefault(job['instance_uuid'], set())
+        names.add(job['hostname'])
+        if job.get('agent_host'):
+            names.add(job['agent_host'])
+    others = {}     # {(instance, host): [held elsewhere]}
+    for row in elsewhere:
+        names = hosts.get(row.instance_uuid)
+        if names is None or row.hostname in names or (
+                row.device_hostname and row.device_hostname in names):
+            continue
+        others.setdefault((row.instance_uuid, row.hostname), []).append(row)
+    if not others:
+        return
+    (instance_uuid, hostname), rows = min(
+        others.items(), key=lambda item: (item[0][0], item[0][1] or ''))
+    bound_to = sorted(job['hostname'] for job in jobs
+                      if job['instance_uuid'] == instance_uuid)[0]
+    held = ', '.join(f'{row.uuid} {row.state}'
+                     for row in sorted(rows, key=lambda r: r.uuid))
+    raise exception.BindFailed(
+        reason=f'instance {instance_uuid} already holds accelerator '
+               f'requests bound on host {hostname} ({held}): they must be '
+               f'deleted before accelerator requests are bound for it on '
+               f'host {bound_to}')
+
+
 def _held_by(elsewhere):
     """{instance uuid: [(provider, resource classes)]} of the ARQs
     ``elsewhere`` (those the bind's instances hold besides the ones bound
-    now, whatever their project).  An instance may hold ARQs of an
-    earlier request: Nova reschedules a build that failed on its first
-    host before the ARQs were used (a claim, a late affinity check) by
-    binding new ARQs on another host, leaving the first ones for its
-    delete by instance.  They count against the instance's allocation
-    on the provider they are bound to (``_check_allocations``)."""
+    now, whatever their project), all on the host bound now
+    (``_check_one_host``): ARQs of an earlier request there, a port's
+    device profile bound after the instance's own.  They count against
+    the instance's allocation on the provider they are bound to
+    (``_check_allocations``)."""
     held = {}
     for row in elsewhere:
         if row.device_rp_uuid:
@@ -1065,9 +1130,7 @@ def _take_handle_in(context, job, finish=None):
     transaction unless the handle is an mdev still to be created."""
     handle = _take(context, job)
     if handle is None:
-        raise exception.BindFailed(
-            reason=f"no free attach handle on resource provider "
-                   f"{job['device_rp_uuid']}")
+        raise _no_free_handle(job)
     if not arq_db.set_attach_handle(context, job['uuid'], handle.id,
                                     job['bind_id']):
         raise _Lost()  # rolls the take back
@@ -1319,8 +1382,9 @@ def _release_mdevs(conf, context, rows):
 
 def release_allocations(conf, rows):
     """Release the Placement allocations of the ARQs among ``rows`` that
-    were allocated standalone (they are their own consumer; an instance's
-    ARQs hold none: Nova's allocation is the instance's).
+    were allocated standalone (each allocation claims under a consumer of
+    its own, ``arq_allocation.consumer_of``; an instance's ARQs hold
+    none: Nova's allocation is the instance's).
 
     Called before the rows change, so that a Placement outage fails the
     unbind or delete (503) instead of leaving an allocation nobody will
@@ -1615,9 +1679,10 @@ def _fail_abandoned(conf, context, abandoned, reason):
     if failed:
         from cyborg.conductor import arq_allocation
 
-        # Only the claim of the bind failed: where the ARQ was unbound and
-        # allocated again since, the consumer (the ARQ's uuid) holds the
-        # newer claim, which release_claim leaves.
+        # Only the claim of the bind failed, under that bind's own
+        # consumer (arq_allocation.consumer_of): where the ARQ was
+        # unbound and allocated again since, the newer allocation claims
+        # under a consumer of its own, which release_claim leaves.
         arq_allocation.release_failed(
             conf, context, [r for r in failed if r.consumer_id])
         nova.deliver_batch(conf, context, batch_id)

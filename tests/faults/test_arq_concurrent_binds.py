@@ -1,5 +1,6 @@
 """50 binds at once competing for 16 attach handles, on the real MariaDB and
-PostgreSQL servers: exactly 16 Bound, 34 BindFailed, no handle twice.
+PostgreSQL servers: exactly 16 Bound, 34 refused (BindFailed raised by
+the bind: a 400 at the API) and left Initial, no handle twice.
 And a bind never fails while a handle of its device is free: a
 transaction taking a handle locks that handle only."""
 
@@ -23,13 +24,16 @@ from cyborg.db.api import deployables as deployable_db
 from cyborg.placement import client as placement_client
 from tests.fixtures import arqs as seed
 from tests.fixtures import databases
+from tests.fixtures import notifications
 from tests.fixtures import placement as placement_fixture
+from tests.fixtures import recording_http
 
 BINDS = 50
 HANDLES = 16
 
 # The real Placement, shared by this module's tests.
 placement_url = seed.placement_url
+fake_nova = recording_http.fake_nova
 
 
 @pytest.fixture(params=['mysql', 'postgresql'])
@@ -43,43 +47,79 @@ def server_db(request):
         engine.dispose()
 
 
-def test_fifty_binds_sixteen_handles(conf, server_db, placement_url):
+def test_fifty_binds_sixteen_handles(conf, server_db, placement_url,
+                                     fake_nova):
     placement_fixture.placement_conf(conf, placement_url)
     placement_client.reset_clients()
+    conf.set_override('auth_type', 'none', group='nova')
+    conf.set_override('endpoint_override', fake_nova.url, group='nova')
     device = seed.seed_device(server_db, handles=HANDLES)
     profile = seed.seed_profile(server_db, [{'resources:FPGA': '1'}])
     ctx = cyborg_context.RequestContext(project_id='p1', is_service=True)
     arqs = [arq_binding.create(ctx, profile, 'p1')[0]['uuid']
             for _ in range(BINDS)]
+    instance = {arq: str(uuidlib.uuid4()) for arq in arqs}
 
     def bind(arq_uuid):
+        """The bind's future, or the BindFailed refusing it."""
         binding = {'hostname': device.hostname,
                    'device_rp_uuid': device.rp_uuid,
-                   'instance_uuid': str(uuidlib.uuid4())}
+                   'instance_uuid': instance[arq_uuid]}
         context = cyborg_context.RequestContext(project_id='p1',
                                                 is_service=True)
-        return arq_binding.start_bind(conf, context, {arq_uuid: binding})
+        try:
+            return arq_binding.start_bind(conf, context,
+                                          {arq_uuid: binding})
+        except exception.BindFailed as e:
+            return e
 
-    with concurrent.futures.ThreadPoolExecutor(BINDS) as pool:
-        work = list(pool.map(bind, arqs))
-    for future in work:
-        future.result(60)
+    with notifications.published(conf) as sent:
+        with concurrent.futures.ThreadPoolExecutor(BINDS) as pool:
+            work = dict(zip(arqs, pool.map(bind, arqs)))
+        refused = {arq: e for arq, e in work.items()
+                   if isinstance(e, exception.BindFailed)}
+        accepted = [arq for arq in arqs if arq not in refused]
+        for arq in accepted:
+            # Its events delivered too.
+            work[arq].result(60)
+        # One arq.bind.end per Bound ARQ; no arq.bind.error: a refused
+        # bind announces nothing.
+        events = sorted((n[1]['event_type'],
+                         n[1]['payload']['cyborg_object.data']['uuid'])
+                        for n in sent())
+    assert events == sorted(('arq.bind.end', arq) for arq in accepted)
 
-    rows = seed.arq_rows(server_db).values()
-    states = sorted(r.state for r in rows)
-    assert states.count('Bound') == HANDLES
-    assert states.count('BindFailed') == BINDS - HANDLES
-    handles = [r.attach_handle_id for r in rows if r.state == 'Bound']
+    # Each refusal is a 400 saying why.
+    assert len(refused) == BINDS - HANDLES
+    assert {(e.code, str(e)) for e in refused.values()} == {
+        (400, f'Binding failed: no free attach handle on resource provider '
+              f'{device.rp_uuid}')}
+    rows = seed.arq_rows(server_db)
+    assert sorted(rows) == sorted(arqs)
+    assert {arq for arq, r in rows.items() if r.state == 'Bound'} == set(
+        accepted)
+    # A refused bind wrote nothing: its ARQ is as it was, bindable again.
+    assert {arq: (r.state, r.hostname, r.device_rp_uuid, r.instance_uuid,
+                  r.attach_handle_id, r.deployable_id, r.bind_id,
+                  r.bind_started_at, r.bind_owner, r.bind_failure_reason)
+            for arq, r in rows.items() if arq in refused} == dict.fromkeys(
+        refused, ('Initial',) + (None,) * 9)
+    handles = [rows[arq].attach_handle_id for arq in accepted]
     assert None not in handles
     assert len(set(handles)) == HANDLES
-    assert all(r.attach_handle_id is None for r in rows
-               if r.state == 'BindFailed')
     assert seed.handles_in_use(server_db) == HANDLES
     with server_db.connect() as c:
         in_use = set(c.scalars(sa.select(models.AttachHandle.id).where(
             models.AttachHandle.in_use.is_(True))))
+        waiting = c.scalar(sa.select(sa.func.count()).select_from(
+            models.NovaEvent))
     assert in_use == set(handles)
-
+    # Nova heard of each Bound ARQ once, as completed, and of nothing
+    # else; no event is left to send.
+    assert sorted((e['tag'], e['server_uuid'], e['status'])
+                  for e in fake_nova.events) == sorted(
+        (arq, instance[arq], 'completed') for arq in accepted)
+    assert waiting == 0
 
 
 @pytest.mark.parametrize('devices', [8, 64])

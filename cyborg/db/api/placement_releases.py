@@ -1,10 +1,12 @@
 """Placement consumers whose allocations cyborg owes a release (owned by
 cyborg.conductor.arq_allocation): the claims of standalone allocations
 whose accelerator request was deleted or unbound while Placement could not
-release them, recorded where the release failed, and those of allocations
-the stuck-bind check fails, recorded in the transaction that fails them
-(released just after, or later should Placement be away).  Forgotten once
-the release is done."""
+release them, recorded where the release failed (under the allocation's
+own consumer, ``arq_allocation.consumer_of``, or the request's uuid), and
+those of allocations the stuck-bind check fails, recorded under the
+request's uuid in the transaction that fails them (released just after,
+or later should Placement be away).  Forgotten once the release is
+done."""
 
 import sqlalchemy as sa
 
@@ -31,10 +33,13 @@ def add(context, consumer_uuid):
 
 @reader
 def owed(context, limit=100):
-    """The consumers recorded whose accelerator request is gone, oldest
-    first, ``limit`` at most.  Those whose request still exists are left
-    out by the query itself: however many there are, they never hold up
-    the others."""
+    """The consumers recorded that name no accelerator request, oldest
+    first, ``limit`` at most: the uuids of accelerator requests that are
+    gone, and the allocations' own consumers (a standalone allocation's
+    bind identity, ``arq_allocation.consumer_of``, recorded by its undo),
+    which no request is named by.  Those named by a request that still
+    exists are left out by the query itself: however many there are,
+    they never hold up the others."""
     return list(_sql.connection(context).scalars(
         sa.select(_OWED.c.consumer_uuid)
         .where(~sa.exists().where(_ARQ.c.uuid == _OWED.c.consumer_uuid))

@@ -237,13 +237,13 @@ def test_unknown_or_foreign_arq_is_404(aconf, db, ctx, device):
 
 def test_arqs_an_instance_holds_count_against_its_allocation(
         aconf, db, ctx, device, placement_url):
-    """An instance may hold ARQs of an earlier request: Nova reschedules
-    a build that failed on its first host before using them (a claim, a
-    late affinity check) by binding new ARQs on another host, and deletes
-    the first ones with the instance.  Such a bind was refused (400, the
-    instance "already has" an ARQ bound), and the instance went to ERROR
-    instead of building elsewhere.  What it holds counts against its
-    allocation on the provider instead."""
+    """What an instance already holds on the host it is bound on counts
+    against its allocation on the provider.  ARQs it holds on another
+    host (Nova rescheduled a build that failed on its first host before
+    using them, a claim or a late affinity check, without deleting them)
+    refuse the bind: Nova's compute would attach them too
+    (test_nova_bind_contract.py); once Nova deleted them, the bind on
+    the other host goes through."""
     other = seed.seed_device(db, hostname='host-b', handles=2)
     _providers(aconf, (device.rp_uuid, device.name),
                (other.rp_uuid, other.name))
@@ -258,16 +258,24 @@ def test_arqs_an_instance_holds_count_against_its_allocation(
         arq_binding.start_bind(aconf, ctx, {second: _binding(device,
                                                              instance)})
     assert _state(db, second).state == 'Initial'
-    # Rescheduled: the allocation moved to another host's provider, and
-    # the new ARQ is bound there while the first is still Bound.
+    # Rescheduled: the allocation moved to another host's provider, the
+    # first ARQ still Bound on the first host.
     _placement_put(placement_url, '/allocations/' + instance, {
         'allocations': {other.rp_uuid: {'resources': {'FPGA': 1}}},
         'project_id': 'p1', 'user_id': 'u1', 'consumer_generation': 1,
         'consumer_type': 'INSTANCE'})
+    with pytest.raises(exception.BindFailed,
+                       match=f'already holds accelerator requests bound on '
+                             f'host {device.hostname} \\({first} Bound\\)'):
+        arq_binding.start_bind(aconf, ctx, {second: _binding(other,
+                                                             instance)})
+    assert _state(db, second).state == 'Initial'
+    assert _state(db, first).state == 'Bound'
+    assert seed.handles_in_use(db) == 1
+    # Nova's delete by instance takes the first; a new request binds.
+    assert arq_binding.delete(aconf, ctx, [first]) == []
     _bind(aconf, ctx, {second: _binding(other, instance)})
     assert _state(db, second).state == 'Bound'
-    assert _state(db, first).state == 'Bound'
-    # Nova's delete by instance takes both.
     assert arq_binding.delete(aconf, ctx, instance_uuid=instance) == []
     assert seed.handles_in_use(db) == 0
 
@@ -460,16 +468,26 @@ def test_a_late_answer_is_waited_for_outside_the_transaction(
     assert not seen.open_between(asked[0] + 0.6, answered[0])
 
 
-def test_no_free_handle_ends_bind_failed(aconf, db, ctx, fake_nova):
+def test_no_free_handle_is_400_and_writes_nothing(aconf, db, ctx,
+                                                  fake_nova):
+    """Nova takes a resolved ARQ for done whatever its state: a bind
+    ending BindFailed under a 202 booted the instance without its device.
+    Refused, Nova ends the build (tests/unit/conductor/
+    test_nova_bind_contract.py goes through the API)."""
     device = seed.seed_device(db, handles=1)
     uuids = _create(db, ctx, [{'resources:FPGA': '1'}] * 2)
-    for uuid in uuids:
-        _bind(aconf, ctx, {uuid: _binding(device)})
+    _bind(aconf, ctx, {uuids[0]: _binding(device)})
+    with pytest.raises(exception.BindFailed,
+                       match='no free attach handle') as e:
+        arq_binding.start_bind(aconf, ctx, {uuids[1]: _binding(device)})
+    assert e.value.code == 400
     rows = seed.arq_rows(db)
-    assert [rows[u].state for u in uuids] == ['Bound', 'BindFailed']
-    assert 'no free attach handle' in rows[uuids[1]].bind_failure_reason
+    assert [rows[u].state for u in uuids] == ['Bound', 'Initial']
     assert rows[uuids[1]].attach_handle_id is None
-    assert [e['status'] for e in fake_nova.events] == ['completed', 'failed']
+    assert seed.handles_in_use(db) == 1
+    fake_nova.wait_for_events(1)
+    assert [(e['tag'], e['status']) for e in fake_nova.events] == [
+        (uuids[0], 'completed')]
 
 
 def test_unbind_frees_the_handle_and_clears_the_binding(aconf, db, ctx,

@@ -48,8 +48,9 @@ def ctx():
     return cyborg_context.RequestContext(project_id='p1', is_service=True)
 
 
-def _arqs(db, ctx, count):
-    profile = seed.seed_profile(db, [{'resources:FPGA': str(count)}])
+def _arqs(db, ctx, count, extra=None):
+    profile = seed.seed_profile(db, [dict(extra or {},
+                                          **{'resources:FPGA': str(count)})])
     return [a['uuid'] for a in arq_binding.create(ctx, profile, 'p1')]
 
 
@@ -69,7 +70,13 @@ def test_bind_outcomes_are_timed(mconf, db, ctx):
     _bind(mconf, ctx, seed.seed_device(db, handles=2), _arqs(db, ctx, 2))
     assert _value(name, {'outcome': 'bound'}) == bound + 2
     assert _value(name, {'outcome': 'failed'}) == failed
-    _bind(mconf, ctx, seed.seed_device(db, handles=0), _arqs(db, ctx, 1))
+    full = seed.seed_device(db, handles=0)
+    # Refused (400, nothing written): no bind, no outcome.
+    with pytest.raises(exception.BindFailed):
+        _bind(mconf, ctx, full, _arqs(db, ctx, 1))
+    assert _value(name, {'outcome': 'failed'}) == failed
+    # Failed in the background: a bind that programs finds no handle.
+    _bind(mconf, ctx, full, _arqs(db, ctx, 1, {'accel:function_id': 'f1'}))
     assert _value(name, {'outcome': 'failed'}) == failed + 1
     assert _value(name, {'outcome': 'bound'}) == bound + 2
 

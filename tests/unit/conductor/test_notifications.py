@@ -244,10 +244,27 @@ def test_refused_bind_sends_nothing(nconf, db, ctx, device, consumer):
         'arq.create']
 
 
-def test_failed_bind_sends_an_error_with_the_reason(nconf, db, ctx,
-                                                    consumer):
+def test_no_free_handle_is_refused_and_sends_nothing(nconf, db, ctx,
+                                                     consumer):
+    """A bind with nothing slow to do that finds no free handle refuses
+    the PATCH: no arq.bind.* (the ARQ never left Initial)."""
     full = seed.seed_device(db, hostname=HOST, handles=0)
     uuid, = _create(nconf, db, ctx)
+    consumer.wait_for('arq.create')
+    with pytest.raises(exception.BindFailed, match='no free attach handle'):
+        arq_binding.start_bind(nconf, ctx, {uuid: _binding(full)})
+    assert seed.arq_rows(db)[uuid].state == 'Initial'
+    assert [n[2] for n in _sentinel(nconf, db, ctx, consumer)] == [
+        'arq.create']
+
+
+def test_failed_bind_sends_an_error_with_the_reason(nconf, db, ctx,
+                                                    consumer):
+    """A bind failing in the background: one that programs the card
+    (answered 202 before it takes a handle) finds none free."""
+    full = seed.seed_device(db, hostname=HOST, handles=0)
+    uuid, = _create(nconf, db, ctx, [{'resources:FPGA': '1',
+                                      'accel:function_id': 'f1'}])
     binding = _binding(full)
     _bind(nconf, ctx, {uuid: binding})
     seen = consumer.wait_for('arq.bind.error')

@@ -1,0 +1,401 @@
+"""What Nova makes of the answer to its bind (PATCH
+/v2/accelerator_requests).
+
+Nova's compute (``_get_bound_arq_resources``), once the PATCH answered
+2xx, reads the instance's resolved ARQs and takes every one for done
+without reading its state; where they are not exactly those it bound, it
+reads every ARQ of the instance and its virt driver attaches each PCI
+handle among them.  So:
+
+- a bind that can only end BindFailed must refuse the PATCH (400, nothing
+  written): answered 202 and failed, the instance booted without its
+  device.  Only binds with slow work left (programming, an mdev to make,
+  a fabric attach) are answered before they can fail;
+- a bind for an instance that still holds ARQs on another host (a build
+  rescheduled after its claim failed there, its ARQs left) is refused:
+  accepted, the second host's compute attached the first host's device
+  too.  Nova then ends the build and deletes the instance's ARQs.
+
+Conductor-level tests first, then the API as Nova calls it.
+"""
+
+import json
+import uuid as uuidlib
+
+import pytest
+import requests
+import sqlalchemy as sa
+import webob
+
+from cyborg.common import exception
+from cyborg.conductor import arq_binding
+from cyborg.db import models
+from cyborg.placement import embedded
+from tests.fixtures import api as api_fixture
+from tests.fixtures import arqs as seed
+from tests.fixtures import recording_http
+
+# The real Placement, shared by this module's tests.
+placement_url = seed.placement_url
+fake_nova = recording_http.fake_nova
+
+aconf = seed.bind_conf
+ctx = seed.service_ctx
+
+FPGA = {'resources:FPGA': '1'}
+
+
+def _create(db, ctx, groups=(FPGA,)):
+    profile = seed.seed_profile(db, list(groups))
+    return [a['uuid'] for a in arq_binding.create(ctx, profile, 'p1')]
+
+
+def _binding(device, instance, hostname=None):
+    return {'hostname': hostname or device.hostname,
+            'device_rp_uuid': device.rp_uuid, 'instance_uuid': instance}
+
+
+def _events_recorded(engine, arq_uuids):
+    with engine.connect() as c:
+        return c.scalar(sa.select(sa.func.count()).select_from(
+            models.NovaEvent).where(models.NovaEvent.arq_uuid.in_(
+                list(arq_uuids))))
+
+
+def _untouched(row):
+    """An ARQ as a refused bind must leave it: Initial, no binding."""
+    return (row.state, row.hostname, row.instance_uuid, row.device_rp_uuid,
+            row.attach_handle_id, row.bind_id, row.bind_started_at) == (
+        'Initial', None, None, None, None, None, None)
+
+
+# -- no free attach handle ----------------------------------------------------
+
+def test_a_patch_one_of_whose_arqs_finds_no_handle_writes_nothing(
+        aconf, db, ctx, fake_nova):
+    """One ARQ short of a handle (another instance's ARQ holds the only
+    one: Nova deleted it while cyborg was away) refuses the whole PATCH,
+    its other ARQ too: no handle taken, no Nova event recorded."""
+    roomy = seed.seed_device(db, hostname='host-a', handles=2)
+    full = seed.seed_device(db, hostname='host-a', handles=1)
+    leaked, = _create(db, ctx)
+    arq_binding.start_bind(aconf, ctx, {leaked: _binding(
+        full, str(uuidlib.uuid4()))}).result(30)
+    fake_nova.wait_for_events(1)
+    instance = str(uuidlib.uuid4())
+    first, second = _create(db, ctx, [{'resources:FPGA': '2'}])
+    with pytest.raises(exception.BindFailed) as e:
+        arq_binding.start_bind(aconf, ctx, {
+            first: _binding(roomy, instance),
+            second: _binding(full, instance)})
+    assert e.value.code == 400
+    assert str(e.value) == (f'Binding failed: no free attach handle on '
+                            f'resource provider {full.rp_uuid}')
+    rows = seed.arq_rows(db)
+    assert _untouched(rows[first]) and _untouched(rows[second])
+    assert seed.handles_in_use(db) == 1
+    assert _events_recorded(db, [first, second]) == 0
+    assert [e['tag'] for e in fake_nova.events] == [leaked]
+
+
+def test_an_mdev_bind_that_finds_no_handle_is_refused(aconf, db, ctx):
+    """An mdev still to be made is slow work, but its handle is taken in
+    the PATCH's transaction: none free, the PATCH is refused."""
+    gpu = seed.seed_device(db, hostname='gpu-host', handles=0,
+                           attach_type='MDEV')
+    uuid, = _create(db, ctx, [{'resources:VGPU': '1'}])
+    with pytest.raises(exception.BindFailed,
+                       match='no free attach handle') as e:
+        arq_binding.start_bind(aconf, ctx, {uuid: _binding(
+            gpu, str(uuidlib.uuid4()))})
+    assert e.value.code == 400
+    assert _untouched(seed.arq_rows(db)[uuid])
+    assert _events_recorded(db, [uuid]) == 0
+
+
+def test_a_bind_that_programs_still_fails_after_the_answer(aconf, db, ctx,
+                                                           fake_nova):
+    """A bind that programs the card is answered before it takes its
+    handle: finding none, it ends BindFailed and Nova is told (Nova waits
+    for that event: the ARQ is not resolved when it first reads)."""
+    full = seed.seed_device(db, hostname='host-a', handles=0)
+    uuid, = _create(db, ctx, [dict(FPGA, **{'accel:function_id': 'f1'})])
+    instance = str(uuidlib.uuid4())
+    arq_binding.start_bind(aconf, ctx, {uuid: _binding(
+        full, instance)}).result(30)
+    row = seed.arq_rows(db)[uuid]
+    assert row.state == 'BindFailed'
+    assert 'no free attach handle' in row.bind_failure_reason
+    event, = fake_nova.wait_for_events(1)
+    assert (event['tag'], event['status'], event['server_uuid']) == (
+        uuid, 'failed', instance)
+
+
+# -- ARQs the instance holds on another host ----------------------------------
+
+def _hold(db, uuid, state):
+    """Leave a bound ARQ in ``state``, as a bind in progress, an unbind
+    that failed, or a bind that failed (its handle freed) would."""
+    values = {'state': state}
+    row = seed.arq_rows(db)[uuid]
+    with db.begin() as c:
+        if state == 'BindFailed':
+            values.update(attach_handle_id=None,
+                          bind_failure_reason='earlier failure')
+            c.execute(sa.update(models.AttachHandle).where(
+                models.AttachHandle.id == row.attach_handle_id).values(
+                in_use=False))
+        c.execute(sa.update(models.ExtARQ).where(
+            models.ExtARQ.uuid == uuid).values(**values))
+
+
+@pytest.mark.parametrize('state, refused', [
+    ('Bound', True), ('BindStarted', True), ('UnbindFailed', True),
+    ('BindFailed', False)])
+def test_arqs_held_on_another_host_refuse_the_bind(aconf, db, ctx, state,
+                                                   refused):
+    """Nova rescheduled a build whose claim failed on host-a without
+    deleting its ARQ there, and binds a new one on host-b."""
+    a = seed.seed_device(db, hostname='host-a', handles=1)
+    b = seed.seed_device(db, hostname='host-b', handles=1)
+    instance = str(uuidlib.uuid4())
+    earlier, = _create(db, ctx)
+    arq_binding.start_bind(aconf, ctx, {earlier: _binding(
+        a, instance)}).result(30)
+    _hold(db, earlier, state)
+    new, = _create(db, ctx)
+    if not refused:
+        arq_binding.start_bind(aconf, ctx, {new: _binding(
+            b, instance)}).result(30)
+        assert seed.arq_rows(db)[new].state == 'Bound'
+        return
+    with pytest.raises(exception.BindFailed) as e:
+        arq_binding.start_bind(aconf, ctx, {new: _binding(b, instance)})
+    assert e.value.code == 400
+    assert str(e.value) == (
+        f'Binding failed: instance {instance} already holds accelerator '
+        f'requests bound on host host-a ({earlier} {state}): they must be '
+        f'deleted before accelerator requests are bound for it on host '
+        f'host-b')
+    rows = seed.arq_rows(db)
+    assert _untouched(rows[new])
+    assert rows[earlier].state == state
+    assert seed.handles_in_use(db) == 1
+    assert _events_recorded(db, [new]) == 0
+
+
+def test_arqs_held_on_the_same_host_are_allowed(aconf, db, ctx):
+    """Nova binds a port's device profile after the instance's own, on
+    the same host; Nova's name for it (the compute node's) and the
+    agent's are the same host."""
+    device = seed.seed_device(db, hostname='host-a', handles=3)
+    node = 'host-a.cloud.example.org'
+    with db.begin() as c:
+        c.execute(sa.insert(models.Host).values(
+            hostname='host-a', compute_node_name=node,
+            placement_synced=True))
+    instance = str(uuidlib.uuid4())
+    own, port, late = _create(db, ctx, [{'resources:FPGA': '3'}])
+    arq_binding.start_bind(aconf, ctx, {own: _binding(
+        device, instance, node)}).result(30)
+    arq_binding.start_bind(aconf, ctx, {port: _binding(
+        device, instance, node)}).result(30)
+    arq_binding.start_bind(aconf, ctx, {late: _binding(
+        device, instance)}).result(30)
+    assert {r.state for r in seed.arq_rows(db).values()} == {'Bound'}
+
+
+def test_an_evacuation_binds_on_the_destination(aconf, db, ctx):
+    """Nova's evacuation deletes the instance's ARQs, then binds new ones
+    on the destination."""
+    source = seed.seed_device(db, hostname='host-a', handles=1)
+    destination = seed.seed_device(db, hostname='host-b', handles=1)
+    instance = str(uuidlib.uuid4())
+    first, = _create(db, ctx)
+    arq_binding.start_bind(aconf, ctx, {first: _binding(
+        source, instance)}).result(30)
+    assert arq_binding.delete(aconf, ctx, instance_uuid=instance) == []
+    second, = _create(db, ctx)
+    arq_binding.start_bind(aconf, ctx, {second: _binding(
+        destination, instance)}).result(30)
+    assert seed.arq_rows(db)[second].state == 'Bound'
+
+
+# -- through the API, as Nova calls it ----------------------------------------
+
+NOVA = {'X-Project-Id': 'tenant-a', 'X-User-Id': 'nova-user',
+        'X-Roles': 'member,reader', 'X-Service-Token': 'nova-service-token',
+        'Content-Type': 'application/json'}
+ADMIN = {'X-Project-Id': 'admin', 'X-User-Id': 'admin',
+         'X-Roles': 'admin,member,reader', 'Content-Type': 'application/json'}
+PLACEMENT = {'x-auth-token': embedded.NOAUTH_TOKEN,
+             'OpenStack-API-Version': 'placement 1.39'}
+
+
+def _call(app, method, path, body=None, headers=NOVA):
+    req = webob.Request.blank('/v2' + path, method=method)
+    req.headers.update(headers)
+    if body is not None:
+        req.body = json.dumps(body).encode()
+    resp = req.get_response(app)
+    return resp.status_int, (resp.json if resp.body else None)
+
+
+def _fault(body):
+    return json.loads(body['error_message'])['faultstring']
+
+
+def _placement(url, method, path, body=None):
+    response = requests.request(method, url + path, json=body,
+                                headers=PLACEMENT, timeout=10)
+    assert response.status_code in (200, 204), response.text
+    return response.json() if response.content else None
+
+
+def _provider(url, device, total):
+    _placement(url, 'POST', '/resource_providers',
+               {'name': device.name, 'uuid': device.rp_uuid})
+    _placement(url, 'PUT', f'/resource_providers/{device.rp_uuid}/'
+                           f'inventories',
+               {'resource_provider_generation': 0,
+                'inventories': {'FPGA': {'total': total}}})
+
+
+def _allocate(url, instance, allocations):
+    """What Nova's scheduler claims for ``instance`` ({provider: FPGAs}),
+    moved from wherever it was."""
+    current = _placement(url, 'GET', f'/allocations/{instance}')
+    _placement(url, 'PUT', f'/allocations/{instance}', {
+        'allocations': {rp: {'resources': {'FPGA': count}}
+                        for rp, count in allocations.items()},
+        'project_id': 'tenant-a', 'user_id': 'nova-user',
+        'consumer_generation': current.get('consumer_generation'),
+        'consumer_type': 'INSTANCE'})
+
+
+def _new_arq(app, profile='dp1'):
+    status, body = _call(app, 'POST', '/accelerator_requests',
+                         {'device_profile_name': profile})
+    assert status == 201, body
+    return body['arqs'][0]['uuid']
+
+
+def _nova_bind(app, arq, hostname, rp_uuid, instance):
+    """nova/accelerator/cyborg.py bind_arqs, for one ARQ."""
+    return _call(app, 'PATCH', '/accelerator_requests', {arq: [
+        {'path': '/hostname', 'op': 'add', 'value': hostname},
+        {'path': '/device_rp_uuid', 'op': 'add', 'value': rp_uuid},
+        {'path': '/instance_uuid', 'op': 'add', 'value': instance}]})
+
+
+def _nova_accel_info(app, instance, bound):
+    """nova/compute/manager.py _get_bound_arq_resources, once the bind
+    answered 2xx: the ARQs its virt driver is given."""
+    status, body = _call(app, 'GET', '/accelerator_requests?instance=' +
+                         instance + '&bind_state=resolved')
+    assert status == 200, body
+    resolved = body['arqs']
+    if sorted(a['uuid'] for a in resolved) != sorted(bound):
+        status, body = _call(app, 'GET',
+                             '/accelerator_requests?instance=' + instance)
+        return body['arqs']
+    return resolved
+
+
+def _pci_attached(accel_info):
+    """(host, PCI address) of what libvirt is given as hostdevs."""
+    return sorted((a['hostname'], a['attach_handle_info']['device'])
+                  for a in accel_info if a['attach_handle_type'] == 'PCI')
+
+
+@pytest.fixture
+def nova_api(placement_url, fake_nova):
+    with api_fixture.api_service({
+            ('placement', 'auth_type'): 'none',
+            ('placement', 'endpoint_override'): placement_url,
+            ('nova', 'auth_type'): 'none',
+            ('nova', 'endpoint_override'): fake_nova.url}) as service:
+        status, body = _call(service.app, 'POST', '/device_profiles',
+                             [{'name': 'dp1', 'groups': [FPGA]}],
+                             headers=ADMIN)
+        assert status == 201, body
+        yield service
+
+
+def test_nova_s_bind_with_no_free_handle_is_400(nova_api, placement_url,
+                                                fake_nova):
+    """The only handle is held by an ARQ Nova deleted while cyborg was
+    unreachable (its allocation gone); Placement puts the next instance
+    there.  Its bind is refused with nothing written: Nova ends the build
+    (and deletes the ARQ) instead of booting it without its device."""
+    app, engine = nova_api.app, nova_api.engine
+    device = seed.seed_device(engine, hostname='cmp-a', handles=1)
+    _provider(placement_url, device, 1)
+    gone = str(uuidlib.uuid4())
+    _allocate(placement_url, gone, {device.rp_uuid: 1})
+    leaked = _new_arq(app)
+    assert _nova_bind(app, leaked, 'cmp-a', device.rp_uuid, gone)[0] == 202
+    _allocate(placement_url, gone, {})
+    fake_nova.wait_for_events(1)
+
+    instance = str(uuidlib.uuid4())
+    _allocate(placement_url, instance, {device.rp_uuid: 1})
+    arq = _new_arq(app)
+    status, body = _nova_bind(app, arq, 'cmp-a', device.rp_uuid, instance)
+    assert status == 400, body
+    assert _fault(body) == (f'Binding failed: no free attach handle on '
+                            f'resource provider {device.rp_uuid}')
+    status, body = _call(app, 'GET', '/accelerator_requests/' + arq)
+    assert (body['state'], body['hostname'], body['instance_uuid'],
+            body['attach_handle_type']) == ('Initial', None, None, '')
+    assert _call(app, 'GET', '/accelerator_requests?instance=' +
+                 instance)[1]['arqs'] == []
+    assert seed.handles_in_use(engine) == 1
+    assert _events_recorded(engine, [arq]) == 0
+    assert [e['tag'] for e in fake_nova.events] == [leaked]
+
+
+def test_nova_s_rebind_after_a_reschedule_is_400_naming_the_first_host(
+        nova_api, placement_url):
+    """The build's claim failed on cmp-a after its ARQ was bound there;
+    Nova reschedules to cmp-b with a new ARQ, the first one left Bound.
+    Refused: accepted, cmp-b's compute attached cmp-a's PCI address too.
+    Once Nova deleted the instance's ARQs, a bind on cmp-b (a new build,
+    and a port's device profile after it on the same host) goes through
+    and attaches cmp-b's devices only."""
+    app, engine = nova_api.app, nova_api.engine
+    a = seed.seed_device(engine, hostname='cmp-a', handles=1)
+    b = seed.seed_device(engine, hostname='cmp-b', handles=2)
+    _provider(placement_url, a, 1)
+    _provider(placement_url, b, 2)
+    instance = str(uuidlib.uuid4())
+    _allocate(placement_url, instance, {a.rp_uuid: 1})
+    first = _new_arq(app)
+    assert _nova_bind(app, first, 'cmp-a', a.rp_uuid, instance)[0] == 202
+
+    _allocate(placement_url, instance, {b.rp_uuid: 1})
+    second = _new_arq(app)
+    status, body = _nova_bind(app, second, 'cmp-b', b.rp_uuid, instance)
+    assert status == 400, body
+    assert _fault(body) == (
+        f'Binding failed: instance {instance} already holds accelerator '
+        f'requests bound on host cmp-a ({first} Bound): they must be '
+        f'deleted before accelerator requests are bound for it on host '
+        f'cmp-b')
+    status, body = _call(app, 'GET', '/accelerator_requests/' + second)
+    assert (body['state'], body['instance_uuid']) == ('Initial', None)
+    assert _events_recorded(engine, [second]) == 0
+    assert seed.handles_in_use(engine) == 1
+
+    # Nova's build failed: it deletes the instance's ARQs.
+    assert _call(app, 'DELETE', '/accelerator_requests?instance=' +
+                 instance)[0] == 204
+    assert seed.handles_in_use(engine) == 0
+    assert _nova_bind(app, second, 'cmp-b', b.rp_uuid, instance)[0] == 202
+    assert _pci_attached(_nova_accel_info(app, instance, [second])) == [
+        ('cmp-b', '00')]
+    _allocate(placement_url, instance, {b.rp_uuid: 2})
+    port = _new_arq(app)
+    assert _nova_bind(app, port, 'cmp-b', b.rp_uuid, instance)[0] == 202
+    assert _pci_attached(_nova_accel_info(app, instance, [port])) == [
+        ('cmp-b', '00'), ('cmp-b', '01')]
