@@ -30,8 +30,9 @@ from tests.fixtures import api as api_fixture
 from tests.fixtures import placement as placement_fixture
 from tests.fixtures import recording_http
 from tests.unit.conductor import test_arq_allocation
+from tests.unit.conductor.test_arq_allocation_releases import _group, _units
 from tests.unit.conductor.test_arq_allocation import (
-    _allocated_racing, _arqs, _held, _is_release, _owed, _provide, _row,
+    _allocated_racing, _arqs, _is_release, _owed, _provide, _row,
     _usage)
 
 # The shared Placement and fixtures of test_arq_allocation.
@@ -39,16 +40,6 @@ placement_url, fake_nova, aconf, ctx, trait = (
     test_arq_allocation.placement_url, test_arq_allocation.fake_nova,
     test_arq_allocation.aconf, test_arq_allocation.ctx,
     test_arq_allocation.trait)
-
-
-def _group(name):
-    return {'resources:FPGA': '1', 'trait:' + name: 'required'}
-
-
-def _units(url, consumer):
-    """{provider: units of FPGA} ``consumer`` holds."""
-    return {rp: a['resources']['FPGA'] for rp, a in
-            _held(url, consumer)['allocations'].items()}
 
 
 def _started_long_ago(aconf, ctx, uuid):

@@ -20,9 +20,7 @@ from cyborg.db import models
 from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import inventory as inventory_db
 from cyborg.placement import client as placement_client
-from tests.fixtures import api as api_fixture
 from tests.fixtures import arqs as seed
-from tests.fixtures import databases
 from tests.unit.conductor import test_programming as tp
 from tests.unit.conductor import test_programming_races as tr
 
@@ -141,13 +139,8 @@ def test_a_mark_another_conductor_left_reserves_the_card_at_the_reconcile(
     assert _reserved(pconf, pf, *vfs) == FREE
 
 
-@pytest.fixture(params=databases.KINDS)
-def engine(request, conf):
-    if request.param == 'sqlite':
-        yield request.getfixturevalue('db')
-        return
-    with api_fixture.database_in_use(request.param) as engine:
-        yield engine
+# SQLite, MariaDB and PostgreSQL.
+engine = tr.engine
 
 
 def test_the_rows_carry_their_card_s_mark_in_as_many_statements(engine):

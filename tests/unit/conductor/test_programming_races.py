@@ -28,11 +28,10 @@ from cyborg.db.api import clock as clock_db
 from cyborg.db.api import deployables as deployable_db
 from cyborg.objects import inventory
 from cyborg.placement import client as placement_client
-from tests.fixtures import api as api_fixture
 from tests.fixtures import arqs as seed
-from tests.fixtures import databases
 from tests.fixtures import placement as placement_fixture
 from tests.unit.conductor import test_programming as tp
+from tests.unit.conductor import test_programming_take_out_race as tor
 
 pconf, ctx, glance = tp.pconf, tp.ctx, tp.glance
 placement_url = tp.placement_url
@@ -43,13 +42,8 @@ HOST = tp.HOST
 WAIT = 30
 
 
-@pytest.fixture(params=databases.KINDS)
-def engine(request, conf):
-    if request.param == 'sqlite':
-        yield request.getfixturevalue('db')
-        return
-    with api_fixture.database_in_use(request.param) as engine:
-        yield engine
+# SQLite, MariaDB and PostgreSQL.
+engine = tor.engine
 
 
 def _another_vf(engine, device, name=None, handles=1):
