@@ -696,7 +696,13 @@ def _claimed(context, target, until):
     """Set the programming mark where none is on the card; the host
     unsynced.  Committed before the handles are counted again
     (``_check_unused``): a bind taking one meanwhile either finds the
-    mark or holds the handle's lock, which the count waits for."""
+    mark or holds the handle's lock, which the count waits for.
+
+    The host's row is locked first, then the card's: the order of a
+    report's or a health check's writes (the host, then its
+    deployables), so a claim and one of them never wait for each other
+    in a cycle (a deadlock on MariaDB and PostgreSQL)."""
+    host_db.lock(context, target.hostname)
     if not deployable_db.claim_programming(context, target.deployable_id,
                                            until):
         raise _Refused(exception.Conflict(
@@ -710,7 +716,8 @@ def _unmarked(context, target, was):
     """Clear the programming mark if it is still ``was`` (a later
     programming's is left alone); the host is no longer taken as synced
     until a sync of it completes, so a failed ``_sync`` leaves it to the
-    reconcile."""
+    reconcile.  The host's row first, as in ``_claimed``."""
+    host_db.lock(context, target.hostname)
     deployable_db.set_programming_until(context, target.deployable_id,
                                         None, was=was)
     host_db.update(context, target.hostname, placement_synced=False)

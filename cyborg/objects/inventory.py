@@ -137,10 +137,9 @@ def function_trait_problem(function_id):
         return None
     shown = str(function_id)
     return (f'FPGA function id {shown[:40]!r}... ({len(shown)} characters) '
-            f'is too long to name a Placement trait ({len(trait)} '
-            f'characters, at most {MAX_TRAIT_LENGTH}): an accel:function_id '
-            f'has at most {MAX_TRAIT_LENGTH - len(FUNCTION_TRAIT_PREFIX)} '
-            f'characters')
+            f'is too long to name a Placement trait: it makes a trait of '
+            f'{len(trait)} characters, Placement takes at most '
+            f'{MAX_TRAIT_LENGTH}')
 
 
 def attribute_problem(key, value):

@@ -2,7 +2,9 @@
 PostgreSQL servers: exactly 16 Bound, 34 refused (BindFailed raised by
 the bind: a 400 at the API) and left Initial, no handle twice.
 And a bind never fails while a handle of its device is free: a
-transaction taking a handle locks that handle only."""
+transaction taking a handle locks that handle only (and, to check that
+no programming marks the card, share-locks its own card's deployables,
+none of another card's)."""
 
 import concurrent.futures
 import threading

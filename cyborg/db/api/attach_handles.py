@@ -63,19 +63,33 @@ _TAKE_HANDLE = (
 # programmed whole, through its PF, whichever VF asks), checked by the
 # take itself: on MariaDB (REPEATABLE READ) the subquery reads the card's
 # deployables with share locks, the latest committed (a claim,
-# ``deployables.claim_programming``, locks the same rows in the same
-# order); on PostgreSQL it reads as of the statement, and a programming
-# marked later finds this handle locked when it counts the card's
-# instances (``count_held``, after its mark is committed) and waits for
-# the bind's commit; on SQLite writers are serialised.  The card is found
-# through the handle's control path (its device), not through its
-# deployable's row, which a claim locks later in its scan than the rows
-# before it: no lock cycle with one.  No extra statement per bind.
+# ``deployables.claim_programming``, locks the same rows); on PostgreSQL
+# it reads as of the statement, and a programming marked later finds
+# this handle locked when it counts the card's instances (``count_held``,
+# after its mark is committed) and waits for the bind's commit; on
+# SQLite writers are serialised.  No extra statement per bind.
+#
+# The card is reached through the handle's control path (its device,
+# ``deployables.card_key``) and read through the deployables' device
+# index only (FORCE INDEX on MariaDB): left to itself, MariaDB reads the
+# marked rows of the whole database (``programming_until IS NOT NULL``,
+# on their own index) and, inside this UPDATE, share-locks every one of
+# them and the index's gaps, so a take on one host waited for a claim on
+# another, and a bind taking handles on two cards deadlocked with a
+# claim on the second (which inserts into that index).  Read by device,
+# only the card's own rows are locked.  A claim on the card still locks
+# them (exclusively) while a take reads them, so the two order on the
+# card's rows; a bind that takes handles on two cards and a claim on
+# one of them share no other row.
 _D = models.Deployable.__table__
 _C = models.ControlpathID.__table__
-_TAKE_UNLESS_PROGRAMMED = _TAKE_HANDLE.where(~sa.exists().where(
-    _C.c.id == _H.c.cpid_id, _D.c.device_id == _C.c.device_id,
-    _D.c.programming_until.isnot(None)))
+_CARD_MARKED = (
+    sa.select(_D.c.id).select_from(_C)
+    .join(_D, _D.c.device_id == _C.c.device_id)
+    .where(_C.c.id == _H.c.cpid_id, _D.c.programming_until.isnot(None))
+    .with_hint(_D, 'FORCE INDEX (deployables_device_id_idx)',
+               dialect_name='mysql'))
+_TAKE_UNLESS_PROGRAMMED = _TAKE_HANDLE.where(~_CARD_MARKED.exists())
 _RELEASE_HANDLE = (
     sa.update(_H).where(_H.c.id == sa.bindparam('handle_id'))
     .values(in_use=False, updated_at=sa.bindparam('now')))

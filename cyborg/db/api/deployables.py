@@ -352,7 +352,10 @@ def claim_programming(context, deployable_id, until):
     returns whether it is now ours.  The card's deployables are locked
     first (``_card_rows``): two claims on one card, through two of its
     VFs, run one after the other, and the second finds the first's mark.
-    A bind's take reads the same rows (``attach_handles.take``)."""
+    A bind's take reads the same rows (``attach_handles.take``).  A
+    caller that also writes the host's row locks it first
+    (``programming._claimed``), as reports and health writes do: the
+    host's row, then its deployables'."""
     d = models.Deployable
     rows = _card_rows(context, deployable_id,
                       (d.id, d.programming_until), 'update')
