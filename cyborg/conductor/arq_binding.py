@@ -16,7 +16,11 @@ nothing" and "Every bind outcome reaches Nova"):
   conductor dying before it leaves the ARQ as it was).  One that finds
   no free handle there refuses the whole PATCH (400, nothing written):
   Nova, which takes every resolved ARQ for done, would otherwise boot
-  the instance without its device.  The slow work (FPGA programming,
+  the instance without its device.  A bind that programs an FPGA takes
+  its handle there too, and is refused the same way where its
+  programming would be refused at once (a function id too long for a
+  Placement trait, the card being programmed by another request).  The
+  slow work (FPGA programming,
   mdev creation, fabric attach) runs on a thread pool with
   ``[DEFAULT]bind_timeout``, its failures ending BindFailed; the batch's
   Nova events go out on the threads of ``cyborg.conductor.nova``, which
@@ -90,6 +94,7 @@ from cyborg.db.api import placement_releases as release_db
 from cyborg.db.api import remote_pools as pool_db
 from cyborg.objects import accelerator_requests
 from cyborg.objects import device_profiles as profile_objects
+from cyborg.objects import inventory
 from cyborg.objects import base as objects_base
 from cyborg.objects import clock as objects_clock
 
@@ -339,8 +344,10 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
     it back: nothing written); returns the jobs.  With a ``batch_id``, a
     bind with nothing slow to do goes on to Bound in the same transaction
     (its job carries the handle as ``bound``); one whose handle is an mdev
-    still to be made stays BindStarted holding it (``handle``); one that
-    finds no free handle refuses the PATCH (``_take_at_once``).  With
+    still to be made, or that programs the card, stays BindStarted
+    holding it (``handle``); one that finds no free handle, or whose
+    programming would be refused at once, refuses the PATCH
+    (``_take_at_once``).  With
     ``known.overlap`` the writes run while Placement answers
     ``known.asked`` and the answers are checked before the commit; else
     they are checked first.  It never waits for Placement: where it would
@@ -372,7 +379,8 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
         state = states.BIND_STARTED
         if handle is not None:
             values['attach_handle_id'] = handle.id
-            if handle.attach_type != 'MDEV':
+            if (handle.attach_type != 'MDEV'
+                    and not _needs_programming(job['group'])):
                 state = states.BOUND
         if not arq_db.transition(context, job['uuid'], state, BIND_FROM,
                                  values,
@@ -402,23 +410,61 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
 
 
 def _take_at_once(context, job):
-    """The handle of a bind with nothing slow to do (a PCI handle, or an
-    mdev's still to be made), taken in the transaction that starts it;
-    None where the bind takes its usual course (a remote pool,
-    programming: a failure then ends it BindFailed, after BindStarted).
-    No free handle raises BindFailed, which rolls the PATCH back: 400,
-    nothing written for any of its ARQs.  Nova's compute takes every
-    resolved ARQ for done without reading its state, so an ARQ ending
-    BindFailed under a 202 booted the instance without its device; a
-    refused PATCH makes Nova end the build instead (and delete the
-    ARQs), as OpenStack Cyborg's refusal does."""
-    if (job.get('remote_pool_id') is not None
-            or _needs_programming(job['group'])):
+    """The handle of a bind, taken in the transaction that starts it (a
+    PCI handle, an mdev's still to be made, that of a card the bind
+    programs); None for a remote pool's bind, which takes its usual
+    course (a failure then ends it BindFailed, after BindStarted).  No
+    free handle raises BindFailed, which rolls the PATCH back: 400,
+    nothing written for any of its ARQs; so does a programming that
+    would be refused at once (``_refuse_programming``).  Nova's compute
+    takes every resolved ARQ for done without reading its state, so an
+    ARQ ending BindFailed under a 202 booted the instance without its
+    device; a refused PATCH makes Nova end the build instead (and delete
+    the ARQs), as OpenStack Cyborg's refusal does.  What a programming
+    finds only later (Glance, the agent, the card in use by another
+    instance with another image) still fails the bind after the 202."""
+    if job.get('remote_pool_id') is not None:
         return None
+    if _needs_programming(job['group']):
+        _refuse_programming(context, job)
     handle = _take(context, job)
     if handle is None:
         raise _no_free_handle(job)
     return handle
+
+
+def _refuse_programming(context, job):
+    """BindFailed, with the reason the programming would give, where it
+    would be refused before anything slow: a group naming both an image
+    and a function (``programming.program_for_bind``), its function id too
+    long for a Placement trait (``inventory.function_trait_problem``, as
+    ``programming.function_trait`` checks it), or the card marked by
+    another request's programming (``deployable_db.card_programming``,
+    as ``programming.program`` reads it).  Not a mark on the deployable
+    itself while a programming of it runs in this conductor: the bind's
+    programming waits for that one (``programming.programming_here``),
+    then reads the card again (the image it wants loaded already, or
+    not: ``programming.programming_here``)."""
+    from cyborg.conductor import programming
+    group = job['group']
+    function_id = group.get('accel:function_id')
+    if function_id and group.get('accel:bitstream_id'):
+        raise exception.BindFailed(
+            reason='a group may name accel:bitstream_id or '
+                   'accel:function_id, not both')
+    if function_id:
+        problem = inventory.function_trait_problem(function_id)
+        if problem is not None:
+            raise exception.BindFailed(reason=problem)
+    marked = deployable_db.card_programming(context, job['deployable_id'])
+    if marked is None:
+        return
+    uuid = job['notice']['deployable_uuid']
+    if marked[0] == uuid and programming.programming_here(
+            job['deployable_id']):
+        return
+    raise exception.BindFailed(
+        reason=programming.being_programmed(uuid, marked))
 
 
 def _no_free_handle(job):
@@ -432,11 +478,12 @@ def _take(context, job):
     Refused when the card is being rewritten (an admin's programming, or
     another bind's, through this deployable or another of the card's)
     since Nova chose it: the instance would start on a card whose image
-    changes under it.  A bind that programs the card
-    itself waits for that programming instead (cyborg.conductor.
-    programming).  The take itself checks (``handle_db.take``), so a
-    programming starting meanwhile either stops this take or finds its
-    handle and stops; the mark is read again only to say why."""
+    changes under it.  A bind that programs the card itself takes one
+    all the same where its programming waits for that one
+    (``_refuse_programming`` refused the others).  The take itself
+    checks (``handle_db.take``), so a programming starting meanwhile
+    either stops this take or finds its handle and stops; the mark is
+    read again only to say why."""
     programs = _needs_programming(job['group'])
     handle = handle_db.take(context, job['deployable_id'],
                             unless_programmed=not programs)

@@ -235,8 +235,8 @@ def program(conf, context, target, image, deadline, own_handles,
             # Another conductor's programming (or one left behind), of
             # this deployable or of another of its card's: the card is
             # about to change, or holds what nobody knows.
-            raise exception.Conflict(reason=_being_programmed(
-                target, marked))
+            raise exception.Conflict(reason=being_programmed(
+                target.deployable_uuid, marked))
         if current.bitstream_id == image['id']:
             LOG.info('Deployable %s already runs image %s',
                      target.deployable_uuid, image['id'])
@@ -286,14 +286,23 @@ def program(conf, context, target, image, deadline, own_handles,
     return True
 
 
-def _being_programmed(target, marked):
-    """Why ``target`` cannot be programmed now: ``marked``, (uuid, mark)
-    of the deployable of its card that a programming marks."""
+def being_programmed(deployable_uuid, marked):
+    """Why deployable ``deployable_uuid`` cannot be programmed now:
+    ``marked``, (uuid, mark) of the deployable of its card that a
+    programming marks."""
     uuid, until = marked
-    through = ('' if uuid == target.deployable_uuid
+    through = ('' if uuid == deployable_uuid
                else f' through deployable {uuid} of the same card')
-    return (f'deployable {target.deployable_uuid} is being programmed'
+    return (f'deployable {deployable_uuid} is being programmed'
             f'{through} (until {until:%Y-%m-%d %H:%M:%S} UTC)')
+
+
+def programming_here(deployable_id):
+    """Whether a programming of the deployable runs, or waits to run, in
+    this conductor (``_deployable_lock``): a bind that programs it waits
+    for that one, then reads the card again."""
+    with _LOCKS_LOCK:
+        return deployable_id in _LOCKS
 
 
 class _Refused(Exception):

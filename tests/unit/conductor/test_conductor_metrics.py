@@ -27,6 +27,7 @@ from tests.fixtures import processes
 
 placement_url = seed.placement_url
 fake_nova = recording_http.fake_nova
+glance = recording_http.fake_glance
 
 
 def _value(name, labels=None):
@@ -63,7 +64,7 @@ def _bind(conf, ctx, device, uuids):
 
 # -- bind latency -------------------------------------------------------------
 
-def test_bind_outcomes_are_timed(mconf, db, ctx):
+def test_bind_outcomes_are_timed(mconf, db, ctx, glance):
     name = 'cyborg_conductor_bind_seconds_count'
     bound = _value(name, {'outcome': 'bound'})
     failed = _value(name, {'outcome': 'failed'})
@@ -75,8 +76,16 @@ def test_bind_outcomes_are_timed(mconf, db, ctx):
     with pytest.raises(exception.BindFailed):
         _bind(mconf, ctx, full, _arqs(db, ctx, 1))
     assert _value(name, {'outcome': 'failed'}) == failed
-    # Failed in the background: a bind that programs finds no handle.
-    _bind(mconf, ctx, full, _arqs(db, ctx, 1, {'accel:function_id': 'f1'}))
+    # So is a bind that programs and finds no handle.
+    with pytest.raises(exception.BindFailed):
+        _bind(mconf, ctx, full, _arqs(db, ctx, 1,
+                                      {'accel:function_id': 'f1'}))
+    assert _value(name, {'outcome': 'failed'}) == failed
+    # Failed in the background: Glance has no image for the function.
+    mconf.set_override('auth_type', 'none', group='glance')
+    mconf.set_override('endpoint_override', glance.url, group='glance')
+    _bind(mconf, ctx, seed.seed_device(db, handles=1),
+          _arqs(db, ctx, 1, {'accel:function_id': 'f1'}))
     assert _value(name, {'outcome': 'failed'}) == failed + 1
     assert _value(name, {'outcome': 'bound'}) == bound + 2
 

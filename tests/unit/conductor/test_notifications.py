@@ -261,8 +261,8 @@ def test_no_free_handle_is_refused_and_sends_nothing(nconf, db, ctx,
 def test_failed_bind_sends_an_error_with_the_reason(nconf, db, ctx,
                                                     consumer):
     """A bind failing in the background: one that programs the card
-    (answered 202 before it takes a handle) finds none free."""
-    full = seed.seed_device(db, hostname=HOST, handles=0)
+    (answered 202) finds no image for its function in Glance."""
+    full = seed.seed_device(db, hostname=HOST, handles=1)
     uuid, = _create(nconf, db, ctx, [{'resources:FPGA': '1',
                                       'accel:function_id': 'f1'}])
     binding = _binding(full)
@@ -272,7 +272,7 @@ def test_failed_bind_sends_an_error_with_the_reason(nconf, db, ctx,
     failed, = consumer.of('arq.bind.error')
     assert priority == 'error'
     assert failed['state'] == 'BindFailed'
-    assert 'no free attach handle' in failed['reason']
+    assert '0 images in Glance have function id f1' in failed['reason']
     assert failed['reason'] == seed.arq_rows(db)[uuid].bind_failure_reason
     assert (failed['hostname'], failed['instance_uuid'],
             failed['deployable_uuid']) == (

@@ -10,7 +10,11 @@ handle among them.  So:
 - a bind that can only end BindFailed must refuse the PATCH (400, nothing
   written): answered 202 and failed, the instance booted without its
   device.  Only binds with slow work left (programming, an mdev to make,
-  a fabric attach) are answered before they can fail;
+  a fabric attach) are answered before they can fail, and those fail
+  after the answer only for what the slow work finds (Glance, the agent,
+  the fabric): a programming refused at once (no free handle, the card
+  being programmed by another request, a function id Placement cannot
+  take) refuses the PATCH;
 - a bind for an instance that still holds ARQs on another host (a build
   rescheduled after its claim failed there, its ARQs left) is refused:
   accepted, the second host's compute attached the first host's device
@@ -19,6 +23,7 @@ handle among them.  So:
 Conductor-level tests first, then the API as Nova calls it.
 """
 
+import datetime
 import json
 import uuid as uuidlib
 
@@ -29,6 +34,7 @@ import webob
 
 from cyborg.common import exception
 from cyborg.conductor import arq_binding
+from cyborg.conductor import programming
 from cyborg.db import models
 from cyborg.placement import embedded
 from tests.fixtures import api as api_fixture
@@ -38,6 +44,7 @@ from tests.fixtures import recording_http
 # The real Placement, shared by this module's tests.
 placement_url = seed.placement_url
 fake_nova = recording_http.fake_nova
+glance = recording_http.fake_glance
 
 aconf = seed.bind_conf
 ctx = seed.service_ctx
@@ -113,19 +120,102 @@ def test_an_mdev_bind_that_finds_no_handle_is_refused(aconf, db, ctx):
     assert _events_recorded(db, [uuid]) == 0
 
 
-def test_a_bind_that_programs_still_fails_after_the_answer(aconf, db, ctx,
-                                                           fake_nova):
-    """A bind that programs the card is answered before it takes its
-    handle: finding none, it ends BindFailed and Nova is told (Nova waits
-    for that event: the ARQ is not resolved when it first reads)."""
+def _mark(db, device):
+    """A programming mark on the device, as another conductor's (or an
+    admin's) programming of its card sets it."""
+    until = datetime.datetime(2100, 1, 1)
+    with db.begin() as c:
+        c.execute(sa.update(models.Deployable).where(
+            models.Deployable.id == device.deployable_id).values(
+            programming_until=until))
+    return until
+
+
+@pytest.fixture
+def gconf(aconf, glance):
+    """``aconf``, and a Glance holding no image."""
+    aconf.set_override('auth_type', 'none', group='glance')
+    aconf.set_override('endpoint_override', glance.url, group='glance')
+    return aconf
+
+
+def test_a_bind_that_programs_and_finds_no_handle_is_refused(
+        aconf, db, ctx):
+    """A bind that programs the card takes its handle in the PATCH's
+    transaction too: none free, the PATCH is refused (it used to be
+    answered 202 and end BindFailed at once, before Nova's first read)."""
     full = seed.seed_device(db, hostname='host-a', handles=0)
     uuid, = _create(db, ctx, [dict(FPGA, **{'accel:function_id': 'f1'})])
+    with pytest.raises(exception.BindFailed) as e:
+        arq_binding.start_bind(aconf, ctx, {uuid: _binding(
+            full, str(uuidlib.uuid4()))})
+    assert e.value.code == 400
+    assert str(e.value) == (f'Binding failed: no free attach handle on '
+                            f'resource provider {full.rp_uuid}')
+    assert _untouched(seed.arq_rows(db)[uuid])
+    assert _events_recorded(db, [uuid]) == 0
+
+
+@pytest.mark.parametrize('group, reason', [
+    ({'accel:function_id': 'f' * 300}, 'too long to name a Placement trait'),
+    ({'accel:function_id': 'f1', 'accel:bitstream_id': 'b1'},
+     'a group may name accel:bitstream_id or accel:function_id, not both')])
+def test_a_bind_whose_programming_is_refused_at_once_is_refused(
+        aconf, db, ctx, group, reason):
+    device = seed.seed_device(db, hostname='host-a', handles=1)
+    uuid, = _create(db, ctx, [dict(FPGA, **group)])
+    with pytest.raises(exception.BindFailed, match=reason) as e:
+        arq_binding.start_bind(aconf, ctx, {uuid: _binding(
+            device, str(uuidlib.uuid4()))})
+    assert e.value.code == 400
+    assert _untouched(seed.arq_rows(db)[uuid])
+    assert seed.handles_in_use(db) == 0
+
+
+def test_a_bind_that_programs_a_card_being_programmed_is_refused(
+        aconf, db, ctx):
+    """Another request programs the card (another conductor's bind, an
+    admin): the bind's programming would be refused at once, so the
+    PATCH is, saying why as the programming does."""
+    device = seed.seed_device(db, hostname='host-a', handles=1)
+    _mark(db, device)
+    uuid, = _create(db, ctx, [dict(FPGA, **{'accel:bitstream_id': 'b1'})])
+    with pytest.raises(exception.BindFailed) as e:
+        arq_binding.start_bind(aconf, ctx, {uuid: _binding(
+            device, str(uuidlib.uuid4()))})
+    assert e.value.code == 400
+    assert str(e.value) == (
+        f'Binding failed: deployable {device.deployable_uuid} is being '
+        f'programmed (until 2100-01-01 00:00:00 UTC)')
+    assert _untouched(seed.arq_rows(db)[uuid])
+    assert seed.handles_in_use(db) == 0
+
+
+def test_a_bind_that_programs_waits_for_this_conductor_s_programming(
+        gconf, db, ctx, fake_nova):
+    """A programming of the same deployable running in this conductor:
+    the bind's programming waits for it (then reads the card again), so
+    the PATCH is answered."""
+    device = seed.seed_device(db, hostname='host-a', handles=1)
+    uuid, = _create(db, ctx, [dict(FPGA, **{'accel:function_id': 'f1'})])
     instance = str(uuidlib.uuid4())
-    arq_binding.start_bind(aconf, ctx, {uuid: _binding(
-        full, instance)}).result(30)
+    with programming._deployable_lock(device.deployable_id):
+        _mark(db, device)
+        # Answered (refused, it raised BindFailed here).
+        future = arq_binding.start_bind(gconf, ctx, {uuid: _binding(
+            device, instance)})
+        with db.begin() as c:
+            c.execute(sa.update(models.Deployable).where(
+                models.Deployable.id == device.deployable_id).values(
+                programming_until=None))
+    future.result(30)
+    # Glance has no image for the function: failed after the answer, and
+    # Nova is told.
     row = seed.arq_rows(db)[uuid]
     assert row.state == 'BindFailed'
-    assert 'no free attach handle' in row.bind_failure_reason
+    assert ('0 images in Glance have function id f1'
+            in row.bind_failure_reason)
+    assert seed.handles_in_use(db) == 0
     event, = fake_nova.wait_for_events(1)
     assert (event['tag'], event['status'], event['server_uuid']) == (
         uuid, 'failed', instance)
@@ -353,6 +443,30 @@ def test_nova_s_bind_with_no_free_handle_is_400(nova_api, placement_url,
     assert seed.handles_in_use(engine) == 1
     assert _events_recorded(engine, [arq]) == 0
     assert [e['tag'] for e in fake_nova.events] == [leaked]
+
+
+def test_nova_s_programming_bind_with_no_free_handle_is_400(
+        nova_api, placement_url):
+    """A bind whose profile programs the card, on a card with no free
+    handle: refused as any bind is, nothing written (it was answered 202
+    and resolved BindFailed before Nova's compute read it)."""
+    app, engine = nova_api.app, nova_api.engine
+    status, body = _call(app, 'POST', '/device_profiles', [{
+        'name': 'dp-fn', 'groups': [dict(FPGA, **{
+            'accel:function_id': 'f1'})]}], headers=ADMIN)
+    assert status == 201, body
+    device = seed.seed_device(engine, hostname='cmp-a', handles=0)
+    _provider(placement_url, device, 1)
+    instance = str(uuidlib.uuid4())
+    _allocate(placement_url, instance, {device.rp_uuid: 1})
+    arq = _new_arq(app, 'dp-fn')
+    status, body = _nova_bind(app, arq, 'cmp-a', device.rp_uuid, instance)
+    assert status == 400, body
+    assert _fault(body) == (f'Binding failed: no free attach handle on '
+                            f'resource provider {device.rp_uuid}')
+    status, body = _call(app, 'GET', '/accelerator_requests/' + arq)
+    assert (body['state'], body['instance_uuid']) == ('Initial', None)
+    assert _events_recorded(engine, [arq]) == 0
 
 
 def test_nova_s_rebind_after_a_reschedule_is_400_naming_the_first_host(

@@ -984,9 +984,9 @@ def test_a_card_another_conductor_programs_is_not_programmed_again(
     with pytest.raises(exception.Conflict, match='is being programmed'):
         programming.program_deployable(pconf, ctx, device.deployable_uuid,
                                        new)
-    row = _bind(pconf, ctx, db, device, {'accel:bitstream_id': loaded})
-    assert row.state == 'BindFailed'
-    assert 'is being programmed' in row.bind_failure_reason
+    # Refused at once: the PATCH (400, nothing written).
+    with pytest.raises(exception.BindFailed, match='is being programmed'):
+        _bind(pconf, ctx, db, device, {'accel:bitstream_id': loaded})
     assert deployable_db.program_target(
         ctx, device.deployable_uuid).programming_until == until
     assert _loaded(agent) is None

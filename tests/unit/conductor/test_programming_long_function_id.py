@@ -68,10 +68,10 @@ def test_a_bind_asking_for_a_too_long_function_id_fails_saying_why(
         pconf, ctx, db, agent, device, glance):
     function_id = 'g' * (LONGEST + 1)
     glance.add_image(b'long' * 10, {'accel:function_id': function_id})
-    row = tp._bind(pconf, ctx, db, device,
-                   {'accel:function_id': function_id})
-    assert row.state == 'BindFailed'
-    assert 'too long to name a Placement trait' in row.bind_failure_reason
+    # Refused at once: the PATCH (400, nothing written).
+    with pytest.raises(exception.BindFailed,
+                       match='too long to name a Placement trait'):
+        tp._bind(pconf, ctx, db, device, {'accel:function_id': function_id})
     assert glance.downloads() == []
     assert tp._loaded(agent) is None
     assert seed.handles_in_use(db) == 0
