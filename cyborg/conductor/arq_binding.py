@@ -345,9 +345,10 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
     bind with nothing slow to do goes on to Bound in the same transaction
     (its job carries the handle as ``bound``); one whose handle is an mdev
     still to be made, or that programs the card, stays BindStarted
-    holding it (``handle``); one that finds no free handle, or whose
-    programming would be refused at once, refuses the PATCH
-    (``_take_at_once``).  With
+    holding it (``handle``), as does a remote pool's bind, its fabric
+    attach left to do (``remote_handle``); one that finds no free handle,
+    or whose programming would be refused at once, refuses the PATCH
+    (``_take_at_once``, ``_take_remote_at_once``).  With
     ``known.overlap`` the writes run while Placement answers
     ``known.asked`` and the answers are checked before the commit; else
     they are checked first.  It never waits for Placement: where it would
@@ -375,6 +376,11 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
             raise exception.Conflict(
                 reason=f"remote pool {job['remote']['pool_name']} is being "
                        f"deleted")
+        remote = (_take_remote_at_once(context, job)
+                  if batch_id and job.get('remote_pool_id') is not None
+                  else None)
+        if remote is not None:
+            values['remote_handle_id'] = remote.id
         handle = _take_at_once(context, job) if batch_id else None
         state = states.BIND_STARTED
         if handle is not None:
@@ -398,6 +404,8 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
             job['bound'] = handle
         elif handle is not None:
             job['handle'] = handle
+        if remote is not None:
+            job['remote_handle'] = remote
     if known.overlap:
         with timing.phase(timing.PLACEMENT):
             late = waiters.wait_for_all(known.asked.values(),
@@ -412,17 +420,17 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
 def _take_at_once(context, job):
     """The handle of a bind, taken in the transaction that starts it (a
     PCI handle, an mdev's still to be made, that of a card the bind
-    programs); None for a remote pool's bind, which takes its usual
-    course (a failure then ends it BindFailed, after BindStarted).  No
-    free handle raises BindFailed, which rolls the PATCH back: 400,
-    nothing written for any of its ARQs; so does a programming that
-    would be refused at once (``_refuse_programming``).  Nova's compute
-    takes every resolved ARQ for done without reading its state, so an
-    ARQ ending BindFailed under a 202 booted the instance without its
-    device; a refused PATCH makes Nova end the build instead (and delete
-    the ARQs), as OpenStack Cyborg's refusal does.  What a programming
-    finds only later (Glance, the agent, the card in use by another
-    instance with another image) still fails the bind after the 202."""
+    programs); None for a remote pool's bind (``_take_remote_at_once``
+    takes its handle).  No free handle raises BindFailed, which rolls
+    the PATCH back: 400, nothing written for any of its ARQs; so does a
+    programming that would be refused at once (``_refuse_programming``).
+    Nova's compute takes every resolved ARQ for done without reading its
+    state, so an ARQ ending BindFailed under a 202 booted the instance
+    without its device; a refused PATCH makes Nova end the build instead
+    (and delete the ARQs), as OpenStack Cyborg's refusal does.  What a
+    programming finds only later (Glance, the agent, the card in use by
+    another instance with another image) still fails the bind after the
+    202."""
     if job.get('remote_pool_id') is not None:
         return None
     if _needs_programming(job['group']):
@@ -431,6 +439,27 @@ def _take_at_once(context, job):
     if handle is None:
         raise _no_free_handle(job)
     return handle
+
+
+def _take_remote_at_once(context, job):
+    """A free handle of the job's remote pool, taken in the transaction
+    that starts the bind (the ARQ holds it from BindStarted on, so that
+    the stuck-bind check, an unbind or a delete frees it); the fabric
+    attach stays in the background (``_bind_remote``).  None free raises
+    BindFailed, which refuses the PATCH (400, nothing written), as
+    ``_take_at_once`` does: taken in the background, the bind ended
+    BindFailed right after the 202, before Nova's first read, and Nova
+    booted the instance without its device."""
+    handle = pool_db.take(context, job['remote_pool_id'])
+    if handle is None:
+        raise _no_free_remote(job)
+    return handle
+
+
+def _no_free_remote(job):
+    return exception.BindFailed(
+        reason=f"no free handle in remote pool "
+               f"{job['remote']['pool_name']}")
 
 
 def _refuse_programming(context, job):
@@ -1008,16 +1037,24 @@ def _undo_mdev(conf, context, job, handle):
 
 
 def _bind_remote(conf, context, batch_id, job, deadline):
-    """Bind one ARQ to a remote pool: take a free handle (committed, so a
-    concurrent unbind finds and detaches it), attach it to the host through
-    the pool's fabric driver, then end Bound with the driver's answer.
+    """Bind one ARQ to a remote pool: with the handle ``_start`` took
+    (``job['remote_handle']``; else take a free one, committed, so a
+    concurrent unbind finds and detaches it), attach it to the host
+    through the pool's fabric driver, then end Bound with the driver's
+    answer.  A handle the ARQ no longer holds for this bind (unbound
+    meanwhile) is not attached.
     The attach has until the bind's deadline, less the time its undo may
     take (``remote_pools.attach_seconds``): a fabric manager that does not
     answer fails the bind rather than hold this worker.  An attach that
     fails, did not answer, or whose bind was lost meanwhile, is detached
     again; where the fabric refuses (or does not answer) that detach, the
     handle is kept out of use (``_keep_attached``)."""
-    handle = db_api.write_retrying(context, _take_remote_in, context, job)
+    handle = job.pop('remote_handle', None)
+    if handle is None:
+        handle = db_api.write_retrying(context, _take_remote_in, context,
+                                       job)
+    elif not _holds_remote(context, job, handle):
+        raise _Lost()
     try:
         info = remote_pools.attach(
             conf, job['remote'], handle, job['hostname'],
@@ -1093,12 +1130,16 @@ def _attach_again(conf, context, job, handle, holder, deadline):
         _keep_attached(conf, context, job, handle)
 
 
+def _holds_remote(context, job, handle):
+    """Whether the job's bind still holds the remote ``handle``."""
+    holder = pool_db.holder(context, handle.id)
+    return holder is not None and holder.bind_id == job['bind_id']
+
+
 def _take_remote_in(context, job):
     handle = pool_db.take(context, job['remote_pool_id'])
     if handle is None:
-        raise exception.BindFailed(
-            reason=f"no free handle in remote pool "
-                   f"{job['remote']['pool_name']}")
+        raise _no_free_remote(job)
     if not arq_db.set_remote_handle(context, job['uuid'], handle.id,
                                     job['bind_id']):
         raise _Lost()  # rolls the take back

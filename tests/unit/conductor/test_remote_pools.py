@@ -224,3 +224,117 @@ def test_a_provider_name_taken_in_placement_is_a_409(pconf, db,
     assert caught.value.code == 409
     assert 'remote_pool_taken' in str(caught.value)
     assert pool_db.get(ctx, name='taken') is None
+
+
+# -- the handle is taken in the PATCH ----------------------------------------
+
+def test_a_remote_bind_that_finds_no_free_handle_is_refused(
+        pconf, db, placement_url, fake_nova, tmp_path):
+    """A remote pool with no free handle refuses the PATCH (400, nothing
+    written), as a device with no free attach handle does: answered 202
+    and failed right after, Nova booted the instance without its device
+    (it takes every resolved ARQ for done without reading its state)."""
+    ctx, host, _pool_uuid, pool, first = _bound(pconf, db, placement_url,
+                                                'gpu-1')
+    fake_nova.wait_for_events(1)
+    profile = seed.seed_profile(db, [{'resources:CUSTOM_REMOTE_GPU': '1'}])
+    arq, = arq_binding.create(ctx, profile, 'p1')
+    with pytest.raises(exception.BindFailed) as e:
+        arq_binding.start_bind(pconf, ctx, {arq['uuid']: {
+            'hostname': host, 'device_rp_uuid': pool.rp_uuid,
+            'instance_uuid': str(uuidlib.uuid4())}})
+    assert e.value.code == 400
+    assert str(e.value) == (f'Binding failed: no free handle in remote '
+                            f'pool {pool.name}')
+    row = seed.arq_rows(db)[arq['uuid']]
+    assert (row.state, row.hostname, row.instance_uuid, row.remote_pool_id,
+            row.remote_handle_id, row.bind_id) == (
+        'Initial', None, None, None, None, None)
+    # The first bind's handle alone is in use, attached for it.
+    assert [h.in_use for h in pool_db.handles(ctx, [pool.id])] == [True]
+    assert [a['instance_uuid'] for a in
+            fake.attached(str(tmp_path)).values()] == [first]
+    assert [e['server_uuid'] for e in fake_nova.events] == [first]
+
+
+class _HeldWork:
+    """Stands for the bind workers: keeps the background work of a bind
+    until the test runs it (``run``)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def submit(self, fn, *args):
+        future = concurrent.futures.Future()
+        self.calls.append((future, fn, args))
+        return future
+
+    def run(self):
+        for future, fn, args in self.calls:
+            future.set_result(fn(*args))
+
+
+def test_a_remote_bind_holds_its_handle_from_the_patch_on(
+        pconf, db, placement_url, fake_nova, tmp_path, monkeypatch):
+    """The handle is taken in the PATCH's transaction: its ARQ holds it in
+    BindStarted before any attach; the attach, in the background, uses
+    that handle and ends Bound."""
+    ctx = cyborg_context.get_admin_context()
+    host, _pool_uuid, pool = _pool_on_a_new_host(pconf, ctx, placement_url,
+                                                 'gpu-1')
+    held = _HeldWork()
+    monkeypatch.setattr(arq_binding, '_executor', lambda conf: held)
+    profile = seed.seed_profile(db, [{'resources:CUSTOM_REMOTE_GPU': '1'}])
+    arq, = arq_binding.create(ctx, profile, 'p1')
+    instance = str(uuidlib.uuid4())
+    future = arq_binding.start_bind(pconf, ctx, {arq['uuid']: {
+        'hostname': host, 'device_rp_uuid': pool.rp_uuid,
+        'instance_uuid': instance}})
+    handle, = pool_db.handles(ctx, [pool.id])
+    row = seed.arq_rows(db)[arq['uuid']]
+    assert (row.state, row.remote_handle_id) == ('BindStarted', handle.id)
+    assert handle.in_use and fake.attached(str(tmp_path)) == {}
+
+    held.run()
+    future.result(30)
+    fake_nova.wait_for_events(1)
+    row = seed.arq_rows(db)[arq['uuid']]
+    assert (row.state, row.remote_handle_id) == ('Bound', handle.id)
+    assert fake.attached(str(tmp_path)) == {'gpu-1': {
+        'hostname': host, 'instance_uuid': instance, 'handle': handle.uuid}}
+    assert pool_db.handles(ctx, [pool.id])[0].hostname == host
+    assert [e['server_uuid'] for e in fake_nova.events] == [instance]
+
+
+def test_an_unbind_before_the_attach_frees_the_handle_unattached(
+        pconf, db, placement_url, fake_nova, tmp_path, monkeypatch):
+    """An ARQ unbound between the PATCH and its attach frees the handle
+    the PATCH took; the attach, when its turn comes, finds the handle no
+    longer its bind's and attaches nothing."""
+    ctx = cyborg_context.get_admin_context()
+    host, _pool_uuid, pool = _pool_on_a_new_host(pconf, ctx, placement_url,
+                                                 'gpu-1')
+    held = _HeldWork()
+    monkeypatch.setattr(arq_binding, '_executor', lambda conf: held)
+    attaches = []
+    real = fake.FakeFabricDriver.attach
+
+    def counted(self, *args):
+        attaches.append(args)
+        return real(self, *args)
+    monkeypatch.setattr(fake.FakeFabricDriver, 'attach', counted)
+    profile = seed.seed_profile(db, [{'resources:CUSTOM_REMOTE_GPU': '1'}])
+    arq, = arq_binding.create(ctx, profile, 'p1')
+    future = arq_binding.start_bind(pconf, ctx, {arq['uuid']: {
+        'hostname': host, 'device_rp_uuid': pool.rp_uuid,
+        'instance_uuid': str(uuidlib.uuid4())}})
+    arq_binding.unbind(pconf, ctx, [arq['uuid']])
+    assert not pool_db.handles(ctx, [pool.id])[0].in_use
+
+    held.run()
+    future.result(30)
+    row = seed.arq_rows(db)[arq['uuid']]
+    assert (row.state, row.remote_handle_id) == ('Unbound', None)
+    assert not pool_db.handles(ctx, [pool.id])[0].in_use
+    assert fake.attached(str(tmp_path)) == {} and attaches == []
+    assert fake_nova.events == []

@@ -13,7 +13,10 @@ import json
 import time
 import uuid as uuidlib
 
+import pytest
+
 from cyborg.common import context as cyborg_context
+from cyborg.common import exception
 from cyborg.conductor import arq_binding
 from cyborg.conductor import remote_pools
 from cyborg.db.api import remote_pools as pool_db
@@ -70,12 +73,15 @@ def test_a_bind_against_a_hung_fabric_fails_by_its_deadline(
         assert json.loads(kept.attach_info)['hostname'] == host
         assert base._reserved(placement_url, pool.rp_uuid) == 1
 
-        # No other bind gets it, and the fabric is not asked again.
+        # No other bind gets it (its PATCH is refused, nothing written),
+        # and the fabric is not asked again.
         asked = len(fake.journal(str(tmp_path)))
-        arq2, _i2, future2 = release._start(pconf, ctx, db, pool, host)
-        future2.result(30)
-        assert 'no free handle' in seed.arq_rows(db)[arq2].\
-            bind_failure_reason
+        with pytest.raises(exception.BindFailed,
+                           match='no free handle') as refused:
+            release._start(pconf, ctx, db, pool, host)
+        assert refused.value.code == 400
+        assert {r.state for r in seed.arq_rows(db).values()
+                if r.uuid != arq} == {'Initial'}
         # A reconcile while the fabric hangs gives up on its detach too.
         began = time.monotonic()
         remote_pools.reconcile(pconf, ctx)
