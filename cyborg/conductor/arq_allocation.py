@@ -477,17 +477,18 @@ def release_claim(placement, context, arq_uuid, bind_id):
                              bind_id) or released
 
 
-def _release_consumer(placement, consumer):
+def _release_consumer(placement, consumer, claim=None):
     """Empty ``consumer``, at the consumer generation read with what it
-    holds; True if it held something and this emptied it (a 409: it was
-    released meanwhile)."""
-    claim = placement.get_claim(consumer)
+    holds (``claim``, when just read); True if it held something and this
+    emptied it (a 409: it changed meanwhile, and is left as it is)."""
+    if claim is None:
+        claim = placement.get_claim(consumer)
     if not claim['allocations']:
         return False
     if placement.release_claim(consumer, claim):
         return True
     LOG.info('The claim of Placement consumer %s changed while it was '
-             'released: released meanwhile', consumer)
+             'released; it is left as it is', consumer)
     return False
 
 
@@ -513,11 +514,7 @@ def _release_own_uuid(placement, context, arq_uuid, bind_id, claim=None):
         LOG.info('Accelerator request %s is another allocation\'s now; '
                  'its claim is left alone', arq_uuid)
         return False
-    if placement.release_claim(arq_uuid, claim):
-        return True
-    LOG.info('The claim of accelerator request %s changed while it was '
-             'released; it is left alone', arq_uuid)
-    return False
+    return _release_consumer(placement, arq_uuid, claim)
 
 
 def _owe_release(context, job, error):
