@@ -7,6 +7,7 @@ import sqlalchemy as sa
 
 from cyborg.db import models
 from cyborg.db.api import _sql
+from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import reader, writer
 
 # Handles a bind races for before giving up on a deployable.
@@ -85,7 +86,7 @@ _D = models.Deployable.__table__
 _C = models.ControlpathID.__table__
 _CARD_MARKED = (
     sa.select(_D.c.id).select_from(_C)
-    .join(_D, _D.c.device_id == _C.c.device_id)
+    .join(_D, deployable_db.card_key(_D.c) == _C.c.device_id)
     .where(_C.c.id == _H.c.cpid_id, _D.c.programming_until.isnot(None))
     .with_hint(_D, 'FORCE INDEX (deployables_device_id_idx)',
                dialect_name='mysql'))
@@ -118,9 +119,9 @@ def count_held(context, deployable_id):
     whole, through its PF, whichever VF asks), read with a share lock on
     every one of them (so after any bind still taking one has committed:
     see ``_TAKE_UNLESS_PROGRAMMED``)."""
-    card = sa.select(_D.c.device_id).where(
+    card = sa.select(deployable_db.card_key(_D.c)).where(
         _D.c.id == deployable_id).scalar_subquery()
     return sum(_sql.connection(context).execute(
         sa.select(_H.c.in_use).where(_H.c.deployable_id.in_(
-            sa.select(_D.c.id).where(_D.c.device_id == card)))
+            sa.select(_D.c.id).where(deployable_db.card_key(_D.c) == card)))
         .with_for_update(read=True)).scalars())

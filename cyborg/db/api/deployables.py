@@ -193,7 +193,8 @@ def card_key(deployables):
     deployables asks, and a programming mark on any of them is the
     card's.  The one definition of a card: every reading of one
     (``_card_rows``, ``card_programming``, ``card_providers``,
-    ``card_marks``) goes through it."""
+    ``card_marks``, and ``attach_handles``' take and held count) goes
+    through it."""
     return deployables.device_id
 
 
