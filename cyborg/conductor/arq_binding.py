@@ -94,7 +94,6 @@ from cyborg.db.api import placement_releases as release_db
 from cyborg.db.api import remote_pools as pool_db
 from cyborg.objects import accelerator_requests
 from cyborg.objects import device_profiles as profile_objects
-from cyborg.objects import inventory
 from cyborg.objects import base as objects_base
 from cyborg.objects import clock as objects_clock
 
@@ -465,26 +464,18 @@ def _no_free_remote(job):
 def _refuse_programming(context, job):
     """BindFailed, with the reason the programming would give, where it
     would be refused before anything slow: a group naming both an image
-    and a function (``programming.program_for_bind``), its function id too
-    long for a Placement trait (``inventory.function_trait_problem``, as
-    ``programming.function_trait`` checks it), or the card marked by
+    and a function, or a function id too long for a Placement trait
+    (``programming.group_problem``), or the card marked by
     another request's programming (``deployable_db.card_programming``,
     as ``programming.program`` reads it).  Not a mark on the deployable
     itself while a programming of it runs in this conductor: the bind's
     programming waits for that one (``programming.programming_here``),
     then reads the card again (the image it wants loaded already, or
-    not: ``programming.programming_here``)."""
+    not)."""
     from cyborg.conductor import programming
-    group = job['group']
-    function_id = group.get('accel:function_id')
-    if function_id and group.get('accel:bitstream_id'):
-        raise exception.BindFailed(
-            reason='a group may name accel:bitstream_id or '
-                   'accel:function_id, not both')
-    if function_id:
-        problem = inventory.function_trait_problem(function_id)
-        if problem is not None:
-            raise exception.BindFailed(reason=problem)
+    problem = programming.group_problem(job['group'])
+    if problem is not None:
+        raise exception.BindFailed(reason=problem)
     marked = deployable_db.card_programming(context, job['deployable_id'])
     if marked is None:
         return

@@ -193,21 +193,34 @@ def program_deployable(conf, context, deployable_uuid, image_uuid):
                                                            deployable_uuid))
 
 
+def group_problem(group):
+    """Why the programming a profile group asks for is refused before
+    anything is read or downloaded (it names both an image and a
+    function, or a function id too long for a Placement trait), or
+    None."""
+    function_id = group.get('accel:function_id')
+    if function_id and group.get('accel:bitstream_id'):
+        return 'a group may name accel:bitstream_id or accel:function_id, ' \
+               'not both'
+    if function_id:
+        return inventory.function_trait_problem(function_id)
+    return None
+
+
 def program_for_bind(conf, context, deployable_id, group, deadline,
                      arq_uuid=None, bind=None):
     """Program the bound deployable as the profile group asks (the bind
     of ARQ ``arq_uuid`` has taken one of its handles); ``bind``: (ARQ
     uuid, bind id, handle id) of that bind, which must still hold the
     handle."""
+    problem = group_problem(group)     # refused before Glance is asked
+    if problem is not None:
+        raise exception.Invalid(reason=problem)
     bitstream_id = group.get('accel:bitstream_id')
     function_id = group.get('accel:function_id')
-    if bitstream_id and function_id:
-        raise exception.Invalid(reason='a group may name accel:bitstream_id '
-                                       'or accel:function_id, not both')
     if bitstream_id:
         image = glance.get_image(conf, bitstream_id)
     else:
-        function_trait(function_id)     # refused before Glance is asked
         image = glance.find_by_function_id(conf, function_id)
     target = deployable_db.program_target_by_id(context, deployable_id)
     if target is None:
