@@ -373,10 +373,4 @@ def test_a_take_out_that_outlives_overdue_after_is_not_taken_again(
         thread.join(WAIT)
     assert errors == [] and results == [1]
     assert tp._programmings('abandoned')[0] == abandoned + 1
-    with engine.connect() as c:
-        row = c.execute(sa.select(models.Deployable.bitstream_id,
-                                  models.Deployable.health,
-                                  models.Deployable.programming_until)
-                        .where(models.Deployable.id ==
-                               device.deployable_id)).one()
-    assert tuple(row) == (None, 'unhealthy', None)
+    assert tor.taken_out(engine, device)

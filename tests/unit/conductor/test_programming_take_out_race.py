@@ -95,10 +95,16 @@ def test_two_conductors_take_an_abandoned_programming_out_once(
     assert sorted(taken) == [0, 1]
     assert tp._programmings('abandoned')[0] == abandoned + 1
     # Taken out all the same: no image, unhealthy, the mark cleared.
+    assert taken_out(engine, device)
+
+
+def taken_out(engine, device):
+    """Whether the device's deployable is as a take-out leaves it: no
+    image, unhealthy, its mark cleared."""
     with engine.connect() as c:
         row = c.execute(sa.select(models.Deployable.bitstream_id,
                                   models.Deployable.health,
                                   models.Deployable.programming_until)
                         .where(models.Deployable.id ==
                                device.deployable_id)).one()
-    assert tuple(row) == (None, 'unhealthy', None)
+    return tuple(row) == (None, 'unhealthy', None)
