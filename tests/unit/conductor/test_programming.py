@@ -535,9 +535,10 @@ class _ReportedFPGA:
     """The fake FPGA of HOST as a real agent reports it: its driver (which
     records the image it programs), and the agent's reporter, answered by
     the conductor's report endpoint in this process (as over RPC), so
-    that a delta the conductor refuses is followed by a full report."""
+    that a delta the conductor refuses is followed by a full report
+    (``conductor``: another endpoint standing for it)."""
 
-    def __init__(self, conf, db, driver=None):
+    def __init__(self, conf, db, driver=None, conductor=None):
         conf.set_override('resource_provider_name', HOST, group='agent')
         client = placement_client.get_client(conf)
         if client.get_provider_by_name(HOST) is None:
@@ -545,7 +546,7 @@ class _ReportedFPGA:
         self.driver = driver or fake.FakeDriver(conf, HOST)
         self.reporter = agent_reporter.Reporter(
             conf, HOST, {'fake_driver': self.driver},
-            conductor_api=manager.ConductorManager(conf, 'c1'))
+            conductor_api=conductor or manager.ConductorManager(conf, 'c1'))
         self.reporter.report_now()
         with db.connect() as c:
             self.row = c.execute(sa.select(

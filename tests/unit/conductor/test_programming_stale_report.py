@@ -14,12 +14,10 @@ import uuid as uuidlib
 
 import sqlalchemy as sa
 
-from cyborg.agent import reporter as agent_reporter
 from cyborg.conductor import manager
 from cyborg.conductor import programming
 from cyborg.db import models
 from cyborg.drivers import fake
-from cyborg.placement import client as placement_client
 from tests.fixtures import arqs as seed
 from tests.unit.conductor import test_programming as tp
 
@@ -45,23 +43,10 @@ class _OnItsWay:
         return self.conductor.report_inventory(context, hostname, report)
 
 
-class _FPGA:
+class _FPGA(tp._ReportedFPGA):
     def __init__(self, conf, db):
-        conf.set_override('resource_provider_name', HOST, group='agent')
-        client = placement_client.get_client(conf)
-        if client.get_provider_by_name(HOST) is None:
-            client.create_provider(str(uuidlib.uuid4()), HOST, None)
-        self.driver = fake.FakeDriver(conf, HOST)
         self.conductor = _OnItsWay(conf)
-        self.reporter = agent_reporter.Reporter(
-            conf, HOST, {'fake_driver': self.driver},
-            conductor_api=self.conductor)
-        self.reporter.report_now()
-        with db.connect() as c:
-            self.row = c.execute(sa.select(
-                models.Deployable.id.label('deployable_id'),
-                models.Deployable.uuid.label('deployable_uuid'),
-                models.Deployable.rp_uuid)).one()
+        super().__init__(conf, db, conductor=self.conductor)
 
     def report(self, full=False, meanwhile=None):
         """The agent's next report (``meanwhile()`` run once it is read,
