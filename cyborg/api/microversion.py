@@ -32,6 +32,7 @@ VERSIONS = [
     '2.9',  # /exports: inventory as Kubernetes ResourceSlices, gres.conf.
     '2.10',  # Deployables show programming_until (an FPGA being written).
     '2.11',  # Lists of devices, ARQs, profiles, attributes: paged.
+    '2.12',  # Remote pool lists paged.
 ]
 
 # The microversions code branches on, named by what they brought.
@@ -46,6 +47,7 @@ REMOTE_POOLS = (2, 8)
 EXPORTS = (2, 9)
 PROGRAMMING = (2, 10)
 PAGINATION = (2, 11)
+REMOTE_POOLS_PAGED = (2, 12)
 
 _FORMAT = re.compile(r'^([1-9]\d*)\.(0|[1-9]\d*)$')
 # A number longer than this is no version we will have, and one of

@@ -44,9 +44,10 @@ opts = [
                help='How API requests are authenticated.'),
     cfg.IntOpt('max_limit', default=1000, min=1,
                help='Largest number of items a list call returns at once: '
-                    'a page of deployables, and from microversion 2.11 a '
-                    'page of devices, ARQs, device profiles or attributes '
-                    '(each links to the next page).'),
+                    'a page of deployables, from microversion 2.11 a '
+                    'page of devices, ARQs, device profiles or attributes, '
+                    'and from 2.12 a page of remote pools (each links to '
+                    'the next page).'),
     cfg.IntOpt('conductor_timeout', default=CONDUCTOR_TIMEOUT, min=2,
                help='Seconds a request waits for the conductor before it '
                     'answers 503. Keep it below the WSGI server\'s own '

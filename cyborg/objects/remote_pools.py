@@ -55,8 +55,15 @@ class RemotePool:
                                  [pool_db.get(context, name=name)])
 
     @classmethod
-    def list(cls, context, name=None):
-        pools = base.many(cls, pool_db.get_all(context, name=name))
+    def list(cls, context, name=None, limit=None, marker=None):
+        """Pools (optionally only the one named) with their handles: at
+        most ``limit`` after the pool whose uuid is ``marker``; None when
+        no pool has that uuid."""
+        rows = pool_db.get_all(context, name=name, limit=limit,
+                               marker=marker)
+        if rows is None:
+            return None
+        pools = base.many(cls, rows)
         handles = base.many(RemotePoolHandle, pool_db.handles(
             context, [p.id for p in pools])) if pools else []
         for pool in pools:

@@ -46,12 +46,12 @@ class ApiRequest:
         policy.authorize(self.conf, self.context, rule, target)
 
 
-def page_of(r):
-    """(limit, marker) of a list request: from microversion 2.11 at most
-    ``?limit=`` items, and at most (also by default) ``[api]max_limit``,
-    after the one whose uuid is ``?marker=``; (None, None) before 2.11,
-    where a list has every item."""
-    if not r.version.matches(microversion.PAGINATION):
+def page_of(r, since=microversion.PAGINATION):
+    """(limit, marker) of a list request: from microversion ``since``
+    (2.11; 2.12 for remote pools) at most ``?limit=`` items, and at most
+    (also by default) ``[api]max_limit``, after the one whose uuid is
+    ``?marker=``; (None, None) before it, where a list has every item."""
+    if not r.version.matches(since):
         return None, None
     max_limit = r.conf.api.max_limit
     return (min(int(r.query.get('limit', max_limit)), max_limit),
@@ -74,12 +74,12 @@ def marker_of(r):
     return None if marker is None else canonical_uuid(marker)
 
 
-def read_page(r, resource, read):
-    """``read(limit, marker)`` for the page ``r`` asks for, with one item
-    more than the page holds, to tell whether there is a next page (see
-    ``paged``); 404 when the marker names no ``resource`` the caller may
-    list."""
-    limit, marker = page_of(r)
+def read_page(r, resource, read, since=microversion.PAGINATION):
+    """``read(limit, marker)`` for the page ``r`` asks for (a list paged
+    from microversion ``since``), with one item more than the page holds,
+    to tell whether there is a next page (see ``paged``); 404 when the
+    marker names no ``resource`` the caller may list."""
+    limit, marker = page_of(r, since)
     items = read(None if limit is None else limit + 1, marker)
     if items is None:
         raise exception.ResourceNotFound(resource=f'Marker {resource}',
@@ -87,19 +87,21 @@ def read_page(r, resource, read):
     return items
 
 
-def paged(r, key, collection, items, show, limit=None):
+def paged(r, key, collection, items, show, limit=None,
+          since=microversion.PAGINATION):
     """The body of a list: ``items`` (read with one more than the page
     holds, as ``read_page`` does) shown, ``limit`` of them (by default
-    what ``page_of`` says), and from microversion 2.11, where more follow,
-    ``<key>_links`` with the link to the next page: the same query, its
-    marker the last item shown."""
+    what ``page_of`` says), and from microversion ``since`` (the list's
+    paging, 2.11 but for remote pools), where more follow, ``<key>_links``
+    with the link to the next page: the same query, its marker the last
+    item shown."""
     if limit is None:
-        limit, _marker = page_of(r)
+        limit, _marker = page_of(r, since)
     more = limit is not None and len(items) > limit
     if more:
         items = items[:limit]
     body = {key: [show(r, item) for item in items]}
-    if more and r.version.matches(microversion.PAGINATION):
+    if more and r.version.matches(since):
         query = dict(r.query, limit=str(limit), marker=items[-1].uuid)
         body[key + '_links'] = [{
             'rel': 'next',

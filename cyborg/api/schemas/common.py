@@ -9,7 +9,8 @@ NAME = {'type': 'string', 'minLength': 1, 'maxLength': 255}
 INT_STRING = {'type': 'string', 'pattern': '^[0-9]{1,10}$'}
 
 # ?limit=&marker= of a paged list (GET /deployables; from microversion
-# 2.11 the lists of devices, ARQs and device profiles too).
+# 2.11 the lists of devices, ARQs, device profiles and attributes too,
+# from 2.12 that of remote pools).
 PAGE = {
     'limit': {'type': 'string', 'pattern': '^[1-9][0-9]{0,8}$',
               'description': 'At most this many items (and at most '

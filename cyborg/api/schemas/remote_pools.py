@@ -1,10 +1,13 @@
-"""Remote pool input and what remote pools look like (microversion 2.8)."""
+"""Remote pool input and what remote pools look like (microversion 2.8;
+the list paged from 2.12)."""
 
 import os_resource_classes
 
+from cyborg.api import microversion
 from cyborg.api.schemas import common
 from cyborg.api.schemas import list_of
 from cyborg.api.schemas import strict_object
+from cyborg.api.schemas import Versioned
 from cyborg.common import states
 
 NAME_PATTERN = '^[a-zA-Z0-9-_.]+$'
@@ -38,7 +41,14 @@ CREATE = strict_object({
 }, optional=('uuid', 'description', 'traits'))
 
 # Names are searched for, not written: one that matches nothing gives [].
-LIST_QUERY = {'type': 'object', 'properties': {'name': {'type': 'string'}}}
+# Microversion 2.12 pages the list (below, ?limit= is refused as unknown).
+_LIST_FILTERS = {'name': {'type': 'string'}}
+LIST_QUERY = Versioned(
+    ((2, 0), {'type': 'object', 'properties': _LIST_FILTERS}),
+    (microversion.REMOTE_POOLS_PAGED, {'type': 'object', 'properties': dict(
+        _LIST_FILTERS,
+        **common.page_since(microversion.REMOTE_POOLS_PAGED))}),
+)
 
 HANDLE = strict_object({
     'uuid': common.STRING,
@@ -60,4 +70,4 @@ POOL = strict_object(common.resource(
     state={'type': 'string', 'enum': list(states.POOL_STATES)},
     placement_synced={'type': 'boolean'},
     handles={'type': 'array', 'items': HANDLE}))
-POOL_LIST = list_of('remote_pools', POOL)
+POOL_LIST = list_of('remote_pools', POOL, microversion.REMOTE_POOLS_PAGED)

@@ -33,9 +33,11 @@ def get(context, uuid=None, name=None, id=None, rp_uuid=None):
 
 
 @reader
-def get_all(context, name=None):
-    """Every pool (Rows of its columns), optionally only the one named."""
-    return _sql.every(context, _POOL, name=name)
+def get_all(context, name=None, limit=None, marker=None):
+    """Every pool (Rows of its columns), optionally only the one named, by
+    id.  With ``limit`` and ``marker`` (a pool's uuid): at most ``limit``
+    of them after that pool, in SQL; None when no pool has that uuid."""
+    return _sql.every(context, _POOL, limit, marker, name=name)
 
 
 @reader

@@ -1,8 +1,10 @@
 """Remote (fabric-attached) accelerator pools (microversion 2.8):
-GET/POST /v2/remote_pools, GET/DELETE /v2/remote_pools/{name_or_uuid}."""
+GET/POST /v2/remote_pools, GET/DELETE /v2/remote_pools/{name_or_uuid}.
+The list is paged from microversion 2.12, as the others are from 2.11."""
 
 from oslo_utils import uuidutils
 
+from cyborg.api import microversion
 from cyborg.api.controllers import base
 from cyborg.api.views import remote_pools as view
 from cyborg.common import exception
@@ -10,8 +12,14 @@ from cyborg.objects.remote_pools import RemotePool
 
 
 def list_remote_pools(r):
-    pools = RemotePool.list(r.context, name=r.query.get('name'))
-    return {'remote_pools': [view.show(r, p) for p in pools]}
+    """Pools are no project's: every caller allowed to list them lists
+    them all, so a marker is any pool's uuid."""
+    since = microversion.REMOTE_POOLS_PAGED
+    pools = base.read_page(
+        r, 'remote pool', lambda limit, marker: RemotePool.list(
+            r.context, r.query.get('name'), limit, marker), since)
+    return base.paged(r, 'remote_pools', 'remote_pools', pools, view.show,
+                      since=since)
 
 
 def show_remote_pool(r, name_or_uuid):
