@@ -131,7 +131,7 @@ def start_deleting(context, pool_id):
         return False
     in_use = context.session.execute(
         sa.select(_HANDLE.id).where(_HANDLE.pool_id == pool_id,
-                                    _HANDLE.in_use.is_(True))
+                                    _HANDLE.in_use == sa.true())
         .limit(1)).first()
     if in_use is not None:
         return False
@@ -167,19 +167,23 @@ def hold(context, pool_id):
 def take(context, pool_id):
     """Mark one free handle of the pool in use and return it (id, uuid,
     fabric_address, attach_info), or None when none is free; atomic as
-    ``attach_handles.take`` is."""
+    ``attach_handles.take`` is.  ``in_use = false``, not ``IS false``:
+    MariaDB reads the latter past the (pool_id, in_use) index and locks
+    every handle of the pool, so a second bind on the pool, skipping
+    locked rows, found none free while the first had not committed."""
     for _ in range(_TAKE_TRIES):
         row = context.session.execute(
             sa.select(_HANDLE.id, _HANDLE.uuid, _HANDLE.fabric_address,
                       _HANDLE.attach_info)
-            .where(_HANDLE.pool_id == pool_id, _HANDLE.in_use.is_(False))
+            .where(_HANDLE.pool_id == pool_id,
+                   _HANDLE.in_use == sa.false())
             .order_by(_HANDLE.id).limit(1)
             .with_for_update(skip_locked=True)).first()
         if row is None:
             return None
         taken = context.session.execute(
             sa.update(_HANDLE).where(_HANDLE.id == row.id,
-                                     _HANDLE.in_use.is_(False))
+                                     _HANDLE.in_use == sa.false())
             .values(in_use=True, updated_at=models._now())
             .execution_options(synchronize_session=False)).rowcount
         if taken:
@@ -192,7 +196,7 @@ def set_attached(context, handle_id, hostname, attach_info):
     """Record where a handle in use is attached and how (JSON text)."""
     context.session.execute(
         sa.update(_HANDLE).where(_HANDLE.id == handle_id,
-                                 _HANDLE.in_use.is_(True))
+                                 _HANDLE.in_use == sa.true())
         .values(hostname=hostname, attach_info=attach_info,
                 updated_at=models._now())
         .execution_options(synchronize_session=False))
@@ -215,7 +219,7 @@ def release(context, handle_id, attach_info=None):
         return False
     guard = [_HANDLE.id == handle_id]
     if attach_info is not None:
-        guard += [_HANDLE.in_use.is_(True),
+        guard += [_HANDLE.in_use == sa.true(),
                   _HANDLE.attach_info == attach_info]
     return bool(context.session.execute(
         sa.update(_HANDLE).where(*guard)
@@ -233,7 +237,7 @@ def keep_out(context, handle_id, attach_info):
     is left to its bind."""
     return bool(context.session.execute(
         sa.update(_HANDLE).where(_HANDLE.id == handle_id,
-                                 _HANDLE.in_use.is_(False))
+                                 _HANDLE.in_use == sa.false())
         .values(in_use=True, attach_info=attach_info,
                 updated_at=models._now())
         .execution_options(synchronize_session=False)).rowcount)
