@@ -640,8 +640,8 @@ class HealthMonitor:
             return [health.Reading(
                 device=key, deployable=name, severity=states.TRANSIENT,
                 source='probe', code=health.PROBE_NOT_YET,
-                reason=f'being programmed (for {busy:.0f} s); probed again '
-                       f'after the next hold-down')
+                reason=f'being programmed (for {busy:.0f} s); re-probed '
+                       f'when the conductor asks again')
                 for name in names]
         name = agent_reporter.driver_of(device)
         driver = self.drivers.get(name)

@@ -26,7 +26,8 @@ A record (the ``HealthColumns`` of a device or deployable row) moves so::
     probing --probe verdict ok--> healthy (re-admitted; flaps counted)
     probing --probe verdict fault, or any fault--> unhealthy, next
       re-probe scheduled (due_at: ``reprobe_wait``, one more failed
-      re-probe)
+      re-probe; with a zero hold-down, a record an agent's reading took
+      out waits for its next good reading instead)
     probing deployable --its device's probe verdict fault (no verdict of
       its own)--> the same (a deployable's record; cyborg.conductor.health)
     probing --no verdict within probe_timeout--> unhealthy, next
@@ -51,15 +52,23 @@ next one by itself, without waiting for a good reading (an agent with
 health watching off sends none, yet answers re-probes): a device out
 only because its agent or the broker was away for the probe comes back
 after ``hold_down``, one broken for good is re-probed rarely.  A zero
-hold-down (re-probe at the first good reading) waits ``probe_timeout``
-from a failed re-probe to the next (``reprobe_wait``), rather than
-re-probe at every tick, or never where no good reading comes (a card
-the conductor took out on a host whose agent watches no health).  An
-application-severity reading (a workload's fault) never changes anything.
+hold-down (re-probe at the first good reading) re-probes a record an
+agent's reading took out at its next good reading after a failed
+re-probe, as at the first; one the conductor took out itself (an FPGA
+programming whose outcome is unknown, hardware that came back) waits
+``probe_timeout`` from a failed re-probe to the next (``reprobe_wait``):
+no good reading need come (its agent may watch no health), and not at
+every tick of the timers.  An application-severity reading (a
+workload's fault) never changes anything.
 
-A record has no code saying why it is out, only its reason, for
-people: the few facts read back from it (``reason_begins``) are the
-beginnings of reasons this module writes, each a constant here.
+Every move gives a record a code (``Record.code``, the ``health_code``
+column) saying why it is in its health, for this module, beside its
+reason, for people: one of the ``*_CODE`` constants below, None when
+healthy.  The facts read back from a record (``taken_out_by_conductor``,
+``out_for_no_verdict``, ``healthy_until_it_vanished``, ``remembered``)
+are read from its code, through ``code_of`` alone, which reads how the
+reason begins instead for a record a conductor of the previous release
+wrote (no code, or one that does not fit its health).
 """
 
 import dataclasses
@@ -87,12 +96,74 @@ GONE_REASON = 'the device vanished or its driver was unbound'
 # (``no_verdict_reason``, ``out_for_no_verdict``).
 NO_VERDICT = 'no re-probe verdict within'
 # The code of the fatal reading the conductor makes itself for an FPGA
-# whose programming's outcome is unknown (cyborg.conductor.programming).
+# whose programming's outcome is unknown (cyborg.conductor.programming),
+# and of the record it takes out (``CONDUCTOR_CODES``).
 PROGRAM_UNFINISHED = 'program:unfinished'
 # The code of a device's re-probe fault verdict as its deployables get
 # it (``device_verdict``), and how the reason of one failed by it begins.
 DEVICE_VERDICT = 'probe:device'
 DEVICE_VERDICT_REASON = "its device's re-probe verdict"
+
+# -- codes ----------------------------------------------------------------
+# Why a record is in its health (``Record.code``, column ``health_code``;
+# None: healthy).  No API shows them; a migration fills them from the
+# reasons of rows written before them (``code_of`` reads those too).
+#
+# Suspect: transient faults counted.
+SUSPECT_CODE = 'suspect'
+# Out (unhealthy, or probing since), taken out by an agent's reading:
+# re-probed after a hold-down that starts at a good reading.  A fault
+# reading (fatal; a probe's fault verdict; a 'gone' one of a record
+# that was failing already, whose reason it keeps).
+FAULT_CODE = 'fault'
+# A 'gone' reading alone (``GONE_REASON``).
+GONE_CODE = 'gone'
+# Too many transient faults, or suspect for too long.
+TRANSIENT_FAULTS_CODE = 'transient-faults'
+SUSPECT_TOO_LONG_CODE = 'suspect-too-long'
+# Its re-probe failed: a fault verdict or a fault meanwhile, or no
+# verdict within probe_timeout (``NO_VERDICT``).
+PROBE_FAILED_CODE = 'probe:failed'
+NO_VERDICT_CODE = 'probe:no-verdict'
+# Out, taken out by the conductor itself: re-probed after a hold-down
+# that starts then, no good reading needed (``taken_out_by_conductor``).
+# An FPGA programming whose outcome is unknown (the code of the
+# conductor's reading, ``PROGRAM_UNFINISHED``), lost hardware that came
+# back (``CAME_BACK_REASON``), and the failed re-probes of those.
+CAME_BACK_CODE = 'came-back'
+CONDUCTOR_PROBE_FAILED_CODE = 'conductor:probe-failed'
+CONDUCTOR_NO_VERDICT_CODE = 'conductor:no-verdict'
+# Lost: ``LOST_REASON``, ``VANISHED_UNHEALTHY``, ``VANISHED_IN_STATUS``.
+LOST_CODE = 'lost'
+LOST_UNHEALTHY_CODE = 'lost:unhealthy'
+LOST_IN_STATUS_CODE = 'lost:in-status'
+
+CONDUCTOR_CODES = frozenset((PROGRAM_UNFINISHED, CAME_BACK_CODE,
+                             CONDUCTOR_PROBE_FAILED_CODE,
+                             CONDUCTOR_NO_VERDICT_CODE))
+NO_VERDICT_CODES = frozenset((NO_VERDICT_CODE, CONDUCTOR_NO_VERDICT_CODE))
+_OUT_CODES = CONDUCTOR_CODES | {FAULT_CODE, GONE_CODE, TRANSIENT_FAULTS_CODE,
+                                SUSPECT_TOO_LONG_CODE, PROBE_FAILED_CODE,
+                                NO_VERDICT_CODE}
+# The codes each health has: a record's code that is not one of its
+# health's was written before a conductor of the previous release moved
+# it (that release writes no code, and leaves the one there).
+CODES = {states.HEALTHY: frozenset((None,)),
+         states.SUSPECT: frozenset((SUSPECT_CODE,)),
+         states.UNHEALTHY: _OUT_CODES, states.PROBING: _OUT_CODES,
+         states.LOST: frozenset((LOST_CODE, LOST_UNHEALTHY_CODE,
+                                 LOST_IN_STATUS_CODE))}
+# The code of a record the previous release wrote, by how its reason
+# begins (``code_of``; the migration that added the column filled the
+# rows of before it the same way).  Its reasons do not say who took out
+# a record whose re-probe timed out: taken as the conductor, whose rule
+# (``reprobe_wait``) was the previous release's for all.
+REASON_CODES = ((GONE_REASON, GONE_CODE),
+                (NO_VERDICT, CONDUCTOR_NO_VERDICT_CODE),
+                (CAME_BACK_REASON, CAME_BACK_CODE),
+                (LOST_REASON, LOST_CODE),
+                (VANISHED_UNHEALTHY, LOST_UNHEALTHY_CODE),
+                (VANISHED_IN_STATUS, LOST_IN_STATUS_CODE))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,10 +191,14 @@ class Record:
     ``faults`` counts the transient faults of a suspect record, and the
     re-probes failed in a row of an unhealthy or probing one
     (``failed_probes``); no API shows it.  A record taken out from
-    healthy or suspect starts that count at 0."""
+    healthy or suspect starts that count at 0.  ``code``: why it is in
+    its health, one of ``CODES[health]``; read it through ``code_of``
+    (a row the previous release wrote has none, or an out-of-date
+    one)."""
 
     health: str = states.HEALTHY
     reason: str = None
+    code: str = None
     updated_at: datetime.datetime = None
     faults: int = 0
     flaps: int = 0
@@ -132,7 +207,7 @@ class Record:
 
     # Record field -> column name.
     COLUMNS = {'health': 'health', 'reason': 'health_reason',
-               'updated_at': 'health_updated_at',
+               'code': 'health_code', 'updated_at': 'health_updated_at',
                'faults': 'health_faults', 'flaps': 'health_flaps',
                'due_at': 'health_due_at',
                'readmitted_at': 'health_readmitted_at'}
@@ -164,12 +239,13 @@ class Record:
         return 0
 
 
-def _moved(record, now, health, reason, **values):
-    """``record`` in ``health``; ``updated_at`` changes with the state."""
+def _moved(record, now, health, reason, code, **values):
+    """``record`` in ``health``, for ``reason`` and ``code``;
+    ``updated_at`` changes with the state."""
     if health != record.health:
         values['updated_at'] = now
     return dataclasses.replace(record, health=health, reason=reason,
-                               **values)
+                               code=code, **values)
 
 
 def _seconds(value):
@@ -194,17 +270,20 @@ def hold_down(record, now, settings):
 
 def reprobe_wait(record, now, settings):
     """Seconds from the failed re-probe of ``record`` (unhealthy again)
-    to its next: its hold-down, or ``probe_timeout`` where that is zero
-    (``hold_down`` or ``max_hold_down`` 0).  Never none: a record the
-    conductor took out itself (an FPGA programming whose outcome is
-    unknown, ``PROGRAM_UNFINISHED``; hardware that came back) on a host
-    whose agent watches no health gets no good reading to start another
-    hold-down, yet its agent answers re-probes; and the record does not
-    say who took it out (no code column, ``reason_begins``).  Not at
-    once: a card that keeps answering "not yet" (still being
-    programmed), or a device broken for good, would move between
-    unhealthy and probing at every tick of the timers."""
-    return hold_down(record, now, settings) or settings.probe_timeout
+    to its next: its hold-down; where that is zero (``hold_down`` or
+    ``max_hold_down`` 0), None (at its next good reading, as after it
+    was taken out) for a record an agent's reading took out, and
+    ``probe_timeout`` for one the conductor took out itself
+    (``taken_out_by_conductor``).  Such a record, on a host whose agent
+    watches no health, gets no good reading to start another hold-down,
+    yet its agent answers re-probes.  Not at once: a card that keeps
+    answering "not yet" (still being programmed), or a device broken
+    for good, would move between unhealthy and probing at every tick of
+    the timers."""
+    seconds = hold_down(record, now, settings)
+    if seconds:
+        return seconds
+    return settings.probe_timeout if taken_out_by_conductor(record) else None
 
 
 # -- readings -----------------------------------------------------------------
@@ -228,17 +307,22 @@ def apply_reading(record, reading, now, settings):
         return _transient(record, reading, now, settings)
     if severity == states.GONE and record.health != states.HEALTHY:
         return _out(record, reading, now, settings,
-                    _gone_too(record.reason, _fault_reason(reading)))
+                    *_gone_too(record, _fault_reason(reading)))
+    if severity == states.GONE:
+        return _out(record, reading, now, settings, _fault_reason(reading),
+                    GONE_CODE)
     return _out(record, reading, now, settings, _fault_reason(reading))
 
 
-def _gone_too(reason, gone):
-    """The reason of a device that was not healthy and is now gone: why
-    it was failing first, so that it is remembered as failing
-    (``vanished``), then, once, that it went."""
-    if not reason:
-        return gone
-    return reason if gone in reason else f'{reason}; then {gone}'
+def _gone_too(record, gone):
+    """(reason, code) of a device that was not healthy and is now gone:
+    why it was failing first, so that it is remembered as failing
+    (``vanished``), then, once, that it went (a fault: code None)."""
+    if not record.reason:
+        return gone, GONE_CODE
+    if gone in record.reason:
+        return record.reason, code_of(record)
+    return f'{record.reason}; then {gone}', None
 
 
 def _fault_reason(reading):
@@ -248,30 +332,39 @@ def _fault_reason(reading):
     return reading.reason or f'{reading.severity} fault ({reading.source})'
 
 
-def _taken_out(record, now, reason):
+def _taken_out(record, now, reason, code):
     """Unhealthy from healthy, suspect or lost: no re-probe failed yet;
     the hold-down starts at the next good reading."""
-    return _moved(record, now, states.UNHEALTHY, reason, faults=0,
+    return _moved(record, now, states.UNHEALTHY, reason, code, faults=0,
                   due_at=None)
 
 
-def _out(record, reading, now, settings, reason):
-    """Unhealthy after the fault ``reading``."""
+def _out(record, reading, now, settings, reason, code=None):
+    """Unhealthy after the fault ``reading``, for ``reason`` and
+    ``code`` (None: a fault, ``FAULT_CODE``, or the re-probe it fails
+    of a probing record)."""
+    if _unwatched(reading):
+        code = PROGRAM_UNFINISHED
     if record.health == states.PROBING:
-        return _probe_failed(record, now, settings, reason)
+        return _probe_failed(record, now, settings, reason, code)
     if _unwatched(reading):
         # No good reading need follow it: an agent with health watching
         # off sends none, yet answers the re-probe.  A hold-down already
         # running goes on (as after a probe's verdict); a fault the
         # agent reads later stops it, as any.
-        out = (_taken_out(record, now, reason)
+        out = (_taken_out(record, now, reason, code)
                if record.health != states.UNHEALTHY
-               else dataclasses.replace(record, reason=reason))
+               else dataclasses.replace(record, reason=reason, code=code))
         return out if out.due_at is not None else _held_down(out, now,
                                                              settings)
     if record.health != states.UNHEALTHY:
-        return _taken_out(record, now, reason)
-    return _still_out(record, reading, reason=reason)
+        return _taken_out(record, now, reason, code or FAULT_CODE)
+    if reading.source == 'probe':
+        # A re-probe's verdict (late): its re-probe failed.
+        return _still_out(record, reading, reason=reason,
+                          code=code or _failed(record))
+    return _still_out(record, reading, reason=reason,
+                      code=code or FAULT_CODE)
 
 
 def _unwatched(reading):
@@ -302,14 +395,26 @@ def _still_out(record, reading, **values):
     return dataclasses.replace(record, due_at=None, **values)
 
 
-def _probe_failed(record, now, settings, reason):
+def _probe_failed(record, now, settings, reason, code=None):
     """A probing record whose re-probe failed: unhealthy, one more
     re-probe failed in a row, and the next one scheduled after the
-    wait that count gives (``reprobe_wait``), readings or not."""
+    wait that count gives (``reprobe_wait``), readings or not (but at
+    the next good reading where that is None).  ``code``: None for a
+    failed re-probe (``_failed``)."""
     out = _moved(record, now, states.UNHEALTHY, reason,
-                 faults=record.faults + 1)
+                 code or _failed(record), faults=record.faults + 1)
+    wait = reprobe_wait(out, now, settings)
     return dataclasses.replace(
-        out, due_at=now + _seconds(reprobe_wait(out, now, settings)))
+        out, due_at=None if wait is None else now + _seconds(wait))
+
+
+def _failed(record, no_verdict=False):
+    """The code of ``record`` once its re-probe failed (``no_verdict``:
+    timed out), saying still who took it out."""
+    if taken_out_by_conductor(record):
+        return (CONDUCTOR_NO_VERDICT_CODE if no_verdict
+                else CONDUCTOR_PROBE_FAILED_CODE)
+    return NO_VERDICT_CODE if no_verdict else PROBE_FAILED_CODE
 
 
 def _good(record, reading, now, settings):
@@ -345,24 +450,46 @@ def no_verdict_reason(settings):
 def out_for_no_verdict(record):
     """Whether ``record`` is out because its last re-probe timed out
     (``no_verdict_reason``)."""
-    return reason_begins(record, NO_VERDICT)
+    return code_of(record) in NO_VERDICT_CODES
 
 
-def reason_begins(record, *beginnings):
-    """Whether the reason of ``record`` begins with one of
-    ``beginnings`` (constants of this module, each the beginning of a
-    reason it writes).  The one place a record's reason, text for
-    people, is read back for a fact: the record has no code of its own
-    (its columns, ``Record.COLUMNS``, hold none; one needs a schema
-    migration), so whatever a decision needs to know about why it is out
-    is read from how its reason begins."""
-    return bool(record.reason) and record.reason.startswith(beginnings)
+def taken_out_by_conductor(record):
+    """Whether the conductor took ``record`` out itself (an FPGA
+    programming whose outcome is unknown, hardware that came back), not
+    an agent's reading: no good reading need follow (``reprobe_wait``).
+    So is one out since the previous release whose reason does not say
+    (that release's rule was this one's for all)."""
+    code = code_of(record)
+    return code in CONDUCTOR_CODES or (
+        code is None and record.health in (states.UNHEALTHY,
+                                           states.PROBING))
+
+
+def code_of(record):
+    """The code of ``record``: the one place a record's code is read.
+    A conductor of the previous release (a rolling upgrade) writes none,
+    and leaves the one there as it moves a record: a record with no
+    code, or one that is not one of its health's (``CODES``), is read
+    by how its reason begins (``REASON_CODES``), None when that says
+    nothing.  This fallback can go in the next release, beside which no
+    conductor of the previous one runs, once its migration has filled
+    the same way the rows still without a code that fits their health
+    (doc/source/upgrade.rst)."""
+    allowed = CODES.get(record.health, ())
+    if record.code in allowed:
+        return record.code
+    for beginning, code in REASON_CODES:
+        if (code in allowed and record.reason
+                and record.reason.startswith(beginning)):
+            return code
+    return None
 
 
 def _readmitted(record, now, settings):
     recent = (record.readmitted_at is not None and
               now - record.readmitted_at <= _seconds(settings.flap_window))
-    return _moved(record, now, states.HEALTHY, None, faults=0, due_at=None,
+    return _moved(record, now, states.HEALTHY, None, None, faults=0,
+                  due_at=None,
                   flaps=record.flaps + 1 if recent else 1,
                   readmitted_at=now)
 
@@ -389,7 +516,7 @@ def _transient(record, reading, now, settings):
         return _taken_out(record, now,
                           f'suspect for {suspect_for} s, longer than '
                           f'max_suspect_time ({settings.max_suspect_time} '
-                          f's); last: {reason}')
+                          f's); last: {reason}', SUSPECT_TOO_LONG_CODE)
     if record.health == states.SUSPECT and reading.restated:
         # The condition that made it suspect still holds: not a new
         # fault, but it stays suspect for as long as it lasts (and the
@@ -408,8 +535,9 @@ def _transient(record, reading, now, settings):
                               f'{faults} transient faults within '
                               f'{settings.suspect_window} s of the last '
                               f'fault or held condition before each; '
-                              f'last: {reason}')
-        return _moved(record, now, states.SUSPECT, reason, faults=faults,
+                              f'last: {reason}', TRANSIENT_FAULTS_CODE)
+        return _moved(record, now, states.SUSPECT, reason, SUSPECT_CODE,
+                      faults=faults,
                       due_at=now + _seconds(settings.suspect_window))
     if record.health == states.PROBING:
         return _probe_failed(record, now, settings, reason)
@@ -432,14 +560,16 @@ def apply_timers(record, now, settings):
     if record.due_at is None or now < record.due_at:
         return record
     if record.health == states.SUSPECT:
-        return _moved(record, now, states.HEALTHY, None, faults=0,
+        return _moved(record, now, states.HEALTHY, None, None, faults=0,
                       due_at=None)
     if record.health == states.UNHEALTHY:
         return _moved(record, now, states.PROBING, record.reason,
+                      record.code,
                       due_at=now + _seconds(settings.probe_timeout))
     if record.health == states.PROBING:
         return _probe_failed(record, now, settings,
-                             no_verdict_reason(settings))
+                             no_verdict_reason(settings),
+                             _failed(record, no_verdict=True))
     return record
 
 
@@ -480,16 +610,17 @@ def vouched(record, now, settings):
     is (a lost device has no hardware to probe)."""
     if record.health != states.UNHEALTHY:
         return record
-    return _moved(record, now, states.PROBING, record.reason, flaps=0,
-                  faults=0, due_at=now + _seconds(settings.probe_timeout))
+    return _moved(record, now, states.PROBING, record.reason, record.code,
+                  flaps=0, faults=0,
+                  due_at=now + _seconds(settings.probe_timeout))
 
 
 # -- inventory events (devices and deployables) ---------------------------
 
 def lost(record, now):
     """The hardware vanished while allocated: out, as 'lost'."""
-    return _moved(record, now, states.LOST, LOST_REASON, due_at=None,
-                  faults=0)
+    return _moved(record, now, states.LOST, LOST_REASON, LOST_CODE,
+                  due_at=None, faults=0)
 
 
 def healthy_until_it_vanished(record):
@@ -499,7 +630,7 @@ def healthy_until_it_vanished(record):
     says so; a failing device keeps its own reason, ``apply_reading``)."""
     return record.health == states.HEALTHY or (
         record.health == states.UNHEALTHY
-        and reason_begins(record, GONE_REASON))
+        and code_of(record) == GONE_CODE)
 
 
 def worst(*records):
@@ -525,11 +656,14 @@ def vanished(record, now, worst=None, status=None):
     if worst.health != states.LOST and not healthy_until_it_vanished(worst):
         reason = f'{VANISHED_UNHEALTHY} ({worst.health}' + (
             f': {worst.reason})' if worst.reason else ')')
+        code = LOST_UNHEALTHY_CODE
     elif status:
         reason = f'{VANISHED_IN_STATUS} {status}'
+        code = LOST_IN_STATUS_CODE
     else:
         return lost(record, now)
-    return _moved(record, now, states.LOST, reason, due_at=None, faults=0)
+    return _moved(record, now, states.LOST, reason, code, due_at=None,
+                  faults=0)
 
 
 def remembered(record, now, settings):
@@ -540,8 +674,8 @@ def remembered(record, now, settings):
     time it comes back unhealthy, not healthy, and in its status, not in
     a new device's."""
     return (record.health == states.LOST
-            and reason_begins(record, VANISHED_UNHEALTHY,
-                              VANISHED_IN_STATUS)
+            and code_of(record) in (LOST_UNHEALTHY_CODE,
+                                    LOST_IN_STATUS_CODE)
             and record.updated_at is not None
             and now - record.updated_at < _seconds(settings.max_hold_down))
 
@@ -557,8 +691,8 @@ def came_back(record, now, settings):
     nor started again), a fault stops it until the next good reading."""
     if record.health != states.LOST:
         return record
-    return _held_down(_taken_out(record, now, CAME_BACK_REASON), now,
-                      settings)
+    return _held_down(_taken_out(record, now, CAME_BACK_REASON,
+                                 CAME_BACK_CODE), now, settings)
 
 
 # -- what the scheduler sees ----------------------------------------------

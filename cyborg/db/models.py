@@ -150,13 +150,18 @@ class HealthColumns:
     within the flap window (which lengthen the hold-down),
     ``health_due_at`` is when the next timed step is due (suspect
     expiry, end of the hold-down, probe timeout), and
-    ``health_readmitted_at`` the last re-admission.
+    ``health_readmitted_at`` the last re-admission.  ``health_code``
+    says why it is in its health, for the state machine
+    (``health_machine.code_of``; ``health_reason`` is for people): NULL
+    when healthy, and on rows a conductor of the release before it
+    wrote.
     """
 
     health = sa.Column(sa.String(16), nullable=False,
                        default=states.HEALTHY,
                        server_default=states.HEALTHY)
     health_reason = sa.Column(sa.Text, nullable=True)
+    health_code = sa.Column(sa.String(32), nullable=True)
     health_updated_at = sa.Column(DATETIME, nullable=True)
     health_faults = sa.Column(sa.Integer, nullable=False, default=0,
                               server_default='0')

@@ -17,9 +17,9 @@ import dataclasses
 
 from cyborg.common import states
 
-# The code of a re-probe's "not yet" (a card being programmed: probed
-# again after the next hold-down), sent for the device and each of its
-# deployables; a verdict only for what is out.
+# The code of a re-probe's "not yet" (a card being programmed: its
+# re-probe fails, and the conductor asks again later), sent for the
+# device and each of its deployables; a verdict only for what is out.
 PROBE_NOT_YET = 'probe:programming'
 
 

@@ -49,9 +49,9 @@ _SENDERS_BY_AGE = (sa.select(_SENDERS.c.id)
                    .order_by(_SENDERS.c.updated_at.desc(),
                              _SENDERS.c.id.desc()))
 
-_HEALTH_COLUMNS = ('health', 'health_reason', 'health_updated_at',
-                   'health_faults', 'health_flaps', 'health_due_at',
-                   'health_readmitted_at')
+_HEALTH_COLUMNS = ('health', 'health_reason', 'health_code',
+                   'health_updated_at', 'health_faults', 'health_flaps',
+                   'health_due_at', 'health_readmitted_at')
 
 
 def _health_columns(table):

@@ -536,7 +536,7 @@ def test_a_card_being_programmed_is_not_probed_well(conf, conductor,
                                                    admin_context):
     """The conductor may re-probe a card whose programming it gave up on
     while the vendor tool still runs: the verdict is "not yet" (transient,
-    so it stays out and is probed again after its next hold-down), not the
+    so it stays out until the conductor re-probes it again), not the
     driver's reading of a card mid-write, for the device and each of its
     deployables (which the programming took out): the conductor takes it
     as a verdict for whichever it probes, no fault of the others."""
@@ -559,6 +559,10 @@ def test_a_card_being_programmed_is_not_probed_well(conf, conductor,
     for reading in readings:
         assert reading['code'] == 'probe:programming'
         assert reading['reason'].startswith('being programmed (for ')
+        # Whatever the conductor's hold-down (zero: the next re-probe
+        # may come at a good reading, or a probe_timeout later).
+        assert reading['reason'].endswith(
+            's); re-probed when the conductor asks again')
     # Once it ends, the probe is the driver's again.
     api.probe_health(admin_context, HOST, [KEY_A])
     _wait_for(lambda: (KEY_A, 'ok') in {(r['device'], r['severity'])

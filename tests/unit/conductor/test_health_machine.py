@@ -430,21 +430,102 @@ def test_a_late_probe_verdict_keeps_the_next_re_probe():
     assert m.apply_reading(stopped, PROBE_BAD, at(1), S).due_at is None
 
 
-def test_why_a_record_is_out_is_read_back_in_one_place():
-    """The record has no code column: the facts read back from its
-    reason are the beginnings of reasons the machine writes, tested by
-    one helper (``reason_begins``), each beginning a constant."""
-    timed_out = m.apply_timers(rec(states.PROBING, due_at=at(30)), at(30),
-                               S)
+def test_why_a_record_is_out_is_read_back_from_its_code():
+    """The facts read back from a record are read from its code, not
+    from its reason (text for people, which may say anything)."""
+    timed_out = m.apply_timers(
+        rec(states.PROBING, due_at=at(30), code=m.FAULT_CODE), at(30), S)
     assert timed_out.reason == m.no_verdict_reason(S)
+    assert timed_out.code == m.NO_VERDICT_CODE
     assert m.out_for_no_verdict(timed_out)
-    for reason in (None, '', 'still broken', f'x; {m.NO_VERDICT} 30 s'):
-        assert not m.out_for_no_verdict(rec(states.UNHEALTHY,
-                                            reason=reason))
+    # The same reason, another code: the code decides.
+    assert not m.out_for_no_verdict(dataclasses.replace(
+        timed_out, code=m.PROBE_FAILED_CODE))
+    assert m.out_for_no_verdict(dataclasses.replace(
+        timed_out, reason='still broken'))
     gone = m.apply_reading(rec(), GONE, at(1), S)
-    assert m.reason_begins(gone, m.GONE_REASON)
-    assert m.reason_begins(gone, m.NO_VERDICT, m.GONE_REASON)
-    assert not m.reason_begins(gone, m.NO_VERDICT)
+    assert gone.code == m.GONE_CODE and m.healthy_until_it_vanished(gone)
+    assert not m.healthy_until_it_vanished(dataclasses.replace(
+        gone, code=m.FAULT_CODE))
+    assert m.vanished(rec(), at(1), worst=gone).code == m.LOST_CODE
+    assert m.vanished(rec(), at(1), worst=gone,
+                      status='maintaining').code == m.LOST_IN_STATUS_CODE
+    failing = m.vanished(rec(), at(1), worst=unhealthy_since(0))
+    assert failing.code == m.LOST_UNHEALTHY_CODE
+    assert m.remembered(failing, at(2), S)
+    assert not m.remembered(dataclasses.replace(
+        failing, code=m.LOST_CODE), at(2), S)
+
+
+# A previous release's records: no code; their reasons as it wrote them.
+LEGACY = [
+    (rec(states.UNHEALTHY, reason=f'{m.GONE_REASON}: driver unbound'),
+     m.GONE_CODE),
+    (rec(states.UNHEALTHY, reason=f'{m.NO_VERDICT} 30 s'),
+     m.CONDUCTOR_NO_VERDICT_CODE),
+    (rec(states.PROBING, reason=m.CAME_BACK_REASON), m.CAME_BACK_CODE),
+    (rec(states.LOST, reason=m.LOST_REASON), m.LOST_CODE),
+    (rec(states.LOST, reason=f'{m.VANISHED_UNHEALTHY} (unhealthy: x)'),
+     m.LOST_UNHEALTHY_CODE),
+    (rec(states.LOST, reason=f'{m.VANISHED_IN_STATUS} maintaining'),
+     m.LOST_IN_STATUS_CODE),
+    # A reason that says nothing read back, or one in a health it is not
+    # written in.
+    (rec(states.UNHEALTHY, reason='XID 79'), None),
+    (rec(states.UNHEALTHY, reason=None), None),
+    (rec(states.UNHEALTHY, reason=f'x; then {m.GONE_REASON}'), None),
+    (rec(states.LOST, reason=m.CAME_BACK_REASON), None),
+    (rec(states.SUSPECT, reason=m.GONE_REASON), None),
+    (rec(), None),
+]
+
+
+@pytest.mark.parametrize('record,code', LEGACY)
+def test_a_record_without_a_code_is_read_by_its_reason(record, code):
+    """A conductor of the previous release (a rolling upgrade) writes no
+    code: its records are read by how their reasons begin, as that
+    release read them."""
+    assert m.code_of(record) == code
+    # A code that is not one of its health's was left there by a
+    # conductor of the previous release that moved the record since:
+    # read by its reason the same way.
+    for stale in (m.FAULT_CODE, m.LOST_CODE, m.SUSPECT_CODE):
+        if stale not in m.CODES[record.health]:
+            assert m.code_of(dataclasses.replace(record,
+                                                 code=stale)) == code
+
+
+def test_facts_are_read_from_a_previous_release_s_records():
+    gone = rec(states.UNHEALTHY, reason=f'{m.GONE_REASON}: driver unbound')
+    assert m.healthy_until_it_vanished(gone)
+    # Moved since by the previous release (no longer out for that alone),
+    # the code this release wrote before left there.
+    assert not m.healthy_until_it_vanished(
+        rec(states.UNHEALTHY, reason='XID 79', code=m.SUSPECT_CODE))
+    assert m.healthy_until_it_vanished(
+        dataclasses.replace(gone, code=m.LOST_CODE))
+    failing = rec(states.LOST, reason=f'{m.VANISHED_UNHEALTHY} (x)',
+                  updated_at=at(0))
+    assert m.remembered(failing, at(1), S)
+    assert m.remembered(dataclasses.replace(failing, code=m.FAULT_CODE),
+                        at(1), S)
+    assert not m.remembered(rec(states.LOST, reason=m.LOST_REASON,
+                                updated_at=at(0)), at(1), S)
+    # Its re-probe timed out: a late good verdict re-admits it.
+    timed_out = rec(states.UNHEALTHY, reason=f'{m.NO_VERDICT} 30 s',
+                    faults=1, due_at=at(60), updated_at=at(30))
+    assert m.out_for_no_verdict(timed_out)
+    assert m.apply_reading(timed_out, PROBE_OK, at(31),
+                           S).health == states.HEALTHY
+    # Who took it out is not said: re-probed as the previous release
+    # did, a probe_timeout after a failed re-probe with a zero hold-down.
+    zero = dataclasses.replace(S, hold_down=0)
+    for record in (timed_out, rec(states.UNHEALTHY, reason='XID 79')):
+        assert m.taken_out_by_conductor(record)
+        probing = m.vouched(record, at(100), zero)
+        failed = m.apply_reading(probing, PROBE_BAD, at(101), zero)
+        assert failed.code == m.CONDUCTOR_PROBE_FAILED_CODE
+        assert failed.due_at == at(131)
 
 
 def test_the_late_good_verdict_of_a_timed_out_re_probe_re_admits():
@@ -480,37 +561,77 @@ def test_the_late_good_verdict_of_a_timed_out_re_probe_re_admits():
     assert m.apply_reading(held, PROBE_OK, at(2), S) == held
 
 
-@pytest.mark.parametrize('settings', [dataclasses.replace(S, hold_down=0),
-                                      dataclasses.replace(S,
-                                                          max_hold_down=0)])
-def test_a_zero_hold_down_re_probes_a_probe_timeout_after_a_failed_probe(
-        settings):
-    """No good reading need come (an agent with health watching off sends
-    none, and the record does not say whether the conductor took it
-    out): the next re-probe is scheduled, however the last one failed;
-    not at once, which would re-probe at every tick."""
-    probing = rec(states.PROBING, due_at=at(30), reason='x')
-    for failed in (m.apply_timers(probing, at(30), settings),
-                   m.apply_reading(probing, PROBE_BAD, at(30), settings),
-                   m.apply_reading(probing, PROBE_NOT_YET_READING, at(30),
-                                   settings),
-                   m.apply_reading(probing, UNFINISHED, at(30), settings),
-                   m.apply_reading(probing, m.device_verdict(PROBE_BAD),
-                                   at(30), settings)):
+ZEROS = [dataclasses.replace(S, hold_down=0),
+         dataclasses.replace(S, max_hold_down=0)]
+
+
+def _failures(probing, settings):
+    """``probing`` failing its re-probe at at(30) in each way."""
+    return (m.apply_timers(probing, at(30), settings),
+            m.apply_reading(probing, PROBE_BAD, at(30), settings),
+            m.apply_reading(probing, PROBE_NOT_YET_READING, at(30),
+                            settings),
+            m.apply_reading(probing, TRANSIENT, at(30), settings),
+            m.apply_reading(probing, m.device_verdict(PROBE_BAD), at(30),
+                            settings))
+
+
+@pytest.mark.parametrize('settings', ZEROS)
+@pytest.mark.parametrize('code', [m.PROGRAM_UNFINISHED, m.CAME_BACK_CODE,
+                                  m.CONDUCTOR_PROBE_FAILED_CODE,
+                                  m.CONDUCTOR_NO_VERDICT_CODE])
+def test_zero_hold_down_what_the_conductor_took_out_waits_probe_timeout(
+        settings, code):
+    """No good reading need come for a record the conductor took out
+    itself (an agent with health watching off sends none): the next
+    re-probe is scheduled, however the last one failed; not at once,
+    which would re-probe at every tick."""
+    probing = rec(states.PROBING, due_at=at(30), reason='x', code=code)
+    for failed in _failures(probing, settings) + (
+            m.apply_reading(probing, UNFINISHED, at(30), settings),):
         assert (failed.health, failed.due_at, failed.failed_probes) == (
             states.UNHEALTHY, at(60), 1)
+        assert m.taken_out_by_conductor(failed)
         assert m.apply_timers(failed, at(59), settings) == failed
         again = m.apply_timers(failed, at(60), settings)
         assert m.needs_probe(failed, again)
         # ...and after each one failed in a row, no longer.
         out = m.apply_timers(again, again.due_at, settings)
         assert (out.failed_probes, out.due_at) == (2, at(120))
+        assert out.code == m.CONDUCTOR_NO_VERDICT_CODE
     # A good reading meanwhile brings it no nearer; a fault the agent
     # reads stops it until a good one, which re-probes at once.
     assert m.apply_reading(failed, OK, at(31), settings) == failed
     bad = m.apply_reading(failed, FATAL, at(31), settings)
-    assert bad.due_at is None
+    assert bad.due_at is None and bad.code == m.FAULT_CODE
     assert m.step(bad, [OK], at(32), settings).health == states.PROBING
+
+
+@pytest.mark.parametrize('settings', ZEROS)
+@pytest.mark.parametrize('take_out', [FATAL, GONE, PROBE_BAD, TRANSIENT])
+def test_zero_hold_down_what_a_reading_took_out_waits_a_good_reading(
+        settings, take_out):
+    """Taken out by an agent's reading (its agent watches health): after
+    a failed re-probe, as after the reading that took it out, the next
+    good reading re-probes it, at once; no timer does meanwhile."""
+    out = m.step(rec(), [take_out] * S.suspect_threshold, at(0), settings)
+    assert out.health == states.UNHEALTHY and out.due_at is None
+    assert not m.taken_out_by_conductor(out)
+    probing = m.step(out, [OK], at(1), settings)
+    assert m.needs_probe(out, probing)
+    probing = dataclasses.replace(probing, due_at=at(30))
+    for failed in _failures(probing, settings):
+        assert (failed.health, failed.due_at, failed.failed_probes) == (
+            states.UNHEALTHY, None, 1)
+        assert not m.taken_out_by_conductor(failed)
+        assert m.apply_timers(failed, at(10 ** 6), settings) == failed
+        again = m.step(failed, [OK], at(31), settings)
+        assert m.needs_probe(failed, again)
+        # ...each time it fails.
+        out = m.apply_timers(again, at(31 + S.probe_timeout), settings)
+        assert (out.failed_probes, out.due_at) == (2, None)
+        assert out.code == m.NO_VERDICT_CODE
+        assert m.needs_probe(out, m.step(out, [OK], at(100), settings))
 
 
 def test_a_zero_hold_down_re_probes_what_came_back_on_a_host_not_watching():
@@ -547,7 +668,7 @@ def test_a_record_taken_out_has_failed_no_re_probe_yet(take_out):
 def test_lost_ignores_readings_and_timers_until_it_comes_back():
     lost = m.lost(rec(states.SUSPECT, faults=1, due_at=at(5)), at(1))
     assert lost == rec(states.LOST, reason=m.LOST_REASON,
-                       updated_at=at(1))
+                       code=m.LOST_CODE, updated_at=at(1))
     for r in (OK, PROBE_OK, TRANSIENT, FATAL, GONE):
         assert m.apply_reading(lost, r, at(2), S) == lost
     assert m.apply_timers(lost, at(10 ** 6), S) == lost
@@ -717,8 +838,8 @@ def test_columns_since_names_only_what_changed():
     new = m.apply_reading(old, TRANSIENT, T0, S)
     assert new.columns(since=old) == {
         'health': states.SUSPECT, 'health_reason': 'XID 63',
-        'health_updated_at': T0, 'health_faults': 1,
-        'health_due_at': at(300)}
+        'health_code': m.SUSPECT_CODE, 'health_updated_at': T0,
+        'health_faults': 1, 'health_due_at': at(300)}
     assert m.Record.from_row(dict(new.columns(), uuid='x')) == new
 
 

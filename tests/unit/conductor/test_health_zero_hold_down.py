@@ -3,9 +3,12 @@
 out for a programming whose outcome is unknown is re-probed again after
 each failed re-probe, however it failed, rather than wait for a good
 reading that never comes (it stayed out until an admin enabled the
-device).  The real conductor health code, the database, the real
-(embedded) Placement and the conductor's agent RPC client talking to a
-recording agent endpoint over fake://."""
+device).  One an agent's reading took out (its agent watches health) is
+re-probed at its next good reading, after a failed re-probe as after
+the reading, rather than a probe_timeout later.  The real conductor
+health code, the database, the real (embedded) Placement and the
+conductor's agent RPC client talking to a recording agent endpoint over
+fake://."""
 
 import datetime
 
@@ -73,6 +76,28 @@ def _due_at(db, device):
             models.Deployable.id == device.deployable_id)).scalar()
 
 
+def _code(db, device):
+    with db.connect() as c:
+        return c.execute(sa.select(models.Deployable.health_code).where(
+            models.Deployable.id == device.deployable_id)).scalar()
+
+
+def _written_by_the_previous_release(db, device):
+    """The deployable's row as a conductor of the previous release
+    leaves it: no code (a rolling upgrade)."""
+    with db.begin() as c:
+        c.execute(sa.update(models.Deployable)
+                  .where(models.Deployable.id == device.deployable_id)
+                  .values(health_code=None))
+
+
+def _reading(conf, ctx, device, severity, reason='reading'):
+    """A reading of the agent's health watching for the deployable."""
+    health.handle_report(conf, ctx, tp.HOST, {'full': False, 'readings': [
+        {'device': KEY, 'severity': severity, 'source': 'fpga',
+         'deployable': device.name, 'reason': reason}]})
+
+
 def _verdict(conf, ctx, severity, about, code=None, reason='verdict'):
     """The agent's answer to a re-probe: ``severity`` for the device
     (None in ``about``) and the deployables named in ``about``."""
@@ -137,6 +162,8 @@ def test_a_failed_re_probe_is_re_probed_again_with_a_zero_hold_down(
     # The next re-probe is scheduled, no good reading needed: a
     # probe_timeout later (not at every tick).
     assert _due_at(db, device) is not None, 'no re-probe scheduled'
+    assert _code(db, device).startswith(('conductor:',
+                                         'program:unfinished'))
     _age(db, PROBE_TIMEOUT - 1)
     assert health.run_timers(zconf, ctx) == 0
     _age(db, 1)
@@ -152,5 +179,63 @@ def test_a_failed_re_probe_is_re_probed_again_with_a_zero_hold_down(
         _verdict(zconf, ctx, states.OK, (None,))
     assert tp._health(db, device) == ('healthy', None)
     assert tp._device_health(db, device) == 'healthy'
+    reserved, traits = tp._provider(zconf, device.rp_uuid)
+    assert reserved == 0 and states.UNHEALTHY_TRAIT not in traits
+
+
+@pytest.mark.parametrize('fail', [_not_yet, _no_verdict, _own_fault])
+def test_what_a_reading_took_out_is_re_probed_at_its_next_good_reading(
+        zconf, ctx, db, device, agent, fail):
+    # The agent's health watching reads a fault: out, until a good
+    # reading re-probes it (a zero hold-down: at once).
+    _reading(zconf, ctx, device, states.FATAL, 'region error')
+    assert tp._health(db, device) == ('unhealthy', 'region error')
+    assert _code(db, device) == 'fault'
+    _reading(zconf, ctx, device, states.OK)
+    assert tp._health(db, device)[0] == 'probing'
+    _probed(agent, 1)
+    fail(zconf, ctx, db, device)
+    assert tp._health(db, device)[0] == 'unhealthy'
+    assert _code(db, device) in ('probe:failed', 'probe:no-verdict')
+    # No timer re-probes it: the next good reading does, at once.
+    assert _due_at(db, device) is None
+    _age(db, PROBE_TIMEOUT * 10)
+    assert health.run_timers(zconf, ctx) == 0
+    _reading(zconf, ctx, device, states.OK)
+    assert tp._health(db, device)[0] == 'probing'
+    _probed(agent, 2)
+    _verdict(zconf, ctx, states.OK, (None, device.name))
+    assert tp._health(db, device) == ('healthy', None)
+    assert _code(db, device) is None
+    reserved, traits = tp._provider(zconf, device.rp_uuid)
+    assert reserved == 0 and states.UNHEALTHY_TRAIT not in traits
+
+
+def test_a_record_the_previous_release_wrote_is_read_as_it_was(
+        zconf, ctx, db, device, agent):
+    """Out since a conductor of the previous release took it out (no
+    code; its reason does not say who did): re-probed a probe_timeout
+    after a failed re-probe, as that release did, whoever took it out;
+    and one whose re-probe that release found timed out (no code, the
+    reason says so) is re-admitted by the late good verdict."""
+    _reading(zconf, ctx, device, states.FATAL, 'region error')
+    _written_by_the_previous_release(db, device)
+    _reading(zconf, ctx, device, states.OK)
+    assert tp._health(db, device)[0] == 'probing'
+    _probed(agent, 1)
+    _no_verdict(zconf, ctx, db, device)
+    assert tp._health(db, device) == ('unhealthy',
+                                      'no re-probe verdict within 30 s')
+    assert _code(db, device) == 'conductor:no-verdict'
+    _age(db, PROBE_TIMEOUT - 1)
+    assert health.run_timers(zconf, ctx) == 0
+    _age(db, 1)
+    assert health.run_timers(zconf, ctx) == 1
+    _probed(agent, 2)
+    _no_verdict(zconf, ctx, db, device)
+    _written_by_the_previous_release(db, device)
+    # The agent was away: its answer to the re-probe comes late.
+    _verdict(zconf, ctx, states.OK, (None, device.name))
+    assert tp._health(db, device) == ('healthy', None)
     reserved, traits = tp._provider(zconf, device.rp_uuid)
     assert reserved == 0 and states.UNHEALTHY_TRAIT not in traits

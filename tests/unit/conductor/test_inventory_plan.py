@@ -104,13 +104,15 @@ def test_vanished_device_with_allocations_is_kept_as_gone_and_lost():
     assert plan.update['deployables'] == [
         {'uuid': ip.deployable_uuid(HOST, 'host1_0000:82:00.0'),
          'gone': True, 'health': 'lost', 'health_updated_at': NOW,
-         'health_reason': health_machine.LOST_REASON}]
+         'health_reason': health_machine.LOST_REASON,
+         'health_code': health_machine.LOST_CODE}]
     # The whole device vanished: it is lost too (a deployable of a device
     # still reported would be lost alone).
     dev_uuid = ip.device_uuid(HOST, 'PCI:0000:82:00.0')
     assert plan.update['devices'] == [
         {'uuid': dev_uuid, 'health': 'lost', 'health_updated_at': NOW,
-         'health_reason': health_machine.LOST_REASON}]
+         'health_reason': health_machine.LOST_REASON,
+         'health_code': health_machine.LOST_CODE}]
     assert plan.touched_providers == {gone_rp}
     assert not plan.removed_providers
     # Reported again: it is back, no longer gone, unhealthy until the
@@ -127,6 +129,7 @@ def test_vanished_device_with_allocations_is_kept_as_gone_and_lost():
         {'uuid': ip.deployable_uuid(HOST, 'host1_0000:82:00.0'),
          'gone': False, 'health': 'unhealthy', 'health_updated_at': later,
          'health_reason': health_machine.CAME_BACK_REASON,
+         'health_code': health_machine.CAME_BACK_CODE,
          'health_due_at': due}]
     [device_back] = back.update['devices']
     assert (device_back['uuid'], device_back['health'],
@@ -182,7 +185,8 @@ def _seen_going():
         health_machine.Settings())
     for row in stored['devices']:
         if row['uuid'] == ip.device_uuid(HOST, 'PCI:0000:82:00.0'):
-            row.update(health=gone.health, health_reason=gone.reason)
+            row.update(health=gone.health, health_reason=gone.reason,
+                       health_code=gone.code)
     return stored
 
 
