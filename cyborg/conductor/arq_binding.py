@@ -19,8 +19,9 @@ nothing" and "Every bind outcome reaches Nova"):
   the instance without its device.  A bind that programs an FPGA takes
   its handle there too, and is refused the same way where its
   programming would be refused at once (a function id too long for a
-  Placement trait, the card being programmed by another request).  The
-  slow work (FPGA programming,
+  Placement trait, the card being programmed by another request, or
+  used by another instance while the bind surely loads another image).
+  The slow work (FPGA programming,
   mdev creation, fabric attach) runs on a thread pool with
   ``[DEFAULT]bind_timeout``, its failures ending BindFailed; the batch's
   Nova events go out on the threads of ``cyborg.conductor.nova``, which
@@ -426,17 +427,20 @@ def _take_at_once(context, job):
     Nova's compute takes every resolved ARQ for done without reading its
     state, so an ARQ ending BindFailed under a 202 booted the instance
     without its device; a refused PATCH makes Nova end the build instead
-    (and delete the ARQs), as OpenStack Cyborg's refusal does.  What a
-    programming finds only later (Glance, the agent, the card in use by
-    another instance with another image) still fails the bind after the
-    202."""
+    (and delete the ARQs), as OpenStack Cyborg's refusal does.  So does
+    a card another instance uses where the programming surely loads
+    another image (``_refuse_in_use``).  What a programming finds only
+    later (Glance, the agent, the card in use where only Glance can tell
+    whether its image is loaded) still fails the bind after the 202."""
     if job.get('remote_pool_id') is not None:
         return None
-    if _needs_programming(job['group']):
-        _refuse_programming(context, job)
+    card = (_refuse_programming(context, job)
+            if _needs_programming(job['group']) else None)
     handle = _take(context, job)
     if handle is None:
         raise _no_free_handle(job)
+    if card is not None:
+        _refuse_in_use(context, job, card)
     return handle
 
 
@@ -466,25 +470,46 @@ def _refuse_programming(context, job):
     would be refused before anything slow: a group naming both an image
     and a function, or a function id too long for a Placement trait
     (``programming.group_problem``), or the card marked by
-    another request's programming (``deployable_db.card_programming``,
-    as ``programming.program`` reads it).  Not a mark on the deployable
-    itself while a programming of it runs in this conductor: the bind's
-    programming waits for that one (``programming.programming_here``),
-    then reads the card again (the image it wants loaded already, or
-    not)."""
+    another request's programming (as ``programming.program`` reads it).
+    Not a mark on the deployable itself while a programming of it runs
+    in this conductor: the bind's programming waits for that one
+    (``programming.programming_here``), then reads the card again (the
+    image it wants loaded already, or not).  Returns the card as read
+    (``deployable_db.card_for_bind``, share-locked: a mark committed
+    before the bind's take is seen whatever the transaction's snapshot)
+    for ``_refuse_in_use``; None where the card is about to change
+    under that programming here."""
     from cyborg.conductor import programming
     problem = programming.group_problem(job['group'])
     if problem is not None:
         raise exception.BindFailed(reason=problem)
-    marked = deployable_db.card_programming(context, job['deployable_id'])
-    if marked is None:
-        return
+    card = deployable_db.card_for_bind(context, job['deployable_id'])
+    if card is None or card.marked is None:
+        return card
     uuid = job['notice']['deployable_uuid']
-    if marked[0] == uuid and programming.programming_here(
+    if card.marked[0] == uuid and programming.programming_here(
             job['deployable_id']):
-        return
+        return None
     raise exception.BindFailed(
-        reason=programming.being_programmed(uuid, marked))
+        reason=programming.being_programmed(uuid, card.marked))
+
+
+def _refuse_in_use(context, job, card):
+    """BindFailed where the bind's programming would find its card in
+    use (``programming._check_unused``): a handle of the card taken
+    besides the one this bind just took (another instance's; the held
+    count of ``programming._held``, read in this transaction:
+    ``handle_db.count_taken``), and an image to load that the card
+    surely does not run (``programming.loads_another_image``): the
+    programming would not find it loaded.  Where only Glance can tell
+    which image it loads, the programming decides, after the 202."""
+    from cyborg.conductor import programming
+    if handle_db.count_taken(context, card.deployable_ids) <= 1:
+        return
+    if programming.loads_another_image(context, job['deployable_id'],
+                                       job['group'], card.bitstream_id):
+        raise exception.BindFailed(reason=str(programming.in_use(
+            job['notice']['deployable_uuid'])))
 
 
 def _no_free_handle(job):

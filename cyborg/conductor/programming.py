@@ -59,8 +59,11 @@ Programming rewrites the whole card (one with VFs is programmed through
 its PF, whichever of its deployables asks), so it is refused while
 another instance holds a handle of any of the card's deployables
 (counted again once the mark is committed, waiting for binds still
-taking one).  The mark is on the deployable asked for, and counts for
-the whole card: a bind's take checks every deployable of the card
+taking one); a bind whose programming surely loads another image than
+the card runs is refused so in its PATCH (``loads_another_image``,
+``arq_binding._refuse_in_use``).  The mark is on the deployable asked
+for, and counts for the whole card: a bind's take checks every
+deployable of the card
 (``attach_handles.take``), so a bind on another VF of a card being
 programmed is refused as one on the deployable itself is, unless it
 programs the card itself.  A bind that programs counts its own handle
@@ -108,9 +111,11 @@ import contextlib
 import datetime
 import threading
 import time
+import uuid as uuidlib
 
 from oslo_log import log as logging
 import oslo_messaging as messaging
+from oslo_utils import uuidutils
 
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import context as cyborg_context
@@ -421,9 +426,45 @@ def _check_unused(context, target, own_handles, bind=None):
     """InUse when an instance other than the caller's holds a handle."""
     held = db_api.write_retrying(context, _held, context, target, bind)
     if held > own_handles:
-        raise exception.InUse(
-            resource='Deployable', id=target.deployable_uuid,
-            reason='another instance uses it with its current bitstream')
+        raise in_use(target.deployable_uuid)
+
+
+def in_use(deployable_uuid):
+    """Why the deployable cannot be programmed: an instance other than
+    the caller's holds a handle of its card."""
+    return exception.InUse(
+        resource='Deployable', id=deployable_uuid,
+        reason='another instance uses it with its current bitstream')
+
+
+def loads_another_image(context, deployable_id, group, current):
+    """Whether programming the deployable as the profile group asks
+    (``group_problem`` found nothing) surely loads an image other than
+    ``current``, the one it runs (its ``bitstream_id``), known without
+    asking Glance: ``program`` then counts its card's handles, rather
+    than find the image loaded already.  So when it runs none; for
+    ``accel:bitstream_id``, when that is another image; for
+    ``accel:function_id``, when the function trait recorded with the
+    image it runs (``_recorded``) is another function's: any image with
+    the function id asked for is then another image.  False where only
+    Glance can tell: the same trait (Glance may still pick another
+    image), none recorded with an image (one a report recorded, after a
+    programming whose outcome was unknown: ``_forgotten``), or a
+    bitstream id that is no uuid.  Read in a bind's transaction (the
+    trait with a share lock, as ``deployable_db.card_for_bind`` reads
+    ``current``)."""
+    if current is None:
+        return True
+    bitstream_id = group.get('accel:bitstream_id')
+    if bitstream_id:
+        # Glance names an image by its uuid however the profile spells it.
+        return (uuidutils.is_uuid_like(bitstream_id)
+                and uuidutils.is_uuid_like(current)
+                and uuidlib.UUID(bitstream_id) != uuidlib.UUID(current))
+    recorded = deployable_db.function_trait(context, deployable_id,
+                                            TRAIT_ATTRIBUTE, lock=True)
+    return (recorded is not None
+            and recorded != function_trait(group['accel:function_id']))
 
 
 def _held(context, target, bind):

@@ -125,3 +125,33 @@ def count_held(context, deployable_id):
         sa.select(_H.c.in_use).where(_H.c.deployable_id.in_(
             sa.select(_D.c.id).where(deployable_db.card_key(_D.c) == card)))
         .with_for_update(read=True)).scalars())
+
+
+# The taken handles of a card's deployables, share-locked: those only,
+# read through the (deployable_id, in_use) index (FORCE INDEX on MariaDB,
+# which might otherwise walk the primary key and lock every handle it
+# reads).  A bind's transaction holds the locks until it commits; free
+# handles left unlocked, concurrent binds' takes (FOR UPDATE SKIP
+# LOCKED) still find them.
+_TAKEN = (
+    sa.select(_H.c.id)
+    .where(_H.c.deployable_id.in_(sa.bindparam('deployable_ids',
+                                               expanding=True)),
+           _H.c.in_use == sa.true())
+    .with_for_update(read=True)
+    .with_hint(_H, 'FORCE INDEX (attach_handles_deployable_id_in_use_idx)',
+               dialect_name='mysql'))
+
+
+@writer
+def count_taken(context, deployable_ids):
+    """How many handles of these deployables (a card's:
+    ``deployables.card_for_bind``) are taken, in a bind's transaction:
+    those taken and committed by others (each share-locked, so read as
+    last committed; on MariaDB one still being taken is waited for), and
+    those this transaction took.  Unlike ``count_held`` (a programming's
+    count, in a transaction of its own) it locks no free handle: a bind
+    holds its locks until it commits, and a free handle it locked would
+    be passed over by the other binds taking one meanwhile."""
+    return len(_sql.connection(context).execute(
+        _TAKEN, {'deployable_ids': list(deployable_ids)}).all())

@@ -4,6 +4,7 @@ programming (cyborg.conductor.programming), and what programming records.
 A host's deployables as a whole are read and written by its reports
 (``inventory``)."""
 
+import collections
 import datetime
 import uuid as uuidlib
 
@@ -245,6 +246,37 @@ def being_programmed(context, deployable_id):
         context, deployable_id, (d.programming_until,), 'share'))
 
 
+# What a bind that programs a deployable reads of its card in the
+# bind's own transaction (``card_for_bind``).
+CardForBind = collections.namedtuple('CardForBind',
+                                     'marked bitstream_id deployable_ids')
+
+
+@writer
+def card_for_bind(context, deployable_id):
+    """What a bind that programs the deployable must know of its card,
+    read in the bind's transaction with a share lock on each of the
+    card's deployables (``_card_rows``): as last committed, after any
+    programming's claim still uncommitted has ended, even where the
+    transaction's snapshot is older (MariaDB's REPEATABLE READ reads a
+    plain SELECT as of the transaction's first read, and missed a mark
+    committed since).  ``marked``: as ``card_programming`` gives it
+    (None where no programming marks the card); ``bitstream_id``: the
+    image the deployable runs; ``deployable_ids``: the card's
+    deployables.  None when the deployable is gone."""
+    d = models.Deployable
+    rows = _card_rows(context, deployable_id,
+                      (d.id, d.uuid, d.programming_until, d.bitstream_id),
+                      'share')
+    if not rows:
+        return None
+    marked = next(((row.uuid, row.programming_until) for row in rows
+                   if row.programming_until is not None), None)
+    own = next((row.bitstream_id for row in rows
+                if row.id == deployable_id), None)
+    return CardForBind(marked, own, tuple(row.id for row in rows))
+
+
 @reader
 def card_programming(context, deployable_id):
     """``(uuid, programming_until)`` of the deployable of the deployable's
@@ -382,13 +414,17 @@ def overdue_programmings(context, now, limit=100):
 
 
 @reader
-def function_trait(context, deployable_id, key):
+def function_trait(context, deployable_id, key, lock=False):
     """The FPGA function trait kept as the deployable's attribute ``key``
-    (``set_function_trait``), or None."""
+    (``set_function_trait``), or None; with ``lock``, read with a share
+    lock (as last committed: a bind's transaction, see
+    ``card_for_bind``)."""
     at = models.Attribute
-    return _sql.connection(context).scalar(
-        sa.select(at.value).where(at.deployable_id == deployable_id,
-                                  at.key == key))
+    query = sa.select(at.value).where(at.deployable_id == deployable_id,
+                                      at.key == key)
+    if lock:
+        query = query.with_for_update(read=True)
+    return _sql.connection(context).scalar(query)
 
 
 @writer

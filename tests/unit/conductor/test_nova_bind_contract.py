@@ -14,7 +14,8 @@ handle among them.  So:
   after the answer only for what the slow work finds (Glance, the agent,
   the fabric): a programming refused at once (no free handle, the card
   being programmed by another request, a function id Placement cannot
-  take) refuses the PATCH;
+  take, the card used by another instance while the bind surely loads
+  another image) refuses the PATCH;
 - a bind for an instance that still holds ARQs on another host (a build
   rescheduled after its claim failed there, its ARQs left) is refused:
   accepted, the second host's compute attached the first host's device
@@ -36,10 +37,14 @@ from cyborg.common import exception
 from cyborg.conductor import arq_binding
 from cyborg.conductor import programming
 from cyborg.db import models
+from cyborg.db.api import deployables as deployable_db
+from cyborg.placement import client as placement_client
 from cyborg.placement import embedded
 from tests.fixtures import api as api_fixture
 from tests.fixtures import arqs as seed
+from tests.fixtures import placement as placement_fixture
 from tests.fixtures import recording_http
+from tests.unit.conductor import test_programming_take_out_race as tor
 
 # The real Placement, shared by this module's tests.
 placement_url = seed.placement_url
@@ -219,6 +224,150 @@ def test_a_bind_that_programs_waits_for_this_conductor_s_programming(
     event, = fake_nova.wait_for_events(1)
     assert (event['tag'], event['status'], event['server_uuid']) == (
         uuid, 'failed', instance)
+
+
+# -- a card another instance uses (SQLite, MariaDB, PostgreSQL) --------------
+
+engine = tor.engine
+
+# The image a card runs, and another.
+RUNS = '0b6f4c4e-2d7e-4f0c-9d55-3a1f6c0a8e11'
+OTHER = '7c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f'
+
+
+@pytest.fixture
+def econf(conf, engine, placement_url, fake_nova, glance):
+    """The conductor's configuration on ``engine``: the module's
+    Placement, recording Nova and recording Glance."""
+    placement_fixture.placement_conf(conf, placement_url)
+    for group, url in (('nova', fake_nova.url), ('glance', glance.url)):
+        conf.set_override('auth_type', 'none', group=group)
+        conf.set_override('endpoint_override', url, group=group)
+    placement_client.reset_clients()
+    return conf
+
+
+def _card(engine, bitstream_id=None, trait=None, handles=2):
+    """A card running ``bitstream_id``, with the function trait
+    ``trait`` recorded with it (as a programming leaves it)."""
+    device = seed.seed_device(engine, hostname='host-a', handles=handles,
+                              bitstream_id=bitstream_id)
+    if trait:
+        with engine.begin() as c:
+            c.execute(sa.insert(models.Attribute).values(
+                uuid=str(uuidlib.uuid4()), deployable_id=device.deployable_id,
+                key=programming.TRAIT_ATTRIBUTE, value=trait))
+    return device
+
+
+def _used_by_another_instance(conf, engine, ctx, fake_nova, device):
+    """Another instance's ARQ bound to the card (its Nova event sent)."""
+    other, = _create(engine, ctx)
+    arq_binding.start_bind(conf, ctx, {other: _binding(
+        device, str(uuidlib.uuid4()))}).result(30)
+    fake_nova.wait_for_events(1)
+
+
+@pytest.mark.parametrize('runs, trait, group', [
+    (RUNS, None, {'accel:bitstream_id': OTHER}),
+    (RUNS, 'CUSTOM_FPGA_FUNCTION_ID_F_OLD', {'accel:function_id': 'f-new'}),
+    (None, None, {'accel:function_id': 'f-new'}),
+], ids=['another image', 'another function', 'no image'])
+def test_a_bind_that_would_reprogram_a_card_in_use_is_refused(
+        econf, engine, ctx, fake_nova, runs, trait, group):
+    """Another instance uses the card, and the bind surely loads another
+    image than the one it runs: its programming would be refused (another
+    instance uses it with its current bitstream), which Glance need not
+    be asked to tell.  The PATCH is refused, nothing written (it was
+    answered 202 and ended BindFailed before Nova's first read)."""
+    device = _card(engine, runs, trait)
+    _used_by_another_instance(econf, engine, ctx, fake_nova, device)
+    uuid, = _create(engine, ctx, [dict(FPGA, **group)])
+    with pytest.raises(exception.BindFailed) as e:
+        arq_binding.start_bind(econf, ctx, {uuid: _binding(
+            device, str(uuidlib.uuid4()))})
+    assert e.value.code == 400
+    assert str(e.value) == (
+        f'Binding failed: Deployable {device.deployable_uuid} is in use: '
+        f'another instance uses it with its current bitstream')
+    assert _untouched(seed.arq_rows(engine)[uuid])
+    assert seed.handles_in_use(engine) == 1
+    assert _events_recorded(engine, [uuid]) == 0
+
+
+@pytest.mark.parametrize('case', [
+    'the image it runs', 'the function it runs',
+    'its image, no trait recorded'])
+def test_a_bind_on_a_card_in_use_only_glance_can_tell_about_is_answered(
+        econf, engine, ctx, fake_nova, glance, case):
+    """Where the image the bind loads may be the one the card runs, only
+    Glance can tell: the PATCH is answered and the programming decides
+    (here the image is loaded already: the ARQ ends Bound).  A card's
+    image a report recorded (after a programming whose outcome was not
+    known) has no function trait recorded with it."""
+    image = glance.add_image(b'bitstream' * 10, {'accel:function_id': 'f1'})
+    group = {'accel:function_id': 'f1'}
+    trait = 'CUSTOM_FPGA_FUNCTION_ID_F1'
+    if case == 'the image it runs':
+        group = {'accel:bitstream_id': image}
+    elif case == 'its image, no trait recorded':
+        trait = None
+    device = _card(engine, image, trait)
+    _used_by_another_instance(econf, engine, ctx, fake_nova, device)
+    uuid, = _create(engine, ctx, [dict(FPGA, **group)])
+    arq_binding.start_bind(econf, ctx, {uuid: _binding(
+        device, str(uuidlib.uuid4()))}).result(30)
+    row = seed.arq_rows(engine)[uuid]
+    assert row.state == 'Bound', row.bind_failure_reason
+    assert glance.downloads() == []
+
+
+def test_a_bind_s_own_handle_is_not_another_instance_s(econf, engine, ctx):
+    """The handle the bind just took is its own: on a card nobody else
+    uses, a bind that reprograms it is answered, and its programming
+    goes on (here Glance has no image for the function: it fails after
+    the answer, as before)."""
+    device = _card(engine)
+    uuid, = _create(engine, ctx, [dict(FPGA, **{
+        'accel:function_id': 'f-none'})])
+    arq_binding.start_bind(econf, ctx, {uuid: _binding(
+        device, str(uuidlib.uuid4()))}).result(30)
+    row = seed.arq_rows(engine)[uuid]
+    assert row.state == 'BindFailed'
+    assert '0 images in Glance have function id f-none' in (
+        row.bind_failure_reason)
+
+
+# SQLite serialises writers: nothing commits meanwhile.
+@pytest.mark.parametrize('engine', ['mysql', 'postgresql'], indirect=True)
+def test_a_mark_committed_after_the_bind_began_reading_is_seen(
+        econf, engine, ctx, monkeypatch):
+    """A programming's mark committed while a bind that programs the card
+    is under way, before it reads the card: MariaDB's REPEATABLE READ
+    read the card as of the transaction's first read (its targets), and
+    the bind, missing the mark, was answered 202 and failed once its
+    programming found it.  The card is read with a share lock: as last
+    committed (PostgreSQL reads each statement anew)."""
+    device = _card(engine, RUNS, handles=1)
+    uuid, = _create(engine, ctx, [dict(FPGA, **{
+        'accel:bitstream_id': OTHER})])
+    bind_targets = deployable_db.bind_targets
+
+    def marked_meanwhile(context, rp_uuids):
+        found = bind_targets(context, rp_uuids)
+        _mark(engine, device)       # committed by another transaction
+        return found
+
+    monkeypatch.setattr(deployable_db, 'bind_targets', marked_meanwhile)
+    with pytest.raises(exception.BindFailed) as e:
+        arq_binding.start_bind(econf, ctx, {uuid: _binding(
+            device, str(uuidlib.uuid4()))})
+    assert e.value.code == 400
+    assert str(e.value) == (
+        f'Binding failed: deployable {device.deployable_uuid} is being '
+        f'programmed (until 2100-01-01 00:00:00 UTC)')
+    assert _untouched(seed.arq_rows(engine)[uuid])
+    assert seed.handles_in_use(engine) == 0
 
 
 # -- ARQs the instance holds on another host ----------------------------------

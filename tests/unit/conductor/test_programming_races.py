@@ -232,6 +232,34 @@ def test_a_take_and_a_claim_on_one_card_exclude_each_other(conf, engine):
     assert (taken is None, held) in ((True, 0), (False, 1))
 
 
+@pytest.mark.parametrize('where', ['the same deployable', 'another VF'])
+def test_a_programming_bind_s_count_leaves_the_free_handles_to_others(
+        conf, engine, where):
+    """A bind that programs reads its card and counts the card's taken
+    handles in its PATCH's transaction (``arq_binding._refuse_in_use``),
+    held open until it commits (Placement's answer, the PATCH's other
+    ARQs).  The count share-locks the taken handles only: one that
+    locked the free ones too (as a programming's own count,
+    ``count_held``, does in a short transaction of its own) had the binds
+    taking a handle of the card meanwhile pass them over (FOR UPDATE SKIP
+    LOCKED) and find none free."""
+    card = seed.seed_device(engine, hostname=HOST, handles=2)
+    vf = _another_vf(engine, card, handles=2)
+    other = card if where == 'the same deployable' else vf
+
+    def programming_bind(context):
+        seen = deployable_db.card_for_bind(context, card.deployable_id)
+        handle = handle_db.take(context, card.deployable_id)
+        return (handle is not None,
+                handle_db.count_taken(context, seen.deployable_ids))
+
+    counted, taken = _holding(engine, programming_bind,
+                              lambda c: _take(c, other.deployable_id))
+    assert counted == (True, 1)
+    assert taken is not None, 'a free handle was locked by the count'
+    assert seed.handles_in_use(engine) == 2
+
+
 # -- a bind and a programming through another VF, end to end (SQLite, the
 # real Placement, the agent's endpoint in this process) ---------------------
 
