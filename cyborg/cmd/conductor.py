@@ -4,6 +4,8 @@ start-up recovery of the binds and events its previous run left and,
 with ``[metrics]enabled``, Prometheus metrics on
 ``[metrics]host:conductor_port``."""
 
+from oslo_log import log as logging
+
 from cyborg.common import metrics
 from cyborg.common import quota
 from cyborg.common import rpc
@@ -16,11 +18,63 @@ from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db import api as db_api
 from cyborg.db.api import clock as clock_db
 
+LOG = logging.getLogger(__name__)
+
+# Nova's [compute]arq_binding_timeout by default: a build whose
+# accelerator requests' outcomes have not reached Nova by then fails.
+NOVA_ARQ_BINDING_TIMEOUT = 300
+
+
+def late_outcome_warning(conf):
+    """Why Nova, waiting its default ``[compute]arq_binding_timeout``,
+    may fail a build before it hears the outcome of a bind whose
+    conductor died; None when it hears in time.
+
+    The stuck-bind check (every ``[conductor]stuck_arq_check_interval``)
+    fails such a bind once ``[DEFAULT]bind_timeout`` has passed since it
+    started, and tells Nova at once; an outcome the conductor recorded
+    but did not deliver is due ``[conductor]nova_event_retry_interval``
+    after the bind's deadline (``arq_binding._due``), and the re-send
+    periodic runs every ``nova_event_retry_interval``.  Nova hears at
+    the latest ``bind_timeout`` + the larger of
+    ``stuck_arq_check_interval`` and twice ``nova_event_retry_interval``
+    after the bind started."""
+    conductor = conf.conductor
+    if not conductor.stuck_arq_check_interval:
+        return ('[conductor]stuck_arq_check_interval is 0: the binds of a '
+                'conductor that dies are failed, and Nova told, only when '
+                'that conductor starts again; Nova fails the build after '
+                'its [compute]arq_binding_timeout (%d s by default)'
+                % NOVA_ARQ_BINDING_TIMEOUT)
+    latest = conf.bind_timeout + max(
+        conductor.stuck_arq_check_interval,
+        2 * conductor.nova_event_retry_interval)
+    if latest < NOVA_ARQ_BINDING_TIMEOUT:
+        return None
+    return ('Nova may fail the build of a bind whose conductor died before '
+            'it hears the outcome: it hears it up to %d s after the bind '
+            'started ([DEFAULT]bind_timeout %d s + the larger of '
+            '[conductor]stuck_arq_check_interval %d s and twice '
+            '[conductor]nova_event_retry_interval %d s), and fails the '
+            'build after its [compute]arq_binding_timeout (%d s by '
+            'default); lower them, or raise Nova\'s arq_binding_timeout '
+            'above %d s' % (latest, conf.bind_timeout,
+                            conductor.stuck_arq_check_interval,
+                            conductor.nova_event_retry_interval,
+                            NOVA_ARQ_BINDING_TIMEOUT, latest))
+
+
+def warn_if_outcomes_late(conf):
+    warning = late_outcome_warning(conf)
+    if warning:
+        LOG.warning('%s', warning)
+
 
 def build_services(conf, metrics_of=metrics.CONDUCTOR):
     """The conductor's services, in start order; also serves metrics,
     the families named by ``metrics_of`` (the all-in-one builds its
     conductor here too and serves all of its one process's)."""
+    warn_if_outcomes_late(conf)
     # This moment, told by the database server's clock once the start-up
     # jobs reach the database (the process does not wait for it here).
     started_at = clock_db.this_moment()

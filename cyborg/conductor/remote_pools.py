@@ -33,10 +33,14 @@ The reconcile also removes the providers of pools that are gone
 Like every Placement write of the conductor, none happens inside a
 database transaction: registration writes the rows, syncs the provider,
 then records the sync; deletion marks the pool ``deleting`` (no new binds)
-while its provider goes.
+while its provider goes.  A deletion cut short (its conductor died, or
+could not write the database after Placement) leaves the pool
+``deleting``: the reconcile finishes it once it has been so for
+``deletion_abandoned_after`` seconds (``_finish_deletion``).
 """
 
 import collections
+import datetime
 import json
 import uuid as uuidlib
 
@@ -68,6 +72,15 @@ ATTACHED_HOST = 'hostname'
 
 # A pool as a fabric call needs it (``job_pool``).
 _PoolRef = collections.namedtuple('_PoolRef', 'name fabric_driver')
+
+# Seconds a pool may stay 'deleting', beyond what the Placement call of
+# its deletion may take (``deletion_abandoned_after``), before the
+# reconcile takes the deletion for one cut short and finishes it: a
+# deletion running marks the pool, deletes its provider (that one call)
+# and then its rows, in well under this.
+DELETION_MARGIN = 300
+# keystoneauth's longest pause between two retries of one request.
+_RETRY_PAUSE = 60
 
 
 def provider_name(pool_name):
@@ -151,7 +164,9 @@ def delete(conf, context, pool_uuid):
     them).  The first two are checked as the pool is marked ``deleting``,
     in one transaction (``start_deleting``): a handle kept out of use by
     a release between a check and the mark would go with the pool while
-    the fabric still has it attached."""
+    the fabric still has it attached.  A pool already 'deleting' (a
+    deletion cut short) is deleted again so; the reconcile finishes one
+    left so for ``deletion_abandoned_after`` seconds itself."""
     pool = pool_db.get(context, uuid=pool_uuid)
     if pool is None:
         raise exception.ResourceNotFound(resource='Remote pool',
@@ -176,6 +191,61 @@ def delete(conf, context, pool_uuid):
         raise
     db_api.write_retrying(context, pool_db.delete, context, pool.id)
     LOG.info('Remote pool %s (%s) deleted', pool.name, pool.uuid)
+
+
+def deletion_abandoned_after(conf):
+    """Seconds after which a pool still 'deleting' is taken for one whose
+    deletion was cut short: ``DELETION_MARGIN`` beyond the longest the
+    deletion's Placement call may take (``[placement]timeout`` for it and
+    each of its keystoneauth retries, with their pauses)."""
+    placement = conf.placement
+    tries = (1 + (placement.connect_retries or 0)
+             + (placement.status_code_retries or 0))
+    return (DELETION_MARGIN + tries * (placement.timeout or 0)
+            + (tries - 1) * _RETRY_PAUSE)
+
+
+def _finish_deletion(conf, context, pool, marked_before):
+    """Finish the deletion of ``pool`` (a row read 'deleting') if it was
+    marked before ``marked_before``: its conductor died after marking it
+    (its provider perhaps deleted, its rows not), or could not write the
+    database after Placement answered.  As ``delete`` does: the provider
+    (gone already is fine), then the rows; Placement holding allocations
+    against the provider puts the pool back active (the admin deletes it
+    again once they go); Placement away leaves it 'deleting' for the next
+    reconcile.  True if the pool is gone.
+
+    The deletion is taken over first (``take_over_deleting``), under the
+    pool's lock and only as it was read: one running now in another
+    conductor (marked since), or an admin's DELETE again, is left alone;
+    the rows go only while the pool is still 'deleting'."""
+    if not db_api.write_retrying(context, pool_db.take_over_deleting,
+                                 context, pool.id, marked_before):
+        return False
+    LOG.warning('Remote pool %s (%s) has been deleting since %s UTC: its '
+                'deletion was cut short (its conductor died); finishing it',
+                pool.name, pool.uuid, pool.updated_at)
+    try:
+        placement_client.get_client(conf).delete_provider(pool.rp_uuid)
+    except placement_client.ProviderInUse as e:
+        db_api.write_retrying(context, pool_db.set_state, context, pool.id,
+                              states.POOL_ACTIVE, was=states.POOL_DELETING)
+        LOG.warning('Remote pool %s (%s) is active again: Placement holds '
+                    'allocations against its provider, so its deletion '
+                    'cut short cannot be finished; delete it again once '
+                    'they are gone: %s', pool.name, pool.uuid, e)
+        return False
+    except exception.PlacementError as e:
+        LOG.warning('Remote pool %s (%s): could not remove its provider to '
+                    'finish its deletion (%s); it stays deleting, and a '
+                    'later reconcile tries again', pool.name, pool.uuid, e)
+        return False
+    if not db_api.write_retrying(context, pool_db.delete, context, pool.id,
+                                 state=states.POOL_DELETING):
+        return False
+    LOG.info('Remote pool %s (%s) deleted: its deletion cut short is '
+             'finished', pool.name, pool.uuid)
+    return True
 
 
 # -- Placement ---------------------------------------------------------
@@ -289,11 +359,19 @@ def _remove_provider(conf, pool):
 def reconcile(conf, context):
     """Periodic: re-sync every active pool's provider (drift made by hand
     is repaired, a registration's sync cut short is finished), retry the
-    detaches the fabric refused, and remove the providers of pools that
+    detaches the fabric refused, finish the deletions cut short
+    (``_finish_deletion``: pools 'deleting' for longer than
+    ``deletion_abandoned_after``), and remove the providers of pools that
     are gone (``remove_orphans``).  Returns the number of pools
     synced."""
     synced = 0
+    marked_before = clock_db.utcnow() - datetime.timedelta(
+        seconds=deletion_abandoned_after(conf))
     for pool in pool_db.get_all(context):
+        if pool.state == states.POOL_DELETING:
+            if (pool.updated_at or pool.created_at) <= marked_before:
+                _finish_deletion(conf, context, pool, marked_before)
+            continue
         if pool.state != states.POOL_ACTIVE:
             continue
         # The detaches first: the sync then reserves only what is still

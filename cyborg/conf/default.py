@@ -30,8 +30,15 @@ opts = [
                default=240, min=10,
                help='Seconds an accelerator request may stay in BindStarted '
                     '(including FPGA programming) before it is failed and '
-                    'Nova is told. Keep it below Nova\'s '
-                    'arq_binding_timeout (300 s).'),
+                    'Nova is told. Nova fails the build after its '
+                    '[compute]arq_binding_timeout (300 s by default). The '
+                    'outcome of a bind whose conductor dies reaches Nova up '
+                    'to this plus the larger of '
+                    '[conductor]stuck_arq_check_interval and twice '
+                    '[conductor]nova_event_retry_interval after the bind '
+                    'started (270 s by default): keep that below Nova\'s '
+                    'timeout (the conductor warns at start when it is '
+                    'not).'),
     cfg.StrOpt('state_path',
                default='/var/lib/cyborg',
                help='Directory where cyborg keeps local state (agent '

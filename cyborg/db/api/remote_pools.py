@@ -139,18 +139,54 @@ def start_deleting(context, pool_id):
 
 
 @writer
-def set_state(context, pool_id, state):
-    _update(context, pool_id, state=state)
+def take_over_deleting(context, pool_id, marked_before):
+    """Take over the deletion of a pool marked 'deleting' before
+    ``marked_before`` (its ``updated_at``, which ``start_deleting`` sets,
+    and every later write to the row moves on) that no ARQ holds, under
+    the pool row's lock: its ``updated_at`` moved to now, so that another
+    conductor's reconcile, and this one's next, leave it for as long
+    again; True if taken.  A pool marked again meanwhile (an admin's
+    DELETE again) or put back active is left to whoever did it."""
+    locked = context.session.execute(
+        sa.select(_POOL.id).where(
+            _POOL.id == pool_id, _POOL.state == states.POOL_DELETING,
+            sa.func.coalesce(_POOL.updated_at, _POOL.created_at)
+            <= marked_before)
+        .with_for_update()).first()
+    if locked is None or holders(context, pool_id):
+        return False
+    return bool(_update(context, pool_id))
 
 
 @writer
-def delete(context, pool_id):
-    """Delete a pool and its handles."""
+def set_state(context, pool_id, state, was=None):
+    """Set the pool's state; with ``was``, only from that state.  True if
+    set."""
+    guard = [_POOL.id == pool_id]
+    if was is not None:
+        guard.append(_POOL.state == was)
+    return bool(context.session.execute(
+        sa.update(_POOL).where(*guard)
+        .values(state=state, updated_at=models._now())
+        .execution_options(synchronize_session=False)).rowcount)
+
+
+@writer
+def delete(context, pool_id, state=None):
+    """Delete a pool and its handles; with ``state``, only while the pool
+    is in that state (checked under the pool row's lock).  True if
+    deleted."""
+    if state is not None and context.session.execute(
+            sa.select(_POOL.id).where(_POOL.id == pool_id,
+                                      _POOL.state == state)
+            .with_for_update()).first() is None:
+        return False
     context.session.execute(sa.delete(_HANDLE).where(
         _HANDLE.pool_id == pool_id).execution_options(
         synchronize_session=False))
-    context.session.execute(sa.delete(_POOL).where(
-        _POOL.id == pool_id).execution_options(synchronize_session=False))
+    return bool(context.session.execute(sa.delete(_POOL).where(
+        _POOL.id == pool_id).execution_options(
+        synchronize_session=False)).rowcount)
 
 
 @writer
