@@ -36,15 +36,16 @@ def create(conf, context, deployable_uuid, key, value):
 
 
 def _create_in(context, deployable_uuid, key, value):
-    deployable = deployable_db.get(context, uuid=deployable_uuid)
-    if deployable is None:
+    target = deployable_db.program_target(context, deployable_uuid)
+    if target is None:
         raise exception.ResourceNotFound(resource='Deployable',
                                          id=deployable_uuid)
+    _unsynced(context, target)
     row = attribute_db.insert(
         context, {'uuid': uuidutils.generate_uuid(),
-                  'deployable_id': deployable.id, 'key': key,
+                  'deployable_id': target.deployable_id, 'key': key,
                   'value': value})
-    return _as_dict(row), _unsynced(context, deployable.id)
+    return _as_dict(row), target
 
 
 def delete(conf, context, attribute_uuid):
@@ -54,20 +55,27 @@ def delete(conf, context, attribute_uuid):
 
 def _delete_in(context, attribute_uuid):
     attribute = attribute_db.get(context, attribute_uuid)
-    if attribute is None or not attribute_db.delete(context,
-                                                    attribute_uuid):
+    if attribute is None:
         raise exception.ResourceNotFound(resource='Attribute',
                                          id=attribute_uuid)
-    return _unsynced(context, attribute.deployable_id)
+    target = deployable_db.program_target_by_id(context,
+                                                attribute.deployable_id)
+    _unsynced(context, target)
+    if not attribute_db.delete(context, attribute_uuid):
+        raise exception.ResourceNotFound(resource='Attribute',
+                                         id=attribute_uuid)
+    return target
 
 
-def _unsynced(context, deployable_id):
-    """The deployable's host no longer taken as synced; returns the
-    deployable with its host (``program_target``) for ``_sync``."""
-    target = deployable_db.program_target_by_id(context, deployable_id)
+def _unsynced(context, target):
+    """The host of the deployable ``target`` (``program_target``) no
+    longer taken as synced.  Its row is written (locked) before the
+    attribute's: reports and health writes lock it before the host's
+    other rows, and an attribute's insert share-locks its deployable
+    (MariaDB's foreign key check), which a health write holding the
+    host's row then waited for while we waited for the host's row."""
     if target is not None:
         host_db.update(context, target.hostname, placement_synced=False)
-    return target
 
 
 def _sync(conf, context, target):

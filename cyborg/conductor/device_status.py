@@ -63,8 +63,8 @@ def set_status(conf, context, device_uuid, status, wait=None):
         # otherwise enable/disable is plain maintenance and must work
         # while the host's agent is down.
         _prepare(conf, context, target, wait)
-    device, host, serial = db_api.write_retrying(context, _set_in, context,
-                                                device_uuid, status)
+    device, host, serial = db_api.write_retrying(
+        context, _set_in, context, target['hostname'], device_uuid, status)
     if target['status'] != status:
         _notify(conf, context, target, status)
     _sync(conf, context, device, device_uuid, host, serial)
@@ -85,15 +85,18 @@ def _vouch(conf, context, hostname, device_uuid):
                       hostname)
 
 
-def _set_in(context, device_uuid, status):
+def _set_in(context, hostname, device_uuid, status):
+    # The host's row first, as reports and health writes lock it before
+    # the host's device rows: locked after the device's, a health write
+    # holding it and writing this device deadlocked with us.  Locked:
+    # whether it was synced and the serial after our bump are read with
+    # no change of another writer between them.
+    host = host_db.lock(context, hostname)
     device = device_db.set_status(context, device_uuid, status)
     if device is None:
         raise exception.ResourceNotFound(resource='Device', id=device_uuid)
-    # Locked: whether it was synced and the serial after our bump are
-    # read with no change of another writer between them.
-    host = host_db.lock(context, device['hostname'])
-    host_db.update(context, device['hostname'], placement_synced=False)
-    return device, host, host_db.sync_serial(context, device['hostname'])
+    host_db.update(context, hostname, placement_synced=False)
+    return device, host, host_db.sync_serial(context, hostname)
 
 
 def _prepare(conf, context, target, wait):

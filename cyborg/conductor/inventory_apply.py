@@ -17,7 +17,11 @@
 Several conductors may handle reports of the same host at once: the host
 row lock serialises them where the database has row locks, and the
 deterministic row uuids make a racing insert fail on a unique key, in
-which case the report is planned again from the new state.
+which case the report is planned again from the new state.  Binds do not
+lock the host row: one may take an attach handle the report read free
+and plans to delete; the delete is guarded on the handle being free, and
+the report planned again when it kept one (``inventory.TakenMeanwhile``),
+from rows that show it taken.
 """
 
 import dataclasses

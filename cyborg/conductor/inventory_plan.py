@@ -13,13 +13,14 @@ derived that way were made by someone else (an operator's ``POST
 /attributes``) and are never deleted by a report.
 
 Truth rule: a deployable whose provider holds allocations in Placement
-(``held_providers``) is not deleted when its hardware disappears; it is
-marked ``gone`` (its provider keeps ``reserved = total``) and removed once
-the allocations are released.  Its health becomes 'lost' in the same
-update, and so does its device's when the whole device vanished (the
-device row stays while one of its deployables does); when the hardware
-comes back it is 'unhealthy' until the health state machine's hold-down
-and re-probe re-admit it (``health_machine``).  Hardware that vanishes
+(``held_providers``), or one of whose attach handles is in use, is not
+deleted when its hardware disappears; it is marked ``gone`` (its provider
+keeps ``reserved = total``) and removed once they are released.  Its
+health becomes 'lost' in the same update, and so does its device's when
+the whole device vanished (the device row stays while one of its
+deployables does); when the hardware comes back it is 'unhealthy' until
+the health state machine's hold-down and re-probe re-admit it
+(``health_machine``).  Hardware that vanishes
 while not healthy (its own health or its device's) is kept the same way,
 allocated or not, so that it does not come back as new and healthy; so
 is a device that vanishes in a status other than the one a new device
@@ -150,7 +151,8 @@ def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
     the host's for a full report); ``devices``: the reported
     ``DriverDevice`` objects; ``removed_keys``: device keys a delta says
     are gone; ``full``: stored devices not reported are gone too;
-    ``held_providers``: provider uuids with allocations in Placement;
+    ``held_providers``: provider uuids with allocations in Placement
+    (those of deployables with an attach handle in use are held too);
     ``new_device_status``: the status of added devices; ``now``: the time
     health changes (lost, came back) are stamped with; ``kept_keys``:
     keys of devices the report has but this conductor skipped, never
@@ -166,6 +168,7 @@ def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
         health_machine.came_back,
         settings=health_settings or health_machine.Settings())
     stored = _Stored(stored_rows)
+    held_providers = frozenset(held_providers) | _taken(stored_rows)
     plan = Plan()
     if full:
         plan.unkept = _unkept(hostname, stored, kept_keys)
@@ -194,6 +197,23 @@ def make_plan(hostname, stored_rows, devices, removed_keys=(), full=False,
             _remove_device(plan, stored, row, held_providers, now,
                            new_device_status)
     return plan
+
+
+def _taken(stored_rows):
+    """The providers of the stored deployables an attach handle in use
+    holds: held, whatever Placement answered.  An ARQ binds after its
+    instance's allocation is made, and can take a handle after Placement
+    was asked, or after the report read the handle free (it then plans
+    again: ``inventory.write``); deleted, the deployable would take the
+    ARQ's handle with it."""
+    taken = {row['deployable_id']
+             for row in stored_rows.get('attach_handles', ())
+             if row.get('in_use')}
+    if not taken:
+        return frozenset()
+    return frozenset(row.get('rp_uuid') or _rp_uuid(row['name'])
+                     for row in stored_rows.get('deployables', ())
+                     if row['id'] in taken)
 
 
 def _unkept(hostname, stored, kept_keys):

@@ -9,11 +9,12 @@ lock a host's row to serialise with its reports and mark it unsynced;
 """
 
 import sqlalchemy as sa
+from oslo_db import exception as db_exc
 
 from cyborg.db import models
 from cyborg.db.api import _sql
 from cyborg.db.api import clock as clock_db
-from cyborg.db.api import reader, writer
+from cyborg.db.api import AskFirst, reader, write_retrying, writer
 
 _HOST = models.Host.__table__
 # Built once, with bind parameters: a report runs several of these, and
@@ -49,23 +50,55 @@ def lock(context, hostname):
     return dict(row) if row is not None else None
 
 
+class CreateFirst(AskFirst):
+    """Raised by ``lock_or_create`` for a host not known yet: its row is
+    inserted in a transaction of its own (``ask``), and the caller's
+    transaction (``write_retrying``) runs again and locks it."""
+
+    def __init__(self, context, hostname):
+        super().__init__()
+        self.context, self.hostname = context, hostname
+
+    def ask(self):
+        try:
+            write_retrying(self.context, create, self.context,
+                           self.hostname)
+        except db_exc.DBDuplicateEntry:
+            pass    # Another conductor made it first.
+
+
 @writer
 def lock_or_create(context, hostname):
-    """The host's row (dict), locked until the transaction ends; inserted
-    when new, which locks it too (a racing insert of the same host raises
-    DBDuplicateEntry: retry).
+    """The host's row (dict), locked until the transaction ends; for a
+    host not known yet, ``CreateFirst`` (the caller runs in
+    ``write_retrying``): its row is made in a transaction of its own,
+    then this one runs again.
 
-    Whether it exists is read first without a lock: a locking read of a
-    missing row takes a gap lock (MariaDB, MySQL), and first reports of
-    new hosts, whose names share that gap, would then deadlock on their
-    inserts."""
+    The lock is the transaction's first read: on MariaDB (REPEATABLE
+    READ) the first plain read fixes the snapshot every later one reads,
+    and one made before the lock waited showed the rows as they were
+    before what it waited for (a health write's, an operator's), which
+    the report then wrote over.  A missing row is not inserted here: its
+    locking read took a gap lock (MariaDB, MySQL), and first reports of
+    new hosts, whose names share that gap, would deadlock on their
+    inserts; this transaction ends at once instead, holding nothing
+    more, and the insert (``create``) reads no lock first."""
+    row = lock(context, hostname)
+    if row is None:
+        raise CreateFirst(context, hostname)
+    return row
+
+
+@writer
+def create(context, hostname):
+    """Insert the host's row unless it is there: an unlocked read, then
+    the insert (see ``lock_or_create``); a racing insert of the same
+    host raises DBDuplicateEntry."""
     if get(context, hostname) is not None:
-        return lock(context, hostname)
-    values = {'hostname': hostname, 'placement_synced': False,
-              'created_at': clock_db.utcnow()}
-    _sql.connection(context).execute(_INSERT, values)
-    return dict({c.name: None for c in _HOST.c if c.name != 'id'},
-                **values)
+        return
+    _sql.connection(context).execute(_INSERT, {
+        'hostname': hostname, 'placement_synced': False,
+        'created_at': clock_db.utcnow()})
 
 
 @reader

@@ -14,7 +14,7 @@ from cyborg.db import models
 from cyborg.db.api import _sql
 from cyborg.db.api import clock as clock_db
 from cyborg.db.api import deployables as deployable_db
-from cyborg.db.api import reader, writer
+from cyborg.db.api import AskFirst, reader, writer
 
 # The tables of a host's inventory, by the names a plan uses.
 TABLES = {'devices': models.Device,
@@ -111,17 +111,45 @@ def _load_hosts(context, hostnames):
     return found
 
 
+class TakenMeanwhile(AskFirst):
+    """Raised by ``write`` when an attach handle it was to delete, or one
+    of a deployable or device it was to delete, is in use: a bind took
+    it after the caller read it free (binds do not lock the host's row).
+    Nothing is asked: ``write_retrying`` rolls the transaction back and
+    runs it again, reading the handle taken; a report then keeps it as
+    it keeps any vanished handle in use (``inventory_plan``), a host's
+    forgetting refuses (``cyborg.conductor.hosts``)."""
+
+    def ask(self):
+        pass
+
+
 @writer
 def write(context, add, update, delete):
     """Apply a plan's rows (see cyborg.conductor.inventory_plan.Plan):
-    deletes, then updates, then inserts parent tables first."""
+    deletes, then updates, then inserts parent tables first.
+
+    An attach handle in use is never deleted, with its deployable and
+    device (``_delete_with_children``): the delete of the rows a plan
+    read free is guarded on it, and ``TakenMeanwhile`` raised when the
+    guard kept one (an ARQ's handle would otherwise go, the ARQ left
+    Bound without it).  No statement more: the guard is in the
+    DELETEs' WHERE, its outcome their row counts."""
     s = _sql.connection(context)
     for table in ('attach_handles', 'attributes'):
         if delete.get(table):
             t = TABLES[table].__table__
-            s.execute(sa.delete(t).where(t.c.uuid.in_(delete[table])))
-    _delete_with_children(s, _ids_of(s, 'deployables', delete),
-                          _ids_of(s, 'devices', delete))
+            query = sa.delete(t).where(t.c.uuid.in_(delete[table]))
+            if table == 'attach_handles':
+                query = query.where(t.c.in_use == sa.false())
+            deleted = s.execute(query).rowcount
+            if table == 'attach_handles' and \
+                    deleted != len(delete[table]):
+                raise TakenMeanwhile()
+    kept, _devices = _delete_with_children(
+        s, _ids_of(s, 'deployables', delete), _ids_of(s, 'devices', delete))
+    if kept:
+        raise TakenMeanwhile()
     for table, rows in update.items():
         _update_by_uuid(s, TABLES[table].__table__, rows)
     ids = {}
@@ -164,23 +192,48 @@ def _ids_of(session, table, delete):
 def _delete_with_children(session, deployable_ids, device_ids):
     """Delete deployables and devices with every row hanging off them,
     without relying on ON DELETE CASCADE (SQLite enforces foreign keys only
-    when asked to)."""
+    when asked to), except a deployable an attach handle in use holds,
+    with that handle and its device (its free handles go): the caller
+    read it free, and a bind took it since (binds do not lock the host's
+    row); deleted, it left the ARQ Bound without a handle (ON DELETE SET
+    NULL).  Returns (the ids of the deployables, of the devices, kept
+    so): empty sets but in that race.
+
+    The guards are in the DELETEs' WHERE (no statement more): a handle
+    whose take has not committed is waited for, and read in use once it
+    has; one this delete reached first, the take skips (SKIP LOCKED)."""
     dep = models.Deployable.__table__
+    h = models.AttachHandle.__table__
     deployable_ids = set(deployable_ids)
+    device_ids = set(device_ids)
     if device_ids:
         deployable_ids.update(session.scalars(
             sa.select(dep.c.id).where(dep.c.device_id.in_(device_ids))))
+    kept, kept_devices = set(), set()
     if deployable_ids:
-        for model in (models.AttachHandle, models.Attribute):
-            t = model.__table__
-            session.execute(sa.delete(t).where(
-                t.c.deployable_id.in_(deployable_ids)))
-        session.execute(sa.delete(dep).where(dep.c.id.in_(deployable_ids)))
+        session.execute(sa.delete(h).where(
+            h.c.deployable_id.in_(deployable_ids),
+            h.c.in_use == sa.false()))
+        a = models.Attribute.__table__
+        session.execute(sa.delete(a).where(
+            a.c.deployable_id.in_(deployable_ids),
+            ~sa.exists().where(h.c.deployable_id == a.c.deployable_id)))
+        deleted = session.execute(sa.delete(dep).where(
+            dep.c.id.in_(deployable_ids),
+            ~sa.exists().where(h.c.deployable_id == dep.c.id))).rowcount
+        if deleted != len(deployable_ids):
+            for row in session.execute(
+                    sa.select(dep.c.id, dep.c.device_id)
+                    .where(dep.c.id.in_(deployable_ids))):
+                kept.add(row.id)
+                kept_devices.add(row.device_id)
+            device_ids -= kept_devices
     if device_ids:
         cp = models.ControlpathID.__table__
         session.execute(sa.delete(cp).where(cp.c.device_id.in_(device_ids)))
         d = models.Device.__table__
         session.execute(sa.delete(d).where(d.c.id.in_(device_ids)))
+    return kept, kept_devices
 
 
 _PARENT_TABLES = {'device': 'devices', 'deployable': 'deployables',
@@ -320,7 +373,8 @@ def delete_gone(context, deployable_uuids, device_uuids=()):
     """Delete these deployables if still gone, then those of these
     devices that are still 'lost' and have no deployable left (never a
     device still reported: it is not lost, and may have none); returns
-    the uuids deleted."""
+    the uuids deleted.  One an attach handle in use still holds is kept
+    with its device (``_delete_with_children``), for a later run."""
     s = _sql.connection(context)
     dep = models.Deployable.__table__
     d = models.Device.__table__
@@ -336,6 +390,7 @@ def delete_gone(context, deployable_uuids, device_uuids=()):
             dep.c.device_id.in_(device_ids), dep.c.id.not_in(ids))))
     if not ids and not device_ids:
         return []
-    _delete_with_children(s, ids, device_ids)
-    return [r.uuid for r in rows] + [r.uuid for r in devices
-                                     if r.id in device_ids]
+    kept, kept_devices = _delete_with_children(s, ids, device_ids)
+    return [r.uuid for r in rows if r.id not in kept] + [
+        r.uuid for r in devices
+        if r.id in device_ids and r.id not in kept_devices]
