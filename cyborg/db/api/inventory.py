@@ -335,7 +335,7 @@ def gone(context, hostname=None):
     device still reported may have no deployable left), as
     [{'kind': 'deployable' or 'device', 'hostname', 'uuid', 'rp_uuid'
     (None for a device), 'device_uuid' (a device's: its own),
-    'health', 'health_reason', 'health_updated_at'}]."""
+    'health', 'health_reason', 'health_code', 'health_updated_at'}]."""
     if hostname is None:
         return _sql.rows(_sql.connection(context).execute(
             _gone_statement(False)))
@@ -351,7 +351,8 @@ def _gone_statement(by_host):
         sa.select(sa.literal_column("'deployable'").label('kind'),
                   _D.c.hostname, _DEP.c.uuid, _DEP.c.rp_uuid,
                   _D.c.uuid.label('device_uuid'), _DEP.c.health,
-                  _DEP.c.health_reason, _DEP.c.health_updated_at)
+                  _DEP.c.health_reason, _DEP.c.health_code,
+                  _DEP.c.health_updated_at)
         .join(_D, _D.c.id == _DEP.c.device_id)
         .where(_DEP.c.gone == sa.true()))
     devices = (
@@ -359,7 +360,8 @@ def _gone_statement(by_host):
                   _D.c.hostname, _D.c.uuid,
                   sa.cast(sa.null(), _DEP.c.rp_uuid.type).label('rp_uuid'),
                   _D.c.uuid.label('device_uuid'), _D.c.health,
-                  _D.c.health_reason, _D.c.health_updated_at)
+                  _D.c.health_reason, _D.c.health_code,
+                  _D.c.health_updated_at)
         .where(_D.c.health == states.LOST))
     if by_host:
         deployables = deployables.where(
