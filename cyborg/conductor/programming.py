@@ -495,10 +495,13 @@ def _advertised(conf, context, target, trait):
 
 def _advertise_in(context, target, trait):
     """The function trait, and the host no longer taken as synced (a
-    failed ``_sync`` is the reconcile's to finish)."""
+    failed ``_sync`` is the reconcile's to finish).  The host's row
+    first, as every writer of a host's rows: the attribute's insert
+    share-locks the deployable (MariaDB's foreign key check), which a
+    health write holding the host's row may be about to write."""
+    host_db.update(context, target.hostname, placement_synced=False)
     deployable_db.set_function_trait(context, target.deployable_id,
                                      TRAIT_ATTRIBUTE, trait)
-    host_db.update(context, target.hostname, placement_synced=False)
 
 
 def _run_agent(conf, context, target, image, data, deadline, fetched):

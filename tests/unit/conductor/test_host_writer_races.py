@@ -23,6 +23,7 @@ shows as DBDeadlock instead of being retried.  A step that must wait is
 told by the server's own view of its sessions (a lock wait)."""
 
 import threading
+import types
 
 import pytest
 import sqlalchemy as sa
@@ -34,6 +35,7 @@ from cyborg.conductor import attributes
 from cyborg.conductor import device_status
 from cyborg.conductor import hosts
 from cyborg.conductor import inventory_apply
+from cyborg.conductor import programming
 from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.db.api import arqs as arq_db
@@ -430,3 +432,22 @@ def test_an_attribute_write_and_a_health_write(conf, engine):
         lambda c: attributes._create_in(
             c, card.deployable_uuid, 'trait9', 'CUSTOM_X')[0]['value'])
     assert results == {'health': 'written', 'work': 'CUSTOM_X'}
+
+
+def test_a_programming_s_function_trait_and_a_health_write(conf, engine):
+    """A programming's function trait (an attribute of the deployable)
+    is written after the host's row is locked, as any other attribute
+    write (above); it inserted the attribute first and deadlocked on
+    MariaDB with a health write holding the host's row."""
+    card = seed.seed_device(engine, hostname=HOST, handles=1)
+    _host(engine)
+    target = types.SimpleNamespace(deployable_id=card.deployable_id,
+                                   hostname=HOST)
+
+    def advertise(context):
+        programming._advertise_in(context, target, 'CUSTOM_FPGA_F1')
+        return 'advertised'
+
+    results = _against_a_health_write(
+        engine, (models.Deployable, card.deployable_id), advertise)
+    assert results == {'health': 'written', 'work': 'advertised'}
