@@ -28,9 +28,13 @@ order:
 
 Any failure after step 1 releases the claim and puts the ARQ back as it
 was (its state before, no consumer), so a refused allocate leaves nothing
-behind and may be tried again.  A delete or unbind of the ARQ releases the
-allocation (``arq_binding.release_allocations``); a conductor that dies
-half-way leaves the ARQ in BindStarted, which ``fail_stuck`` fails after
+behind and may be tried again.  A delete or unbind of the ARQ records the
+release of the allocation's claim in the transaction that moves the ARQ
+(``owe_claim``) and releases it once that has committed
+(``release_moved``, through ``arq_binding.release_allocations``): a
+conductor that dies in between, or Placement away, leaves the record to
+``release_left_claims``.  A conductor that dies half-way through an
+allocation leaves the ARQ in BindStarted, which ``fail_stuck`` fails after
 ``[DEFAULT]bind_timeout``, then releasing the claim (``release_failed``:
 failed first, so that an allocation only slow cannot end Bound after its
 claim was released).
@@ -556,9 +560,10 @@ def _owe_release(context, job, error):
 
 def release_left_claims(conf, context):
     """Periodic (run by ``arq_binding.fail_stuck``): release the claims
-    recorded (``_owe_release``, ``arq_binding``'s stuck-bind check) whose
-    ARQ is gone, in no bind or in a failed one, and forget them; returns
-    how many were settled.
+    recorded (``_owe_release``, ``arq_binding``'s stuck-bind check, an
+    unbind's or a delete's ``owe_claim`` whose conductor died before its
+    release, or found Placement away) whose ARQ is gone, in no bind or in
+    a failed one, and forget them; returns how many were settled.
 
     First the consumers no ARQ is named by: an allocation's own (not the
     ARQ's uuid) recorded by its undo, or the uuid of an ARQ gone.  None
@@ -598,24 +603,81 @@ def release_failed(conf, context, rows):
                                    for row in rows])
 
 
-def _settle(conf, context, owed):
+def owe_claim(context, arq_uuid, bind_id):
+    """Record (``placement_releases``), in the caller's transaction, the
+    releases owed by the claim of the standalone allocation ``bind_id``
+    of ARQ ``arq_uuid``, which that transaction moves out of it (an
+    unbind's or a delete's): ``release_moved`` makes them once it has
+    committed, ``release_left_claims`` where the conductor died first or
+    Placement could not be reached."""
+    for consumer, _bind in _owed_by(arq_uuid, bind_id):
+        release_db.add(context, consumer)
+
+
+def _owed_by(arq_uuid, bind_id):
+    """(consumer, bind) of what ``release_claim`` of the allocation
+    ``bind_id`` releases, once its ARQ has left it, as
+    ``release_left_claims`` settles the records: the allocation's own
+    consumer (not the ARQ's uuid) as it is (``_NO_ARQ``: none claims
+    under it again), and the ARQ's uuid on behalf of no bind (its first
+    allocation's consumer, or an allocation's from before consumers were
+    per bind; a claim of an allocation started since is left to it)."""
+    owed = [(arq_uuid, None)]
+    if bind_id not in (None, arq_uuid):
+        owed.insert(0, (bind_id, _NO_ARQ))
+    return owed
+
+
+def release_moved(conf, context, rows, moved, what):
+    """Release the claims of the standalone allocations whose ARQs an
+    unbind or a delete has just moved out of them, their releases
+    recorded by its transaction (``owe_claim``), and forget the records;
+    returns how many were settled.  ``rows``: the ARQs as that
+    transaction read them, ``moved``: {uuid: state before} of those it
+    moved; ``what``: what became of them, for the log.
+
+    Released after the commit, as the stuck-bind check's: released
+    first, a conductor that died before the commit left the ARQ Bound,
+    its attach handle taken, with nothing claimed in Placement, which
+    offered the unit again.  Where the conductor dies in between, or
+    Placement cannot be reached, the records stay for
+    ``release_left_claims``.  An ARQ moved out of BindStarted may have
+    its allocation still under way, its claim not landed yet: where this
+    releases nothing, its records stay for ``release_left_claims`` too
+    (the allocation's undo, finding its ARQ moved, releases that claim,
+    and records it where Placement fails it: the record already there,
+    forgotten now, would lose it)."""
+    owed, in_flight = [], set()
+    for row in rows:
+        if not row.consumer_id or row.uuid not in moved:
+            continue
+        for consumer, bind_id in _owed_by(row.uuid, row.bind_id):
+            owed.append((consumer, bind_id, what))
+            if moved[row.uuid] == states.BIND_STARTED:
+                in_flight.add(consumer)
+    return _settle(conf, context, owed, in_flight)
+
+
+def _settle(conf, context, owed, in_flight=()):
     """Release each recorded claim of ``owed``, ``(consumer, bind,
     what)``: the consumer as it is where no ARQ is named by it (bind
     ``_NO_ARQ``), else the ARQ's on behalf of ``bind`` (the failed one's,
     or None); ``what`` says why it is owed, for the log.  Forget the
-    record unless the ARQ is in another bind by now.  Returns how many
-    were settled."""
+    record unless the ARQ is in another bind by now, or the consumer is
+    one of ``in_flight`` and held nothing.  Returns how many were
+    settled."""
     if not owed:
         return 0
     placement = placement_client.get_client(conf)
-    released = 0
+    settled = 0
     for consumer, bind_id, what in owed:
         try:
             if bind_id is _NO_ARQ:
-                _release_consumer(placement, consumer)
+                released = _release_consumer(placement, consumer)
                 bind_id = None
             else:
-                release_claim(placement, context, consumer, bind_id)
+                released = release_claim(placement, context, consumer,
+                                         bind_id)
         except exception.PlacementError as e:
             LOG.warning('Could not release the claim owed by Placement '
                         'consumer %s (%s): %s; tried again at the next '
@@ -623,10 +685,13 @@ def _settle(conf, context, owed):
             if getattr(e, 'status_code', 503) >= 500:
                 break           # Placement away: the others would wait too
             continue
+        if not released and consumer in in_flight:
+            continue            # its claim may land still: the periodic's
         if not db_api.write_retrying(context, release_db.forget_settled,
                                      context, consumer, bind_id):
             continue            # allocated again: that allocation's now
-        LOG.info('Released the claim owed by Placement consumer %s (%s)',
-                 consumer, what)
-        released += 1
-    return released
+        if released:
+            LOG.info('Released the claim owed by Placement consumer %s '
+                     '(%s)', consumer, what)
+        settled += 1
+    return settled

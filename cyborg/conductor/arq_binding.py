@@ -1484,33 +1484,54 @@ def _release_mdevs(conf, context, rows):
 
 # -- unbind and delete ------------------------------------------------------
 
-def release_allocations(conf, rows):
-    """Release the Placement allocations of the ARQs among ``rows`` that
-    were allocated standalone (each allocation claims under a consumer of
-    its own, ``arq_allocation.consumer_of``; an instance's ARQs hold
-    none: Nova's allocation is the instance's).
-
-    Called before the rows change, so that a Placement outage fails the
-    unbind or delete (503) instead of leaving an allocation nobody will
-    release.  An allocation made after this by a racing allocate is
-    released by that allocate, which finds its ARQ gone or moved.  Each
-    releases the claim of the bind its row was read in only
-    (``arq_allocation.release_claim``): where the ARQ was unbound and
-    allocated again since, the newer allocation's claim is left to it.
-    """
-    standalone = [r for r in rows if r.consumer_id]
+def _owe_allocations(context, rows, moved):
+    """Record, in the transaction that moved them (``moved``: {uuid:
+    state before}), the releases of the Placement claims of the ARQs
+    among ``rows`` (as read there) that were allocated standalone (each
+    allocation claims under a consumer of its own,
+    ``arq_allocation.consumer_of``; an instance's ARQs hold none: Nova's
+    allocation is the instance's, and they cost no statement here)."""
+    standalone = [r for r in rows if r.consumer_id and r.uuid in moved]
     if not standalone:
         return
     from cyborg.conductor import arq_allocation
-    from cyborg.placement import client as placement_client
 
-    placement = placement_client.get_client(conf)
-    context = cyborg_context.get_admin_context()
     for row in standalone:
-        if arq_allocation.release_claim(placement, context, row.uuid,
-                                        row.bind_id):
-            LOG.info('Released the Placement allocation of accelerator '
-                     'request %s', row.uuid)
+        arq_allocation.owe_claim(context, row.uuid, row.bind_id)
+
+
+def release_allocations(conf, rows, moved, what):
+    """Release the Placement claims ``_owe_allocations`` recorded, once
+    the transaction that moved the ARQs has committed
+    (``arq_allocation.release_moved``; ``what``: unbound or deleted).
+
+    Moved first, released after: released first, a conductor that died
+    in between left the ARQ Bound, holding its handle and consumer, with
+    nothing claimed in Placement, which offered the unit again, and
+    nothing noticed.  A Placement outage (or a conductor dying here) no
+    longer fails the unbind or delete: the records stay, and
+    ``fail_stuck`` (``arq_allocation.release_left_claims``) releases the
+    claims once Placement answers.  An allocation made after this by a
+    racing allocate is released by that allocate, which finds its ARQ
+    gone or moved.  Each releases the claim of the bind its row was in
+    only (``arq_allocation.release_claim``): where the ARQ was allocated
+    again since, the newer allocation's claim is left to it.  The unbind
+    or delete is done: an error here is logged, its records kept."""
+    if not any(r.consumer_id and r.uuid in moved for r in rows):
+        return
+    from cyborg.conductor import arq_allocation
+
+    try:
+        arq_allocation.release_moved(
+            conf, cyborg_context.get_admin_context(), rows, moved,
+            'accelerator request ' + what)
+    except Exception:  # noqa: BLE001 - the change is committed
+        LOG.exception('Could not release the Placement claims of the '
+                      'accelerator requests %s; the stuck-bind check '
+                      'releases them', ', '.join(
+                          sorted(r.uuid for r in rows
+                                 if r.consumer_id and r.uuid in moved)))
+
 
 def unbind(conf, context, arq_uuids):
     """Free the ARQs' handles (removing mdevs) and clear their binding;
@@ -1525,8 +1546,7 @@ def unbind(conf, context, arq_uuids):
         failed = _release_mdevs(conf, context, rows)
         freed = [r for r in rows if r.uuid not in failed]
         kept = remote_pools.detach_for_release(conf, context, freed)
-        release_allocations(conf, freed)
-        rows, moved = db_api.write_retrying(
+        rows, moved = _write_owing(
             context, _unbind_released, context, [r.uuid for r in rows],
             freed, kept)
         if moved is not None:
@@ -1536,6 +1556,7 @@ def unbind(conf, context, arq_uuids):
             reason='the accelerator requests kept being bound while they '
                    'were unbound; try again')
     remote_pools.resync(conf, context, kept)
+    release_allocations(conf, rows, moved, 'unbound')
     if failed:
         # Logged once committed: a retried or rolled back try says nothing.
         for arq_uuid in db_api.write_retrying(context, _unbind_failed_in,
@@ -1552,7 +1573,9 @@ def _unbind_released(context, arq_uuids, released, kept):
     something not released (a standalone allocation, or a bind, ended
     meanwhile: its claim, mdev or fabric handle), (rows, None), writing
     nothing: the releases run again for what the rows hold now, as a
-    delete does (its claim was left in Placement for good)."""
+    delete does (its claim was left in Placement for good).  The
+    releases of the standalone claims of those moved are recorded here,
+    and made after the commit (``release_allocations``)."""
     arq_db.lock(context, arq_uuids)
     rows = [r for r in arq_db.get_to_change(context, arq_uuids)
             if _visible(context, r)]
@@ -1560,8 +1583,20 @@ def _unbind_released(context, arq_uuids, released, kept):
     now = [r for r in rows if r.uuid in names]
     if _holdings(now) - _holdings(released):
         return rows, None
-    return rows, _leave_all(context, now, states.UNBOUND, UNBIND_FROM,
-                            kept=kept)
+    moved = _leave_all(context, now, states.UNBOUND, UNBIND_FROM, kept=kept)
+    _owe_allocations(context, now, moved)
+    return rows, moved
+
+
+def _write_owing(context, fn, *args):
+    """``write_retrying`` of an unbind's or a delete's ``fn``, which
+    records the releases of standalone claims: where another conductor
+    (an allocation's undo) recorded the same consumer at that moment, it
+    is written again (the record there, adding nothing)."""
+    try:
+        return db_api.write_retrying(context, fn, *args)
+    except db_exc.DBDuplicateEntry:
+        return db_api.write_retrying(context, fn, *args)
 
 
 def _unbind_failed_in(context, failed, tried):
@@ -1663,22 +1698,22 @@ DELETE_ROUNDS = 3
 def _delete_releasing(conf, context, arq_uuids, instance_uuid,
                       guard_holding, rows):
     """The delete of ARQs ``rows`` (as last read) with something to
-    release first (mdevs, remote handles, standalone claims), each outside
-    the transaction.  The transaction deleting them reads them again,
-    locked: where one now holds something not released (a bind ended
-    meanwhile), nothing is deleted and the releases run again for what
-    they hold now."""
+    release outside the transaction: mdevs and remote handles first,
+    standalone claims after it (recorded in it: ``release_allocations``).
+    The transaction deleting them reads them again, locked: where one now
+    holds something not released (a bind ended meanwhile), nothing is
+    deleted and the releases run again for what they hold now."""
     for _round in range(DELETE_ROUNDS):
         if not rows:
             return rows, {}
         _release_mdevs(conf, context, rows)
         kept = remote_pools.detach_for_release(conf, context, rows)
-        release_allocations(conf, rows)
-        rows, moved = db_api.write_retrying(
+        rows, moved = _write_owing(
             context, _delete_released, context, arq_uuids, instance_uuid,
             guard_holding, rows, kept)
         if moved is not None:
             remote_pools.resync(conf, context, kept)
+            release_allocations(conf, rows, moved, 'deleted')
             return rows, moved
     raise exception.Conflict(
         reason='the accelerator requests kept being bound while they were '
@@ -1688,12 +1723,16 @@ def _delete_releasing(conf, context, arq_uuids, instance_uuid,
 def _delete_released(context, arq_uuids, instance_uuid, guard_holding,
                      released, kept):
     """Delete the ARQs if they hold what ``released`` held: (rows,
-    moved); (rows, None), writing nothing, if not."""
+    moved), the releases of their standalone claims recorded (made after
+    the commit, ``release_allocations``); (rows, None), writing nothing,
+    if not."""
     rows = _deletable(context, arq_uuids, instance_uuid, guard_holding)
     if _holdings(rows) - _holdings(released):
         return rows, None
-    return rows, _leave_all(context, rows, states.DELETING, ANY_STATE,
-                            delete=True, kept=kept)
+    moved = _leave_all(context, rows, states.DELETING, ANY_STATE,
+                       delete=True, kept=kept)
+    _owe_allocations(context, rows, moved)
+    return rows, moved
 
 
 def _holdings(rows):

@@ -511,9 +511,11 @@ class PlacementRelease(Base):
     """Ours: a Placement consumer whose allocations cyborg owes a release:
     the claim of a standalone allocation whose accelerator request was
     deleted or unbound while it was made (that release ran before the
-    claim landed), which Placement could not release then, or of one the
+    claim landed), which Placement could not release then, of one the
     stuck-bind check failed (recorded in the transaction that failed it,
-    released just after).  No ARQ row says the claim is there any more;
+    released just after), or of one unbound or deleted (recorded in the
+    transaction that unbound or deleted it, released just after the
+    commit).  No ARQ row says the claim is there any more;
     this one does until it is released (cyborg.conductor.arq_allocation).
     """
 

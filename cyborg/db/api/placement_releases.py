@@ -2,11 +2,14 @@
 cyborg.conductor.arq_allocation): the claims of standalone allocations
 whose accelerator request was deleted or unbound while Placement could not
 release them, recorded where the release failed (under the allocation's
-own consumer, ``arq_allocation.consumer_of``, or the request's uuid), and
+own consumer, ``arq_allocation.consumer_of``, or the request's uuid);
 those of allocations the stuck-bind check fails, recorded under the
-request's uuid in the transaction that fails them (released just after,
-or later should Placement be away).  Forgotten once the release is
-done."""
+request's uuid in the transaction that fails them; and those of requests
+an unbind or a delete moves, recorded under the allocation's own consumer
+and the request's uuid in the transaction that moves them.  Those
+recorded in a transaction are released just after it, or later should
+the conductor die first or Placement be away.  Forgotten once the release
+is done."""
 
 import sqlalchemy as sa
 

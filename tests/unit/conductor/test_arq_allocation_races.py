@@ -172,38 +172,29 @@ def test_the_periodic_release_leaves_a_newer_claim(
 
 # -- an unbind's release -------------------------------------------------
 
-def test_an_overtaken_unbind_leaves_the_newer_claim_until_it_unbinds_it(
-        aconf, db, ctx, trait, placement_url, monkeypatch):
-    """Two unbinds of pod-1's ARQ; the second's release and the ARQ's
-    allocation for pod-2 went through before the first's PUT landed,
-    which took pod-2's claim: until the first unbind went round again
-    (finding the ARQ in the newer bind), pod-2's ARQ was Bound with
-    nothing in Placement, which could give the unit to someone else."""
+@pytest.mark.parametrize('earlier', [0, 1])
+def test_an_unbind_s_release_leaves_a_newer_claim(
+        aconf, db, ctx, trait, placement_url, monkeypatch, earlier):
+    """An unbind releases pod-1's claim once its transaction has
+    committed (the ARQ Unbound); before its PUT landed, another unbind
+    (nothing left to do) and the ARQ's allocation for pod-2 went through.
+    The PUT, at the generation read, leaves pod-2's claim.  (The unbind
+    used to release first, and took pod-2's claim until it went round
+    again and unbound the newer allocation too.)"""
     device = _provide(aconf, db, trait)
     uuid, = _arqs(db, ctx, _group(trait))
+    _allocated_and_unbound(aconf, ctx, uuid, earlier)
     arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
 
     def unbound_and_allocated_again():
         arq_binding.unbind(aconf, ctx, [uuid])
         arq_allocation.allocate(aconf, ctx, uuid, 'pod-2', 'k8s-pod')
 
-    unbound = arq_binding._unbind_released
-    seen = []
-
-    def watched(context, arq_uuids, released, kept):
-        seen.append(_usage(placement_url, device.rp_uuid))
-        return unbound(context, arq_uuids, released, kept)
-
     sent = _overtaken_at_the_put(monkeypatch, unbound_and_allocated_again)
-    monkeypatch.setattr(arq_binding, '_unbind_released', watched)
     arq_binding.unbind(aconf, ctx, [uuid])
     assert sent
-    # seen[0]: the nested unbind's; seen[1]: ours, its first round done.
-    assert seen[1] == 1
-    # Then it unbinds the newer allocation, as asked.
-    row = _row(db, uuid)
-    assert (row.state, row.consumer_id) == ('Unbound', None)
-    assert _usage(placement_url, device.rp_uuid) == 0
+    _holds_its_claim(placement_url, db, uuid, device)
+    assert _owed(db) == []
 
 
 # -- a claim landing after its allocation's undo -----------------------------

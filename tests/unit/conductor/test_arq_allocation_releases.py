@@ -9,6 +9,7 @@ import uuid as uuidlib
 
 import pytest
 import sqlalchemy as sa
+from oslo_utils import timeutils
 
 from cyborg.common import exception
 from cyborg.conductor import arq_allocation
@@ -17,6 +18,8 @@ from cyborg.db import api as db_api
 from cyborg.db import models
 from cyborg.db.api import placement_releases as release_db
 from cyborg.placement import client as placement_client
+from tests.fixtures import api as api_fixture
+from tests.fixtures import arqs as seed
 from tests.fixtures import placement as placement_fixture
 from tests.fixtures import recording_http
 from tests.unit.conductor import test_arq_allocation
@@ -78,37 +81,34 @@ def test_the_stuck_bind_check_leaves_a_newer_allocation_s_claim(
 
 def test_an_unbind_leaves_a_newer_allocation_s_claim(
         aconf, db, ctx, trait, placement_url, monkeypatch):
-    """An unbind whose release was overtaken by another unbind and a new
-    allocation of the ARQ took the newer claim with its DELETE; it leaves
-    it (and, finding the ARQ in the newer bind, unbinds that as asked)."""
+    """An unbind releases the claim after its commit: where a new
+    allocation of the ARQ overtook that release (the ARQ Unbound, then
+    allocated for pod-2 and its claim made), the release leaves the newer
+    claim; the new allocation released the older one first, owed to it
+    (and forgot the record)."""
     device = _provide(aconf, db, trait)
     uuid, = _arqs(db, ctx, _group(trait))
     arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
-    release = arq_binding.release_allocations
-    unbound = arq_binding._unbind_released
+    release = arq_allocation.release_claim
     calls, seen = [], []
 
-    def overtaken(conf, rows):
+    def overtaken(placement, context, arq_uuid, bind_id):
         calls.append(1)
         if len(calls) == 1:
-            arq_binding.unbind(aconf, ctx, [uuid])
+            seen.append(_row(db, uuid).state)
             arq_allocation.allocate(aconf, ctx, uuid, 'pod-2', 'k8s-pod')
-        return release(conf, rows)
+            seen.append(_usage(placement_url, device.rp_uuid))
+        return release(placement, context, arq_uuid, bind_id)
 
-    def watched(context, arq_uuids, released, kept):
-        # What Placement holds once the first round's release is done.
-        seen.append(_usage(placement_url, device.rp_uuid))
-        return unbound(context, arq_uuids, released, kept)
-
-    monkeypatch.setattr(arq_binding, 'release_allocations', overtaken)
-    monkeypatch.setattr(arq_binding, '_unbind_released', watched)
+    monkeypatch.setattr(arq_allocation, 'release_claim', overtaken)
     arq_binding.unbind(aconf, ctx, [uuid])
-    # calls[1] and seen[0] are the nested unbind's; then ours, whose
-    # release, read in pod-1's bind, left pod-2's claim.
-    assert seen[1] == 1
+    assert seen == ['Unbound', 1]
     row = _row(db, uuid)
-    assert (row.state, row.consumer_id) == ('Unbound', None)
-    assert _usage(placement_url, device.rp_uuid) == 0
+    assert (row.state, row.consumer_id) == ('Bound', 'pod-2')
+    assert _units(placement_url, uuid) == {}
+    assert _units(placement_url, row.bind_id) == {device.rp_uuid: 1}
+    assert _usage(placement_url, device.rp_uuid) == 1
+    assert _owed(db) == []
 
 
 def test_a_release_reads_the_claim_before_the_bind(aconf, db, ctx, trait,
@@ -217,6 +217,192 @@ def test_a_claim_left_behind_is_not_blamed_on_other_consumers(
         f'this request held its consumer; try again')
     row = _row(db, uuid)
     assert (row.state, row.consumer_id) == ('Initial', None)
+
+
+# -- a release an unbind or a delete left ---------------------------------
+
+class _Died(BaseException):
+    """The conductor's process ending (killed) where this is raised: no
+    ``except Exception`` of the code under test runs."""
+
+
+def _dies_at_the_release(monkeypatch, when):
+    """The conductor dies at the first release it sends to Placement:
+    ``before`` it leaves, or ``after`` Placement carried it out."""
+    put = placement_client.PlacementClient.release_claim
+
+    def died(self, consumer_uuid, claim):
+        if when == 'after':
+            put(self, consumer_uuid, claim)
+        raise _Died()
+
+    monkeypatch.setattr(placement_client.PlacementClient, 'release_claim',
+                        died)
+
+
+@pytest.fixture
+def engine(request, conf):
+    """The test's database: SQLite (the ``db`` fixture's), or a fresh
+    one of the kind asked (``indirect``) made this process's."""
+    kind = getattr(request, 'param', 'sqlite')
+    if kind == 'sqlite':
+        yield request.getfixturevalue('db')
+        return
+    with api_fixture.database_in_use(kind) as engine:
+        yield engine
+
+
+@pytest.fixture
+def econf(conf, engine, placement_url, fake_nova):
+    """``aconf`` on ``engine``'s database."""
+    placement_fixture.placement_conf(conf, placement_url)
+    conf.set_override('auth_type', 'none', group='nova')
+    conf.set_override('endpoint_override', fake_nova.url, group='nova')
+    placement_client.reset_clients()
+    return conf
+
+
+def _unbind_or_delete(aconf, ctx, op, uuid):
+    if op == 'unbind':
+        arq_binding.unbind(aconf, ctx, [uuid])
+    else:
+        assert arq_binding.delete(aconf, ctx, arq_uuids=[uuid]) == []
+
+
+def _left_as_asked(engine, op, uuid):
+    """The ARQ is unbound (its handle and consumer gone) or deleted."""
+    row = _row(engine, uuid)
+    if op == 'unbind':
+        assert (row.state, row.consumer_id, row.bind_id,
+                row.attach_handle_id) == ('Unbound', None, None, None)
+    else:
+        assert row is None
+    assert seed.handles_in_use(engine) == 0
+
+
+def _unit_free_once(aconf, ctx, engine, placement_url, device, other):
+    """Placement counts the device's one unit free (0) and the record
+    forgotten; then another ARQ is allocated it (its attach handle
+    free too), and the periodic leaves that allocation's claim."""
+    assert _usage(placement_url, device.rp_uuid) == 0
+    assert _owed(engine) == []
+    result = arq_allocation.allocate(aconf, ctx, other, 'pod-2', 'k8s-pod')
+    assert result['device_rp_uuid'] == device.rp_uuid
+    assert arq_binding.fail_stuck(aconf, ctx) == 0
+    assert _row(engine, other).state == 'Bound'
+    assert _usage(placement_url, device.rp_uuid) == 1
+
+
+@pytest.mark.parametrize('engine, op, when, earlier', [
+    (kind, op, when, earlier)
+    for op in ('unbind', 'delete')
+    for kind, when, earlier in (
+        [('sqlite', w, e) for w in ('before', 'after') for e in (0, 1)]
+        + [(k, 'after', 1) for k in ('mysql', 'postgresql')])],
+    indirect=['engine'])
+def test_a_conductor_dying_at_the_release_leaves_it_to_the_periodic(
+        econf, engine, ctx, trait, placement_url, monkeypatch, op, when,
+        earlier):
+    """An unbind or a delete of a standalone-allocated ARQ released its
+    Placement claim first, then changed the rows: a conductor killed in
+    between left the ARQ Bound, holding its handle and consumer, while
+    Placement counted the unit free and offered it again (the next
+    allocation of it failed 'no free attach handle'), and nothing noticed.
+    The transaction that moves the ARQ records the release, made after
+    the commit: the conductor dying at it (before or after Placement
+    carried it out) leaves the ARQ as asked and the record, which the
+    stuck-bind check (another conductor's) settles, the unit freed once.
+    ``earlier``: the ARQ allocated and unbound before (its allocation's
+    consumer not its uuid)."""
+    device = _provide(econf, engine, trait, total=1)
+    uuid, other = _arqs(engine, ctx, {'resources:FPGA': '2',
+                                      'trait:' + trait: 'required'},
+                        count=2)
+    for i in range(earlier):
+        arq_allocation.allocate(econf, ctx, uuid, f'pod-{i}', 'k8s-pod')
+        arq_binding.unbind(econf, ctx, [uuid])
+    arq_allocation.allocate(econf, ctx, uuid, 'pod-1', 'k8s-pod')
+    assert _usage(placement_url, device.rp_uuid) == 1
+    with monkeypatch.context() as patched:
+        _dies_at_the_release(patched, when)
+        with pytest.raises(_Died):
+            _unbind_or_delete(econf, ctx, op, uuid)
+    _left_as_asked(engine, op, uuid)
+    assert uuid in _owed(engine)
+    assert _usage(placement_url, device.rp_uuid) == (
+        1 if when == 'before' else 0)
+    assert arq_binding.fail_stuck(econf, ctx) == 0
+    _left_as_asked(engine, op, uuid)
+    _unit_free_once(econf, ctx, engine, placement_url, device, other)
+
+
+@pytest.mark.parametrize('op', ['unbind', 'delete'])
+def test_an_unbind_or_delete_with_placement_away_is_done(
+        aconf, db, ctx, trait, placement_url, op):
+    """Placement away: the unbind or delete of a standalone-allocated ARQ
+    failed (503), its release first, the ARQ left Bound.  It is done, the
+    release recorded, and the stuck-bind check makes it once Placement
+    answers."""
+    device = _provide(aconf, db, trait, total=1)
+    uuid, other = _arqs(db, ctx, {'resources:FPGA': '2',
+                                  'trait:' + trait: 'required'}, count=2)
+    arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+    front = test_arq_allocation._releases_refused(placement_url)
+    with front:
+        front.away.set()
+        placement_fixture.placement_conf(aconf, front.url)
+        placement_client.reset_clients()
+        _unbind_or_delete(aconf, ctx, op, uuid)
+        _left_as_asked(db, op, uuid)
+        assert _owed(db) == [uuid]
+        # Still away: the record stays, the unit held.
+        assert arq_binding.fail_stuck(aconf, ctx) == 0
+        assert _usage(placement_url, device.rp_uuid) == 1
+        assert _owed(db) == [uuid]
+    placement_fixture.placement_conf(aconf, placement_url)
+    placement_client.reset_clients()
+    assert arq_binding.fail_stuck(aconf, ctx) == 0
+    _unit_free_once(aconf, ctx, db, placement_url, device, other)
+
+
+def test_an_unbind_keeps_the_record_of_an_allocation_under_way(
+        aconf, db, ctx, trait, placement_url, monkeypatch):
+    """An unbind of an ARQ whose allocation is still under way (its
+    claim not landed): the release after the commit finds nothing; the
+    claim lands just then, and the allocation's undo, finding its ARQ
+    unbound and Placement away, records it: the record is there already
+    (nothing added).  Forgotten then, the claim stayed for good; the
+    record is kept for the stuck-bind check, which releases it."""
+    device = _provide(aconf, db, trait, total=1)
+    uuid, = _arqs(db, ctx, _group(trait))
+    job = db_api.write_retrying(ctx, arq_allocation._start, ctx, uuid,
+                                'pod-1', 'k8s-pod', None, timeutils.utcnow(),
+                                aconf.host)
+    placement = placement_client.get_client(aconf)
+    get = placement_client.PlacementClient.get_claim
+    landed = []
+
+    def landing_after_the_read(self, consumer_uuid):
+        found = get(self, consumer_uuid)
+        if consumer_uuid == uuid and not landed:
+            landed.append(consumer_uuid)
+            assert placement.claim(uuid, {device.rp_uuid: {
+                'resources': {'FPGA': 1}}}, 'p1', 'u1', 'K8S_POD')
+            arq_allocation._owe_release(ctx, job, exception.PlacementError(
+                reason='Placement is away'))
+        return found
+
+    monkeypatch.setattr(placement_client.PlacementClient, 'get_claim',
+                        landing_after_the_read)
+    arq_binding.unbind(aconf, ctx, [uuid])
+    monkeypatch.undo()
+    assert landed
+    assert _row(db, uuid).state == 'Unbound'
+    assert _usage(placement_url, device.rp_uuid) == 1
+    assert _owed(db) == [uuid]
+    assert arq_binding.fail_stuck(aconf, ctx) == 0
+    assert _usage(placement_url, device.rp_uuid) == 0
+    assert _owed(db) == []
 
 
 # -- the queue of releases owed -----------------------------------------------
