@@ -1816,6 +1816,11 @@ def _fail_abandoned(conf, context, abandoned, reason):
                  clock_db.utcnow(), kept=kept, bind_id=row.bind_id,
                  owe_release=bool(row.consumer_id)):
             failed.append(row)
+    if failed:
+        # Nova first: the failures are committed, and a fabric slow to
+        # detach (up to [fabric]detach_timeout) would otherwise hold
+        # them back past Nova's arq_binding_timeout.
+        nova.deliver_batch(conf, context, batch_id)
     remote_pools.detach_kept(conf, context,
                              [r.remote_handle_id for r in failed
                               if r.remote_handle_id is not None])
@@ -1828,7 +1833,6 @@ def _fail_abandoned(conf, context, abandoned, reason):
         # under a consumer of its own, which release_claim leaves.
         arq_allocation.release_failed(
             conf, context, [r for r in failed if r.consumer_id])
-        nova.deliver_batch(conf, context, batch_id)
     return len(failed)
 
 

@@ -247,3 +247,25 @@ def test_a_check_dying_after_the_failure_leaves_the_handle_kept(
     assert not pool_db.handles(ctx, [pool.id])[0].in_use
     assert fake.attached(str(tmp_path)) == {}
     assert base._reserved(placement_url, pool.rp_uuid) == 0
+
+
+def test_nova_hears_of_the_failure_before_the_detach(
+        pconf, db, placement_url, tmp_path, monkeypatch, fake_nova):
+    """The check tells Nova of the binds it failed before it detaches
+    their handles: a fabric slow to detach (up to ``[fabric]
+    detach_timeout``) held the event back, past Nova's own
+    ``arq_binding_timeout`` with the default timeouts."""
+    ctx = cyborg_context.get_admin_context()
+    host, pool, arq_uuid = _dead_bind(pconf, ctx, db, placement_url,
+                                      monkeypatch, 'gpu-sn')
+    heard = []
+    real = remote_pools.detach_kept
+
+    def detach_kept(*args, **kwargs):
+        heard.append([(e['tag'], e['status']) for e in fake_nova.events])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(remote_pools, 'detach_kept', detach_kept)
+    assert arq_binding.fail_stuck(pconf, ctx) == 1
+    assert heard == [[(arq_uuid, 'failed')]]
+    assert fake.attached(str(tmp_path)) == {}
