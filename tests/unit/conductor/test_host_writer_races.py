@@ -48,6 +48,7 @@ from tests.fixtures import api as api_fixture
 from tests.fixtures import arqs as seed
 from tests.fixtures import conductor as cf
 from tests.unit.conductor import test_programming_races as races
+from tests.unit.db import test_card_locks as card_locks
 
 HOST = 'host1'
 PF = '0000:5e:00.0'
@@ -369,18 +370,8 @@ def _against_a_health_write(engine, rows, work):
     return results
 
 
-def _start(work, results, key):
-    def run():
-        context = races._new_context()
-        try:
-            with db_api.writer.using(context):
-                results[key] = work(context)
-        except Exception as exc:  # checked by the test, not lost
-            results[key] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
+# ``work(context)`` in a transaction of its own on a new thread.
+_start = card_locks._start
 
 
 def _waits(engine, thread):
