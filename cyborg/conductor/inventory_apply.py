@@ -60,7 +60,7 @@ PROGRAMMED_DIGEST = 'programmed since the last report; not a digest'
 class _Outcome:
     def __init__(self, digest, need_full=False, plan=None, synced=False,
                  was_synced=False, outbox=None, host=None, changes=(),
-                 serial=None):
+                 serial=None, images_lost=()):
         self.digest = digest
         self.need_full = need_full
         self.plan = plan
@@ -75,6 +75,9 @@ class _Outcome:
         self.changes = changes
         # The host's sync_serial as this report's transaction left it.
         self.serial = serial
+        # The images the report changes under Bound ARQs
+        # (``_images_lost``), to warn of once committed.
+        self.images_lost = images_lost
 
 
 def handle_report(conf, context, hostname, report):
@@ -123,6 +126,7 @@ def _handle_changed(conf, context, hostname, report, parsed):
     digest = report['digest']
     outcome = _write_with_retries(conf, context, hostname, report, parsed)
     health.log_changes(hostname, outcome.changes)
+    _warn_images_lost(hostname, outcome.images_lost)
     if outcome.outbox is not None:
         outcome.outbox.send()
     if outcome.need_full:
@@ -211,6 +215,7 @@ def _write(conf, context, hostname, report, parsed, held):
                          held)
     kept_images = (_programmed_images(plan)
                    if stored_digest == PROGRAMMED_DIGEST else 0)
+    images_lost = _images_lost(context, plan, stored)
     inventory_db.write(context, plan.add, plan.update, plan.delete)
     changes = _health_changes(plan, stored)
     outbox = _notifications(conf, context, hostname, plan, stored, changes)
@@ -225,7 +230,7 @@ def _write(conf, context, hostname, report, parsed, held):
     serial = None if synced else host_db.sync_serial(context, hostname)
     return _Outcome(digest, plan=plan, synced=synced, was_synced=was_synced,
                     outbox=outbox, host=host, changes=changes,
-                    serial=serial)
+                    serial=serial, images_lost=images_lost)
 
 
 def stored_digest_of(digest, parsed, plan, kept_images=0):
@@ -296,6 +301,59 @@ def _programmed_images(plan):
         updates.append(row)
     plan.update['deployables'] = updates
     return kept
+
+
+def _images_lost(context, plan, stored):
+    """[(deployable row, the image it reports now, [(arq uuid, instance
+    uuid)])] of the deployables whose image (``bitstream_id``) the plan
+    changes from a known one while Bound ARQs hold handles of their card
+    (``deployables.card_key``: their device): an FPGA that came back from
+    a reboot or a power loss on its flash default image, the one the
+    instances were bound on gone.  Nothing stops them (the card is
+    theirs): they are named, for an operator to rebuild them or program
+    the image again.  No statement unless such a change meets a held
+    handle (then one, ``inventory.bound_holders``)."""
+    changed = {row['uuid']: row['bitstream_id']
+               for row in plan.update['deployables']
+               if 'bitstream_id' in row}
+    if not changed:
+        return []
+    held = {}
+    deployables = {r['id']: r for r in stored.get('deployables', ())}
+    for handle in stored.get('attach_handles', ()):
+        if handle.get('in_use'):
+            owner = deployables.get(handle['deployable_id'])
+            if owner is not None:
+                held.setdefault(owner['device_id'], []).append(handle['id'])
+    lost = [(row, changed[row['uuid']]) for row in deployables.values()
+            if row['uuid'] in changed and row.get('bitstream_id')
+            and row['device_id'] in held]
+    if not lost:
+        return []
+    holders = {}
+    for holder in inventory_db.bound_holders(context, sorted(
+            {h for row, _image in lost for h in held[row['device_id']]})):
+        holders[holder.attach_handle_id] = (holder.uuid,
+                                            holder.instance_uuid)
+    found = []
+    for row, image in lost:
+        arqs = [holders[h] for h in held[row['device_id']] if h in holders]
+        if arqs:
+            found.append((row, image, arqs))
+    return found
+
+
+def _warn_images_lost(hostname, images_lost):
+    for row, image, arqs in images_lost:
+        LOG.warning(
+            'Report of %s: deployable %s (%s) reports image %s, not %s, '
+            'while ARQ(s) %s hold its card: their instance(s) run on what '
+            'the card loaded instead (after a reboot or a power loss, its '
+            'flash default image), not the function they were bound with. '
+            'Rebuild those instances, or program the image again once '
+            'they are stopped.', hostname, row['name'], row['uuid'],
+            image or 'none', row['bitstream_id'], ', '.join(
+                f'{arq} (instance {instance})' for arq, instance in arqs))
 
 
 # Hosts whose skipped parts were logged: {hostname: what}.  Each full

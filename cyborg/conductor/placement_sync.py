@@ -265,11 +265,23 @@ def _desired(context, hostname, cn_uuid, only=None):
     """The host's providers as its rows describe them (those in ``only``
     when given)."""
     providers = [provider_tree.provider_for(
-                     row, row['attributes'], row['device_status'], cn_uuid,
+                     _held_whole(row), row['attributes'],
+                     row['device_status'], cn_uuid,
                      health_machine.effective(row['health'],
                                               row['device_health']))
                  for row in inventory_db.host_providers(context, hostname)]
     return [p for p in providers if only is None or p.uuid in only]
+
+
+def _held_whole(row):
+    """The host_providers ``row`` as ``provider_for`` must reserve it: as
+    a gone one (reserved whole) while another deployable of its card is
+    kept gone under an attach handle in use (``card_held``).  What the
+    card is reported as now (a GPU whole, its vGPUs or VFs not back yet
+    after a reboot or a driver reload; an FPGA's PF, its VFs not back)
+    is what an instance still uses; the next sync after that handle is
+    released offers it."""
+    return dict(row, gone=True) if row.get('card_held') else row
 
 
 def _sync_pass(client, cn_uuid, desired, actual, touched, trust_memory,

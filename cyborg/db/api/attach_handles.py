@@ -19,7 +19,8 @@ def take(context, deployable_id, unless_programmed=False):
     """Mark one free handle of the deployable in use and return its row,
     or None when none is free (or, ``unless_programmed``, when a
     programming marks the deployable's card, through it or another of its
-    device's deployables: see ``_TAKE_UNLESS_PROGRAMMED``).
+    device's deployables, or one of them is kept gone under a handle in
+    use: see ``_TAKE_UNLESS_PROGRAMMED``).
     FOR UPDATE SKIP LOCKED lets concurrent binds on MariaDB/PostgreSQL
     pass each other's candidates; SQLite renders no lock clause (its
     writers are serialised), so the guarded UPDATE with its row count is
@@ -82,12 +83,22 @@ _TAKE_HANDLE = (
 # them (exclusively) while a take reads them, so the two order on the
 # card's rows; a bind that takes handles on two cards and a claim on
 # one of them share no other row.
+#
+# Nor does it take a handle of a card one of whose deployables is kept
+# gone under a handle in use (``deployables.held_gone``: a GPU reported
+# whole after a reboot while an instance still holds one of its vGPUs),
+# which Placement reserves whole too (``inventory.host_providers``).
+# The same subquery reads it, on the card's gone rows only (their
+# handles through the (deployable_id, in_use) index).
 _D = models.Deployable.__table__
 _C = models.ControlpathID.__table__
+_HELD = _H.alias('held_handles')
 _CARD_MARKED = (
     sa.select(_D.c.id).select_from(_C)
     .join(_D, deployable_db.card_key(_D.c) == _C.c.device_id)
-    .where(_C.c.id == _H.c.cpid_id, _D.c.programming_until.isnot(None))
+    .where(_C.c.id == _H.c.cpid_id,
+           sa.or_(_D.c.programming_until.isnot(None),
+                  deployable_db.held_gone(_D.c, _HELD)))
     .with_hint(_D, 'FORCE INDEX (deployables_device_id_idx)',
                dialect_name='mysql'))
 _TAKE_UNLESS_PROGRAMMED = _TAKE_HANDLE.where(~_CARD_MARKED.exists())

@@ -194,8 +194,8 @@ def card_key(deployables):
     deployables asks, and a programming mark on any of them is the
     card's.  The one definition of a card: every reading of one
     (``_card_rows``, ``card_programming``, ``card_providers``,
-    ``card_marks``, and ``attach_handles``' take and held count) goes
-    through it."""
+    ``card_marks``, ``card_holds``, and ``attach_handles``' take and
+    held count) goes through it."""
     return deployables.device_id
 
 
@@ -213,6 +213,37 @@ def card_marks():
                       .label('programming_until'))
             .where(d.c.programming_until.isnot(None))
             .group_by(card_key(d.c)).subquery('card_marks'))
+
+
+_HANDLES = models.AttachHandle.__table__
+
+
+def held_gone(deployables, handles=_HANDLES):
+    """The condition that a deployable of ``deployables`` (a table's
+    columns, ``table.c``) is kept gone (its hardware vanished) while an
+    attach handle of it is in use: an instance still runs on what it
+    was.  Its card (``card_key``) is then offered no more, through any
+    of its deployables (``card_holds``, ``attach_handles.take``): the
+    hardware reported anew in its place (a GPU whose vGPUs or VFs are
+    not back yet after a reboot or a driver reload, reported whole; an
+    FPGA's PF, its VFs not back) is still what the instance uses."""
+    return sa.and_(deployables.gone == sa.true(), sa.exists().where(
+        handles.c.deployable_id == deployables.id,
+        handles.c.in_use == sa.true()))
+
+
+def card_holds():
+    """A grouped subquery: ``card`` (``card_key``) of each card one of
+    whose deployables is kept gone under an attach handle in use
+    (``held_gone``), for a read of deployables to join on its own
+    ``card_key`` (Placement's rows, ``inventory.host_providers``: every
+    provider of the card is reserved whole until that handle is
+    released).  It reads the few gone rows (``deployables_gone_idx``),
+    not the card's."""
+    d = _DEPLOYABLES
+    return (sa.select(card_key(d.c).label('card'))
+            .where(held_gone(d.c))
+            .group_by(card_key(d.c)).subquery('card_holds'))
 
 
 def _card_rows(context, deployable_id, columns, lock):

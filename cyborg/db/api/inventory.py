@@ -288,8 +288,10 @@ def host_providers(context, hostname):
     'programming_until', 'health', 'health_reason', 'health_updated_at'
     (the deployable's own), 'card_programming_until' (its card's mark:
     that of any deployable of its device, ``deployables.card_marks``),
-    'device_status', 'device_uuid', 'device_health', 'attributes': {key:
-    value}}]."""
+    'card_held' (whether a deployable of its card is kept gone under an
+    attach handle in use, ``deployables.card_holds``: the card is then
+    offered through none of its deployables), 'device_status',
+    'device_uuid', 'device_health', 'attributes': {key: value}}]."""
     s = _sql.connection(context)
     deployables = _sql.rows(s.execute(_HOST_DEPLOYABLES,
                                       {'hostname': hostname}))
@@ -309,6 +311,9 @@ _A = models.Attribute.__table__
 # A card's programming mark reserves every provider of the card: one join
 # on the few marked rows, grouped by card.
 _MARKS = deployable_db.card_marks()
+# So does a deployable of it kept gone under an attach handle in use
+# (the same join, on the few gone rows).
+_HOLDS = deployable_db.card_holds()
 # Built once (every change of a host's inventory or health reads these).
 _HOST_DEPLOYABLES = (
     sa.select(_DEP.c.id, _DEP.c.uuid, _DEP.c.name, _DEP.c.num_accelerators,
@@ -316,14 +321,30 @@ _HOST_DEPLOYABLES = (
               _DEP.c.health,
               _DEP.c.health_reason, _DEP.c.health_updated_at,
               _MARKS.c.programming_until.label('card_programming_until'),
+              _HOLDS.c.card.isnot(None).label('card_held'),
               _D.c.status.label('device_status'),
               _D.c.uuid.label('device_uuid'),
               _D.c.health.label('device_health'))
     .join(_D, _D.c.id == _DEP.c.device_id)
     .outerjoin(_MARKS, _MARKS.c.card == deployable_db.card_key(_DEP.c))
+    .outerjoin(_HOLDS, _HOLDS.c.card == deployable_db.card_key(_DEP.c))
     .where(_D.c.hostname == sa.bindparam('hostname')).order_by(_DEP.c.id))
 _ATTRIBUTES_OF = sa.select(_A.c.deployable_id, _A.c.key, _A.c.value).where(
     _A.c.deployable_id.in_(sa.bindparam('ids', expanding=True)))
+
+
+@reader
+def bound_holders(context, handle_ids):
+    """(attach_handle_id, arq uuid, instance_uuid) of the Bound ARQs
+    holding these attach handles, in handle order (their unique index
+    on attach_handle_id): one query, asked only when a report changes
+    what a held card runs (``inventory_apply``)."""
+    arq = models.ExtARQ.__table__
+    return _sql.connection(context).execute(
+        sa.select(arq.c.attach_handle_id, arq.c.uuid, arq.c.instance_uuid)
+        .where(arq.c.attach_handle_id.in_(list(handle_ids)),
+               arq.c.state == states.BOUND)
+        .order_by(arq.c.attach_handle_id)).all()
 
 
 @reader
