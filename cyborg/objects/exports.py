@@ -83,11 +83,17 @@ def _host_inventory(hostname, rows, host_changed_at):
     marks = {row['device_id']: row['programming_until']
              for row in rows['deployables']
              if row['programming_until'] is not None}
+    # So does a deployable of it kept gone while a handle of it is in use
+    # (deployables.held_gone: an instance still runs on what it was).
+    taken = {row['deployable_id'] for row in rows['attach_handles']
+             if row['in_use']}
+    held = {row['device_id'] for row in rows['deployables']
+            if row['gone'] and row['id'] in taken}
     for row in sorted(rows['deployables'], key=lambda r: r['name']):
         device = devices[row['device_id']]
         schedulable = not provider_tree.blocked(
             device['status'], states.worst(row['health'], device['health']),
-            row['gone'],
+            row['gone'] or row['device_id'] in held,
             row['programming_until'] or marks.get(row['device_id']))
         deployables.setdefault(row['device_id'], []).append(Deployable(
             uuid=row['uuid'], name=row['name'],

@@ -115,10 +115,9 @@ def test_only_the_pool_emptied_is_empty(service):
     assert empty['metadata']['name'] == HOST + '-nvidia-gpu-0'
 
 
-def test_a_card_being_programmed_offers_none_of_its_deployables(service):
-    """A programming mark on one deployable of a card (a VF) holds every
-    deployable of it (its device), as Placement reserves each of its
-    providers whole: the sibling VF was still exported."""
+def _card_of_two(service):
+    """A card (a device) of two VFs, each with a handle, both offered:
+    the seeded deployable's ids."""
     ids = api_fixture.seed_device(service.engine, HOST, HOST + '_vf0',
                                   handles=1)
     with orm.Session(service.engine) as session, session.begin():
@@ -140,8 +139,35 @@ def test_a_card_being_programmed_offers_none_of_its_deployables(service):
                 attach_type='PCI',
                 attach_info='{"domain": "0000", "bus": "0c", '
                             '"device": "01", "function": "1"}')])
+    return ids
+
+
+def test_a_card_being_programmed_offers_none_of_its_deployables(service):
+    """A programming mark on one deployable of a card (a VF) holds every
+    deployable of it (its device), as Placement reserves each of its
+    providers whole: the sibling VF was still exported."""
+    ids = _card_of_two(service)
     before = _slices(service)
     offered, = before[FAKE]
     assert len(offered['spec']['devices']) == 2
     _emptied(service, before, lambda: _deployable(
         service, ids, programming_until=datetime.datetime(2100, 1, 1)))
+
+
+def test_a_card_held_under_vanished_hardware_offers_none(service):
+    """A deployable kept gone while an instance holds its handle (its
+    hardware vanished, or came back reported otherwise after a reboot)
+    holds every deployable of its card, as Placement reserves each of
+    its providers whole (deployables.held_gone): the sibling VF was
+    still exported."""
+    ids = _card_of_two(service)
+    before = _slices(service)
+
+    def held_and_gone():
+        with orm.Session(service.engine) as session, session.begin():
+            session.execute(sa.update(models.AttachHandle).where(
+                models.AttachHandle.deployable_id == ids['deployable_id'])
+                .values(in_use=True))
+        _deployable(service, ids, gone=True)
+
+    _emptied(service, before, held_and_gone)
