@@ -1,8 +1,9 @@
 """Agent RPC endpoints, served on topic ``cyborg-agent``, server = host.
 
-Thin: programming is the driver's (``Programmable``), mdev writes are
-``cyborg.agent.privileged``'s, reports are the reporter's, health probes
-the health monitor's (``cyborg.agent.health``).  Every change
+Thin: programming is the driver's (``Programmable``), mdevs are
+``cyborg.agent.mdevs``'s (written by ``cyborg.agent.privileged``),
+reports are the reporter's, health probes the health monitor's
+(``cyborg.agent.health``).  Every change
 made here is followed by a report, so the conductor's picture catches up
 without waiting for the next period.
 """
@@ -20,6 +21,7 @@ import oslo_messaging as messaging
 from oslo_log import log as logging
 
 from cyborg.agent import health as agent_health
+from cyborg.agent import mdevs as agent_mdevs
 from cyborg.agent import programming
 from cyborg.agent import reporter as agent_reporter
 from cyborg.agent import rpcapi
@@ -51,11 +53,15 @@ class AgentManager:
     target = messaging.Target(version=rpcapi.RPC_API_VERSION)
 
     def __init__(self, conf, host, reporter=None, drivers=None,
-                 health_monitor=None):
+                 health_monitor=None, mdevs=None):
         self.conf = conf
         self.host = host
         self.reporter = reporter
         self.drivers = drivers or {}
+        # The one that recreates the bound ARQs' mdevs at start, when the
+        # agent's (``cmd.agent.build_services``): its creates and removals
+        # and the endpoints' take turns.
+        self.mdevs = mdevs or agent_mdevs.Mdevs(conf, host, self.drivers)
         self.health_monitor = health_monitor
         # The reporter's, which the health monitor shares: both must know.
         self.programming = (reporter.programming if reporter is not None
@@ -92,21 +98,8 @@ class AgentManager:
     def create_vgpu_mdev(self, context, pci_address, asked_type, mdev_uuid):
         """Create the mdev; creating one that exists, of that type on that
         parent, is a success (one of that uuid otherwise is a refusal)."""
-        from cyborg.agent import privileged
-        privileged.check_mdev(pci_address, asked_type, mdev_uuid)
-        parent = self._mdev_parent(pci_address, asked_type)
-        found = _existing_mdev(self.conf.agent.sysfs_root, mdev_uuid)
-        if found == (parent, asked_type):
-            return True
-        if found is not None:
-            raise exception.Conflict(
-                reason=f'mdev {mdev_uuid} exists already, of type '
-                       f'{found[1]} on {found[0]}, not of type '
-                       f'{asked_type} on {parent}')
-        privileged.create_mdev(parent, asked_type, mdev_uuid)
-        LOG.info('Created mdev %s of type %s on %s', mdev_uuid, asked_type,
-                 parent)
-        self._report_soon()
+        if self.mdevs.create(pci_address, asked_type, mdev_uuid):
+            self._report_soon()
         return True
 
     @_answer
@@ -118,20 +111,9 @@ class AgentManager:
         A uuid of another parent's (or type's) mdev is a refusal
         (Conflict), nothing removed: a wrong parent would remove someone
         else's vGPU."""
-        from cyborg.agent import privileged
-        # The helper checks the names, and that the mdev is the parent's.
-        parent = (self._mdev_parent(pci_address, asked_type)
-                  if asked_type else pci_address)
-        if privileged.remove_mdev(parent, mdev_uuid, asked_type):
-            LOG.info('Removed mdev %s from %s', mdev_uuid, parent)
+        if self.mdevs.remove(pci_address, mdev_uuid, asked_type):
             self._report_soon()
         return True
-
-    def _mdev_parent(self, pci_address, mdev_type):
-        for driver in self.drivers.values():
-            if isinstance(driver, base.Partitionable):
-                return driver.mdev_parent(pci_address, mdev_type)
-        return pci_address
 
     # -- health and preparation ------------------------------------------
 
@@ -202,21 +184,6 @@ class AgentManager:
     def _report_soon(self):
         if self.reporter is not None:
             self.reporter.request_report()
-
-
-def _existing_mdev(sysfs_root, mdev_uuid):
-    """``(parent PCI address, mdev type)`` of the mdev ``mdev_uuid`` (a
-    checked uuid), as the kernel shows it; None when there is none."""
-    link = os.path.join(sysfs_root, 'bus', 'mdev', 'devices', mdev_uuid)
-    if not os.path.lexists(link):
-        return None
-    path = os.path.realpath(link)
-    try:
-        mdev_type = os.path.basename(
-            os.readlink(os.path.join(path, 'mdev_type')))
-    except OSError:
-        mdev_type = 'unknown'
-    return os.path.basename(os.path.dirname(path)), mdev_type
 
 
 _BITSTREAM_PREFIX = 'cyborg-bitstream-'

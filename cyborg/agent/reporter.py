@@ -33,6 +33,12 @@ devices.  A driver failing or hung is logged with a back-off (the 1st,
 discovery runs at a time: the reporter's, or the agent's RPC thread's
 looking for a device just plugged in (``AgentManager._find_device``).
 
+Before the first report, the agent recreates the mdevs of its Bound ARQs
+(``cyborg.agent.mdevs``: gone after a reboot), on the reporter's thread:
+no report offers their capacity as free.  Until the conductor has told
+which they are, no report goes out; its failures are retried as a
+report's are (below).
+
 When: once at start, every ``[DEFAULT]periodic_interval`` seconds, at once
 when ``request_report()`` (hotplug) or ``request_full_report()`` (the
 conductor) is called, and after a failed attempt again after a back-off
@@ -147,10 +153,16 @@ class Reporter:
     """Keeps the conductor's picture of this host equal to the hardware."""
 
     def __init__(self, conf, host, drivers, conductor_api=None,
-                 report_cache=None):
+                 report_cache=None, before_first_report=None):
         self.conf = conf
         self.host = host
         self.drivers = drivers
+        # Run on the reporter's thread before its first report, until it
+        # returns (raising: tried again with the report's back-off): the
+        # agent recreating the mdevs of its Bound ARQs
+        # (``cyborg.agent.mdevs``), whose capacity no report may offer
+        # as free.
+        self._before_first_report = before_first_report
         # The cards being programmed: the agent's endpoints and its health
         # monitor share this one (``cmd.agent.build_services``).
         self.programming = programming.InProgress()
@@ -481,6 +493,9 @@ class Reporter:
             self._wake.clear()
             full, self._full_requested = self._full_requested, False
             try:
+                if self._before_first_report is not None:
+                    self._before_first_report()
+                    self._before_first_report = None
                 self.report_now(full=full)
             except messaging.MessageUndeliverable:
                 failures += 1
@@ -493,9 +508,11 @@ class Reporter:
                 continue
             except Exception as exc:
                 failures += 1
-                log_failure(LOG, failures, 'Inventory report of %s failed '
-                            '(%s); retrying in %.0f s.', self.host, exc,
-                            retry)
+                what = ('Inventory report' if self._before_first_report is
+                        None else 'Recreating the mdevs of the bound '
+                                  'accelerator requests')
+                log_failure(LOG, failures, '%s of %s failed (%s); retrying '
+                            'in %.0f s.', what, self.host, exc, retry)
                 self._full_requested = self._full_requested or full
                 delay = retry
                 retry = min(retry * 2, interval)

@@ -1,11 +1,13 @@
 """cyborg-agent: discovers this host's accelerators, reports them to the
-conductor (at start, every ``[DEFAULT]periodic_interval`` seconds and at
+conductor (at start, after recreating the mdevs of the host's Bound ARQs
+a reboot took away, every ``[DEFAULT]periodic_interval`` seconds and at
 once on hotplug), watches their health (``[health]``), serves topic
 ``cyborg-agent`` as ``[DEFAULT]host`` and, with ``[metrics]enabled``, its
 Prometheus metrics on ``[metrics]agent_port``."""
 
 from cyborg.agent import health
 from cyborg.agent import manager as agent_manager
+from cyborg.agent import mdevs as agent_mdevs
 from cyborg.agent import reporter as agent_reporter
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import metrics
@@ -21,11 +23,15 @@ def build_services(conf, host=None):
     the first (the RPC server) before its conductor and the rest after."""
     host = host or conf.host
     drivers = loader.load_drivers(conf, host)
-    reporter = agent_reporter.Reporter(conf, host, drivers)
+    # Recreated before the first report: a reboot took them away.
+    mdevs = agent_mdevs.Mdevs(conf, host, drivers)
+    reporter = agent_reporter.Reporter(conf, host, drivers,
+                                       before_first_report=mdevs.restore)
     monitor = health_monitor(conf, host, drivers, reporter)
     endpoints = [agent_manager.AgentManager(conf, host, reporter=reporter,
                                             drivers=drivers,
-                                            health_monitor=monitor)]
+                                            health_monitor=monitor,
+                                            mdevs=mdevs)]
     services = [service.RPCService(conf, agent_rpcapi.TOPIC, host,
                                    endpoints),
                 reporter]

@@ -14,9 +14,11 @@ Owners:
   deployable_program          programming
   remote_pool_*               remote_pools
   host_list, host_forget      hosts (cyborg-manage host)
+  bound_mdevs                 read here (an agent's start)
 """
 
 import functools
+import json
 
 from oslo_db import exception as db_exc
 from oslo_log import log as logging
@@ -37,6 +39,8 @@ from cyborg.conductor import programming
 from cyborg.conductor import remote_pools
 from cyborg.conductor import rpcapi
 from cyborg.db import api as db_api
+from cyborg.db.api import attach_handles as handle_db
+from cyborg.objects import inventory
 
 LOG = logging.getLogger(__name__)
 
@@ -179,6 +183,19 @@ class ConductorManager:
     @_answer
     def host_forget(self, context, hostname):
         return hosts.forget(self.conf, context, hostname)
+
+    @_answer
+    def bound_mdevs(self, context, hostname):
+        """The mdevs of the Bound ARQs on ``hostname``'s devices, for its
+        agent to recreate at start (mdevs do not survive a reboot):
+        [{arq_uuid, mdev_uuid, pci_address, mdev_type}]."""
+        found = []
+        for row in handle_db.bound_mdevs(context, hostname):
+            info = json.loads(row.attach_info)
+            found.append({'arq_uuid': row.arq_uuid, 'mdev_uuid': row.uuid,
+                          'pci_address': inventory.pci_address(info),
+                          'mdev_type': info.get('asked_type')})
+        return found
 
     @_answer
     def remote_pool_create(self, context, values):

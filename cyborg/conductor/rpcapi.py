@@ -39,6 +39,7 @@ HISTORY = (
             'send it for the device too'),
     ('1.8', 'Added host_list and host_forget (cyborg-manage host: '
             'retiring a compute host)'),
+    ('1.9', 'Added bound_mdevs (the mdevs an agent recreates at start)'),
 )
 RPC_API_VERSION = HISTORY[-1][0]
 
@@ -109,6 +110,18 @@ class ConductorAPI:
             return None
         return self._call(context, '1.1', 'report_health',
                           hostname=hostname, report=report)
+
+    def can_list_bound_mdevs(self):
+        """Whether the version cap lets ``bound_mdevs`` (1.9) through."""
+        return self.can_send('1.9')
+
+    def bound_mdevs(self, context, hostname):
+        """The mdevs of the Bound ARQs on ``hostname``'s devices, which
+        its agent recreates when it starts (``cyborg.agent.mdevs``):
+        [{arq_uuid, mdev_uuid (the MDEV handle's uuid), pci_address (its
+        parent function), mdev_type}].  A conductor older than 1.9
+        refuses it (``rpc.peer_too_old``)."""
+        return self._call(context, '1.9', 'bound_mdevs', hostname=hostname)
 
     # -- hosts (cyborg-manage) -------------------------------------------
 

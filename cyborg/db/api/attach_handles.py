@@ -5,6 +5,7 @@ handles in bulk (``inventory``)."""
 
 import sqlalchemy as sa
 
+from cyborg.common import states
 from cyborg.db import models
 from cyborg.db.api import _sql
 from cyborg.db.api import deployables as deployable_db
@@ -166,3 +167,31 @@ def count_taken(context, deployable_ids):
     be passed over by the other binds taking one meanwhile."""
     return len(_sql.connection(context).execute(
         _TAKEN, {'deployable_ids': list(deployable_ids)}).all())
+
+
+# The MDEV handles of one host's Bound ARQs (the vGPUs its instances
+# hold), read through the devices' hostname index, each device's
+# deployables and each deployable's handles (their indexes), and the
+# ARQs' unique index on attach_handle_id.
+_A = models.ExtARQ.__table__
+_V = models.Device.__table__
+_BOUND_MDEVS = (
+    sa.select(_A.c.uuid.label('arq_uuid'), _H.c.uuid, _H.c.attach_info)
+    .select_from(_V)
+    .join(_D, _D.c.device_id == _V.c.id)
+    .join(_H, _H.c.deployable_id == _D.c.id)
+    .join(_A, _A.c.attach_handle_id == _H.c.id)
+    .where(_V.c.hostname == sa.bindparam('hostname'),
+           _H.c.attach_type == 'MDEV', _H.c.in_use == sa.true(),
+           _A.c.state == states.BOUND)
+    .order_by(_H.c.id))
+
+
+@reader
+def bound_mdevs(context, hostname):
+    """(arq_uuid, uuid, attach_info) of the MDEV handles that Bound ARQs
+    hold on ``hostname``'s devices (gone ones too: an ARQ holds them),
+    in handle order: the mdevs its agent recreates when it starts
+    (``cyborg.agent.mdevs``)."""
+    return _sql.connection(context).execute(
+        _BOUND_MDEVS, {'hostname': hostname}).all()
