@@ -20,8 +20,9 @@ def take(context, deployable_id, unless_programmed=False):
     """Mark one free handle of the deployable in use and return its row,
     or None when none is free (or, ``unless_programmed``, when a
     programming marks the deployable's card, through it or another of its
-    device's deployables, or one of them is kept gone under a handle in
-    use: see ``_TAKE_UNLESS_PROGRAMMED``).
+    device's deployables: see ``_TAKE_UNLESS_PROGRAMMED``), or when one
+    of the card's deployables is kept gone under a handle in use
+    (``_TAKE_PROGRAMMING``).
     FOR UPDATE SKIP LOCKED lets concurrent binds on MariaDB/PostgreSQL
     pass each other's candidates; SQLite renders no lock clause (its
     writers are serialised), so the guarded UPDATE with its row count is
@@ -37,7 +38,8 @@ def take(context, deployable_id, unless_programmed=False):
     past them in that order costs nothing.
     """
     connection = _sql.connection(context)
-    statement = _TAKE_UNLESS_PROGRAMMED if unless_programmed else _TAKE_HANDLE
+    statement = (_TAKE_UNLESS_PROGRAMMED if unless_programmed
+                 else _TAKE_PROGRAMMING)
     for _ in range(_TAKE_TRIES):
         row = connection.execute(_FREE_HANDLE,
                                  {'deployable_id': deployable_id}).first()
@@ -85,24 +87,34 @@ _TAKE_HANDLE = (
 # card's rows; a bind that takes handles on two cards and a claim on
 # one of them share no other row.
 #
-# Nor does it take a handle of a card one of whose deployables is kept
-# gone under a handle in use (``deployables.held_gone``: a GPU reported
-# whole after a reboot while an instance still holds one of its vGPUs),
-# which Placement reserves whole too (``inventory.host_providers``).
-# The same subquery reads it, on the card's gone rows only (their
-# handles through the (deployable_id, in_use) index).
+# No take, a programming bind's included, gets a handle of a card one of
+# whose deployables is kept gone under a handle in use
+# (``deployables.held_gone``: a GPU reported whole after a reboot while
+# an instance still holds one of its vGPUs), which Placement reserves
+# whole too (``inventory.host_providers``): a programming bind finding
+# the image loaded already counts nobody's handles.  The same subquery
+# reads it, on the card's gone rows only (their handles through the
+# (deployable_id, in_use) index).
 _D = models.Deployable.__table__
 _C = models.ControlpathID.__table__
 _HELD = _H.alias('held_handles')
-_CARD_MARKED = (
-    sa.select(_D.c.id).select_from(_C)
-    .join(_D, deployable_db.card_key(_D.c) == _C.c.device_id)
-    .where(_C.c.id == _H.c.cpid_id,
-           sa.or_(_D.c.programming_until.isnot(None),
-                  deployable_db.held_gone(_D.c, _HELD)))
-    .with_hint(_D, 'FORCE INDEX (deployables_device_id_idx)',
-               dialect_name='mysql'))
-_TAKE_UNLESS_PROGRAMMED = _TAKE_HANDLE.where(~_CARD_MARKED.exists())
+
+
+def _card_where(condition):
+    """Whether a deployable of the handle's card meets ``condition``."""
+    return (
+        sa.select(_D.c.id).select_from(_C)
+        .join(_D, deployable_db.card_key(_D.c) == _C.c.device_id)
+        .where(_C.c.id == _H.c.cpid_id, condition)
+        .with_hint(_D, 'FORCE INDEX (deployables_device_id_idx)',
+                   dialect_name='mysql')).exists()
+
+
+_TAKE_PROGRAMMING = _TAKE_HANDLE.where(
+    ~_card_where(deployable_db.held_gone(_D.c, _HELD)))
+_TAKE_UNLESS_PROGRAMMED = _TAKE_HANDLE.where(~_card_where(sa.or_(
+    _D.c.programming_until.isnot(None),
+    deployable_db.held_gone(_D.c, _HELD))))
 _RELEASE_HANDLE = (
     sa.update(_H).where(_H.c.id == sa.bindparam('handle_id'))
     .values(in_use=False, updated_at=sa.bindparam('now')))

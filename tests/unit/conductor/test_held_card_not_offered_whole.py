@@ -199,7 +199,8 @@ def _hold_gone(engine, seeded):
 def test_a_card_with_a_held_gone_deployable_is_held_whole(engine):
     """The rows say it of every deployable of the card, those of other
     cards not, in as many statements as before; a take on the card's
-    other deployables is refused, one on another card is not; released,
+    other deployables is refused (a programming bind's too), one on
+    another card is not; released,
     the card is free again."""
     first = seed.seed_device(engine, hostname=HOST, handles=1)
     vf = tr._another_vf(engine, first)
@@ -221,6 +222,10 @@ def test_a_card_with_a_held_gone_deployable_is_held_whole(engine):
         first.deployable_uuid: True, vf.deployable_uuid: True,
         other.deployable_uuid: False}
     assert tr._take(context, first.deployable_id) is None
+    # Nor by a bind that programs the card (it took one, and, the image
+    # already loaded, its programming counted nobody's handles).
+    assert tr._take(context, first.deployable_id,
+                    unless_programmed=False) is None
     assert tr._take(context, other.deployable_id) is not None
     context = tr._new_context()
     db_api.write_retrying(context, handle_db.release, context, held)
