@@ -242,29 +242,6 @@ def _fpga(address, image):
     return device
 
 
-def _bound_arq(db, name, instance):
-    """An ARQ Bound to the first handle of deployable ``name``."""
-    profile = seed.seed_profile(db, [{'resources:FPGA': '1'}])
-    with db.begin() as c:
-        handle = c.execute(
-            sa.select(models.AttachHandle.id,
-                      models.AttachHandle.deployable_id)
-            .join(models.Deployable, models.Deployable.id ==
-                  models.AttachHandle.deployable_id)
-            .where(models.Deployable.name == name).limit(1)).one()
-        c.execute(sa.update(models.AttachHandle).where(
-            models.AttachHandle.id == handle.id).values(in_use=True))
-        profile_id = c.scalar(sa.select(models.DeviceProfile.id).where(
-            models.DeviceProfile.uuid == profile))
-        arq = str(uuidlib.uuid4())
-        c.execute(sa.insert(models.ExtARQ).values(
-            uuid=arq, state='Bound', device_profile_id=profile_id,
-            device_profile_group_id=0, project_id='p1',
-            hostname='fpga-host', instance_uuid=instance,
-            attach_handle_id=handle.id, deployable_id=handle.deployable_id))
-    return arq
-
-
 def test_an_image_lost_under_a_bound_arq_is_warned_of(conf, db, placement,
                                                       caplog):
     """A report that clears the image of a card whose handle a Bound ARQ
@@ -278,7 +255,8 @@ def test_an_image_lost_under_a_bound_arq_is_warned_of(conf, db, placement,
     inventory_apply.handle_report(conf, ctx, 'fpga-host', cf.report(
         [_fpga(held, 'image-a'), _fpga(free, 'image-a')]))
     instance = str(uuidlib.uuid4())
-    arq = _bound_arq(db, f'fpga-host_{held}', instance)
+    arq = seed.bound_arq(db, f'fpga-host_{held}', 'FPGA', 'fpga-host',
+                          instance)
     with caplog.at_level(logging.WARNING,
                          'cyborg.conductor.inventory_apply'):
         inventory_apply.handle_report(conf, ctx, 'fpga-host', cf.report(

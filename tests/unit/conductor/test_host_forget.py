@@ -158,26 +158,8 @@ def test_an_unknown_host_is_not_found(conf, db, admin_context,
 
 def _bind(db, host=HOST):
     """An ARQ Bound to one of the host's handles, as a bind leaves it."""
-    profile = seed.seed_profile(db, [{'resources:PGPU': '1'}])
-    with db.begin() as c:
-        handle = c.execute(
-            sa.select(models.AttachHandle.id,
-                      models.AttachHandle.deployable_id)
-            .join(models.Deployable, models.Deployable.id ==
-                  models.AttachHandle.deployable_id)
-            .where(models.Deployable.name == GPU).limit(1)).one()
-        c.execute(sa.update(models.AttachHandle).where(
-            models.AttachHandle.id == handle.id).values(in_use=True))
-        profile_id = c.scalar(sa.select(models.DeviceProfile.id).where(
-            models.DeviceProfile.uuid == profile))
-        arq = str(uuidlib.uuid4())
-        c.execute(sa.insert(models.ExtARQ).values(
-            uuid=arq, state='Bound', device_profile_id=profile_id,
-            device_profile_group_id=0, project_id='p1', hostname=host,
-            device_rp_uuid=inventory.provider_uuid(GPU),
-            instance_uuid=CONSUMER, attach_handle_id=handle.id,
-            deployable_id=handle.deployable_id))
-    return arq
+    return seed.bound_arq(db, GPU, 'PGPU', host, CONSUMER,
+                          device_rp_uuid=inventory.provider_uuid(GPU))
 
 
 def test_a_host_whose_device_an_arq_holds_is_not_forgotten(
