@@ -211,13 +211,9 @@ _NOT_RECREATED = ('the mdevs of bound accelerator requests are not made '
 def existing(sysfs_root, mdev_uuid):
     """``(parent PCI address, mdev type)`` of the mdev ``mdev_uuid`` (a
     checked uuid), as the kernel shows it; None when there is none."""
+    from cyborg.agent import privileged
     link = os.path.join(sysfs_root, 'bus', 'mdev', 'devices', mdev_uuid)
     if not os.path.lexists(link):
         return None
-    path = os.path.realpath(link)
-    try:
-        mdev_type = os.path.basename(
-            os.readlink(os.path.join(path, 'mdev_type')))
-    except OSError:
-        mdev_type = 'unknown'
-    return os.path.basename(os.path.dirname(path)), mdev_type
+    parent, mdev_type = privileged.mdev_where(link)
+    return os.path.basename(parent), mdev_type

@@ -295,19 +295,25 @@ def remove_mdev(parent_address, mdev_uuid, mdev_type=None):
     return True
 
 
+def mdev_where(link):
+    """(its parent's directory, its type: 'unknown' where unreadable) of
+    the mdev whose link in ``bus/mdev/devices`` is ``link``."""
+    real = os.path.realpath(link)
+    try:
+        found_type = os.path.basename(
+            os.readlink(os.path.join(real, 'mdev_type')))
+    except OSError:
+        found_type = 'unknown'
+    return os.path.dirname(real), found_type
+
+
 def _check_owner(mdev, parent_address, mdev_type):
     """Conflict unless the mdev whose link in ``bus/mdev/devices`` is
     ``mdev`` is a child of the device at ``parent_address`` (and of
     ``mdev_type``, when given).  The kernel puts an mdev's directory in
     its parent's and links its ``mdev_type`` to the parent's
     ``mdev_supported_types/<type>``."""
-    real = os.path.realpath(mdev)
-    parent = os.path.dirname(real)
-    try:
-        found_type = os.path.basename(
-            os.readlink(os.path.join(real, 'mdev_type')))
-    except OSError:
-        found_type = 'unknown'
+    parent, found_type = mdev_where(mdev)
     wanted = os.path.realpath(os.path.join(
         CONF.agent.sysfs_root, 'bus', 'pci', 'devices', parent_address))
     if parent == wanted and mdev_type in (None, found_type):
