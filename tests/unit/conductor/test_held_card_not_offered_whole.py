@@ -42,6 +42,7 @@ from tests.fixtures import conductor as cf
 from tests.fixtures import placement as pf
 from tests.fixtures import privsep as fake_privsep
 from tests.fixtures import sysfs as fs
+from tests.unit.conductor import test_programming_card_reserved as reserved
 from tests.unit.conductor import test_programming_races as tr
 
 HOST = 'gpu-host'
@@ -206,18 +207,9 @@ def test_a_card_with_a_held_gone_deployable_is_held_whole(engine):
     vf = tr._another_vf(engine, first)
     other = seed.seed_device(engine, hostname=HOST, handles=1)
     held = _hold_gone(engine, vf)
-    statements = []
-
-    def count(conn, cursor, statement, *args):
-        statements.append(statement)
-
-    context = tr._new_context()
-    sa.event.listen(engine, 'before_cursor_execute', count)
-    try:
-        rows = inventory_db.host_providers(context, HOST)
-    finally:
-        sa.event.remove(engine, 'before_cursor_execute', count)
+    rows, statements = reserved.host_providers_counted(engine, HOST)
     assert len(statements) == 2
+    context = tr._new_context()
     assert {row['uuid']: bool(row['card_held']) for row in rows} == {
         first.deployable_uuid: True, vf.deployable_uuid: True,
         other.deployable_uuid: False}

@@ -143,6 +143,22 @@ def test_a_mark_another_conductor_left_reserves_the_card_at_the_reconcile(
 engine = tr.engine
 
 
+def host_providers_counted(engine, hostname):
+    """``inventory.host_providers`` of ``hostname`` in a new context, and
+    the statements it ran."""
+    statements = []
+
+    def count(conn, cursor, statement, *args):
+        statements.append(statement)
+
+    sa.event.listen(engine, 'before_cursor_execute', count)
+    try:
+        rows = inventory_db.host_providers(tr._new_context(), hostname)
+    finally:
+        sa.event.remove(engine, 'before_cursor_execute', count)
+    return rows, statements
+
+
 def test_the_rows_carry_their_card_s_mark_in_as_many_statements(engine):
     """Every deployable of a marked card reads the card's mark (the
     latest of its deployables'), those of other cards none; in the same
@@ -155,17 +171,7 @@ def test_the_rows_carry_their_card_s_mark_in_as_many_statements(engine):
         c.execute(sa.update(models.Deployable)
                   .where(models.Deployable.id == vfs[0].deployable_id)
                   .values(programming_until=until))
-    statements = []
-
-    def count(conn, cursor, statement, *args):
-        statements.append(statement)
-
-    context = tr._new_context()
-    sa.event.listen(engine, 'before_cursor_execute', count)
-    try:
-        rows = inventory_db.host_providers(context, HOST)
-    finally:
-        sa.event.remove(engine, 'before_cursor_execute', count)
+    rows, statements = host_providers_counted(engine, HOST)
     assert len(statements) == 2
     marks = {row['uuid']: (row['programming_until'],
                            row['card_programming_until']) for row in rows}
