@@ -136,16 +136,16 @@ def write(context, add, update, delete):
     Bound without it).  No statement more: the guard is in the
     DELETEs' WHERE, its outcome their row counts."""
     s = _sql.connection(context)
-    for table in ('attach_handles', 'attributes'):
-        if delete.get(table):
-            t = TABLES[table].__table__
-            query = sa.delete(t).where(t.c.uuid.in_(delete[table]))
-            if table == 'attach_handles':
-                query = query.where(t.c.in_use == sa.false())
-            deleted = s.execute(query).rowcount
-            if table == 'attach_handles' and \
-                    deleted != len(delete[table]):
-                raise TakenMeanwhile()
+    handles = delete.get('attach_handles')
+    if handles:
+        h = models.AttachHandle.__table__
+        if s.execute(sa.delete(h).where(
+                h.c.uuid.in_(handles),
+                h.c.in_use == sa.false())).rowcount != len(handles):
+            raise TakenMeanwhile()
+    if delete.get('attributes'):
+        a = models.Attribute.__table__
+        s.execute(sa.delete(a).where(a.c.uuid.in_(delete['attributes'])))
     kept, _devices = _delete_with_children(
         s, _ids_of(s, 'deployables', delete), _ids_of(s, 'devices', delete))
     if kept:
