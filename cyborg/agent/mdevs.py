@@ -27,6 +27,15 @@ an agent with a driver that makes mdevs (``base.Partitionable``) asks.
 An unbind whose removal reaches the agent while it recreates is not
 undone by it: a removal asked for after the conductor's answer is noted,
 and that mdev is not made again.
+
+nova-compute resumes the host's instances as it starts
+(``resume_guests_state_on_host_boot``), on these mdevs: the
+cyborg-agent process tells systemd it is ready (``Readiness``, a unit
+of ``Type=notify``) only once they are made, so that a unit ordered
+before nova-compute holds its start until then.  Not for ever: a
+conductor that has not answered within ``[agent]ready_timeout`` seconds
+(the control plane away at boot) lets nova-compute start without them,
+with a WARNING, and they are made once it answers.
 """
 
 import os
@@ -38,6 +47,7 @@ from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
 from cyborg.common import rpc
+from cyborg.common import systemd
 from cyborg.drivers import base
 
 LOG = logging.getLogger(__name__)
@@ -57,8 +67,13 @@ class Mdevs:
         # While recreating: the mdevs removed since the conductor's answer.
         self._removed = None
         self.restored = False
-        # mdev uuid -> why it could not be made again (for tests and logs).
+        # What the recreation did: the conductor's list, the mdevs made
+        # again, those that could not be (uuid -> why: for tests and
+        # logs), or why the conductor did not list them.
+        self.listed = []
+        self.made = []
         self.failed = {}
+        self.unlisted = None
 
     # -- a bind's create and an unbind's removal ---------------------------
 
@@ -110,6 +125,12 @@ class Mdevs:
                 return driver.mdev_parent(pci_address, mdev_type)
         return pci_address
 
+    def makes_mdevs(self):
+        """Whether a driver of the agent makes mdevs: only then are there
+        any to make again."""
+        return any(isinstance(driver, base.Partitionable)
+                   for driver in self.drivers.values())
+
     # -- at start ----------------------------------------------------------
 
     def restore(self):
@@ -121,14 +142,14 @@ class Mdevs:
         (the reporter tries again after its back-off)."""
         if self.restored:
             return
-        if not any(isinstance(driver, base.Partitionable)
-                   for driver in self.drivers.values()):
+        if not self.makes_mdevs():
             self.restored = True
             return
         conductor = self._conductor_api()
         if not conductor.can_list_bound_mdevs():
             rpc.skip_capped('conductor', 'bound_mdevs', '1.9',
                             conductor.version_cap, _NOT_RECREATED)
+            self.unlisted = _TOO_OLD
             self.restored = True
             return
         with self._lock:
@@ -136,6 +157,7 @@ class Mdevs:
         try:
             mdevs = self._ask(conductor)
             if mdevs is not None:
+                self.listed = mdevs
                 for mdev in mdevs:
                     self._restore_one(mdev)
                 if mdevs:
@@ -167,6 +189,7 @@ class Mdevs:
                 LOG.warning('The conductor does not serve conductor RPC 1.9 '
                             '(bound_mdevs): %s. This message is logged '
                             'once.', _NOT_RECREATED)
+                self.unlisted = _TOO_OLD
                 return None
             said = agent_rpcapi.refusal(exc)
             if said is None or agent_rpcapi.raised(
@@ -175,6 +198,7 @@ class Mdevs:
             LOG.warning('The conductor could not list the mdevs of the bound '
                         'accelerator requests of %s (%s): none is made '
                         'again.', self.host, said)
+            self.unlisted = f'the conductor could not list them ({said})'
             return None
 
     def _restore_one(self, mdev):
@@ -197,15 +221,129 @@ class Mdevs:
                             self.failed[mdev_uuid])
                 return
         if made:
+            self.made.append(mdev_uuid)
             LOG.info('Made mdev %s of bound accelerator request %s again '
                      '(gone since the agent last ran: a reboot).', mdev_uuid,
                      arq)
+
+    def summary(self):
+        """What ``restore`` did, in a line (the agent's status in
+        systemd)."""
+        if not self.makes_mdevs():
+            return 'no enabled driver makes mdevs: none to make again'
+        if self.unlisted is not None:
+            return (f'mdevs of bound accelerator requests not made again: '
+                    f'{self.unlisted}')
+        return (f'mdevs of bound accelerator requests: {len(self.made)} '
+                f'made again, {len(self.failed)} failed, of '
+                f'{len(self.listed)} listed')
 
 
 _NOT_RECREATED = ('the mdevs of bound accelerator requests are not made '
                   'again at start (after a reboot, their instances cannot '
                   'start until each is made by hand, or the conductors are '
                   'upgraded and the agent restarted)')
+
+
+_TOO_OLD = 'the conductor is older than conductor RPC 1.9 (bound_mdevs)'
+
+
+class Readiness:
+    """Tells systemd when the cyborg-agent process is ready
+    (``cyborg.common.systemd``): once ``restore`` has returned, with
+    its ``summary``; or ``[agent]ready_timeout`` seconds after ``start``
+    when the conductor has not answered by then (a WARNING); at once
+    where no enabled driver makes mdevs, or the option is 0.  Nothing
+    at all where systemd does not listen.
+
+    A service of that process, started first (the RPC server's start
+    waits for the broker, which the time-out must not): ``start`` says
+    the agent waits, ``restore`` is the reporter's
+    ``before_first_report``, and ``stop``, last of the services, says
+    ``STOPPING=1``."""
+
+    def __init__(self, conf, mdevs):
+        self.timeout = conf.agent.ready_timeout
+        self.mdevs = mdevs
+        # READY=1 once, then each status once, in the order they come;
+        # nothing after STOPPING=1.
+        self._lock = threading.Lock()
+        self._listening = False
+        self.said_ready = False
+        self._status = None
+        self._timer = None
+
+    def start(self):
+        self._listening = systemd.listening()
+        if not self._listening:
+            return
+        if not self.mdevs.makes_mdevs():
+            self._ready(self.mdevs.summary())
+        elif self.timeout <= 0:
+            self._ready(_READY_AT_ONCE)
+        else:
+            systemd.status(_WAITING,
+                           extend_timeout=self.timeout + _EXTEND_MARGIN)
+            self._timer = threading.Timer(self.timeout, self._time_up)
+            self._timer.name = 'cyborg-agent-ready'
+            self._timer.daemon = True
+            self._timer.start()
+
+    def restore(self):
+        """``Mdevs.restore``, then ready; raises as it does (ready then
+        after an attempt that works, or the time-out)."""
+        self.mdevs.restore()
+        self._ready(self.mdevs.summary())
+
+    def _time_up(self):
+        with self._lock:
+            if self.said_ready or not self._listening:
+                return
+            LOG.warning('The conductor has not listed the mdevs of the '
+                        'bound accelerator requests of %s within '
+                        '[agent]ready_timeout (%g s): telling systemd the '
+                        'agent is ready, and units waiting for it start '
+                        '(nova-compute: an instance it resumes on an mdev '
+                        'not made yet stays down until it is started '
+                        'again). They are made once the conductor '
+                        'answers.', self.mdevs.host, self.timeout)
+            self._say_ready(_READY_LATE)
+
+    def _ready(self, status):
+        with self._lock:
+            if self._listening:
+                self._say_ready(status)
+
+    def _say_ready(self, status):
+        if self._timer is not None:
+            self._timer.cancel()
+        if not self.said_ready:
+            systemd.ready(status)
+            self.said_ready = True
+        elif status != self._status:
+            systemd.status(status)
+        self._status = status
+
+    def stop(self):
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            if self._listening:
+                self._listening = False
+                systemd.stopping()
+
+    def __str__(self):
+        return 'systemd readiness'
+
+
+_WAITING = 'waiting for the conductor to list bound mdevs'
+_READY_AT_ONCE = ('ready at once ([agent]ready_timeout is 0): the mdevs of '
+                  'bound accelerator requests are made once the conductor '
+                  'answers')
+_READY_LATE = ('ready without the mdevs of bound accelerator requests: the '
+               'conductor has not answered; they are made once it does')
+# Seconds systemd is asked to wait beyond [agent]ready_timeout.
+_EXTEND_MARGIN = 10
 
 
 def existing(sysfs_root, mdev_uuid):

@@ -36,6 +36,18 @@ opts = [
                       'conductor last acknowledged for it, and is not '
                       'asked again until that discovery returns; the '
                       'other drivers\' devices are reported on time.'),
+    cfg.FloatOpt('ready_timeout', default=60.0, min=0.0,
+                 help='Under systemd (a unit of Type=notify): seconds '
+                      'the agent waits for the conductor to list the '
+                      'mdevs of the host\'s bound accelerator requests, '
+                      'which it makes again at start (a reboot took them '
+                      'away), before it tells systemd it is ready anyway '
+                      '(units ordered after it, nova-compute, then start; '
+                      'the mdevs are made once the conductor answers). '
+                      'Ready sooner once they are made, or when no '
+                      'enabled driver makes mdevs; 0: ready at once. '
+                      'systemd is asked to wait that long, whatever the '
+                      'unit\'s TimeoutStartSec.'),
     cfg.StrOpt('cache_file',
                help='File holding the last inventory the conductor '
                     'acknowledged. Defaults to '

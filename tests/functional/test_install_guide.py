@@ -1,7 +1,10 @@
 """doc/source/install.rst, run as written: its shell blocks in order, its
 "serve" block and systemd units as processes, against the local MariaDB
 and RabbitMQ, in a temporary directory standing for /etc/cyborg and
-/var/lib/cyborg; so the page cannot rot.
+/var/lib/cyborg; so the page cannot rot.  A unit of ``Type=notify`` is
+given a socket to say it is ready on, as systemd gives it, and waited
+for as systemd waits for it before it starts the units ordered after it
+(nova-compute after the agent).
 
 Each code block of the page is preceded by a comment saying what to do
 with it (``.. test: run``, ``serve NAME``, ``unit NAME``, ``vars``,
@@ -12,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -75,10 +79,40 @@ def _local(text):
 
 
 def _exec_start(unit):
-    command = [line.split('=', 1)[1] for line in unit.splitlines()
-               if line.startswith('ExecStart=')]
+    command = _settings(unit, 'ExecStart')
     assert len(command) == 1, unit
     return _local(command[0]).split()
+
+
+def _settings(unit, key):
+    """The values ``key`` is given in ``unit``, in order."""
+    return [line.split('=', 1)[1] for line in unit.splitlines()
+            if line.startswith(key + '=')]
+
+
+def _notify_socket():
+    """A socket as systemd makes for a unit of ``Type=notify``: bound in
+    the abstract namespace, named in ``$NOTIFY_SOCKET``; (socket,
+    name)."""
+    name = '@cyborg-guide-' + uuid.uuid4().hex
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind('\0' + name[1:])
+    return sock, name
+
+
+def _wait_ready(sock, timeout):
+    """The fields of the message saying ``READY=1`` (the messages before
+    it say how the start goes)."""
+    sock.settimeout(timeout)
+    while True:
+        fields = _fields(sock.recv(4096))
+        if fields.get('READY') == '1':
+            return fields
+
+
+def _fields(message):
+    """A notification's fields: {key: value}."""
+    return dict(line.split('=', 1) for line in message.decode().split('\n'))
 
 
 class _Guide:
@@ -109,6 +143,8 @@ class _Guide:
         os.makedirs(self.env['HOME'])
         self.services = {}
         self.sandboxes = {}
+        # Unit name -> the socket systemd would hear it on (Type=notify).
+        self.notify = {}
 
     def run(self, code):
         done = subprocess.run(['bash', '-euo', 'pipefail', '-c',
@@ -156,6 +192,8 @@ class _Guide:
 
     def cleanup(self):
         self.stop_all()
+        for sock in self.notify.values():
+            sock.close()
         admin = sa.create_engine(databases.MYSQL_ADMIN_URL,
                                  isolation_level='AUTOCOMMIT',
                                  poolclass=sa.pool.NullPool)
@@ -216,16 +254,19 @@ def _follow(guide):
             processes.wait_for(lambda: _answers(url), timeout=60,
                                what='Placement')
         elif action == 'unit':
-            guide.start(argument, _exec_start(code))
+            _start_unit(guide, argument, code)
             units_started = True
     assert not units_started, 'the page checks nothing after the units'
 
+    # Only the agent holds units after it (nova-compute) until ready.
+    assert list(guide.notify) == ['cyborg-agent']
     # The services logged their version on start, and an access line per
     # request of the openstack client.
     assert 'cyborg-conductor %s starting' % _version() in guide.log(
         'cyborg-conductor')
     assert 'GET /accelerator/v2/devices' in guide.log('cyborg-api')
     statuses = guide.stop_all()
+    assert _told(guide.notify['cyborg-agent']) == [{'STOPPING': '1'}]
     for name in ('cyborg-conductor', 'cyborg-api', 'cyborg-agent'):
         assert statuses[name] == 0, (name, guide.log(name)[-3000:])
         log = guide.log(name)
@@ -235,6 +276,39 @@ def _follow(guide):
             assert os.listdir(path) == [], (name, where, os.listdir(path))
     state = os.listdir(guide.env['CYBORG_STATE_DIR'])
     assert 'agent-%s.json' % guide.env['CYBORG_HOST'] in state
+
+
+def _told(sock):
+    """The messages ``sock`` holds, not read yet."""
+    sock.setblocking(False)
+    told = []
+    while True:
+        try:
+            message = sock.recv(4096)
+        except BlockingIOError:
+            return told
+        told.append(_fields(message))
+
+
+def _start_unit(guide, name, unit):
+    """Start the unit's command; one of ``Type=notify`` as systemd does:
+    told where to say it is ready (and only its main process heard:
+    ``NotifyAccess=main``), and waited for until it says so."""
+    if _settings(unit, 'Type') != ['notify']:
+        guide.start(name, _exec_start(unit))
+        return
+    assert _settings(unit, 'NotifyAccess') == ['main'], unit
+    sock, address = _notify_socket()
+    guide.notify[name] = sock
+    guide.start(name, _exec_start(unit), env={'NOTIFY_SOCKET': address})
+    try:
+        ready = _wait_ready(sock, timeout=120)
+    except TimeoutError:
+        raise AssertionError('%s never said it was ready: %s' % (
+            name, guide.log(name)[-3000:])) from None
+    # The guide's agent runs the fake driver, which makes no mdevs.
+    assert ready == {'READY': '1', 'STATUS': 'no enabled driver makes '
+                     'mdevs: none to make again'}, ready
 
 
 def _answers(url):
