@@ -23,6 +23,11 @@ compute host"):
 3. Delete the providers from Placement, deepest first.  With the rows
    gone, a reconcile meanwhile only deletes them too.
 4. Delete the host's row, unless a report came meanwhile.
+5. Sync the hosts left on its compute node provider (a host renamed
+   before the old name was forgotten records the same one): such a
+   newcomer kept its providers reserved whole while the forgotten host
+   was known, and offers them from now on (``placement_sync.resync``).
+   A sync that fails leaves that host unsynced, for the reconcile.
 
 A step 3 cut short (Placement away, an allocation made since step 1:
 that provider is kept, reserved whole) leaves the host's row, without
@@ -113,7 +118,28 @@ def forget(conf, context, hostname):
     db_api.write_retrying(context, _drop_host, conf, context, hostname,
                           host['last_report_at'])
     LOG.info('Forgot host %s.', hostname)
+    _offer_sharers(conf, context, host)
     return done
+
+
+def _offer_sharers(conf, context, host):
+    """Step 5: sync the hosts left on the forgotten host's compute node
+    provider, every provider compared: the one recorded first among them
+    offers its providers from now on.  The host is forgotten whatever
+    happens here: a failure is logged, and the host it left unsynced is
+    the reconcile's."""
+    cn_uuid = host.get('compute_rp_uuid')
+    try:
+        left = host_db.sharing(context, cn_uuid) if cn_uuid else []
+        if left:
+            LOG.info('Host %s shared its compute node provider %s with '
+                     '%s: syncing them.', host['hostname'], cn_uuid,
+                     ', '.join(left))
+            placement_sync.resync(conf, context, left)
+    except Exception:  # noqa: BLE001 - the forget itself is done
+        LOG.exception('Syncing the hosts left on compute node provider %s '
+                      'after forgetting %s failed; the reconcile will.',
+                      cn_uuid, host['hostname'])
 
 
 def _check_silent(conf, host, now):

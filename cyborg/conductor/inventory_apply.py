@@ -12,7 +12,10 @@
    that vanished under an allocation or came back, DEVICE_HEALTH_CHANGE)
    notifications collected in the transaction, then sync Placement
    (``placement_sync``); a failed sync leaves the host marked unsynced for
-   the next report or the reconcile.
+   the next report or the reconcile.  A full report whose
+   ``resource_provider_name`` is not the name of the compute node
+   provider the host's row records is synced even when nothing else
+   changed: the sync looks the name up (``_names_another_node``).
 
 Several conductors may handle reports of the same host at once: the host
 row lock serialises them where the database has row locks, and the
@@ -140,8 +143,20 @@ def _handle_changed(conf, context, hostname, report, parsed):
             conf, context, hostname, outcome.plan, outcome.digest,
             rp_name=report.get('resource_provider_name'),
             trust_memory=outcome.was_synced, host=outcome.host,
-            serial=outcome.serial)
+            serial=outcome.serial, follow_name=report['full'])
     return {'digest': digest, 'need_full': False}
+
+
+def _names_another_node(report, host):
+    """Whether a full ``report`` names a compute node provider other than
+    the one the host's row records (``[agent]resource_provider_name``
+    corrected since): its sync looks the name up, and moves the host's
+    providers where another provider has it (``placement_sync``).  A
+    comparison of two strings, on full reports only: an unchanged report
+    is never asked."""
+    name = report.get('resource_provider_name')
+    return bool(report['full'] and name and host['compute_rp_uuid'] and
+                name != host['compute_node_name'])
 
 
 def _log_stored(hostname, report, plan):
@@ -220,7 +235,8 @@ def _write(conf, context, hostname, report, parsed, held):
     changes = _health_changes(plan, stored)
     outbox = _notifications(conf, context, hostname, plan, stored, changes)
     was_synced = bool(host['placement_synced'])
-    synced = was_synced and plan.empty
+    synced = was_synced and plan.empty and not _names_another_node(
+        report, host)
     digest = stored_digest_of(report['digest'], parsed, plan, kept_images)
     host_db.update(context, hostname, report_digest=digest,
                    placement_synced=synced,

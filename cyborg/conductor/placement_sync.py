@@ -16,11 +16,41 @@ next sync also deletes its orphans (``_may_have_lost_removals``).
 
 The compute node provider is looked up once by name (the report's
 ``resource_provider_name`` if the agent sent one and it exists, else the
-host name) and remembered in ``hosts.compute_rp_uuid`` with the sync that
-found it; its name goes to ``hosts.compute_node_name``, for binds that name
-the compute node as Nova does (after the hypervisor's host name, which may
-differ from the service host).  While it does not exist (nova-compute
-not started yet) the report is kept and the host stays unsynced.
+host name) and remembered in ``hosts.compute_rp_uuid`` by the sync that
+found it, before it writes under it; its name goes to
+``hosts.compute_node_name``, for binds that name the compute node as Nova
+does (after the hypervisor's host name, which may differ from the service
+host).  While it does not exist (nova-compute not started yet) the report
+is kept and the host stays unsynced.  A full report whose
+``resource_provider_name`` is not the recorded provider's name (the
+setting corrected) has it looked up again (``_named_elsewhere``): an
+existing provider of that name becomes the host's compute node, its
+providers re-parented under it (Placement 1.37: allocations stay with
+their providers); a name Placement does not know keeps the one recorded.
+Only full reports are compared, and only their name against the
+recorded one: an unchanged report costs what it did.
+
+Two host rows may record one compute node provider: a host renamed (or
+its ``[DEFAULT]host`` changed) before its old name was forgotten reports
+its hardware anew under the new name, beside the old name's providers;
+or an ``[agent]resource_provider_name`` names another host's compute
+node.  The row recorded later (``hosts.newer``: its ``created_at``, then
+its id), the newcomer, has every provider reserved whole (as
+``_held_whole`` reserves a card), a WARNING at each of its syncs naming
+both hosts, and no bind takes its handles (``attach_handles.take``):
+the hardware is offered once, by the host recorded first, whose
+providers allocations may already hold.  Whether a host is a newcomer
+changes with no provider's generation: each such change syncs the hosts
+it concerns at once, every provider compared (``resync``).  Forgetting
+the host recorded first (cyborg.conductor.hosts) syncs those left on its
+compute node, offering the newcomer's providers; a host that comes to a
+compute node a newcomer already records (its first sync there, or its
+providers moved there) syncs the newcomer before it writes its own; one
+whose providers move away syncs those it left.  Where such a sync fails,
+the host it left unsynced is compared whole by the next reconcile, and
+this process compares every provider of a host whose standing changed
+since it last synced it (``_NEWCOMERS``).  The sharers are read with one
+query per sync (``hosts.sharers``), never on an unchanged report.
 
 A host's first sync makes its providers: a create each, a trait PUT each,
 then one reshape for all their inventories and one listing to learn their
@@ -84,6 +114,24 @@ def _remembered(client, rp_uuid):
         return _GENERATIONS.get(client, {}).get(rp_uuid)
 
 
+# Per client: {hostname: whether this process last synced the host whole
+# as a newcomer on its compute node (``_shared_with``)}.  No generation
+# says that this changed (the host recorded first was forgotten, or came
+# or left): a sync that finds it changed compares every provider.
+_NEWCOMERS = weakref.WeakKeyDictionary()
+
+
+def _newcomer_changed(client, hostname, newcomer):
+    with _GENERATIONS_LOCK:
+        before = _NEWCOMERS.get(client, {}).get(hostname)
+    return before is not None and before != newcomer
+
+
+def _remember_newcomer(client, hostname, newcomer):
+    with _GENERATIONS_LOCK:
+        _NEWCOMERS.setdefault(client, {})[hostname] = newcomer
+
+
 # -- after a report -----------------------------------------------------------
 
 class Touched:
@@ -96,7 +144,8 @@ class Touched:
 
 
 def sync_after_report(conf, context, hostname, plan, digest, rp_name=None,
-                      trust_memory=True, host=None, serial=None):
+                      trust_memory=True, host=None, serial=None,
+                      follow_name=False):
     """Sync the host after its report was written; True when Placement
     now matches.  Failures are logged, not raised: the report is stored
     and the next report or the reconcile finishes the job.  ``host``: the
@@ -111,7 +160,9 @@ def sync_after_report(conf, context, hostname, plan, digest, rp_name=None,
     memory is trusted only if the host was synced at the serial read.
 
     ``trust_memory`` False (the host was not synced before this change)
-    also deletes the host's orphans (``_may_have_lost_removals``)."""
+    also deletes the host's orphans (``_may_have_lost_removals``).
+    ``follow_name``: ``rp_name`` comes with a full report; where it is not
+    the recorded compute node's name, it is looked up again."""
     if serial is None:
         row = host_db.get(context, hostname)
         serial = row['sync_serial'] if row else None
@@ -127,7 +178,8 @@ def sync_after_report(conf, context, hostname, plan, digest, rp_name=None,
                             rp_name=rp_name, trust_memory=trust_memory,
                             host=host,
                             remove_orphans=_may_have_lost_removals(
-                                host, trust_memory))
+                                host, trust_memory),
+                            follow_name=follow_name)
     except exception.PlacementError as exc:
         LOG.warning('Placement sync of host %s failed, will retry: %s',
                     hostname, exc)
@@ -189,7 +241,7 @@ def _mark_synced(context, hostname, digest, cn_uuid, serial):
 
 def sync_host(conf, context, hostname, touched=None, removed=(),
               rp_name=None, remove_orphans=False, trust_memory=True,
-              host=None):
+              host=None, follow_name=False):
     """Make the host's providers in Placement match the database.
 
     ``touched``: providers known to have changed (written without reading
@@ -199,7 +251,8 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     ``trust_memory``: a provider whose generation is the one we last saw
     is taken as right; pass False when the database may have changed
     since (a sync failed), so every provider is compared.  ``host``: the
-    host's row if the caller has it.
+    host's row if the caller has it.  ``follow_name``: look ``rp_name``
+    up even though a compute node is recorded (``_named_elsewhere``).
     Returns the compute node provider's uuid once Placement matches, for
     the caller to record with the sync; None when that provider does not
     exist yet (or the host is unknown).
@@ -210,13 +263,16 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     if host is None:
         return None
     cn_uuid, cn_name, actual = _compute_node_tree(
-        client, host, rp_name, bool(removed) or remove_orphans)
+        client, host, rp_name, bool(removed) or remove_orphans,
+        follow_name)
     if cn_uuid is None:
         LOG.info('No compute node provider for host %s in Placement yet; '
                  'its devices are synced once it appears.', hostname)
         return None
-    if cn_name and cn_name != host.get('compute_node_name'):
-        host_db.update(context, hostname, compute_node_name=cn_name)
+    left = _record_compute_node(context, host, cn_uuid, cn_name)
+    held = _shared_with(conf, context, host, cn_uuid, cn_name)
+    if _newcomer_changed(client, hostname, held is not None):
+        trust_memory = False
     owned = set()
     if remove_orphans:
         # Listed before the rows are read, so a provider that a report
@@ -227,7 +283,7 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     pending = None                      # every provider of the host
     passes = placement_client.GENERATION_RETRIES
     for _pass in range(passes):
-        desired = _desired(context, hostname, cn_uuid, pending)
+        desired = _desired(context, hostname, cn_uuid, pending, held)
         if wanted is None:
             wanted = {p.uuid for p in desired}
         overtaken = _sync_pass(client, cn_uuid, desired, actual, touched,
@@ -258,14 +314,84 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     _log_sync(hostname, done, failures)
     if failures:
         raise failures[0]
+    _remember_newcomer(client, hostname, held is not None)
+    if left:
+        # Its providers have left that compute node: a newcomer there
+        # may be the only host on it now.
+        resync(conf, context, host_db.sharing(context, left))
     return cn_uuid
 
 
-def _desired(context, hostname, cn_uuid, only=None):
+def _record_compute_node(context, host, cn_uuid, cn_name):
+    """Record the compute node provider found (its uuid and name) in the
+    host's row where it is not the one recorded, before anything is
+    written under it: the newcomer on it (``_shared_with``), and a sync
+    that follows this one (the reconcile, another report's) after this
+    one was cut short, work from it, not from the node left.  One UPDATE
+    when it changed (the host's first sync, or moved), else none.
+    Returns the compute node provider the host moved from, if it did."""
+    values = {}
+    if cn_name and cn_name != host.get('compute_node_name'):
+        values['compute_node_name'] = cn_name
+    recorded = host.get('compute_rp_uuid')
+    if cn_uuid != recorded:
+        values['compute_rp_uuid'] = cn_uuid
+    if values:
+        host_db.update(context, host['hostname'], **values)
+    return recorded if recorded and recorded != cn_uuid else None
+
+
+def _shared_with(conf, context, host, cn_uuid, cn_name):
+    """The host recorded first on the compute node provider ``cn_uuid``
+    when ``host`` came there later (a newcomer: its providers are then
+    reserved whole), else None.  A host that has just come to a compute
+    node (its first sync, or moved) where a newcomer already is syncs
+    that newcomer first (``resync``): its providers, offered until now,
+    are reserved before this host's are.  One query."""
+    hostname = host['hostname']
+    sharers = host_db.sharers(context, hostname, cn_uuid)
+    elders = [row['hostname'] for row in sharers if row['earlier']]
+    if elders:
+        LOG.warning(
+            'Host %(new)s records compute node provider %(cn)s (%(name)s), '
+            'which host %(old)s, recorded earlier, records too: the same '
+            'hardware under two names.  %(new)s keeps its providers '
+            'reserved whole and offers none of its devices until %(old)s '
+            'is forgotten.  If %(new)s is %(old)s renamed, drain %(old)s '
+            '(no instance holds its accelerators) and run "cyborg-manage '
+            'host forget %(old)s"; if [agent]resource_provider_name of '
+            '%(new)s names another host\'s compute node, correct it.',
+            {'new': hostname, 'old': elders[0], 'cn': cn_uuid,
+             'name': cn_name})
+        return elders[0]
+    newcomers = [row['hostname'] for row in sharers]
+    if newcomers and cn_uuid != host.get('compute_rp_uuid'):
+        LOG.info('Host %s comes to compute node provider %s (%s), which '
+                 'host(s) %s, recorded later, record too: reserving '
+                 'theirs.', hostname, cn_uuid, cn_name,
+                 ', '.join(newcomers))
+        resync(conf, context, newcomers)
+    return None
+
+
+def resync(conf, context, hostnames):
+    """Mark each of ``hostnames`` unsynced and sync it, comparing every
+    provider: whether a host is a newcomer on its compute node changed
+    (another host came there, or the one recorded first was forgotten),
+    which no provider's generation says.  Failures are logged and left
+    to the reconcile (the host stays unsynced, and every provider is
+    compared then)."""
+    for hostname in hostnames:
+        host_db.update(context, hostname, placement_synced=False)
+        sync_providers(conf, context, hostname, set())
+
+
+def _desired(context, hostname, cn_uuid, only=None, held=None):
     """The host's providers as its rows describe them (those in ``only``
-    when given)."""
+    when given); every one reserved whole while ``held`` (the host
+    recorded first on the compute node, ``_shared_with``)."""
     providers = [provider_tree.provider_for(
-                     _held_whole(row), row['attributes'],
+                     _held_whole(row, held), row['attributes'],
                      row['device_status'], cn_uuid,
                      health_machine.effective(row['health'],
                                               row['device_health']))
@@ -273,15 +399,16 @@ def _desired(context, hostname, cn_uuid, only=None):
     return [p for p in providers if only is None or p.uuid in only]
 
 
-def _held_whole(row):
+def _held_whole(row, elder=None):
     """The host_providers ``row`` as ``provider_for`` must reserve it: as
     a gone one (reserved whole) while another deployable of its card is
     kept gone under an attach handle in use (``card_held``).  What the
     card is reported as now (a GPU whole, its vGPUs or VFs not back yet
     after a reboot or a driver reload; an FPGA's PF, its VFs not back)
     is what an instance still uses; the next sync after that handle is
-    released offers it."""
-    return dict(row, gone=True) if row.get('card_held') else row
+    released offers it.  So too while ``elder``, another host recorded
+    first on the host's compute node, offers the same hardware."""
+    return dict(row, gone=True) if row.get('card_held') or elder else row
 
 
 def _sync_pass(client, cn_uuid, desired, actual, touched, trust_memory,
@@ -327,23 +454,35 @@ def _log_sync(hostname, done, failures):
             ', %d failed' % len(failures) if failures else '')
 
 
-def _compute_node_tree(client, host, name, need_tree):
+def _compute_node_tree(client, host, name, need_tree, follow_name=False):
     """(compute node provider uuid, its name when read, {uuid: provider}
     of its tree).
 
     A compute node found by name (the host's first sync, or its provider
     was replaced) with no ``need_tree`` (nothing to delete under it) is not
     listed: its providers are made by creating them, and any that exists
-    already answers the create with a conflict and is adopted."""
+    already answers the create with a conflict and is adopted.
+
+    ``follow_name``: ``name`` (a full report's) is looked up when it is
+    not the recorded provider's (``_named_elsewhere``); where another
+    provider has it, that one is returned, with the tree of both (the
+    host's providers, under the old one, are then re-parented)."""
     cn_uuid = host.get('compute_rp_uuid')
     if cn_uuid:
         try:
             tree = _by_uuid(client.list_tree(cn_uuid))
-            return cn_uuid, tree.get(cn_uuid, {}).get('name'), tree
         except placement_client.ProviderNotFound:
             LOG.info('Compute node provider %s of host %s is gone; '
                      'looking it up by name again.', cn_uuid,
                      host['hostname'])
+        else:
+            cn_name = tree.get(cn_uuid, {}).get('name')
+            if follow_name and name and name != cn_name:
+                found = _named_elsewhere(client, host, name, cn_name, tree)
+                if found is not None:
+                    tree.update(_by_uuid(client.list_tree(found['uuid'])))
+                    return found['uuid'], found['name'], tree
+            return cn_uuid, cn_name, tree
     # The agent's name for it first (configured, else its FQDN), then the
     # host name, in the order of doc/source/contract.rst ("Placement").
     found = None
@@ -357,6 +496,42 @@ def _compute_node_tree(client, host, name, need_tree):
         return found['uuid'], found['name'], {}
     return (found['uuid'], found['name'],
             _by_uuid(client.list_tree(found['uuid'])))
+
+
+# {hostname: the resource_provider_name last looked up for it and not
+# found}: said once at WARNING, then at DEBUG.
+_UNKNOWN_NAMES = {}
+_UNKNOWN_NAMES_LOCK = threading.Lock()
+
+
+def _named_elsewhere(client, host, name, cn_name, tree):
+    """The provider named ``name`` (a full report's
+    ``resource_provider_name``, not the name of the compute node
+    provider recorded, ``cn_name``) when it exists and is another one:
+    the operator corrected the setting (the provider first found was the
+    host name's fallback, or a wrong name's), and the host's providers
+    move under it.  None (the recorded one stays) when Placement has no
+    such provider, or it is in the recorded provider's ``tree``."""
+    hostname = host['hostname']
+    found = client.get_provider_by_name(name)
+    if found is None or found['uuid'] in tree:
+        with _UNKNOWN_NAMES_LOCK:
+            first = _UNKNOWN_NAMES.get(hostname) != name
+            _UNKNOWN_NAMES[hostname] = name
+        LOG.log(logging.WARNING if first else logging.DEBUG,
+                'Host %s reports resource_provider_name %s, which %s; its '
+                'providers stay under compute node provider %s (%s).',
+                hostname, name, 'Placement does not know' if found is None
+                else 'is a provider under that compute node', cn_name,
+                host['compute_rp_uuid'])
+        return None
+    with _UNKNOWN_NAMES_LOCK:
+        _UNKNOWN_NAMES.pop(hostname, None)
+    LOG.info('Host %s reports resource_provider_name %s: moving its '
+             'providers from compute node provider %s (%s) to %s (%s).',
+             hostname, name, cn_name, host['compute_rp_uuid'],
+             found['name'], found['uuid'])
+    return found
 
 
 def _by_uuid(providers):
@@ -646,9 +821,7 @@ def remove_providers(conf, rp_uuids):
 def reconcile_all(conf, context):
     """Periodic job: repair every host's providers (see periodics)."""
     repaired = 0
-    hosts = host_db.list_all(context)
-    _warn_shared(hosts)
-    for host in hosts:
+    for host in host_db.list_all(context):
         try:
             reconcile_host(conf, context, host['hostname'],
                            host['report_digest'],
@@ -658,28 +831,6 @@ def reconcile_all(conf, context):
             LOG.exception('Reconciling Placement for host %s failed',
                           host['hostname'])
     return repaired
-
-
-# Compute node providers already warned about as shared by host rows.
-_SHARED_WARNED = set()
-
-
-def _warn_shared(hosts):
-    """Warn once when several host rows resolve to one compute node
-    provider (a host renamed, even in case only): each keeps its own
-    providers under it until the old name is forgotten."""
-    by_cn = collections.defaultdict(list)
-    for host in hosts:
-        if host['compute_rp_uuid']:
-            by_cn[host['compute_rp_uuid']].append(host['hostname'])
-    for cn_uuid, names in sorted(by_cn.items()):
-        key = (cn_uuid, tuple(names))
-        if len(names) > 1 and key not in _SHARED_WARNED:
-            _SHARED_WARNED.add(key)
-            LOG.warning('Hosts %s share the compute node provider %s (a '
-                        'host renamed?); forget the retired name with '
-                        '"cyborg-manage host forget".', ', '.join(names),
-                        cn_uuid)
 
 
 def reconcile_host(conf, context, hostname, digest=None,

@@ -6,6 +6,14 @@ and placement_sync); the health state machine and device status changes
 lock a host's row to serialise with its reports and mark it unsynced;
 ``cyborg-manage host forget`` deletes a retired host's row
 (cyborg.conductor.hosts).
+
+Two host rows may record one compute node provider (a host renamed, or
+its ``[DEFAULT]host`` changed, before the old name was forgotten; an
+``[agent]resource_provider_name`` naming another host's compute node):
+both would offer the same hardware.  The row recorded later (``newer``)
+is a *newcomer* there: its providers are reserved whole and no bind
+takes its handles while an earlier row shares its compute node
+(``has_elder``; cyborg.conductor.placement_sync).
 """
 
 import sqlalchemy as sa
@@ -29,6 +37,33 @@ _GET = sa.select(_HOST).where(_BY_NAME)
 _SERIAL = sa.select(_HOST.c.sync_serial).where(_BY_NAME)
 _LOCK = _GET.with_for_update()
 _INSERT = sa.insert(_HOST)
+
+
+def newer(later, earlier):
+    """Whether host row ``later`` was recorded after ``earlier`` (two
+    aliases of the hosts table): by ``created_at`` (the clock every
+    conductor shares; ``create`` and the model always set it), rows
+    made in the same microsecond by id (the order the database inserted
+    them).  A total order, the same on every database (no string
+    collation in it)."""
+    return sa.or_(later.c.created_at > earlier.c.created_at,
+                  sa.and_(later.c.created_at == earlier.c.created_at,
+                          later.c.id > earlier.c.id))
+
+
+def _in_order(rows):
+    """ORDER BY terms of ``newer``'s order, first recorded first."""
+    return rows.c.created_at, rows.c.id
+
+
+def has_elder(host):
+    """Whether another row recorded before ``host`` (an alias of the
+    hosts table, in the enclosing query) records its compute node
+    provider: ``host`` is a newcomer there."""
+    elder = _HOST.alias('elder_host')
+    return sa.exists().where(
+        elder.c.compute_rp_uuid == host.c.compute_rp_uuid,
+        newer(host, elder))
 
 
 @writer
@@ -152,17 +187,79 @@ def last_changes(context, hostnames=None):
     row (or None)} of every host, or of ``hostnames``: one query.  A
     change that leaves no row of the host's inventory behind (an
     attribute deleted) marks the host unsynced, which moves its row."""
+    return {hostname: changed for hostname, (changed, _newcomer)
+            in changes_and_newcomers(context, hostnames).items()}
+
+
+@reader
+def changes_and_newcomers(context, hostnames=None):
+    """``last_changes``, with whether each host is a newcomer on its
+    compute node (``has_elder``): {hostname: (time, newcomer)}, in the
+    same one query (what the exports read of the hosts table)."""
     h = _HOST
-    query = sa.select(h.c.hostname, h.c.last_report_at, h.c.updated_at)
+    query = sa.select(h.c.hostname, has_elder(h).label('newcomer'),
+                      h.c.last_report_at, h.c.updated_at)
     if hostnames is not None:
         names = [name for name in hostnames if _sql.matchable(name)]
         if not names:
             return {}
         query = query.where(h.c.hostname.in_(names))
-    return {hostname: max((t for t in stamps if t is not None),
-                          default=None)
-            for hostname, *stamps in
+    return {hostname: (max((t for t in stamps if t is not None),
+                           default=None), bool(newcomer))
+            for hostname, newcomer, *stamps in
             _sql.connection(context).execute(query).all()}
+
+
+# The other rows recording a compute node provider, and whether each was
+# recorded before the host's own (see ``sharers``).
+_ME = _HOST.alias('me')
+_OTHER = _HOST.alias('other')
+_SHARERS = (
+    sa.select(_OTHER.c.hostname, newer(_ME, _OTHER).label('earlier'))
+    .select_from(_OTHER.join(_ME, _ME.c.hostname == sa.bindparam(
+        'b_hostname')))
+    .where(_OTHER.c.compute_rp_uuid == sa.bindparam('b_cn'),
+           _OTHER.c.id != _ME.c.id)
+    .order_by(*_in_order(_OTHER)))
+_SHARING = (sa.select(_HOST.c.hostname)
+            .where(_HOST.c.compute_rp_uuid == sa.bindparam('b_cn'))
+            .order_by(*_in_order(_HOST)))
+
+
+@reader
+def sharers(context, hostname, cn_uuid):
+    """The other host rows that record the compute node provider
+    ``cn_uuid``, in the order they were recorded: [{hostname, earlier
+    (whether recorded before ``hostname``'s row: ``hostname`` is then a
+    newcomer there)}]; one query, a sync's (a host's compute node is
+    read on every sync, never on an unchanged report)."""
+    return _sql.rows(_sql.connection(context).execute(
+        _SHARERS, {'b_hostname': hostname, 'b_cn': cn_uuid}))
+
+
+@reader
+def sharing(context, cn_uuid):
+    """The host names recording the compute node provider ``cn_uuid``,
+    in the order they were recorded."""
+    return list(_sql.connection(context).scalars(_SHARING,
+                                                 {'b_cn': cn_uuid}))
+
+
+@reader
+def elder_of(context, hostname):
+    """The host recorded first on ``hostname``'s compute node provider,
+    when ``hostname`` is a newcomer there (``has_elder``); else None."""
+    return _sql.connection(context).execute(_ELDER_OF, {
+        'b_hostname': hostname}).scalar()
+
+
+_ELDER_OF = (
+    sa.select(_OTHER.c.hostname)
+    .select_from(_OTHER.join(_ME, _ME.c.compute_rp_uuid ==
+                             _OTHER.c.compute_rp_uuid))
+    .where(_ME.c.hostname == sa.bindparam('b_hostname'),
+           newer(_ME, _OTHER))
+    .order_by(*_in_order(_OTHER)).limit(1))
 
 
 @reader

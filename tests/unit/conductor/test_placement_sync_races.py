@@ -145,17 +145,19 @@ def test_a_reconcile_keeps_the_providers_of_a_host_sharing_its_node(
     old_rp = inventory.provider_uuid('Compute-1_0000:81:00.0')
     placement_sync.reconcile_host(conf, admin_context, 'Compute-1')
     placement_sync.reconcile_host(conf, admin_context, 'compute-1')
-    # Neither deleted (and made again by its own host's next sync).
-    assert _inventories(placement, new_rp)['PGPU'] == (1, 0)
+    # Neither deleted (and made again by its own host's next sync); the
+    # newcomer's reserved whole (placement_sync).
+    assert _inventories(placement, new_rp)['PGPU'] == (1, 1)
     assert _inventories(placement, old_rp)['PGPU'] == (1, 0)
 
 
 def test_a_reconcile_does_not_reserve_an_allocated_provider_of_another_host(
         conf, db, admin_context, placement):  # noqa: F811
-    new_rp = _renamed(conf, admin_context, placement)
-    pf.hold_allocation(placement.url, pf.PROJECT, {new_rp: {'PGPU': 1}})
-    placement_sync.reconcile_host(conf, admin_context, 'Compute-1')
-    assert _inventories(placement, new_rp)['PGPU'] == (1, 0)
+    _renamed(conf, admin_context, placement)
+    old_rp = inventory.provider_uuid('Compute-1_0000:81:00.0')
+    pf.hold_allocation(placement.url, pf.PROJECT, {old_rp: {'PGPU': 1}})
+    placement_sync.reconcile_host(conf, admin_context, 'compute-1')
+    assert _inventories(placement, old_rp)['PGPU'] == (1, 0)
 
 
 def _gone_released(conf, context, placement, host):  # noqa: F811
