@@ -34,10 +34,11 @@ release of the allocation's claim in the transaction that moves the ARQ
 (``release_moved``, through ``arq_binding.release_allocations``): a
 conductor that dies in between, or Placement away, leaves the record to
 ``release_left_claims``.  A conductor that dies half-way through an
-allocation leaves the ARQ in BindStarted, which ``fail_stuck`` fails after
-``[DEFAULT]bind_timeout``, then releasing the claim (``release_failed``:
-failed first, so that an allocation only slow cannot end Bound after its
-claim was released).
+allocation leaves the ARQ in BindStarted, which ``fail_stuck`` fails once
+its deadline has passed (recorded by step 1: ``[DEFAULT]bind_timeout``
+of the conductor carrying it after its start), then releasing the claim
+(``release_failed``: failed first, so that an allocation only slow cannot
+end Bound after its claim was released).
 
 Each allocation claims under a Placement consumer of its own, never used
 by another claim: its bind's identity, which is the ARQ's uuid for the
@@ -71,7 +72,6 @@ that programs an FPGA can take longer than ``[api]conductor_timeout``;
 the allocation still completes, and the ARQ shows its outcome.
 """
 
-import datetime
 import json
 import re
 import uuid as uuidlib
@@ -162,11 +162,11 @@ def allocate(conf, context, arq_uuid, consumer_id, consumer_type,
     from cyborg.placement import client as placement_client
 
     started = clock_db.utcnow()
+    deadline = arq_binding.deadline_of(conf, started)
     job = db_api.write_retrying(context, _start, context, arq_uuid,
                                 consumer_id, consumer_type, hostname,
-                                started, conf.host)
+                                started, conf.host, deadline)
     placement = placement_client.get_client(conf)
-    deadline = started + datetime.timedelta(seconds=conf.bind_timeout)
     claimed = None
     try:
         if job['owed']:
@@ -190,9 +190,10 @@ def allocate(conf, context, arq_uuid, consumer_id, consumer_type,
 
 
 def _start(context, arq_uuid, consumer_id, consumer_type, hostname, now,
-           owner):
-    """Validate, then BindStarted with the consumer and the conductor
+           owner, deadline):
+    """Validate, then BindStarted with the consumer, the conductor
     carrying it out (``owner``: one that starts again fails it at once)
+    and the allocation's ``deadline`` (the stuck-bind check's)
     recorded; the job."""
     rows = arq_db.get_to_change(context, [arq_uuid])
     row = rows[0] if rows else None
@@ -212,8 +213,8 @@ def _start(context, arq_uuid, consumer_id, consumer_type, hostname, now,
         compute_rp_uuid = host['compute_rp_uuid']
     query = request_query(group, compute_rp_uuid)
     values = {'consumer_id': consumer_id, 'consumer_type': consumer_type,
-              'bind_started_at': now, 'bind_owner': owner,
-              'bind_failure_reason': None}
+              'bind_started_at': now, 'bind_deadline': deadline,
+              'bind_owner': owner, 'bind_failure_reason': None}
     # The ARQ's first bind (none ever started: no bind_owner) is named by
     # the ARQ's uuid, any later one by a fresh uuid: the name is the
     # allocation's Placement consumer, which no other claim may use.

@@ -37,7 +37,12 @@ nothing" and "Every bind outcome reaches Nova"):
   of another conductor, which may be running them) and re-sends the Nova
   events its previous run left undelivered.  A conductor that does not
   come back is covered by the periodic ``fail_stuck``, which fails any
-  bind older than ``bind_timeout`` and tells Nova.
+  bind past its deadline and tells Nova.  The deadline is the bind's
+  own: its start plus the ``bind_timeout`` of the conductor that
+  started it (``bind_deadline``, written by the UPDATE that moves the
+  ARQ to BindStarted, cleared by whatever moves it on), so that a
+  conductor with a lower ``bind_timeout`` does not fail the binds
+  another is still carrying.
 - The bind's ``hostname`` is the compute node's name as Nova has it (its
   hypervisor host name): the device's host, or the name of that host's
   compute node provider in Placement.  The agent is always asked by the
@@ -112,11 +117,17 @@ BIND_FAILED_FROM = (states.BIND_STARTED,)
 ANY_STATE = states.ARQ_STATES
 BIND_FIELDS = ('hostname', 'device_rp_uuid', 'instance_uuid')
 
+# What every move out of BindStarted writes: the bind's deadline is
+# only ever set while the ARQ is in it (a later bind that a conductor of
+# the previous release starts, writing none, must not find this one's).
+_ENDED = {'bind_deadline': None}
+
 _CLEARED = {'hostname': None, 'device_rp_uuid': None, 'instance_uuid': None,
             'deployable_id': None, 'attach_handle_id': None,
             'remote_pool_id': None, 'remote_handle_id': None,
             'bind_started_at': None, 'bind_failure_reason': None,
-            'bind_id': None, 'consumer_id': None, 'consumer_type': None}
+            'bind_id': None, 'consumer_id': None, 'consumer_type': None,
+            **_ENDED}
 
 # A remote pool's handle once attached, as a bound handle is logged and
 # announced.
@@ -280,7 +291,7 @@ def start_bind(conf, context, bindings):
     """``bind``, returning the future of the background work."""
     now = clock_db.utcnow()
     started = time.monotonic()
-    deadline = now + datetime.timedelta(seconds=conf.bind_timeout)
+    deadline = deadline_of(conf, now)
     batch_id = str(uuidlib.uuid4())
     asked = _ask_allocations(conf, bindings)
     known = _Known(asked, overlap=bool(asked) and
@@ -320,6 +331,13 @@ def start_bind(conf, context, bindings):
         started, recorded))
 
 
+def deadline_of(conf, started):
+    """The deadline of a bind this conductor starts at ``started``: the
+    time its work has, and which the stuck-bind check of every conductor
+    holds it to (``bind_deadline``)."""
+    return started + datetime.timedelta(seconds=conf.bind_timeout)
+
+
 def _after_delivery(work):
     """A future done once the bind ``work`` and the delivery of its
     events (the future ``work`` returns) are."""
@@ -353,8 +371,11 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
     ``known.asked`` and the answers are checked before the commit; else
     they are checked first.  It never waits for Placement: where it would
     (a remote pool's host not checked yet, an answer later than
-    OVERLAP_WAIT) it raises _AskPlacementFirst."""
+    OVERLAP_WAIT) it raises _AskPlacementFirst.  ``deadline``: the
+    bind's (by default ``deadline_of(conf, now)``), recorded on each ARQ
+    it leaves in BindStarted."""
     known = known or _Known()
+    deadline = deadline or deadline_of(conf, now)
     jobs = _validate(conf, context, bindings, known,
                      allocations=not known.overlap)
     bind_id = batch_id or str(uuidlib.uuid4())
@@ -388,6 +409,8 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
             if (handle.attach_type != 'MDEV'
                     and not _needs_programming(job['group'])):
                 state = states.BOUND
+        values['bind_deadline'] = (deadline if state == states.BIND_STARTED
+                                   else None)
         if not arq_db.transition(context, job['uuid'], state, BIND_FROM,
                                  values,
                                  where={'attach_handle_id': None,
@@ -1045,8 +1068,7 @@ def _undo_mdev(conf, context, job, handle):
     if _held_by_another(context, job, handle.id):
         try:
             _mdev_create(conf, context, job['agent_host'], handle,
-                         clock_db.utcnow() + datetime.timedelta(
-                             seconds=conf.bind_timeout))
+                         deadline_of(conf, clock_db.utcnow()))
         except Exception as e:  # noqa: BLE001 - that bind's own create
             LOG.warning('Could not make mdev %s again for the bind that '
                         'took its handle: %s', handle.uuid, e)
@@ -1165,8 +1187,8 @@ def _take_remote_in(context, job):
 def _finish_remote(conf, context, batch_id, job, handle, info, deadline):
     """Bound, the handle's attachment and the event in one transaction."""
     if not arq_db.transition(context, job['uuid'], states.BOUND, BOUND_FROM,
-                             where={'remote_handle_id': handle.id,
-                                    'bind_id': job['bind_id']}):
+                             _ENDED, where={'remote_handle_id': handle.id,
+                                            'bind_id': job['bind_id']}):
         raise _Lost()
     pool_db.set_attached(context, handle.id, job['hostname'],
                          json.dumps(info))
@@ -1221,8 +1243,8 @@ def _keep_attached(conf, context, job, handle):
 def _finish(conf, context, batch_id, job, handle, deadline):
     """Bound, and its event, in one transaction."""
     if not arq_db.transition(context, job['uuid'], states.BOUND, BOUND_FROM,
-                             where={'attach_handle_id': handle.id,
-                                    'bind_id': job['bind_id']}):
+                             _ENDED, where={'attach_handle_id': handle.id,
+                                            'bind_id': job['bind_id']}):
         raise _Lost()
     nova.record(conf, context, batch_id,
                 [(job['instance_uuid'], job['uuid'], 'completed')],
@@ -1297,7 +1319,8 @@ def _fail_in(conf, context, batch_id, arq_uuid, reason, deadline, kept=(),
     row = _leave(context, arq_uuid, states.BIND_FAILED, BIND_FAILED_FROM,
                  {'bind_failure_reason': reason[:4000],
                   'attach_handle_id': None, 'remote_pool_id': None,
-                  'remote_handle_id': None}, kept=kept, bind_id=bind_id)
+                  'remote_handle_id': None, **_ENDED}, kept=kept,
+                 bind_id=bind_id)
     if row is not None:
         nova.record(conf, context, batch_id,
                     [(row.instance_uuid, arq_uuid, 'failed')],
@@ -1609,7 +1632,7 @@ def _unbind_failed_in(context, failed, tried):
     return [arq_uuid for arq_uuid, reason in failed.items()
             if arq_db.transition(
                 context, arq_uuid, states.UNBIND_FAILED, UNBIND_FAILED_FROM,
-                {'bind_failure_reason': reason[:4000]},
+                {'bind_failure_reason': reason[:4000], **_ENDED},
                 where={'bind_id': tried[arq_uuid].bind_id,
                        'attach_handle_id':
                            tried[arq_uuid].attach_handle_id})]
@@ -1765,20 +1788,39 @@ def recover(conf, context, started_at):
 # -- the stuck-bind periodic -------------------------------------------------
 
 def fail_stuck(conf, context):
-    """Periodic: fail ARQs in BindStarted for longer than bind_timeout
+    """Periodic: fail ARQs in BindStarted past their bind's deadline
     (their conductor died, or their work hung) and tell Nova; first,
     release the claims standalone allocations could not release for ARQs
-    deleted meanwhile (``arq_allocation.release_left_claims``)."""
+    deleted meanwhile (``arq_allocation.release_left_claims``).
+
+    The deadline is the bind's own, its start plus the ``bind_timeout``
+    of the conductor that started it (``bind_deadline``): that conductor
+    may still be carrying the bind while this one's ``bind_timeout``,
+    lower, has passed.  A bind with none of its own (a conductor of the
+    previous release started it) is held to this conductor's."""
     from cyborg.conductor import arq_allocation
 
     arq_allocation.release_left_claims(conf, context)
-    timeout = datetime.timedelta(seconds=conf.bind_timeout)
-    stuck = arq_db.stuck(context, clock_db.utcnow() - timeout)
+    now = clock_db.utcnow()
+    stuck = arq_db.stuck(
+        context, now, now - datetime.timedelta(seconds=conf.bind_timeout))
     if not stuck:
         return 0
-    _fail_abandoned(conf, context, stuck, f'bind did not finish within '
-                                          f'{conf.bind_timeout} seconds')
+    reasons = {row.uuid: _timed_out(conf, row) for row in stuck}
+    _fail_abandoned(conf, context, {row.uuid: row.bind_id for row in stuck},
+                    reasons.get)
     return len(stuck)
+
+
+def _timed_out(conf, row):
+    """Why the stuck-bind check fails the bind of an ``arq_db.stuck``
+    row: the time it had, its own where it has a deadline."""
+    if row.deadline is None:
+        return f'bind did not finish within {conf.bind_timeout} seconds'
+    seconds = round((row.deadline - row.bind_started_at).total_seconds())
+    return (f'bind did not finish within {seconds} seconds, the '
+            f'[DEFAULT]bind_timeout of the conductor that started it '
+            f'({row.bind_owner})')
 
 
 def _fail_abandoned(conf, context, abandoned, reason):
@@ -1787,9 +1829,11 @@ def _fail_abandoned(conf, context, abandoned, reason):
     database, and tell Nova; returns how many were failed.
     ``abandoned``: {ARQ uuid: the bind it was found in}: an ARQ that has
     left that bind since (it ended, or was unbound and bound again) is
-    left alone, its remote handle not detached."""
+    left alone, its remote handle not detached.  ``reason``: why, the
+    same for each, or a function of the ARQ's uuid."""
     if not abandoned:
         return 0
+    reason_of = reason if callable(reason) else (lambda _uuid: reason)
     batch_id = str(uuidlib.uuid4())
     rows = [r for r in arq_db.get_to_change(context, list(abandoned))
             if r.state == states.BIND_STARTED and
@@ -1812,7 +1856,7 @@ def _fail_abandoned(conf, context, abandoned, reason):
         # that fails it records the release, so that with Placement away
         # it is done later (release_left_claims); an allocation that
         # ended Bound first keeps its claim, nothing recorded.
-        if _fail(conf, context, batch_id, row.uuid, reason,
+        if _fail(conf, context, batch_id, row.uuid, reason_of(row.uuid),
                  clock_db.utcnow(), kept=kept, bind_id=row.bind_id,
                  owe_release=bool(row.consumer_id)):
             failed.append(row)

@@ -389,6 +389,13 @@ class ExtARQ(Base):
     # fails its own leftovers at once), and why a bind (BindFailed) or an
     # unbind (UnbindFailed) failed.
     bind_started_at = sa.Column(DATETIME, nullable=True)
+    # Ours: while the ARQ is in BindStarted, the time its bind has until:
+    # its start plus the [DEFAULT]bind_timeout of the conductor that
+    # started it, written with bind_started_at and cleared when the ARQ
+    # leaves BindStarted.  The stuck-bind periodic of every conductor
+    # holds the bind to it, not to its own bind_timeout.  NULL: a bind
+    # started by a conductor of the previous release.
+    bind_deadline = sa.Column(DATETIME, nullable=True)
     bind_owner = sa.Column(NAME, nullable=True)
     bind_failure_reason = sa.Column(sa.Text, nullable=True)
     # Ours: the bind (its batch) an ARQ in BindStarted or Bound belongs

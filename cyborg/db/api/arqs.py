@@ -293,15 +293,34 @@ def holding(context, deployable_ids):
         .order_by(_ARQ.c.id)).all()
 
 
+# Whether an ARQ's ``bind_deadline`` is its bind's own.  This release
+# writes it with ``bind_started_at`` ([DEFAULT]bind_timeout, at least
+# 10 s, after it) and clears it when the ARQ leaves BindStarted; the
+# previous release does neither, so one no later than the bind's start
+# was left by an earlier bind that a conductor of that release ended
+# before it started this one.
+_OWN_DEADLINE = _ARQ.c.bind_deadline > _ARQ.c.bind_started_at
+
+
 @reader
-def stuck(context, started_before, limit=100):
-    """``{uuid: bind_id}`` of ARQs in BindStarted since before
-    ``started_before``: the bind each is stuck in, so that what is done
-    to it is done to that bind only."""
-    return dict(_execute(context, select(_ARQ.c.uuid, _ARQ.c.bind_id)
-                         .where(_ARQ.c.state == states.BIND_STARTED,
-                                _ARQ.c.bind_started_at < started_before)
-                         .order_by(_ARQ.c.id).limit(limit)).all())
+def stuck(context, now, started_before, limit=100):
+    """ARQs in BindStarted whose bind has run out of time: its own
+    deadline (``bind_deadline``) is before ``now``, or, for a bind with
+    none of its own (a conductor of the previous release started it), it
+    started before ``started_before``.  Rows of ``uuid``, ``bind_id`` (the
+    bind each is stuck in, so that what is done to it is done to that
+    bind only), ``bind_owner``, ``bind_started_at`` and ``deadline``
+    (the bind's own, None where it has none)."""
+    return _execute(context, select(
+        _ARQ.c.uuid, _ARQ.c.bind_id, _ARQ.c.bind_owner,
+        _ARQ.c.bind_started_at,
+        sa.case((_OWN_DEADLINE, _ARQ.c.bind_deadline)).label('deadline'))
+        .where(_ARQ.c.state == states.BIND_STARTED,
+               sa.or_(sa.and_(_OWN_DEADLINE, _ARQ.c.bind_deadline < now),
+                      sa.and_(sa.or_(_ARQ.c.bind_deadline.is_(None),
+                                     sa.not_(_OWN_DEADLINE)),
+                              _ARQ.c.bind_started_at < started_before)))
+        .order_by(_ARQ.c.id).limit(limit)).all()
 
 
 @reader

@@ -49,7 +49,8 @@ def _started_long_ago(aconf, ctx, uuid):
         seconds=aconf.bind_timeout + 1)
     return db_api.write_retrying(ctx, arq_allocation._start, ctx, uuid,
                                  'pod-1', 'k8s-pod', None, started,
-                                 aconf.host)
+                                 aconf.host,
+                                 arq_binding.deadline_of(aconf, started))
 
 
 def _overtaken_at_the_put(monkeypatch, meanwhile):
@@ -249,9 +250,11 @@ def test_a_claim_landing_after_its_undo_is_released_later(
 # -- the consumers ------------------------------------------------------------
 
 def _started(ctx, uuid):
+    now = timeutils.utcnow()
     return db_api.write_retrying(ctx, arq_allocation._start, ctx, uuid,
-                                 'pod-1', 'k8s-pod', None,
-                                 timeutils.utcnow(), 'conductor-0')
+                                 'pod-1', 'k8s-pod', None, now,
+                                 'conductor-0',
+                                 now + datetime.timedelta(minutes=4))
 
 
 @pytest.mark.parametrize('kind', ['sqlite', 'mysql', 'postgresql'])

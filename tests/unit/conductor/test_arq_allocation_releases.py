@@ -375,9 +375,10 @@ def test_an_unbind_keeps_the_record_of_an_allocation_under_way(
     record is kept for the stuck-bind check, which releases it."""
     device = _provide(aconf, db, trait, total=1)
     uuid, = _arqs(db, ctx, _group(trait))
+    now = timeutils.utcnow()
     job = db_api.write_retrying(ctx, arq_allocation._start, ctx, uuid,
-                                'pod-1', 'k8s-pod', None, timeutils.utcnow(),
-                                aconf.host)
+                                'pod-1', 'k8s-pod', None, now, aconf.host,
+                                arq_binding.deadline_of(aconf, now))
     placement = placement_client.get_client(aconf)
     get = placement_client.PlacementClient.get_claim
     landed = []

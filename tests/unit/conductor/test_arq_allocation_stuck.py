@@ -23,6 +23,7 @@ from tests.fixtures import api as api_fixture
 from tests.fixtures import arqs as seed
 from tests.fixtures import placement as placement_fixture
 from tests.unit.conductor import test_arq_allocation
+from tests.unit.conductor import test_bind_deadlines as deadlines
 from tests.unit.conductor.test_arq_allocation import (
     _arqs, _held, _owed, _provide, _releases_refused, _row, _usage)
 
@@ -44,7 +45,8 @@ def _slow_allocation(aconf, db, ctx, trait):
         seconds=aconf.bind_timeout + 1)
     job = db_api.write_retrying(ctx, arq_allocation._start, ctx, uuid,
                                 'pod-1', 'k8s-pod', None, started,
-                                aconf.host)
+                                aconf.host,
+                                arq_binding.deadline_of(aconf, started))
     return device, job
 
 
@@ -79,6 +81,35 @@ def test_an_allocation_ending_bound_as_it_is_failed_keeps_its_claim(
     assert row.attach_handle_id is not None
     assert _usage(placement_url, device.rp_uuid) == 1
     assert _owed(db) == []
+
+
+def test_an_allocation_is_its_conductor_s_until_its_own_deadline(
+        aconf, db, ctx, trait, placement_url, monkeypatch):
+    """Its first transaction records its deadline, its conductor's
+    bind_timeout after its start: a conductor whose bind_timeout is 30 s
+    checking a minute into it (its claim still to make) leaves it be; it
+    ends Bound, its deadline gone with BindStarted."""
+    device = _provide(aconf, db, trait)
+    uuid, = _arqs(db, ctx, {'resources:FPGA': '1',
+                            'trait:' + trait: 'required'})
+    quick = deadlines.conductor('conductor-b', 30, placement_url)
+    claim = arq_allocation._claim
+    seen = []
+
+    def checked_then_claimed(placement, context, job):
+        row = _row(db, uuid)
+        seen.append((row.state, row.bind_deadline - row.bind_started_at))
+        deadlines.passed(db, uuid, 60)
+        seen.append(arq_binding.fail_stuck(quick, ctx))
+        return claim(placement, context, job)
+
+    monkeypatch.setattr(arq_allocation, '_claim', checked_then_claimed)
+    arq_allocation.allocate(aconf, ctx, uuid, 'pod-1', 'k8s-pod')
+    assert seen == [('BindStarted',
+                     datetime.timedelta(seconds=aconf.bind_timeout)), 0]
+    row = _row(db, uuid)
+    assert (row.state, row.bind_deadline) == ('Bound', None)
+    assert _usage(placement_url, device.rp_uuid) == 1
 
 
 def test_an_allocation_ending_after_it_was_failed_releases_its_claim(

@@ -9,6 +9,7 @@ while the other runs."""
 
 import contextlib
 import datetime
+import re
 import threading
 import uuid as uuidlib
 
@@ -96,24 +97,41 @@ def _count_held(context, deployable_id):
                                  deployable_id)
 
 
+# A transaction InnoDB's monitor lists as waiting for a lock, and the
+# session it runs in.
+_INNODB_WAIT = re.compile(r'^LOCK WAIT .*?^\w+ thread id (\d+),',
+                          re.MULTILINE | re.DOTALL)
+
+
 def _waiting_for_a_lock(engine):
     """Whether a session of this test's database waits for a row lock
     (None where that cannot be seen: SQLite, whose one connection the
-    waiting thread waits for)."""
-    queries = {
-        'postgresql': "SELECT count(*) FROM pg_stat_activity WHERE "
-                      "datname = current_database() AND "
-                      "wait_event_type = 'Lock'",
-        'mysql': "SELECT count(*) FROM information_schema.innodb_trx t "
-                 "JOIN information_schema.processlist p "
-                 "ON p.id = t.trx_mysql_thread_id "
-                 "WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE()",
-    }
-    query = queries.get(engine.dialect.name)
-    if query is None:
+    waiting thread waits for), as the server sees it now.
+
+    On MariaDB, from InnoDB's monitor (``SHOW ENGINE INNODB STATUS``),
+    written when asked, and the sessions of ``processlist``: what
+    ``information_schema.innodb_trx`` shows is a copy refreshed only when
+    it was last read more than 0.1 s before, by any session of the
+    server, so looks at it closer together than that (this test's, or
+    another test's at the same time) never see a wait that began after
+    the first."""
+    if engine.dialect.name not in ('postgresql', 'mysql'):
         return None
     with engine.connect() as c:
-        return bool(c.scalar(sa.text(query)))
+        if engine.dialect.name == 'postgresql':
+            return bool(c.scalar(sa.text(
+                "SELECT count(*) FROM pg_stat_activity WHERE "
+                "datname = current_database() AND "
+                "wait_event_type = 'Lock'")))
+        status = c.execute(sa.text('SHOW ENGINE INNODB STATUS')).one()
+        sessions = [int(session) for transaction in
+                    status.Status.split('\n---TRANSACTION ')[1:]
+                    for session in _INNODB_WAIT.findall(transaction)]
+        return bool(sessions) and bool(c.scalar(
+            sa.text('SELECT count(*) FROM information_schema.processlist '
+                    'WHERE id IN :sessions AND db = DATABASE()')
+            .bindparams(sa.bindparam('sessions', expanding=True)),
+            {'sessions': sessions}))
 
 
 def _holding(engine, first, then):
@@ -131,7 +149,10 @@ def _holding(engine, first, then):
             with db_api.writer.using(context):
                 results['first'] = first(context)
                 opened.set()
-                commit.wait(WAIT)
+                if not commit.wait(WAIT):
+                    raise AssertionError(
+                        f'the second transaction was neither seen waiting '
+                        f'for a lock nor ended within {WAIT} s')
         except Exception as exc:  # reported below, not lost in a thread
             errors.append(exc)
         finally:

@@ -17,17 +17,15 @@ import threading
 import time
 
 import pytest
-import sqlalchemy as sa
 
 from cyborg.common import context as cyborg_context
 from cyborg.conductor import arq_binding
 from cyborg.conductor import remote_pools
-from cyborg.db import models
 from cyborg.db.api import arqs as arq_db
-from cyborg.db.api import clock as clock_db
 from cyborg.db.api import remote_pools as pool_db
 from cyborg.fabric import fake
 from tests.fixtures import arqs as seed
+from tests.unit.conductor import test_bind_deadlines as deadlines
 from tests.unit.conductor import test_remote_pools as base
 from tests.unit.conductor import test_remote_pools_release as release
 
@@ -37,18 +35,17 @@ pconf = base.pconf
 
 
 def _age(db, arq_uuid):
-    """Make the ARQ's bind look started long before ``bind_timeout``, so
-    that the check takes it for stuck whatever its bind is doing."""
-    long_ago = clock_db.utcnow() - datetime.timedelta(hours=1)
-    with db.begin() as connection:
-        connection.execute(sa.update(models.ExtARQ).where(
-            models.ExtARQ.uuid == arq_uuid).values(bind_started_at=long_ago))
+    """Make the ARQ's bind look started an hour ago, its deadline long
+    passed, so that the check takes it for stuck whatever its bind is
+    doing."""
+    deadlines.passed(db, arq_uuid, 3600)
 
 
-def _slow_bind(pconf, ctx, db, placement_url, monkeypatch, address):
+def _slow_bind(pconf, ctx, db, placement_url, monkeypatch, address,
+               aged=True):
     """A bind held once the fabric answered its attach of ``address``,
-    before it ends Bound, and taken for stuck: (host, pool, ARQ uuid,
-    the bind's future, the event that lets it go on)."""
+    before it ends Bound, and (``aged``) taken for stuck: (host, pool,
+    ARQ uuid, the bind's future, the event that lets it go on)."""
     host, _pool_uuid, pool = base._pool_on_a_new_host(
         pconf, ctx, placement_url, address)
     arrived, go = threading.Event(), threading.Event()
@@ -64,7 +61,8 @@ def _slow_bind(pconf, ctx, db, placement_url, monkeypatch, address):
     assert arrived.wait(30)
     assert fake.attached(str(pconf.fabric.fake_state_dir))[address][
         'hostname'] == host
-    _age(db, arq_uuid)
+    if aged:
+        _age(db, arq_uuid)
     return host, pool, arq_uuid, future, go
 
 
@@ -85,6 +83,29 @@ def _settle(future):
         future.result(30)
     except Exception:  # noqa: BLE001 - its outcome is read from the rows
         pass
+
+
+def test_a_slow_bind_is_its_conductor_s_until_its_own_deadline(
+        pconf, db, placement_url, monkeypatch):
+    """The fabric answered a minute after the bind started (its
+    conductor's bind_timeout: 240 s): a conductor whose bind_timeout is
+    30 s checks meanwhile and leaves it be; it ends Bound, its deadline
+    gone with BindStarted, its handle attached."""
+    ctx = cyborg_context.get_admin_context()
+    quick = deadlines.conductor('conductor-b', 30, placement_url)
+    host, pool, arq_uuid, future, go = _slow_bind(
+        pconf, ctx, db, placement_url, monkeypatch, 'gpu-dl', aged=False)
+    row = seed.arq_rows(db)[arq_uuid]
+    assert row.bind_deadline - row.bind_started_at == datetime.timedelta(
+        seconds=pconf.bind_timeout)
+    deadlines.passed(db, arq_uuid, 60)
+    assert arq_binding.fail_stuck(quick, ctx) == 0
+    go.set()
+    future.result(30)
+    row = seed.arq_rows(db)[arq_uuid]
+    assert (row.state, row.bind_deadline) == ('Bound', None)
+    handle, = pool_db.handles(ctx, [pool.id])
+    assert (handle.in_use, handle.hostname) == (True, host)
 
 
 def test_a_slow_bind_ending_bound_as_the_check_detaches_is_failed(
