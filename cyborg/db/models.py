@@ -99,8 +99,13 @@ class Host(Base):
     """Ours: one row per agent host, so an unchanged report costs O(1)."""
 
     __tablename__ = 'hosts'
-    __table_args__ = (sa.UniqueConstraint('hostname',
-                                          name='uniq_hosts0hostname'),)
+    __table_args__ = (
+        sa.UniqueConstraint('hostname', name='uniq_hosts0hostname'),
+        # Whether another host row records the same compute node provider
+        # (a newcomer there: cyborg.db.api.hosts.has_elder), read by every
+        # bind's take, sync and export.
+        sa.Index('hosts_compute_rp_uuid_idx', 'compute_rp_uuid'),
+    )
 
     hostname = sa.Column(EXACT_NAME, nullable=False)
     # Digest of the inventory last written for this host.

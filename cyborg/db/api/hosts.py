@@ -182,20 +182,13 @@ def delete(context, hostname):
 
 
 @reader
-def last_changes(context, hostnames=None):
-    """{hostname: time of its last inventory report or other change of its
-    row (or None)} of every host, or of ``hostnames``: one query.  A
-    change that leaves no row of the host's inventory behind (an
-    attribute deleted) marks the host unsynced, which moves its row."""
-    return {hostname: changed for hostname, (changed, _newcomer)
-            in changes_and_newcomers(context, hostnames).items()}
-
-
-@reader
 def changes_and_newcomers(context, hostnames=None):
-    """``last_changes``, with whether each host is a newcomer on its
-    compute node (``has_elder``): {hostname: (time, newcomer)}, in the
-    same one query (what the exports read of the hosts table)."""
+    """{hostname: (time of its last inventory report or other change of
+    its row (or None), whether it is a newcomer on its compute node:
+    ``has_elder``)} of every host, or of ``hostnames``: one query, what
+    the exports read of the hosts table.  A change that leaves no row of
+    the host's inventory behind (an attribute deleted) marks the host
+    unsynced, which moves its row."""
     h = _HOST
     query = sa.select(h.c.hostname, has_elder(h).label('newcomer'),
                       h.c.last_report_at, h.c.updated_at)

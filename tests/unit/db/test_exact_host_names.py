@@ -56,7 +56,8 @@ def test_hosts_differing_in_case_only_are_two_hosts(conf, engine,
         found = device_db.get_all(admin_context, {'hostname': name})
         assert [d.hostname for d in found] == [name] * count
     assert host_db.get(admin_context, 'COMPUTE-1') is None
-    assert set(host_db.last_changes(admin_context, [LOWER])) == {LOWER}
+    assert set(host_db.changes_and_newcomers(admin_context, [LOWER])) == \
+        {LOWER}
 
 
 def test_the_migration_keeps_the_hosts_there_and_matches_them_exactly():
