@@ -55,11 +55,9 @@ PF = '0000:5e:00.0'
 VFS = ['0000:5e:01.0', '0000:5e:01.1']
 # How long a test waits for another thread's step at most.
 WAIT = 30
-# Seconds between two looks for a lock wait: MariaDB refreshes what
-# information_schema.innodb_trx shows only when it was last read more
-# than 0.1 s before, so looks closer together never see a wait that
-# began after the first.
-POLL = 0.15
+# Seconds between two looks for a lock wait (what the server shows now:
+# test_programming_races._waiting_for_a_lock).
+POLL = 0.01
 
 
 @pytest.fixture(params=['mysql', 'postgresql'])
