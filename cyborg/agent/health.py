@@ -33,12 +33,13 @@ device that stays broken) costs no message per check:
   next check; failures are logged with back-off (1st, 2nd, 4th, 8th...),
   never raised.  At most ``MAX_PENDING_PER_KEY`` unsent readings are kept
   per (device, deployable), the least severe dropped first: the worst
-  stays until the conductor takes it.  Each reading queued gets a
-  sequence number (``seq``, one more per reading queued by this monitor,
-  whose ``sender`` id the reports carry): a send that timed out may still
-  be delivered, after the conductor took its re-send or along with it,
-  and the conductor applies a reading it applied already only once
-  (``cyborg.conductor.health``);
+  stays until the conductor takes it; none of a device that left the
+  inventory (the conductor has no use for them).  Each reading queued
+  gets a sequence number (``seq``, one more per reading queued by this
+  monitor, whose ``sender`` id the reports carry): a send that timed out
+  may still be delivered, after the conductor took its re-send or along
+  with it, and the conductor applies a reading it applied already only
+  once (``cyborg.conductor.health``);
 - probes (``probe_health`` from the conductor) are answered from the
   driver's next check (``base.probe_verdicts``) when the driver keeps the
   default ``probe``, so that a re-probe moves none of what the checks
@@ -134,6 +135,17 @@ def news(reading, before):
     if reading.event and not reading.harmless:
         return not any(r is reading for r in before)
     return signature(reading) not in {signature(r) for r in before}
+
+
+def _check(driver, devices):
+    """``driver.check_health(devices)``, run on the driver's thread; a
+    driver that keeps what its checks compare per device
+    (``PCIHealth.keep_health_state``) first drops that of its devices no
+    longer among ``devices`` (all of the driver's that are watched)."""
+    keep = getattr(driver, 'keep_health_state', None)
+    if keep is not None:
+        keep(devices)
+    return driver.check_health(devices)
 
 
 class _Call(calls.DriverCall):
@@ -266,8 +278,7 @@ class HealthMonitor:
                 call = late
             elif call is None:
                 call = self._calls[name] = _Call(
-                    name, 'check',
-                    functools.partial(driver.check_health, devices),
+                    name, 'check', functools.partial(_check, driver, devices),
                     devices)
                 call.quiet |= quiet
             rounds.append((name, devices, call))
@@ -461,8 +472,9 @@ class HealthMonitor:
             self._watched.add(device)
 
     def _forget_vanished(self, present):
-        """Drop the state and metric labels of devices no longer known, so
-        a device that comes back is reported afresh."""
+        """Drop the state, the unsent readings and the metric labels of
+        devices no longer known, so a device that comes back is reported
+        afresh."""
         for device in self._watched - present:
             labels = [(gauge, (device,)) for gauge in
                       [metrics.AGENT_DEVICE_HEALTHY] +
@@ -479,6 +491,18 @@ class HealthMonitor:
         self._watched &= present
         self._current = {k: v for k, v in self._current.items()
                          if k[0] in present}
+        if any(r.device not in present for r in self._pending):
+            # Unsent readings of a device gone from the inventory the
+            # conductor acknowledged: it has deleted the device, or keeps
+            # it lost, which no reading moves (only the inventory ends
+            # 'lost'); one that comes back is a new card, whose health
+            # they are not.  Kept, they piled up, MAX_PENDING_PER_KEY
+            # per device gone during an outage.
+            self._pending = [r for r in self._pending
+                             if r.device in present]
+            kept = {id(r) for r in self._pending}
+            self._seqs = {i: seq for i, seq in self._seqs.items()
+                          if i in kept}
 
     # -- probes --------------------------------------------------------
 

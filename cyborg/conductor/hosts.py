@@ -22,7 +22,9 @@ compute host"):
    inventory) and unsynced.
 3. Delete the providers from Placement, deepest first.  With the rows
    gone, a reconcile meanwhile only deletes them too.
-4. Delete the host's row, unless a report came meanwhile.
+4. Delete the host's row, unless a report came meanwhile, and what
+   this process remembers of the host (``placement_sync.forget_hosts``;
+   the other conductors' reconcile drops theirs).
 5. Sync the hosts left on its compute node provider (a host renamed
    before the old name was forgotten records the same one): such a
    newcomer kept its providers reserved whole while the forgotten host
@@ -117,6 +119,9 @@ def forget(conf, context, hostname):
             f'and run "cyborg-manage host forget {hostname}" again'))
     db_api.write_retrying(context, _drop_host, conf, context, hostname,
                           host['last_report_at'])
+    # What this process remembers of it (the other conductors' memory
+    # goes at their next reconcile).
+    placement_sync.forget_hosts(conf, [hostname])
     LOG.info('Forgot host %s.', hostname)
     _offer_sharers(conf, context, host)
     return done

@@ -99,13 +99,14 @@ def handle_report(conf, context, hostname, report):
                 context, hostname, report['digest']):
             kind = 'unchanged'
             LOG.debug('Report of %s: unchanged', hostname)
+            _clean(hostname)
             return {'digest': report['digest'], 'need_full': False}
         if not parsed.complete:
             _warn_skipped(hostname, parsed)
-        elif report['full'] and hostname in _WARNED:
-            with _WARNED_LOCK:
-                _WARNED.pop(hostname, None)
-        return _handle_changed(conf, context, hostname, report, parsed)
+        reply = _handle_changed(conf, context, hostname, report, parsed)
+        if parsed.complete and not reply['need_full']:
+            _clean(hostname)
+        return reply
     finally:
         metrics.CONDUCTOR_REPORT_SECONDS.labels(kind).observe(
             time.monotonic() - started)
@@ -374,9 +375,23 @@ def _warn_images_lost(hostname, images_lost):
 
 # Hosts whose skipped parts were logged: {hostname: what}.  Each full
 # report of a host with something skipped re-states it (see
-# stored_digest_of); one WARNING says it, DEBUG repeats it.
+# stored_digest_of); one WARNING says it, DEBUG repeats it.  A report
+# stored whole (``_clean``) ends it, so does forgetting the host (through
+# any conductor: placement_sync.host_memory): the same problem coming
+# back later is said at WARNING again.
 _WARNED = {}
 _WARNED_LOCK = threading.Lock()
+placement_sync.host_memory(lambda: _WARNED, _WARNED_LOCK)
+
+
+def _clean(hostname):
+    """A report of ``hostname`` was stored whole: a full one, a delta or
+    an unchanged one, which the conductor takes only on the digest of
+    a report stored whole (``stored_digest_of``).  One dict lookup when
+    nothing was skipped before."""
+    if hostname in _WARNED:
+        with _WARNED_LOCK:
+            _WARNED.pop(hostname, None)
 
 
 def _warn_skipped(hostname, parsed):

@@ -75,6 +75,8 @@ To keep an unchanged tree cheap, this process remembers each provider's
 generation after it last wrote or checked it: a provider whose generation
 Placement still reports is unchanged, anything else (an edit by hand,
 another conductor, an allocation) makes it compare inventories and traits.
+What it remembers of providers and hosts is dropped when they go, also
+through another conductor: by the reconcile (``_forget_gone``).
 """
 
 import collections
@@ -95,23 +97,95 @@ from cyborg.placement import provider_tree
 
 LOG = logging.getLogger(__name__)
 
-# Per client (so per Placement endpoint): {provider uuid: generation}.
+# Per client (so per Placement endpoint): what this process remembers of
+# providers (``_Generations``).
 _GENERATIONS = weakref.WeakKeyDictionary()
 _GENERATIONS_LOCK = threading.Lock()
 
 
-def _remember(client, rp_uuid, generation):
+class _Generations:
+    """One client's remembered providers: ``entries``, {provider uuid:
+    (its compute node provider's uuid, its generation)}, and ``under``,
+    {compute node provider uuid: {provider uuid}}.  The compute node says
+    which entries the reconcile may drop (``_forget_gone``): those of a
+    provider deleted, or of a host forgotten, through another conductor,
+    which no sync of this process would ever drop; ``under`` lets a
+    host's reconcile find its own without reading every entry."""
+
+    def __init__(self):
+        self.entries = {}
+        self.under = {}
+
+    def put(self, rp_uuid, entry):
+        before = self.entries.get(rp_uuid)
+        if before is not None and before[0] != entry[0]:
+            self._unlist(rp_uuid, before[0])
+        self.entries[rp_uuid] = entry
+        self.under.setdefault(entry[0], set()).add(rp_uuid)
+
+    def pop(self, rp_uuid):
+        entry = self.entries.pop(rp_uuid, None)
+        if entry is not None:
+            self._unlist(rp_uuid, entry[0])
+
+    def _unlist(self, rp_uuid, cn_uuid):
+        listed = self.under.get(cn_uuid, set())
+        listed.discard(rp_uuid)
+        if not listed:
+            self.under.pop(cn_uuid, None)
+
+
+def _remember(client, provider, generation):
+    """Remember ``provider``'s generation; None forgets it."""
+    if generation is None:
+        _forget_generation(client, provider.uuid)
+        return
     with _GENERATIONS_LOCK:
-        seen = _GENERATIONS.setdefault(client, {})
-        if generation is None:
-            seen.pop(rp_uuid, None)
-        else:
-            seen[rp_uuid] = generation
+        memory = _GENERATIONS.get(client)
+        if memory is None:
+            memory = _GENERATIONS[client] = _Generations()
+        memory.put(provider.uuid, (provider.parent_uuid, generation))
+
+
+def _forget_generation(client, rp_uuid):
+    with _GENERATIONS_LOCK:
+        memory = _GENERATIONS.get(client)
+        if memory is not None:
+            memory.pop(rp_uuid)
 
 
 def _remembered(client, rp_uuid):
     with _GENERATIONS_LOCK:
-        return _GENERATIONS.get(client, {}).get(rp_uuid)
+        memory = _GENERATIONS.get(client)
+        entry = memory.entries.get(rp_uuid) if memory is not None else None
+    return None if entry is None else entry[1]
+
+
+def _remembered_entries(client, cn_uuid=None):
+    """``{provider uuid: entry}`` remembered (under ``cn_uuid`` only, if
+    given), as they are now: for ``_forget_entries`` to drop later
+    those that prove stale."""
+    with _GENERATIONS_LOCK:
+        memory = _GENERATIONS.get(client)
+        if memory is None:
+            return {}
+        if cn_uuid is None:
+            return dict(memory.entries)
+        return {rp_uuid: memory.entries[rp_uuid]
+                for rp_uuid in memory.under.get(cn_uuid, ())}
+
+
+def _forget_entries(client, entries):
+    """Drop ``entries`` ({provider uuid: entry}, as
+    ``_remembered_entries`` found them) still as they were: one a sync
+    rewrote since (it wrote or read that provider) stays."""
+    with _GENERATIONS_LOCK:
+        memory = _GENERATIONS.get(client)
+        if memory is None:
+            return
+        for rp_uuid, entry in entries.items():
+            if memory.entries.get(rp_uuid) == entry:
+                memory.pop(rp_uuid)
 
 
 # Per client: {hostname: whether this process last synced the host whole
@@ -130,6 +204,62 @@ def _newcomer_changed(client, hostname, newcomer):
 def _remember_newcomer(client, hostname, newcomer):
     with _GENERATIONS_LOCK:
         _NEWCOMERS.setdefault(client, {})[hostname] = newcomer
+
+
+# -- what this process remembers of hosts -------------------------------------
+
+# ``(hostnames, forget)`` of each memory this process keeps by host name
+# (``_NEWCOMERS``, ``_UNKNOWN_NAMES``, inventory_apply's ``_WARNED``):
+# ``hostnames(client)`` the names it holds, ``forget(client, names)``
+# drops them (``client``: the conductor's Placement client, for a memory
+# kept per client).  Each grows by a host it serves: a host forgotten
+# here goes at once (``forget_hosts``), one forgotten through another
+# conductor at the next reconcile, which no longer lists it
+# (``_forget_gone``).
+_HOST_MEMORIES = []
+
+
+def host_memory(memory, lock):
+    """Register the ``{host name: ...}`` dict ``memory()`` returns (read
+    at each use), guarded by ``lock``, as a memory of hosts (above)."""
+    def hostnames(_client):
+        with lock:
+            return set(memory())
+
+    def forget(_client, names):
+        with lock:
+            held = memory()
+            for name in names:
+                held.pop(name, None)
+
+    _HOST_MEMORIES.append((hostnames, forget))
+
+
+def forget_hosts(conf, hostnames):
+    """Drop what this process remembers of ``hostnames``, forgotten."""
+    client = placement_client.get_client(conf)
+    for _hostnames, forget in _HOST_MEMORIES:
+        forget(client, hostnames)
+
+
+def _remembered_hosts(client):
+    return set().union(*(hostnames(client)
+                         for hostnames, _forget in _HOST_MEMORIES))
+
+
+def _newcomer_hosts(client):
+    with _GENERATIONS_LOCK:
+        return set(_NEWCOMERS.get(client, ()))
+
+
+def _forget_newcomers(client, names):
+    with _GENERATIONS_LOCK:
+        seen = _NEWCOMERS.get(client, {})
+        for name in names:
+            seen.pop(name, None)
+
+
+_HOST_MEMORIES.append((_newcomer_hosts, _forget_newcomers))
 
 
 # -- after a report -----------------------------------------------------------
@@ -275,10 +405,18 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
         trust_memory = False
     owned = set()
     if remove_orphans:
+        # Read before the listing: a provider remembered then under this
+        # compute node and not listed is gone (deleted through another
+        # conductor; or moved, and compared at its next sync).  An entry
+        # a sync wrote since stays (_forget_entries); at worst one is
+        # lost, which costs a compare: a benign race.
+        remembered = _remembered_entries(client, cn_uuid)
         # Listed before the rows are read, so a provider that a report
         # handled meanwhile adds is never taken for an orphan.
         owned = {p['uuid'] for p in client.list_tree(
             cn_uuid, required=[provider_tree.OWNER_TRAIT])}
+        _forget_entries(client, {rp: entry for rp, entry in
+                                 remembered.items() if rp not in owned})
     failures, done, wanted = [], collections.Counter(), None
     pending = None                      # every provider of the host
     passes = placement_client.GENERATION_RETRIES
@@ -502,6 +640,7 @@ def _compute_node_tree(client, host, name, need_tree, follow_name=False):
 # found}: said once at WARNING, then at DEBUG.
 _UNKNOWN_NAMES = {}
 _UNKNOWN_NAMES_LOCK = threading.Lock()
+host_memory(lambda: _UNKNOWN_NAMES, _UNKNOWN_NAMES_LOCK)
 
 
 def _named_elsewhere(client, host, name, cn_name, tree):
@@ -598,7 +737,7 @@ def _fill_new(client, cn_uuid, made):
         if provider.inventories:
             stocked.append((provider, generation))
         else:
-            _remember(client, provider.uuid, generation)
+            _remember(client, provider, generation)
     if not stocked:
         return failures, late
     try:
@@ -611,11 +750,11 @@ def _fill_new(client, cn_uuid, made):
                  'failed (%s); setting them one by one.', len(stocked), exc)
         batched = False
     if batched:
-        _remember_tree(client, cn_uuid, [p.uuid for p, _g in stocked])
+        _remember_tree(client, cn_uuid, [p for p, _g in stocked])
         return failures, late
     for provider, generation in stocked:
         try:
-            _remember(client, provider.uuid, client.set_inventories(
+            _remember(client, provider, client.set_inventories(
                 provider.uuid, provider.inventories, generation,
                 reread=False))
         except placement_client.GenerationConflict:
@@ -625,25 +764,26 @@ def _fill_new(client, cn_uuid, made):
     return failures, late
 
 
-def _remember_tree(client, cn_uuid, rp_uuids):
-    """Remember the generations of ``rp_uuids`` as the tree lists them; if
-    it cannot be listed they stay unknown (checked at their next sync)."""
+def _remember_tree(client, cn_uuid, providers):
+    """Remember the generations of ``providers`` as the tree lists them;
+    if it cannot be listed they stay unknown (checked at their next
+    sync)."""
     try:
         generations = _by_uuid(client.list_tree(cn_uuid))
     except exception.PlacementError as exc:
         LOG.info('Could not read back the providers of %s: %s', cn_uuid,
                  exc)
         generations = {}
-    for rp_uuid in rp_uuids:
-        _remember(client, rp_uuid,
-                  generations.get(rp_uuid, {}).get('generation'))
+    for provider in providers:
+        _remember(client, provider,
+                  generations.get(provider.uuid, {}).get('generation'))
 
 
 def _write_provider(client, provider, generation):
     generation, bridged = _set_inventories(client, provider, generation)
     generation = client.set_traits(provider.uuid, provider.traits,
                                    generation, reread=False)
-    _remember(client, provider.uuid, None if bridged else generation)
+    _remember(client, provider, None if bridged else generation)
 
 
 def _check_provider(client, provider, listed=None):
@@ -671,7 +811,7 @@ def _check_provider(client, provider, listed=None):
         generation = client.set_traits(provider.uuid, provider.traits,
                                        generation, reread=False)
         wrote = True
-    _remember(client, provider.uuid, None if bridged else generation)
+    _remember(client, provider, None if bridged else generation)
     return wrote
 
 
@@ -745,7 +885,7 @@ def _remove_provider(client, rp_uuid):
                    for rc, inv in inventories.items()}
         client.set_inventories(rp_uuid, blocked, generation)
         removed = False
-    _remember(client, rp_uuid, None)
+    _forget_generation(client, rp_uuid)
     return removed
 
 
@@ -819,9 +959,16 @@ def remove_providers(conf, rp_uuids):
 # -- the periodic reconcile ---------------------------------------------------
 
 def reconcile_all(conf, context):
-    """Periodic job: repair every host's providers (see periodics)."""
+    """Periodic job: repair every host's providers (see periodics), and
+    forget what this process remembers of hosts gone
+    (``_forget_gone``)."""
+    client = placement_client.get_client(conf)
+    # Read before the listing (see _forget_gone).
+    remembered = _remembered_entries(client), _remembered_hosts(client)
+    listed = host_db.list_all(context)
+    _forget_gone(client, listed, *remembered)
     repaired = 0
-    for host in host_db.list_all(context):
+    for host in listed:
         try:
             reconcile_host(conf, context, host['hostname'],
                            host['report_digest'],
@@ -831,6 +978,30 @@ def reconcile_all(conf, context):
             LOG.exception('Reconciling Placement for host %s failed',
                           host['hostname'])
     return repaired
+
+
+def _forget_gone(client, listed, generations, hostnames):
+    """Drop what this process remembered of hosts that ``listed`` (every
+    host row, read after what was remembered was read) no longer holds:
+    forgotten, maybe through another conductor, which alone drops its
+    own memory of them (``forget_hosts``).  ``generations``: the
+    providers remembered then (``_remembered_entries``), those under no
+    listed host's compute node go; a provider deleted under a listed one
+    goes at the host's reconcile (``sync_host``).  ``hostnames``: those
+    any memory of hosts held then.
+
+    Only what was remembered before the listing goes, so a host or
+    provider that comes meanwhile is kept.  One recorded again between
+    the listing and this drop (a host forgotten, then reporting anew)
+    may lose its entry: that costs a compare of its providers at its
+    next sync, or a WARNING said again; a benign race, left so."""
+    nodes = {host['compute_rp_uuid'] for host in listed}
+    _forget_entries(client, {rp: entry for rp, entry in generations.items()
+                             if entry[0] not in nodes})
+    gone = hostnames - {host['hostname'] for host in listed}
+    if gone:
+        for _hostnames, forget in _HOST_MEMORIES:
+            forget(client, gone)
 
 
 def reconcile_host(conf, context, hostname, digest=None,

@@ -29,7 +29,9 @@ What the checks compare (the functions seen bound, AER counts, the
 counters of ``new_errors`` and ``health_counters``) is kept on disk
 (``HealthRecord``), so that an agent restarted compares with what the
 last one saw, within one boot: errors counted while no agent watched are
-reported, and a function whose driver unbound meanwhile is unbound.
+reported, and a function whose driver unbound meanwhile is unbound.  What
+is kept of a device that left the agent's inventory goes, in memory and
+on disk, before the next check (``keep_health_state``).
 
 Drivers add sources of their own by overriding ``more_health`` (NVML,
 FPGA error registers); it is not called for a function that is gone.  A
@@ -142,6 +144,15 @@ class CounterTracker:
         """``{key: last value}``, those carried from an earlier agent and
         not read again yet included (to be saved)."""
         return {**self._carried, **self._last}
+
+    def keep(self, device_keys):
+        """Drop the counters of devices whose keys are not in
+        ``device_keys`` (a counter's key begins with its device's)."""
+        for values in (self._last, self._carried):
+            gone = [key for key in values if key[0] not in device_keys]
+            for key in gone:
+                del values[key]
+            self.moved = self.moved or bool(gone)
 
     def restore(self, values):
         """Take ``{key: value}`` an earlier agent last saw."""
@@ -313,7 +324,10 @@ class PCIHealth(base.HealthReporting):
                 # None: as the last agent saw them.
                 'aer': {k: (None,) + v for k, v in aer.items()},
                 'paths': {}, 'sparing': {}, 'bound': bound,
-                'failing': {}, 'record': record, 'moved': False}
+                'failing': {}, 'record': record, 'moved': False,
+                # The keys of the devices kept (keep_health_state) and
+                # of the one being checked (whose read_sparingly keys).
+                'kept': None, 'checking': None}
             state['counters'].restore(counters)
         return state
 
@@ -322,6 +336,36 @@ class PCIHealth(base.HealthReporting):
         health record: for a source of the driver's that compares
         counters of its own (NVML's uncorrectable ECC count)."""
         return self._pci_health_state()['counters']
+
+    def keep_health_state(self, devices):
+        """Drop what the checks keep of devices not among ``devices``
+        (every device of the driver the agent watches now: its health
+        monitor calls this before each check, on the driver's thread),
+        in memory and in the health record: a device that left the
+        inventory is watched afresh if it comes back, as one gone from
+        the bus is.  Kept, each device that ever came stayed, on disk
+        too.  A set of the devices' keys when the same devices are
+        watched as before."""
+        state = self._pci_health_state()
+        keys = frozenset(d.key() for d in devices)
+        if keys == state['kept']:
+            return
+        state['kept'] = keys
+        addresses = {d.controlpath_id.cpid_info for d in devices}
+        state['counters'].keep(keys)
+        before = len(state['aer']), len(state['bound'])
+        state['aer'] = {key: value for key, value in state['aer'].items()
+                        if key[0] in keys}
+        state['bound'] &= addresses
+        if (len(state['aer']), len(state['bound'])) != before:
+            state['moved'] = True
+        for name, kept in (('paths', addresses), ('unbound', addresses),
+                           ('failing', keys)):
+            state[name] = {key: value for key, value in state[name].items()
+                           if key in kept}
+        state['sparing'] = {
+            key: value for key, value in state['sparing'].items()
+            if value[2] is None or value[2] in keys}
 
     def check_health(self, devices):
         readings = []
@@ -360,12 +404,15 @@ class PCIHealth(base.HealthReporting):
         it last ran for ``key``; in between, what it returned then.  For a
         source whose every read costs the device work (an admin command to
         an SSD, a firmware check)."""
-        remembered = self._pci_health_state()['sparing']
+        state = self._pci_health_state()
+        remembered = state['sparing']
         now = time.monotonic()
-        read_at, value = remembered.get(key, (None, None))
+        read_at, value, _device = remembered.get(key, (None, None, None))
         if read_at is None or now - read_at >= seconds:
             value = read()
-            remembered[key] = (now, value)
+            # With the device it was read for, if a check of one reads it
+            # (what keep_health_state drops with the device).
+            remembered[key] = (now, value, state['checking'])
         return value
 
     def more_health(self, device, counters):
@@ -383,6 +430,8 @@ class PCIHealth(base.HealthReporting):
     def _device_health(self, device):
         counters = {}
         found = []
+        state = self._pci_health_state()
+        state['checking'] = device.key()
         try:
             found.extend(self._pci_readings(device, counters))
             if not any(r.severity == states.GONE for r in found):
@@ -402,6 +451,8 @@ class PCIHealth(base.HealthReporting):
                 base.CHECK_FAILED))
         else:
             self._check_worked(device.key())
+        finally:
+            state['checking'] = None
         for each in found:
             each.counters = {**counters, **each.counters}
         if not any(each.deployable is None for each in found):
