@@ -130,7 +130,8 @@ def _handle_changed(conf, context, hostname, report, parsed):
     digest = report['digest']
     outcome = _write_with_retries(conf, context, hostname, report, parsed)
     health.log_changes(hostname, outcome.changes)
-    _warn_images_lost(hostname, outcome.images_lost)
+    restore = _warn_images_lost(conf, context, hostname,
+                                outcome.images_lost)
     if outcome.outbox is not None:
         outcome.outbox.send()
     if outcome.need_full:
@@ -145,6 +146,8 @@ def _handle_changed(conf, context, hostname, report, parsed):
             rp_name=report.get('resource_provider_name'),
             trust_memory=outcome.was_synced, host=outcome.host,
             serial=outcome.serial, follow_name=report['full'])
+    if restore is not None:
+        restore()
     return {'digest': digest, 'need_full': False}
 
 
@@ -327,9 +330,11 @@ def _images_lost(context, plan, stored):
     (``deployables.card_key``: their device): an FPGA that came back from
     a reboot or a power loss on its flash default image, the one the
     instances were bound on gone.  Nothing stops them (the card is
-    theirs): they are named, for an operator to rebuild them or program
-    the image again.  No statement unless such a change meets a held
-    handle (then one, ``inventory.bound_holders``)."""
+    theirs): the image they asked for is programmed again
+    (``programming.restorable``), or they are named, for an operator to
+    rebuild them or program the image again.  No statement unless such
+    a change meets a held handle (then one,
+    ``inventory.bound_holders``)."""
     changed = {row['uuid']: row['bitstream_id']
                for row in plan.update['deployables']
                if 'bitstream_id' in row}
@@ -360,8 +365,32 @@ def _images_lost(context, plan, stored):
     return found
 
 
-def _warn_images_lost(hostname, images_lost):
+def _warn_images_lost(conf, context, hostname, images_lost):
+    """Once the report is committed: the images it took from under
+    Bound ARQs that all asked for one are to be programmed again
+    (``programming.restorable``), the others named in a WARNING.  Returns
+    what starts those programmings in the background once the report's
+    Placement sync is done (None: none to start)."""
+    if not images_lost:
+        return None
+    # Imported here: programming imports this module (PROGRAMMED_DIGEST).
+    from cyborg.conductor import programming
+    try:
+        restoring = programming.restorable(conf, context, images_lost)
+    except Exception as exc:
+        # Stored already: the periodic check restores what it can.
+        LOG.warning('Report of %s: could not read which images to '
+                    'program again: %s', hostname, exception.first_line(exc))
+        restoring = set()
     for row, image, arqs in images_lost:
+        if row['uuid'] in restoring:
+            LOG.info('Report of %s: deployable %s (%s) reports image %s, '
+                     'not %s, while ARQ(s) %s, bound with it, hold its '
+                     'card: it is programmed again', hostname, row['name'],
+                     row['uuid'], image or 'none', row['bitstream_id'],
+                     ', '.join(f'{arq} (instance {instance})'
+                               for arq, instance in arqs))
+            continue
         LOG.warning(
             'Report of %s: deployable %s (%s) reports image %s, not %s, '
             'while ARQ(s) %s hold its card: their instance(s) run on what '
@@ -371,6 +400,9 @@ def _warn_images_lost(hostname, images_lost):
             'they are stopped.', hostname, row['name'], row['uuid'],
             image or 'none', row['bitstream_id'], ', '.join(
                 f'{arq} (instance {instance})' for arq, instance in arqs))
+    if not restoring:
+        return None
+    return lambda: programming.restore_later(conf, hostname)
 
 
 # Hosts whose skipped parts were logged: {hostname: what}.  Each full

@@ -46,6 +46,10 @@ JOBS = (
     # (what they hold is unknown) until a re-probe.
     ('take_out_overdue_programmings', 'stuck_arq_check_interval',
      'cyborg.conductor.programming:take_out_overdue'),
+    # Program again the image a reboot took from an FPGA under the Bound
+    # ARQs that asked for it (a report starts it too; this retries).
+    ('restore_fpga_images', 'stuck_arq_check_interval',
+     'cyborg.conductor.programming:restore_lost'),
     # Re-send accelerator-request-bound events Nova has not accepted yet.
     ('resend_nova_events', 'nova_event_retry_interval',
      'cyborg.conductor.nova:resend_due'),

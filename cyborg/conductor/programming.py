@@ -86,6 +86,20 @@ after it may have taken it (one that hung rather than stopped delivers
 it once it recovers); only a call never sent (its reply queue not open,
 ``rpc.ReplyQueueNotOpen``) leaves the card as it was (503).
 
+A reboot or a power loss takes the image from a card (the agent's next
+report shows none): where the card's Bound ARQs were programmed at bind
+and all asked for one image, it is programmed again (``restore_lost``),
+after that report's transaction and sync on a thread of the conductor
+(``restore_later``: the agent waits for its report's answer), and by
+the periodic check of every conductor (one that stopped before it
+finished, an attempt that failed: this conductor's next one waits
+``[conductor]reprogram_retry_interval``).  It is an ordinary
+programming, of the image their bind chose (``image_for``), for which
+their handles count as the caller's (``binds``), and which the mark
+serialises across conductors like any other.  Holders asking for
+different images (or one for none) are left to the report's WARNING,
+as is every card with ``[conductor]restore_fpga_images`` off.
+
 Notifications (payload ``ProgramPayload``): ``deployable.program.start``
 once the card is this programming's (the mark set, no handle taken
 meanwhile), just before the agent is asked, then
@@ -109,10 +123,14 @@ its start, sent as the agent was asked, answered by an error.
 import base64
 import contextlib
 import datetime
+import itertools
+import json
 import threading
 import time
 import uuid as uuidlib
 
+import futurist
+from futurist import waiters
 from oslo_log import log as logging
 import oslo_messaging as messaging
 from oslo_utils import uuidutils
@@ -129,6 +147,7 @@ from cyborg.conductor import health
 from cyborg.conductor import health_machine
 from cyborg.conductor import inventory_apply
 from cyborg.conductor import placement_sync
+from cyborg.conductor import silence
 from cyborg.db import api as db_api
 from cyborg.db.api import arqs as arq_db
 from cyborg.db.api import attach_handles as handle_db
@@ -218,29 +237,38 @@ def program_for_bind(conf, context, deployable_id, group, deadline,
     of ARQ ``arq_uuid`` has taken one of its handles); ``bind``: (ARQ
     uuid, bind id, handle id) of that bind, which must still hold the
     handle."""
-    problem = group_problem(group)     # refused before Glance is asked
-    if problem is not None:
-        raise exception.Invalid(reason=problem)
-    bitstream_id = group.get('accel:bitstream_id')
-    function_id = group.get('accel:function_id')
-    if bitstream_id:
-        image = glance.get_image(conf, bitstream_id)
-    else:
-        image = glance.find_by_function_id(conf, function_id)
+    image = image_for(conf, group)
     target = deployable_db.program_target_by_id(context, deployable_id)
     if target is None:
         raise exception.BindFailed(reason='the deployable is gone')
     program(conf, context, target, image, deadline, own_handles=1,
-            function_id=function_id, arq_uuid=arq_uuid, bind=bind)
+            function_id=group.get('accel:function_id'), arq_uuid=arq_uuid,
+            binds=(bind,) if bind else ())
+
+
+def image_for(conf, group):
+    """The Glance image (its metadata) the profile group asks for: its
+    ``accel:bitstream_id``, or the one image with its
+    ``accel:function_id``.  Invalid for a group ``group_problem`` refuses,
+    before Glance is asked."""
+    problem = group_problem(group)
+    if problem is not None:
+        raise exception.Invalid(reason=problem)
+    bitstream_id = group.get('accel:bitstream_id')
+    if bitstream_id:
+        return glance.get_image(conf, bitstream_id)
+    return glance.find_by_function_id(conf, group.get('accel:function_id'))
 
 
 def program(conf, context, target, image, deadline, own_handles,
-            function_id=None, arq_uuid=None, bind=None):
+            function_id=None, arq_uuid=None, binds=()):
     """Steps 2-6 above; returns False when the image was already loaded.
-    ``own_handles``: handles of the deployable the caller holds;
+    ``own_handles``: handles of the card the caller holds;
     ``arq_uuid``: the ARQ whose bind programs, for the notifications;
-    ``bind``: (ARQ uuid, bind id, handle id) of a bind that programs, whose
-    handle is counted as its own only while it holds it."""
+    ``binds``: (ARQ uuid, bind id, handle id) of each bind whose handle
+    is counted among the caller's, only while its ARQ holds it for that
+    bind (a bind that programs; the Bound ARQs whose image is restored,
+    ``restore_lost``)."""
     function_id = function_id or image.get(glance.FUNCTION_ID_PROPERTY)
     # Refused before anything is read, downloaded or written.
     trait = function_trait(function_id) if function_id else None
@@ -262,7 +290,7 @@ def program(conf, context, target, image, deadline, own_handles,
                 _advertised(conf, context, target, trait)
             return False
         glance.check_size(conf, image)
-        _check_unused(context, target, own_handles, bind)
+        _check_unused(context, target, own_handles, binds)
         notice = _Notice(conf, context, target, image, function_id, arq_uuid)
         try:
             fetching = time.monotonic()
@@ -274,7 +302,7 @@ def program(conf, context, target, image, deadline, own_handles,
                 # handle since the first count would get a card rewritten
                 # under it.
                 try:
-                    _check_unused(context, target, own_handles, bind)
+                    _check_unused(context, target, own_handles, binds)
                 except (exception.InUse, exception.BindFailed) as exc:
                     raise _Refused(exc) from None
                 # The card is this programming's: it begins.
@@ -422,9 +450,9 @@ def _recorded(context, target, image_uuid, trait):
                    report_digest=inventory_apply.PROGRAMMED_DIGEST)
 
 
-def _check_unused(context, target, own_handles, bind=None):
+def _check_unused(context, target, own_handles, binds=()):
     """InUse when an instance other than the caller's holds a handle."""
-    held = db_api.write_retrying(context, _held, context, target, bind)
+    held = db_api.write_retrying(context, _held, context, target, binds)
     if held > own_handles:
         raise in_use(target.deployable_uuid)
 
@@ -467,14 +495,13 @@ def loads_another_image(context, deployable_id, group, current):
             and recorded != function_trait(group['accel:function_id']))
 
 
-def _held(context, target, bind):
+def _held(context, target, binds):
     """How many of the deployable's handles are held (see
-    ``count_held``), the binding caller's counted only while its ARQ still
-    holds it for that bind: BindFailed when it does not (it was unbound,
-    and another instance may hold the handle now)."""
+    ``count_held``), the caller's (``binds``) counted only while each ARQ
+    still holds its handle for its bind: BindFailed when one does not (it
+    was unbound, and another instance may hold the handle now)."""
     held = handle_db.count_held(context, target.deployable_id)
-    if bind is not None:
-        arq_uuid, bind_id, handle_id = bind
+    for arq_uuid, bind_id, handle_id in binds:
         if arq_db.handle_holder(context, handle_id) != bind_id:
             raise exception.BindFailed(
                 reason=f'accelerator request {arq_uuid} was unbound while '
@@ -816,3 +843,267 @@ def _deployable_lock(deployable_id):
             entry[1] -= 1
             if not entry[1]:
                 del _LOCKS[deployable_id]
+
+
+# -- images a reboot took -----------------------------------------------------
+
+# This conductor's restores (``restore_lost``): the cards
+# (``deployables.card_key``) it is restoring now, {card: monotonic time
+# of its last failed attempt}, the restores reports started
+# (``restore_later``) not ended yet, and their executor.
+_RESTORING = set()
+_FAILED = {}
+_PENDING = set()
+_RESTORE_LOCK = threading.Lock()
+_RESTORER = None
+
+
+def ask_of(profile_json, group_id):
+    """The image an ARQ's profile group asked its card to run at bind:
+    ``('accel:bitstream_id', image uuid)`` or ``('accel:function_id',
+    function id)``; None for a group that programs nothing (or that
+    ``group_problem`` refuses)."""
+    try:
+        group = json.loads(profile_json)[group_id]
+    except (ValueError, LookupError, TypeError):
+        return None
+    if not isinstance(group, dict) or group_problem(group) is not None:
+        return None
+    bitstream_id = group.get('accel:bitstream_id')
+    if bitstream_id:
+        if uuidutils.is_uuid_like(bitstream_id):
+            # Glance names an image by its uuid however it is spelled.
+            bitstream_id = str(uuidlib.UUID(bitstream_id))
+        return ('accel:bitstream_id', bitstream_id)
+    function_id = group.get('accel:function_id')
+    return ('accel:function_id', function_id) if function_id else None
+
+
+class LostCard:
+    """A card whose holders (rows of ``arqs.holding_programmed_cards``,
+    all Bound) asked for one image, ``ask`` (``ask_of``), which none of
+    the deployables they hold runs any more."""
+
+    def __init__(self, card, ask, holders):
+        self.card = card
+        self.ask = ask
+        self.holders = holders
+
+    @property
+    def arqs(self):
+        return ', '.join(f'{h.uuid} (instance {h.instance_uuid})'
+                         for h in self.holders)
+
+    @property
+    def image(self):
+        return ('function id ' if self.ask[0] == 'accel:function_id'
+                else 'image ') + self.ask[1]
+
+
+def lost_cards(context, hostname=None):
+    """The cards (of ``hostname``'s devices, or every host's) whose image
+    ``restore_lost`` programs again (``LostCard``): every ARQ holding a
+    handle of the card is Bound and asked for the same image, none of
+    their deployables is gone, and none runs that image (``_runs``).  A
+    card held by ARQs asking for different images, or by one that asked
+    for none, or still binding, is left as it is.  One query, plus one
+    per deployable running an unknown image under an
+    ``accel:function_id``."""
+    found = []
+    rows = arq_db.holding_programmed_cards(context, hostname)
+    for card, holders in itertools.groupby(rows, key=lambda row: row.card):
+        holders = list(holders)
+        asks = {ask_of(h.profile_json, h.device_profile_group_id)
+                if h.state == states.BOUND else None for h in holders}
+        if len(asks) != 1 or None in asks or any(h.gone for h in holders):
+            continue
+        ask = asks.pop()
+        if not _runs(context, holders, ask):
+            found.append(LostCard(card, ask, holders))
+    return found
+
+
+def _runs(context, holders, ask):
+    """Whether a deployable the holders hold runs what they asked for:
+    the image of an ``accel:bitstream_id``; for an ``accel:function_id``,
+    an image recorded with that function's trait (``_recorded``), or
+    with none (only Glance could tell, and it may pick another image
+    since: the card is left as it is).  A reboot leaves the card
+    reported with no image (the agent's record of what it programmed
+    does not outlive it)."""
+    key, wanted = ask
+    for holder in holders:
+        current = holder.bitstream_id
+        if current is None:
+            continue
+        if key == 'accel:bitstream_id':
+            if current == wanted or (
+                    uuidutils.is_uuid_like(current)
+                    and str(uuidlib.UUID(current)) == wanted):
+                return True
+            continue
+        recorded = deployable_db.function_trait(
+            context, holder.deployable_id, TRAIT_ATTRIBUTE)
+        if recorded is None or recorded == function_trait(wanted):
+            return True
+    return False
+
+
+def restore_lost(conf, context, hostname=None):
+    """Periodic (``periodics.JOBS``), and after a report that took an
+    image from under Bound ARQs (``restore_later``: that host's cards):
+    program again the image of each ``lost_cards`` card, through
+    ``program`` (the card's mark reserving its providers, the agent, the
+    image and its function trait recorded), the handles of the ARQs that
+    asked for it counted as the caller's (only while each still holds
+    its own for its bind).  With ``[conductor]restore_fpga_images`` off,
+    nothing.  One attempt at a time per card in this conductor, none
+    while a programming marks the card (across conductors: the mark,
+    ``claim_programming``, lets one of two that start at once program
+    it), and after a failed one, none in this conductor for
+    ``[conductor]reprogram_retry_interval`` seconds.  Returns how many
+    cards it programmed."""
+    if not conf.conductor.restore_fpga_images:
+        return 0
+    lost = lost_cards(context, hostname)
+    if hostname is None:
+        with _RESTORE_LOCK:
+            for card in set(_FAILED) - {c.card for c in lost}:
+                del _FAILED[card]
+    restored = 0
+    for card in lost:
+        if not _attempt(conf, card.card):
+            continue
+        try:
+            restored += _restore(conf, context, card)
+        finally:
+            with _RESTORE_LOCK:
+                _RESTORING.discard(card.card)
+    return restored
+
+
+def _attempt(conf, card):
+    """Whether this conductor tries the card now (and it is then marked
+    as being restored here): no attempt of its own runs, and its last one
+    did not fail within ``[conductor]reprogram_retry_interval``."""
+    with _RESTORE_LOCK:
+        failed = _FAILED.get(card)
+        if card in _RESTORING or (
+                failed is not None and time.monotonic() - failed <
+                conf.conductor.reprogram_retry_interval):
+            return False
+        _RESTORING.add(card)
+        return True
+
+
+def _restore(conf, context, card):
+    """Program the card's image again through its first holder's
+    deployable: 1 when it did, 0 when another programming has it, its
+    agent is silent (``silence``), or this attempt failed (a WARNING;
+    retried after the back-off)."""
+    first = card.holders[0]
+    if deployable_db.card_programming(context, first.deployable_id):
+        return 0        # another programming's: read again next time
+    silent = silence.why_silent(conf, context, first.device_hostname)
+    if silent is not None:
+        # Not asked (the call would wait out the deadline, and take the
+        # card out); its next report starts a restore.
+        LOG.debug('Deployable %s: not programmed again: %s',
+                  first.deployable_uuid, silent)
+        return 0
+    LOG.info('Deployable %s on %s no longer runs the %s that ARQ(s) %s '
+             'were bound with (a reboot or a power loss?): programming it '
+             'again', first.deployable_uuid, first.device_hostname,
+             card.image, card.arqs)
+    deadline = clock_db.utcnow() + datetime.timedelta(
+        seconds=conf.bind_timeout)
+    try:
+        image = image_for(conf, dict([card.ask]))
+        target = deployable_db.program_target_by_id(context,
+                                                    first.deployable_id)
+        if target is None:
+            raise exception.ResourceNotFound(resource='Deployable',
+                                             id=first.deployable_uuid)
+        program(conf, context, target, image, deadline,
+                own_handles=len(card.holders),
+                function_id=(card.ask[1] if card.ask[0] ==
+                             'accel:function_id' else None),
+                arq_uuid=first.uuid,
+                binds=[(h.uuid, h.bind_id or '', h.attach_handle_id)
+                       for h in card.holders])
+    except Exception as exc:
+        with _RESTORE_LOCK:
+            _FAILED[card.card] = time.monotonic()
+        LOG.warning('Deployable %s on %s: programming the %s again for '
+                    'ARQ(s) %s failed (tried again in %d s at the '
+                    'soonest): %s', first.deployable_uuid,
+                    first.device_hostname, card.image, card.arqs,
+                    conf.conductor.reprogram_retry_interval,
+                    exception.first_line(exc))
+        return 0
+    with _RESTORE_LOCK:
+        _FAILED.pop(card.card, None)
+    LOG.info('Deployable %s on %s programmed again with image %s for '
+             'ARQ(s) %s', first.deployable_uuid, first.device_hostname,
+             image['id'], card.arqs)
+    return 1
+
+
+def restorable(conf, context, images_lost):
+    """After a report's transaction committed: ``images_lost``, [(its
+    deployable row, the image it reports, [(ARQ uuid, instance uuid)])]
+    of the cards whose image it changed under Bound ARQs
+    (``inventory_apply._images_lost``).  Returns the uuids of those
+    deployables whose ARQs all asked for one image, which
+    ``restore_later`` programs again (the others are the report's
+    WARNING).  One query, only when such a report comes."""
+    if not conf.conductor.restore_fpga_images or not images_lost:
+        return set()
+    uuids = sorted({arq for _row, _image, arqs in images_lost
+                    for arq, _instance in arqs})
+    asks = {row.uuid: ask_of(row.profile_json, row.device_profile_group_id)
+            for row in arq_db.get_to_change(context, uuids)}
+    restoring = set()
+    for row, _image, arqs in images_lost:
+        wanted = {asks.get(arq) for arq, _instance in arqs}
+        if len(wanted) == 1 and None not in wanted:
+            restoring.add(row['uuid'])
+    return restoring
+
+
+def restore_later(conf, hostname):
+    """``restore_lost`` of ``hostname`` on a thread of this conductor's
+    restore executor, not in the report's RPC call (the agent waits for
+    its answer, and a programming takes its download and the vendor
+    tool's time).  A conductor that stops meanwhile leaves it to the
+    periodic check of any conductor (a programming it cut short: to
+    ``take_out_overdue`` first)."""
+    global _RESTORER
+    with _RESTORE_LOCK:
+        if _RESTORER is None:
+            _RESTORER = futurist.ThreadPoolExecutor(
+                max_workers=conf.conductor.workers)
+        future = _RESTORER.submit(_restore_host, conf, hostname)
+        _PENDING.add(future)
+    future.add_done_callback(_ended)
+
+
+def _ended(future):
+    with _RESTORE_LOCK:
+        _PENDING.discard(future)
+
+
+def _restore_host(conf, hostname):
+    try:
+        restore_lost(conf, cyborg_context.get_admin_context(), hostname)
+    except Exception:
+        # The periodic tries again.
+        LOG.exception('Restoring the FPGA images of %s failed', hostname)
+
+
+def wait_restores(timeout=None):
+    """Wait for the restores reports started (``restore_later``) to
+    end; returns whether they all did within ``timeout`` seconds."""
+    with _RESTORE_LOCK:
+        pending = list(_PENDING)
+    return not waiters.wait_for_all(pending, timeout).not_done

@@ -36,7 +36,25 @@ opts = [
                     'gone (0 disables it).'),
     cfg.IntOpt('stuck_arq_check_interval', default=30, min=0,
                help='Seconds between two checks for accelerator requests '
-                    'stuck in BindStarted (0 disables it).'),
+                    'stuck in BindStarted, for FPGA programmings a '
+                    'conductor left unfinished, and for FPGAs to program '
+                    'again ([conductor]restore_fpga_images) (0 disables '
+                    'them).'),
+    cfg.BoolOpt('restore_fpga_images', default=True,
+                help='Program again the image that Bound accelerator '
+                     'requests asked for (accel:bitstream_id or '
+                     'accel:function_id) on an FPGA that lost it (a '
+                     'reboot or a power loss brought it back on its flash '
+                     'default image), once its agent reports it, and at '
+                     'each [conductor]stuck_arq_check_interval check, '
+                     'when every instance holding the card asked for '
+                     'that image.  Off: the report is only logged as a '
+                     'WARNING naming the requests and their instances.'),
+    cfg.IntOpt('reprogram_retry_interval', default=300, min=0,
+               help='Seconds a conductor waits after a failed attempt at '
+                    'programming an FPGA\'s image again '
+                    '([conductor]restore_fpga_images) before it tries that '
+                    'card again.'),
     cfg.IntOpt('nova_event_retry_interval', default=10, min=1,
                help='Seconds between two attempts to deliver pending '
                     'accelerator-request-bound events to Nova.'),

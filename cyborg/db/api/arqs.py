@@ -22,6 +22,7 @@ from sqlalchemy.sql import visitors
 from cyborg.common import states
 from cyborg.db import models
 from cyborg.db.api import _sql
+from cyborg.db.api import deployables as deployable_db
 from cyborg.db.api import reader, writer
 
 _ARQ = models.ExtARQ.__table__
@@ -291,6 +292,49 @@ def holding(context, deployable_ids):
         .where(_ARQ.c.deployable_id.in_(list(deployable_ids)),
                _ARQ.c.state.in_(states.ARQ_HOLDING))
         .order_by(_ARQ.c.id)).all()
+
+
+# A profile that may program an FPGA at bind: a cheap filter on its JSON
+# text (``_`` matches itself among any character); what it finds is
+# parsed after (``programming.ask_of``).
+_MAY_PROGRAM = sa.or_(_PROFILE.c.profile_json.like('%accel:bitstream_id%'),
+                      _PROFILE.c.profile_json.like('%accel:function_id%'))
+
+
+@reader
+def holding_programmed_cards(context, hostname=None):
+    """Every ARQ holding an attach handle of a card (``deployables
+    .card_key``: its device) one of whose Bound ARQs' profile may have
+    programmed it (``_MAY_PROGRAM``), of every host or of ``hostname``'s
+    devices, by card then ARQ: rows of uuid, state, instance_uuid,
+    attach_handle_id, bind_id, profile_json, device_profile_group_id,
+    deployable_id, deployable_uuid, card, bitstream_id, gone and
+    device_hostname.  For the FPGAs whose image a reboot took
+    (``programming.restore_lost``); two statements' worth of work in
+    one, none of it for a host with no such ARQ."""
+    asked = _DEPLOYABLE.alias('asked')
+    cards = (sa.select(deployable_db.card_key(asked.c))
+             .select_from(_ARQ.join(
+                 _PROFILE, _PROFILE.c.id == _ARQ.c.device_profile_id)
+                 .join(asked, asked.c.id == _ARQ.c.deployable_id))
+             .where(_ARQ.c.state == _constant(states.BOUND),
+                    _ARQ.c.attach_handle_id.is_not(None), _MAY_PROGRAM))
+    query = select(
+        _ARQ.c.uuid, _ARQ.c.state, _ARQ.c.instance_uuid,
+        _ARQ.c.attach_handle_id, _ARQ.c.bind_id, _PROFILE.c.profile_json,
+        _ARQ.c.device_profile_group_id, _ARQ.c.deployable_id,
+        _DEPLOYABLE.c.uuid.label('deployable_uuid'),
+        deployable_db.card_key(_DEPLOYABLE.c).label('card'),
+        _DEPLOYABLE.c.bitstream_id,
+        _DEPLOYABLE.c.gone, _DEVICE.c.hostname.label('device_hostname'),
+    ).where(_ARQ.c.attach_handle_id.is_not(None),
+            _ARQ.c.state.in_([_constant(state)
+                              for state in states.ARQ_HOLDING]),
+            deployable_db.card_key(_DEPLOYABLE.c).in_(cards))
+    if hostname is not None:
+        query = query.where(_DEVICE.c.hostname == hostname)
+    return _execute(context, query.order_by(
+        deployable_db.card_key(_DEPLOYABLE.c), _ARQ.c.id)).all()
 
 
 # Whether an ARQ's ``bind_deadline`` is its bind's own.  This release

@@ -194,8 +194,8 @@ def card_key(deployables):
     deployables asks, and a programming mark on any of them is the
     card's.  The one definition of a card: every reading of one
     (``_card_rows``, ``card_programming``, ``card_providers``,
-    ``card_marks``, ``card_holds``, and ``attach_handles``' take and
-    held count) goes through it."""
+    ``card_marks``, ``card_holds``, ``attach_handles``' take and held
+    count, and ``arqs.holding_programmed_cards``) goes through it."""
     return deployables.device_id
 
 

@@ -1,0 +1,264 @@
+"""An FPGA whose image a reboot took away, under the Bound ARQs whose
+bind programmed it, is programmed again: the agent's report after the
+reboot shows the card with no image, and the conductor loads the image
+those ARQs asked for once more (after the report's transaction, in the
+background; the periodic check retries).  It was only named in a
+WARNING, for an operator to reprogram by hand.
+
+Holders asking for different images are left to the WARNING, so is
+every card with ``[conductor]restore_fpga_images`` off, and a failed
+attempt is tried again only after ``[conductor]reprogram_retry_interval``.
+
+The fake FPGA of HOST as a real agent reports it (its driver records
+the image it programs and forgets it at a "reboot"), the agent's RPC
+endpoint in this process, a recording Glance, the real (embedded)
+Placement, on every database."""
+
+import json
+import logging
+import os
+import uuid as uuidlib
+
+import pytest
+import sqlalchemy as sa
+
+from cyborg.common import context as cyborg_context
+from cyborg.conductor import arq_binding
+from cyborg.conductor import periodics
+from cyborg.conductor import programming
+from cyborg.db import models
+from cyborg.drivers import fake
+from cyborg.placement import client as placement_client
+from tests.fixtures import arqs as seed
+from tests.fixtures import placement as placement_fixture
+from tests.unit.conductor import test_programming as tp
+from tests.unit.conductor import test_programming_take_out_race as tor
+
+placement_url = tp.placement_url
+glance = tp.glance
+
+HOST = tp.HOST
+
+# SQLite, MariaDB and PostgreSQL.
+engine = tor.engine
+
+# How long a test waits for the restore a report started, at most.
+WAIT = 60
+
+
+@pytest.fixture
+def rconf(conf, engine, placement_url, glance, tmp_path):
+    placement_fixture.placement_conf(conf, placement_url)
+    conf.set_override('auth_type', 'none', group='glance')
+    conf.set_override('endpoint_override', glance.url, group='glance')
+    conf.set_override('state_path', str(tmp_path))
+    conf.set_override('send_events', False, group='nova')
+    placement_client.reset_clients()
+    yield conf
+    assert programming.wait_restores(WAIT)
+
+
+@pytest.fixture
+def ctx():
+    return cyborg_context.RequestContext(project_id='p1', is_service=True)
+
+
+class _Watched(fake.FakeDriver):
+    """The fake FPGA, recording each programming the agent asks of it:
+    (image uuid, the bitstream, what Placement reserved of the card's
+    provider meanwhile)."""
+
+    rp_uuid = None
+
+    def __init__(self, conf, host):
+        super().__init__(conf, host)
+        self.conf = conf
+        self.calls = []
+
+    def program(self, controlpath_id, image_path, image_uuid):
+        with open(image_path, 'rb') as f:
+            data = f.read()
+        self.calls.append((image_uuid, data,
+                           tp._provider(self.conf, self.rp_uuid)[0]))
+        super().program(controlpath_id, image_path, image_uuid)
+
+    def reboot(self):
+        """The host rebooted: the card runs its flash default, which the
+        agent reports as no image."""
+        self.remember(fake.CONTROLPATH_ADDRESS, None)
+
+
+class _Card:
+    def __init__(self, fpga, driver, image, data, arq):
+        self.fpga, self.driver = fpga, driver
+        self.image, self.data, self.arq = image, data, arq
+        self.row = fpga.row
+
+
+def _bind(conf, ctx, engine, card, group):
+    profile = seed.seed_profile(engine, [dict(group, **{
+        'resources:FPGA': '1'})])
+    uuid = arq_binding.create(ctx, profile, 'p1')[0]['uuid']
+    arq_binding.start_bind(conf, ctx, {uuid: {
+        'hostname': HOST, 'device_rp_uuid': card.rp_uuid,
+        'instance_uuid': str(uuidlib.uuid4())}}).result(WAIT)
+    row = seed.arq_rows(engine)[uuid]
+    assert row.state == 'Bound', row.bind_failure_reason
+    return row
+
+
+def _programmed(conf, ctx, engine, glance, driver, ask):
+    """The fake FPGA reported, an ARQ Bound by a bind that programmed
+    it (``ask``: the profile group's key), the host reported again."""
+    fpga = tp._ReportedFPGA(conf, engine, driver=driver)
+    driver.rp_uuid = fpga.row.rp_uuid
+    data = b'\x00restored' * 100
+    image = glance.add_image(data, {'accel:function_id': 'f-r'})
+    row = _bind(conf, ctx, engine, fpga.row, {
+        ask: image if ask == 'accel:bitstream_id' else 'f-r'})
+    assert [call[0] for call in driver.calls] == [image]
+    fpga.report()
+    assert tp._bitstream(ctx, fpga.row) == image
+    return _Card(fpga, driver, image, data, row.uuid)
+
+
+@pytest.fixture
+def ask():
+    """The key of the profile group that programmed the card."""
+    return 'accel:bitstream_id'
+
+
+@pytest.fixture
+def card(rconf, ctx, engine, glance, ask):
+    """``_programmed``, the agent's endpoint serving meanwhile."""
+    driver = _Watched(rconf, HOST)
+    with seed.agent_endpoint(rconf, HOST, {'fake_driver': driver}):
+        yield _programmed(rconf, ctx, engine, glance, driver, ask)
+
+
+def _rebooted(card):
+    """The host rebooted, and its agent reports; the restore that report
+    started (if any) waited for."""
+    card.driver.reboot()
+    card.fpga.report()
+    assert programming.wait_restores(WAIT)
+
+
+def _warnings(caplog, logger):
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING and r.name == logger]
+
+
+@pytest.mark.parametrize('ask', ['accel:bitstream_id', 'accel:function_id'])
+def test_an_image_a_reboot_took_is_programmed_again(
+        rconf, ctx, engine, glance, card, caplog, ask):
+    downloads = len(glance.downloads())
+    with caplog.at_level(logging.INFO):
+        _rebooted(card)
+    # The agent was asked for the same bitstream, the card's providers
+    # reserved whole while it ran.
+    assert card.driver.calls[1:] == [
+        (card.image, card.data, fake.NUM_ACCELERATORS)]
+    assert len(glance.downloads()) == downloads + 1
+    assert tp._bitstream(ctx, card.row) == card.image
+    assert tp._loaded(card.driver) == card.image
+    assert tp._provider(rconf, card.row.rp_uuid) == (
+        0, {tp.FAKE_TRAIT, 'CUSTOM_FPGA_FUNCTION_ID_F_R'})
+    assert seed.arq_rows(engine)[card.arq].state == 'Bound'
+    assert not _warnings(caplog, 'cyborg.conductor.inventory_apply')
+    assert not _warnings(caplog, 'cyborg.conductor.programming')
+    said = [r.getMessage() for r in caplog.records
+            if r.name == 'cyborg.conductor.programming'
+            and 'again' in r.getMessage()]
+    assert len(said) == 2 and all(card.arq in line for line in said), said
+    # Nothing more to do: the periodic check finds the image loaded.
+    assert programming.restore_lost(rconf, ctx) == 0
+    card.fpga.report()
+    assert len(card.driver.calls) == 2
+
+
+def _hold(engine, card, group):
+    """A second ARQ Bound to another handle of the card, of a profile
+    asking for ``group``: its uuid."""
+    profile = seed.seed_profile(engine, [dict(group, **{
+        'resources:FPGA': '1'})])
+    h, a = models.AttachHandle, models.ExtARQ
+    with engine.begin() as c:
+        handle = c.execute(sa.select(h.id).where(
+            h.deployable_id == card.row.deployable_id,
+            h.in_use == sa.false()).order_by(h.id).limit(1)).scalar()
+        c.execute(sa.update(h).where(h.id == handle).values(in_use=True))
+        profile_id = c.scalar(sa.select(models.DeviceProfile.id).where(
+            models.DeviceProfile.uuid == profile))
+        uuid = str(uuidlib.uuid4())
+        c.execute(sa.insert(a).values(
+            uuid=uuid, state='Bound', device_profile_id=profile_id,
+            device_profile_group_id=0, project_id='p1', hostname=HOST,
+            instance_uuid=str(uuidlib.uuid4()), attach_handle_id=handle,
+            deployable_id=card.row.deployable_id, bind_id=''))
+    return uuid
+
+
+@pytest.mark.parametrize('group', [
+    {'accel:bitstream_id': str(uuidlib.uuid4())},
+    {}], ids=['another image', 'no image'])
+def test_holders_asking_for_different_images_get_only_the_warning(
+        rconf, ctx, engine, glance, card, caplog, group):
+    other = _hold(engine, card, group)
+    with caplog.at_level(logging.WARNING):
+        _rebooted(card)
+    warned = _warnings(caplog, 'cyborg.conductor.inventory_apply')
+    assert len(warned) == 1, warned
+    assert card.arq in warned[0] and other in warned[0]
+    assert programming.restore_lost(rconf, ctx) == 0
+    assert len(card.driver.calls) == 1
+    assert tp._bitstream(ctx, card.row) is None
+
+
+def test_a_failed_programming_is_retried_after_the_back_off(
+        rconf, ctx, engine, glance, card, caplog):
+    rconf.set_override('reprogram_retry_interval', 3600, group='conductor')
+    fail = fake.health_file(rconf)
+    with open(fail, 'w') as f:
+        json.dump({'program': 'fail'}, f)
+    with caplog.at_level(logging.WARNING):
+        _rebooted(card)
+    assert len(card.driver.calls) == 2
+    warned = _warnings(caplog, 'cyborg.conductor.programming')
+    failed = [line for line in warned if 'failed' in line
+              and card.arq in line]
+    assert len(failed) == 1, warned
+    assert tp._bitstream(ctx, card.row) is None
+    os.unlink(fail)
+    # Not before the back-off: neither the periodic check nor a report.
+    assert programming.restore_lost(rconf, ctx) == 0
+    card.fpga.report()
+    assert programming.wait_restores(WAIT)
+    assert len(card.driver.calls) == 2
+    # Once it has passed.
+    rconf.set_override('reprogram_retry_interval', 0, group='conductor')
+    assert programming.restore_lost(rconf, ctx) == 1
+    assert card.driver.calls[2][:2] == (card.image, card.data)
+    assert tp._bitstream(ctx, card.row) == card.image
+    assert seed.arq_rows(engine)[card.arq].state == 'Bound'
+
+
+def test_turned_off_only_the_warning_then_the_periodic_check_restores(
+        rconf, ctx, engine, glance, card, caplog):
+    rconf.set_override('restore_fpga_images', False, group='conductor')
+    with caplog.at_level(logging.WARNING):
+        _rebooted(card)
+    warned = _warnings(caplog, 'cyborg.conductor.inventory_apply')
+    assert len(warned) == 1 and card.arq in warned[0], warned
+    assert programming.restore_lost(rconf, ctx) == 0
+    assert len(card.driver.calls) == 1
+    assert tp._bitstream(ctx, card.row) is None
+    # Turned on (or a conductor that died before it restored the card):
+    # the periodic job does it.
+    rconf.set_override('restore_fpga_images', True, group='conductor')
+    periodics.run_job(rconf, 'restore_fpga_images', dict(
+        (name, path) for name, _option, path in periodics.JOBS)[
+            'restore_fpga_images'])
+    assert card.driver.calls[1] == (card.image, card.data,
+                                    fake.NUM_ACCELERATORS)
+    assert tp._bitstream(ctx, card.row) == card.image
