@@ -20,35 +20,24 @@ one per API service, before the server starts: the workers then record
 into files there and ``/metrics`` reports the sum over all of them
 (prometheus_client's multiprocess collector).  The files of a previous run
 must go before the workers start, or their counts are added to the new
-ones (and a worker whose pid was a previous worker's carries on from its
-counts): ``cyborg-api`` with several workers removes them itself
-(``empty_multiproc_dir``, before it forks); under gunicorn or uWSGI, or
-``cyborg-api`` with one worker (which needs no such directory), empty it
-before each start.  Under gunicorn also call
-``prometheus_client.multiprocess.mark_process_dead(worker.pid)`` from its
-``child_exit`` hook.
+ones: ``cyborg-api`` with several workers removes them itself, before it
+forks; under gunicorn or uWSGI, or ``cyborg-api`` with one worker (which
+needs no such directory), empty it before each start.  The files of a
+worker that is gone are folded into archives by ``cyborg-api``'s parent,
+and under gunicorn by its ``child_exit`` hook
+(``cyborg.api.metrics_files``).
 """
 
 import os
-import re
 import time
 
-from oslo_log import log as logging
-
+from cyborg.api import metrics_files
 from cyborg.api import routes
 from cyborg.common import metrics
 from cyborg.common import timing
 
-LOG = logging.getLogger(__name__)
-
 METRICS_PATH = '/metrics'
 UNMATCHED = 'unmatched'
-MULTIPROC_ENV = 'PROMETHEUS_MULTIPROC_DIR'
-# The names of the files prometheus_client's multiprocess mode writes: one
-# per metric type (a gauge's with its multiprocess mode) and process id,
-# ``counter_1234.db``.  Nothing else in the directory is touched.
-_MULTIPROC_FILE = re.compile(
-    r'(?:counter|histogram|summary|gauge_[a-z]+)_[0-9]+\.db\Z')
 # Methods a label may name; anything else is 'other' (bounded labels).
 METHODS = frozenset(('GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE',
                      'OPTIONS'))
@@ -122,48 +111,14 @@ def serve_metrics(app, conf, prefix, only=metrics.API):
 def render(only=metrics.API):
     """(content type, body): this process's registry, or the sum over
     every worker's files when PROMETHEUS_MULTIPROC_DIR is set; the
-    families of ``only`` (None: all)."""
-    if not os.environ.get(MULTIPROC_ENV):
+    families of ``only`` (None: all), read while no dead worker's files
+    are being folded into the archives (``metrics_files.reading``)."""
+    path = os.environ.get(metrics_files.MULTIPROC_ENV)
+    if not path:
         return metrics.render(only)
     import prometheus_client as prom
     from prometheus_client import multiprocess
     registry = prom.CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry)
-    return metrics.render(only, registry)
-
-
-def empty_multiproc_dir():
-    """Remove from ``PROMETHEUS_MULTIPROC_DIR`` (when set) the files
-    prometheus_client wrote there (``_MULTIPROC_FILE``): those of a
-    previous run.  Only for the process that forks the workers, before it
-    forks any, with the directory its own: a running worker's file
-    removed would lose its counts from then on.  Returns how many went;
-    a file that cannot be removed is logged, not raised."""
-    path = os.environ.get(MULTIPROC_ENV)
-    if not path:
-        return 0
-    try:
-        entries = list(os.scandir(path))
-    except OSError as exc:
-        LOG.warning('%s=%s cannot be read (%s): the metrics files of a '
-                    'previous run are left there', MULTIPROC_ENV, path, exc)
-        return 0
-    removed = 0
-    for entry in entries:
-        if not (_MULTIPROC_FILE.match(entry.name)
-                and entry.is_file(follow_symlinks=False)):
-            continue
-        try:
-            os.remove(entry.path)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            LOG.warning('Metrics file %s of a previous run cannot be '
-                        'removed (%s): its counts are added to this '
-                        'run\'s', entry.path, exc)
-            continue
-        removed += 1
-    if removed:
-        LOG.info('Removed %d metrics file(s) of a previous run from %s',
-                 removed, path)
-    return removed
+    multiprocess.MultiProcessCollector(registry, path)
+    with metrics_files.reading(path):
+        return metrics.render(only, registry)

@@ -10,8 +10,9 @@ once they are gone (``service.shutdown_timeout``: time for the writes
 waiting for the conductor).  Each worker
 builds its own app, database engine and RPC client after the fork: none of
 them survives a fork.  With several workers it first removes the metrics
-files a previous run left in ``PROMETHEUS_MULTIPROC_DIR``
-(``cyborg.api.metrics``).
+files a previous run left in ``PROMETHEUS_MULTIPROC_DIR``, and folds the
+files of each worker that dies into archives
+(``cyborg.api.metrics_files``).
 """
 
 import errno
@@ -30,7 +31,7 @@ from cyborg import version
 from cyborg.api import app as api_app
 from cyborg.api import auth
 from cyborg.api import faults
-from cyborg.api import metrics as api_metrics
+from cyborg.api import metrics_files
 from cyborg.common import exception
 from cyborg.common import policy
 from cyborg.common import quota
@@ -161,7 +162,7 @@ class WorkerPool:
     def run(self):
         # Before any worker records into it: a previous run's counts
         # would be added to this one's.
-        api_metrics.empty_multiproc_dir()
+        metrics_files.empty_multiproc_dir()
         for signum in service.STOP_SIGNALS:
             signal.signal(signum, lambda *_: self._stop.set())
         signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
@@ -242,6 +243,9 @@ class WorkerPool:
                 continue
             LOG.warning('cyborg-api worker %d exited (%s); starting another',
                         pid, _describe(status))
+            # Its metrics files, folded into the archives: else each
+            # worker ever replaced left files every scrape reads.
+            metrics_files.worker_exited(pid)
             if time.monotonic() - started < _RESPAWN_DELAY:
                 self._stop.wait(_RESPAWN_DELAY)
 

@@ -13,6 +13,7 @@ from cyborg.common import service
 from cyborg.conductor import arq_binding
 from cyborg.conductor import manager as conductor_manager
 from cyborg.conductor import metrics_collector
+from cyborg.conductor import nova
 from cyborg.conductor import periodics
 from cyborg.conductor import rpcapi as conductor_rpcapi
 from cyborg.db import api as db_api
@@ -20,9 +21,7 @@ from cyborg.db.api import clock as clock_db
 
 LOG = logging.getLogger(__name__)
 
-# Nova's [compute]arq_binding_timeout by default: a build whose
-# accelerator requests' outcomes have not reached Nova by then fails.
-NOVA_ARQ_BINDING_TIMEOUT = 300
+NOVA_ARQ_BINDING_TIMEOUT = nova.NOVA_ARQ_BINDING_TIMEOUT
 
 
 def late_outcome_warning(conf):

@@ -64,7 +64,9 @@ with keystoneauth's headers (``cyborg.common.keepalive``), through
 keystoneauth where Nova redirects.  With neither ``[nova] auth_type``
 nor ``auth_section`` (all-in-one, standalone use), or with
 ``send_events = False``, nothing is recorded or sent, and binding works
-the same.
+the same; the periodic then drops the events recorded while they were on
+once Nova no longer waits for them (``drop_unsendable``): left there they
+would count as pending for ever.
 
 Each POST is timed in ``cyborg_conductor_nova_request_seconds``; those
 that leave all their events undelivered count in
@@ -113,6 +115,9 @@ MAX_EVENTS_PER_POST = 200
 # not Nova's answer to them.
 _NO_INSTANCES = 'No instances found for any event'
 _FIRST_BACKOFF = 0.5
+# Nova's [compute]arq_binding_timeout by default: a build whose
+# accelerator requests' outcomes have not reached Nova by then fails.
+NOVA_ARQ_BINDING_TIMEOUT = 300
 # Longest wait between two periodic attempts of one batch.
 _MAX_POSTPONE = 300
 
@@ -445,8 +450,10 @@ def resend_due(conf, context):
     recorded first, several in one POST, until none is due, ``PASS_POSTS``
     POSTs went, or Nova was found away (the rest wait for the next pass).
     A POST Nova refuses (a 4xx) is sent again batch by batch, and the
-    pass goes on."""
+    pass goes on.  With events off, drops the events Nova no longer
+    waits for (``drop_unsendable``)."""
     if not enabled(conf):
+        drop_unsendable(context)
         return
     expire(conf, context)
     posts = 0
@@ -515,6 +522,31 @@ def expire(conf, context):
                        f'(accelerator request {r.arq_uuid})' for r in rows),
                       _EXPIRED_SHOWN))
     return len(rows)
+
+
+def drop_unsendable(context):
+    """Events off (``[nova]send_events`` false, or no Nova credentials):
+    forget the events recorded while they were on, once Nova has stopped
+    waiting for them (``NOVA_ARQ_BINDING_TIMEOUT`` after they were
+    recorded: the builds failed).  This conductor will never send them;
+    left there, they were counted pending (and their age alerted on) for
+    ever.  Younger ones are left to a conductor with events on (one
+    whose configuration lags a change: ``send_events`` should be the same
+    on every conductor), which may still deliver them in time.  Returns
+    how many."""
+    count, _oldest = event_db.pending(context)
+    if not count:
+        return 0
+    dropped = len(db_api.write_retrying(
+        context, event_db.expire, context, clock_db.utcnow() -
+        datetime.timedelta(seconds=NOVA_ARQ_BINDING_TIMEOUT)))
+    if dropped:
+        LOG.warning('Dropped %d accelerator-request-bound event(s) recorded '
+                    'for Nova more than %d s ago: events are off '
+                    '([nova]send_events, or no [nova] credentials), so this '
+                    'conductor would never send them', dropped,
+                    NOVA_ARQ_BINDING_TIMEOUT)
+    return dropped
 
 
 # Events an expiry names in its log line, at most.

@@ -46,6 +46,9 @@ JOBS = (
     # (what they hold is unknown) until a re-probe.
     ('take_out_overdue_programmings', 'stuck_arq_check_interval',
      'cyborg.conductor.programming:take_out_overdue'),
+    # Delete the quota lock rows of projects left without ARQs.
+    ('purge_quota_locks', 'reconcile_interval',
+     'cyborg.conductor.quotas:purge_unused_locks'),
     # Program again the image a reboot took from an FPGA under the Bound
     # ARQs that asked for it (a report starts it too; this retries).
     ('restore_fpga_images', 'stuck_arq_check_interval',

@@ -2,7 +2,8 @@
 doc/source/contract.rst, "Every bind outcome reaches Nova"): recorded in
 the transaction that gives an ARQ its final state, deleted once Nova has
 them, re-sent by a periodic until then, or given up on once older than
-``[nova]event_max_age``."""
+``[nova]event_max_age`` (once Nova no longer waits for them when
+events are turned off)."""
 
 import sqlalchemy as sa
 

@@ -22,6 +22,19 @@ cluster only a write that changes a row certifies against another node's,
 so two creates on two nodes conflict (one is retried) instead of both
 counting the usage before the other's rows.  ``updated_at`` alone, in
 whole seconds on MariaDB, did not change within a second.
+
+A row holds nothing but its lock, so the rows of projects left without
+ARQs are deleted by a periodic (``unused_locks``, ``delete_unused``);
+else every project that ever created one under quotas kept its row for
+ever.  Deleting a row no transaction holds is harmless: the next create
+of its project inserts it again.  A row a create holds (it locked it and
+has not committed its ARQs yet, so its project may still show none) is
+never deleted under it: the purge locks the rows it deletes, skipping
+those locked (``FOR UPDATE SKIP LOCKED``), and a create that comes
+while the purge holds its project's row waits for the purge's commit,
+then inserts the row again (a deadlock between such creates is retried
+by ``write_retrying``).  SQLite has no row locks and needs none: its
+writers run one at a time.
 """
 
 import sqlalchemy as sa
@@ -80,3 +93,42 @@ def held(context, project_id):
     return [(profiles.get(profile_id), group_id, count)
             for profile_id, group_id, count in counts]
 
+
+
+@reader
+def unused_locks(context, after_id, limit):
+    """Ids, in order, of up to ``limit`` lock rows past ``after_id`` whose
+    project has no ARQ: a plain read, which locks nothing (a locking scan
+    would hold the rows, and on MariaDB the gaps, of busy projects too)."""
+    return _sql.connection(context).execute(
+        _UNUSED, {'after_id': after_id, 'limit': limit}).scalars().all()
+
+
+@writer
+def delete_unused(context, ids):
+    """Delete those of the lock rows ``ids`` that no transaction holds and
+    whose project still has no ARQ (``unused_locks`` read them without a
+    lock); returns how many went."""
+    connection = _sql.connection(context)
+    locked = connection.execute(_LOCK_UNUSED,
+                                {'ids': list(ids)}).scalars().all()
+    return _delete_locked(connection, locked) if locked else 0
+
+
+def _delete_locked(connection, ids):
+    """Delete the lock rows ``ids``, which this transaction holds."""
+    return connection.execute(_DELETE, {'ids': ids}).rowcount
+
+
+# Built once.  The project's ARQs are found by extended_arqs' project_id
+# index; the lock rows by their primary key.
+_NO_ARQ = ~sa.exists().where(_ARQ.c.project_id == _LOCK.c.project_id)
+_UNUSED = (sa.select(_LOCK.c.id)
+           .where(_LOCK.c.id > sa.bindparam('after_id'), _NO_ARQ)
+           .order_by(_LOCK.c.id).limit(sa.bindparam('limit')))
+_LOCK_UNUSED = (sa.select(_LOCK.c.id)
+                .where(_LOCK.c.id.in_(sa.bindparam('ids', expanding=True)),
+                       _NO_ARQ)
+                .with_for_update(skip_locked=True))
+_DELETE = sa.delete(_LOCK).where(
+    _LOCK.c.id.in_(sa.bindparam('ids', expanding=True)))

@@ -13,6 +13,7 @@ import webob
 
 from cyborg.api import app as api_app
 from cyborg.api import metrics as api_metrics
+from cyborg.api import metrics_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -211,14 +212,14 @@ def test_emptying_the_multiprocess_dir_takes_only_its_files(tmp_path,
     """The files of a previous run go; nothing else in the directory (an
     operator's SQLite database, a subdirectory) is touched."""
     _leftovers(tmp_path)
-    monkeypatch.setenv(api_metrics.MULTIPROC_ENV, str(tmp_path))
-    assert api_metrics.empty_multiproc_dir() == len(_PROM_FILES)
+    monkeypatch.setenv(metrics_files.MULTIPROC_ENV, str(tmp_path))
+    assert metrics_files.empty_multiproc_dir() == len(_PROM_FILES)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         _OTHER_FILES + ('sub',))
     assert (tmp_path / 'sub' / 'counter_1.db').exists()
-    monkeypatch.delenv(api_metrics.MULTIPROC_ENV)
+    monkeypatch.delenv(metrics_files.MULTIPROC_ENV)
     (tmp_path / 'counter_1.db').write_bytes(b'x')
-    assert api_metrics.empty_multiproc_dir() == 0
+    assert metrics_files.empty_multiproc_dir() == 0
     assert (tmp_path / 'counter_1.db').exists()
 
 
@@ -240,7 +241,7 @@ def test_cyborg_api_with_workers_empties_the_multiprocess_dir(
         return 0
 
     monkeypatch.setattr(api_cmd, '_serve_worker', serve)
-    monkeypatch.setenv(api_metrics.MULTIPROC_ENV, str(tmp_path))
+    monkeypatch.setenv(metrics_files.MULTIPROC_ENV, str(tmp_path))
     handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     previous = {signum: signal.getsignal(signum) for signum in handled}
     try:
