@@ -270,7 +270,9 @@ class Readiness:
         self._lock = threading.Lock()
         self._listening = False
         self.said_ready = False
+        # The status to say (the latest), the one systemd last heard.
         self._status = None
+        self._told = None
         self._timer = None
 
     def start(self):
@@ -317,12 +319,26 @@ class Readiness:
     def _say_ready(self, status):
         if self._timer is not None:
             self._timer.cancel()
-        if not self.said_ready:
-            systemd.ready(status)
-            self.said_ready = True
-        elif status != self._status:
-            systemd.status(status)
         self._status = status
+        if self.said_ready:
+            if status != self._told:
+                systemd.status(status)
+                self._told = status
+        elif systemd.ready(status):
+            self.said_ready = True
+            self._told = status
+        else:
+            # Not heard (a socket full or gone for a moment): said again
+            # shortly, or systemd would give up on the start.
+            self._timer = threading.Timer(_SAY_AGAIN, self._say_again)
+            self._timer.name = 'cyborg-agent-ready'
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _say_again(self):
+        with self._lock:
+            if self._listening and not self.said_ready:
+                self._say_ready(self._status)
 
     def stop(self):
         with self._lock:
@@ -342,6 +358,8 @@ _READY_AT_ONCE = ('ready at once ([agent]ready_timeout is 0): the mdevs of '
                   'answers')
 _READY_LATE = ('ready without the mdevs of bound accelerator requests: the '
                'conductor has not answered; they are made once it does')
+# Seconds before READY=1 is said again when systemd did not hear it.
+_SAY_AGAIN = 1.0
 # Seconds systemd is asked to wait beyond [agent]ready_timeout.
 _EXTEND_MARGIN = 10
 

@@ -11,6 +11,7 @@ the fake sysfs tree of ``test_mdevs``; systemd's socket is a real one
 
 import contextlib
 import logging
+import socket
 import threading
 import time
 
@@ -182,3 +183,30 @@ def test_nothing_is_told_or_waited_for_without_systemd(
     assert kernel.mdevs() == sorted(bound)
     assert not readiness.said_ready
     assert [r for r in caplog.records if 'ready' in r.getMessage()] == []
+
+
+def test_ready_is_said_again_until_systemd_hears_it(agent_conf, tmp_path,
+                                                    monkeypatch):
+    """READY=1 that systemd did not hear (its socket not there for a
+    moment, or full) is said again: said once and lost, systemd would
+    give up on the start at its timeout and kill the agent."""
+    address = str(tmp_path / 'notify')
+    monkeypatch.setenv('NOTIFY_SOCKET', address)
+    monkeypatch.setattr(agent_mdevs, '_SAY_AGAIN', 0.05)
+    agent_conf.set_override('enabled_drivers', ['fake_driver'], 'agent')
+    readiness = agent_mdevs.Readiness(
+        agent_conf, agent_mdevs.Mdevs(agent_conf, HOST, {}))
+    readiness.start()
+    try:
+        assert not readiness.said_ready     # nobody listens yet
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        listener.bind(address)
+        listener.settimeout(10)
+        try:
+            heard = listener.recv(4096).decode()
+        finally:
+            listener.close()
+    finally:
+        readiness.stop()
+    assert heard.split('\n')[0] == 'READY=1'
+    assert readiness.said_ready
