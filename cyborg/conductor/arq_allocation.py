@@ -165,7 +165,7 @@ def allocate(conf, context, arq_uuid, consumer_id, consumer_type,
     deadline = arq_binding.deadline_of(conf, started)
     job = db_api.write_retrying(context, _start, context, arq_uuid,
                                 consumer_id, consumer_type, hostname,
-                                started, conf.host, deadline)
+                                started, conf.host, conf.bind_timeout)
     placement = placement_client.get_client(conf)
     claimed = None
     try:
@@ -190,11 +190,11 @@ def allocate(conf, context, arq_uuid, consumer_id, consumer_type,
 
 
 def _start(context, arq_uuid, consumer_id, consumer_type, hostname, now,
-           owner, deadline):
+           owner, bind_timeout):
     """Validate, then BindStarted with the consumer, the conductor
     carrying it out (``owner``: one that starts again fails it at once)
-    and the allocation's ``deadline`` (the stuck-bind check's)
-    recorded; the job."""
+    and its ``bind_timeout`` (the allocation's deadline is ``now`` plus
+    that, the stuck-bind check's too) recorded; the job."""
     rows = arq_db.get_to_change(context, [arq_uuid])
     row = rows[0] if rows else None
     if row is None or not arq_binding._visible(context, row):
@@ -213,7 +213,7 @@ def _start(context, arq_uuid, consumer_id, consumer_type, hostname, now,
         compute_rp_uuid = host['compute_rp_uuid']
     query = request_query(group, compute_rp_uuid)
     values = {'consumer_id': consumer_id, 'consumer_type': consumer_type,
-              'bind_started_at': now, 'bind_deadline': deadline,
+              'bind_started_at': now, 'bind_timeout': bind_timeout,
               'bind_owner': owner, 'bind_failure_reason': None}
     # The ARQ's first bind (none ever started: no bind_owner) is named by
     # the ARQ's uuid, any later one by a fresh uuid: the name is the

@@ -39,7 +39,7 @@ nothing" and "Every bind outcome reaches Nova"):
   come back is covered by the periodic ``fail_stuck``, which fails any
   bind past its deadline and tells Nova.  The deadline is the bind's
   own: its start plus the ``bind_timeout`` of the conductor that
-  started it (``bind_deadline``, written by the UPDATE that moves the
+  started it (that many seconds, written by the UPDATE that moves the
   ARQ to BindStarted, cleared by whatever moves it on), so that a
   conductor with a lower ``bind_timeout`` does not fail the binds
   another is still carrying.
@@ -117,10 +117,11 @@ BIND_FAILED_FROM = (states.BIND_STARTED,)
 ANY_STATE = states.ARQ_STATES
 BIND_FIELDS = ('hostname', 'device_rp_uuid', 'instance_uuid')
 
-# What every move out of BindStarted writes: the bind's deadline is
-# only ever set while the ARQ is in it (a later bind that a conductor of
-# the previous release starts, writing none, must not find this one's).
-_ENDED = {'bind_deadline': None}
+# What every move out of BindStarted writes: the time a bind has is
+# only ever set while the ARQ is in it.  (One a conductor of the previous
+# release leaves, which does not clear it, is a real bind_timeout all the
+# same: the next bind is held to it from its own start, ``arq_db.stuck``.)
+_ENDED = {'bind_timeout': None}
 
 _CLEARED = {'hostname': None, 'device_rp_uuid': None, 'instance_uuid': None,
             'deployable_id': None, 'attach_handle_id': None,
@@ -334,7 +335,7 @@ def start_bind(conf, context, bindings):
 def deadline_of(conf, started):
     """The deadline of a bind this conductor starts at ``started``: the
     time its work has, and which the stuck-bind check of every conductor
-    holds it to (``bind_deadline``)."""
+    holds it to (``bind_timeout`` recorded with ``bind_started_at``)."""
     return started + datetime.timedelta(seconds=conf.bind_timeout)
 
 
@@ -372,8 +373,8 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
     they are checked first.  It never waits for Placement: where it would
     (a remote pool's host not checked yet, an answer later than
     OVERLAP_WAIT) it raises _AskPlacementFirst.  ``deadline``: the
-    bind's (by default ``deadline_of(conf, now)``), recorded on each ARQ
-    it leaves in BindStarted."""
+    bind's (by default ``deadline_of(conf, now)``); this conductor's
+    ``bind_timeout`` is recorded on each ARQ it leaves in BindStarted."""
     known = known or _Known()
     deadline = deadline or deadline_of(conf, now)
     jobs = _validate(conf, context, bindings, known,
@@ -409,8 +410,8 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
             if (handle.attach_type != 'MDEV'
                     and not _needs_programming(job['group'])):
                 state = states.BOUND
-        values['bind_deadline'] = (deadline if state == states.BIND_STARTED
-                                   else None)
+        values['bind_timeout'] = (conf.bind_timeout
+                                  if state == states.BIND_STARTED else None)
         if not arq_db.transition(context, job['uuid'], state, BIND_FROM,
                                  values,
                                  where={'attach_handle_id': None,
@@ -1365,9 +1366,10 @@ def _leave(context, arq_uuid, to_state, from_states, values, known=None,
 
 
 def _gone(context, arq_uuid, known=None, kept=()):
-    """``_leave`` for a delete: the ARQ is deleted (not moved through
-    Deleting first, which no one would see) and what it held released, in
-    the caller's transaction.  Returns the row as it was, or None."""
+    """``_leave`` for a delete: the ARQ is deleted (moved through
+    Deleting first only where something is released outside the
+    database before, ``_mark``) and what it held released, in the
+    caller's transaction.  Returns the row as it was, or None."""
     for _ in range(3):
         row, known = known or arq_db.handle_state(context, arq_uuid), None
         if row is None:
@@ -1664,13 +1666,15 @@ def delete(conf, context, arq_uuids=None, instance_uuid=None,
     holds a device (``accelerator_requests.check_may_delete``).
     """
     arq_uuids = list(arq_uuids or [])
+    mark = _Mark(conf)
     rows, moved = awaited.write(context, _delete_at_once, context,
                                 arq_uuids, instance_uuid or None,
-                                guard_holding)
+                                guard_holding, mark)
     if moved is None:
         rows, moved = _delete_releasing(conf, context, arq_uuids,
                                         instance_uuid or None, guard_holding,
-                                        rows)
+                                        rows, mark)
+    moved = mark.previous(moved)
     if moved:
         _notify_left(conf, context, notify.ARQ_DELETE, rows, moved,
                      states.DELETING)
@@ -1693,24 +1697,84 @@ def _deletable(context, arq_uuids, instance_uuid, guard_holding=False):
     return rows
 
 
-def _delete_at_once(context, arq_uuids, instance_uuid, guard_holding=False):
+def _delete_at_once(context, arq_uuids, instance_uuid, guard_holding=False,
+                    mark=None):
     """(rows, {uuid: state before}) of a delete with nothing to release
     outside the database (no mdev to remove, no fabric handle to detach,
     no Placement claim of its own): read and deleted in one transaction.
-    (rows, None), having written nothing, when some ARQ has such a
-    release."""
+    (rows, None) when some ARQ has such a release: nothing else written
+    than, with a ``mark``, the mark of those whose release comes before
+    their rows go (``_mark``)."""
     rows = _deletable(context, arq_uuids, instance_uuid, guard_holding)
     if not rows:
         return rows, {}
     if any(_releases_outside(row) for row in rows):
+        if mark is not None:
+            _mark(context, mark, rows)
         return rows, None
     return rows, _leave_all(context, rows, states.DELETING, ANY_STATE,
                             delete=True)
 
 
 def _releases_outside(row):
+    return bool(_releases_first(row) or row.consumer_id)
+
+
+def _releases_first(row):
+    """Whether the ARQ ``row`` holds something released outside the
+    database before its row goes: an mdev to remove, a fabric handle to
+    detach (a standalone claim is released after, recorded in the
+    transaction that deletes the row)."""
     return bool((row.attach_handle_type == 'MDEV' and row.device_hostname)
-                or row.remote_handle_id is not None or row.consumer_id)
+                or row.remote_handle_id is not None)
+
+
+class _Mark:
+    """The mark of one delete (``_mark``): its conductor's configuration,
+    and the state each ARQ it marked was in before (``arq.delete``'s
+    ``previous_state``; Deleting for one marked by another delete)."""
+
+    def __init__(self, conf):
+        self.conf = conf
+        self.before = {}
+
+    def previous(self, moved):
+        """``moved`` ({uuid: state before}) with the states before the
+        mark."""
+        return {arq_uuid: self.before.get(arq_uuid, state)
+                for arq_uuid, state in moved.items()}
+
+
+def delete_time(conf):
+    """Seconds after its mark the periodic may finish a delete
+    (``finish_deletes``): its releases had the longest they may take
+    (``[conductor]mdev_timeout``, ``[fabric]detach_timeout``), and a
+    bind's time besides for its transactions."""
+    return (conf.bind_timeout + conf.conductor.mdev_timeout +
+            conf.fabric.detach_timeout)
+
+
+def _mark(context, mark, rows):
+    """Move to Deleting, in the delete's transaction that read (and
+    locked) ``rows``, those whose mdev or fabric handle is released
+    before their rows go (``_releases_first``), recording this conductor
+    and the delete's time (``delete_time``).  A conductor that
+    dies between those releases and the transaction deleting the rows
+    leaves them Deleting, holding their handles, for ``finish_deletes``:
+    unmarked, they stayed Bound, their handles never used again, until
+    an admin deleted them (Nova does not retry the delete of an
+    instance's ARQs).  A marked ARQ is bound, unbound or failed no more
+    (no transition starts from Deleting, and a bind's late writes need
+    BindStarted): what it holds is what its releases release."""
+    first = [row for row in rows if _releases_first(row)]
+    if not first:
+        return
+    for row in first:
+        if row.state != states.DELETING:
+            mark.before[row.uuid] = row.state
+    now = clock_db.utcnow()
+    arq_db.mark_deleting(context, [row.uuid for row in first],
+                         mark.conf.host, now, delete_time(mark.conf))
 
 
 # Rounds of release-then-delete one delete may go through while binds
@@ -1719,13 +1783,15 @@ DELETE_ROUNDS = 3
 
 
 def _delete_releasing(conf, context, arq_uuids, instance_uuid,
-                      guard_holding, rows):
-    """The delete of ARQs ``rows`` (as last read) with something to
+                      guard_holding, rows, mark):
+    """The delete of ARQs ``rows`` (as last read, those with an mdev or
+    a fabric handle marked Deleting: ``_mark``) with something to
     release outside the transaction: mdevs and remote handles first,
     standalone claims after it (recorded in it: ``release_allocations``).
     The transaction deleting them reads them again, locked: where one now
     holds something not released (a bind ended meanwhile), nothing is
-    deleted and the releases run again for what they hold now."""
+    deleted but the marks, and the releases run again for what they hold
+    now."""
     for _round in range(DELETE_ROUNDS):
         if not rows:
             return rows, {}
@@ -1733,7 +1799,7 @@ def _delete_releasing(conf, context, arq_uuids, instance_uuid,
         kept = remote_pools.detach_for_release(conf, context, rows)
         rows, moved = _write_owing(
             context, _delete_released, context, arq_uuids, instance_uuid,
-            guard_holding, rows, kept)
+            guard_holding, rows, kept, mark)
         if moved is not None:
             remote_pools.resync(conf, context, kept)
             release_allocations(conf, rows, moved, 'deleted')
@@ -1744,13 +1810,14 @@ def _delete_releasing(conf, context, arq_uuids, instance_uuid,
 
 
 def _delete_released(context, arq_uuids, instance_uuid, guard_holding,
-                     released, kept):
+                     released, kept, mark):
     """Delete the ARQs if they hold what ``released`` held: (rows,
     moved), the releases of their standalone claims recorded (made after
-    the commit, ``release_allocations``); (rows, None), writing nothing,
-    if not."""
+    the commit, ``release_allocations``); (rows, None), writing only the
+    marks of what they hold now (``_mark``), if not."""
     rows = _deletable(context, arq_uuids, instance_uuid, guard_holding)
     if _holdings(rows) - _holdings(released):
+        _mark(context, mark, rows)
         return rows, None
     moved = _leave_all(context, rows, states.DELETING, ANY_STATE,
                        delete=True, kept=kept)
@@ -1770,8 +1837,10 @@ def recover(conf, context, started_at):
     """At start-up: fail at once the binds this conductor
     (``[DEFAULT]host``) started before ``started_at`` and left in
     BindStarted (it died in the middle), tell Nova, and re-send the events
-    its previous run recorded and did not deliver.  Binds and events of
-    other conductors are left to them.  Returns the binds failed."""
+    its previous run recorded and did not deliver, and finish the deletes
+    it marked and did not end (``finish_deletes``).  Binds, events and
+    deletes of other conductors are left to them.  Returns the binds
+    failed."""
     owned = arq_db.owned_binding(context, conf.host, started_at)
     failed = _fail_abandoned(
         conf, context, owned, f'the conductor {conf.host} restarted while '
@@ -1779,10 +1848,63 @@ def recover(conf, context, started_at):
     if failed:
         LOG.warning('Failed %d bind(s) this conductor left unfinished when '
                     'it stopped', failed)
+    finish_deletes(conf, context, started_at=started_at)
     resent = nova.resend_owned(conf, context, started_at)
     LOG.info('Start-up recovery of %s done: %d bind(s) failed, %d Nova '
              'event(s) re-sent', conf.host, failed, resent)
     return failed
+
+
+# -- deletes cut short --------------------------------------------------------
+
+def finish_deletes(conf, context, started_at=None):
+    """Finish the deletes left Deleting (``_mark``): their conductor died
+    (or lost its database) after, or while, releasing their mdevs and
+    fabric handles, before it deleted their rows.  By the periodic, those
+    past their time (``delete_time``: their conductor may still
+    be carrying them until then); with ``started_at``, at a conductor's
+    start, those it marked itself before (its previous run's), at once.
+    Each is taken over (marked again, for this conductor) in a
+    transaction that reads it locked, so that two conductors do not both
+    finish it, then released again (removing an mdev already gone, or
+    detaching a handle already detached, changes nothing) and deleted as
+    any delete is, ``arq.delete`` notified (``previous_state``
+    Deleting).  Returns how many were deleted."""
+    now = clock_db.utcnow()
+    owner = None if started_at is None else conf.host
+    left = arq_db.deletes_left(context, now=now, owner=owner,
+                               started_before=started_at)
+    if not left:
+        return 0
+    admin = cyborg_context.get_admin_context()
+    mark = _Mark(conf)
+    rows = db_api.write_retrying(admin, _take_over, admin, mark, left, now,
+                                 owner, started_at)
+    if not rows:
+        return 0
+    uuids = [row.uuid for row in rows]
+    LOG.warning('Finishing the delete of accelerator request(s) %s, left '
+                'Deleting by a conductor that stopped before it ended',
+                ', '.join(uuids))
+    rows, moved = _delete_releasing(conf, admin, uuids, None, False, rows,
+                                    mark)
+    if moved:
+        _notify_left(conf, admin, notify.ARQ_DELETE, rows, moved,
+                     states.DELETING)
+    return len(moved)
+
+
+def _take_over(context, mark, uuids, now, owner, started_at):
+    """The rows (``arq_db.get_to_change``) of the ARQs among ``uuids``
+    still left Deleting, read locked, marked again for this conductor."""
+    arq_db.lock(context, uuids)
+    left = arq_db.deletes_left(context, now=now, owner=owner,
+                               started_before=started_at, uuids=uuids)
+    if not left:
+        return []
+    rows = arq_db.get_to_change(context, left)
+    _mark(context, mark, rows)
+    return rows
 
 
 # -- the stuck-bind periodic -------------------------------------------------
@@ -1791,16 +1913,24 @@ def fail_stuck(conf, context):
     """Periodic: fail ARQs in BindStarted past their bind's deadline
     (their conductor died, or their work hung) and tell Nova; first,
     release the claims standalone allocations could not release for ARQs
-    deleted meanwhile (``arq_allocation.release_left_claims``).
+    deleted meanwhile (``arq_allocation.release_left_claims``), and
+    finish the deletes left Deleting past their deadline
+    (``finish_deletes``).
 
     The deadline is the bind's own, its start plus the ``bind_timeout``
-    of the conductor that started it (``bind_deadline``): that conductor
-    may still be carrying the bind while this one's ``bind_timeout``,
-    lower, has passed.  A bind with none of its own (a conductor of the
-    previous release started it) is held to this conductor's."""
+    of the conductor that started it (recorded with its start): that
+    conductor may still be carrying the bind while this one's
+    ``bind_timeout``, lower, has passed.  A bind with none recorded (a
+    conductor of the previous release started it) is held to this
+    conductor's."""
     from cyborg.conductor import arq_allocation
 
     arq_allocation.release_left_claims(conf, context)
+    try:
+        finish_deletes(conf, context)
+    except Exception:  # noqa: BLE001 - the binds are failed all the same
+        LOG.exception('Could not finish the deletes of accelerator '
+                      'requests left Deleting; the next check tries again')
     now = clock_db.utcnow()
     stuck = arq_db.stuck(
         context, now, now - datetime.timedelta(seconds=conf.bind_timeout))
@@ -1814,11 +1944,10 @@ def fail_stuck(conf, context):
 
 def _timed_out(conf, row):
     """Why the stuck-bind check fails the bind of an ``arq_db.stuck``
-    row: the time it had, its own where it has a deadline."""
-    if row.deadline is None:
+    row: the time it had, its own where it has one recorded."""
+    if row.bind_timeout is None:
         return f'bind did not finish within {conf.bind_timeout} seconds'
-    seconds = round((row.deadline - row.bind_started_at).total_seconds())
-    return (f'bind did not finish within {seconds} seconds, the '
+    return (f'bind did not finish within {row.bind_timeout} seconds, the '
             f'[DEFAULT]bind_timeout of the conductor that started it '
             f'({row.bind_owner})')
 

@@ -102,7 +102,7 @@ class Host(Base):
     __table_args__ = (
         sa.UniqueConstraint('hostname', name='uniq_hosts0hostname'),
         # Whether another host row records the same compute node provider
-        # (a newcomer there: cyborg.db.api.hosts.has_elder), read by every
+        # (shared: cyborg.db.api.hosts.has_sharer), read by every
         # bind's take, sync and export.
         sa.Index('hosts_compute_rp_uuid_idx', 'compute_rp_uuid'),
     )
@@ -394,13 +394,17 @@ class ExtARQ(Base):
     # fails its own leftovers at once), and why a bind (BindFailed) or an
     # unbind (UnbindFailed) failed.
     bind_started_at = sa.Column(DATETIME, nullable=True)
-    # Ours: while the ARQ is in BindStarted, the time its bind has until:
-    # its start plus the [DEFAULT]bind_timeout of the conductor that
-    # started it, written with bind_started_at and cleared when the ARQ
-    # leaves BindStarted.  The stuck-bind periodic of every conductor
-    # holds the bind to it, not to its own bind_timeout.  NULL: a bind
-    # started by a conductor of the previous release.
-    bind_deadline = sa.Column(DATETIME, nullable=True)
+    # Ours: while the ARQ is in BindStarted, the [DEFAULT]bind_timeout
+    # (seconds) of the conductor that started its bind, written with
+    # bind_started_at and cleared when the ARQ leaves BindStarted.  The
+    # stuck-bind periodic of every conductor holds the bind to its start
+    # plus this, not to its own bind_timeout.  NULL: a bind started by a
+    # conductor of the previous release.  Seconds, not a time: a value
+    # left by an earlier bind (that release does not clear it) holds a
+    # later bind to a real conductor's bind_timeout from its own start.
+    # While the ARQ is Deleting: the seconds the delete that marked it
+    # has from bind_started_at (arq_binding.finish_deletes).
+    bind_timeout = sa.Column(sa.Integer, nullable=True)
     bind_owner = sa.Column(NAME, nullable=True)
     bind_failure_reason = sa.Column(sa.Text, nullable=True)
     # Ours: the bind (its batch) an ARQ in BindStarted or Bound belongs

@@ -17,6 +17,7 @@ row count the caller checks, never read-then-write.
 """
 
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import visitors
 
 from cyborg.common import states
@@ -337,32 +338,60 @@ def holding_programmed_cards(context, hostname=None):
         deployable_db.card_key(_DEPLOYABLE.c), _ARQ.c.id)).all()
 
 
-# Whether an ARQ's ``bind_deadline`` is its bind's own.  This release
-# writes it with ``bind_started_at`` ([DEFAULT]bind_timeout, at least
-# 10 s, after it) and clears it when the ARQ leaves BindStarted; the
-# previous release does neither, so one no later than the bind's start
-# was left by an earlier bind that a conductor of that release ended
-# before it started this one.
-_OWN_DEADLINE = _ARQ.c.bind_deadline > _ARQ.c.bind_started_at
+class _plus_seconds(sa.sql.functions.FunctionElement):
+    """``time`` plus ``seconds`` (an integer column), in the SQL of each
+    database: SQLite has no interval type, and MariaDB/MySQL and
+    PostgreSQL spell the addition each their own way."""
+    type = sa.DateTime()
+    name = 'plus_seconds'
+    inherit_cache = True
+
+
+@compiles(_plus_seconds)
+def _plus_seconds_mysql(element, compiler, **kw):
+    time, seconds = (compiler.process(c, **kw) for c in element.clauses)
+    return f'DATE_ADD({time}, INTERVAL {seconds} SECOND)'
+
+
+@compiles(_plus_seconds, 'postgresql')
+def _plus_seconds_postgresql(element, compiler, **kw):
+    time, seconds = (compiler.process(c, **kw) for c in element.clauses)
+    return f"({time} + {seconds} * INTERVAL '1 second')"
+
+
+@compiles(_plus_seconds, 'sqlite')
+def _plus_seconds_sqlite(element, compiler, **kw):
+    # As the column holds times ('YYYY-MM-DD HH:MM:SS.ffffff'), to the
+    # millisecond: compared as text with them.
+    time, seconds = (compiler.process(c, **kw) for c in element.clauses)
+    return (f"strftime('%Y-%m-%d %H:%M:%f', {time}, "
+            f"'+' || {seconds} || ' seconds')")
+
+
+# The deadline of an ARQ's bind: its start plus the [DEFAULT]bind_timeout
+# of the conductor that started it (``bind_timeout``, written with
+# ``bind_started_at``; NULL, and so no deadline, where a conductor of the
+# previous release, which writes neither it nor clears it, started the
+# ARQ's every bind).  A value a bind of this release left, which such a
+# conductor did not clear when it ended that bind, is still some
+# conductor's bind_timeout: the bind it started next is held to it from
+# its own start, never failed sooner than that after it.
+_DEADLINE = _plus_seconds(_ARQ.c.bind_started_at, _ARQ.c.bind_timeout)
 
 
 @reader
 def stuck(context, now, started_before, limit=100):
-    """ARQs in BindStarted whose bind has run out of time: its own
-    deadline (``bind_deadline``) is before ``now``, or, for a bind with
-    none of its own (a conductor of the previous release started it), it
-    started before ``started_before``.  Rows of ``uuid``, ``bind_id`` (the
-    bind each is stuck in, so that what is done to it is done to that
-    bind only), ``bind_owner``, ``bind_started_at`` and ``deadline``
-    (the bind's own, None where it has none)."""
+    """ARQs in BindStarted whose bind has run out of time: its deadline
+    (``_DEADLINE``) is before ``now``, or, for a bind with none (no
+    ``bind_timeout``: a conductor of the previous release started it),
+    it started before ``started_before``.  Rows of ``uuid``, ``bind_id``
+    (the bind each is stuck in, so that what is done to it is done to
+    that bind only), ``bind_owner`` and ``bind_timeout``."""
     return _execute(context, select(
-        _ARQ.c.uuid, _ARQ.c.bind_id, _ARQ.c.bind_owner,
-        _ARQ.c.bind_started_at,
-        sa.case((_OWN_DEADLINE, _ARQ.c.bind_deadline)).label('deadline'))
+        _ARQ.c.uuid, _ARQ.c.bind_id, _ARQ.c.bind_owner, _ARQ.c.bind_timeout)
         .where(_ARQ.c.state == states.BIND_STARTED,
-               sa.or_(sa.and_(_OWN_DEADLINE, _ARQ.c.bind_deadline < now),
-                      sa.and_(sa.or_(_ARQ.c.bind_deadline.is_(None),
-                                     sa.not_(_OWN_DEADLINE)),
+               sa.or_(_DEADLINE < now,
+                      sa.and_(_ARQ.c.bind_timeout.is_(None),
                               _ARQ.c.bind_started_at < started_before)))
         .order_by(_ARQ.c.id).limit(limit)).all()
 
@@ -507,3 +536,43 @@ def delete_many(context, uuids):
     """Delete ARQ rows (their handles must have been released)."""
     context.session.execute(
         sa.delete(_ARQ).where(_ARQ.c.uuid.in_(list(uuids))))
+
+
+# -- deletes cut short --------------------------------------------------------
+# A delete with something to release outside the database first (an mdev
+# to remove, a fabric handle to detach) marks its ARQs Deleting, with its
+# conductor (``bind_owner``), when (``bind_started_at``) and how long it
+# has (``bind_timeout``, seconds), before those releases; a delete cut
+# short after
+# them is finished from the mark (``arq_binding.finish_deletes``).
+
+@writer
+def mark_deleting(context, uuids, owner, now, seconds):
+    """Move the ARQs ``uuids``, locked by the caller's transaction, to
+    Deleting for the delete of conductor ``owner`` started ``now``, to
+    end within ``seconds``; what they hold (handles, binding) is
+    kept."""
+    context.session.execute(
+        sa.update(_ARQ).where(_ARQ.c.uuid.in_(list(uuids)))
+        .values(state=states.DELETING, bind_owner=owner,
+                bind_started_at=now, bind_timeout=seconds,
+                updated_at=models._now()))
+
+
+@reader
+def deletes_left(context, now=None, owner=None, started_before=None,
+                 uuids=None, limit=100):
+    """Uuids of ARQs in Deleting whose delete nobody carries on: past its
+    deadline at ``now`` (one with none counts as past), or, with
+    ``owner``, marked by that conductor before ``started_before`` (its
+    previous run's).  ``uuids``: among those only."""
+    if owner is not None:
+        left = sa.and_(_ARQ.c.bind_owner == owner,
+                       _ARQ.c.bind_started_at < started_before)
+    else:
+        left = sa.or_(_ARQ.c.bind_timeout.is_(None), _DEADLINE < now)
+    query = select(_ARQ.c.uuid).where(_ARQ.c.state == states.DELETING, left)
+    if uuids is not None:
+        query = query.where(_ARQ.c.uuid.in_(list(uuids)))
+    return list(_execute(context, query.order_by(_ARQ.c.id)
+                         .limit(limit)).scalars())

@@ -49,8 +49,7 @@ def _started_long_ago(aconf, ctx, uuid):
         seconds=aconf.bind_timeout + 1)
     return db_api.write_retrying(ctx, arq_allocation._start, ctx, uuid,
                                  'pod-1', 'k8s-pod', None, started,
-                                 aconf.host,
-                                 arq_binding.deadline_of(aconf, started))
+                                 aconf.host, aconf.bind_timeout)
 
 
 def _overtaken_at_the_put(monkeypatch, meanwhile):
@@ -253,8 +252,7 @@ def _started(ctx, uuid):
     now = timeutils.utcnow()
     return db_api.write_retrying(ctx, arq_allocation._start, ctx, uuid,
                                  'pod-1', 'k8s-pod', None, now,
-                                 'conductor-0',
-                                 now + datetime.timedelta(minutes=4))
+                                 'conductor-0', 240)
 
 
 @pytest.mark.parametrize('kind', ['sqlite', 'mysql', 'postgresql'])

@@ -378,7 +378,7 @@ def test_an_unbind_keeps_the_record_of_an_allocation_under_way(
     now = timeutils.utcnow()
     job = db_api.write_retrying(ctx, arq_allocation._start, ctx, uuid,
                                 'pod-1', 'k8s-pod', None, now, aconf.host,
-                                arq_binding.deadline_of(aconf, now))
+                                aconf.bind_timeout)
     placement = placement_client.get_client(aconf)
     get = placement_client.PlacementClient.get_claim
     landed = []

@@ -1,13 +1,15 @@
 """The stuck-bind check (``arq_binding.fail_stuck``) holds each bind to
 its own deadline: its start plus the ``[DEFAULT]bind_timeout`` of the
-conductor that started it (``bind_deadline``, written by the UPDATE that
-moves the ARQ to BindStarted, cleared when it leaves it).  It failed any
-bind older than the checking conductor's ``bind_timeout``: with values
-that differ between conductors (a change rolled out host by host, one
-raised for slow FPGA programming), a conductor with a lower one failed
-binds another was still carrying.  A bind without a deadline of its own
-(a conductor of the previous release started it) is held to the
-checker's, as before.
+conductor that started it (that many seconds in ``bind_timeout``,
+written by the UPDATE that moves the ARQ to BindStarted, cleared when it
+leaves it).  It failed any bind older than the checking conductor's
+``bind_timeout``: with values that differ between conductors (a change
+rolled out host by host, one raised for slow FPGA programming), a
+conductor with a lower one failed binds another was still carrying.  A
+bind without one recorded (a conductor of the previous release started
+it) is held to the checker's, as before; one that finds the value an
+earlier bind left (that release does not clear it) is held to it from
+its own start, never failed sooner.
 
 Two conductors' settings on SQLite, MariaDB and PostgreSQL against the
 real (embedded) Placement; a bind that programs an FPGA end to end on
@@ -54,17 +56,14 @@ def conductor(host, bind_timeout, placement_url):
 
 
 def passed(engine, arq_uuid, seconds):
-    """Let ``seconds`` pass for the ARQ's bind: its start, and its
-    deadline where it has one, that much earlier."""
+    """Let ``seconds`` pass for the ARQ's bind: its start (and so its
+    deadline) that much earlier."""
     arq = models.ExtARQ
-    earlier = datetime.timedelta(seconds=seconds)
     with engine.begin() as c:
-        started, deadline = c.execute(
-            sa.select(arq.bind_started_at, arq.bind_deadline)
-            .where(arq.uuid == arq_uuid)).one()
+        started = c.execute(sa.select(arq.bind_started_at)
+                            .where(arq.uuid == arq_uuid)).scalar_one()
         c.execute(sa.update(arq).where(arq.uuid == arq_uuid).values(
-            bind_started_at=started - earlier,
-            bind_deadline=deadline and deadline - earlier))
+            bind_started_at=started - datetime.timedelta(seconds=seconds)))
 
 
 def _arqs(engine, ctx, count):
@@ -91,9 +90,8 @@ def _ago(seconds):
 
 
 def _given(rows, uuid):
-    """The time a bind has: its deadline less its start."""
-    return (rows[uuid].bind_deadline - rows[uuid].bind_started_at
-            ).total_seconds()
+    """The time a bind has from its start."""
+    return rows[uuid].bind_timeout
 
 
 def _timed_out(seconds, host):
@@ -125,7 +123,7 @@ def test_a_bind_is_failed_past_its_own_deadline_whoever_checks(
     rows = seed.arq_rows(engine)
     assert rows[carried].state == 'BindStarted'
     assert {uuid: (rows[uuid].state, rows[uuid].bind_failure_reason,
-                   rows[uuid].bind_deadline)
+                   rows[uuid].bind_timeout)
             for uuid in (overdue, hurried)} == {
         overdue: ('BindFailed', _timed_out(LONG, 'conductor-a'), None),
         hurried: ('BindFailed', _timed_out(SHORT, 'conductor-b'), None)}
@@ -143,7 +141,7 @@ def test_a_bind_is_failed_past_its_own_deadline_whoever_checks(
 def _moved_by_previous_release(engine, arq_uuid, started):
     """What a conductor of the previous release writes, which knows no
     deadline: an unbind of the ARQ (it clears the bind's columns but
-    ``bind_deadline``), then a bind of it started at ``started``."""
+    ``bind_timeout``), then a bind of it started at ``started``."""
     arq = models.ExtARQ
     with engine.begin() as c:
         c.execute(sa.update(arq).where(arq.uuid == arq_uuid).values(
@@ -161,8 +159,8 @@ def test_a_bind_with_no_deadline_of_its_own_is_held_to_the_checker_s(
     """Binds a conductor of the previous release started, two minutes
     and half a minute ago: a checker with bind_timeout 60 fails the
     first, as before.  So with an ARQ whose earlier bind, a new
-    conductor's, that release ended and started again: the deadline it
-    left is that bind's, long passed, not this one's."""
+    conductor's two hours ago, that release ended and started again: the
+    bind_timeout that bind left (60 s) counts from this one's start."""
     quick = conductor('conductor-b', SHORT, placement_url)
     device = seed.seed_device(engine, handles=4)
     old, fresh, old_again, fresh_again = _arqs(engine, ctx, 4)
@@ -172,17 +170,43 @@ def test_a_bind_with_no_deadline_of_its_own_is_held_to_the_checker_s(
                           (fresh_again, 30)):
         _moved_by_previous_release(engine, uuid, _ago(seconds))
     rows = seed.arq_rows(engine)
-    assert rows[old].bind_deadline is None
-    assert rows[fresh_again].bind_deadline < _ago(3600)
+    assert rows[old].bind_timeout is None
+    assert rows[fresh_again].bind_timeout == SHORT
 
     assert arq_binding.fail_stuck(quick, ctx) == 2
     rows = seed.arq_rows(engine)
     assert {uuid: (row.state, row.bind_failure_reason)
             for uuid, row in rows.items()} == {
         old: ('BindFailed', f'bind did not finish within {SHORT} seconds'),
-        old_again: ('BindFailed',
-                    f'bind did not finish within {SHORT} seconds'),
+        old_again: ('BindFailed', _timed_out(SHORT, 'conductor-old')),
         fresh: ('BindStarted', None), fresh_again: ('BindStarted', None)}
+
+
+def test_a_bind_after_one_the_previous_release_ended_has_its_own_time(
+        engine, ctx, placement_url):
+    """A new conductor (bind_timeout 60) started a bind 55 s ago, which
+    a conductor of the previous release unbound, then bound the ARQ again
+    a second ago (Nova's reschedule), leaving the bind_timeout recorded.
+    That bind is failed neither ten seconds later nor a second before 60
+    s have passed since its own start (it was failed ten seconds after it
+    started when the deadline itself was recorded), by a checker with a
+    higher bind_timeout or the same; once they have, by either."""
+    slow = conductor('conductor-a', LONG, placement_url)
+    quick = conductor('conductor-b', SHORT, placement_url)
+    device = seed.seed_device(engine, handles=4)
+    (uuid,) = _arqs(engine, ctx, 1)
+    _started_by(quick, ctx, device, uuid, _ago(55))
+    _moved_by_previous_release(engine, uuid, _ago(1))
+    passed(engine, uuid, 10)
+    assert [arq_binding.fail_stuck(c, ctx) for c in (slow, quick)] == [0, 0]
+    passed(engine, uuid, SHORT - 12)
+    assert [arq_binding.fail_stuck(c, ctx) for c in (slow, quick)] == [0, 0]
+    assert seed.arq_rows(engine)[uuid].state == 'BindStarted'
+    passed(engine, uuid, 2)
+    assert arq_binding.fail_stuck(slow, ctx) == 1
+    row = seed.arq_rows(engine)[uuid]
+    assert (row.state, row.bind_failure_reason) == (
+        'BindFailed', _timed_out(SHORT, 'conductor-old'))
 
 
 # -- a bind that programs an FPGA, end to end (SQLite) -----------------------
@@ -218,7 +242,7 @@ def test_a_programming_bind_is_its_conductor_s_until_its_deadline(
     monkeypatch.setattr(glance_client, 'download', download)
     row = tp._bind(pconf, ctx, db, device, {'accel:bitstream_id': image})
     assert seen == [('BindStarted', pconf.bind_timeout), 0]
-    assert (row.state, row.bind_deadline) == ('Bound', None), \
+    assert (row.state, row.bind_timeout) == ('Bound', None), \
         row.bind_failure_reason
     assert tp._loaded(agent) == image
 

@@ -1,11 +1,11 @@
-"""Migration 07cc1cd55872: ``bind_deadline`` on ARQs, the time the bind
-of one in BindStarted has (its start plus the ``bind_timeout`` of the
-conductor that started it).  A nullable column: a bind of before it,
-which its conductor may still carry across the upgrade, has none (the
-stuck-bind check holds it to the checker's ``bind_timeout``, as
-before), and the previous release's writes, which do not name it, go on
-unchanged.  Run again (after an interruption) it changes nothing
-more."""
+"""Migration 07cc1cd55872: ``bind_timeout`` on ARQs, the seconds the
+bind of one in BindStarted has from its start (the ``bind_timeout`` of
+the conductor that started it; for one marked Deleting, the seconds
+its delete has).  A nullable column: a bind of before it, which its
+conductor may still carry across the upgrade, has no ``bind_timeout``
+(the stuck-bind check holds it to the checker's, as before), and the
+previous release's writes, which do not name it, go on unchanged.  Run
+again (after an interruption) it changes nothing more."""
 
 import datetime
 import uuid as uuidlib
@@ -25,7 +25,7 @@ _ARQ = models.ExtARQ.__table__
 
 def _binding(engine, started):
     """An ARQ in BindStarted since ``started``, as the previous release
-    writes it (no ``bind_deadline``); its uuid."""
+    writes it (no ``bind_timeout``); its uuid."""
     profile = models.DeviceProfile.__table__
     uuid = str(uuidlib.uuid4())
     with engine.begin() as c:
@@ -42,10 +42,10 @@ def _binding(engine, started):
     return uuid
 
 
-def _deadlines(engine):
+def _added(engine):
     with engine.connect() as c:
-        return dict(c.execute(sa.select(_ARQ.c.uuid,
-                                        _ARQ.c.bind_deadline)).all())
+        return {uuid: tuple(rest) for uuid, *rest in c.execute(sa.select(
+            _ARQ.c.uuid, _ARQ.c.bind_timeout))}
 
 
 @pytest.mark.parametrize('kind', databases.KINDS)
@@ -58,23 +58,21 @@ def test_binds_of_before_have_no_deadline_of_their_own(kind):
             before = _binding(engine, started)
             migration.upgrade(url, REVISION)
             assert migration.version(url) == REVISION
-            column, = [c for c in sa.inspect(engine).get_columns(
-                'extended_accelerator_requests')
-                if c['name'] == 'bind_deadline']
-            assert column['nullable']
-            assert _deadlines(engine) == {before: None}
+            columns = {c['name']: c for c in sa.inspect(engine).get_columns(
+                'extended_accelerator_requests')}
+            assert columns['bind_timeout']['nullable']
+            assert isinstance(columns['bind_timeout']['type'], sa.Integer)
+            assert _added(engine) == {before: (None,)}
             # The previous release binds as it did, naming no deadline.
             during = _binding(engine, started)
-            # A deadline keeps its microseconds (MariaDB: DATETIME(6)).
-            deadline = started + datetime.timedelta(seconds=240)
             with engine.begin() as c:
                 c.execute(sa.update(_ARQ).where(_ARQ.c.uuid == before)
-                          .values(bind_deadline=deadline))
+                          .values(bind_timeout=240))
             # Run again (an interrupted upgrade starts it over): what was
             # written since stays.
             migration.stamp(url, BEFORE)
             migration.upgrade(url)
             assert migration.version(url) == migration.head()
-            assert _deadlines(engine) == {before: deadline, during: None}
+            assert _added(engine) == {before: (240,), during: (None,)}
         finally:
             engine.dispose()
