@@ -342,8 +342,13 @@ wait_for cyborg-conductor 120 \
     "'cyborg-conductor started' in open('$WORK/logs/conductor.log').read()"
 
 log "cyborg-api on $API_URL"
+# A worker gunicorn replaces leaves its metrics files: its child_exit hook
+# folds them into archives (nothing without PROMETHEUS_MULTIPROC_DIR).
+echo 'from cyborg.api.metrics_files import child_exit' \
+    >"$WORK/gunicorn.conf.py"
 start cyborg-api env OS_CYBORG_CONFIG="$WORK/cyborg.conf" "${API_ENV[@]}" \
-    "$VENV/bin/gunicorn" --no-control-socket --workers 2 \
+    "$VENV/bin/gunicorn" --config "$WORK/gunicorn.conf.py" \
+    --no-control-socket --workers 2 \
     --bind "127.0.0.1:$API_PORT" cyborg.wsgi.api:application
 
 for i in "${!HOSTS[@]}"; do
