@@ -382,7 +382,6 @@ def _bind(conf, context, job, rp_uuid, deadline):
             reason=f'resource provider {rp_uuid}, which Placement offered, '
                    f'has no enabled device here')
     arq_binding.check_health(target, rp_uuid)
-    _check_not_newcomer(context, target, rp_uuid)
     # agent_host: whose agent makes the mdev of an MDEV handle.
     job.update(hostname=target.hostname, device_rp_uuid=rp_uuid,
                deployable_id=target.deployable_id,
@@ -395,26 +394,31 @@ def _bind(conf, context, job, rp_uuid, deadline):
              'deployable_id': target.deployable_id},
             where={'attach_handle_id': None, 'bind_id': job['bind_id']}):
         raise arq_binding._Lost()
-    handle = arq_binding._bind_one(conf, context, job['bind_id'], job,
-                                   deadline)
+    try:
+        handle = arq_binding._bind_one(conf, context, job['bind_id'], job,
+                                       deadline)
+    except exception.BindFailed as refused:
+        _check_not_shared(context, target, rp_uuid, refused)
+        raise
     arq_binding._notify_bound(conf, context, job, handle)
 
 
-def _check_not_newcomer(context, target, rp_uuid):
-    """BindFailed when the claimed provider is a newcomer's: its host
-    records a compute node provider a host recorded earlier records too
-    (a host renamed before its old name was forgotten), whose providers
-    offer the same hardware.  Placement reserves the newcomer's whole
-    (placement_sync), so only a claim made before its sync did lands
-    here; the take would refuse its handles too (``attach_handles.take``),
-    this says why.  One query, standalone allocations only."""
-    elder = host_db.elder_of(context, target.hostname)
-    if elder is not None:
+def _check_not_shared(context, target, rp_uuid, refused):
+    """Say why a bind failed where the claimed provider's host shares its
+    compute node provider with another host row (a host renamed before
+    its old name was forgotten): the take finds none of its handles
+    (``attach_handles.take``), and Placement reserves its providers
+    whole (placement_sync), so only a claim made before that sync lands
+    here.  Asked only once the bind failed: one query then, none on a
+    bind that succeeds."""
+    sharers = host_db.sharers(context, target.hostname)
+    if sharers:
         raise exception.BindFailed(
             reason=f'resource provider {rp_uuid} is on host '
                    f'{target.hostname}, which shares its compute node '
-                   f'with host {elder}, recorded there first: its devices '
-                   f'are not offered until {elder} is forgotten')
+                   f'with host(s) {", ".join(sharers)}: none of their '
+                   f'devices is offered until the stale name is '
+                   f'forgotten') from refused
 
 
 def _undo(placement, context, job, claimed, error):

@@ -26,9 +26,9 @@ compute host"):
    this process remembers of the host (``placement_sync.forget_hosts``;
    the other conductors' reconcile drops theirs).
 5. Sync the hosts left on its compute node provider (a host renamed
-   before the old name was forgotten records the same one): such a
-   newcomer kept its providers reserved whole while the forgotten host
-   was known, and offers them from now on (``placement_sync.resync``).
+   before the old name was forgotten records the same one): while two
+   host rows recorded it, each kept its providers reserved whole; one
+   left alone there offers them from now on (``placement_sync.resync``).
    A sync that fails leaves that host unsynced, for the reconcile.
 
 A step 3 cut short (Placement away, an allocation made since step 1:
@@ -129,8 +129,8 @@ def forget(conf, context, hostname):
 
 def _offer_sharers(conf, context, host):
     """Step 5: sync the hosts left on the forgotten host's compute node
-    provider, every provider compared: the one recorded first among them
-    offers its providers from now on.  The host is forgotten whatever
+    provider, every provider compared: one left alone there offers its
+    providers from now on.  The host is forgotten whatever
     happens here: a failure is logged, and the host it left unsynced is
     the reconcile's."""
     cn_uuid = host.get('compute_rp_uuid')

@@ -155,12 +155,18 @@ def _names_another_node(report, host):
     """Whether a full ``report`` names a compute node provider other than
     the one the host's row records (``[agent]resource_provider_name``
     corrected since): its sync looks the name up, and moves the host's
-    providers where another provider has it (``placement_sync``).  A
-    comparison of two strings, on full reports only: an unchanged report
-    is never asked."""
+    providers where another provider has it (``placement_sync``).  Not
+    a name this process looked up already for that compute node and did
+    not follow (``placement_sync.name_settled``: the agent's default
+    FQDN, where Nova named the compute node by the short host name, is
+    one): the host stays synced, nothing is looked up.  A comparison of
+    two strings and one dict lookup, on full reports only: an unchanged
+    report is never asked."""
     name = report.get('resource_provider_name')
     return bool(report['full'] and name and host['compute_rp_uuid'] and
-                name != host['compute_node_name'])
+                name != host['compute_node_name'] and
+                not placement_sync.name_settled(
+                    host['hostname'], name, host['compute_rp_uuid']))
 
 
 def _log_stored(hostname, report, plan):

@@ -24,33 +24,52 @@ host).  While it does not exist (nova-compute not started yet) the report
 is kept and the host stays unsynced.  A full report whose
 ``resource_provider_name`` is not the recorded provider's name (the
 setting corrected) has it looked up again (``_named_elsewhere``): an
-existing provider of that name becomes the host's compute node, its
-providers re-parented under it (Placement 1.37: allocations stay with
-their providers); a name Placement does not know keeps the one recorded.
-Only full reports are compared, and only their name against the
-recorded one: an unchanged report costs what it did.
+existing root provider of that name that no other host row records
+becomes the host's compute node, its providers re-parented under it
+(Placement 1.37: allocations stay with their providers); a name
+Placement does not know keeps the one recorded, and so does one another
+host records (a WARNING names it: moving there would make the two hosts
+share it) or that is not a root provider.  A name looked up and not
+followed is remembered for the host and that compute node
+(``_UNKNOWN_NAMES``): it is not looked up again, nor does its full
+report mark the host unsynced (``name_settled``), until the name or the
+compute node changes, or the host (or the one that refused the move) is
+forgotten.  Only full reports are compared, and only their name against
+the recorded one: an unchanged report costs what it did.
+
+The compute node provider recorded is written compare-and-set
+(``hosts.update``'s ``node``): by the sync that finds it
+(``_record_compute_node``), against the one that sync read, and a
+completed sync marks the host synced only while the row still records
+the provider it wrote under (``_mark_synced``).  A sync that finds the
+row moved meanwhile (another sync followed a corrected name) stops
+(``_Moved``): it never writes the providers back under the node left,
+nor that node back into the row; the next sync works from the new one.
 
 Two host rows may record one compute node provider: a host renamed (or
 its ``[DEFAULT]host`` changed) before its old name was forgotten reports
 its hardware anew under the new name, beside the old name's providers;
-or an ``[agent]resource_provider_name`` names another host's compute
-node.  The row recorded later (``hosts.newer``: its ``created_at``, then
-its id), the newcomer, has every provider reserved whole (as
-``_held_whole`` reserves a card), a WARNING at each of its syncs naming
-both hosts, and no bind takes its handles (``attach_handles.take``):
-the hardware is offered once, by the host recorded first, whose
-providers allocations may already hold.  Whether a host is a newcomer
-changes with no provider's generation: each such change syncs the hosts
-it concerns at once, every provider compared (``resync``).  Forgetting
-the host recorded first (cyborg.conductor.hosts) syncs those left on its
-compute node, offering the newcomer's providers; a host that comes to a
-compute node a newcomer already records (its first sync there, or its
-providers moved there) syncs the newcomer before it writes its own; one
-whose providers move away syncs those it left.  Where such a sync fails,
-the host it left unsynced is compared whole by the next reconcile, and
-this process compares every provider of a host whose standing changed
-since it last synced it (``_NEWCOMERS``).  The sharers are read with one
-query per sync (``hosts.sharers``), never on an unchanged report.
+or an agent's ``[agent]resource_provider_name`` names another host's
+compute node at its first report.  Both offer the same hardware, and
+nothing says which name is live: the row made first may be the name that
+found the compute node last, and instances may hold either's devices.
+So the rule is symmetric: while two or more rows record one compute node
+provider, EVERY one of them has every provider reserved whole (as
+``_held_whole`` reserves a card), logs a WARNING at each of its syncs
+naming them all and what to do, and no bind takes its handles
+(``attach_handles.take``); the exports leave them out.  Whether a host
+shares its compute node changes with no provider's generation: each such
+change syncs the hosts it concerns, every provider compared
+(``resync``).  A host that comes to a compute node others record (its
+first sync there) syncs them before it writes its own; forgetting one
+(cyborg.conductor.hosts) syncs those left, and one whose providers move
+away syncs those it left: a host left alone there offers its providers
+at once.  Where such a sync fails, the host it left unsynced is compared
+whole by the next reconcile, and this process compares every provider
+of a host whose standing changed since it last synced it (``_SHARED``).
+The sharers are read with one query per pass of a sync, after the tree
+listing the pass writes against (``_sharing_now``), so that the sync
+that writes last read the newest; never on an unchanged report.
 
 A host's first sync makes its providers: a create each, a trait PUT each,
 then one reshape for all their inventories and one listing to learn their
@@ -189,27 +208,28 @@ def _forget_entries(client, entries):
 
 
 # Per client: {hostname: whether this process last synced the host whole
-# as a newcomer on its compute node (``_shared_with``)}.  No generation
-# says that this changed (the host recorded first was forgotten, or came
-# or left): a sync that finds it changed compares every provider.
-_NEWCOMERS = weakref.WeakKeyDictionary()
+# as sharing its compute node with another host row (``_sharing_now``)}.
+# No generation says that this changed (another host came there, or was
+# forgotten, or left): a sync that finds it changed compares every
+# provider.
+_SHARED = weakref.WeakKeyDictionary()
 
 
-def _newcomer_changed(client, hostname, newcomer):
+def _shared_changed(client, hostname, shared):
     with _GENERATIONS_LOCK:
-        before = _NEWCOMERS.get(client, {}).get(hostname)
-    return before is not None and before != newcomer
+        before = _SHARED.get(client, {}).get(hostname)
+    return before is not None and before != shared
 
 
-def _remember_newcomer(client, hostname, newcomer):
+def _remember_shared(client, hostname, shared):
     with _GENERATIONS_LOCK:
-        _NEWCOMERS.setdefault(client, {})[hostname] = newcomer
+        _SHARED.setdefault(client, {})[hostname] = shared
 
 
 # -- what this process remembers of hosts -------------------------------------
 
 # ``(hostnames, forget)`` of each memory this process keeps by host name
-# (``_NEWCOMERS``, ``_UNKNOWN_NAMES``, inventory_apply's ``_WARNED``):
+# (``_SHARED``, ``_UNKNOWN_NAMES``, inventory_apply's ``_WARNED``):
 # ``hostnames(client)`` the names it holds, ``forget(client, names)``
 # drops them (``client``: the conductor's Placement client, for a memory
 # kept per client).  Each grows by a host it serves: a host forgotten
@@ -247,19 +267,19 @@ def _remembered_hosts(client):
                          for hostnames, _forget in _HOST_MEMORIES))
 
 
-def _newcomer_hosts(client):
+def _shared_hosts(client):
     with _GENERATIONS_LOCK:
-        return set(_NEWCOMERS.get(client, ()))
+        return set(_SHARED.get(client, ()))
 
 
-def _forget_newcomers(client, names):
+def _forget_shared(client, names):
     with _GENERATIONS_LOCK:
-        seen = _NEWCOMERS.get(client, {})
+        seen = _SHARED.get(client, {})
         for name in names:
             seen.pop(name, None)
 
 
-_HOST_MEMORIES.append((_newcomer_hosts, _forget_newcomers))
+_HOST_MEMORIES.append((_shared_hosts, _forget_shared))
 
 
 # -- after a report -----------------------------------------------------------
@@ -356,16 +376,19 @@ def sync_providers(conf, context, hostname, providers, host=None,
 
 
 def _mark_synced(context, hostname, digest, cn_uuid, serial):
-    """Record a completed sync (and the compute node provider it found)
-    in one UPDATE, unless a later report changed the digest, or a later
-    change made Placement lag (``serial``: the host's ``sync_serial`` as
-    the change this sync writes left it, or as read before the rows;
-    any change since moved it past), meanwhile: that change's sync, or
-    the reconcile, marks it.  True when Placement matched at the end of
-    the sync."""
+    """Record a completed sync in one UPDATE, unless a later report
+    changed the digest, or a later change made Placement lag
+    (``serial``: the host's ``sync_serial`` as the change this sync
+    writes left it, or as read before the rows; any change since moved
+    it past), or the row records another compute node provider than the
+    one this sync wrote under (``cn_uuid``: another sync moved the host
+    since; the compute node provider itself is recorded by
+    ``_record_compute_node``, never here), meanwhile: that change's
+    sync, or the reconcile, marks it.  True when Placement matched at
+    the end of the sync."""
     if cn_uuid:
         host_db.update(context, hostname, digest=digest, serial=serial,
-                       placement_synced=True, compute_rp_uuid=cn_uuid)
+                       node=cn_uuid, placement_synced=True)
     return bool(cn_uuid)
 
 
@@ -384,8 +407,9 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     host's row if the caller has it.  ``follow_name``: look ``rp_name``
     up even though a compute node is recorded (``_named_elsewhere``).
     Returns the compute node provider's uuid once Placement matches, for
-    the caller to record with the sync; None when that provider does not
-    exist yet (or the host is unknown).
+    the caller to mark the host synced under (``_mark_synced``); None
+    when that provider does not exist yet, the host is unknown, or its
+    row came to record another one meanwhile (``_Moved``).
     Raises PlacementError after trying every provider if any failed.
     """
     client = placement_client.get_client(conf)
@@ -393,15 +417,43 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     if host is None:
         return None
     cn_uuid, cn_name, actual = _compute_node_tree(
-        client, host, rp_name, bool(removed) or remove_orphans,
+        client, context, host, rp_name, bool(removed) or remove_orphans,
         follow_name)
     if cn_uuid is None:
         LOG.info('No compute node provider for host %s in Placement yet; '
                  'its devices are synced once it appears.', hostname)
         return None
+    try:
+        return _sync_under(conf, context, client, host, cn_uuid, cn_name,
+                           actual, touched, removed, remove_orphans,
+                           trust_memory)
+    except _Moved:
+        LOG.info('Host %s no longer records compute node provider %s '
+                 '(another sync moved it, or it was forgotten): this sync '
+                 'stops, the next one works from the one recorded.',
+                 hostname, cn_uuid)
+        return None
+
+
+class _Moved(Exception):
+    """The host's row no longer records the compute node provider this
+    sync works under (``_record_compute_node``, ``_sharing_now``)."""
+
+
+def _sync_under(conf, context, client, host, cn_uuid, cn_name, actual,
+                touched, removed, remove_orphans, trust_memory):
+    """``sync_host`` once its compute node provider is known."""
+    hostname = host['hostname']
     left = _record_compute_node(context, host, cn_uuid, cn_name)
-    held = _shared_with(conf, context, host, cn_uuid, cn_name)
-    if _newcomer_changed(client, hostname, held is not None):
+    sharers = _sharing_now(context, host, cn_uuid)
+    if sharers and cn_uuid != host.get('compute_rp_uuid'):
+        # It has just come there (its first sync there): the others
+        # there, offered until now if alone, are reserved first.
+        LOG.info('Host %s comes to compute node provider %s (%s), which '
+                 'host(s) %s record too: reserving theirs.', hostname,
+                 cn_uuid, cn_name, ', '.join(sharers))
+        resync(conf, context, sharers)
+    if _shared_changed(client, hostname, bool(sharers)):
         trust_memory = False
     owned = set()
     if remove_orphans:
@@ -421,7 +473,8 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
     pending = None                      # every provider of the host
     passes = placement_client.GENERATION_RETRIES
     for _pass in range(passes):
-        desired = _desired(context, hostname, cn_uuid, pending, held)
+        desired = _desired(context, hostname, cn_uuid, pending,
+                           bool(sharers))
         if wanted is None:
             wanted = {p.uuid for p in desired}
         overtaken = _sync_pass(client, cn_uuid, desired, actual, touched,
@@ -430,12 +483,20 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
             break
         # Another writer came first (another sync of this host, an
         # allocation): what we wrote from may be old.  Read the tree,
-        # THEN the rows, and write those providers again from them.
+        # THEN the rows (and who shares the compute node: a host forgotten
+        # or come meanwhile), and write those providers again from them.
         LOG.debug('Placement sync of host %s: %d provider(s) changed '
                   'meanwhile; working them out again', hostname,
                   len(overtaken))
         pending = touched = overtaken
         actual = _by_uuid(client.list_tree(cn_uuid))
+        now = _sharing_now(context, host, cn_uuid)
+        if bool(now) != bool(sharers):
+            # What the earlier passes wrote follows the old standing:
+            # every provider is compared again.
+            pending = touched = None
+            trust_memory = False
+        sharers = now
     else:
         failures += [placement_client.GenerationConflict(
             uuid=rp_uuid, attempts=passes) for rp_uuid in overtaken]
@@ -450,12 +511,14 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
             _remove_provider(client, rp_uuid)
             done['removed'] += 1
     _log_sync(hostname, done, failures)
+    if sharers:
+        _warn_shared(hostname, sharers, cn_uuid, cn_name)
     if failures:
         raise failures[0]
-    _remember_newcomer(client, hostname, held is not None)
+    _remember_shared(client, hostname, bool(sharers))
     if left:
-        # Its providers have left that compute node: a newcomer there
-        # may be the only host on it now.
+        # Its providers have left that compute node: a host there may be
+        # the only one on it now.
         resync(conf, context, host_db.sharing(context, left))
     return cn_uuid
 
@@ -463,73 +526,73 @@ def sync_host(conf, context, hostname, touched=None, removed=(),
 def _record_compute_node(context, host, cn_uuid, cn_name):
     """Record the compute node provider found (its uuid and name) in the
     host's row where it is not the one recorded, before anything is
-    written under it: the newcomer on it (``_shared_with``), and a sync
-    that follows this one (the reconcile, another report's) after this
-    one was cut short, work from it, not from the node left.  One UPDATE
-    when it changed (the host's first sync, or moved), else none.
-    Returns the compute node provider the host moved from, if it did."""
+    written under it: the hosts sharing it (``_sharing_now``), and a
+    sync that follows this one (the reconcile, another report's) after
+    this one was cut short, work from it, not from the node left.  One
+    UPDATE when it changed (the host's first sync, or moved), else none;
+    compare-and-set on the provider ``host`` (as read) records: where
+    another sync recorded another one since, ``_Moved``.  Returns the
+    compute node provider the host moved from, if it did."""
     values = {}
     if cn_name and cn_name != host.get('compute_node_name'):
         values['compute_node_name'] = cn_name
     recorded = host.get('compute_rp_uuid')
     if cn_uuid != recorded:
         values['compute_rp_uuid'] = cn_uuid
-    if values:
-        host_db.update(context, host['hostname'], **values)
+    if values and not host_db.update(context, host['hostname'],
+                                     node=recorded, **values):
+        # Another sync recorded one since: the same (two first syncs at
+        # once) is this one's too; another is the next sync's.
+        row = host_db.get(context, host['hostname'])
+        if row is None or row['compute_rp_uuid'] != cn_uuid:
+            raise _Moved()
     return recorded if recorded and recorded != cn_uuid else None
 
 
-def _shared_with(conf, context, host, cn_uuid, cn_name):
-    """The host recorded first on the compute node provider ``cn_uuid``
-    when ``host`` came there later (a newcomer: its providers are then
-    reserved whole), else None.  A host that has just come to a compute
-    node (its first sync, or moved) where a newcomer already is syncs
-    that newcomer first (``resync``): its providers, offered until now,
-    are reserved before this host's are.  One query."""
-    hostname = host['hostname']
-    sharers = host_db.sharers(context, hostname, cn_uuid)
-    elders = [row['hostname'] for row in sharers if row['earlier']]
-    if elders:
-        LOG.warning(
-            'Host %(new)s records compute node provider %(cn)s (%(name)s), '
-            'which host %(old)s, recorded earlier, records too: the same '
-            'hardware under two names.  %(new)s keeps its providers '
-            'reserved whole and offers none of its devices until %(old)s '
-            'is forgotten.  If %(new)s is %(old)s renamed, drain %(old)s '
-            '(no instance holds its accelerators) and run "cyborg-manage '
-            'host forget %(old)s"; if [agent]resource_provider_name of '
-            '%(new)s names another host\'s compute node, correct it.',
-            {'new': hostname, 'old': elders[0], 'cn': cn_uuid,
-             'name': cn_name})
-        return elders[0]
-    newcomers = [row['hostname'] for row in sharers]
-    if newcomers and cn_uuid != host.get('compute_rp_uuid'):
-        LOG.info('Host %s comes to compute node provider %s (%s), which '
-                 'host(s) %s, recorded later, record too: reserving '
-                 'theirs.', hostname, cn_uuid, cn_name,
-                 ', '.join(newcomers))
-        resync(conf, context, newcomers)
-    return None
+def _sharing_now(context, host, cn_uuid):
+    """The other hosts whose rows record the compute node provider
+    ``cn_uuid`` (sorted): while any does, each of them, ``host``
+    included, keeps every provider reserved whole.  One query, read
+    after the tree listing the pass writes against; ``_Moved`` where
+    ``host``'s row no longer records ``cn_uuid``."""
+    names = host_db.sharing(context, cn_uuid)
+    if host['hostname'] not in names:
+        raise _Moved()
+    return [name for name in names if name != host['hostname']]
+
+
+def _warn_shared(hostname, sharers, cn_uuid, cn_name):
+    """The WARNING of each sync of a host sharing its compute node."""
+    hosts = ', '.join(sorted([hostname] + sharers))
+    LOG.warning(
+        'Hosts %(hosts)s all record compute node provider %(cn)s '
+        '(%(name)s): the same hardware under several names.  None of them '
+        'offers its devices (%(host)s keeps every provider reserved whole) '
+        'until one name is left.  If a host was renamed, drain its stale '
+        'name (no instance holds its accelerators) and run "cyborg-manage '
+        'host forget <stale name>"; if an agent\'s '
+        '[agent]resource_provider_name or [DEFAULT]host is wrong, correct '
+        'it.', {'hosts': hosts, 'cn': cn_uuid, 'name': cn_name,
+                'host': hostname})
 
 
 def resync(conf, context, hostnames):
     """Mark each of ``hostnames`` unsynced and sync it, comparing every
-    provider: whether a host is a newcomer on its compute node changed
-    (another host came there, or the one recorded first was forgotten),
-    which no provider's generation says.  Failures are logged and left
-    to the reconcile (the host stays unsynced, and every provider is
-    compared then)."""
+    provider: whether a host shares its compute node changed (another
+    host came there, left, or was forgotten), which no provider's
+    generation says.  Failures are logged and left to the reconcile
+    (the host stays unsynced, and every provider is compared then)."""
     for hostname in hostnames:
         host_db.update(context, hostname, placement_synced=False)
         sync_providers(conf, context, hostname, set())
 
 
-def _desired(context, hostname, cn_uuid, only=None, held=None):
+def _desired(context, hostname, cn_uuid, only=None, shared=False):
     """The host's providers as its rows describe them (those in ``only``
-    when given); every one reserved whole while ``held`` (the host
-    recorded first on the compute node, ``_shared_with``)."""
+    when given); every one reserved whole while ``shared`` (another host
+    row records the compute node, ``_sharing_now``)."""
     providers = [provider_tree.provider_for(
-                     _held_whole(row, held), row['attributes'],
+                     _held_whole(row, shared), row['attributes'],
                      row['device_status'], cn_uuid,
                      health_machine.effective(row['health'],
                                               row['device_health']))
@@ -537,16 +600,17 @@ def _desired(context, hostname, cn_uuid, only=None, held=None):
     return [p for p in providers if only is None or p.uuid in only]
 
 
-def _held_whole(row, elder=None):
+def _held_whole(row, shared=False):
     """The host_providers ``row`` as ``provider_for`` must reserve it: as
     a gone one (reserved whole) while another deployable of its card is
     kept gone under an attach handle in use (``card_held``).  What the
     card is reported as now (a GPU whole, its vGPUs or VFs not back yet
     after a reboot or a driver reload; an FPGA's PF, its VFs not back)
     is what an instance still uses; the next sync after that handle is
-    released offers it.  So too while ``elder``, another host recorded
-    first on the host's compute node, offers the same hardware."""
-    return dict(row, gone=True) if row.get('card_held') or elder else row
+    released offers it.  So too while the host's compute node is
+    ``shared`` with another host row (the same hardware under two
+    names)."""
+    return dict(row, gone=True) if row.get('card_held') or shared else row
 
 
 def _sync_pass(client, cn_uuid, desired, actual, touched, trust_memory,
@@ -592,7 +656,8 @@ def _log_sync(hostname, done, failures):
             ', %d failed' % len(failures) if failures else '')
 
 
-def _compute_node_tree(client, host, name, need_tree, follow_name=False):
+def _compute_node_tree(client, context, host, name, need_tree,
+                       follow_name=False):
     """(compute node provider uuid, its name when read, {uuid: provider}
     of its tree).
 
@@ -602,9 +667,11 @@ def _compute_node_tree(client, host, name, need_tree, follow_name=False):
     already answers the create with a conflict and is adopted.
 
     ``follow_name``: ``name`` (a full report's) is looked up when it is
-    not the recorded provider's (``_named_elsewhere``); where another
-    provider has it, that one is returned, with the tree of both (the
-    host's providers, under the old one, are then re-parented)."""
+    not the recorded provider's, unless it was already, for that
+    provider, and not followed (``name_settled``); where another
+    provider has it (``_named_elsewhere``), that one is returned, with
+    the tree of both (the host's providers, under the old one, are then
+    re-parented)."""
     cn_uuid = host.get('compute_rp_uuid')
     if cn_uuid:
         try:
@@ -615,8 +682,10 @@ def _compute_node_tree(client, host, name, need_tree, follow_name=False):
                      host['hostname'])
         else:
             cn_name = tree.get(cn_uuid, {}).get('name')
-            if follow_name and name and name != cn_name:
-                found = _named_elsewhere(client, host, name, cn_name, tree)
+            if (follow_name and name and name != cn_name and
+                    not name_settled(host['hostname'], name, cn_uuid)):
+                found = _named_elsewhere(client, context, host, name,
+                                         cn_name, tree)
                 if found is not None:
                     tree.update(_by_uuid(client.list_tree(found['uuid'])))
                     return found['uuid'], found['name'], tree
@@ -630,47 +699,114 @@ def _compute_node_tree(client, host, name, need_tree, follow_name=False):
             break
     if found is None:
         return None, None, {}
+    if name and found['name'] != name:
+        # The host name's fallback: the name is settled at once.
+        _not_followed(host, name, found['uuid'], found['name'],
+                      'Placement does not know', logging.INFO)
     if not need_tree:
         return found['uuid'], found['name'], {}
     return (found['uuid'], found['name'],
             _by_uuid(client.list_tree(found['uuid'])))
 
 
-# {hostname: the resource_provider_name last looked up for it and not
-# found}: said once at WARNING, then at DEBUG.
+# {hostname: (the resource_provider_name looked up for it and not
+# followed, the compute node provider it was looked up against, the host
+# whose row records the provider of that name, or None)}: not looked up
+# again (``name_settled``) until the host reports another name, or comes
+# to record another compute node, or it or that other host is forgotten
+# (here, or through another conductor: the reconcile, ``_forget_gone``);
+# said once, when remembered.
 _UNKNOWN_NAMES = {}
 _UNKNOWN_NAMES_LOCK = threading.Lock()
-host_memory(lambda: _UNKNOWN_NAMES, _UNKNOWN_NAMES_LOCK)
 
 
-def _named_elsewhere(client, host, name, cn_name, tree):
+def name_settled(hostname, name, cn_uuid):
+    """Whether ``name``, reported by ``hostname`` whose row records the
+    compute node provider ``cn_uuid``, was looked up and not followed:
+    a full report naming it neither marks the host unsynced
+    (inventory_apply) nor has it looked up again.  One dict lookup."""
+    with _UNKNOWN_NAMES_LOCK:
+        entry = _UNKNOWN_NAMES.get(hostname)
+    return entry is not None and entry[:2] == (name, cn_uuid)
+
+
+def _unknown_name_hosts(_client):
+    """The hosts ``_UNKNOWN_NAMES`` holds something of: those it is kept
+    for, and those whose rows refused a move (forgetting one makes the
+    move possible)."""
+    with _UNKNOWN_NAMES_LOCK:
+        return set(_UNKNOWN_NAMES) | {
+            entry[2] for entry in _UNKNOWN_NAMES.values() if entry[2]}
+
+
+def _forget_unknown_names(_client, names):
+    with _UNKNOWN_NAMES_LOCK:
+        for hostname, entry in list(_UNKNOWN_NAMES.items()):
+            if hostname in names or entry[2] in names:
+                del _UNKNOWN_NAMES[hostname]
+
+
+_HOST_MEMORIES.append((_unknown_name_hosts, _forget_unknown_names))
+
+
+def _named_elsewhere(client, context, host, name, cn_name, tree):
     """The provider named ``name`` (a full report's
     ``resource_provider_name``, not the name of the compute node
-    provider recorded, ``cn_name``) when it exists and is another one:
-    the operator corrected the setting (the provider first found was the
-    host name's fallback, or a wrong name's), and the host's providers
-    move under it.  None (the recorded one stays) when Placement has no
-    such provider, or it is in the recorded provider's ``tree``."""
+    provider recorded, ``cn_name``) when the host's providers may move
+    under it: the operator corrected the setting (the provider first
+    found was the host name's fallback, or a wrong name's).  None (the
+    recorded one stays, and the name is remembered: ``name_settled``)
+    when Placement has no such provider (the agent's default FQDN, where
+    Nova names the compute node by the short host name: said at INFO), or
+    it is in the recorded provider's ``tree``, or is not a root provider,
+    or another host row records it (another host's compute node: moving
+    there would make the two share it, and reserve that host's devices;
+    said at WARNING, naming that host)."""
     hostname = host['hostname']
     found = client.get_provider_by_name(name)
-    if found is None or found['uuid'] in tree:
-        with _UNKNOWN_NAMES_LOCK:
-            first = _UNKNOWN_NAMES.get(hostname) != name
-            _UNKNOWN_NAMES[hostname] = name
-        LOG.log(logging.WARNING if first else logging.DEBUG,
-                'Host %s reports resource_provider_name %s, which %s; its '
-                'providers stay under compute node provider %s (%s).',
-                hostname, name, 'Placement does not know' if found is None
-                else 'is a provider under that compute node', cn_name,
-                host['compute_rp_uuid'])
-        return None
+    blocker, level = None, logging.WARNING
+    if found is None:
+        why = 'Placement does not know'
+        # The host name's fallback found the compute node: the agent's
+        # default FQDN is not Nova's name for it, the usual case.
+        level = logging.INFO if cn_name == hostname else logging.WARNING
+    elif found['uuid'] in tree or found.get('parent_provider_uuid'):
+        why = ('is a provider under that compute node'
+               if found['uuid'] in tree else 'is not a compute node '
+               '(a root provider)')
+    else:
+        others = [other for other in host_db.sharing(context, found['uuid'])
+                  if other != hostname]
+        if not others:
+            with _UNKNOWN_NAMES_LOCK:
+                _UNKNOWN_NAMES.pop(hostname, None)
+            LOG.info('Host %s reports resource_provider_name %s: moving '
+                     'its providers from compute node provider %s (%s) '
+                     'to %s (%s).', hostname, name, cn_name,
+                     host['compute_rp_uuid'], found['name'], found['uuid'])
+            return found
+        blocker = others[0]
+        why = (f'is the compute node provider of host(s) '
+               f'{", ".join(others)}: correct the setting of whichever '
+               f'host names another\'s compute node')
+    _not_followed(host, name, host['compute_rp_uuid'], cn_name, why, level,
+                  blocker)
+    return None
+
+
+def _not_followed(host, name, cn_uuid, cn_name, why, level, blocker=None):
+    """Remember ``name`` as settled for ``host`` under the compute node
+    provider ``cn_uuid`` (``name_settled``), saying why at ``level``
+    unless it was already."""
+    hostname = host['hostname']
+    entry = (name, cn_uuid, blocker)
     with _UNKNOWN_NAMES_LOCK:
-        _UNKNOWN_NAMES.pop(hostname, None)
-    LOG.info('Host %s reports resource_provider_name %s: moving its '
-             'providers from compute node provider %s (%s) to %s (%s).',
-             hostname, name, cn_name, host['compute_rp_uuid'],
-             found['name'], found['uuid'])
-    return found
+        said = _UNKNOWN_NAMES.get(hostname) == entry
+        _UNKNOWN_NAMES[hostname] = entry
+    LOG.log(logging.DEBUG if said else level,
+            'Host %s reports resource_provider_name %s, which %s; its '
+            'providers stay under compute node provider %s (%s).',
+            hostname, name, why, cn_name, cn_uuid)
 
 
 def _by_uuid(providers):

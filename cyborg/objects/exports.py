@@ -58,17 +58,17 @@ def host_inventories(context, hostname=None):
     queries however many hosts there are."""
     names = None if hostname is None else [hostname]
     rows = inventory_db.load_hosts(context, names)
-    changes = host_db.changes_and_newcomers(context, names)
+    changes = host_db.changes_and_shared(context, names)
     return [_host_inventory(host, rows[host], *changes.get(host,
                                                             (None, False)))
             for host in (names or sorted(rows))]
 
 
-def _host_inventory(hostname, rows, host_changed_at, newcomer=False):
-    """``newcomer``: the host shares its compute node with a host
-    recorded there first (``hosts.has_elder``), which offers the same
-    hardware: none of its deployables is offered, as Placement reserves
-    them all."""
+def _host_inventory(hostname, rows, host_changed_at, shared=False):
+    """``shared``: another host row records the host's compute node
+    provider (``hosts.has_sharer``: the same hardware under two names):
+    none of its deployables is offered, as Placement reserves them
+    all."""
     attributes, handles = {}, {}
     for row in rows['attributes']:
         attributes.setdefault(row['deployable_id'], {})[row['key']] = (
@@ -96,7 +96,7 @@ def _host_inventory(hostname, rows, host_changed_at, newcomer=False):
             if row['gone'] and row['id'] in taken}
     for row in sorted(rows['deployables'], key=lambda r: r['name']):
         device = devices[row['device_id']]
-        schedulable = not newcomer and not provider_tree.blocked(
+        schedulable = not shared and not provider_tree.blocked(
             device['status'], states.worst(row['health'], device['health']),
             row['gone'] or row['device_id'] in held,
             row['programming_until'] or marks.get(row['device_id']))

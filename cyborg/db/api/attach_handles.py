@@ -37,8 +37,8 @@ def take(context, deployable_id, unless_programmed=False):
     free handle until this one commits.  A handle kept while gone
     (``gone``: no longer reported) is never taken; few are, so reading
     past them in that order costs nothing.  Nor is a handle of a host
-    that is a newcomer on its compute node (``hosts.has_elder``: see
-    ``_OF_NEWCOMER``).
+    that shares its compute node with another host row
+    (``hosts.has_sharer``: see ``_OF_SHARED``).
     """
     connection = _sql.connection(context)
     statement = (_TAKE_UNLESS_PROGRAMMED if unless_programmed
@@ -57,31 +57,33 @@ def take(context, deployable_id, unless_programmed=False):
 
 # Built once: statements a bind runs every time (see arqs._filtered).
 _H = models.AttachHandle.__table__
-# Whether the deployable is a newcomer's: its host's row records a compute
-# node provider an earlier row records too (a host renamed before the old
-# name was forgotten), whose providers, the same hardware, are the ones
-# offered; Placement reserves the newcomer's whole (placement_sync), and
-# no bind, Nova's or a standalone allocation's, takes its handles.  Read
-# by the free handle's SELECT, not by the take's UPDATE: a locking read's
-# clause does not lock the rows of its subqueries (the UPDATE's subqueries
-# share-lock what they read on MariaDB, and the host rows would make every
-# bind wait for the reports holding them).  No statement more; it depends
-# on the bind's deployable alone, so it is read once per take.
+# Whether the deployable's host shares its compute node provider: another
+# host row records it too (a host renamed before the old name was
+# forgotten; a resource_provider_name naming another host's compute node),
+# the same hardware under two names, of which nothing tells which one is
+# live.  Placement reserves every provider of each of them whole
+# (placement_sync), and no bind, Nova's or a standalone allocation's,
+# takes their handles.  Read by the free handle's SELECT, not by the
+# take's UPDATE: a locking read's clause does not lock the rows of its
+# subqueries (the UPDATE's subqueries share-lock what they read on
+# MariaDB, and the host rows would make every bind wait for the reports
+# holding them).  No statement more; it depends on the bind's deployable
+# alone, so it is read once per take.
 _OWNER = models.Host.__table__.alias('owner')
 _OWNED = models.Deployable.__table__.alias('owned')
 _OWNER_DEVICE = models.Device.__table__.alias('owner_device')
-_OF_NEWCOMER = (
+_OF_SHARED = (
     sa.select(_OWNED.c.id)
     .join(_OWNER_DEVICE, _OWNER_DEVICE.c.id == _OWNED.c.device_id)
     .join(_OWNER, _OWNER.c.hostname == _OWNER_DEVICE.c.hostname)
     .where(_OWNED.c.id == sa.bindparam('deployable_id'),
-           host_db.has_elder(_OWNER))
+           host_db.has_sharer(_OWNER))
     .exists())
 _FREE_HANDLE = (
     sa.select(_H.c.id, _H.c.uuid, _H.c.attach_type, _H.c.attach_info)
     .where(_H.c.deployable_id == sa.bindparam('deployable_id'),
            _H.c.in_use == sa.false(), _H.c.gone == sa.false(),
-           ~_OF_NEWCOMER)
+           ~_OF_SHARED)
     .order_by(_H.c.id).limit(1).with_for_update(skip_locked=True))
 _TAKE_HANDLE = (
     sa.update(_H).where(_H.c.id == sa.bindparam('handle_id'),

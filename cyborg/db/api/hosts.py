@@ -10,10 +10,13 @@ lock a host's row to serialise with its reports and mark it unsynced;
 Two host rows may record one compute node provider (a host renamed, or
 its ``[DEFAULT]host`` changed, before the old name was forgotten; an
 ``[agent]resource_provider_name`` naming another host's compute node):
-both would offer the same hardware.  The row recorded later (``newer``)
-is a *newcomer* there: its providers are reserved whole and no bind
-takes its handles while an earlier row shares its compute node
-(``has_elder``; cyborg.conductor.placement_sync).
+both would offer the same hardware, and nothing tells which name is the
+live one (the row made first may be the name that found the compute
+node last, and the one an instance uses the other).  So while another
+row records its compute node (``has_sharer``), no host there offers
+anything: every one keeps its providers reserved whole and no bind takes
+its handles (cyborg.conductor.placement_sync), until the stale name is
+forgotten or the setting corrected.
 """
 
 import sqlalchemy as sa
@@ -39,31 +42,16 @@ _LOCK = _GET.with_for_update()
 _INSERT = sa.insert(_HOST)
 
 
-def newer(later, earlier):
-    """Whether host row ``later`` was recorded after ``earlier`` (two
-    aliases of the hosts table): by ``created_at`` (the clock every
-    conductor shares; ``create`` and the model always set it), rows
-    made in the same microsecond by id (the order the database inserted
-    them).  A total order, the same on every database (no string
-    collation in it)."""
-    return sa.or_(later.c.created_at > earlier.c.created_at,
-                  sa.and_(later.c.created_at == earlier.c.created_at,
-                          later.c.id > earlier.c.id))
-
-
-def _in_order(rows):
-    """ORDER BY terms of ``newer``'s order, first recorded first."""
-    return rows.c.created_at, rows.c.id
-
-
-def has_elder(host):
-    """Whether another row recorded before ``host`` (an alias of the
-    hosts table, in the enclosing query) records its compute node
-    provider: ``host`` is a newcomer there."""
-    elder = _HOST.alias('elder_host')
+def has_sharer(host):
+    """Whether another row (another id) records the compute node
+    provider of ``host`` (an alias of the hosts table, in the enclosing
+    query): the host shares it, and offers nothing.  An equality on
+    ``compute_rp_uuid``, read through ``hosts_compute_rp_uuid_idx``; a
+    row with none recorded shares nothing (NULL equals nothing)."""
+    other = _HOST.alias('sharer')
     return sa.exists().where(
-        elder.c.compute_rp_uuid == host.c.compute_rp_uuid,
-        newer(host, elder))
+        other.c.compute_rp_uuid == host.c.compute_rp_uuid,
+        other.c.id != host.c.id)
 
 
 @writer
@@ -182,15 +170,16 @@ def delete(context, hostname):
 
 
 @reader
-def changes_and_newcomers(context, hostnames=None):
+def changes_and_shared(context, hostnames=None):
     """{hostname: (time of its last inventory report or other change of
-    its row (or None), whether it is a newcomer on its compute node:
-    ``has_elder``)} of every host, or of ``hostnames``: one query, what
-    the exports read of the hosts table.  A change that leaves no row of
-    the host's inventory behind (an attribute deleted) marks the host
-    unsynced, which moves its row."""
+    its row (or None), whether it shares its compute node with another
+    row: ``has_sharer``)} of every host, or of ``hostnames``: one query,
+    what the exports read of the hosts table.  A change that leaves no
+    row of the host's inventory behind (an attribute deleted) marks the
+    host unsynced, which moves its row; so does a sharer coming or going
+    (``placement_sync.resync``)."""
     h = _HOST
-    query = sa.select(h.c.hostname, has_elder(h).label('newcomer'),
+    query = sa.select(h.c.hostname, has_sharer(h).label('shared'),
                       h.c.last_report_at, h.c.updated_at)
     if hostnames is not None:
         names = [name for name in hostnames if _sql.matchable(name)]
@@ -198,61 +187,39 @@ def changes_and_newcomers(context, hostnames=None):
             return {}
         query = query.where(h.c.hostname.in_(names))
     return {hostname: (max((t for t in stamps if t is not None),
-                           default=None), bool(newcomer))
-            for hostname, newcomer, *stamps in
+                           default=None), bool(shared))
+            for hostname, shared, *stamps in
             _sql.connection(context).execute(query).all()}
 
 
-# The other rows recording a compute node provider, and whether each was
-# recorded before the host's own (see ``sharers``).
+_SHARING = sa.select(_HOST.c.hostname).where(
+    _HOST.c.compute_rp_uuid == sa.bindparam('b_cn'))
 _ME = _HOST.alias('me')
 _OTHER = _HOST.alias('other')
 _SHARERS = (
-    sa.select(_OTHER.c.hostname, newer(_ME, _OTHER).label('earlier'))
-    .select_from(_OTHER.join(_ME, _ME.c.hostname == sa.bindparam(
-        'b_hostname')))
-    .where(_OTHER.c.compute_rp_uuid == sa.bindparam('b_cn'),
-           _OTHER.c.id != _ME.c.id)
-    .order_by(*_in_order(_OTHER)))
-_SHARING = (sa.select(_HOST.c.hostname)
-            .where(_HOST.c.compute_rp_uuid == sa.bindparam('b_cn'))
-            .order_by(*_in_order(_HOST)))
-
-
-@reader
-def sharers(context, hostname, cn_uuid):
-    """The other host rows that record the compute node provider
-    ``cn_uuid``, in the order they were recorded: [{hostname, earlier
-    (whether recorded before ``hostname``'s row: ``hostname`` is then a
-    newcomer there)}]; one query, a sync's (a host's compute node is
-    read on every sync, never on an unchanged report)."""
-    return _sql.rows(_sql.connection(context).execute(
-        _SHARERS, {'b_hostname': hostname, 'b_cn': cn_uuid}))
-
-
-@reader
-def sharing(context, cn_uuid):
-    """The host names recording the compute node provider ``cn_uuid``,
-    in the order they were recorded."""
-    return list(_sql.connection(context).scalars(_SHARING,
-                                                 {'b_cn': cn_uuid}))
-
-
-@reader
-def elder_of(context, hostname):
-    """The host recorded first on ``hostname``'s compute node provider,
-    when ``hostname`` is a newcomer there (``has_elder``); else None."""
-    return _sql.connection(context).execute(_ELDER_OF, {
-        'b_hostname': hostname}).scalar()
-
-
-_ELDER_OF = (
     sa.select(_OTHER.c.hostname)
     .select_from(_OTHER.join(_ME, _ME.c.compute_rp_uuid ==
                              _OTHER.c.compute_rp_uuid))
     .where(_ME.c.hostname == sa.bindparam('b_hostname'),
-           newer(_ME, _OTHER))
-    .order_by(*_in_order(_OTHER)).limit(1))
+           _OTHER.c.id != _ME.c.id))
+
+
+@reader
+def sharing(context, cn_uuid):
+    """The names of the host rows recording the compute node provider
+    ``cn_uuid``, sorted (in Python: no collation decides): one query,
+    through the index.  A sync reads it after listing the tree, to tell
+    whether its host still records that provider and who else does."""
+    return sorted(_sql.connection(context).scalars(_SHARING,
+                                                   {'b_cn': cn_uuid}))
+
+
+@reader
+def sharers(context, hostname):
+    """The names of the other host rows recording ``hostname``'s compute
+    node provider, sorted; [] when none does (or it records none)."""
+    return sorted(_sql.connection(context).scalars(
+        _SHARERS, {'b_hostname': hostname}))
 
 
 @reader
@@ -280,33 +247,51 @@ def sync_serial(context, hostname):
         _SERIAL, {'b_hostname': hostname}).scalar()
 
 
+# ``update``'s ``node`` when the compute node provider is not compared.
+ANY_NODE = object()
+
+
 @writer
-def update(context, hostname, digest=None, serial=None, **values):
+def update(context, hostname, digest=None, serial=None, node=ANY_NODE,
+           **values):
     """Set host columns; with ``digest``, only if it is still the stored
     one (a later report wins); with ``serial``, only if the host's
-    ``sync_serial`` still is (no change made Placement lag since).
-    Setting ``placement_synced`` false counts one such change.  True if
-    the row was updated."""
+    ``sync_serial`` still is (no change made Placement lag since); with
+    ``node``, only if the row still records that compute node provider
+    (None: none), so a sync that worked from another never writes over
+    the one recorded since (placement_sync).  Setting
+    ``placement_synced`` false counts one such change.  True if the row
+    was updated."""
+    with_node = None if node is ANY_NODE else node is not None
     statement = _update_statement(tuple(sorted(values)), digest is not None,
                                   serial is not None,
-                                  values.get('placement_synced') is False)
+                                  values.get('placement_synced') is False,
+                                  with_node)
     params = {'b_hostname': hostname}
     if digest is not None:
         params['b_digest'] = digest
     if serial is not None:
         params['b_serial'] = serial
+    if with_node:
+        params['b_node'] = node
     params.update(('v_' + name, value) for name, value in values.items())
     result = _sql.connection(context).execute(statement, params)
     return result.rowcount == 1
 
 
 @_sql.built_once
-def _update_statement(value_columns, with_digest, with_serial, lagging):
+def _update_statement(value_columns, with_digest, with_serial, lagging,
+                      with_node=None):
+    """``with_node``: None (not compared), True (``b_node``), False (the
+    row records none)."""
     conditions = [_BY_NAME]
     if with_digest:
         conditions.append(_HOST.c.report_digest == sa.bindparam('b_digest'))
     if with_serial:
         conditions.append(_HOST.c.sync_serial == sa.bindparam('b_serial'))
+    if with_node is not None:
+        conditions.append(_sql.equal_or_null(_HOST, 'compute_rp_uuid',
+                                             not with_node, 'b_node'))
     values = {name: sa.bindparam('v_' + name) for name in value_columns}
     if lagging:
         values['sync_serial'] = _HOST.c.sync_serial + 1

@@ -1,9 +1,9 @@
 """What a conductor process remembers of hosts and providers (the
-generations it last saw, whether a host was a newcomer on its compute
-node, which problems of a host's reports it said at WARNING) goes with
-the host or the provider, also when another conductor forgot the host or
-removed the device, against the real (embedded) Placement on SQLite,
-MariaDB and PostgreSQL.
+generations it last saw, whether a host shared its compute node with
+another host row, which problems of a host's reports it said at
+WARNING) goes with the host or the provider, also when another conductor
+forgot the host or removed the device, against the real (embedded)
+Placement on SQLite, MariaDB and PostgreSQL.
 
 Before, an entry was dropped only by the conductor that removed what it
 was about: with several conductors, every other one kept an entry per
@@ -98,13 +98,13 @@ class Conductors:
             for cn in {entry[0] for entry in entries.values()}}
         return {rp: entry[1] for rp, entry in entries.items()}
 
-    def newcomers(self, conf=None):
+    def shared(self, conf=None):
         client = placement_client.get_client(conf or self.conf)
-        return dict(placement_sync._NEWCOMERS.get(client, {}))
+        return dict(placement_sync._SHARED.get(client, {}))
 
     def remembered_hosts(self):
         """The hosts of which conductor A remembers anything."""
-        return (set(self.newcomers()) | set(self.mine['_WARNED']) |
+        return (set(self.shared()) | set(self.mine['_WARNED']) |
                 set(self.mine['_UNKNOWN_NAMES']))
 
 
@@ -234,7 +234,7 @@ def test_a_host_reported_during_the_reconcile_keeps_its_memory(
     placement_sync.reconcile_all(conf, admin_context)
 
     assert set(conductors.generations()) == _providers(host)
-    assert set(conductors.newcomers()) == {host}
+    assert set(conductors.shared()) == {host}
 
 
 # -- providers removed through another conductor ------------------------------

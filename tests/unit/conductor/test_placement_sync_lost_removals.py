@@ -202,11 +202,11 @@ def test_an_unsynced_host_keeps_the_providers_of_a_host_sharing_its_node(
     inventory_apply.handle_report(conf, admin_context, 'Compute-1',
                                   cf.unchanged(old))
     assert _synced(admin_context, 'Compute-1')
-    # Kept, reserved whole: compute-1, recorded later on the node, is
-    # the newcomer there (placement_sync).
+    # Kept, reserved whole as every provider of the two hosts sharing
+    # the node (placement_sync).
     assert _provider(placement, 'compute-1_0000:81:00.0') == (
         200, {'PGPU': (1, 1)})
     assert _provider(placement, 'Compute-1_0000:81:00.0') == (
-        200, {'PGPU': (1, 0)})
+        200, {'PGPU': (1, 1)})
     assert _provider(placement, 'Compute-1_0000:82:00.0') == (
-        200, {'FPGA': (4, 0)})
+        200, {'FPGA': (4, 4)})

@@ -17,6 +17,7 @@ import requests
 from cyborg.conductor import device_status, inventory_apply, placement_sync
 from cyborg.db.api import hosts as host_db
 from cyborg.objects import inventory
+from cyborg.placement import client as placement_client
 from tests.fixtures import conductor as cf
 from tests.fixtures import placement as pf
 from tests.fixtures.placement import placement  # noqa: F401
@@ -145,19 +146,27 @@ def test_a_reconcile_keeps_the_providers_of_a_host_sharing_its_node(
     old_rp = inventory.provider_uuid('Compute-1_0000:81:00.0')
     placement_sync.reconcile_host(conf, admin_context, 'Compute-1')
     placement_sync.reconcile_host(conf, admin_context, 'compute-1')
-    # Neither deleted (and made again by its own host's next sync); the
-    # newcomer's reserved whole (placement_sync).
+    # Neither deleted (and made again by its own host's next sync); both
+    # reserved whole while they share the node (placement_sync).
     assert _inventories(placement, new_rp)['PGPU'] == (1, 1)
-    assert _inventories(placement, old_rp)['PGPU'] == (1, 0)
+    assert _inventories(placement, old_rp)['PGPU'] == (1, 1)
 
 
-def test_a_reconcile_does_not_reserve_an_allocated_provider_of_another_host(
+def test_a_reconcile_does_not_remove_an_allocated_provider_of_another_host(
         conf, db, admin_context, placement):  # noqa: F811
-    _renamed(conf, admin_context, placement)
+    pf.compute_node(conf, placement, 'compute-1')
+    report = cf.report([cf.device('Compute-1', '0000:81:00.0')])
+    report['resource_provider_name'] = 'compute-1'
+    inventory_apply.handle_report(conf, admin_context, 'Compute-1', report)
     old_rp = inventory.provider_uuid('Compute-1_0000:81:00.0')
     pf.hold_allocation(placement.url, pf.PROJECT, {old_rp: {'PGPU': 1}})
+    report = cf.report([cf.device('compute-1', '0000:81:00.0')])
+    report['resource_provider_name'] = 'compute-1'
+    inventory_apply.handle_report(conf, admin_context, 'compute-1', report)
     placement_sync.reconcile_host(conf, admin_context, 'compute-1')
-    assert _inventories(placement, old_rp)['PGPU'] == (1, 0)
+    assert _inventories(placement, old_rp)['PGPU'] == (1, 1)
+    assert pf.PROJECT in placement_client.get_client(conf).get_allocations(
+        old_rp)
 
 
 def _gone_released(conf, context, placement, host):  # noqa: F811

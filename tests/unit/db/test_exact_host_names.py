@@ -56,7 +56,7 @@ def test_hosts_differing_in_case_only_are_two_hosts(conf, engine,
         found = device_db.get_all(admin_context, {'hostname': name})
         assert [d.hostname for d in found] == [name] * count
     assert host_db.get(admin_context, 'COMPUTE-1') is None
-    assert set(host_db.changes_and_newcomers(admin_context, [LOWER])) == \
+    assert set(host_db.changes_and_shared(admin_context, [LOWER])) == \
         {LOWER}
 
 

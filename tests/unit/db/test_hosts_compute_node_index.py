@@ -1,10 +1,9 @@
-"""Whether a host is a newcomer on its compute node provider (another
-host row, recorded earlier, records the same one: ``hosts.has_elder``)
-is read by every bind's take of a free handle and, for every host, by
-the exports: through ``hosts_compute_rp_uuid_idx``, not by reading the
-whole hosts table each time.  The database's own plan says so, on
-MariaDB and PostgreSQL, with many hosts of which two share a compute
-node."""
+"""Whether a host shares its compute node provider (another host row
+records the same one: ``hosts.has_sharer``) is read by every bind's take
+of a free handle and, for every host, by the exports: through
+``hosts_compute_rp_uuid_idx``, not by reading the whole hosts table each
+time.  The database's own plan says so, on MariaDB and PostgreSQL, with
+many hosts of which two share a compute node."""
 
 import pytest
 import sqlalchemy as sa
@@ -24,7 +23,7 @@ def _fill(connection):
          'compute_rp_uuid': '20000000-0000-0000-0000-%012d' % (
              7 if i == HOSTS - 1 else i),
          'compute_node_name': 'node%d' % i} for i in range(HOSTS)])
-    # One device of the newcomer, for the take to read.
+    # One device of a host sharing its node, for the take to read.
     connection.execute(sa.insert(models.Device.__table__), [
         {'uuid': '00000000-0000-0000-0000-000000000001', 'type': 'FPGA',
          'vendor': '0xABCD', 'model': 'm', 'hostname': 'host%d' % (HOSTS - 1),
@@ -46,7 +45,7 @@ def _plan(connection, engine, statement, kind):
 
 
 @pytest.mark.parametrize('kind', ['mysql', 'postgresql'])
-def test_newcomers_are_found_through_the_index(kind, admin_context):
+def test_sharing_hosts_are_found_through_the_index(kind, admin_context):
     with databases.throwaway_database(kind) as url:
         databases.create_schema(url)
         engine = sa.create_engine(url)
@@ -59,15 +58,15 @@ def test_newcomers_are_found_through_the_index(kind, admin_context):
                     else 'ANALYZE hosts'))
                 h = models.Host.__table__
                 exports = sa.select(h.c.hostname,
-                                    host_db.has_elder(h).label('newcomer'))
-                newcomers = {name for name, newcomer in
-                             connection.execute(exports) if newcomer}
+                                    host_db.has_sharer(h).label('shared'))
+                shared = {name for name, sharing in
+                          connection.execute(exports) if sharing}
                 take = attach_handles._FREE_HANDLE.params(
                     deployable_id=deployable_id)
                 plans = [_plan(connection, engine, statement, kind)
                          for statement in (exports, take)]
         finally:
             engine.dispose()
-    assert newcomers == {'host%d' % (HOSTS - 1)}
+    assert shared == {'host7', 'host%d' % (HOSTS - 1)}
     for plan in plans:
         assert INDEX in plan, plan
