@@ -5,12 +5,12 @@ Revises: 07cc1cd55872
 Create Date: 2026-11-30 20:00:00
 
 Two host rows may record one compute node provider (a host renamed
-before its old name was forgotten); the one recorded later is a
-newcomer there, whose providers are not offered.  Whether a host is one
-is read by every bind's take of a free handle, by every Placement sync
-and by the exports (for each host they list), each looking for another
-row with the same ``compute_rp_uuid``: without an index, a read of the
-whole hosts table each time.  Only an index: the previous release runs
+before its old name was forgotten); while they do, neither offers its
+providers.  Whether a host shares its compute node so is read by every
+bind's take of a free handle, by every Placement sync and by the
+exports (for each host they list), each looking for another row with
+the same ``compute_rp_uuid``: without an index, a read of the whole
+hosts table each time.  Only an index: the previous release runs
 on the expanded schema unchanged.
 """
 
