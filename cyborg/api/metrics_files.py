@@ -74,7 +74,7 @@ _LOCK_POLL = 0.01
 # touched.
 _MULTIPROC_FILE = re.compile(
     r'(?:counter|histogram|summary|gauge_[a-z]+)_(?:[0-9]+|%s)\.db'
-    r'(?:\.new)?\Z' % ARCHIVE)
+    r'(?:\.new|\.folding)?\Z' % ARCHIVE)
 
 
 def empty_multiproc_dir():
@@ -186,11 +186,31 @@ def _lock(fd, how):
 
 def _fold(path, kind, pid):
     """Add the values of ``pid``'s file of ``kind`` to the archive of
-    ``kind`` and remove the file; 1 when there was one, else 0."""
+    ``kind`` and remove the file; 1 when there was one, else 0.
+
+    The file is first renamed out of what the collector sums (a name not
+    ending in ``.db``), then the archive replaced: a step that fails
+    leaves its counts summed once, in the file (the rename failed) or in
+    the archive (the removal after it failed: a leftover ``.folding``
+    file, which the next start removes), never in both."""
     dead = os.path.join(path, f'{kind}_{pid}.db')
     if not os.path.exists(dead):
         return 0
     archive = os.path.join(path, f'{kind}_{ARCHIVE}.db')
+    folding = dead + '.folding'
+    os.replace(dead, folding)
+    try:
+        _add_into(archive, folding)
+    except BaseException:
+        os.replace(folding, dead)       # summed as before
+        raise
+    with contextlib.suppress(OSError):
+        os.remove(folding)
+    return 1
+
+
+def _add_into(archive, dead):
+    """Write the archive again with ``dead``'s values added."""
     totals = {}
     for name in (archive, dead):
         if not os.path.exists(name):
@@ -208,5 +228,3 @@ def _fold(path, kind, pid):
     finally:
         values.close()
     os.replace(written, archive)
-    os.remove(dead)
-    return 1

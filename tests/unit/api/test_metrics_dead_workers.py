@@ -147,13 +147,44 @@ def test_files_that_cannot_be_folded_stay(tmp_path, caplog):
     assert 'could not be archived' in caplog.text
 
 
+def test_a_fold_whose_last_removal_fails_counts_the_worker_once(
+        tmp_path, monkeypatch):
+    """The worker's file could not be removed after the archive took its
+    counts (a fault of the filesystem): it was summed twice, the archive
+    and the file.  Renamed out of the sum first, it is summed once."""
+    _worker(tmp_path, '/')
+    before = _scraped(tmp_path)
+    removing = os.remove
+    pid = int(next(p.name.split('_')[1][:-3] for p in tmp_path.iterdir()
+                   if p.name.startswith('counter_')))
+
+    def refused(name, *args, **kwargs):
+        base = os.path.basename(name)
+        if (base.startswith(metrics_files.ARCHIVED) and
+                f'_{pid}.db' in base):
+            raise PermissionError(13, 'Permission denied', name)
+        return removing(name, *args, **kwargs)
+
+    monkeypatch.setattr(os, 'remove', refused)
+    folded = metrics_files.worker_exited(pid, str(tmp_path))
+    counts = ('_total', '_count', '_sum', '_bucket')
+
+    def counted(scraped):
+        return {key: value for key, value in scraped.items()
+                if key[0].endswith(counts)}
+    assert counted(before)
+    assert counted(_scraped(tmp_path)) == counted(before)
+    assert folded == len(metrics_files.ARCHIVED)
+
+
 def test_nothing_without_a_multiprocess_dir(monkeypatch):
     monkeypatch.delenv(metrics_files.MULTIPROC_ENV, raising=False)
     assert metrics_files.worker_exited(os.getpid()) == 0
 
 
 def test_a_new_start_removes_the_archives(tmp_path, monkeypatch):
-    names = ('counter_archive.db', 'histogram_archive.db.new')
+    names = ('counter_archive.db', 'histogram_archive.db.new',
+             'summary_12.db.folding')
     for name in names + ('counter_old.db',):
         (tmp_path / name).write_bytes(b'x')
     monkeypatch.setenv(metrics_files.MULTIPROC_ENV, str(tmp_path))
