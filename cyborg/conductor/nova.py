@@ -510,9 +510,8 @@ def expire(conf, context):
     max_age = conf.nova.event_max_age
     if not max_age:
         return 0
-    rows = db_api.write_retrying(
-        context, event_db.expire, context,
-        clock_db.utcnow() - datetime.timedelta(seconds=max_age))
+    rows = _expire_before(context, clock_db.utcnow() -
+                          datetime.timedelta(seconds=max_age))
     if rows:
         metrics.CONDUCTOR_NOVA_EVENTS_EXPIRED.inc(len(rows))
         LOG.error('Gave up on %d accelerator-request-bound event(s) Nova '
@@ -537,9 +536,9 @@ def drop_unsendable(context):
     count, _oldest = event_db.pending(context)
     if not count:
         return 0
-    dropped = len(db_api.write_retrying(
-        context, event_db.expire, context, clock_db.utcnow() -
-        datetime.timedelta(seconds=NOVA_ARQ_BINDING_TIMEOUT)))
+    dropped = len(_expire_before(context, clock_db.utcnow() -
+                                 datetime.timedelta(
+                                     seconds=NOVA_ARQ_BINDING_TIMEOUT)))
     if dropped:
         LOG.warning('Dropped %d accelerator-request-bound event(s) recorded '
                     'for Nova more than %d s ago: events are off '
@@ -547,6 +546,23 @@ def drop_unsendable(context):
                     'conductor would never send them', dropped,
                     NOVA_ARQ_BINDING_TIMEOUT)
     return dropped
+
+
+# Events one transaction of an expiry forgets at most (after a long
+# outage of Nova there may be many: each transaction stays short).
+EXPIRE_BATCH = 500
+
+
+def _expire_before(context, created_before):
+    """Forget the events recorded before ``created_before``, a batch
+    per transaction; returns their rows."""
+    rows = []
+    while True:
+        batch = db_api.write_retrying(context, event_db.expire, context,
+                                      created_before, EXPIRE_BATCH)
+        rows += batch
+        if len(batch) < EXPIRE_BATCH:
+            return rows
 
 
 # Events an expiry names in its log line, at most.

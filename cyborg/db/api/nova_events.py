@@ -108,12 +108,15 @@ def forget_batches(context, batch_ids):
 
 
 @writer
-def expire(context, created_before):
-    """Forget the events recorded before ``created_before``, delivered
-    or not; returns their rows."""
+def expire(context, created_before, limit=None):
+    """Forget the events recorded before ``created_before`` (the
+    ``limit`` first recorded, when given), delivered or not; returns
+    their rows."""
     connection = _sql.connection(context)
-    rows = connection.execute(sa.select(_E).where(
-        _E.c.created_at < created_before)).all()
+    query = sa.select(_E).where(_E.c.created_at < created_before)
+    if limit is not None:
+        query = query.order_by(_E.c.id).limit(limit)
+    rows = connection.execute(query).all()
     if rows:
         connection.execute(_FORGET, {'ids': [row.id for row in rows]})
     return rows

@@ -102,3 +102,23 @@ def test_events_on_keep_what_is_not_due_yet(nconf, db, admin_context,
     nova.resend_due(nconf, admin_context)
     assert len(test_nova._pending(db)) == 2
     assert fake_nova.event_posts() == []
+
+
+def test_they_are_dropped_a_batch_per_transaction(nconf, db, admin_context,
+                                                  fake_nova, monkeypatch):
+    """Many left (a long outage of Nova before events were turned off):
+    every one goes, a short transaction per batch."""
+    monkeypatch.setattr(nova, 'EXPIRE_BATCH', 4)
+    transactions = []
+    expire = event_db.expire
+
+    def counted(context, created_before, limit=None):
+        transactions.append(limit)
+        return expire(context, created_before, limit)
+
+    monkeypatch.setattr(event_db, 'expire', counted)
+    _recorded_while_on(nconf, admin_context, db, batches=5)   # 10 events
+    _turn_off(nconf, 'send_events')
+    assert nova.drop_unsendable(admin_context) == 10
+    assert test_nova._pending(db) == []
+    assert transactions == [4, 4, 4]
