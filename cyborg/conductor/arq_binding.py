@@ -578,7 +578,9 @@ class BackgroundBinds:
     was answered (programming, mdevs, fabric attaches, Nova's events):
     a stopping conductor waits for them, within
     ``[DEFAULT]graceful_shutdown_timeout``, once its RPC server took its
-    last call.  What is left then fails at the next start (``recover``)."""
+    last call.  What is left then fails at the next start (``recover``).
+    So for the FPGA images that reports had it program again
+    (``programming.stop_restores``)."""
 
     def start(self):
         pass
@@ -588,6 +590,8 @@ class BackgroundBinds:
 
     def wait(self):
         global _EXECUTOR
+        from cyborg.conductor import programming
+        programming.stop_restores()
         with _EXECUTOR_LOCK:
             executor, _EXECUTOR = _EXECUTOR, None
         if executor is not None:

@@ -373,8 +373,10 @@ def _images_lost(context, plan, stored):
 
 def _warn_images_lost(conf, context, hostname, images_lost):
     """Once the report is committed: the images it took from under
-    Bound ARQs that all asked for one are to be programmed again
-    (``programming.restorable``), the others named in a WARNING.  Returns
+    Bound ARQs that ``programming.restore_lost`` programs again (every
+    holder of the card Bound, all asking for one image:
+    ``programming.restorable``) are said in an INFO, the others named in
+    a WARNING.  Returns
     what starts those programmings in the background once the report's
     Placement sync is done (None: none to start)."""
     if not images_lost:
@@ -382,7 +384,8 @@ def _warn_images_lost(conf, context, hostname, images_lost):
     # Imported here: programming imports this module (PROGRAMMED_DIGEST).
     from cyborg.conductor import programming
     try:
-        restoring = programming.restorable(conf, context, images_lost)
+        restoring = programming.restorable(conf, context, hostname,
+                                           images_lost)
     except Exception as exc:
         # Stored already: the periodic check restores what it can.
         LOG.warning('Report of %s: could not read which images to '

@@ -96,7 +96,12 @@ finished, an attempt that failed: this conductor's next one waits
 ``[conductor]reprogram_retry_interval``).  It is an ordinary
 programming, of the image their bind chose (``image_for``), for which
 their handles count as the caller's (``binds``), and which the mark
-serialises across conductors like any other.  Holders asking for
+serialises across conductors like any other: one that sets the mark
+after another conductor's restore of the card ended reads the card
+again and finds the image (``_loaded_since``): it releases the mark
+without asking the agent; one that finds the mark set tries at its next
+attempt, without the back-off.  A stopping conductor waits for the
+restores it runs (``stop_restores``).  Holders asking for
 different images (or one for none) are left to the report's WARNING,
 as is every card with ``[conductor]restore_fpga_images`` off.
 
@@ -269,6 +274,7 @@ def program(conf, context, target, image, deadline, own_handles,
     is counted among the caller's, only while its ARQ holds it for that
     bind (a bind that programs; the Bound ARQs whose image is restored,
     ``restore_lost``)."""
+    asked_function = function_id
     function_id = function_id or image.get(glance.FUNCTION_ID_PROPERTY)
     # Refused before anything is read, downloaded or written.
     trait = function_trait(function_id) if function_id else None
@@ -281,7 +287,7 @@ def program(conf, context, target, image, deadline, own_handles,
             # Another conductor's programming (or one left behind), of
             # this deployable or of another of its card's: the card is
             # about to change, or holds what nobody knows.
-            raise exception.Conflict(reason=being_programmed(
+            raise _marked_by_another(being_programmed(
                 target.deployable_uuid, marked))
         if current.bitstream_id == image['id']:
             LOG.info('Deployable %s already runs image %s',
@@ -298,19 +304,17 @@ def program(conf, context, target, image, deadline, own_handles,
             fetched = time.monotonic() - fetching
             until = deadline + datetime.timedelta(seconds=OVERDUE_AFTER)
             with _reserved(conf, context, target, until):
-                # Again now that binds see the mark: one that took a
-                # handle since the first count would get a card rewritten
-                # under it.
-                try:
-                    _check_unused(context, target, own_handles, binds)
-                except (exception.InUse, exception.BindFailed) as exc:
-                    raise _Refused(exc) from None
-                # The card is this programming's: it begins.
-                notice.started()
-                _run_agent(conf, context, target, image, data, deadline,
-                           fetched)
-                db_api.write_retrying(context, _recorded, context, target,
-                                      image['id'], trait)
+                # Read again under the mark: another conductor's
+                # programming may have loaded the image while this one
+                # downloaded it.  Then the mark is released (``_reserved``
+                # on its way out), the agent not asked.
+                loaded = _loaded_since(context, target, image,
+                                       asked_function, trait,
+                                       current.bitstream_id)
+                if not loaded:
+                    _program_marked(conf, context, target, image, data,
+                                    deadline, fetched, trait, own_handles,
+                                    binds, notice)
         except exception.ProgrammingOutcomeUnknown as exc:
             LOG.warning('%s', exc)
             _out_until_probed(
@@ -326,10 +330,54 @@ def program(conf, context, target, image, deadline, own_handles,
         except Exception as exc:
             notice.failed(exc)
             raise
+        if loaded:
+            LOG.info('Deployable %s: image %s loaded by another '
+                     'programming meanwhile', target.deployable_uuid,
+                     image['id'])
+            return False
         notice.ended()
     LOG.info('Deployable %s programmed with image %s',
              target.deployable_uuid, image['id'])
     return True
+
+
+def _program_marked(conf, context, target, image, data, deadline, fetched,
+                    trait, own_handles, binds, notice):
+    """Step 4, the mark set: the handles counted again, the agent asked,
+    the image recorded."""
+    # Again now that binds see the mark: one that took a handle since
+    # the first count would get a card rewritten under it.
+    try:
+        _check_unused(context, target, own_handles, binds)
+    except (exception.InUse, exception.BindFailed) as exc:
+        raise _Refused(exc) from None
+    # The card is this programming's: it begins.
+    notice.started()
+    _run_agent(conf, context, target, image, data, deadline, fetched)
+    db_api.write_retrying(context, _recorded, context, target, image['id'],
+                          trait)
+
+
+def _loaded_since(context, target, image, asked_function, trait, before):
+    """Whether the deployable, read again once the mark is this
+    programming's, runs the image: ``image`` itself, or, for a caller
+    that asked for function ``asked_function``, another image recorded
+    with its function trait since the first read (whose image was
+    ``before``): another conductor's programming of the card (a restore
+    of the same card, ``restore_lost``, or a bind asking for the same
+    image) ended while this one downloaded.  Without it, that card would
+    be programmed twice, the second time under the instance that the
+    first programmed it for.  One statement (two for such a function
+    id)."""
+    current = deployable_db.program_target_by_id(context,
+                                                 target.deployable_id)
+    if current is None or current.bitstream_id is None:
+        return False
+    if current.bitstream_id == image['id']:
+        return True
+    return bool(asked_function and current.bitstream_id != before
+                and deployable_db.function_trait(
+                    context, target.deployable_id, TRAIT_ATTRIBUTE) == trait)
 
 
 def being_programmed(deployable_uuid, marked):
@@ -341,6 +389,16 @@ def being_programmed(deployable_uuid, marked):
                else f' through deployable {uuid} of the same card')
     return (f'deployable {deployable_uuid} is being programmed'
             f'{through} (until {until:%Y-%m-%d %H:%M:%S} UTC)')
+
+
+def _marked_by_another(reason):
+    """The Conflict of a programming that finds the card marked by
+    another (its ``marked`` attribute true): a restore (``_restore``)
+    takes it as "not now", unlike an agent's refusal (also a
+    Conflict)."""
+    error = exception.Conflict(reason=reason)
+    error.marked = True
+    return error
 
 
 def programming_here(deployable_id):
@@ -798,10 +856,10 @@ def _claimed(context, target, until):
     host_db.lock(context, target.hostname)
     if not deployable_db.claim_programming(context, target.deployable_id,
                                            until):
-        raise _Refused(exception.Conflict(
-            reason=f'deployable {target.deployable_uuid} is being '
-                   f'programmed by another request (through it or '
-                   f'another deployable of its card)'))
+        raise _Refused(_marked_by_another(
+            f'deployable {target.deployable_uuid} is being programmed by '
+            f'another request (through it or another deployable of its '
+            f'card)'))
     host_db.update(context, target.hostname, placement_synced=False)
 
 
@@ -998,9 +1056,10 @@ def _attempt(conf, card):
 
 def _restore(conf, context, card):
     """Program the card's image again through its first holder's
-    deployable: 1 when it did, 0 when another programming has it, its
-    agent is silent (``silence``), or this attempt failed (a WARNING;
-    retried after the back-off)."""
+    deployable: 1 when it did, 0 when another programming has it (its
+    mark, found before or when this one sets its own: DEBUG, read again
+    at the next attempt), its agent is silent (``silence``), or this
+    attempt failed (a WARNING; retried after the back-off)."""
     first = card.holders[0]
     if deployable_db.card_programming(context, first.deployable_id):
         return 0        # another programming's: read again next time
@@ -1024,51 +1083,64 @@ def _restore(conf, context, card):
         if target is None:
             raise exception.ResourceNotFound(resource='Deployable',
                                              id=first.deployable_uuid)
-        program(conf, context, target, image, deadline,
-                own_handles=len(card.holders),
-                function_id=(card.ask[1] if card.ask[0] ==
-                             'accel:function_id' else None),
-                arq_uuid=first.uuid,
-                binds=[(h.uuid, h.bind_id or '', h.attach_handle_id)
-                       for h in card.holders])
+        programmed = program(
+            conf, context, target, image, deadline,
+            own_handles=len(card.holders),
+            function_id=(card.ask[1] if card.ask[0] == 'accel:function_id'
+                         else None),
+            arq_uuid=first.uuid,
+            binds=[(h.uuid, h.bind_id or '', h.attach_handle_id)
+                   for h in card.holders])
+    except exception.Conflict as exc:
+        if not getattr(exc, 'marked', False):
+            _failed(conf, card, first, exc)
+            return 0
+        # Another programming took the card first (another conductor's
+        # restore of it, most often): not now, no back-off; the next
+        # attempt reads the card again.
+        LOG.debug('Deployable %s: not programmed again now: %s',
+                  first.deployable_uuid, exception.first_line(exc))
+        return 0
     except Exception as exc:
-        with _RESTORE_LOCK:
-            _FAILED[card.card] = time.monotonic()
-        LOG.warning('Deployable %s on %s: programming the %s again for '
-                    'ARQ(s) %s failed (tried again in %d s at the '
-                    'soonest): %s', first.deployable_uuid,
-                    first.device_hostname, card.image, card.arqs,
-                    conf.conductor.reprogram_retry_interval,
-                    exception.first_line(exc))
+        _failed(conf, card, first, exc)
         return 0
     with _RESTORE_LOCK:
         _FAILED.pop(card.card, None)
+    if not programmed:
+        return 0        # loaded by another programming meanwhile
     LOG.info('Deployable %s on %s programmed again with image %s for '
              'ARQ(s) %s', first.deployable_uuid, first.device_hostname,
              image['id'], card.arqs)
     return 1
 
 
-def restorable(conf, context, images_lost):
+def _failed(conf, card, first, exc):
+    """A failed restore of the card: a WARNING, and the back-off."""
+    with _RESTORE_LOCK:
+        _FAILED[card.card] = time.monotonic()
+    LOG.warning('Deployable %s on %s: programming the %s again for ARQ(s) '
+                '%s failed (tried again in %d s at the soonest): %s',
+                first.deployable_uuid, first.device_hostname, card.image,
+                card.arqs, conf.conductor.reprogram_retry_interval,
+                exception.first_line(exc))
+
+
+def restorable(conf, context, hostname, images_lost):
     """After a report's transaction committed: ``images_lost``, [(its
     deployable row, the image it reports, [(ARQ uuid, instance uuid)])]
     of the cards whose image it changed under Bound ARQs
     (``inventory_apply._images_lost``).  Returns the uuids of those
-    deployables whose ARQs all asked for one image, which
-    ``restore_later`` programs again (the others are the report's
-    WARNING).  One query, only when such a report comes."""
+    deployables ``restore_later`` programs again: their ARQs hold a card
+    of ``hostname`` that ``lost_cards`` finds (the rule ``restore_lost``
+    follows: every holder Bound, all asking for one image); the others
+    are the report's WARNING.  One query (``lost_cards``), only when
+    such a report comes."""
     if not conf.conductor.restore_fpga_images or not images_lost:
         return set()
-    uuids = sorted({arq for _row, _image, arqs in images_lost
-                    for arq, _instance in arqs})
-    asks = {row.uuid: ask_of(row.profile_json, row.device_profile_group_id)
-            for row in arq_db.get_to_change(context, uuids)}
-    restoring = set()
-    for row, _image, arqs in images_lost:
-        wanted = {asks.get(arq) for arq, _instance in arqs}
-        if len(wanted) == 1 and None not in wanted:
-            restoring.add(row['uuid'])
-    return restoring
+    restored = {holder.uuid for card in lost_cards(context, hostname)
+                for holder in card.holders}
+    return {row['uuid'] for row, _image, arqs in images_lost
+            if all(arq in restored for arq, _instance in arqs)}
 
 
 def restore_later(conf, hostname):
@@ -1107,3 +1179,17 @@ def wait_restores(timeout=None):
     with _RESTORE_LOCK:
         pending = list(_PENDING)
     return not waiters.wait_for_all(pending, timeout).not_done
+
+
+def stop_restores():
+    """At conductor stop (``arq_binding.BackgroundBinds.wait``, bounded
+    by ``[DEFAULT]graceful_shutdown_timeout``): no restore starts any
+    more on this conductor's restore executor, and those running or
+    queued end, rather than be cut off mid-programming (the card would
+    then wait for ``take_out_overdue``, out of the schedule).  What the
+    grace time cuts off is the periodic check's of any conductor."""
+    global _RESTORER
+    with _RESTORE_LOCK:
+        executor, _RESTORER = _RESTORER, None
+    if executor is not None:
+        executor.shutdown(wait=True)

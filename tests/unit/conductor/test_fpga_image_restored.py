@@ -14,9 +14,12 @@ the image it programs and forgets it at a "reboot"), the agent's RPC
 endpoint in this process, a recording Glance, the real (embedded)
 Placement, on every database."""
 
+import contextlib
+import datetime
 import json
 import logging
 import os
+import threading
 import uuid as uuidlib
 
 import pytest
@@ -24,6 +27,7 @@ import sqlalchemy as sa
 
 from cyborg.common import context as cyborg_context
 from cyborg.conductor import arq_binding
+from cyborg.conductor import glance as glance_module
 from cyborg.conductor import periodics
 from cyborg.conductor import programming
 from cyborg.db import models
@@ -56,6 +60,8 @@ def rconf(conf, engine, placement_url, glance, tmp_path):
     placement_client.reset_clients()
     yield conf
     assert programming.wait_restores(WAIT)
+    # A failed attempt's back-off is this process's: not the next test's.
+    programming._FAILED.clear()
 
 
 @pytest.fixture
@@ -261,4 +267,147 @@ def test_turned_off_only_the_warning_then_the_periodic_check_restores(
             'restore_fpga_images'])
     assert card.driver.calls[1] == (card.image, card.data,
                                     fake.NUM_ACCELERATORS)
+    assert tp._bitstream(ctx, card.row) == card.image
+
+
+@pytest.mark.parametrize('ask', ['accel:bitstream_id', 'accel:function_id'])
+def test_two_conductors_restoring_one_card_program_it_once(
+        rconf, ctx, engine, glance, card, caplog, monkeypatch, ask):
+    """Conductor B reads the card (no image) and downloads the image;
+    conductor A restores the card meanwhile (its mark set, the agent
+    asked, the image recorded, the mark cleared).  B, its mark set in
+    turn, reads the card again: it runs the image, and B's mark is
+    released without asking the agent (the card was programmed twice,
+    under the instance it was restored for)."""
+    rconf.set_override('restore_fpga_images', False, group='conductor')
+    _rebooted(card)
+    rconf.set_override('restore_fpga_images', True, group='conductor')
+    # Two conductors: no lock of this process between them.
+    monkeypatch.setattr(programming, '_deployable_lock',
+                        lambda _id: contextlib.nullcontext())
+    real = glance_module.download
+    other = []
+
+    def download(conf, image):
+        if not other:
+            # Conductor A, while B downloads (A's own download is not
+            # held up).
+            other.append(None)
+            saved = set(programming._RESTORING)
+            programming._RESTORING.clear()
+            other[0] = programming.restore_lost(rconf, ctx)
+            programming._RESTORING.update(saved)
+        return real(conf, image)
+
+    monkeypatch.setattr(glance_module, 'download', download)
+    with caplog.at_level(logging.DEBUG):
+        assert programming.restore_lost(rconf, ctx) == 0       # B
+    assert other == [1]
+    assert [call[0] for call in card.driver.calls] == [card.image] * 2
+    assert tp._bitstream(ctx, card.row) == card.image
+    assert _mark(engine, card) is None
+    assert tp._provider(rconf, card.row.rp_uuid) == (
+        0, {tp.FAKE_TRAIT, 'CUSTOM_FPGA_FUNCTION_ID_F_R'})
+    assert not _warnings(caplog, 'cyborg.conductor.programming')
+    assert not programming._FAILED
+    assert seed.arq_rows(engine)[card.arq].state == 'Bound'
+
+
+def _mark(engine, card):
+    with engine.begin() as c:
+        return c.scalar(sa.select(models.Deployable.programming_until).where(
+            models.Deployable.id == card.row.deployable_id))
+
+
+def _set_mark(engine, card, until):
+    with engine.begin() as c:
+        c.execute(sa.update(models.Deployable).where(
+            models.Deployable.id == card.row.deployable_id).values(
+                programming_until=until))
+
+
+def test_a_restore_losing_the_mark_race_tries_again_without_backing_off(
+        rconf, ctx, engine, glance, card, caplog, monkeypatch):
+    """Another conductor's programming marks the card while this one
+    downloads: not now (DEBUG), no WARNING, no back-off; the next
+    attempt restores the card."""
+    rconf.set_override('restore_fpga_images', False, group='conductor')
+    _rebooted(card)
+    rconf.set_override('restore_fpga_images', True, group='conductor')
+    rconf.set_override('reprogram_retry_interval', 3600, group='conductor')
+    real = glance_module.download
+    marked = []
+
+    def download(conf, image):
+        if not marked:
+            # Another conductor sets its mark meanwhile.
+            marked.append(True)
+            _set_mark(engine, card, datetime.datetime.utcnow() +
+                      datetime.timedelta(hours=1))
+        return real(conf, image)
+
+    monkeypatch.setattr(glance_module, 'download', download)
+    with caplog.at_level(logging.DEBUG, 'cyborg.conductor.programming'):
+        assert programming.restore_lost(rconf, ctx) == 0
+    assert marked and len(card.driver.calls) == 1
+    assert not _warnings(caplog, 'cyborg.conductor.programming')
+    assert any('not programmed again now' in r.getMessage()
+               and r.levelno == logging.DEBUG for r in caplog.records)
+    assert not programming._FAILED
+    # That programming ends (its mark cleared): the next attempt, well
+    # within the back-off, restores the card.
+    _set_mark(engine, card, None)
+    assert programming.restore_lost(rconf, ctx) == 1
+    assert card.driver.calls[1][:2] == (card.image, card.data)
+    assert tp._bitstream(ctx, card.row) == card.image
+
+
+def test_a_holder_still_binding_gets_the_warning_not_the_promise(
+        rconf, ctx, engine, glance, card, caplog):
+    """A card held by a Bound ARQ that asked for an image and by one
+    still binding: the periodic check never restores it
+    (``lost_cards``), so the report warns rather than say it is
+    programmed again."""
+    other = _hold(engine, card, {})
+    with engine.begin() as c:
+        c.execute(sa.update(models.ExtARQ).where(
+            models.ExtARQ.uuid == other).values(state='BindStarted'))
+    with caplog.at_level(logging.INFO):
+        _rebooted(card)
+    promised = [r.getMessage() for r in caplog.records
+                if 'it is programmed again' in r.getMessage()]
+    warned = _warnings(caplog, 'cyborg.conductor.inventory_apply')
+    assert not promised, promised
+    assert len(warned) == 1 and card.arq in warned[0], warned
+    assert programming.restore_lost(rconf, ctx) == 0
+    assert len(card.driver.calls) == 1
+
+
+def test_a_stopping_conductor_waits_for_the_restore_a_report_started(
+        rconf, ctx, engine, glance, card, monkeypatch):
+    """The conductor's background work (``BackgroundBinds``, waited for
+    within ``[DEFAULT]graceful_shutdown_timeout``) includes the restores
+    reports started: a stop does not cut one off mid-programming."""
+    real = glance_module.download
+    downloading, go_on = threading.Event(), threading.Event()
+
+    def download(conf, image):
+        downloading.set()
+        assert go_on.wait(WAIT)
+        return real(conf, image)
+
+    monkeypatch.setattr(glance_module, 'download', download)
+    card.driver.reboot()
+    card.fpga.report()
+    assert downloading.wait(WAIT)
+    stop = threading.Thread(target=arq_binding.BackgroundBinds().wait)
+    stop.start()
+    try:
+        stop.join(1)
+        assert stop.is_alive(), 'the stop did not wait for the restore'
+    finally:
+        go_on.set()
+        stop.join(WAIT)
+    assert not stop.is_alive()
+    assert [call[0] for call in card.driver.calls] == [card.image] * 2
     assert tp._bitstream(ctx, card.row) == card.image
