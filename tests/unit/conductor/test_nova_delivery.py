@@ -35,6 +35,12 @@ placement_url, tree, vconf, agent = (vgpu.placement_url, vgpu.tree,
                                      vgpu.vconf, vgpu.agent)
 
 
+def _ours(record):
+    """A record of cyborg's (not one another test's leftovers log in this
+    process meanwhile: a broker connection retrying, a pool's debug)."""
+    return record.name.startswith('cyborg.')
+
+
 def _expired():
     return metrics.REGISTRY.get_sample_value(
         'cyborg_conductor_nova_events_expired_total') or 0
@@ -237,7 +243,7 @@ def test_any_2xx_answer_delivers_the_events(nconf, db, admin_context,
     assert not nova.away(nconf)
     assert _errors() == errors
     assert [r.getMessage() for r in caplog.records
-            if r.levelno >= logging.INFO] == []
+            if r.levelno >= logging.INFO and _ours(r)] == []
 
 
 def test_a_207_for_a_deleted_instance_is_no_refusal(nconf, db,
@@ -256,7 +262,7 @@ def test_a_207_for_a_deleted_instance_is_no_refusal(nconf, db,
     with caplog.at_level(logging.WARNING, logger='cyborg.conductor.nova'):
         assert nova.deliver_batch(nconf, admin_context, batch)
     assert [r.getMessage() for r in caplog.records
-            if r.levelno >= logging.WARNING] == []
+            if r.levelno >= logging.WARNING and _ours(r)] == []
     assert _pending(db) == []
 
 
@@ -330,7 +336,7 @@ def test_a_207_is_read_event_by_event(nconf, db, admin_context, fake_nova,
     assert [(r.arq_uuid, r.attempts) for r in rows] == [(failing[1], 1)]
     assert rows[0].next_attempt_at > timeutils.utcnow()
     errors = [r.getMessage() for r in caplog.records
-              if r.levelno >= logging.ERROR]
+              if r.levelno >= logging.ERROR and _ours(r)]
     assert len(errors) == 1 and refused[1] in errors[0]
     assert 'dropped' in errors[0] and failing[1] not in errors[0]
     assert _refused() == counted + 1
@@ -382,7 +388,7 @@ def test_a_207_code_that_says_nothing_keeps_the_event(
     assert [(r.arq_uuid, r.attempts) for r in _pending(db)] == [
         (unsure[1], 1)]
     [warning] = [r.getMessage() for r in caplog.records
-                 if r.levelno >= logging.WARNING]
+                 if r.levelno >= logging.WARNING and _ours(r)]
     assert unsure[1] in warning and 'kept' in warning
     assert accepted[1] not in warning
     assert _refused() == counted and not nova.away(nconf)
@@ -415,7 +421,7 @@ def test_any_2xx_code_of_a_207_is_acceptance(nconf, db, admin_context,
     with caplog.at_level(logging.WARNING, logger='cyborg.conductor.nova'):
         assert nova.deliver_batch(nconf, admin_context, batch)
     assert [r.getMessage() for r in caplog.records
-            if r.levelno >= logging.WARNING] == []
+            if r.levelno >= logging.WARNING and _ours(r)] == []
     assert _pending(db) == []
 
 
