@@ -422,7 +422,7 @@ def _warn_images_lost(conf, context, hostname, images_lost):
 # back later is said at WARNING again.
 _WARNED = {}
 _WARNED_LOCK = threading.Lock()
-placement_sync.host_memory(lambda: _WARNED, _WARNED_LOCK)
+placement_sync.host_memory(lambda _client: _WARNED, _WARNED_LOCK)
 
 
 def _clean(hostname):

@@ -240,15 +240,16 @@ _HOST_MEMORIES = []
 
 
 def host_memory(memory, lock):
-    """Register the ``{host name: ...}`` dict ``memory()`` returns (read
-    at each use), guarded by ``lock``, as a memory of hosts (above)."""
-    def hostnames(_client):
+    """Register the ``{host name: ...}`` dict ``memory(client)`` returns
+    (read at each use), guarded by ``lock``, as a memory of hosts
+    (above)."""
+    def hostnames(client):
         with lock:
-            return set(memory())
+            return set(memory(client))
 
-    def forget(_client, names):
+    def forget(client, names):
         with lock:
-            held = memory()
+            held = memory(client)
             for name in names:
                 held.pop(name, None)
 
@@ -267,19 +268,7 @@ def _remembered_hosts(client):
                          for hostnames, _forget in _HOST_MEMORIES))
 
 
-def _shared_hosts(client):
-    with _GENERATIONS_LOCK:
-        return set(_SHARED.get(client, ()))
-
-
-def _forget_shared(client, names):
-    with _GENERATIONS_LOCK:
-        seen = _SHARED.get(client, {})
-        for name in names:
-            seen.pop(name, None)
-
-
-_HOST_MEMORIES.append((_shared_hosts, _forget_shared))
+host_memory(lambda client: _SHARED.get(client, {}), _GENERATIONS_LOCK)
 
 
 # -- after a report -----------------------------------------------------------
