@@ -929,12 +929,15 @@ def ask_of(profile_json, group_id):
         return None
     bitstream_id = group.get('accel:bitstream_id')
     if bitstream_id:
-        if uuidutils.is_uuid_like(bitstream_id):
-            # Glance names an image by its uuid however it is spelled.
-            bitstream_id = str(uuidlib.UUID(bitstream_id))
-        return ('accel:bitstream_id', bitstream_id)
+        return ('accel:bitstream_id', _image_id(bitstream_id))
     function_id = group.get('accel:function_id')
     return ('accel:function_id', function_id) if function_id else None
+
+
+def _image_id(text):
+    """An image id as Glance names it (its uuid however ``text`` spells
+    it); ``text`` itself when it is no uuid."""
+    return str(uuidlib.UUID(text)) if uuidutils.is_uuid_like(text) else text
 
 
 class LostCard:
@@ -995,9 +998,7 @@ def _runs(context, holders, ask):
         if current is None:
             continue
         if key == 'accel:bitstream_id':
-            if current == wanted or (
-                    uuidutils.is_uuid_like(current)
-                    and str(uuidlib.UUID(current)) == wanted):
+            if _image_id(current) == wanted:
                 return True
             continue
         recorded = deployable_db.function_trait(
