@@ -387,22 +387,22 @@ aconf = seed.bind_conf
 ctx = seed.service_ctx
 
 
-def test_a_standalone_allocation_is_not_bound_on_a_shared_node(
-        aconf, db, ctx, placement_url, fake_nova):
-    """Its claim landed on a provider of a host sharing its compute node
-    that Placement still offered (an older conductor left it so): the
-    bind is refused, naming the other host, and the claim released."""
+def _standalone(aconf, db, ctx, prefixes):
+    """Host rows named by ``prefixes`` on one compute node provider, a
+    device of the last one offered in Placement (its provider under that
+    node, with an FPGA and a trait of its own), and an Initial ARQ whose
+    profile asks for that trait: (client, device, ARQ uuid, names)."""
     trait = 'CUSTOM_T_' + uuidlib.uuid4().hex.upper()
     client = placement_client.get_client(aconf)
     compute = str(uuidlib.uuid4())
     client.create_provider(compute, 'node-' + trait, None)
-    old, new = 'old-' + trait.lower(), 'new-' + trait.lower()
-    for name in (old, new):
+    names = tuple(f'{prefix}-{trait.lower()}' for prefix in prefixes)
+    for name in names:
         with db.begin() as c:
             c.execute(sa.insert(models.Host).values(
                 hostname=name, compute_rp_uuid=compute,
                 placement_synced=True, created_at=models._now()))
-    device = seed.seed_device(db, hostname=new, handles=1)
+    device = seed.seed_device(db, hostname=names[-1], handles=1)
     client.create_provider(device.rp_uuid, device.name, compute)
     client.set_inventories(device.rp_uuid, {'FPGA': {'total': 1,
                                                      'max_unit': 1}})
@@ -411,6 +411,16 @@ def test_a_standalone_allocation_is_not_bound_on_a_shared_node(
     profile = seed.seed_profile(db, [{'resources:FPGA': '1',
                                       'trait:' + trait: 'required'}])
     (arq,) = [a['uuid'] for a in arq_binding.create(ctx, profile, 'p1')]
+    return client, device, arq, names
+
+
+def test_a_standalone_allocation_is_not_bound_on_a_shared_node(
+        aconf, db, ctx, placement_url, fake_nova):
+    """Its claim landed on a provider of a host sharing its compute node
+    that Placement still offered (an older conductor left it so): the
+    bind is refused, naming the other host, and the claim released."""
+    client, device, arq, (old, _new) = _standalone(aconf, db, ctx,
+                                                   ('old', 'new'))
 
     with pytest.raises(exception.BindFailed) as refused:
         arq_allocation.allocate(aconf, ctx, arq, 'pod-1', 'k8s-pod')
@@ -431,24 +441,7 @@ def test_a_standalone_allocation_asks_about_sharing_only_when_refused(
     (``attach_handles._OF_SHARED``): the host's sharers are read, to say
     why, only of a bind refused (``hosts.sharers``).  Before, every
     standalone allocation read them first."""
-    trait = 'CUSTOM_T_' + uuidlib.uuid4().hex.upper()
-    client = placement_client.get_client(aconf)
-    compute = str(uuidlib.uuid4())
-    client.create_provider(compute, 'node-' + trait, None)
-    name = 'alone-' + trait.lower()
-    with db.begin() as c:
-        c.execute(sa.insert(models.Host).values(
-            hostname=name, compute_rp_uuid=compute,
-            placement_synced=True, created_at=models._now()))
-    device = seed.seed_device(db, hostname=name, handles=1)
-    client.create_provider(device.rp_uuid, device.name, compute)
-    client.set_inventories(device.rp_uuid, {'FPGA': {'total': 1,
-                                                     'max_unit': 1}})
-    client.ensure_traits([trait])
-    client.set_traits(device.rp_uuid, {'OWNER_CYBORG', trait})
-    profile = seed.seed_profile(db, [{'resources:FPGA': '1',
-                                      'trait:' + trait: 'required'}])
-    (arq,) = [a['uuid'] for a in arq_binding.create(ctx, profile, 'p1')]
+    _client, _device, arq, _names = _standalone(aconf, db, ctx, ('alone',))
     read = []
 
     def seen(conn, cursor, statement, *args):
