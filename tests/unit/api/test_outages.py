@@ -94,6 +94,16 @@ def test_a_broker_refusing_the_login_is_503(db):
     assert 'refused' in fault['faultstring']
 
 
+def _wait_abandoned_calls(timeout=60):
+    """Wait for the API's conductor calls still running in their threads
+    (``conductor_client``'s ``conductor-call-*``)."""
+    deadline = time.monotonic() + timeout
+    for thread in threading.enumerate():
+        if thread.name.startswith('conductor-call-'):
+            thread.join(max(0, deadline - time.monotonic()))
+            assert not thread.is_alive(), thread.name
+
+
 def test_a_hung_broker_is_a_503_within_the_call_s_bound(db):
     """RabbitMQ (through a TCP proxy) keeping the API's connections open
     and answering nothing: the publish waited [api]conductor_timeout for
@@ -129,6 +139,12 @@ def test_a_hung_broker_is_a_503_within_the_call_s_bound(db):
             took = time.monotonic() - started
             proxy.release()
         finally:
+            # The call the 503 abandoned ends by itself (its own bounds,
+            # the connection it holds given back to the transport's pool
+            # then): cleaned up before that, the transport would keep
+            # that connection, whose heartbeat reconnects to the closed
+            # proxy for the rest of the test run.
+            _wait_abandoned_calls()
             rpc.set_transport(previous)
             transport.cleanup()
     bound = conductor_client.call_bound(conf)
