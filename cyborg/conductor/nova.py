@@ -65,8 +65,8 @@ keystoneauth where Nova redirects.  With neither ``[nova] auth_type``
 nor ``auth_section`` (all-in-one, standalone use), or with
 ``send_events = False``, nothing is recorded or sent, and binding works
 the same; the periodic then drops the events recorded while they were on
-once Nova no longer waits for them (``drop_unsendable``): left there they
-would count as pending for ever.
+once a conductor with them on would give up on them too
+(``drop_unsendable``): left there they would count as pending for ever.
 
 Each POST is timed in ``cyborg_conductor_nova_request_seconds``; those
 that leave all their events undelivered count in
@@ -453,7 +453,7 @@ def resend_due(conf, context):
     pass goes on.  With events off, drops the events Nova no longer
     waits for (``drop_unsendable``)."""
     if not enabled(conf):
-        drop_unsendable(context)
+        drop_unsendable(conf, context)
         return
     expire(conf, context)
     posts = 0
@@ -523,29 +523,36 @@ def expire(conf, context):
     return len(rows)
 
 
-def drop_unsendable(context):
+def drop_unsendable(conf, context):
     """Events off (``[nova]send_events`` false, or no Nova credentials):
-    forget the events recorded while they were on, once Nova has stopped
-    waiting for them (``NOVA_ARQ_BINDING_TIMEOUT`` after they were
-    recorded: the builds failed).  This conductor will never send them;
-    left there, they were counted pending (and their age alerted on) for
-    ever.  Younger ones are left to a conductor with events on (one
-    whose configuration lags a change: ``send_events`` should be the same
-    on every conductor), which may still deliver them in time.  Returns
-    how many."""
+    forget the events recorded while they were on, once a conductor with
+    events on would give up on them too (``unsendable_after``).  This
+    conductor will never send them; left there, they were counted
+    pending (and their age alerted on) for ever.  Younger ones are left
+    to a conductor with events on (one whose configuration lags a
+    change: ``send_events`` should be the same on every conductor),
+    which may still deliver them in time.  Returns how many."""
     count, _oldest = event_db.pending(context)
     if not count:
         return 0
+    after = unsendable_after(conf)
     dropped = len(_expire_before(context, clock_db.utcnow() -
-                                 datetime.timedelta(
-                                     seconds=NOVA_ARQ_BINDING_TIMEOUT)))
+                                 datetime.timedelta(seconds=after)))
     if dropped:
         LOG.warning('Dropped %d accelerator-request-bound event(s) recorded '
                     'for Nova more than %d s ago: events are off '
                     '([nova]send_events, or no [nova] credentials), so this '
-                    'conductor would never send them', dropped,
-                    NOVA_ARQ_BINDING_TIMEOUT)
+                    'conductor would never send them', dropped, after)
     return dropped
+
+
+def unsendable_after(conf):
+    """Seconds after which a conductor with events off drops an event
+    recorded while they were on: ``[nova]event_max_age``, when a
+    conductor with them on gives up on it (an operator who raised Nova's
+    ``arq_binding_timeout`` raises that too), else (0: never given up)
+    Nova's default ``arq_binding_timeout``, past which no build waits."""
+    return conf.nova.event_max_age or NOVA_ARQ_BINDING_TIMEOUT
 
 
 # Events one transaction of an expiry forgets at most (after a long

@@ -3,9 +3,10 @@
 periodic returned before anything, even the expiry, so the rows stayed
 for ever, counted pending by the conductor's collector, whose age kept
 the ``CyborgNovaEventsUndelivered`` alert firing.  The periodic now
-drops them once Nova no longer waits for them (its default
-arq_binding_timeout after they were recorded: another conductor, with
-events on, may still deliver younger ones), logged once at WARNING."""
+drops them once a conductor with events on would give up on them
+(``[nova]event_max_age`` after they were recorded; with it 0, Nova's
+default arq_binding_timeout: another conductor, with events on, may
+still deliver younger ones), logged once at WARNING."""
 
 import datetime
 import logging
@@ -69,7 +70,7 @@ def test_events_left_when_turned_off_are_dropped(nconf, db, admin_context,
     records = [r for r in caplog.records if r.name == nova.__name__]
     assert [r.getMessage() for r in records] == [
         'Dropped 6 accelerator-request-bound event(s) recorded for Nova '
-        'more than 300 s ago: events are off ([nova]send_events, or no '
+        'more than 600 s ago: events are off ([nova]send_events, or no '
         '[nova] credentials), so this conductor would never send them']
     assert [r.levelno for r in records] == [logging.WARNING]
 
@@ -86,7 +87,7 @@ def test_the_periodic_job_drops_them(nconf, db, admin_context, fake_nova):
 def test_events_off_keep_what_nova_still_waits_for(nconf, db,
                                                   admin_context, fake_nova):
     """Another conductor, with events on, may still deliver an event
-    recorded less than Nova's arq_binding_timeout ago: kept."""
+    recorded less than ``[nova]event_max_age`` ago: kept."""
     test_nova._record(nconf, admin_context, db=db, count=2)
     _turn_off(nconf, 'send_events')
     nova.resend_due(nconf, admin_context)
@@ -120,6 +121,37 @@ def test_they_are_dropped_a_batch_per_transaction(nconf, db, admin_context,
     monkeypatch.setattr(event_db, 'expire', counted)
     _recorded_while_on(nconf, admin_context, db, batches=5)   # 10 events
     _turn_off(nconf, 'send_events')
-    assert nova.drop_unsendable(admin_context) == 10
+    assert nova.drop_unsendable(nconf, admin_context) == 10
     assert test_nova._pending(db) == []
     assert transactions == [4, 4, 4]
+
+
+def _recorded_ago(conf, ctx, db, seconds):
+    test_nova._record(conf, ctx, db=db, count=1)
+    now = timeutils.utcnow()
+    then = now - datetime.timedelta(seconds=seconds)
+    events = models.NovaEvent.__table__
+    with db.begin() as c:
+        # The one just recorded.
+        c.execute(sa.update(events).where(
+            events.c.created_at > now - datetime.timedelta(seconds=60))
+            .values(created_at=then, next_attempt_at=then))
+
+
+@pytest.mark.parametrize('max_age, kept_at, dropped_at', [
+    # An operator who raised Nova's arq_binding_timeout (to 1800 s, say)
+    # raised this too: an event of 1000 s ago may still be delivered by a
+    # conductor with events on; the fixed 300 s dropped it.
+    (3600, 1000, 3700),
+    # The default (600): what a conductor with events on gives up on.
+    (600, 500, 700),
+    # 0, never given up: Nova's default wait.
+    (0, 200, 400)])
+def test_they_are_dropped_when_a_sender_would_give_up(
+        nconf, db, admin_context, fake_nova, max_age, kept_at, dropped_at):
+    nconf.set_override('event_max_age', max_age, group='nova')
+    _recorded_ago(nconf, admin_context, db, kept_at)
+    _recorded_ago(nconf, admin_context, db, dropped_at)
+    _turn_off(nconf, 'send_events')
+    assert nova.drop_unsendable(nconf, admin_context) == 1
+    assert len(test_nova._pending(db)) == 1
