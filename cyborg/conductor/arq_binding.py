@@ -1686,6 +1686,61 @@ def delete(conf, context, arq_uuids=None, instance_uuid=None,
     return [u for u in arq_uuids if u not in found]
 
 
+# ARQs one transaction of ``purge_initial`` deletes at most.
+PURGE_BATCH = 500
+# ARQs a purge names in its log line, at most.
+_PURGED_SHOWN = 10
+
+
+def purge_initial(conf, context):
+    """Periodic: delete the ARQs never bound (still Initial) created more
+    than ``[conductor]initial_arq_max_age`` seconds ago (0: none).  A
+    create answered 503 (a conductor that died after its write) leaves
+    ARQs Nova never learns the uuids of, counted against their project's
+    quota until deleted.  Each batch is read, locked and checked again
+    (still Initial, still that old) in the transaction that deletes it:
+    a bind that took one meanwhile keeps it.  One ``delete``
+    notification per ARQ, as for a delete asked for; logged at WARNING
+    with their projects.  Returns how many went."""
+    max_age = conf.conductor.initial_arq_max_age
+    if not max_age:
+        return 0
+    before = clock_db.utcnow() - datetime.timedelta(seconds=max_age)
+    purged = []
+    while True:
+        uuids = arq_db.initial_before(context, before, PURGE_BATCH)
+        if not uuids:
+            break
+        rows, moved = db_api.write_retrying(context, _purge_initial,
+                                            context, uuids, before)
+        if moved:
+            _notify_left(conf, context, notify.ARQ_DELETE, rows, moved,
+                         states.DELETING)
+        purged += [row for row in rows if row.uuid in moved]
+        if len(uuids) < PURGE_BATCH or not moved:
+            break
+    if purged:
+        LOG.warning('Deleted %d accelerator request(s) never bound in the '
+                    '%d s after their creation ([conductor]'
+                    'initial_arq_max_age): %s', len(purged), max_age,
+                    ', '.join(f'{row.uuid} (project {row.project_id})'
+                              for row in purged[:_PURGED_SHOWN]) +
+                    (', ...' if len(purged) > _PURGED_SHOWN else ''))
+    return len(purged)
+
+
+def _purge_initial(context, uuids, before):
+    """(rows, {uuid: state before}) of the ARQs ``uuids`` still Initial,
+    created before ``before`` and holding nothing to release outside the
+    database, deleted in this transaction."""
+    arq_db.lock(context, uuids)
+    rows = [row for row in arq_db.get_to_change(context, uuids)
+            if row.state == states.INITIAL and row.created_at < before
+            and not _releases_outside(row)]
+    return rows, _leave_all(context, rows, states.DELETING, ANY_STATE,
+                            delete=True)
+
+
 def _deletable(context, arq_uuids, instance_uuid, guard_holding=False):
     """The ARQs a delete names that the caller sees, in its write
     transaction, locked before they are read: read as last committed, and

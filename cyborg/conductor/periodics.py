@@ -49,6 +49,10 @@ JOBS = (
     # Delete the quota lock rows of projects left without ARQs.
     ('purge_quota_locks', 'reconcile_interval',
      'cyborg.conductor.quotas:purge_unused_locks'),
+    # Delete the ARQs never bound past [conductor]initial_arq_max_age (a
+    # create answered 503 left them; off by default).
+    ('purge_initial_arqs', 'reconcile_interval',
+     'cyborg.conductor.arq_binding:purge_initial'),
     # Program again the image a reboot took from an FPGA under the Bound
     # ARQs that asked for it (a report starts it too; this retries).
     ('restore_fpga_images', 'stuck_arq_check_interval',

@@ -55,6 +55,17 @@ opts = [
                     'programming an FPGA\'s image again '
                     '([conductor]restore_fpga_images) before it tries that '
                     'card again.'),
+    cfg.IntOpt('initial_arq_max_age', default=0, min=0,
+               help='Seconds after its creation an accelerator request '
+                    'that was never bound (still Initial) is deleted by a '
+                    'periodic job (every [conductor]reconcile_interval), '
+                    'freeing its share of the project\'s quota. Nova binds '
+                    'the requests it creates within seconds, but a create '
+                    'answered 503 (a conductor that died after the write) '
+                    'leaves requests Nova never learns of. Set it above '
+                    'the longest a user or a standalone consumer waits '
+                    'between a create and its bind (a day: 86400). 0: '
+                    'never deleted.'),
     cfg.IntOpt('nova_event_retry_interval', default=10, min=1,
                help='Seconds between two attempts to deliver pending '
                     'accelerator-request-bound events to Nova.'),

@@ -397,6 +397,16 @@ def stuck(context, now, started_before, limit=100):
 
 
 @reader
+def initial_before(context, created_before, limit):
+    """Uuids, oldest first, of up to ``limit`` ARQs never bound (still
+    Initial) created before ``created_before``."""
+    return list(_execute(context, select(_ARQ.c.uuid).where(
+        _ARQ.c.state == states.INITIAL,
+        _ARQ.c.created_at < created_before)
+        .order_by(_ARQ.c.id).limit(limit)).scalars())
+
+
+@reader
 def owned_binding(context, owner, started_before, limit=1000):
     """``{uuid: bind_id}`` of ARQs in BindStarted whose bind conductor
     ``owner`` started before ``started_before``."""
