@@ -16,7 +16,19 @@ mdevs its Bound ARQs hold (``ConductorAPI.bound_mdevs``, conductor RPC
 1.9) and makes those that are missing, through the same path as a bind
 (an mdev that exists, of that type on that parent, is left as it is).
 One that cannot be made is logged (WARNING, naming the ARQ and the
-mdev) and the others are still made; the agent goes on.  Until the
+mdev) and the others are still made; the agent goes on.  Those that
+failed are tried again (``retry``) before each later report, at least
+every ``[DEFAULT]periodic_interval`` seconds (a report follows a udev
+event, or a driver that finds its GPU again): at boot the GPU's driver
+(nvidia, vfio) may bind the parent function, create its
+``mdev_supported_types`` or enable its SR-IOV VFs only after the agent
+started.  Each retry asks the conductor again, so that an ARQ unbound
+meanwhile is not made again, and stops once none fails, or the
+conductor no longer lists them; one made at last is logged (INFO), one
+still failing is logged again (WARNING) only when its reason changes.
+A conductor away during a retry is retried at the next report, which
+goes out meanwhile.  The metric ``cyborg_agent_bound_mdevs_not_made``
+counts those not made yet, after each attempt.  Until the
 conductor has answered, no report goes out: the conductor away (the
 broker, no conductor yet, a timeout, its database away) is retried
 with the report's back-off.  A conductor older than 1.9 (or
@@ -26,7 +38,7 @@ an agent with a driver that makes mdevs (``base.Partitionable``) asks.
 
 An unbind whose removal reaches the agent while it recreates is not
 undone by it: a removal asked for after the conductor's answer is noted,
-and that mdev is not made again.
+and that mdev is not made again; nor is one that failed, once removed.
 
 nova-compute resumes the host's instances as it starts
 (``resume_guests_state_on_host_boot``), on these mdevs: the
@@ -35,7 +47,10 @@ of ``Type=notify``) only once they are made, so that a unit ordered
 before nova-compute holds its start until then.  Not for ever: a
 conductor that has not answered within ``[agent]ready_timeout`` seconds
 (the control plane away at boot) lets nova-compute start without them,
-with a WARNING, and they are made once it answers.
+with a WARNING, and they are made once it answers.  Nor by one that
+cannot be made: READY follows the first attempt, whatever failed, and
+the retries that follow only update the status systemd shows
+(``systemctl status cyborg-agent``).
 """
 
 import os
@@ -46,6 +61,7 @@ from oslo_log import log as logging
 from cyborg.agent import rpcapi as agent_rpcapi
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
+from cyborg.common import metrics
 from cyborg.common import rpc
 from cyborg.common import systemd
 from cyborg.drivers import base
@@ -55,7 +71,8 @@ LOG = logging.getLogger(__name__)
 
 class Mdevs:
     """Creates and removes this host's mdevs, one at a time; recreates
-    those of the Bound ARQs once, at start (``restore``)."""
+    those of the Bound ARQs at start (``restore``), and those it could
+    not then before each later report (``retry``)."""
 
     def __init__(self, conf, host, drivers, conductor_api=None):
         self.conf = conf
@@ -74,6 +91,10 @@ class Mdevs:
         self.made = []
         self.failed = {}
         self.unlisted = None
+        # mdev uuid -> the reasons it failed for that were logged as a
+        # WARNING; the conductor's errors logged during retries.
+        self._warned = {}
+        self._unanswered = set()
 
     # -- a bind's create and an unbind's removal ---------------------------
 
@@ -112,6 +133,10 @@ class Mdevs:
         with self._lock:
             if self._removed is not None:
                 self._removed.add(mdev_uuid)
+            if self._forget(mdev_uuid):
+                LOG.info('Mdev %s, not made again, is no longer tried: its '
+                         'removal was asked (an unbind).', mdev_uuid)
+                self._count()
             if privileged.remove_mdev(parent, mdev_uuid, asked_type):
                 LOG.info('Removed mdev %s from %s', mdev_uuid, parent)
                 return True
@@ -162,12 +187,70 @@ class Mdevs:
                     self._restore_one(mdev)
                 if mdevs:
                     LOG.info('Mdevs of the bound accelerator requests of %s '
-                             'checked: %d, %d not made again.', self.host,
-                             len(mdevs), len(self.failed))
+                             'checked: %d, %d not made again%s.', self.host,
+                             len(mdevs), len(self.failed),
+                             _TRIED_AGAIN if self.failed else '')
             self.restored = True
         finally:
             with self._lock:
                 self._removed = None
+            self._count()
+
+    def retry(self):
+        """Try again to make those ``restore`` could not (``failed``),
+        still held by Bound ARQs as the conductor lists them now; returns
+        whether it asked.  Never raises: the conductor away, or one
+        failing again, is logged and tried at the next call (the
+        reporter's, before each report after the first)."""
+        if not self.restored or not self.failed:
+            return False
+        with self._lock:
+            self._removed = set()
+        try:
+            try:
+                mdevs = self._conductor_api().bound_mdevs(
+                    cyborg_context.get_admin_context(), self.host)
+            except Exception as exc:  # noqa: BLE001 - tried next report
+                self._not_answered(exc)
+                return True
+            self._unanswered.clear()
+            listed = {mdev['mdev_uuid']: mdev for mdev in mdevs}
+            for mdev_uuid in list(self.failed):
+                mdev = listed.get(mdev_uuid)
+                if mdev is not None:
+                    self._restore_one(mdev)
+                    continue
+                with self._lock:
+                    forgotten = self._forget(mdev_uuid)
+                if forgotten:
+                    LOG.info('Mdev %s, not made again, is no longer held by '
+                             'a bound accelerator request of %s: no longer '
+                             'tried.', mdev_uuid, self.host)
+            return True
+        finally:
+            with self._lock:
+                self._removed = None
+            self._count()
+
+    def _not_answered(self, exc):
+        """The conductor did not list the mdevs for a retry: logged once
+        per kind of error (INFO), until it answers."""
+        kind = type(exc).__name__
+        level = logging.DEBUG if kind in self._unanswered else logging.INFO
+        self._unanswered.add(kind)
+        LOG.log(level, 'Could not ask the conductor which of the %d mdev(s) '
+                'of bound accelerator requests of %s not made again are '
+                'still bound (%s); asking again before the next report.',
+                len(self.failed), self.host, exception.first_line(exc))
+
+    def _forget(self, mdev_uuid):
+        """No longer try ``mdev_uuid`` (under ``_lock``); whether it
+        was being tried."""
+        self._warned.pop(mdev_uuid, None)
+        return self.failed.pop(mdev_uuid, None) is not None
+
+    def _count(self):
+        metrics.AGENT_BOUND_MDEVS_NOT_MADE.set(len(self.failed))
 
     def _conductor_api(self):
         if self._conductor is None:
@@ -205,7 +288,9 @@ class Mdevs:
         arq, mdev_uuid = mdev['arq_uuid'], mdev['mdev_uuid']
         address, mdev_type = mdev['pci_address'], mdev['mdev_type']
         with self._lock:
+            again = mdev_uuid in self.failed
             if mdev_uuid in self._removed:
+                self._forget(mdev_uuid)
                 LOG.info('Mdev %s of accelerator request %s was removed '
                          'meanwhile (an unbind); not made again.', mdev_uuid,
                          arq)
@@ -213,18 +298,31 @@ class Mdevs:
             try:
                 made = self._create(address, mdev_type, mdev_uuid)
             except Exception as exc:  # noqa: BLE001 - logged, the next one
-                self.failed[mdev_uuid] = exception.first_line(exc)
+                why = self.failed[mdev_uuid] = exception.first_line(exc)
+                warned = self._warned.setdefault(mdev_uuid, set())
+                if why in warned:
+                    LOG.debug('Mdev %s of bound accelerator request %s still '
+                              'cannot be made again: %s.', mdev_uuid, arq,
+                              why)
+                    return
+                warned.add(why)
                 LOG.warning('Could not make mdev %s (type %s on %s) of '
                             'bound accelerator request %s again: %s; its '
-                            'instance cannot start until it is made.',
-                            mdev_uuid, mdev_type, address, arq,
-                            self.failed[mdev_uuid])
+                            'instance cannot start until it is made%s.',
+                            mdev_uuid, mdev_type, address, arq, why,
+                            _TRIED_AGAIN)
                 return
+            self._forget(mdev_uuid)
         if made:
             self.made.append(mdev_uuid)
             LOG.info('Made mdev %s of bound accelerator request %s again '
-                     '(gone since the agent last ran: a reboot).', mdev_uuid,
-                     arq)
+                     '(gone since the agent last ran: a reboot)%s.',
+                     mdev_uuid, arq,
+                     ', at last, after failing' if again else '')
+        elif again:
+            LOG.info('Mdev %s of bound accelerator request %s, not made '
+                     'again before, exists now (made by hand?): no longer '
+                     'tried.', mdev_uuid, arq)
 
     def summary(self):
         """What ``restore`` did, in a line (the agent's status in
@@ -234,9 +332,12 @@ class Mdevs:
         if self.unlisted is not None:
             return (f'mdevs of bound accelerator requests not made again: '
                     f'{self.unlisted}')
+        failed = len(self.failed)
         return (f'mdevs of bound accelerator requests: {len(self.made)} '
-                f'made again, {len(self.failed)} failed, of '
-                f'{len(self.listed)} listed')
+                f'made again, {failed} failed, of '
+                f'{len(self.listed)} listed'
+                + ('; the failed ones are tried again before each report'
+                   if failed else ''))
 
 
 _NOT_RECREATED = ('the mdevs of bound accelerator requests are not made '
@@ -248,19 +349,24 @@ _NOT_RECREATED = ('the mdevs of bound accelerator requests are not made '
 _TOO_OLD = 'the conductor is older than conductor RPC 1.9 (bound_mdevs)'
 
 
+_TRIED_AGAIN = '; tried again before each inventory report'
+
+
 class Readiness:
     """Tells systemd when the cyborg-agent process is ready
     (``cyborg.common.systemd``): once ``restore`` has returned, with
     its ``summary``; or ``[agent]ready_timeout`` seconds after ``start``
     when the conductor has not answered by then (a WARNING); at once
     where no enabled driver makes mdevs, or the option is 0.  Nothing
-    at all where systemd does not listen.
+    at all where systemd does not listen.  Mdevs that failed do not
+    hold READY: they are tried again later (``retry``), and only the
+    status follows.
 
     A service of that process, started first (the RPC server's start
     waits for the broker, which the time-out must not): ``start`` says
     the agent waits, ``restore`` is the reporter's
-    ``before_first_report``, and ``stop``, last of the services, says
-    ``STOPPING=1``."""
+    ``before_first_report`` and ``retry`` its ``before_report``, and
+    ``stop``, last of the services, says ``STOPPING=1``."""
 
     def __init__(self, conf, mdevs):
         self.timeout = conf.agent.ready_timeout
@@ -296,6 +402,13 @@ class Readiness:
         after an attempt that works, or the time-out)."""
         self.mdevs.restore()
         self._ready(self.mdevs.summary())
+
+    def retry(self):
+        """``Mdevs.retry``, then the status systemd shows, when it
+        asked: READY=1 is not said again (said after the first attempt,
+        or still being said where systemd did not hear it)."""
+        if self.mdevs.retry():
+            self._ready(self.mdevs.summary())
 
     def _time_up(self):
         with self._lock:

@@ -37,7 +37,9 @@ Before the first report, the agent recreates the mdevs of its Bound ARQs
 (``cyborg.agent.mdevs``: gone after a reboot), on the reporter's thread:
 no report offers their capacity as free.  Until the conductor has told
 which they are, no report goes out; its failures are retried as a
-report's are (below).
+report's are (below).  Those it could not make (the GPU's driver not
+ready yet at boot) are tried again before each later report
+(``before_report``), which goes out whatever became of them.
 
 When: once at start, every ``[DEFAULT]periodic_interval`` seconds, at once
 when ``request_report()`` (hotplug) or ``request_full_report()`` (the
@@ -153,7 +155,8 @@ class Reporter:
     """Keeps the conductor's picture of this host equal to the hardware."""
 
     def __init__(self, conf, host, drivers, conductor_api=None,
-                 report_cache=None, before_first_report=None):
+                 report_cache=None, before_first_report=None,
+                 before_report=None):
         self.conf = conf
         self.host = host
         self.drivers = drivers
@@ -163,6 +166,10 @@ class Reporter:
         # (``cyborg.agent.mdevs``), whose capacity no report may offer
         # as free.
         self._before_first_report = before_first_report
+        # Run on that thread before each later report: the agent making
+        # those mdevs it could not make then (``Mdevs.retry``).  What it
+        # raises is logged; the report goes on.
+        self._before_report = before_report
         # The cards being programmed: the agent's endpoints and its health
         # monitor share this one (``cmd.agent.build_services``).
         self.programming = programming.InProgress()
@@ -496,6 +503,8 @@ class Reporter:
                 if self._before_first_report is not None:
                     self._before_first_report()
                     self._before_first_report = None
+                else:
+                    self._run_before_report()
                 self.report_now(full=full)
             except messaging.MessageUndeliverable:
                 failures += 1
@@ -523,6 +532,17 @@ class Reporter:
             failures = 0
             delay = interval
             retry = _RETRY_DELAY
+
+    def _run_before_report(self):
+        if self._before_report is None:
+            return
+        try:
+            self._before_report()
+        except Exception:
+            LOG.exception('Before the inventory report of %s: %s failed; '
+                          'reporting anyway.', self.host,
+                          getattr(self._before_report, '__qualname__',
+                                  self._before_report))
 
 
 def log_failure(log, count, message, *args, exc_info=False):

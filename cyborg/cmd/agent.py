@@ -4,7 +4,8 @@ a reboot took away, every ``[DEFAULT]periodic_interval`` seconds and at
 once on hotplug), watches their health (``[health]``), serves topic
 ``cyborg-agent`` as ``[DEFAULT]host`` and, with ``[metrics]enabled``, its
 Prometheus metrics on ``[metrics]agent_port``.  Under systemd (a unit of
-``Type=notify``) it says it is ready once those mdevs are made, or
+``Type=notify``) it says it is ready once those mdevs are made (or
+failed: those are tried again before each later report), or
 ``[agent]ready_timeout`` seconds have passed (``mdevs.Readiness``)."""
 
 from cyborg.agent import health
@@ -27,12 +28,14 @@ def build_services(conf, host=None, tell_systemd=False):
     ``mdevs.Readiness`` that tells systemd when the agent is ready."""
     host = host or conf.host
     drivers = loader.load_drivers(conf, host)
-    # Recreated before the first report: a reboot took them away.
+    # Recreated before the first report: a reboot took them away; those
+    # that could not be, tried again before each later report.
     mdevs = agent_mdevs.Mdevs(conf, host, drivers)
     readiness = agent_mdevs.Readiness(conf, mdevs) if tell_systemd else None
-    restore = mdevs.restore if readiness is None else readiness.restore
+    told = mdevs if readiness is None else readiness
     reporter = agent_reporter.Reporter(conf, host, drivers,
-                                       before_first_report=restore)
+                                       before_first_report=told.restore,
+                                       before_report=told.retry)
     monitor = health_monitor(conf, host, drivers, reporter)
     endpoints = [agent_manager.AgentManager(conf, host, reporter=reporter,
                                             drivers=drivers,
