@@ -1492,8 +1492,7 @@ def _release_mdevs(conf, context, rows):
     uuid: reason} of those the agent could not remove.  The removals run
     at once (an instance's vGPUs wait for one agent's timeout, not one
     each)."""
-    mdevs = [row for row in rows
-             if row.attach_handle_type == 'MDEV' and row.device_hostname]
+    mdevs = [row for row in rows if _holds_mdev(row)]
     silent = {host: silence.why_silent(conf, context, host)
               for host in {row.device_hostname for row in mdevs}}
 
@@ -1784,8 +1783,12 @@ def _releases_first(row):
     database before its row goes: an mdev to remove, a fabric handle to
     detach (a standalone claim is released after, recorded in the
     transaction that deletes the row)."""
-    return bool((row.attach_handle_type == 'MDEV' and row.device_hostname)
-                or row.remote_handle_id is not None)
+    return _holds_mdev(row) or row.remote_handle_id is not None
+
+
+def _holds_mdev(row):
+    """Whether the ARQ ``row`` holds an mdev its host's agent removes."""
+    return bool(row.attach_handle_type == 'MDEV' and row.device_hostname)
 
 
 class _Mark:
