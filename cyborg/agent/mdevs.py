@@ -250,7 +250,8 @@ class Mdevs:
         return self.failed.pop(mdev_uuid, None) is not None
 
     def _count(self):
-        metrics.AGENT_BOUND_MDEVS_NOT_MADE.set(len(self.failed))
+        metrics.AGENT_BOUND_MDEVS_NOT_MADE.labels(self.host).set(
+            len(self.failed))
 
     def _conductor_api(self):
         if self._conductor is None:

@@ -87,12 +87,15 @@ AGENT_REPORT_SECONDS = _histogram(
     'cyborg_agent_report_seconds',
     'Time from the start of an inventory report to its acknowledgement.')
 # Set by cyborg.agent.mdevs after each attempt: at start, and each retry
-# (before an inventory report) while any fails.
+# (before an inventory report) while any fails.  By host: a family
+# without labels would make its series (and, under the API's
+# multiprocess mode, a file per worker) in every process that imports
+# this module.
 AGENT_BOUND_MDEVS_NOT_MADE = prom.Gauge(
     'cyborg_agent_bound_mdevs_not_made',
     'Mdevs of bound accelerator requests the agent could not make again '
     'after a reboot (their instances cannot start); tried again before '
-    'each inventory report.', registry=REGISTRY)
+    'each inventory report.', ['host'], registry=REGISTRY)
 
 # -- conductor ----------------------------------------------------------
 

@@ -30,14 +30,14 @@ _wait_for = test_mdevs._wait_for
 
 
 def _not_made():
-    return metrics.REGISTRY.get_sample_value(NOT_MADE)
+    return metrics.REGISTRY.get_sample_value(NOT_MADE, {'host': HOST})
 
 
 def _served():
     """The line the agent's metrics port serves for the gauge."""
     _type, body = metrics.render(metrics.AGENT)
     lines = [line for line in body.decode().splitlines()
-             if line.startswith(NOT_MADE + ' ')]
+             if line.startswith(NOT_MADE + '{host="%s"} ' % HOST)]
     assert len(lines) == 1, body
     return float(lines[0].split()[1])
 
