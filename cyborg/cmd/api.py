@@ -13,9 +13,15 @@ them survives a fork.  With several workers it first removes the metrics
 files a previous run left in ``PROMETHEUS_MULTIPROC_DIR``, and folds the
 files of each worker that dies into archives
 (``cyborg.api.metrics_files``).
+
+It refuses to start (configuration error, status 2) with ``[api]
+auth_strategy = noauth`` on a ``host_ip`` that is not a loopback address
+unless ``[api]noauth_on_any_address`` is set: noauth makes every caller
+the identity its headers name, and one naming none the admin.
 """
 
 import errno
+import ipaddress
 import logging
 import os
 import signal
@@ -288,6 +294,40 @@ def _describe(status):
     return 'status %d' % os.waitstatus_to_exitcode(status)
 
 
+def is_loopback(host):
+    """Whether ``host`` (an address, or a name: every address it
+    resolves to) can be reached from this machine alone."""
+    try:
+        addresses = [ipaddress.ip_address(host)]
+    except ValueError:
+        try:
+            found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        except OSError:
+            return False
+        addresses = [ipaddress.ip_address(info[4][0].split('%', 1)[0])
+                     for info in found]
+    return bool(addresses) and all(
+        (getattr(a, 'ipv4_mapped', None) or a).is_loopback
+        for a in addresses)
+
+
+def noauth_problem(conf):
+    """Why cyborg-api must not serve ``conf`` as it is, or None: noauth
+    (every caller the identity its headers name, one naming none the
+    admin) on an address others can reach, unless
+    ``[api]noauth_on_any_address`` allows it."""
+    if (conf.api.auth_strategy != 'noauth'
+            or conf.api.noauth_on_any_address
+            or is_loopback(conf.api.host_ip)):
+        return None
+    return ('[api]auth_strategy is noauth, which makes anyone who reaches '
+            'the API an admin, and [api]host_ip %s is not a loopback '
+            'address: set host_ip = 127.0.0.1 to try cyborg out on this '
+            'machine, use auth_strategy = keystone, or set [api]'
+            'noauth_on_any_address = true if no one else can reach %s'
+            % (conf.api.host_ip, conf.api.host_ip))
+
+
 def warn_if_shutdown_short(conf):
     warning = service.short_shutdown_warning(conf)
     if warning:
@@ -298,9 +338,15 @@ def main(argv=None):
     conf = service.prepare(argv, prog='cyborg-api')
     problem = (auth.keystone_config_problem(conf)
                or quota.config_problem(conf)
-               or policy.config_problem(conf))
+               or policy.config_problem(conf)
+               or noauth_problem(conf))
     if problem:
         service.config_error('cyborg-api', problem)
+    if conf.api.auth_strategy == 'noauth' and \
+            not is_loopback(conf.api.host_ip):
+        LOG.warning('[api]auth_strategy is noauth and [api]'
+                    'noauth_on_any_address is set: anyone who reaches %s '
+                    'port %d is an admin', conf.api.host_ip, conf.api.port)
     # Writes need the conductor: said now, not as each one fails.
     service.check_transport_url(conf, 'cyborg-api')
     warn_if_shutdown_short(conf)

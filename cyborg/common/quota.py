@@ -49,6 +49,11 @@ UNLIMITED = -1
 FAIL_FAST_SECONDS = 5.0
 # The enforcement model of Keystone's that cyborg's limits follow.
 FLAT = 'flat'
+# What a 503 says when the limits cannot be read.  Never with the
+# error's own text: keystoneauth's names Keystone's internal URL
+# ([oslo_limit]auth_url), its host and port, and the 503 goes to any
+# project member creating ARQs or reading quotas.  The log has it.
+UNREADABLE = 'the limits in Keystone cannot be read'
 
 
 def class_resource(resource_class):
@@ -202,7 +207,7 @@ class UnifiedLimitsDriver:
         except exception.CyborgException:
             raise
         except _KEYSTONE_ERRORS as exc:
-            raise self._failure(_unreadable(exc))
+            raise self._failure(UNREADABLE, exc)
         with self._lock:
             self._failed = None
         return Limits(dict(registered), dict(project),
@@ -219,11 +224,17 @@ class UnifiedLimitsDriver:
                     reason='%s (%.0f s ago; asked again after %.0f s)'
                            % (failed[1], ago, FAIL_FAST_SECONDS))
 
-    def _failure(self, reason):
+    def _failure(self, reason, error=None):
         """Remember why the limits cannot be read (the enforcer is made
         again next time: the endpoint may have moved, the model changed);
-        the 503 to raise."""
-        LOG.warning('Reading limits from Keystone failed: %s', reason)
+        the 503 to raise.  ``reason``: what the 503 says, cyborg's own
+        words (``UNREADABLE``, or what is wrong with the configuration);
+        ``error``: the exception behind it, logged and never answered."""
+        if error is None:
+            LOG.warning('Reading limits from Keystone failed: %s', reason)
+        else:
+            LOG.warning('Reading limits from Keystone failed: %s: %s: %s',
+                        reason, type(error).__name__, error)
         with self._lock:
             self._enforcer = None
             self._failed = (time.monotonic(), reason)
@@ -245,17 +256,18 @@ class UnifiedLimitsDriver:
                 if self._enforcer is not None:
                     return self._enforcer
             self._fail_fast()
-            raise exception.ServiceUnavailable(
-                reason='the limits in Keystone cannot be read')
+            raise exception.ServiceUnavailable(reason=UNREADABLE)
         try:
             try:
                 enforcer = limit.Enforcer(_no_usage_callback, cache=False)
             except ValueError as exc:
                 # oslo.limit's words ("Multiple endpoints found",
                 # "enforcement model ... is not supported"): say what is
-                # wrong, and what to set.
-                raise self._failure(_unreadable(
-                    _keystone_problem_or(self._conf, exc))) from None
+                # wrong, and what to set, where that is found.
+                problem = _keystone_problem(self._conf)
+                raise self._failure(
+                    '%s: %s' % (UNREADABLE, problem) if problem
+                    else UNREADABLE, exc) from None
             if enforcer.model.name != FLAT:
                 # Remembered like Keystone's failures: every create of
                 # the window, and those that waited for this attempt,
@@ -265,15 +277,11 @@ class UnifiedLimitsDriver:
                 self._enforcer = enforcer
             return enforcer
         except _KEYSTONE_ERRORS as exc:
-            raise self._failure(_unreadable(exc))
+            raise self._failure(UNREADABLE, exc)
         finally:
             with self._lock:
                 self._building = None
             building.set()
-
-
-def _unreadable(why):
-    return 'the limits in Keystone cannot be read: %s' % why
 
 
 def keystone_problem(conf):
@@ -345,15 +353,18 @@ def _endpoint_problem(section, keystone):
     return None
 
 
-def _keystone_problem_or(conf, exc):
-    """``keystone_problem``, or ``exc`` when it finds none (or cannot
-    tell: the diagnosis never hides the error it explains)."""
+def _keystone_problem(conf):
+    """``keystone_problem``, or None when it finds none or cannot tell
+    (the diagnosis never hides the error it explains, which is logged).
+    What it finds is cyborg's own words on the configuration (option
+    names, the model, service types and region names), never an
+    error's text."""
     try:
-        return keystone_problem(conf) or exc
+        return keystone_problem(conf)
     except Exception:  # noqa: BLE001 - the original error is the answer
         LOG.debug('Looking for why the limits cannot be read failed',
                   exc_info=True)
-        return exc
+        return None
 
 
 

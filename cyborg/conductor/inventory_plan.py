@@ -44,6 +44,7 @@ import collections
 import dataclasses
 import functools
 import json
+import re
 
 from cyborg.common import exception
 from cyborg.common import states
@@ -583,8 +584,7 @@ def check_hostname(hostname):
     """Invalid unless ``hostname``, the name a host reports under (the
     call's own argument, beside its report), is one the host's and its
     devices' rows hold alike on every database."""
-    problem = _text_problem('host name', hostname, _HOSTNAME_LENGTH,
-                            shortest=1)
+    problem = _name_problem('host name', hostname, _HOSTNAME_LENGTH)
     if problem:
         raise exception.Invalid(reason=problem)
 
@@ -621,9 +621,9 @@ def _report_problem(report):
                       shortest=1)
         or _text_problem('report base_digest', report.get('base_digest'),
                          _DIGEST_LENGTH, optional=True, shortest=1)
-        or _text_problem('report resource_provider_name',
+        or _name_problem('report resource_provider_name',
                          report.get('resource_provider_name'),
-                         _NODE_NAME_LENGTH, optional=True, shortest=1))
+                         _NODE_NAME_LENGTH, optional=True))
     if problem:
         return problem
     for key in report['removed']:
@@ -719,8 +719,8 @@ def _deployable_problem(deployable):
     """Why one of a device's deployables cannot be stored, or None."""
     name = deployable.name
     # It names the deployable's provider in Placement too.
-    problem = _text_problem('deployable name', name,
-                            inventory.PROVIDER_NAME_LENGTH, shortest=1)
+    problem = _name_problem('deployable name', name,
+                            inventory.PROVIDER_NAME_LENGTH)
     if problem:
         return problem
     for handle in deployable.attach_handles:
@@ -853,6 +853,31 @@ def _text_problem(what, value, length=None, optional=False, shortest=0):
     if length is None and size > models.TEXT_BYTES:
         return (f'{what} {shown(value)}: longer than '
                 f'{models.TEXT_BYTES} bytes in UTF-8')
+    return None
+
+
+# What no name holds: the control characters (C0, DEL and C1: a newline,
+# a carriage return, a tab, an escape...) and the Unicode line and
+# paragraph separators.  Each ends a line, or moves the cursor, in what
+# shows or exports a name: a host or deployable name holding a newline
+# added a line of its own to GET /v2/exports/gres.conf (a real gres line,
+# to every Slurm node reading the file), and to the log lines naming it.
+_CONTROL = re.compile(r'[\x00-\x1f\x7f-\x9f\u2028\u2029]')
+
+
+def _name_problem(what, value, length, optional=False):
+    """Why ``value`` is not a name (a host's, a compute node's, a
+    deployable's) its column holds, or None: ``_text_problem``'s reasons,
+    for a string of 1 to ``length`` characters, and any control
+    character (``_CONTROL``)."""
+    problem = _text_problem(what, value, length, optional=optional,
+                            shortest=1)
+    if problem or value is None:
+        return problem
+    found = _CONTROL.search(value)
+    if found:
+        return (f'{what} {shown(value)}: holds a control character or '
+                f'line separator ({shown(found.group())})')
     return None
 
 

@@ -42,6 +42,16 @@ opts = [
                                    'headers. For the all-in-one and tests '
                                    'only.')],
                help='How API requests are authenticated.'),
+    cfg.BoolOpt('noauth_on_any_address', default=False,
+                help='Let cyborg-api start with auth_strategy = noauth while '
+                     'host_ip is not a loopback address (127.0.0.1, ::1). '
+                     'Dangerous: noauth trusts the identity headers as '
+                     'sent, and makes a request without any the admin, so '
+                     'everyone who can reach host_ip and port is an '
+                     'administrator of the cloud\'s accelerators. Without '
+                     'it cyborg-api refuses to start with that '
+                     'combination. Set it only where no one but you can '
+                     'reach that address (a private test network).'),
     cfg.IntOpt('max_limit', default=1000, min=1,
                help='Largest number of items a list call returns at once: '
                     'a page of deployables, from microversion 2.11 a '

@@ -13,6 +13,14 @@ carry ``Count`` alone.  ``Count`` is the units no consumer holds
 (``cyborg.exports.free_units``).  Deployables out of the schedule (in
 maintenance, unhealthy, gone, being programmed), or with every unit
 held, are left out and named in a comment.
+
+Every line is one line: a value is one word of ``[A-Za-z0-9_.-]`` (or a
+number, a ``/dev/vfio`` path), and a name in a comment has each character
+that is not printable (a newline, any control character, a line or
+paragraph separator) written as its Python escape (``\\n``).  The
+conductor refuses such host and deployable names in reports
+(``cyborg.conductor.inventory_plan``); rows stored before it did, or
+written by other means, cannot add a line to the document.
 """
 
 import re
@@ -48,6 +56,21 @@ def _node(hostname):
     return _NOT_TYPE.sub('_', hostname)
 
 
+def _name(device):
+    return _NOT_TYPE.sub('_', GRES_NAMES.get(device.type,
+                                             device.type.lower()))
+
+
+def _shown(text):
+    """``text`` for a comment: on one line, with each character that is
+    not printable (a control character, a line or paragraph separator,
+    which would end the comment and start a line of its own) as its
+    escape."""
+    return ''.join(c if c.isprintable()
+                   else c.encode('unicode_escape').decode('ascii')
+                   for c in str(text))
+
+
 def lines(inventory):
     """The gres.conf lines of one host (comments included)."""
     out = []
@@ -58,16 +81,15 @@ def lines(inventory):
                 continue
             if not exported(deployable):
                 out.append('# %s: out of the schedule, not offered'
-                           % deployable.name)
+                           % _shown(deployable.name))
                 continue
             count = len(free_units(deployable))
             if not count:
                 out.append('# %s: all %d in use, not offered'
-                           % (deployable.name, total))
+                           % (_shown(deployable.name), total))
                 continue
             fields = ['NodeName=%s' % _node(inventory.hostname),
-                      'Name=%s' % GRES_NAMES.get(device.type,
-                                                 device.type.lower()),
+                      'Name=%s' % _name(device),
                       'Type=%s' % _type(device, deployable)]
             path = _file(deployable, total)
             if path:
@@ -84,6 +106,6 @@ def document(inventories):
     for inventory in inventories:
         host_lines = lines(inventory)
         if host_lines:
-            out.append('# %s' % inventory.hostname)
+            out.append('# %s' % _shown(inventory.hostname))
             out.extend(host_lines)
     return '\n'.join(out) + '\n'

@@ -77,7 +77,8 @@ def _refused_at_start(tmp_path, script, config_text):
     checked."""
     config = tmp_path / 'cyborg.conf'
     config.write_text(config_text +
-                      '[api]\nport = 0\nauth_strategy = noauth\n')
+                      '[api]\nhost_ip = 127.0.0.1\nport = 0\n'
+                      'auth_strategy = noauth\n')
     try:
         result = subprocess.run(
             [os.path.join(sys.prefix, 'bin', script), '--config-file',
@@ -136,7 +137,8 @@ def test_keystone_without_credentials_refuses_to_start(tmp_path):
 def test_unified_limits_without_what_they_need_refuse_to_start(
         tmp_path, script, text, says):
     rc, output = _run(script, tmp_path,
-                      text + '[api]\nport = 1\nauth_strategy = noauth\n')
+                      text + '[api]\nhost_ip = 127.0.0.1\nport = 1\n'
+                      'auth_strategy = noauth\n')
     assert rc == 2, output
     assert output.count('\n') == 0, output
     assert output.startswith('%s: configuration error: ' % script)
@@ -259,3 +261,46 @@ def test_argparse_errors_are_still_said(tmp_path, capsys):
     assert err.startswith('usage: cyborg-test'), err
     assert err.endswith('cyborg-test: error: unrecognized arguments: '
                         '--no-such-option\n'), err
+
+
+@pytest.mark.parametrize('host_ip', [None, '0.0.0.0', '::', '192.0.2.1'])
+def test_noauth_on_an_address_others_reach_refuses_to_start(tmp_path,
+                                                             host_ip):
+    """noauth makes a request without identity headers the admin: on
+    every interface (host_ip's default) anyone reaching the port was."""
+    text = '[api]\nauth_strategy = noauth\nport = 1\n'
+    if host_ip:
+        text += 'host_ip = %s\n' % host_ip
+    rc, output = _run('cyborg-api', tmp_path, text)
+    assert rc == 2, output
+    assert output == (
+        'cyborg-api: configuration error: [api]auth_strategy is noauth, '
+        'which makes anyone who reaches the API an admin, and [api]host_ip '
+        '%(ip)s is not a loopback address: set host_ip = 127.0.0.1 to try '
+        'cyborg out on this machine, use auth_strategy = keystone, or set '
+        '[api]noauth_on_any_address = true if no one else can reach %(ip)s'
+        % {'ip': host_ip or '0.0.0.0'})
+
+
+def test_noauth_on_any_address_is_allowed_when_asked_for(tmp_path):
+    """Past the check, said in a WARNING: it fails to listen on an
+    address of no host (status 1), rather than serve."""
+    rc, output = _run('cyborg-api', tmp_path,
+                      '[api]\nauth_strategy = noauth\nhost_ip = 192.0.2.1\n'
+                      'noauth_on_any_address = true\n')
+    assert rc == 1, output
+    assert 'configuration error' not in output
+    assert ('noauth_on_any_address is set: anyone who reaches 192.0.2.1 '
+            'port 6666 is an admin') in output
+    assert 'cannot listen on 192.0.2.1:6666' in output
+
+
+@pytest.mark.parametrize('host, loopback', [
+    ('127.0.0.1', True), ('127.1.2.3', True), ('::1', True),
+    ('::ffff:127.0.0.1', True), ('localhost', True),
+    ('0.0.0.0', False), ('::', False), ('192.0.2.1', False),
+    ('::ffff:192.0.2.1', False), ('fe80::1', False),
+    ('no-such-host.invalid', False)])
+def test_which_addresses_are_loopback(host, loopback):
+    from cyborg.cmd import api as api_cmd
+    assert api_cmd.is_loopback(host) is loopback

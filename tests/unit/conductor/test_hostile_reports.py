@@ -7,13 +7,16 @@ Such reports used to be stored as no agent meant them (a digest that is
 a number or a list, a ``full`` of ``"no"`` taken for true), to fail the
 transaction (a digest or host name too long for its column, a NUL in
 PostgreSQL), or to fail after the commit (a provider name that is a
-list).
+list).  So is a host or compute node name holding a control character
+or a line separator, which were stored: a newline in one added a line
+to ``GET /v2/exports/gres.conf``.
 
 A device carrying text its columns cannot hold on every database (more
 than a TEXT column's bytes on MariaDB, which PostgreSQL stored; a NUL,
 which PostgreSQL refused; a lone surrogate, which no driver encodes), or
 an attach handle without what a bind reads of it (a PCI address
-dddd:bb:dd.f; an mdev's type), is skipped alone as malformed, like the
+dddd:bb:dd.f; an mdev's type), or a deployable name holding a control
+character or a line separator, is skipped alone as malformed, like the
 devices of test_malformed_devices: the rest of the report is stored and
 synced.  Those used to fail the whole report on one database and not on
 the other, or to be stored and fail each bind given them.
@@ -143,6 +146,20 @@ WHOLE = {
     'host name empty': ('', None),
     'host name too long for its column': ('h' * (NAME + 1), None),
     'host name with a NUL': ('host\x001', None),
+    # A control character (C0, DEL, C1) or line separator: written into
+    # the comments of GET /v2/exports/gres.conf, a newline added a gres
+    # line of the reporter's choosing for every Slurm node.
+    'host name with a newline': (
+        'c1\nNodeName=victim Name=gpu Type=a100 File=/dev/nvidia0 Count=8',
+        None),
+    'host name with a carriage return': ('host\r1', None),
+    'host name with a tab': ('host\t1', None),
+    'host name with an escape': ('host\x1b[2J', None),
+    'host name with DEL': ('host\x7f', None),
+    'host name with a C1 control (NEL)': ('host\x851', None),
+    'host name with a line separator': ('host\u20281', None),
+    'resource_provider_name with a newline': (
+        HOST, _field('resource_provider_name', HOST + '\nother')),
 }
 
 
@@ -213,6 +230,8 @@ def test_a_good_report_passes_the_whole_report_checks():
                        base_digest='b' * 64)
     report['resource_provider_name'] = 'n' * NAME
     inventory_plan.check_hostname('h' * NAME)
+    # Printable text beyond ASCII is a name.
+    inventory_plan.check_hostname('h\u00f4te-1.example')
     parsed = inventory_plan.parse_report(report)
     assert parsed.complete and parsed.removed == ['PCI:0000:83:00.0']
 
@@ -295,6 +314,19 @@ DEVICE = {
         _set(_ATTRIBUTES + ('notes',), 'a\x00b'), 'attribute notes'),
     'model with a lone surrogate': (
         _set(('model',), 'model-\ud800'), 'model'),
+    # Named in the comments of GET /v2/exports/gres.conf.
+    'deployable name with a newline': (
+        _set(_DEPLOYABLE + ('name',),
+             'x\nNodeName=v Name=gpu File=/dev/nvidia0 Count=1'),
+        'deployable name'),
+    'deployable name with a carriage return': (
+        _set(_DEPLOYABLE + ('name',), 'x\ry'), 'deployable name'),
+    'deployable name with a tab': (
+        _set(_DEPLOYABLE + ('name',), 'x\ty'), 'deployable name'),
+    'deployable name with a C1 control (NEL)': (
+        _set(_DEPLOYABLE + ('name',), 'x\x85y'), 'deployable name'),
+    'deployable name with a paragraph separator': (
+        _set(_DEPLOYABLE + ('name',), 'x\u2029y'), 'deployable name'),
     'PCI attach_info without an address': (
         _set(_INFO, {}), 'PCI attach_info'),
     'PCI attach_info without a function': (

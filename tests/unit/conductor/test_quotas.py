@@ -6,12 +6,14 @@ answered; tests/functional/cloud/test_quotas.py reads them from the real
 Keystone."""
 
 import contextlib
+import json
 import socket
 import threading
 import time
 
 import pytest
 import sqlalchemy as sa
+import webob
 
 from cyborg.common import context as cyborg_context
 from cyborg.common import exception
@@ -257,3 +259,56 @@ def test_limits_that_cannot_be_read_are_503_and_nothing_written(
     assert 'the limits in Keystone cannot be read' in str(info.value)
     assert _count(db, models.ExtARQ) == 0
     assert _count(db, models.QuotaLock) == 0
+
+
+def test_a_503_names_no_keystone_address_the_log_does(unreachable_keystone,
+                                                      caplog):
+    """keystoneauth's error names Keystone's URL ([oslo_limit]auth_url,
+    often an internal one), its host and port; the 503 goes to any
+    project member creating ARQs or reading quotas.  It says only that
+    the limits cannot be read, the first time and within the fail-fast
+    window; the WARNING says the rest, for the operator."""
+    address = _keystone_address()
+    driver = quota.get_driver(unreachable_keystone)
+    refused = []
+    with caplog.at_level('WARNING'):
+        for _ in range(2):
+            with pytest.raises(exception.ServiceUnavailable) as info:
+                driver.limits('p1')
+            refused.append(str(info.value))
+    first, again = refused
+    assert quota.UNREADABLE in first and 'asked again after' in again
+    for reason in refused:
+        assert address not in reason and '://' not in reason, reason
+        assert 'Connect' not in reason, reason
+    logged = [r.getMessage() for r in caplog.records
+              if r.name == quota.LOG.logger.name]
+    assert len(logged) == 1 and address in logged[0], logged
+
+
+def test_a_member_s_503_body_names_no_keystone_address():
+    """Through the API: a member's create and quota view."""
+    member = {'X-Project-Id': 'p1', 'X-User-Id': 'u',
+              'X-Roles': 'member,reader', 'Content-Type': 'application/json',
+              'OpenStack-API-Version': 'accelerator latest'}
+    with api_fixture.api_service() as service, \
+            _keystone_at(service.conf, processes.free_port()):
+        address = _keystone_address()
+        seed.seed_profile(service.engine, [{'resources:FPGA': '1'}],
+                          name='dp')
+        create = webob.Request.blank('/v2/accelerator_requests',
+                                     method='POST', headers=member)
+        create.body = json.dumps({'device_profile_name': 'dp'}).encode()
+        view = webob.Request.blank('/v2/quotas', headers=member)
+        for request in (create, view):
+            response = request.get_response(service.app)
+            assert response.status_int == 503, response.text
+            assert quota.UNREADABLE in response.text
+            assert address not in response.text, response.text
+            assert '://' not in response.text, response.text
+
+
+def _keystone_address():
+    """host:port of the [oslo_limit]auth_url in use."""
+    from oslo_config import cfg
+    return cfg.CONF.oslo_limit.auth_url.split('//', 1)[1].split('/')[0]
