@@ -4,7 +4,10 @@
 
 One programming, in order:
 
-1. the image's metadata from Glance; nothing to do when the deployable
+1. the image's metadata from Glance, looked up for the project of the
+   ARQ (of the administrator, for an admin programming): an image that
+   project may not use is not found, nor counted among those of a
+   function id (``glance.usable``); nothing to do when the deployable
    already runs it (so admin programming is idempotent); refused (400)
    when it is larger than ``[glance]max_bitstream_size`` (the bitstream
    goes to the agent inline, in one RPC message);
@@ -94,8 +97,9 @@ after that report's transaction and sync on a thread of the conductor
 the periodic check of every conductor (one that stopped before it
 finished, an attempt that failed: this conductor's next one waits
 ``[conductor]reprogram_retry_interval``).  It is an ordinary
-programming, of the image their bind chose (``image_for``), for which
-their handles count as the caller's (``binds``), and which the mark
+programming, of the image their bind chose (``image_for``, one every
+holder's project may use: ``_restored_image``), for which their handles
+count as the caller's (``binds``), and which the mark
 serialises across conductors like any other: one that sets the mark
 after another conductor's restore of the card ended reads the card
 again and finds the image (``_loaded_since``): it releases the mark
@@ -205,7 +209,9 @@ def function_trait(function_id):
 
 def program_deployable(conf, context, deployable_uuid, image_uuid):
     """Admin programming: load Glance image ``image_uuid`` onto the
-    deployable; returns the deployable.  A no-op when it is loaded."""
+    deployable; returns the deployable.  A no-op when it is loaded.  The
+    image is one the administrator's project may use
+    (``glance.usable``)."""
     target = deployable_db.program_target(context, deployable_uuid)
     if target is None:
         raise exception.ResourceNotFound(resource='Deployable',
@@ -214,7 +220,7 @@ def program_deployable(conf, context, deployable_uuid, image_uuid):
         raise exception.Invalid(
             reason=f'deployable {deployable_uuid} is a '
                    f'{target.device_type}, not an FPGA')
-    image = glance.get_image(conf, image_uuid)
+    image = glance.get_image(conf, image_uuid, context.project_id)
     deadline = clock_db.utcnow() + datetime.timedelta(
         seconds=conf.bind_timeout)
     program(conf, context, target, image, deadline, own_handles=0)
@@ -241,8 +247,11 @@ def program_for_bind(conf, context, deployable_id, group, deadline,
     """Program the bound deployable as the profile group asks (the bind
     of ARQ ``arq_uuid`` has taken one of its handles); ``bind``: (ARQ
     uuid, bind id, handle id) of that bind, which must still hold the
-    handle."""
-    image = image_for(conf, group)
+    handle.  The image is one the ARQ's project may use (read from its
+    row; without ``arq_uuid``, no project: only images every project may
+    use)."""
+    arq = arq_db.get(context, arq_uuid) if arq_uuid else None
+    image = image_for(conf, group, arq.project_id if arq else None)
     target = deployable_db.program_target_by_id(context, deployable_id)
     if target is None:
         raise exception.BindFailed(reason='the deployable is gone')
@@ -251,8 +260,9 @@ def program_for_bind(conf, context, deployable_id, group, deadline,
             binds=(bind,) if bind else ())
 
 
-def image_for(conf, group):
-    """The Glance image (its metadata) the profile group asks for: its
+def image_for(conf, group, project_id):
+    """The Glance image (its metadata) the profile group asks for, among
+    those ``project_id`` may use (``glance.usable``): its
     ``accel:bitstream_id``, or the one image with its
     ``accel:function_id``.  Invalid for a group ``group_problem`` refuses,
     before Glance is asked."""
@@ -261,8 +271,9 @@ def image_for(conf, group):
         raise exception.Invalid(reason=problem)
     bitstream_id = group.get('accel:bitstream_id')
     if bitstream_id:
-        return glance.get_image(conf, bitstream_id)
-    return glance.find_by_function_id(conf, group.get('accel:function_id'))
+        return glance.get_image(conf, bitstream_id, project_id)
+    return glance.find_by_function_id(conf, group.get('accel:function_id'),
+                                      project_id)
 
 
 def program(conf, context, target, image, deadline, own_handles,
@@ -1078,7 +1089,7 @@ def _restore(conf, context, card):
     deadline = clock_db.utcnow() + datetime.timedelta(
         seconds=conf.bind_timeout)
     try:
-        image = image_for(conf, dict([card.ask]))
+        image = _restored_image(conf, context, card)
         target = deployable_db.program_target_by_id(context,
                                                     first.deployable_id)
         if target is None:
@@ -1113,6 +1124,21 @@ def _restore(conf, context, card):
              'ARQ(s) %s', first.deployable_uuid, first.device_hostname,
              image['id'], card.arqs)
     return 1
+
+
+def _restored_image(conf, context, card):
+    """The image ``image_for`` finds for the card's ask, for the project
+    of each of its holders (read from their rows): one image every one of
+    them may use, else Invalid."""
+    rows = arq_db.get_all(context, uuids=[h.uuid for h in card.holders])
+    projects = sorted({row.project_id for row in rows}, key=str) or [None]
+    images = [image_for(conf, dict([card.ask]), project)
+              for project in projects]
+    if len({image['id'] for image in images}) != 1:
+        raise exception.Invalid(
+            reason=f'the projects of ARQ(s) {card.arqs} find different '
+                   f'images for {card.image}')
+    return images[0]
 
 
 def _failed(conf, card, first, exc):

@@ -34,6 +34,23 @@ opts = [
                     'the reason) before its download when Glance gives '
                     'its size, else as soon as the download passes the '
                     'limit.'),
+    cfg.ListOpt('trusted_image_owners', default=[],
+                help='Projects (ids) whose images may program an FPGA for '
+                     'any project, besides the project of these [glance] '
+                     'credentials, whose images always may (the project '
+                     'operators upload bitstreams to).  Any other image '
+                     'programs an FPGA only for a project Glance shows it '
+                     'to: public or community images, the project\'s own, '
+                     'and images shared with it that it accepted.  An '
+                     'image another project may not use is as one Glance '
+                     'does not have: an accel:bitstream_id naming it is '
+                     'not found, and an accel:function_id does not count '
+                     'it among the images with that function id (exactly '
+                     'one is wanted).  This applies at bind (the ARQ\'s '
+                     'project), when an image is programmed again after a '
+                     'reboot (that of each ARQ bound to the card), and to '
+                     'an administrator\'s program (the project of the '
+                     'administrator\'s token).'),
 ]
 
 

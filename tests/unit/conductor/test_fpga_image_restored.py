@@ -411,3 +411,44 @@ def test_a_stopping_conductor_waits_for_the_restore_a_report_started(
     assert not stop.is_alive()
     assert [call[0] for call in card.driver.calls] == [card.image] * 2
     assert tp._bitstream(ctx, card.row) == card.image
+
+
+@pytest.mark.parametrize('ask', ['accel:function_id'])
+def test_a_restore_ignores_another_projects_image_of_the_function(
+        rconf, ctx, engine, glance, card, caplog, ask):
+    """Another project uploads a private image with the card's function
+    id after the bind: the restore still finds the one image the ARQ's
+    project may use (it counted both, and failed), and never programs
+    the other's."""
+    glance.add_image(b'\x00evil' * 100, {'accel:function_id': 'f-r'},
+                     owner='tenant-attacker', visibility='private')
+    with caplog.at_level(logging.WARNING):
+        _rebooted(card)
+    assert card.driver.calls[1:] == [
+        (card.image, card.data, fake.NUM_ACCELERATORS)]
+    assert tp._bitstream(ctx, card.row) == card.image
+    assert not _warnings(caplog, 'cyborg.conductor.programming')
+
+
+@pytest.mark.parametrize('ask', ['accel:bitstream_id', 'accel:function_id'])
+def test_a_restore_programs_only_an_image_the_holders_project_may_use(
+        rconf, ctx, engine, glance, card, caplog, ask):
+    """Read for the project of the ARQs bound to the card: their own
+    private image is programmed again; once it is another project's
+    (Glance's owner changed), it is not found, and the card is left
+    as it is."""
+    image = glance.images[card.image]
+    image.update(owner='p1', visibility='private')
+    _rebooted(card)
+    assert [call[0] for call in card.driver.calls] == [card.image] * 2
+    assert tp._bitstream(ctx, card.row) == card.image
+    card.fpga.report()
+    image.update(owner='another-project')
+    with caplog.at_level(logging.WARNING):
+        _rebooted(card)
+    assert len(card.driver.calls) == 2
+    warned = _warnings(caplog, 'cyborg.conductor.programming')
+    assert len(warned) == 1 and card.arq in warned[0], warned
+    assert ('not found in Glance' if ask == 'accel:bitstream_id'
+            else '0 images in Glance have function id f-r') in warned[0]
+    assert tp._bitstream(ctx, card.row) is None

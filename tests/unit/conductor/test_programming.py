@@ -214,8 +214,8 @@ def test_a_download_glance_stops_sending_is_glance_unavailable(pconf,
     gives up after [glance]timeout without a read (503 for an admin's
     program; a bind fails), instead of holding its thread forever."""
     pconf.set_override('timeout', 0.5, group='glance')
-    image = glance_client.get_image(pconf,
-                                    glance.add_image(b'bitstream' * 10000))
+    image = glance_client.get_image(
+        pconf, glance.add_image(b'bitstream' * 10000), 'p1')
     glance.stall_after = 1000
     started = time.monotonic()
     try:
@@ -1170,7 +1170,7 @@ def test_a_bitstream_glance_gives_no_size_of_is_refused_while_downloaded(
     pconf.set_override('timeout', 5, group='glance')
     image_uuid = glance.add_image(b'z' * 100000)
     glance.images[image_uuid]['size'] = None
-    image = glance_client.get_image(pconf, image_uuid)
+    image = glance_client.get_image(pconf, image_uuid, 'p1')
     glance.stall_after = 30000
     started = time.monotonic()
     try:

@@ -21,5 +21,5 @@ def test_glance_credentials_in_another_section(conf, fake_glance):
     _credentials_elsewhere(conf, 'glance')
     conf.set_override('endpoint_override', fake_glance.url, group='glance')
     image = fake_glance.add_image(b'bits' * 10)
-    assert glance_client.get_image(conf, image)['id'] == image
+    assert glance_client.get_image(conf, image, 'p1')['id'] == image
 
