@@ -49,6 +49,13 @@ PROG = 'cyborg-wsgi-api'
 UNAVAILABLE = ('%s: configuration error (the server\'s log says which '
                'option); restart the server once it is fixed' % PROG)
 
+# Said when the app is loaded with [api]auth_strategy = noauth.
+NOAUTH_WARNING = ('[api]auth_strategy is noauth: anyone who reaches this '
+                  'WSGI server is an admin (a request naming no identity '
+                  'is the admin, and one naming any is trusted); keep the '
+                  'server on a loopback address or a network only you '
+                  'reach')
+
 _LOCK = threading.Lock()
 _CONF = None
 _APPLICATION = None
@@ -104,6 +111,10 @@ def load_configuration(argv=None):
     LOG.info('%s %s loaded its configuration from %s', PROG,
              version.version_string(),
              ', '.join(conf.config_file) or 'no file')
+    if conf.api.auth_strategy == 'noauth':
+        # cyborg-api refuses noauth on an address others reach; here the
+        # WSGI server binds, and its address is not known.
+        LOG.warning(NOAUTH_WARNING)
     return conf
 
 

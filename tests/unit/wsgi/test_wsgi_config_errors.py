@@ -119,3 +119,30 @@ def test_the_test_server_says_it_in_one_line(tmp_path, text, says):
     assert 'cyborg-wsgi-api: configuration error: ' in output
     assert says in output
     assert 'Traceback' not in output
+
+
+@pytest.mark.parametrize('strategy, warned', [('noauth', True),
+                                              ('keystone', False)])
+def test_noauth_is_warned_of_as_the_app_loads(tmp_path, strategy, warned):
+    """cyborg-api refuses noauth on an address others can reach; under a
+    WSGI server the address is the server's, unknown to the app: said at
+    WARNING as it loads its configuration."""
+    sections = {'api': {'auth_strategy': strategy},
+                'DEFAULT': {'use_stderr': True,
+                            'transport_url': 'rabbit://u:p@127.0.0.1:1/'}}
+    if strategy == 'keystone':
+        sections['keystone_authtoken'] = {
+            'www_authenticate_uri': 'http://127.0.0.1:1/identity',
+            'auth_type': 'password', 'auth_url': 'http://127.0.0.1:1/',
+            'username': 'cyborg', 'password': 'p', 'project_name': 's',
+            'user_domain_name': 'Default',
+            'project_domain_name': 'Default'}
+    config = processes.write_config(tmp_path / 'cyborg.conf', sections)
+    loaded = subprocess.run(
+        [sys.executable, '-c', 'import sys; from cyborg.wsgi import api; '
+         'api.load_configuration(sys.argv[1:])', '--config-file',
+         str(config)], capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL)
+    assert loaded.returncode == 0, loaded.stderr
+    assert (wsgi_api.NOAUTH_WARNING in loaded.stderr) is warned, \
+        loaded.stderr
