@@ -8,7 +8,8 @@ this host's clock is near the database server's (the API and the
 conductor compare their clocks); the health timers fit together (a full
 health report comes within the suspect window); Placement, where
 ``[placement]`` is configured, answers and serves the microversion cyborg
-pins.
+pins; no ``[upgrade_levels]`` cap is left set (a rolling upgrade's, which
+keeps this release's calls from its peers once they run it too).
 """
 
 import json
@@ -25,6 +26,7 @@ import cyborg.conf
 from cyborg.common import exception
 from cyborg.common import service
 from cyborg.conf import ksa
+from cyborg.conf import upgrade_levels
 from cyborg.db import migration
 
 LOG = logging.getLogger(__name__)
@@ -236,6 +238,45 @@ class Checks(upgradecheck.UpgradeCommands):
             return Result(Code.FAILURE, problem)
         return Result(Code.SUCCESS)
 
+    def _check_upgrade_levels(self):
+        """A cap of ``[upgrade_levels]`` is for a rolling upgrade's mixed
+        window only: left set, the calls of the versions above it (named
+        from the peer's ``HISTORY``) are never sent, though every peer
+        runs this release, and the cap still holds after the next
+        upgrade."""
+        import importlib
+
+        from cyborg.common import rpc
+
+        found = []
+        # Each peer's option, and the rpcapi module of its ``HISTORY``.
+        for peer, module in sorted(upgrade_levels._RPCAPI.items(),
+                                   reverse=True):
+            rpcapi = importlib.import_module(module)
+            # A value the history does not know stopped the command
+            # before (a configuration error, as for the services).
+            value = self.conf.upgrade_levels[peer]
+            cap = rpcapi.resolve_cap(value)
+            if cap is None:
+                continue
+            above = ['%s (%s)' % (version, change)
+                     for version, change in rpcapi.HISTORY
+                     if rpc.version_tuple(version) > rpc.version_tuple(cap)]
+            if above:
+                what = 'disables what the %s RPC versions after it ' \
+                    'change: %s' % (peer, '; '.join(above))
+            else:
+                what = ('caps nothing in this release (%s RPC %s), but '
+                        'will cap the next one\'s calls'
+                        % (peer, rpcapi.RPC_API_VERSION))
+            found.append('[upgrade_levels]%s = %s caps the %s RPC API at %s: '
+                         'it %s.  Remove it (and restart) once every %s '
+                         'runs this release.' % (
+                             peer, value, peer, cap, what, peer))
+        if found:
+            return Result(Code.WARNING, '  '.join(found))
+        return Result(Code.SUCCESS)
+
     @property
     def _upgrade_checks(self):
         return (
@@ -250,6 +291,8 @@ class Checks(upgradecheck.UpgradeCommands):
              Checks._check_placement),
             ('Keystone\'s limits readable ([quota]driver unified_limits)',
              Checks._check_quota_limits),
+            ('No [upgrade_levels] cap left set',
+             Checks._check_upgrade_levels),
         )
 
 

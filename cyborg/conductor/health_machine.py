@@ -45,9 +45,11 @@ A record (the ``HealthColumns`` of a device or deployable row) moves so::
 The hold-down is ``hold_down * 2**(flaps + failed - 1)`` (``failed - 1``
 at least 0; at most ``max_hold_down``), where flaps counts re-admissions,
 each within ``flap_window`` of the one before, and failed the re-probes
-failed in a row since the record was taken out (``Record.failed_probes``):
-a device that keeps failing soon after coming back, or keeps failing its
-re-probes, stays out longer each time.  A failed re-probe schedules the
+failed in a row since the record was taken out (``Record.failed_probes``;
+none on a row a conductor of the previous release moved last, whose
+``health_faults`` counts transient faults): a device that keeps failing
+soon after coming back, or keeps failing its re-probes, stays out longer
+each time.  A failed re-probe schedules the
 next one by itself, without waiting for a good reading (an agent with
 health watching off sends none, yet answers re-probes): a device out
 only because its agent or the broker was away for the probe comes back
@@ -73,6 +75,7 @@ wrote (no code, or one that does not fit its health).
 
 import dataclasses
 import datetime
+import re
 
 from cyborg.common import states
 from cyborg.objects import health as health_objects
@@ -164,6 +167,12 @@ REASON_CODES = ((GONE_REASON, GONE_CODE),
                 (LOST_REASON, LOST_CODE),
                 (VANISHED_UNHEALTHY, LOST_UNHEALTHY_CODE),
                 (VANISHED_IN_STATUS, LOST_IN_STATUS_CODE))
+# The reason a conductor of the previous release (2027.1) gives a record
+# it takes out for transient faults, leaving their count in
+# ``health_faults`` (``Record.failed_probes``); this release's says
+# more (``_transient``).
+PREVIOUS_TRANSIENT_FAULTS = re.compile(
+    r'[0-9]+ transient faults within [0-9]+ s; last: ')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,10 +242,25 @@ class Record:
     @property
     def failed_probes(self):
         """Re-probes failed in a row since the record was taken out (0
-        unless unhealthy or probing)."""
-        if self.health in (states.UNHEALTHY, states.PROBING):
-            return self.faults
-        return 0
+        unless unhealthy or probing).
+
+        0 too for a row a conductor of the previous release moved last,
+        which counts no failed re-probe, but leaves in ``faults`` the
+        transient faults of the suspect record it takes out (for
+        ``suspect_threshold`` of them, or a fatal fault), as long as it
+        stays out: read as failed re-probes, they would double its
+        hold-down that many times less one.  Such a row has no code, or
+        one this release wrote before that is not one of its health's
+        (this release writes one of its health's at every move, and every
+        failed re-probe it counts); or, where that code fits still, the
+        reason that release gives a record it takes out for transient
+        faults (``PREVIOUS_TRANSIENT_FAULTS``)."""
+        if self.health not in (states.UNHEALTHY, states.PROBING):
+            return 0
+        if (self.code not in CODES[self.health] or
+                PREVIOUS_TRANSIENT_FAULTS.match(self.reason or '')):
+            return 0
+        return self.faults
 
 
 def _moved(record, now, health, reason, code, **values):
@@ -402,7 +426,7 @@ def _probe_failed(record, now, settings, reason, code=None):
     the next good reading where that is None).  ``code``: None for a
     failed re-probe (``_failed``)."""
     out = _moved(record, now, states.UNHEALTHY, reason,
-                 code or _failed(record), faults=record.faults + 1)
+                 code or _failed(record), faults=record.failed_probes + 1)
     wait = reprobe_wait(out, now, settings)
     return dataclasses.replace(
         out, due_at=None if wait is None else now + _seconds(wait))
@@ -437,9 +461,12 @@ def _late_verdict(record):
     their verdicts a device out only for that would stay out for what
     the outage built up.  Not after a fault reading meanwhile, which
     stops the scheduled re-probe (a watched host's device still
-    failing)."""
+    failing).  Its re-probe timed out is what its code says
+    (``out_for_no_verdict``), or, on a row of the previous release, its
+    reason: that release counted no failed re-probe
+    (``Record.failed_probes``)."""
     return (record.health == states.UNHEALTHY and record.due_at is not None
-            and record.failed_probes > 0 and out_for_no_verdict(record))
+            and out_for_no_verdict(record))
 
 
 def no_verdict_reason(settings):

@@ -37,6 +37,19 @@ image unknown, never the one before.  A refusal of the privileged
 helper before the tool ran (no such tool in its directories, a tool that
 cannot be started, a bitstream it does not take) never touched the card:
 the record is put back as it was.
+
+Records written by the agent of 2027.1 hold a fingerprint of another
+form: the sorted function ids of the card's deployables (one per
+deployable, '' for one showing none), no mark named (``kind=``).  The
+first discovery after the upgrade keeps such a record where it still
+proves the image as a record of this release would: the card's
+deployables show function ids, the very ids recorded (a deployable
+showing none, a VF passed through, proves nothing either way), and
+writes it again with the card's fingerprint
+(``RecordsBitstreams.with_bitstreams``).  Those that prove nothing are
+forgotten as any other: all their ids empty (Xilinx and Inspur cards,
+whose deployables show no function id: such a record matched whatever
+the card ran), or ids the card no longer shows.
 """
 
 import abc
@@ -94,6 +107,16 @@ class BitstreamRecord:
         self._update(lambda records: removed.append(
             records.pop(controlpath_id, None)))
         return removed[0]
+
+    def replace_stale(self, replaced):
+        """Write the records ``replaced`` ({controlpath id: (record, new
+        record)}) in place of those still as given, the others kept."""
+        def change(records):
+            for controlpath_id, (record, new) in replaced.items():
+                if records.get(controlpath_id) == record:
+                    records[controlpath_id] = new
+        if any(self.load().get(c) == r for c, (r, _) in replaced.items()):
+            self._update(change)
 
     def forget_stale(self, stale):
         """Remove the records ``stale`` ({controlpath id: record}) that
@@ -284,6 +307,30 @@ class LastSeen:
                           self.path)
 
 
+def deployable_function_ids(device):
+    """The function ids ``device``'s deployables show (their
+    ``function_id`` attributes), sorted, one per deployable ('' for one
+    showing none): the whole fingerprint of a record written by the
+    agent of 2027.1."""
+    return sorted(d.attributes.get('function_id') or ''
+                  for d in device.deployables)
+
+
+def function_ids_in(fingerprint):
+    """The function ids a fingerprint of ``deployable_function_ids`` holds
+    (a deployable's, comma-separated), each once."""
+    return {function_id for entry in fingerprint
+            for function_id in entry.split(',') if function_id}
+
+
+def written_by_2027_1(fingerprint):
+    """Whether ``fingerprint`` is of the form the agent of 2027.1 wrote
+    (``deployable_function_ids``): function ids, no mark named.  Every
+    fingerprint written since names its marks (``kind=...``)."""
+    return isinstance(fingerprint, list) and all(
+        isinstance(mark, str) and '=' not in mark for mark in fingerprint)
+
+
 def fingerprint_of(proofs, identity):
     """A fingerprint: ``proofs`` (marks of the function the card runs) and
     ``identity`` (marks of which card it is), sorted; [] when there is no
@@ -318,8 +365,7 @@ class RecordsBitstreams(base.Programmable):
 
         This default is the fake driver's, whose device has nothing to
         read: its deployables' function ids (none: [''])."""
-        return sorted(d.attributes.get('function_id') or ''
-                      for d in device.deployables)
+        return deployable_function_ids(device)
 
     def function_id_fingerprint(self, device):
         """A fingerprint of the function ids ``device``'s deployables
@@ -340,20 +386,30 @@ class RecordsBitstreams(base.Programmable):
         """``devices`` with the recorded image as ``bitstream_id`` where
         the card still shows the fingerprint recorded with it.  The other
         records (the fingerprint differs or is empty, the card is gone)
-        are forgotten; one being written (``remember``) is left alone."""
+        are forgotten; one being written (``remember``) is left alone.
+        A record the agent of 2027.1 wrote that the card still proves
+        (``_proven_since_2027_1``) is written again with the card's
+        fingerprint."""
         records = dict(self._record().load(), **self._unsaved())
         stale = {}
+        converted = {}
         for device in devices:
             controlpath_id = device.controlpath_id.cpid_info
             record = records.pop(controlpath_id, None)
             if record is None or record.get('fingerprint') is None:
                 continue
             marks = self.fingerprint(device)
-            if marks and record['fingerprint'] == marks:
+            if marks and (record['fingerprint'] == marks or
+                          self._proven_since_2027_1(device, record)):
                 for deployable in device.deployables:
                     deployable.bitstream_id = record['image_uuid']
+                if record['fingerprint'] != marks:
+                    converted[controlpath_id] = (
+                        record, dict(record, fingerprint=marks))
             else:
                 stale[controlpath_id] = record
+        if converted:
+            self._convert(converted)
         # What is left is the records of cards no longer discovered.
         stale.update((controlpath_id, record)
                      for controlpath_id, record in records.items()
@@ -361,6 +417,44 @@ class RecordsBitstreams(base.Programmable):
         if stale:
             self._forget_stale(stale)
         return devices
+
+    @staticmethod
+    def _proven_since_2027_1(device, record):
+        """Whether ``record``, written by the agent of 2027.1
+        (``written_by_2027_1``), still proves the image ``device`` runs,
+        as a fingerprint of this release would
+        (``function_id_fingerprint``): it holds function ids, and the
+        card's deployables show these very ids (those showing none, such
+        as a VF passed through, prove nothing either way).  One holding
+        none (['']: the Xilinx and Inspur cards', whose deployables show
+        no function id, which matched whatever the card ran) proves
+        nothing."""
+        old = record['fingerprint']
+        if not written_by_2027_1(old):
+            return False
+        ids = function_ids_in(old)
+        return bool(ids) and ids == function_ids_in(
+            deployable_function_ids(device))
+
+    def _convert(self, converted):
+        """Write the records ``converted`` ({controlpath id: (record of
+        2027.1, record with the card's fingerprint)}) in place of those
+        still as given.  Where that fails the old record stays on disk,
+        converted again at the next discovery while the card shows its
+        ids."""
+        unsaved = self._unsaved()
+        for controlpath_id, (record, new) in converted.items():
+            LOG.info('FPGA %s shows the function ids recorded by an '
+                     'earlier release with image %s: its record is kept, '
+                     'with the card\'s fingerprint',
+                     controlpath_id, record.get('image_uuid'))
+            if unsaved.get(controlpath_id) == record:
+                unsaved[controlpath_id] = new
+        try:
+            self._record().replace_stale(converted)
+        except OSError:
+            LOG.exception('Could not rewrite the records of FPGAs %s with '
+                          'their fingerprints', sorted(converted))
 
     def _forget_stale(self, stale):
         """Forget the records ``stale`` ({controlpath id: record}) that

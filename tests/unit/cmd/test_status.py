@@ -14,8 +14,10 @@ from tests.fixtures import processes
 
 
 def _check(tmp_path, url, policy_file=None, health=None,
-           placement_url=None):
+           placement_url=None, upgrade_levels=None):
     sections = {'database': {'connection': url}}
+    if upgrade_levels:
+        sections['upgrade_levels'] = upgrade_levels
     if placement_url:
         sections['placement'] = placement_fixture.placement_options(
             placement_url)
@@ -267,3 +269,41 @@ def test_quotas_off_pass_and_a_keystone_not_reached_fails(tmp_path, capsys):
                         'endpoint_id': 'e' * 32})
     assert code == 2, text
     assert 'CannotaskKeystoneaboutlimits' in text
+
+
+def _upgrade_levels_result(out):
+    """The words of the [upgrade_levels] check's row, the last."""
+    words = _words(out)
+    return words[words.index('No [upgrade_levels] cap left set'):]
+
+
+def test_an_upgrade_levels_cap_left_set_warns(tmp_path, capsys):
+    """A cap set for a rolling upgrade's mixed window and never removed:
+    the calls this release added stay off for good (the mdevs of Bound
+    ARQs never made again at an agent's start, deletes not guarded by
+    the conductor, an mdev removed without its type checked), and the
+    check said nothing of it."""
+    with databases.throwaway_database('sqlite') as url:
+        migration.upgrade(url)
+        assert _check(tmp_path, url) == 0
+        assert _upgrade_levels_result(capsys.readouterr().out).startswith(
+            'No [upgrade_levels] cap left set Result: Success')
+        assert _check(tmp_path, url, upgrade_levels={
+            'conductor': '2027.1', 'agent': '2027.1'}) == 1
+        words = _upgrade_levels_result(capsys.readouterr().out)
+        assert 'Result: Warning' in words
+        assert ('[upgrade_levels]conductor = 2027.1 caps the conductor '
+                'RPC API at 1.4') in words
+        # What it disables, from the version history.
+        assert '1.5 (arq_delete takes guard_holding' in words
+        assert '1.9 (Added bound_mdevs' in words
+        assert ('[upgrade_levels]agent = 2027.1 caps the agent RPC API '
+                'at 1.1') in words
+        assert '1.2 (remove_vgpu_mdev takes asked_type' in words
+        assert 'once every agent runs this release' in words
+        # A cap at this release's version disables nothing yet, but
+        # would cap the next release's calls.
+        assert _check(tmp_path, url, upgrade_levels={'agent': '1.2'}) == 1
+        words = _upgrade_levels_result(capsys.readouterr().out)
+        assert 'caps nothing in this release' in words
+        assert '[upgrade_levels]conductor' not in words

@@ -952,3 +952,67 @@ def test_an_admin_vouching_re_probes_an_unhealthy_record_now():
 def test_vouching_leaves_any_other_health_alone(health):
     record = rec(health, reason='r', due_at=at(5))
     assert m.vouched(record, at(10), S) is record
+
+
+# -- transient faults a previous release's conductor left ------------------
+# While conductors of both releases run (a rolling upgrade), one of the
+# previous release (2027.1) takes a record out for suspect_threshold
+# transient faults (or a fatal one while suspect) and leaves their count
+# in ``faults`` for as long as it is out; it writes no code, and leaves
+# the one this release wrote before.
+
+def _previous_release_out(faults, reason, code=None):
+    """An unhealthy record as the previous release left it."""
+    return rec(states.UNHEALTHY, reason=reason, code=code, faults=faults,
+               updated_at=at(0))
+
+
+PREVIOUS_OUT = [
+    # Out for transient faults (its reason, as that release wrote it).
+    _previous_release_out(3, '3 transient faults within 300 s; last: x'),
+    _previous_release_out(6, '6 transient faults within 300 s; last: x'),
+    # Out for a fatal fault while suspect: the suspect count kept.
+    _previous_release_out(2, 'XID 79'),
+    # This release's code, of the health it wrote it in, left there.
+    _previous_release_out(3, 'XID 79', code=m.SUSPECT_CODE),
+    # ... or one that fits still (this release took it out, the previous
+    # one re-admitted it, then took it out again for transient faults).
+    _previous_release_out(3, '3 transient faults within 300 s; last: x',
+                          code=m.FAULT_CODE),
+]
+
+
+@pytest.mark.parametrize('record', PREVIOUS_OUT)
+def test_transient_faults_a_previous_release_left_are_no_failed_probes(
+        record):
+    """Read as re-probes failed in a row, the count doubled the first
+    hold-down threshold-1 times (240 s instead of 60 at threshold 3, the
+    cap at 6), and each re-probe failed after it again."""
+    assert record.failed_probes == 0
+    held = m.apply_reading(record, OK, at(1), S)
+    assert held.due_at == at(61)
+    probing = m.apply_timers(held, held.due_at, S)
+    assert probing.health == states.PROBING
+    assert probing.failed_probes == 0
+    record, wait = _fail_probe(held, PROBE_BAD)
+    assert (record.failed_probes, wait) == (1, 60)
+    record, wait = _fail_probe(record, TIMED_OUT)
+    assert (record.failed_probes, wait) == (2, 120)
+
+
+def test_this_release_s_count_of_failed_probes_stands():
+    """Its own count, whatever the code since (a fault reading after a
+    failed re-probe), and its own transient-faults reason, are read as
+    they are."""
+    record = m.apply_reading(unhealthy_since(0), OK, at(1), S)
+    for _ in range(2):
+        record, _wait = _fail_probe(record, PROBE_BAD)
+    record = m.apply_reading(record, FATAL, at(500), S)
+    assert (record.code, record.failed_probes) == (m.FAULT_CODE, 2)
+    out = rec()
+    for second in range(3):
+        out = m.apply_reading(out, TRANSIENT, at(second), S)
+    assert out.code == m.TRANSIENT_FAULTS_CODE
+    assert not m.PREVIOUS_TRANSIENT_FAULTS.match(out.reason)
+    out = m.apply_reading(m.vouched(out, at(10), S), PROBE_BAD, at(11), S)
+    assert out.failed_probes == 1

@@ -11,6 +11,7 @@ import pytest
 from cyborg.common import exception
 from cyborg.drivers import fpga
 from cyborg.drivers import loader
+from tests.fixtures import sysfs as fake_sysfs
 
 XCLBIN_1 = '1f9c6bd6-6c4e-4a8f-b6d2-55d1c0b0e001'
 XCLBIN_2 = '1f9c6bd6-6c4e-4a8f-b6d2-55d1c0b0e002'
@@ -325,3 +326,123 @@ def test_forgetting_a_stale_record_keeps_a_newer_one(conf, tmp_path):
         '0000:d8:00.0': 'img-2', '0000:d9:00.0': 'img-3'}
     record.forget_stale({'0000:d9:00.0': record.load()['0000:d9:00.0']})
     assert list(record.load()) == ['0000:d8:00.0']
+
+
+# -- records written by the agent of 2027.1 -------------------------------
+
+
+def _write_2027_1_records(driver, fingerprints):
+    """Records as the agent of 2027.1 wrote them: ``{controlpath id:
+    fingerprint}``, the fingerprint the sorted function ids of the card's
+    deployables ('' for one showing none)."""
+    os.makedirs(os.path.dirname(driver._record().path), exist_ok=True)
+    with open(driver._record().path, 'w') as f:
+        json.dump({address: {'image_uuid': 'img-1', 'fingerprint': marks}
+                   for address, marks in fingerprints.items()}, f)
+
+
+INTEL_AFU = '9aeffe5f84570612c72e0935b4c4d7a0'
+
+
+def test_intel_record_of_2027_1_holds_while_its_afu_is_shown(
+        conf, scenario):
+    """The agent upgraded from 2027.1 forgot every record at its first
+    discovery (its fingerprint never equals the new one): the card
+    programmed read as running no known image, so binds on a card
+    another instance holds a VF of were refused, and idle ones
+    programmed again for nothing.  The ids recorded, shown still, prove
+    the image: the record is kept, written again with the card's
+    fingerprint."""
+    tree = scenario('intel_fpga')
+    driver = _load(conf, 'intel_fpga_driver')
+    _write_2027_1_records(driver, {'0000:d8:00.0': [INTEL_AFU]})
+    assert _reported(driver)['h_0000:d8:00.0'] == 'img-1'
+    with open(driver._record().path) as f:
+        assert json.load(f)['0000:d8:00.0']['fingerprint'] == [
+            'function=' + INTEL_AFU, 'pci=0000:d8:00.0=8086:09c4:8086:09c4']
+    # Held as any record since: an agent restarted reports it, and
+    # forgets it once the AFU is gone.
+    assert _reported(_load(conf, 'intel_fpga_driver'))[
+        'h_0000:d8:00.0'] == 'img-1'
+    os.unlink(os.path.join(tree.device_path('0000:d8:00.0'), 'fpga_region',
+                           'region3', 'dfl-port.0', 'afu_id'))
+    assert _reported(driver)['h_0000:d8:00.0'] is None
+    assert _recorded(driver) == {}
+
+
+@pytest.mark.parametrize('fingerprint', [
+    ['c000c9660d824272a0a1d7f1b1b3fae4'],   # another function
+    [''],                                   # none shown when recorded
+    ['', ''],
+    [INTEL_AFU + ',c000c9660d824272a0a1d7f1b1b3fae4'],   # one more
+])
+def test_intel_record_of_2027_1_not_shown_is_forgotten(
+        conf, scenario, fingerprint):
+    scenario('intel_fpga')
+    driver = _load(conf, 'intel_fpga_driver')
+    _write_2027_1_records(driver, {'0000:d8:00.0': fingerprint})
+    assert _reported(driver)['h_0000:d8:00.0'] is None
+    assert _recorded(driver) == {}
+
+
+def test_xilinx_and_inspur_records_of_2027_1_are_forgotten(conf, scenario):
+    """Their deployables showed no function id: the 2027.1 record (['']),
+    which matched whatever the card ran, proves nothing, though the card
+    shows a function now."""
+    tree = scenario('mixed')
+    tree.set_xclbin('0000:d8:00.1', XCLBIN_1)
+    tree.set_driver('0000:da:00.0', 'dfl-pci')
+    tree.add_fpga_region('0000:da:00.0', 'region0',
+                         afu_id='c000c9660d824272a0a1d7f1b1b3fae4')
+    for name, address in (('xilinx_fpga_driver', '0000:d8:00.0'),
+                          ('inspur_fpga_driver', '0000:da:00.0')):
+        driver = _load(conf, name)
+        _write_2027_1_records(driver, {address: ['']})
+        assert _reported(driver) == {'h_' + address: None}
+        assert _recorded(driver) == {}
+
+
+def test_a_record_of_2027_1_replaced_meanwhile_is_kept(conf, tmp_path):
+    """Discovery converted a 2027.1 record it read; the card was
+    recorded again meanwhile: the new record stays."""
+    conf.set_override('state_path', str(tmp_path))
+    record = fpga.BitstreamRecord(conf, 'intel_fpga_driver', 'h')
+    record.save('0000:d8:00.0', 'img-1', [INTEL_AFU])
+    old = record.load()['0000:d8:00.0']
+    record.save('0000:d8:00.0', 'img-2', ['function=2', 'pci=x'])
+    record.replace_stale({'0000:d8:00.0': (
+        old, dict(old, fingerprint=['function=1']))})
+    assert record.load()['0000:d8:00.0']['image_uuid'] == 'img-2'
+    record.save('0000:d8:00.0', 'img-1', [INTEL_AFU])
+    record.replace_stale({'0000:d8:00.0': (
+        old, dict(old, fingerprint=['function=1']))})
+    assert record.load()['0000:d8:00.0']['fingerprint'] == ['function=1']
+
+
+def test_intel_record_of_2027_1_holds_while_an_instance_holds_a_vf(
+        conf, tmp_path):
+    """The card the review found refusing binds: an instance holds one of
+    its VFs (vfio-pci: no AFU shown there), the other shows the AFU
+    recorded.  Its image is what a record of this release proves it by
+    (the ids shown), and no instance on a VF can reprogram the card."""
+    root = tmp_path / 'sys'
+    tree = fake_sysfs.FakeSysfs(root)
+    fake_sysfs.apply_options(conf, fake_sysfs.INTEL_FPGA_OPTIONS, root,
+                             tmp_path / 'state')
+    tree.add_pci('0000:5e:00.0', '8086', '0b30', '120000', driver='dfl-pci',
+                 numa_node=0, iommu_group=70, sriov_totalvfs=2)
+    tree.add_fpga_region('0000:5e:00.0', 'region0',
+                         compat_id='ce489bd3b9a54a099b8ba7ba9ab1fb8a')
+    tree.add_vfs('0000:5e:00.0', ['0000:5e:00.1', '0000:5e:00.2'],
+                 device='0b31', driver='dfl-pci', iommu_base=71)
+    tree.add_fpga_region('0000:5e:00.2', 'region2', afu_id=INTEL_AFU)
+    tree.set_driver('0000:5e:00.1', 'vfio-pci')
+    driver = _load(conf, 'intel_fpga_driver')
+    # Recorded with both VFs on dfl-pci.
+    _write_2027_1_records(driver, {'0000:5e:00.0': [INTEL_AFU, INTEL_AFU]})
+    assert _reported(driver) == {'h_0000:5e:00.1': 'img-1',
+                                 'h_0000:5e:00.2': 'img-1'}
+    with open(driver._record().path) as f:
+        assert json.load(f)['0000:5e:00.0']['fingerprint'] == [
+            'function=' + INTEL_AFU,
+            'pci=0000:5e:00.0=8086:0b30:8086:0b30']
