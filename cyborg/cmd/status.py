@@ -250,7 +250,7 @@ class Checks(upgradecheck.UpgradeCommands):
 
         found = []
         # Each peer's option, and the rpcapi module of its ``HISTORY``.
-        for peer, module in sorted(upgrade_levels._RPCAPI.items(),
+        for peer, module in sorted(upgrade_levels.RPCAPI.items(),
                                    reverse=True):
             rpcapi = importlib.import_module(module)
             # A value the history does not know stopped the command

@@ -14,7 +14,7 @@ from oslo_config import types
 GROUP = 'upgrade_levels'
 
 # Peer name -> the module holding its RPC version history and releases.
-_RPCAPI = {'conductor': 'cyborg.conductor.rpcapi',
+RPCAPI = {'conductor': 'cyborg.conductor.rpcapi',
            'agent': 'cyborg.agent.rpcapi'}
 
 
@@ -32,7 +32,7 @@ class UpgradeLevel(types.String):
             # Imported here: the rpcapi modules import the messaging stack,
             # which option modules must not pull in at import time.
             import importlib
-            rpcapi = importlib.import_module(_RPCAPI[self.peer])
+            rpcapi = importlib.import_module(RPCAPI[self.peer])
             rpcapi.resolve_cap(value)      # ValueError names what is known
         return value
 
