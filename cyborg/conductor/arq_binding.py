@@ -416,8 +416,12 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
                                  values,
                                  where={'attach_handle_id': None,
                                         'remote_handle_id': None}):
-            # Another PATCH got there first; the rollback undoes the ARQs
-            # this one already moved, and the handles it took.
+            # Another PATCH got there first, or the ARQ was deleted since
+            # it was read (a delete, the purge of old Initial ARQs); the
+            # rollback undoes the ARQs this one already moved, and the
+            # handles it took.
+            if arq_db.get(context, job['uuid']) is None:
+                raise exception.ARQNotFound(uuid=job['uuid'])
             raise exception.Conflict(
                 reason=f"accelerator request {job['uuid']} is already "
                        f"being bound")

@@ -23,10 +23,17 @@ from tests.fixtures import api as api_fixture
 from tests.fixtures import arqs as seed
 from tests.fixtures import databases
 from tests.fixtures import notifications as notification_fixture
+from tests.fixtures import recording_http
 from tests.unit.conductor.test_quotas import _create, _limits
 
 _ARQ = models.ExtARQ.__table__
 DAY = 86400
+
+# For a bind: the module's Placement and a recording Nova.
+placement_url = seed.placement_url
+fake_nova = recording_http.fake_nova
+bind_conf = seed.bind_conf
+service_ctx = seed.service_ctx
 
 
 @pytest.fixture(params=databases.KINDS)
@@ -133,3 +140,24 @@ def test_the_conductor_runs_it_periodically(conf, db, admin_context):
     _age(db, orphans[:1], 120)
     periodics.run_job(conf, name, path)
     assert set(_left(db)) == set(orphans[1:])
+
+
+def test_a_bind_of_an_arq_deleted_after_it_was_read_is_404(
+        bind_conf, db, service_ctx, monkeypatch):
+    """The purge (or a delete) removed the ARQ between the bind's read
+    and its move to BindStarted: 404, as for an ARQ not found, not
+    "already being bound" (409)."""
+    from tests.unit.conductor import test_arq_binding as tb
+    device = seed.seed_device(db, handles=4)
+    uuid, = tb._create(db, service_ctx)
+    move = arq_db.transition
+
+    def deleted_first(context, arq_uuid, *args, **kwargs):
+        context.session.execute(sa.delete(_ARQ).where(
+            _ARQ.c.uuid == arq_uuid))
+        return move(context, arq_uuid, *args, **kwargs)
+    monkeypatch.setattr(arq_db, 'transition', deleted_first)
+    with pytest.raises(exception.ARQNotFound):
+        arq_binding.start_bind(bind_conf, service_ctx,
+                               {uuid: tb._binding(device)})
+    assert seed.handles_in_use(db) == 0
