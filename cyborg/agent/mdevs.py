@@ -26,8 +26,9 @@ started.  Each retry asks the conductor again, so that an ARQ unbound
 meanwhile is not made again, and stops once none fails, or the
 conductor no longer lists them; one made at last is logged (INFO), one
 still failing is logged again (WARNING) only when its reason changes.
-A conductor away during a retry is retried at the next report, which
-goes out meanwhile.  The metric ``cyborg_agent_bound_mdevs_not_made``
+A conductor away during a retry is asked again before a report
+``[DEFAULT]periodic_interval`` seconds later or more; the reports go out
+meanwhile.  The metric ``cyborg_agent_bound_mdevs_not_made``
 counts those not made yet, after each attempt.  Until the
 conductor has answered, no report goes out: the conductor away (the
 broker, no conductor yet, a timeout, its database away) is retried
@@ -55,6 +56,7 @@ the retries that follow only update the status systemd shows
 
 import os
 import threading
+import time
 
 from oslo_log import log as logging
 
@@ -95,6 +97,10 @@ class Mdevs:
         # WARNING; the conductor's errors logged during retries.
         self._warned = {}
         self._unanswered = set()
+        # No retry asks the conductor before this (monotonic): after one
+        # it did not answer, a report interval later (a hung conductor
+        # holds each ask for the RPC timeout, and the report after it).
+        self._ask_after = 0.0
 
     # -- a bind's create and an unbind's removal ---------------------------
 
@@ -201,8 +207,11 @@ class Mdevs:
         still held by Bound ARQs as the conductor lists them now; returns
         whether it asked.  Never raises: the conductor away, or one
         failing again, is logged and tried at the next call (the
-        reporter's, before each report after the first)."""
-        if not self.restored or not self.failed:
+        reporter's, before each report after the first); after a
+        conductor that did not answer, not before
+        ``[DEFAULT]periodic_interval`` seconds have passed."""
+        if (not self.restored or not self.failed
+                or time.monotonic() < self._ask_after):
             return False
         with self._lock:
             self._removed = set()
@@ -212,7 +221,10 @@ class Mdevs:
                     cyborg_context.get_admin_context(), self.host)
             except Exception as exc:  # noqa: BLE001 - tried next report
                 self._not_answered(exc)
+                self._ask_after = (time.monotonic() +
+                                   self.conf.periodic_interval)
                 return True
+            self._ask_after = 0.0
             self._unanswered.clear()
             listed = {mdev['mdev_uuid']: mdev for mdev in mdevs}
             for mdev_uuid in list(self.failed):
@@ -240,8 +252,10 @@ class Mdevs:
         self._unanswered.add(kind)
         LOG.log(level, 'Could not ask the conductor which of the %d mdev(s) '
                 'of bound accelerator requests of %s not made again are '
-                'still bound (%s); asking again before the next report.',
-                len(self.failed), self.host, exception.first_line(exc))
+                'still bound (%s); asking again before a report in %d s '
+                'or more.',
+                len(self.failed), self.host, exception.first_line(exc),
+                self.conf.periodic_interval)
 
     def _forget(self, mdev_uuid):
         """No longer try ``mdev_uuid`` (under ``_lock``); whether it
