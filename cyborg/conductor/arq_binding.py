@@ -1101,6 +1101,7 @@ def _bind_remote(conf, context, batch_id, job, deadline):
         handle = db_api.write_retrying(context, _take_remote_in, context,
                                        job)
     elif not _holds_remote(context, job, handle):
+        _free_unattached(conf, context, job, handle)
         raise _Lost()
     try:
         info = remote_pools.attach(
@@ -1109,12 +1110,25 @@ def _bind_remote(conf, context, batch_id, job, deadline):
         db_api.write_retrying(context, _finish_remote, conf, context,
                               batch_id, job, handle, info, deadline)
     except remote_pools.NotAttached:
-        raise   # the fabric was asked nothing: the failure frees the handle
+        # The fabric was asked nothing: the failure frees the handle.
+        _free_unattached(conf, context, job, handle)
+        raise
     except Exception:
         if not _undo_attach(conf, context, job, handle, deadline):
             _keep_attached(conf, context, job, handle)
+        else:
+            # Its ARQ released while the attach could still land, the
+            # handle was kept for this undo to free (detach_for_release).
+            _free_unattached(conf, context, job, handle)
         raise
     return _RemoteBound(handle.uuid, states.FABRIC, json.dumps(info))
+
+
+def _free_unattached(conf, context, job, handle):
+    """This bind attaches nothing: the handle its ARQ's release kept for
+    it (``remote_pools.detach_for_release``) is freed."""
+    remote_pools.free_kept(conf, context, handle.id, job['bind_id'],
+                           job['hostname'])
 
 
 def _undo_attach(conf, context, job, handle, deadline):
@@ -1229,24 +1243,19 @@ def _keep_attached(conf, context, job, handle):
     attached to the job's host, out of use until the reconcile detaches
     it, as after any refused detach.  While the ARQ still holds it for
     this bind, the bind's failure keeps it (``job['kept']``, which
-    ``_fail`` passes on).  A handle freed meanwhile (its ARQ deleted or
-    unbound, their detach run before the attach landed) is taken out of
-    use again here; one another bind took since is left to that bind."""
+    ``_fail`` passes on).  Otherwise the attachment is recorded on the
+    handle, whoever has it now (``remote_pools.owe_detach``): a handle
+    freed meanwhile is taken out of use again here, one kept for this
+    host (its ARQ released while the attach could land) stays so, and
+    one another bind took since, or kept for another host, is owed the
+    detach: it is kept out of use for this host once let go, and the
+    reconcile detaches it."""
     holder = pool_db.holder(context, handle.id)
     if holder is not None and (holder.bind_id or '') == job['bind_id']:
         job['kept'] = {handle.id: job['hostname']}
         return
-    info = remote_pools.quarantine_info(
-        pool_db.resting_info(handle.fabric_address), job['instance_uuid'],
-        job['hostname'])
-    if db_api.write_retrying(context, pool_db.keep_out, context, handle.id,
-                             info):
-        remote_pools.resync(conf, context, [handle.id])
-    else:
-        LOG.warning('%s stays attached to %s; its handle is in use again '
-                    '(kept by a release whose detach was refused too, or '
-                    'taken by another bind) and is left as it is',
-                    handle.fabric_address, job['hostname'])
+    remote_pools.owe_detach(conf, context, handle.id, job['hostname'],
+                            job['instance_uuid'], job['bind_id'])
 
 
 def _finish(conf, context, batch_id, job, handle, deadline):
@@ -1399,13 +1408,19 @@ def _release_held(context, row, kept):
         pool_db.release(context, row.remote_handle_id)
 
 
-def _keep_out(context, row, hostname):
+def _keep_out(context, row, kept):
+    """Keep the remote handle of ARQ ``row`` out of use for the host
+    ``kept`` (a ``remote_pools.Landing`` where its bind's attach may still
+    land)."""
     handle = pool_db.get_handle(context, row.remote_handle_id)
-    if handle is not None:
-        pool_db.set_attach_info(context, handle.id,
-                                remote_pools.quarantine_info(
-                                    handle.attach_info, row.instance_uuid,
-                                    hostname))
+    if handle is None:
+        return
+    landing = kept if isinstance(kept, remote_pools.Landing) else None
+    hostname = kept.host if landing is not None else kept
+    pool_db.set_attach_info(context, handle.id,
+                            remote_pools.quarantine_info(
+                                handle.attach_info, row.instance_uuid,
+                                hostname, landing))
 
 
 # -- mdevs ----------------------------------------------------------------
@@ -1577,17 +1592,18 @@ def unbind(conf, context, arq_uuids):
         tried = {r.uuid: r for r in rows}
         failed = _release_mdevs(conf, context, rows)
         freed = [r for r in rows if r.uuid not in failed]
-        kept = remote_pools.detach_for_release(conf, context, freed)
+        kept, landing = remote_pools.detach_for_release(conf, context,
+                                                        freed)
         rows, moved = _write_owing(
             context, _unbind_released, context, [r.uuid for r in rows],
-            freed, kept)
+            freed, {**kept, **landing})
         if moved is not None:
             break
     else:
         raise exception.Conflict(
             reason='the accelerator requests kept being bound while they '
                    'were unbound; try again')
-    remote_pools.resync(conf, context, kept)
+    _after_keeping(conf, context, kept, landing)
     release_allocations(conf, rows, moved, 'unbound')
     if failed:
         # Logged once committed: a retried or rolled back try says nothing.
@@ -1597,6 +1613,18 @@ def unbind(conf, context, arq_uuids):
                         arq_uuid, failed[arq_uuid])
     _notify_left(conf, context, notify.ARQ_UNBIND, freed, moved,
                  states.UNBOUND)
+
+
+def _after_keeping(conf, context, kept, landing):
+    """After a release committed, keeping out of use the remote handles
+    ``kept`` (their detach refused) and ``landing`` (their bind's attach
+    may still land, ``remote_pools.detach_for_release``): their pools'
+    providers reserve them; those of ``landing`` whose attach can no
+    longer land are detached and freed as the stuck-bind check's are
+    (``remote_pools.detach_kept``: it leaves the others to their bind's
+    undo, or to the reconcile once their attach can no longer land)."""
+    remote_pools.resync(conf, context, kept)
+    remote_pools.detach_kept(conf, context, list(landing))
 
 
 def _unbind_released(context, arq_uuids, released, kept):
@@ -1862,12 +1890,13 @@ def _delete_releasing(conf, context, arq_uuids, instance_uuid,
         if not rows:
             return rows, {}
         _release_mdevs(conf, context, rows)
-        kept = remote_pools.detach_for_release(conf, context, rows)
+        kept, landing = remote_pools.detach_for_release(conf, context,
+                                                        rows)
         rows, moved = _write_owing(
             context, _delete_released, context, arq_uuids, instance_uuid,
-            guard_holding, rows, kept, mark)
+            guard_holding, rows, {**kept, **landing}, mark)
         if moved is not None:
-            remote_pools.resync(conf, context, kept)
+            _after_keeping(conf, context, kept, landing)
             release_allocations(conf, rows, moved, 'deleted')
             return rows, moved
     raise exception.Conflict(

@@ -24,7 +24,13 @@ to) until the periodic ``reconcile_remote_pools`` succeeds in detaching
 it.  The stuck-bind check fails a bind before it detaches the bind's
 handle (a bind only slow may end Bound until then, and keeps its
 attachment), the handle kept out of use that way meanwhile
-(``detach_kept``).  Every driver call has a deadline
+(``detach_kept``).  An unbind or delete of an ARQ whose bind is still
+under way keeps its handle out of use without detaching it (the attach
+may land after any detach): the bind's undo frees it, or the reconcile
+once that attach can no longer land (``Landing``).  A bind's undo that
+cannot detach a handle another bind holds now records the detach as
+owed on it, and whoever lets the handle go keeps it out of use for the
+reconcile (``owe_detach``).  Every driver call has a deadline
 (``cyborg.fabric.calls``): one the fabric does not answer in time counts
 as refused, an attach as done.
 The reconcile also removes the providers of pools that are gone
@@ -63,12 +69,17 @@ from cyborg.placement import provider_tree
 LOG = logging.getLogger(__name__)
 
 PROVIDER_PREFIX = 'remote_pool_'
-# What attach_info says of a handle whose detach the fabric refused.
-DETACH_FAILED = 'detach_failed'
-# ... and of the host it stays attached to: the handle's hostname is only
-# written once its bind is Bound, and a bind cut short before that (its
-# conductor died, its ARQ deleted meanwhile) attached it all the same.
-ATTACHED_HOST = 'hostname'
+# What attach_info says (besides pool_db.DETACH_FAILED and
+# ATTACHED_HOST) of a handle kept by a release while its bind's attach
+# may still land (``Landing``): the bind it is kept for, whose undo frees
+# it, and the time (naive UTC, ISO) after which that attach can no longer
+# land, before which the reconcile leaves it.
+KEPT_FOR_BIND = 'kept_for_bind'
+ATTACH_UNTIL = 'attach_until'
+
+# A handle a release keeps out of use while its bind's attach may still
+# land (``detach_for_release``).
+Landing = collections.namedtuple('Landing', 'host bind_id until')
 
 # A pool as a fabric call needs it (``job_pool``).
 _PoolRef = collections.namedtuple('_PoolRef', 'name fabric_driver')
@@ -93,10 +104,10 @@ def create(conf, context, values):
     """Register a pool from validated ``values`` (the API's body): write
     it, then make Placement hold its provider.  Returns its uuid.
 
-    400 for an unknown fabric driver, a repeated fabric address or what
-    Placement refuses (an unknown standard trait); 409 for a name or uuid
-    taken.  When Placement cannot be written the rows are removed again:
-    a refused registration leaves nothing behind.
+    400 for an unknown fabric driver, a repeated fabric address or handle
+    uuid, or what Placement refuses (an unknown standard trait); 409 for
+    a name or uuid taken.  When Placement cannot be written the rows are
+    removed again: a refused registration leaves nothing behind.
     """
     fabric_loader.get(conf, values['fabric_driver'])
     addresses = [h['fabric_address'] for h in values['handles']]
@@ -104,6 +115,11 @@ def create(conf, context, values):
     if repeated:
         raise exception.Invalid(reason='handles: fabric address %s is '
                                        'given twice' % repeated[0])
+    uuids = [h['uuid'] for h in values['handles'] if h.get('uuid')]
+    repeated = sorted({u for u in uuids if uuids.count(u) > 1})
+    if repeated:
+        raise exception.Invalid(reason='handles: uuid %s is given twice'
+                                       % repeated[0])
     pool_values = {
         'uuid': values.get('uuid') or str(uuidlib.uuid4()),
         'name': values['name'], 'description': values.get('description'),
@@ -474,7 +490,8 @@ def quarantined(handle):
     """Whether ``handle`` (a row) is kept out of use: in use, its detach
     refused by the fabric, no ARQ holding it any more."""
     return bool(handle.in_use and
-                json.loads(handle.attach_info or '{}').get(DETACH_FAILED))
+                json.loads(handle.attach_info or '{}').get(
+                    pool_db.DETACH_FAILED))
 
 
 def resync(conf, context, handle_ids):
@@ -549,17 +566,17 @@ def _detach_kept(conf, context, pool, handles, seconds):
     # (handle row, host) and the call of each detach to make.
     detaches, requests = [], []
     for handle in handles:
-        if not quarantined(handle):
+        if not quarantined(handle) or may_still_land(handle):
             continue
         info = json.loads(handle.attach_info)
-        host = handle.hostname or info.get(ATTACHED_HOST)
+        host = handle.hostname or info.get(pool_db.ATTACHED_HOST)
         if not host:
             LOG.error('Remote pool %s: %s is kept out of use after a '
                       'refused detach, but no host it is attached to is '
                       'recorded; it stays out of use (and the pool cannot '
                       'be deleted) until the host is recorded as %r in its '
                       'attach_info', pool.name, handle.fabric_address,
-                      ATTACHED_HOST)
+                      pool_db.ATTACHED_HOST)
             continue
         try:
             driver = fabric_loader.get(conf, pool.fabric_driver)
@@ -576,10 +593,15 @@ def _detach_kept(conf, context, pool, handles, seconds):
         if error is not None:
             _retry_failed(pool, handle, host, error)
             continue
-        if db_api.write_retrying(context, pool_db.release, context,
-                                 handle.id, handle.attach_info):
+        freed = db_api.write_retrying(context, pool_db.release, context,
+                                      handle.id, handle.attach_info)
+        if freed is True:
             LOG.info('Remote pool %s: %s detached from %s, and free',
                      pool.name, handle.fabric_address, host)
+        elif freed:
+            LOG.info('Remote pool %s: %s detached from %s; it stays out of '
+                     'use for its detach from %s, owed too', pool.name,
+                     handle.fabric_address, host, freed)
         else:
             LOG.info('Remote pool %s: %s detached from %s, but it was '
                      'freed (and perhaps taken again) meanwhile; left as '
@@ -726,15 +748,21 @@ def detach(conf, pool, handle_uuid, fabric_address, hostname,
 
 def detach_for_release(conf, context, rows):
     """Before ARQs of ``rows`` (``arqs.get_to_change`` rows) leave their
-    remote handles: detach each.  Returns {handle id: host} of the
-    handles the fabric refused to detach: they must stay out of use,
-    attached to that host (the caller unlinks them from their ARQ without
-    freeing them, ``quarantine_info``).
+    remote handles: detach each.  Returns ``(kept, landing)``: {handle
+    id: host} of the handles the fabric refused to detach: they must stay
+    out of use, attached to that host (the caller unlinks them from their
+    ARQ without freeing them, ``quarantine_info``); and {handle id:
+    ``Landing``} of those not detached because their bind's attach may
+    still land (never Bound: the handle's hostname is written at Bound).
+    A detach now would find nothing attached, and the attach land after
+    it on a handle freed: the caller keeps those out of use too, for the
+    bind's undo to detach and free (``free_kept``), or the reconcile once
+    the attach can no longer land (``may_still_land``).
 
     The detaches go at once (``fabric_calls.call_each``), within one
     ``release_seconds``: a release of several handles of a fabric that
     hangs waits that long once, not once for each handle."""
-    failed = {}
+    failed, landing = {}, {}
     pools = {}
     # (pool, handle row, host) and the call of each detach to make.
     detaches, requests = [], []
@@ -744,11 +772,15 @@ def detach_for_release(conf, context, rows):
         handle = pool_db.get_handle(context, row.remote_handle_id)
         if handle is None:
             continue
+        if handle.hostname is None:
+            landing[handle.id] = Landing(row.hostname, row.bind_id,
+                                         landing_until(conf))
+            continue
         pool = pools.get(handle.pool_id)
         if pool is None:
             pool = pools[handle.pool_id] = pool_db.get(context,
                                                        id=handle.pool_id)
-        host = handle.hostname or row.hostname
+        host = handle.hostname
         try:
             driver = fabric_loader.get(conf, pool.fabric_driver)
         except Exception as e:  # noqa: BLE001 - kept out of use, retried
@@ -766,7 +798,76 @@ def detach_for_release(conf, context, rows):
         if error is not None:
             _detach_failed(pool, handle, host, error)
             failed[handle.id] = host
-    return failed
+    return failed, landing
+
+
+def free_kept(conf, context, handle_id, bind_id, hostname):
+    """Free the handle ``handle_id`` if a release kept it for the bind
+    ``bind_id`` to ``hostname`` (``Landing``), that bind's attach now
+    undone (detached, or never made): the bind's undo.  True if freed;
+    its pool's provider then no longer reserves it (``resync``)."""
+    handle = pool_db.get_handle(context, handle_id)
+    if handle is None or not kept_for_bind(handle, bind_id, hostname):
+        return False
+    freed = db_api.write_retrying(context, pool_db.release, context,
+                                  handle.id, handle.attach_info)
+    if freed is True:
+        LOG.info('Remote pool handle %s detached from %s by the undo of '
+                 'its bind, and free', handle.fabric_address, hostname)
+    if freed:
+        resync(conf, context, [handle.id])
+    return bool(freed)
+
+
+def owe_detach(conf, context, handle_id, hostname, instance_uuid,
+               bind_id):
+    """Remember that ``handle_id`` stays attached to ``hostname`` (for
+    ``instance_uuid``), the undo of the bind ``bind_id`` having failed to
+    detach it from there, whoever holds the handle now: a free handle is
+    kept out of use for that host (``quarantine_info``); one kept for
+    that host already stays so (kept for this bind while its attach could
+    land, ``Landing``: now it cannot, and the reconcile may retry at
+    once); one held by another bind, or kept for another host, is owed
+    the detach (``pool_db.DETACH_OWED``): whoever lets it go keeps it out
+    of use for that host (``pool_db.release``), for the reconcile.  So an
+    attachment the fabric keeps is never forgotten."""
+    for _ in range(5):
+        handle = pool_db.get_handle(context, handle_id)
+        if handle is None:
+            return
+        info = json.loads(handle.attach_info or '{}')
+        if not handle.in_use:
+            if db_api.write_retrying(
+                    context, pool_db.keep_out, context, handle.id,
+                    quarantine_info(pool_db.resting_info(
+                        handle.fabric_address), instance_uuid, hostname)):
+                resync(conf, context, [handle.id])
+                return
+            continue
+        owed = info.get(pool_db.DETACH_OWED, [])
+        if kept_for_bind(handle, bind_id, hostname):
+            if db_api.write_retrying(
+                    context, pool_db.replace_attach_info, context,
+                    handle.id, handle.attach_info,
+                    quarantine_info(handle.attach_info,
+                                    info.get('instance_uuid'), hostname)):
+                return
+            continue
+        if ((quarantined(handle)
+             and info.get(pool_db.ATTACHED_HOST) == hostname)
+                or any(host == hostname for host, _i in owed)):
+            return
+        info[pool_db.DETACH_OWED] = owed + [[hostname, instance_uuid or '']]
+        if db_api.write_retrying(context, pool_db.replace_attach_info,
+                                 context, handle.id, handle.attach_info,
+                                 json.dumps(info)):
+            LOG.warning('%s stays attached to %s while it is in use '
+                        'elsewhere; it is kept out of use for a detach from '
+                        '%s once let go', handle.fabric_address, hostname,
+                        hostname)
+            return
+    LOG.error('%s stays attached to %s, and its handle kept changing: the '
+              'detach owed could not be recorded', handle_id, hostname)
 
 
 def _detach_failed(pool, handle, host, error):
@@ -775,11 +876,47 @@ def _detach_failed(pool, handle, host, error):
                 handle.fabric_address, host, error)
 
 
-def quarantine_info(handle_attach_info, instance_uuid, hostname):
+def quarantine_info(handle_attach_info, instance_uuid, hostname,
+                    landing=None):
     """The attach_info of a handle whose detach from ``hostname`` failed:
     what it was, plus ``detach_failed``, the instance and the host (what
-    the retry detaches it from)."""
+    the retry detaches it from).  ``landing``: a ``Landing``, for a handle
+    kept while its bind's attach may still land (that bind, and until
+    when)."""
     info = json.loads(handle_attach_info or '{}')
-    info.update({DETACH_FAILED: 'true', 'instance_uuid': instance_uuid or '',
-                 ATTACHED_HOST: hostname or ''})
+    info.pop(KEPT_FOR_BIND, None)
+    info.pop(ATTACH_UNTIL, None)
+    info.update({pool_db.DETACH_FAILED: 'true',
+                 'instance_uuid': instance_uuid or '',
+                 pool_db.ATTACHED_HOST: hostname or ''})
+    if landing is not None:
+        info.update({KEPT_FOR_BIND: landing.bind_id or '',
+                     ATTACH_UNTIL: landing.until})
     return json.dumps(info)
+
+
+def landing_until(conf):
+    """Until when the attach of a bind running now may still land: its
+    deadline is at most ``[DEFAULT]bind_timeout`` after it started, and
+    its attach ends before that (``attach_seconds``)."""
+    return (clock_db.utcnow() + datetime.timedelta(
+        seconds=conf.bind_timeout)).isoformat()
+
+
+def may_still_land(handle):
+    """Whether ``handle`` (a row) is kept for a bind whose attach may still
+    land (``Landing``): not to be detached and freed before then."""
+    until = json.loads(handle.attach_info or '{}').get(ATTACH_UNTIL)
+    return bool(until) and (datetime.datetime.fromisoformat(until)
+                            > clock_db.utcnow())
+
+
+def kept_for_bind(handle, bind_id, hostname):
+    """Whether ``handle`` (a row) is kept out of use for the bind
+    ``bind_id`` to ``hostname`` (``Landing``): its ARQ released while its
+    attach could still land."""
+    if not quarantined(handle):
+        return False
+    info = json.loads(handle.attach_info)
+    return (bool(bind_id) and info.get(KEPT_FOR_BIND) == bind_id
+            and info.get(pool_db.ATTACHED_HOST) == hostname)

@@ -14,8 +14,19 @@ NAME_PATTERN = '^[a-zA-Z0-9-_.]+$'
 # Placement names the provider remote_pool_<name>, within its 200.
 NAME = {'type': 'string', 'minLength': 1, 'maxLength': 150,
         'pattern': NAME_PATTERN}
-RESOURCE_CLASS = {'type': 'string', 'pattern': '^(CUSTOM_[A-Z0-9_]{1,247}|%s)$'
-                  % '|'.join(sorted(os_resource_classes.STANDARDS))}
+# The standard classes a pool may serve: accelerators'.  The others
+# (DISK_GB, VCPU, MEMORY_MB...) are what compute nodes provide themselves
+# and every flavor asks for: a sharing provider of them would serve
+# instances' own disk, CPU or memory.
+ACCELERATOR_CLASSES = (os_resource_classes.FPGA, os_resource_classes.PGPU,
+                       os_resource_classes.VGPU)
+RESOURCE_CLASS = {
+    'type': 'string',
+    'pattern': '^(CUSTOM_[A-Z0-9_]{1,247}|%s)$' % '|'.join(
+        ACCELERATOR_CLASSES),
+    'description': 'A custom resource class (CUSTOM_*) or one of the '
+                   'standard accelerator classes (%s).' % ', '.join(
+                       ACCELERATOR_CLASSES)}
 TRAIT = {'type': 'string', 'pattern': '^[A-Z0-9_]{1,255}$'}
 # An NVMe-oF NQN is at most 223 bytes; a fabric manager's id is shorter.
 FABRIC_ADDRESS = {'type': 'string', 'minLength': 1, 'maxLength': 255,

@@ -19,6 +19,19 @@ _ARQ = models.ExtARQ
 # Handles a bind races for before giving up on a pool.
 _TAKE_TRIES = 5
 
+# What a handle's attach_info says of a handle whose detach the fabric
+# refused (kept out of use, no ARQ holding it) ...
+DETACH_FAILED = 'detach_failed'
+# ... and of the host it stays attached to: the handle's hostname is only
+# written once its bind is Bound, and a bind cut short before that (its
+# conductor died, its ARQ deleted meanwhile) attached it all the same.
+ATTACHED_HOST = 'hostname'
+# [[host, instance uuid], ...] a handle stays attached to besides its
+# holder's: a bind's undo that could not detach it from its host while
+# another bind held it.  Whoever lets the handle go keeps it out of use
+# for the first of them rather than free it (``release``).
+DETACH_OWED = 'detach_owed'
+
 
 # -- reads ------------------------------------------------------------------
 
@@ -229,7 +242,15 @@ def take(context, pool_id):
 
 @writer
 def set_attached(context, handle_id, hostname, attach_info):
-    """Record where a handle in use is attached and how (JSON text)."""
+    """Record where a handle in use is attached and how (JSON text).  The
+    detaches it is owed (``DETACH_OWED``) are kept."""
+    was = context.session.scalar(
+        sa.select(_HANDLE.attach_info).where(_HANDLE.id == handle_id)
+        .with_for_update())
+    owed = json.loads(was or '{}').get(DETACH_OWED)
+    if owed:
+        attach_info = json.dumps(dict(json.loads(attach_info),
+                                      **{DETACH_OWED: owed}))
     context.session.execute(
         sa.update(_HANDLE).where(_HANDLE.id == handle_id,
                                  _HANDLE.in_use == sa.true())
@@ -248,20 +269,61 @@ def release(context, handle_id, attach_info=None):
     """Mark the handle free again, its attach_info back to its address;
     True if freed.  With ``attach_info``, only while the handle is in use
     with that attach_info: a handle kept out of use, freed as it was
-    read, not after another conductor freed it and a bind took it."""
-    address = context.session.scalar(
-        sa.select(_HANDLE.fabric_address).where(_HANDLE.id == handle_id))
-    if address is None:
+    read, not after another conductor freed it and a bind took it.
+
+    A handle owed a detach from another host (``DETACH_OWED``: a bind's
+    undo could not detach it from there while another bind held it) is
+    not freed but kept out of use for the first of those hosts
+    (``kept_for``), for the reconcile to detach: returns that host."""
+    row = context.session.execute(
+        sa.select(_HANDLE.fabric_address, _HANDLE.attach_info)
+        .where(_HANDLE.id == handle_id).with_for_update()).first()
+    if row is None:
         return False
     guard = [_HANDLE.id == handle_id]
     if attach_info is not None:
         guard += [_HANDLE.in_use == sa.true(),
                   _HANDLE.attach_info == attach_info]
+    owed = json.loads(row.attach_info or '{}').get(DETACH_OWED)
+    if owed:
+        (hostname, instance_uuid), rest = owed[0], owed[1:]
+        return bool(context.session.execute(
+            sa.update(_HANDLE).where(*guard)
+            .values(in_use=True, hostname=None,
+                    attach_info=kept_for(row.fabric_address, hostname,
+                                         instance_uuid, rest),
+                    updated_at=models._now())
+            .execution_options(synchronize_session=False)
+        ).rowcount) and (hostname or True)
     return bool(context.session.execute(
         sa.update(_HANDLE).where(*guard)
         .values(in_use=False, hostname=None,
-                attach_info=resting_info(address),
+                attach_info=resting_info(row.fabric_address),
                 updated_at=models._now())
+        .execution_options(synchronize_session=False)).rowcount)
+
+
+def kept_for(fabric_address, hostname, instance_uuid, owed=()):
+    """The attach_info (JSON text) of a handle kept out of use, attached
+    to ``hostname`` for ``instance_uuid`` (the host the reconcile detaches
+    it from), still owed the detaches ``owed`` after that one."""
+    info = {'fabric_address': fabric_address, DETACH_FAILED: 'true',
+            'instance_uuid': instance_uuid or '',
+            ATTACHED_HOST: hostname or ''}
+    if owed:
+        info[DETACH_OWED] = [list(o) for o in owed]
+    return json.dumps(info)
+
+
+@writer
+def replace_attach_info(context, handle_id, was, attach_info):
+    """Replace the attach_info of a handle in use, only as it was read
+    (``was``); True if replaced."""
+    return bool(context.session.execute(
+        sa.update(_HANDLE).where(_HANDLE.id == handle_id,
+                                 _HANDLE.in_use == sa.true(),
+                                 _HANDLE.attach_info == was)
+        .values(attach_info=attach_info, updated_at=models._now())
         .execution_options(synchronize_session=False)).rowcount)
 
 

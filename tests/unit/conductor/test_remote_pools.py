@@ -308,9 +308,10 @@ def test_a_remote_bind_holds_its_handle_from_the_patch_on(
 
 def test_an_unbind_before_the_attach_frees_the_handle_unattached(
         pconf, db, placement_url, fake_nova, tmp_path, monkeypatch):
-    """An ARQ unbound between the PATCH and its attach frees the handle
-    the PATCH took; the attach, when its turn comes, finds the handle no
-    longer its bind's and attaches nothing."""
+    """An ARQ unbound between the PATCH and its attach: the handle the
+    PATCH took is kept out of use while the bind's attach may still land;
+    the attach, when its turn comes, finds the handle no longer its
+    bind's, attaches nothing and frees it."""
     ctx = cyborg_context.get_admin_context()
     host, _pool_uuid, pool = _pool_on_a_new_host(pconf, ctx, placement_url,
                                                  'gpu-1')
@@ -329,7 +330,7 @@ def test_an_unbind_before_the_attach_frees_the_handle_unattached(
         'hostname': host, 'device_rp_uuid': pool.rp_uuid,
         'instance_uuid': str(uuidlib.uuid4())}})
     arq_binding.unbind(pconf, ctx, [arq['uuid']])
-    assert not pool_db.handles(ctx, [pool.id])[0].in_use
+    assert remote_pools.quarantined(pool_db.handles(ctx, [pool.id])[0])
 
     held.run()
     future.result(30)

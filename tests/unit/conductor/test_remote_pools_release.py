@@ -16,6 +16,7 @@ import uuid as uuidlib
 import pytest
 
 from cyborg.common import context as cyborg_context
+from cyborg.common import exception
 from cyborg.common import states
 from cyborg.conductor import arq_binding
 from cyborg.conductor import remote_pools
@@ -225,11 +226,11 @@ def test_a_refused_undo_of_a_failed_attach_keeps_the_handle(
 
 def test_a_lost_bind_whose_undo_is_refused_keeps_the_freed_handle(
         pconf, db, placement_url, tmp_path, monkeypatch):
-    """An ARQ deleted before the fabric attached its handle: the delete's
-    detach found nothing and freed the handle, then the attach landed,
-    and the bind (lost) could not undo it.  The handle, free though
-    attached, is taken out of use again until the reconcile detaches
-    it."""
+    """An ARQ deleted before the fabric attached its handle: the delete
+    keeps the handle out of use (a detach would find nothing, and free it
+    before the attach lands); the attach lands, and the bind (lost) could
+    not undo it.  The handle stays out of use until the reconcile
+    detaches it."""
     ctx = cyborg_context.get_admin_context()
     host, _pool_uuid, pool = base._pool_on_a_new_host(
         pconf, ctx, placement_url, 'gpu-l')
@@ -238,7 +239,7 @@ def test_a_lost_bind_whose_undo_is_refused_keeps_the_freed_handle(
     _arq, instance, future = _start(pconf, ctx, db, pool, host)
     assert arrived.wait(30)
     assert arq_binding.delete(pconf, ctx, instance_uuid=instance) == []
-    assert not pool_db.handles(ctx, [pool.id])[0].in_use
+    assert remote_pools.quarantined(pool_db.handles(ctx, [pool.id])[0])
     (tmp_path / fake.FAIL_DETACH).write_text('')
     go.set()
     future.result(30)
@@ -253,13 +254,14 @@ def test_a_lost_bind_whose_undo_is_refused_keeps_the_freed_handle(
     assert fake.attached(str(tmp_path)) == {}
 
 
-def test_a_lost_bind_detaches_its_host_while_another_host_holds_it(
+def test_a_lost_bind_detaches_its_host_before_another_host_takes_it(
         pconf, db, placement_url, tmp_path, monkeypatch):
-    """A bind lost while attaching (its ARQ deleted), its handle taken by
-    a bind for another host meanwhile: the lost bind left its attachment
-    in place for "the bind that holds it", and the fabric then refused
-    that bind (the address attached elsewhere).  Only a holder on the
-    same host shares the attachment; here it is detached."""
+    """A bind lost while attaching (its ARQ deleted): the delete freed
+    the handle, a bind for another host took it meanwhile, and the
+    fabric refused that bind (the address attached to the lost bind's
+    host once its attach landed).  The handle is kept out of use until
+    the lost bind's undo detached it; the other host's bind, refused
+    while it is kept, then gets it."""
     ctx = cyborg_context.get_admin_context()
     host, _pool_uuid, pool = base._pool_on_a_new_host(
         pconf, ctx, placement_url, 'gpu-s')
@@ -268,12 +270,18 @@ def test_a_lost_bind_detaches_its_host_while_another_host_holds_it(
     _arq, instance, lost = _start(pconf, ctx, db, pool, host)
     assert _gate(gates, host)[0].wait(30)
     assert arq_binding.delete(pconf, ctx, instance_uuid=instance) == []
-    arq2, _i2, holding = _start(pconf, ctx, db, pool, host2)
-    assert _gate(gates, host2)[0].wait(30)
-    # The lost bind's attach lands, then it finds its ARQ gone.
+    assert remote_pools.quarantined(pool_db.handles(ctx, [pool.id])[0])
+    assert base._reserved(placement_url, pool.rp_uuid) == 1
+    with pytest.raises(exception.BindFailed, match='no free handle'):
+        _start(pconf, ctx, db, pool, host2)
+    # The lost bind's attach lands, then it finds its ARQ gone: undone.
     _gate(gates, host)[1].set()
     lost.result(30)
+    handle, = pool_db.handles(ctx, [pool.id])
+    assert not handle.in_use and fake.attached(str(tmp_path)) == {}
+    assert base._reserved(placement_url, pool.rp_uuid) == 0
     _gate(gates, host2)[1].set()
+    arq2, _i2, holding = _start(pconf, ctx, db, pool, host2)
     holding.result(30)
     row = seed.arq_rows(db)[arq2]
     assert (row.state, row.bind_failure_reason) == ('Bound', None)

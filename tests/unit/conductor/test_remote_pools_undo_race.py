@@ -1,7 +1,9 @@
 """Remote pools: a bind's undo does not detach what a newer bind attached.
 
-A bind whose ARQ was deleted while the fabric attached its handle undoes
-the attach: it read the handle free, then detached.  A bind for the same
+A bind failed by the stuck-bind check (of another conductor) while the
+fabric attached its handle undoes the attach: it read the handle free
+(the check detached it, finding nothing yet, and freed it), then
+detached.  A bind for the same
 host that took the handle in between, and attached it (the fabric found
 it attached there already), ended Bound with nothing attached once the
 detach landed.  The undo reads the holder again after its detach and
@@ -47,16 +49,17 @@ class _Paused:
 
 def _lost_bind_undoing(pconf, ctx, db, placement_url, tmp_path, monkeypatch,
                        address):
-    """A bind whose ARQ was deleted while the fabric attached ``address``,
-    its undo's detach now paused inside the fabric: (host, pool, the
-    lost bind's future, the paused detach)."""
+    """A bind failed by the stuck-bind check while the fabric attached
+    ``address``, its undo's detach now paused inside the fabric: (host,
+    pool, the lost bind's future, the paused detach)."""
     host, _pool_uuid, pool = base._pool_on_a_new_host(
         pconf, ctx, placement_url, address)
     attach = _Paused(monkeypatch, 'attach')
-    _arq, instance, lost = release._start(pconf, ctx, db, pool, host)
+    arq, _instance, lost = release._start(pconf, ctx, db, pool, host)
     assert attach.arrived.wait(30)
-    # The delete's detach finds nothing attached yet, and frees the handle.
-    assert arq_binding.delete(pconf, ctx, instance_uuid=instance) == []
+    # The check's detach finds nothing attached yet, and frees the handle.
+    assert arq_binding._fail_abandoned(
+        pconf, ctx, {arq: seed.arq_rows(db)[arq].bind_id}, 'stuck') == 1
     assert not pool_db.handles(ctx, [pool.id])[0].in_use
     detach = _Paused(monkeypatch, 'detach')
     attach.go.set()
