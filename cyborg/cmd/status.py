@@ -9,7 +9,11 @@ conductor compare their clocks); the health timers fit together (a full
 health report comes within the suspect window); Placement, where
 ``[placement]`` is configured, answers and serves the microversion cyborg
 pins; no ``[upgrade_levels]`` cap is left set (a rolling upgrade's, which
-keeps this release's calls from its peers once they run it too).
+keeps this release's calls from its peers once they run it too); where
+``[glance]`` is configured, every FPGA image a device profile names
+(``accel:bitstream_id``, ``accel:function_id``) that Glance has is one
+its project(s) may use (``glance.usable``, ``[glance]
+trusted_image_owners``).
 """
 
 import json
@@ -277,6 +281,34 @@ class Checks(upgradecheck.UpgradeCommands):
             return Result(Code.WARNING, '  '.join(found))
         return Result(Code.SUCCESS)
 
+    def _check_fpga_images(self):
+        """The images the device profiles ask for, as this release's
+        conductors look them up for the profiles' projects: one that
+        Glance has but the project may not use (an admin project's
+        ``shared`` image, the usual upload) no longer programs an FPGA
+        (``glance.usable``, ``glance.function_id_candidates``)."""
+        if not ksa.has_credentials(self.conf.glance):
+            return Result(Code.SUCCESS,
+                          '[glance] is not configured on this host (only '
+                          'cyborg-conductor reads Glance): not checked.')
+        try:
+            found = [problem for problem in (
+                _image_problem(self.conf, *ask)
+                for ask in _profile_image_asks(self.conf)) if problem]
+        except Exception as exc:
+            LOG.debug('Checking the profiles\' images failed',
+                      exc_info=True)
+            return Result(Code.WARNING,
+                          'Cannot check the FPGA images of the device '
+                          'profiles in Glance: %s'
+                          % exception.first_line(exc))
+        if found:
+            return Result(Code.WARNING, '  '.join(found + [
+                'List the owners that operators upload bitstreams to in '
+                '[glance]trusted_image_owners on every conductor (or make '
+                'the images public) before upgrading them.']))
+        return Result(Code.SUCCESS)
+
     @property
     def _upgrade_checks(self):
         return (
@@ -293,7 +325,74 @@ class Checks(upgradecheck.UpgradeCommands):
              Checks._check_quota_limits),
             ('No [upgrade_levels] cap left set',
              Checks._check_upgrade_levels),
+            ('FPGA images of device profiles usable by their projects',
+             Checks._check_fpga_images),
         )
+
+
+def _profile_image_asks(conf):
+    """(profile name, key, image id or function id, project or None for
+    any) for each ``accel:bitstream_id`` or ``accel:function_id`` of a
+    device profile, for each project that may use the profile: its own
+    and those it is shared with, None for a public one."""
+    from cyborg.common import states
+    from cyborg.db import models
+
+    engine = sa.create_engine(conf.database.connection,
+                              poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            profiles = connection.execute(sa.select(
+                models.DeviceProfile.id, models.DeviceProfile.name,
+                models.DeviceProfile.profile_json,
+                models.DeviceProfile.project_id,
+                models.DeviceProfile.visibility)).all()
+            shared = connection.execute(sa.select(
+                models.DeviceProfileProject.profile_id,
+                models.DeviceProfileProject.project_id)).all()
+    finally:
+        engine.dispose()
+    asks = []
+    for row in profiles:
+        if row.visibility == states.PUBLIC:
+            projects = [None]
+        else:
+            projects = sorted({row.project_id} | {
+                s.project_id for s in shared if s.profile_id == row.id},
+                key=str)
+        for group in json.loads(row.profile_json or '[]'):
+            for key in ('accel:bitstream_id', 'accel:function_id'):
+                if group.get(key):
+                    asks.extend((row.name, key, group[key], project)
+                                for project in projects)
+    return sorted(set(asks), key=str)
+
+
+def _image_problem(conf, name, key, value, project):
+    """Why this release's conductors would not find the image a profile
+    asks for that Glance has, for ``project`` (None: any), or None."""
+    from cyborg.conductor import glance
+
+    who = 'project %s' % project if project else 'every project'
+    if key == 'accel:bitstream_id':
+        image = glance.shown(conf, value)
+        if image is None or glance.usable(
+                conf, None, image['id'], image['owner'],
+                image['visibility'], project):
+            return None
+        return ('Device profile %s: its accel:bitstream_id image %s '
+                '(owner %s, visibility %s) is not one %s may use.' % (
+                    name, value, image['owner'], image['visibility'], who))
+    every = glance.listed_with_function_id(conf, value)
+    counted = glance.function_id_candidates(conf, value, project)
+    if not every or len(counted) == 1:
+        return None
+    left = sorted({str(i.get('owner')) for i in every
+                   if i.get('id') not in {c['id'] for c in counted}})
+    return ('Device profile %s: its accel:function_id %s names %d image(s) '
+            '%s may use, not one (Glance has %d; not counted: those of '
+            'owner(s) %s).' % (name, value, len(counted), who, len(every),
+                               ', '.join(left) or 'none'))
 
 
 def _is_json(text):

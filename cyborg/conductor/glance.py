@@ -13,14 +13,23 @@ downloaded where Glance gives its size, and as soon as its download
 passes the limit where Glance does not (or gives a wrong one).
 
 The conductor's ``[glance]`` credentials may see every project's images
-(an admin's do), so both look an image up for one project, the ARQ's
-(an administrator's own for ``PATCH /deployables/{uuid}/program``), and
-take only an image that project may use (``usable``): one Glance itself
-shows it (``public`` or ``community``, its own, or ``shared`` with it and
-accepted), or one the operator trusts (owned by the project of the
-``[glance]`` credentials, or by one of ``[glance]trusted_image_owners``).
-Another image is as one Glance does not have: ``get_image`` says it is
-not found, and ``find_by_function_id`` does not count it.
+(an admin's do), so an image is looked up for one project, the ARQ's
+(an administrator's own for ``PATCH /deployables/{uuid}/program``):
+
+- by id (``get_image``), an image that project may use (``usable``):
+  ``public`` or ``community``, its own, ``shared`` with it (whatever its
+  member status: Glance serves a shared image by id to any member), or
+  one the operator trusts (owned by the project of the ``[glance]``
+  credentials, or by one of ``[glance]trusted_image_owners``).  Another
+  is said not to be found, as one Glance does not have (a WARNING tells
+  the operator why);
+- by function id (``find_by_function_id``), only among images no
+  tenant can put there for another project: those of the trusted
+  owners, ``public`` ones (Glance's default policy lets only an admin
+  publicize an image) and the project's own (they concern it alone).
+  A ``community`` image, or one another project shares, never counts.
+  One listing per source, filtered by Glance (owner or visibility,
+  function id, status), with no question per image.
 """
 
 import hashlib
@@ -31,6 +40,7 @@ import openstack.connection
 from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
 from openstack import exceptions as sdk_exc
+from oslo_log import log as logging
 import requests
 
 from cyborg.common import exception
@@ -39,12 +49,18 @@ from cyborg.conf import ksa
 FUNCTION_ID_PROPERTY = 'accel:function_id'
 # The one image status whose data can be downloaded.
 ACTIVE = 'active'
-# Glance's visibilities of the images every project sees.
+# Glance's visibilities of the images every project may use by id.
 EVERYONE = ('public', 'community')
-# The visibility of an image its owner shares with member projects, and
-# the status of a member that accepted it (Glance lists it to them).
+# The one visibility that only an admin may set (Glance's default
+# policy): the images of it count for a function id.
+PUBLIC = 'public'
+# The visibility of an image its owner shares with member projects.
 SHARED = 'shared'
-ACCEPTED = 'accepted'
+# Images asked for in one page of a listing (Glance caps it with its
+# api_limit_max, 1000 by default; ``next`` links give the rest).
+LISTING_LIMIT = 1000
+
+LOG = logging.getLogger(__name__)
 
 _CONNECTIONS = {}
 _LOCK = threading.Lock()
@@ -75,19 +91,42 @@ def get_image(conf, image_uuid, project_id):
     """The image's metadata, for an ARQ (or an administrator) of
     ``project_id``; Invalid (400) when Glance has no such image, or has
     one ``project_id`` may not use (``usable``: said as for one Glance
-    does not have), or has it but not active (being uploaded or imported,
-    deactivated): its data cannot be downloaded."""
+    does not have, the reason in a WARNING), or has it but not active
+    (being uploaded or imported, deactivated): its data cannot be
+    downloaded."""
     conn = _connection(conf)
+    image = _shown(conn, image_uuid)
+    # Before its status, which would tell that it exists.
+    if not _usable_or_warned(conf, conn, image, project_id):
+        raise _not_found(image_uuid)
+    return _metadata(image_uuid, image)
+
+
+def get_image_for_all(conf, image_uuid, project_ids):
+    """``get_image`` of one image for several projects at once (the
+    holders of a card whose image is restored), read once: Invalid
+    naming the first project that may not use it."""
+    conn = _connection(conf)
+    image = _shown(conn, image_uuid)
+    for project_id in project_ids:
+        if not _usable_or_warned(conf, conn, image, project_id):
+            raise exception.Invalid(
+                reason=f'image {image_uuid} is not one project '
+                       f'{project_id} may use (see [glance] '
+                       f'trusted_image_owners)')
+    return _metadata(image_uuid, image)
+
+
+def _shown(conn, image_uuid):
     try:
-        image = conn.image.get_image(image_uuid)
+        return conn.image.get_image(image_uuid)
     except sdk_exc.NotFoundException:
         raise _not_found(image_uuid)
     except (sdk_exc.SDKException, ks_exc.ClientException) as e:
         raise _unavailable(e)
-    # Before its status, which would tell that it exists.
-    if not usable(conf, conn, image.id, image.owner, image.visibility,
-                  project_id):
-        raise _not_found(image_uuid)
+
+
+def _metadata(image_uuid, image):
     if image.status and image.status != ACTIVE:
         raise exception.Invalid(
             reason=f'image {image_uuid} is {image.status} in Glance, not '
@@ -99,6 +138,21 @@ def get_image(conf, image_uuid, project_id):
     return values
 
 
+def _usable_or_warned(conf, conn, image, project_id):
+    if usable(conf, conn, image.id, image.owner, image.visibility,
+              project_id):
+        return True
+    # For the operator only: the caller is told "not found".
+    LOG.warning('Glance image %s (owner %s, visibility %s) refused for '
+                'project %s: not public or community, not its own, not '
+                'shared with it, and its owner is not trusted.  If '
+                'operators upload bitstreams to project %s, add it to '
+                '[glance]trusted_image_owners (or make the image public)',
+                image.id, image.owner, image.visibility, project_id,
+                image.owner)
+    return False
+
+
 def _not_found(image_uuid):
     return exception.Invalid(
         reason=f'image {image_uuid} not found in Glance')
@@ -106,30 +160,82 @@ def _not_found(image_uuid):
 
 def find_by_function_id(conf, function_id, project_id):
     """The one active image whose ``accel:function_id`` property is
-    ``function_id`` among those ``project_id`` may use (``usable``: an
-    image of another project does not count, so it can neither hide the
-    operator's nor stand in for it); a new version still being uploaded,
-    or an old one deactivated, does not count either.  Every page of
-    Glance's listing is read."""
-    conn = _connection(conf)
-    images = [i for i in _listed(conn, {FUNCTION_ID_PROPERTY: function_id,
-                                        'status': ACTIVE})
-              if i.get(FUNCTION_ID_PROPERTY) == function_id
-              and i.get('status', ACTIVE) == ACTIVE
-              and usable(conf, conn, i.get('id'), i.get('owner'),
-                         i.get('visibility'), project_id)]
+    ``function_id`` among the candidates for ``project_id``
+    (``function_id_candidates``: the trusted owners', public ones and
+    the project's own); a new version still being uploaded, or an old
+    one deactivated, does not count either.  Invalid unless there is
+    exactly one."""
+    return one_by_function_id(
+        conf, function_id, project_id,
+        function_id_candidates(conf, function_id, project_id))
+
+
+def one_by_function_id(conf, function_id, project_id, images):
+    """The metadata of the one image of ``images`` (candidates found for
+    ``project_id``, None: for any project), else Invalid."""
     if len(images) != 1:
+        who = (f'project {project_id}' if project_id is not None
+               else 'every project')
         raise exception.Invalid(
             reason=f'{len(images)} images in Glance have function id '
-                   f'{function_id} that project {project_id} may use; '
-                   f'want exactly one')
+                   f'{function_id} that {who} may use; want exactly one')
     return get_image(conf, images[0]['id'], project_id)
+
+
+def function_id_candidates(conf, function_id, project_id):
+    """The active images with ``accel:function_id`` ``function_id`` that
+    count for ``project_id`` (None: those that count for every project),
+    as Glance lists them, each once: the images of the trusted owners
+    (``trusted_owners``), the ``public`` ones and ``project_id``'s own.
+    One listing per source, with every page followed; a ``community``
+    image, or one shared by another project, is not asked for."""
+    conn = _connection(conf)
+    trusted = trusted_owners(conf, conn)
+    wanted = {FUNCTION_ID_PROPERTY: function_id, 'status': ACTIVE,
+              'limit': str(LISTING_LIMIT)}
+    sources = [('owner', owner) for owner in sorted(trusted)]
+    if project_id is not None and project_id not in trusted:
+        sources.append(('owner', project_id))
+    sources.append(('visibility', PUBLIC))
+    found = {}
+    for key, value in sources:
+        for image in _listed(conn, dict(wanted, **{key: value})):
+            # Glance applies the filters; checked again all the same.
+            if (image.get(key) == value
+                    and image.get(FUNCTION_ID_PROPERTY) == function_id
+                    and image.get('status', ACTIVE) == ACTIVE
+                    and image.get('id')):
+                found.setdefault(image['id'], image)
+    return [found[i] for i in sorted(found)]
+
+
+def listed_with_function_id(conf, function_id):
+    """Every active image Glance lists to the ``[glance]`` credentials
+    with ``accel:function_id`` ``function_id``, whoever owns it (what a
+    lookup took before owners were checked: ``cyborg-status upgrade
+    check`` compares)."""
+    return [i for i in _listed(_connection(conf), {
+        FUNCTION_ID_PROPERTY: function_id, 'status': ACTIVE,
+        'limit': str(LISTING_LIMIT)})
+        if i.get(FUNCTION_ID_PROPERTY) == function_id]
+
+
+def shown(conf, image_uuid):
+    """The image's metadata (``id``, ``owner``, ``visibility``...) as
+    Glance shows it to the ``[glance]`` credentials, whoever may use it;
+    None when Glance has no such image."""
+    try:
+        image = _shown(_connection(conf), image_uuid)
+    except exception.Invalid:
+        return None
+    return {'id': image.id, 'owner': image.owner,
+            'visibility': image.visibility, 'status': image.status}
 
 
 def _listed(conn, params):
     """Every image Glance lists with ``params``, following its ``next``
-    links (a page holds 25 images by default: others' images must not
-    push the one wanted off the first)."""
+    links (a page holds at most ``limit`` images, Glance's api_limit_max
+    if that is less)."""
     images = []
     markers = set()
     wanted = dict(params)
@@ -156,24 +262,29 @@ def _listed(conn, params):
 
 def usable(conf, conn, image_id, owner, visibility, project_id):
     """Whether an image (its id, ``owner`` and ``visibility`` as Glance
-    gives them) may program an FPGA for ``project_id``: Glance shows it
-    to that project (``public`` or ``community``; its own; ``shared``
-    with it, and accepted: Glance is asked for this membership, only of
-    such an image), or the operator trusts its owner (the project of the
-    ``[glance]`` credentials, or one of
-    ``[glance]trusted_image_owners``)."""
+    gives them) named by id may program an FPGA for ``project_id``:
+    Glance serves it by id to that project (``public`` or
+    ``community``; its own; ``shared`` and the project a member, whatever
+    its member status: Glance is asked, only of such an image), or the
+    operator trusts its owner (``trusted_owners``).  ``conn``: None for
+    the ``[glance]`` connection."""
+    conn = conn or _connection(conf)
     if visibility in EVERYONE:
         return True
     if owner and project_id and owner == project_id:
         return True
-    if owner and owner in _trusted_owners(conf, conn):
+    if owner and owner in trusted_owners(conf, conn):
         return True
     if visibility == SHARED and project_id and image_id:
-        return _accepted(conn, image_id, project_id)
+        return _member(conn, image_id, project_id)
     return False
 
 
-def _trusted_owners(conf, conn):
+def trusted_owners(conf, conn=None):
+    """The projects whose images program an FPGA for any project: the
+    project of the ``[glance]`` credentials, and
+    ``[glance]trusted_image_owners``."""
+    conn = conn or _connection(conf)
     owners = set(conf.glance.trusted_image_owners)
     try:
         own = conn.session.get_project_id()
@@ -184,9 +295,10 @@ def _trusted_owners(conf, conn):
     return owners
 
 
-def _accepted(conn, image_id, project_id):
-    """Whether Glance has ``project_id`` as a member of the image that
-    accepted it."""
+def _member(conn, image_id, project_id):
+    """Whether Glance has ``project_id`` as a member of the image (in
+    any member status: pending, accepted or rejected only changes what
+    Glance lists to it, not what it serves by id)."""
     path = (f'/images/{urllib.parse.quote(image_id, safe="")}/members/'
             f'{urllib.parse.quote(project_id, safe="")}')
     try:
@@ -199,7 +311,7 @@ def _accepted(conn, image_id, project_id):
     if response.status_code != 200:
         raise _unavailable(f'reading image {image_id}\'s members answered '
                            f'{response.status_code}')
-    return response.json().get('status') == ACCEPTED
+    return True
 
 
 def check_size(conf, image):

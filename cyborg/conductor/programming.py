@@ -6,11 +6,13 @@ One programming, in order:
 
 1. the image's metadata from Glance, looked up for the project of the
    ARQ (of the administrator, for an admin programming): an image that
-   project may not use is not found, nor counted among those of a
-   function id (``glance.usable``); nothing to do when the deployable
-   already runs it (so admin programming is idempotent); refused (400)
-   when it is larger than ``[glance]max_bitstream_size`` (the bitstream
-   goes to the agent inline, in one RPC message);
+   project may not use is not found (``glance.usable``), and only the
+   trusted owners', public and the project's own images count for a
+   function id (``glance.function_id_candidates``); nothing to do
+   when the deployable already runs it (so admin programming is
+   idempotent); refused (400) when it is larger than
+   ``[glance]max_bitstream_size`` (the bitstream goes to the agent
+   inline, in one RPC message);
 2. the data downloaded (refused as soon as it passes that size, where
    Glance gave none) and checked against Glance's digest;
 3. the deployable marked as being programmed (``programming_until``: the
@@ -98,9 +100,9 @@ the periodic check of every conductor (one that stopped before it
 finished, an attempt that failed: this conductor's next one waits
 ``[conductor]reprogram_retry_interval``).  It is an ordinary
 programming, of the image their bind chose (``image_for``, one every
-holder's project may use: ``_restored_image``), for which their handles
-count as the caller's (``binds``), and which the mark
-serialises across conductors like any other: one that sets the mark
+holder's project may use, looked up once: ``_restored_image``), for
+which their handles count as the caller's (``binds``), and which the
+mark serialises across conductors like any other: one that sets the mark
 after another conductor's restore of the card ended reads the card
 again and finds the image (``_loaded_since``): it releases the mark
 without asking the agent; one that finds the mark set tries at its next
@@ -261,11 +263,11 @@ def program_for_bind(conf, context, deployable_id, group, deadline,
 
 
 def image_for(conf, group, project_id):
-    """The Glance image (its metadata) the profile group asks for, among
-    those ``project_id`` may use (``glance.usable``): its
-    ``accel:bitstream_id``, or the one image with its
-    ``accel:function_id``.  Invalid for a group ``group_problem`` refuses,
-    before Glance is asked."""
+    """The Glance image (its metadata) the profile group asks for, as
+    ``project_id`` finds it: its ``accel:bitstream_id``
+    (``glance.get_image``), or the one image with its
+    ``accel:function_id`` (``glance.find_by_function_id``).  Invalid
+    for a group ``group_problem`` refuses, before Glance is asked."""
     problem = group_problem(group)
     if problem is not None:
         raise exception.Invalid(reason=problem)
@@ -1127,18 +1129,26 @@ def _restore(conf, context, card):
 
 
 def _restored_image(conf, context, card):
-    """The image ``image_for`` finds for the card's ask, for the project
-    of each of its holders (read from their rows): one image every one of
-    them may use, else Invalid."""
+    """The image of the card's ask that every one of its holders'
+    projects (read from their rows) may use, looked up once, else
+    Invalid.  An ``accel:bitstream_id``: the image, which each project
+    must be able to use (``glance.usable``).  An ``accel:function_id``:
+    the one image of it among the trusted owners' and the public ones
+    (no holder's own: one project's image cannot stop, nor stand in
+    for, another's restore); where there is none and every holder is
+    of one project, the one ``image_for`` finds for that project."""
+    problem = group_problem(dict([card.ask]))
+    if problem is not None:
+        raise exception.Invalid(reason=problem)
     rows = arq_db.get_all(context, uuids=[h.uuid for h in card.holders])
     projects = sorted({row.project_id for row in rows}, key=str) or [None]
-    images = [image_for(conf, dict([card.ask]), project)
-              for project in projects]
-    if len({image['id'] for image in images}) != 1:
-        raise exception.Invalid(
-            reason=f'the projects of ARQ(s) {card.arqs} find different '
-                   f'images for {card.image}')
-    return images[0]
+    key, value = card.ask
+    if key == 'accel:bitstream_id':
+        return glance.get_image_for_all(conf, value, projects)
+    images = glance.function_id_candidates(conf, value, None)
+    if not images and len(projects) == 1 and projects[0] is not None:
+        return glance.find_by_function_id(conf, value, projects[0])
+    return glance.one_by_function_id(conf, value, None, images)
 
 
 def _failed(conf, card, first, exc):

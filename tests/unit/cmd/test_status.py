@@ -8,9 +8,13 @@ import sqlalchemy as sa
 from cyborg.cmd import status
 from cyborg.db import migration
 from cyborg.placement import client as placement_client
+from tests.fixtures import arqs as seed
 from tests.fixtures import databases
 from tests.fixtures import placement as placement_fixture
 from tests.fixtures import processes
+from tests.fixtures import recording_http
+
+fake_glance = recording_http.fake_glance
 
 
 def _check(tmp_path, url, policy_file=None, health=None,
@@ -307,3 +311,70 @@ def test_an_upgrade_levels_cap_left_set_warns(tmp_path, capsys):
         words = _upgrade_levels_result(capsys.readouterr().out)
         assert 'caps nothing in this release' in words
         assert '[upgrade_levels]conductor' not in words
+
+
+def _fpga_images_result(out):
+    """The words of the FPGA images check's row, the last."""
+    words = _words(out)
+    return words[words.index(
+        'FPGA images of device profiles usable by their projects'):]
+
+
+def test_a_profiles_image_the_new_owner_rule_would_not_find_warns(
+        tmp_path, capsys, fake_glance):
+    """Bitstreams uploaded as an administrator belong to the admin
+    project, ``shared`` by default; the [glance] credentials are the
+    service project's.  After the upgrade no project may use them: the
+    check says so before, naming the profile, the image and its owner,
+    and passes once the owner is trusted."""
+    admin = 'admin-project'
+    image = fake_glance.add_image(b'bits', {'accel:function_id': 'f-a'},
+                                  owner=admin, visibility='shared')
+    public = fake_glance.add_image(b'pub', {'accel:function_id': 'f-p'})
+    with databases.throwaway_database('sqlite') as url:
+        migration.upgrade(url)
+        engine = sa.create_engine(url)
+        try:
+            seed.seed_profile(engine, [{
+                'resources:FPGA': '1', 'accel:bitstream_id': image}],
+                name='by-id')
+            seed.seed_profile(engine, [{
+                'resources:FPGA': '1', 'accel:function_id': 'f-a'}],
+                name='by-function')
+            seed.seed_profile(engine, [{
+                'resources:FPGA': '1', 'accel:function_id': 'f-p'}],
+                name='fine')
+            seed.seed_profile(engine, [{
+                'resources:FPGA': '1', 'accel:function_id': 'f-gone'}],
+                name='not-in-glance')
+        finally:
+            engine.dispose()
+        glance = {'auth_type': 'none', 'endpoint_override': fake_glance.url}
+        # No [glance]: not checked (said so).
+        code, text = _check_quota(tmp_path, url, capsys)
+        assert code == 0
+        assert '[glance]isnotconfiguredonthishost' in text, text
+        config = processes.write_config(tmp_path / 'cyborg.conf', {
+            'database': {'connection': url}, 'glance': glance})
+        with pytest.raises(SystemExit) as exit_info:
+            status.main(['--config-file', str(config), 'upgrade', 'check'])
+        words = _fpga_images_result(capsys.readouterr().out)
+        assert exit_info.value.code == 1, words
+        assert 'Result: Warning' in words
+        assert (f'Device profile by-id: its accel:bitstream_id image '
+                f'{image} (owner {admin}, visibility shared) is not one '
+                f'every project may use') in words
+        assert ('Device profile by-function: its accel:function_id f-a '
+                'names 0 image(s) every project may use') in words
+        assert f'owner(s) {admin}' in words
+        assert '[glance]trusted_image_owners' in words
+        assert 'fine' not in words and 'not-in-glance' not in words
+        assert public
+        config = processes.write_config(tmp_path / 'cyborg.conf', {
+            'database': {'connection': url},
+            'glance': dict(glance, trusted_image_owners=admin)})
+        with pytest.raises(SystemExit) as exit_info:
+            status.main(['--config-file', str(config), 'upgrade', 'check'])
+        words = _fpga_images_result(capsys.readouterr().out)
+        assert exit_info.value.code == 0, words
+        assert 'Result: Success' in words

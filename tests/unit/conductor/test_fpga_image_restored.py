@@ -183,9 +183,9 @@ def test_an_image_a_reboot_took_is_programmed_again(
     assert len(card.driver.calls) == 2
 
 
-def _hold(engine, card, group):
+def _hold(engine, card, group, project='p1'):
     """A second ARQ Bound to another handle of the card, of a profile
-    asking for ``group``: its uuid."""
+    asking for ``group``, of ``project``: its uuid."""
     profile = seed.seed_profile(engine, [dict(group, **{
         'resources:FPGA': '1'})])
     h, a = models.AttachHandle, models.ExtARQ
@@ -199,7 +199,7 @@ def _hold(engine, card, group):
         uuid = str(uuidlib.uuid4())
         c.execute(sa.insert(a).values(
             uuid=uuid, state='Bound', device_profile_id=profile_id,
-            device_profile_group_id=0, project_id='p1', hostname=HOST,
+            device_profile_group_id=0, project_id=project, hostname=HOST,
             instance_uuid=str(uuidlib.uuid4()), attach_handle_id=handle,
             deployable_id=card.row.deployable_id, bind_id=''))
     return uuid
@@ -449,6 +449,52 @@ def test_a_restore_programs_only_an_image_the_holders_project_may_use(
     assert len(card.driver.calls) == 2
     warned = _warnings(caplog, 'cyborg.conductor.programming')
     assert len(warned) == 1 and card.arq in warned[0], warned
-    assert ('not found in Glance' if ask == 'accel:bitstream_id'
+    assert (f'image {card.image} is not one project p1 may use'
+            if ask == 'accel:bitstream_id'
             else '0 images in Glance have function id f-r') in warned[0]
     assert tp._bitstream(ctx, card.row) is None
+
+
+@pytest.mark.parametrize('ask', ['accel:function_id'])
+def test_a_holders_own_image_of_the_function_does_not_block_the_others(
+        rconf, ctx, engine, glance, card, caplog, ask):
+    """Holders of two projects, one of which has its own private image
+    with the card's function id: looked up once, among the trusted
+    owners' and the public images, the operator's image is programmed
+    again for both (looked up per project, that holder's found two, and
+    the whole card stayed without its image)."""
+    other = _hold(engine, card, {'accel:function_id': 'f-r'},
+                  project='tenant-attacker')
+    glance.add_image(b'\x00evil' * 100, {'accel:function_id': 'f-r'},
+                     owner='tenant-attacker', visibility='private')
+    listed = len(glance.listings())
+    with caplog.at_level(logging.WARNING):
+        _rebooted(card)
+    assert card.driver.calls[1:] == [
+        (card.image, card.data, fake.NUM_ACCELERATORS)]
+    assert tp._bitstream(ctx, card.row) == card.image
+    assert not _warnings(caplog, 'cyborg.conductor.programming')
+    assert seed.arq_rows(engine)[other].state == 'Bound'
+    # One lookup: the public images (no trusted owner here), no
+    # holder's own.
+    assert [r.query.get('visibility') for r in
+            glance.listings()[listed:]] == ['public']
+
+
+def test_a_restored_image_one_holders_project_may_not_use_is_named(
+        rconf, ctx, engine, glance, card, caplog):
+    """An accel:bitstream_id: the image read once, then checked for the
+    project of each holder; the one that may not use it is named."""
+    glance.images[card.image].update(owner='p1', visibility='private')
+    _hold(engine, card, {'accel:bitstream_id': card.image},
+          project='p2')
+    shown = [r for r in glance.requests
+             if r.path == f'/v2/images/{card.image}']
+    with caplog.at_level(logging.WARNING):
+        _rebooted(card)
+    assert len(card.driver.calls) == 1
+    warned = _warnings(caplog, 'cyborg.conductor.programming')
+    assert len(warned) == 1, warned
+    assert f'image {card.image} is not one project p2 may use' in warned[0]
+    assert len([r for r in glance.requests
+                if r.path == f'/v2/images/{card.image}']) == len(shown) + 1

@@ -8,11 +8,18 @@ tenant's card; a profile's accel:bitstream_id naming another project's
 private image had that image programmed, though its owner never shared
 it.
 
-Usable (``glance.usable``): public and community images, the project's
-own, images shared with it that it accepted (Glance asked for that
-membership of shared images only), and the images of the projects the
-operator trusts ([glance]trusted_image_owners, and the project of the
-[glance] credentials).  Any other is as one Glance does not have.
+By id (``glance.usable``): public and community images, the project's
+own, images shared with it whatever its member status (Glance serves
+them by id), and the images of the projects the operator trusts
+([glance]trusted_image_owners, and the project of the [glance]
+credentials).  Any other is as one Glance does not have, the reason in
+a WARNING for the operator.
+
+By function id (``glance.function_id_candidates``): only the trusted
+owners' images, public ones and the project's own.  A community image
+(any project member may make one), or one another project shares,
+never counts; a tenant's shared images cost no request each (they
+made a lookup ask Glance once per image, past the bind timeout).
 
 A recording Glance that lists and shows every image to the conductor,
 as Glance does to an admin (and a real Keystone for the [glance]
@@ -20,6 +27,7 @@ credentials' project); the bind and the administrator's program through
 a real agent endpoint (the fake driver) and the real Placement, on
 SQLite, MariaDB and PostgreSQL."""
 
+import logging
 import uuid as uuidlib
 
 import pytest
@@ -64,7 +72,13 @@ def _image(glance, owner, visibility, function=FUNCTION, data=b'bits'):
 
 
 def _member_asks(glance):
-    return [r.path for r in glance.requests if '/members/' in r.path]
+    return glance.member_asks()
+
+
+def _refusals(caplog):
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING
+            and r.name == 'cyborg.conductor.glance']
 
 
 def test_a_tenants_private_image_does_not_count_for_another_project(
@@ -87,17 +101,52 @@ def test_a_tenants_private_image_does_not_count_for_another_project(
     assert not _member_asks(glance)
 
 
-def test_others_images_do_not_push_the_usable_one_off_the_first_page(
-        gconf, glance):
-    """Glance lists a page at a time (25 images by default)."""
+def test_every_page_of_a_listing_is_read(gconf, glance):
+    """Glance lists a page at a time (its api_limit_max at most)."""
     glance.page_size = 2
-    for n in range(5):
-        _image(glance, ATTACKER, 'private', data=b'evil%d' % n)
+    for n in range(3):
+        _image(glance, VICTIM, 'private', data=b'mine%d' % n)
+    with pytest.raises(exception.Invalid, match='3 images in Glance'):
+        glance_client.find_by_function_id(gconf, FUNCTION, VICTIM)
+    mine = [r for r in glance.listings() if r.query.get('owner') == VICTIM]
+    assert len(mine) == 2
+
+
+def test_a_community_image_never_counts_for_a_function_id(gconf, glance):
+    """Any project member may make its image community: it would fail
+    every bind by the operator's function id (2 images), or, the
+    operator's image deactivated, be programmed for every project."""
     operator = _image(glance, OPERATOR, 'public')
+    evil = _image(glance, ATTACKER, 'community', data=b'evil')
     found = glance_client.find_by_function_id(gconf, FUNCTION, VICTIM)
     assert found['id'] == operator
-    listings = [r for r in glance.requests if r.path == '/v2/images']
-    assert len(listings) == 3
+    glance.images[operator]['status'] = 'deactivated'
+    with pytest.raises(exception.Invalid, match='0 images in Glance'):
+        glance_client.find_by_function_id(gconf, FUNCTION, VICTIM)
+    # By id, Glance serves it to every project: so does this.
+    assert glance_client.get_image(gconf, evil, VICTIM)['id'] == evil
+
+
+def test_a_tenants_shared_images_cost_no_request_each(gconf, glance):
+    """300 shared images with the operator's function id asked Glance
+    once each for a membership, and listed 25 a page: 315 requests a
+    lookup.  One listing per source now, whatever their number."""
+    glance.page_size = 25
+    operator = _image(glance, OPERATOR, 'public')
+    for n in range(300):
+        _image(glance, ATTACKER, 'shared', data=b'evil%d' % n)
+    found = glance_client.find_by_function_id(gconf, FUNCTION, VICTIM)
+    assert found['id'] == operator
+    # owner=VICTIM, visibility=public, then the image found (besides
+    # the client's version discovery).
+    asked = [(r.path, r.query) for r in glance.requests
+             if r.path.startswith('/v2/images')]
+    assert len(asked) == 3, asked
+    assert not _member_asks(glance)
+    for listing in glance.listings():
+        assert listing.query[glance_client.FUNCTION_ID_PROPERTY] == FUNCTION
+        assert listing.query['status'] == 'active'
+        assert int(listing.query['limit']) >= 1000
 
 
 @pytest.mark.parametrize('status', ['active', 'deactivated'])
@@ -119,35 +168,46 @@ def test_another_projects_image_by_id_is_not_found(gconf, glance, status):
             glance_client.get_image(gconf, image, ATTACKER)
 
 
-def test_public_community_and_own_images_are_usable(gconf, glance):
+def test_public_community_and_own_images_are_usable_by_id(gconf, glance):
     for owner, visibility in ((ATTACKER, 'public'), (ATTACKER, 'community'),
                               (VICTIM, 'private'), (VICTIM, 'shared')):
         image = _image(glance, owner, visibility, function=visibility)
         assert glance_client.get_image(gconf, image, VICTIM)['id'] == image
-        assert glance_client.find_by_function_id(
-            gconf, visibility, VICTIM)['id'] == image
+        found = (visibility != 'community')
+        if found:
+            assert glance_client.find_by_function_id(
+                gconf, visibility, VICTIM)['id'] == image
+        else:
+            with pytest.raises(exception.Invalid, match='0 images'):
+                glance_client.find_by_function_id(gconf, visibility, VICTIM)
     assert not _member_asks(glance)
 
 
-@pytest.mark.parametrize('member, usable', [
-    ('accepted', True), ('pending', False), ('rejected', False),
-    (None, False)])
-def test_a_shared_image_is_usable_once_its_member_accepted(
-        gconf, glance, member, usable):
+@pytest.mark.parametrize('member', ['accepted', 'pending', 'rejected', None])
+def test_a_shared_image_is_usable_by_id_by_any_member(
+        gconf, glance, member, caplog):
+    """Glance serves a shared image by id to a member whatever its
+    status (pending or rejected only keeps it out of the member's
+    listing); by function id, another project's shared image never
+    counts, and costs no membership request."""
     image = _image(glance, ATTACKER, 'shared')
     if member is not None:
         glance.members[image] = {VICTIM: member}
-    if usable:
-        assert glance_client.get_image(gconf, image, VICTIM)['id'] == image
-        assert glance_client.find_by_function_id(
-            gconf, FUNCTION, VICTIM)['id'] == image
-    else:
-        with pytest.raises(exception.Invalid, match='not found in Glance'):
-            glance_client.get_image(gconf, image, VICTIM)
-        with pytest.raises(exception.Invalid, match='0 images in Glance'):
-            glance_client.find_by_function_id(gconf, FUNCTION, VICTIM)
+    with caplog.at_level(logging.WARNING):
+        if member is not None:
+            assert glance_client.get_image(gconf, image, VICTIM)['id'] == \
+                image
+        else:
+            with pytest.raises(exception.Invalid,
+                               match='not found in Glance'):
+                glance_client.get_image(gconf, image, VICTIM)
+    assert bool(_refusals(caplog)) == (member is None)
     assert set(_member_asks(glance)) == {
         f'/v2/images/{image}/members/{VICTIM}'}
+    asked = len(_member_asks(glance))
+    with pytest.raises(exception.Invalid, match='0 images in Glance'):
+        glance_client.find_by_function_id(gconf, FUNCTION, VICTIM)
+    assert len(_member_asks(glance)) == asked
 
 
 def test_a_trusted_owners_private_image_is_usable(gconf, glance):
@@ -161,6 +221,38 @@ def test_a_trusted_owners_private_image_is_usable(gconf, glance):
         gconf, FUNCTION, VICTIM)['id'] == image
     # Also where the ARQ has no project.
     assert glance_client.get_image(gconf, image, None)['id'] == image
+
+
+def test_an_admin_projects_image_is_refused_with_a_warning_until_trusted(
+        gconf, glance, caplog):
+    """The usual upload: as admin, into the admin project, visibility
+    shared (Glance's default), while the [glance] credentials are the
+    service project's.  Refused (not found, for the caller) with a
+    WARNING telling the operator what to do; usable once the admin
+    project is a trusted owner."""
+    admin = 'admin-project'
+    image = _image(glance, admin, 'shared')
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(exception.Invalid) as caught:
+            glance_client.get_image(gconf, image, VICTIM)
+    assert f'image {image} not found in Glance' in str(caught.value)
+    assert 'trusted_image_owners' not in str(caught.value)
+    warned = _refusals(caplog)
+    assert len(warned) == 1, warned
+    for word in (image, admin, 'shared', VICTIM,
+                 '[glance]trusted_image_owners', 'public'):
+        assert word in warned[0], (word, warned[0])
+    with pytest.raises(exception.Invalid, match='0 images in Glance'):
+        glance_client.find_by_function_id(gconf, FUNCTION, VICTIM)
+    gconf.set_override('trusted_image_owners', [admin], group='glance')
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert glance_client.get_image(gconf, image, VICTIM)['id'] == image
+        assert glance_client.find_by_function_id(
+            gconf, FUNCTION, VICTIM)['id'] == image
+    assert not _refusals(caplog)
+    # Only the first (refused) read by id asked for a membership.
+    assert len(_member_asks(glance)) == 1
 
 
 def test_the_credentials_projects_private_image_is_usable(
