@@ -419,8 +419,10 @@ def _start(conf, context, bindings, now, known=None, batch_id=None,
             # Another PATCH got there first, or the ARQ was deleted since
             # it was read (a delete, the purge of old Initial ARQs); the
             # rollback undoes the ARQs this one already moved, and the
-            # handles it took.
-            if arq_db.get(context, job['uuid']) is None:
+            # handles it took.  Whether it still exists is read locking
+            # (as last committed: MariaDB's plain read would see this
+            # transaction's snapshot, the ARQ in it).
+            if not arq_db.lock(context, [job['uuid']]):
                 raise exception.ARQNotFound(uuid=job['uuid'])
             raise exception.Conflict(
                 reason=f"accelerator request {job['uuid']} is already "

@@ -235,12 +235,14 @@ def lock(context, uuids=(), instance_uuid=None):
     before a transaction's first read, so that what it reads next is what
     was committed last (MariaDB's REPEATABLE READ would otherwise keep
     reading the snapshot its first read took).  The ARQ table only: the
-    joined rows (a profile, a device) stay free for other writers."""
+    joined rows (a profile, a device) stay free for other writers.
+    Returns the ids of the rows locked (those that exist, as last
+    committed)."""
     if instance_uuid is not None:
         query, params = _LOCK_BY_INSTANCE, {'instance_uuid': instance_uuid}
     else:
         query, params = _LOCK_BY_UUIDS, {'uuids': list(uuids)}
-    _execute(context, query, params).all()
+    return _execute(context, query, params).scalars().all()
 
 
 _LOCK_BY_INSTANCE = sa.select(_ARQ.c.id).where(
