@@ -1308,39 +1308,44 @@ def _fail(conf, context, batch_id, arq_uuid, reason, deadline, job=None,
     ``job``'s are those its own undo could not detach.
     ``owe_release``: a standalone allocation's ARQ, whose Placement claim
     is recorded as owed a release (``placement_releases``) in the same
-    transaction, for the caller to release once it has failed."""
+    transaction, for the caller to release once it has failed.  The
+    pools of the handles a ``job``'s failure kept, and of one its release
+    kept for a detach owed (``_release_held``), reserve them once
+    committed (``remote_pools.resync``)."""
     if job is not None:
         bind_id = job.get('bind_id')
         kept = job.get('kept', kept)
     fail_in = _fail_owing_release_in if owe_release else _fail_in
+    owed = set()
     try:
         row = db_api.write_retrying(context, fail_in, conf, context,
                                     batch_id, arq_uuid, reason, deadline,
-                                    kept, bind_id)
+                                    kept, bind_id, owed)
     except db_exc.DBDuplicateEntry:
         # The allocation's own undo recorded the release at that moment:
         # recorded now, the failure is written again (adding nothing).
         row = db_api.write_retrying(context, fail_in, conf, context,
                                     batch_id, arq_uuid, reason, deadline,
-                                    kept, bind_id)
+                                    kept, bind_id, owed)
     if row is None:
         LOG.info('Accelerator request %s left BindStarted before its '
                  'failure could be recorded: %s', arq_uuid, reason)
         return False
-    if job is not None and kept:
-        remote_pools.resync(conf, context, kept)
+    resynced = (set(kept) if job is not None else set()) | owed
+    if resynced:
+        remote_pools.resync(conf, context, resynced)
     LOG.info('Binding accelerator request %s failed: %s', arq_uuid, reason)
     _notify_failed(conf, context, arq_uuid, reason, job)
     return True
 
 
 def _fail_in(conf, context, batch_id, arq_uuid, reason, deadline, kept=(),
-             bind_id=None):
+             bind_id=None, owed=None):
     row = _leave(context, arq_uuid, states.BIND_FAILED, BIND_FAILED_FROM,
                  {'bind_failure_reason': reason[:4000],
                   'attach_handle_id': None, 'remote_pool_id': None,
                   'remote_handle_id': None, **_ENDED}, kept=kept,
-                 bind_id=bind_id)
+                 bind_id=bind_id, owed=owed)
     if row is not None:
         nova.record(conf, context, batch_id,
                     [(row.instance_uuid, arq_uuid, 'failed')],
@@ -1349,25 +1354,27 @@ def _fail_in(conf, context, batch_id, arq_uuid, reason, deadline, kept=(),
 
 
 def _fail_owing_release_in(conf, context, batch_id, arq_uuid, reason,
-                           deadline, kept=(), bind_id=None):
+                           deadline, kept=(), bind_id=None, owed=None):
     """``_fail_in``, recording the release of the ARQ's claim when it
     moved."""
     row = _fail_in(conf, context, batch_id, arq_uuid, reason, deadline,
-                   kept, bind_id)
+                   kept, bind_id, owed)
     if row is not None:
         release_db.add(context, arq_uuid)
     return row
 
 
 def _leave(context, arq_uuid, to_state, from_states, values, known=None,
-           kept=(), bind_id=None):
+           kept=(), bind_id=None, owed=None):
     """Move an ARQ and release the handle it held, in the caller's
     transaction.  Returns the row as it was, or None if not moved.
     ``known``: the ARQ as just read, tried first to save a query.
     ``kept``: {remote handle id: host} of the handles whose fabric detach
     failed: unlinked from the ARQ but kept out of use, marked (with the
     host they stay attached to) for the reconcile to retry.
-    ``bind_id``: only while the ARQ is still that bind's."""
+    ``bind_id``: only while the ARQ is still that bind's.  ``owed``: a
+    set the remote handle released is added to where it was kept out of
+    use rather than freed (``_release_held``)."""
     guard = {} if bind_id is None else {'bind_id': bind_id}
     for _ in range(3):
         row, known = known or arq_db.handle_state(context, arq_uuid), None
@@ -1378,13 +1385,13 @@ def _leave(context, arq_uuid, to_state, from_states, values, known=None,
                                  guard,
                                  attach_handle_id=row.attach_handle_id,
                                  remote_handle_id=row.remote_handle_id)):
-            _release_held(context, row, kept)
+            _release_held(context, row, kept, owed)
             return row
         # The bind worker took a handle between our read and write.
     return None
 
 
-def _gone(context, arq_uuid, known=None, kept=()):
+def _gone(context, arq_uuid, known=None, kept=(), owed=None):
     """``_leave`` for a delete: the ARQ is deleted (moved through
     Deleting first only where something is released outside the
     database before, ``_mark``) and what it held released, in the
@@ -1395,26 +1402,35 @@ def _gone(context, arq_uuid, known=None, kept=()):
             return None
         if arq_db.delete_holding(context, arq_uuid, row.attach_handle_id,
                                  row.remote_handle_id):
-            _release_held(context, row, kept)
+            _release_held(context, row, kept, owed)
             return row
     return None
 
 
-def _release_held(context, row, kept):
-    """Release the handles an ARQ ``row`` held (it no longer does)."""
+def _release_held(context, row, kept, owed=None):
+    """Release the handles an ARQ ``row`` held (it no longer does).  A
+    remote handle owed a detach from another host is kept out of use for
+    it rather than freed (``pool_db.release``): added to ``owed`` (a set,
+    where given), whose pools the caller resyncs once committed
+    (``remote_pools.resync``), so that Placement reserves it now rather
+    than at the reconcile's next sync."""
     if row.attach_handle_id is not None:
         handle_db.release(context, row.attach_handle_id)
     if row.remote_handle_id in kept:
         _keep_out(context, row, kept[row.remote_handle_id])
     elif row.remote_handle_id is not None:
-        pool_db.release(context, row.remote_handle_id)
+        released = pool_db.release(context, row.remote_handle_id)
+        if released and released is not True and owed is not None:
+            owed.add(row.remote_handle_id)
 
 
 def _keep_out(context, row, kept):
     """Keep the remote handle of ARQ ``row`` out of use for the host
     ``kept`` (a ``remote_pools.Landing`` where its bind's attach may still
-    land)."""
-    handle = pool_db.get_handle(context, row.remote_handle_id)
+    land).  The handle is read locked: a detach another conductor records
+    owed on it meanwhile (``remote_pools.owe_detach``) is kept, not
+    written over."""
+    handle = pool_db.lock_handle(context, row.remote_handle_id)
     if handle is None:
         return
     landing = kept if isinstance(kept, remote_pools.Landing) else None
@@ -1596,16 +1612,17 @@ def unbind(conf, context, arq_uuids):
         freed = [r for r in rows if r.uuid not in failed]
         kept, landing = remote_pools.detach_for_release(conf, context,
                                                         freed)
+        owed = set()
         rows, moved = _write_owing(
             context, _unbind_released, context, [r.uuid for r in rows],
-            freed, {**kept, **landing})
+            freed, {**kept, **landing}, owed)
         if moved is not None:
             break
     else:
         raise exception.Conflict(
             reason='the accelerator requests kept being bound while they '
                    'were unbound; try again')
-    _after_keeping(conf, context, kept, landing)
+    _after_keeping(conf, context, kept, landing, owed)
     release_allocations(conf, rows, moved, 'unbound')
     if failed:
         # Logged once committed: a retried or rolled back try says nothing.
@@ -1617,19 +1634,20 @@ def unbind(conf, context, arq_uuids):
                  states.UNBOUND)
 
 
-def _after_keeping(conf, context, kept, landing):
+def _after_keeping(conf, context, kept, landing, owed=()):
     """After a release committed, keeping out of use the remote handles
-    ``kept`` (their detach refused) and ``landing`` (their bind's attach
-    may still land, ``remote_pools.detach_for_release``): their pools'
+    ``kept`` (their detach refused), ``owed`` (owed a detach from another
+    host, ``_release_held``) and ``landing`` (their bind's attach may
+    still land, ``remote_pools.detach_for_release``): their pools'
     providers reserve them; those of ``landing`` whose attach can no
     longer land are detached and freed as the stuck-bind check's are
     (``remote_pools.detach_kept``: it leaves the others to their bind's
     undo, or to the reconcile once their attach can no longer land)."""
-    remote_pools.resync(conf, context, kept)
+    remote_pools.resync(conf, context, set(kept) | set(owed))
     remote_pools.detach_kept(conf, context, list(landing))
 
 
-def _unbind_released(context, arq_uuids, released, kept):
+def _unbind_released(context, arq_uuids, released, kept, owed):
     """Unbind the ARQs of ``released`` (as read before their releases) if
     they hold what they held then: (rows, moved).  Where one holds
     something not released (a standalone allocation, or a bind, ended
@@ -1637,7 +1655,10 @@ def _unbind_released(context, arq_uuids, released, kept):
     nothing: the releases run again for what the rows hold now, as a
     delete does (its claim was left in Placement for good).  The
     releases of the standalone claims of those moved are recorded here,
-    and made after the commit (``release_allocations``)."""
+    and made after the commit (``release_allocations``).  ``owed``: the
+    set the handles kept out of use for a detach owed are added to
+    (``_release_held``), this try's only."""
+    owed.clear()
     arq_db.lock(context, arq_uuids)
     rows = [r for r in arq_db.get_to_change(context, arq_uuids)
             if _visible(context, r)]
@@ -1645,7 +1666,8 @@ def _unbind_released(context, arq_uuids, released, kept):
     now = [r for r in rows if r.uuid in names]
     if _holdings(now) - _holdings(released):
         return rows, None
-    moved = _leave_all(context, now, states.UNBOUND, UNBIND_FROM, kept=kept)
+    moved = _leave_all(context, now, states.UNBOUND, UNBIND_FROM, kept=kept,
+                       owed=owed)
     _owe_allocations(context, now, moved)
     return rows, moved
 
@@ -1678,16 +1700,17 @@ def _unbind_failed_in(context, failed, tried):
 
 
 def _leave_all(context, rows, to_state, from_states, delete=False,
-               kept=()):
+               kept=(), owed=None):
     """Move (and with ``delete`` then delete) the ARQs of ``rows``;
     returns {uuid: state before} of those that moved."""
     moved = {}
     for row in rows:
         if delete:
-            before = _gone(context, row.uuid, known=row, kept=kept)
+            before = _gone(context, row.uuid, known=row, kept=kept,
+                           owed=owed)
         else:
             before = _leave(context, row.uuid, to_state, from_states,
-                            _CLEARED, known=row, kept=kept)
+                            _CLEARED, known=row, kept=kept, owed=owed)
         if before is not None:
             moved[row.uuid] = before.state
     return moved
@@ -1894,11 +1917,12 @@ def _delete_releasing(conf, context, arq_uuids, instance_uuid,
         _release_mdevs(conf, context, rows)
         kept, landing = remote_pools.detach_for_release(conf, context,
                                                         rows)
+        owed = set()
         rows, moved = _write_owing(
             context, _delete_released, context, arq_uuids, instance_uuid,
-            guard_holding, rows, {**kept, **landing}, mark)
+            guard_holding, rows, {**kept, **landing}, mark, owed)
         if moved is not None:
-            _after_keeping(conf, context, kept, landing)
+            _after_keeping(conf, context, kept, landing, owed)
             release_allocations(conf, rows, moved, 'deleted')
             return rows, moved
     raise exception.Conflict(
@@ -1907,17 +1931,19 @@ def _delete_releasing(conf, context, arq_uuids, instance_uuid,
 
 
 def _delete_released(context, arq_uuids, instance_uuid, guard_holding,
-                     released, kept, mark):
+                     released, kept, mark, owed):
     """Delete the ARQs if they hold what ``released`` held: (rows,
     moved), the releases of their standalone claims recorded (made after
     the commit, ``release_allocations``); (rows, None), writing only the
-    marks of what they hold now (``_mark``), if not."""
+    marks of what they hold now (``_mark``), if not.  ``owed``: as for
+    ``_unbind_released``."""
+    owed.clear()
     rows = _deletable(context, arq_uuids, instance_uuid, guard_holding)
     if _holdings(rows) - _holdings(released):
         _mark(context, mark, rows)
         return rows, None
     moved = _leave_all(context, rows, states.DELETING, ANY_STATE,
-                       delete=True, kept=kept)
+                       delete=True, kept=kept, owed=owed)
     _owe_allocations(context, rows, moved)
     return rows, moved
 

@@ -774,7 +774,7 @@ def detach_for_release(conf, context, rows):
             continue
         if handle.hostname is None:
             landing[handle.id] = Landing(row.hostname, row.bind_id,
-                                         landing_until(conf))
+                                         landing_until(conf, row))
             continue
         pool = pools.get(handle.pool_id)
         if pool is None:
@@ -895,12 +895,29 @@ def quarantine_info(handle_attach_info, instance_uuid, hostname,
     return json.dumps(info)
 
 
-def landing_until(conf):
-    """Until when the attach of a bind running now may still land: its
-    deadline is at most ``[DEFAULT]bind_timeout`` after it started, and
-    its attach ends before that (``attach_seconds``)."""
-    return (clock_db.utcnow() + datetime.timedelta(
-        seconds=conf.bind_timeout)).isoformat()
+def landing_until(conf, row):
+    """Until when the attach of the bind of ARQ ``row`` (an
+    ``arqs.get_to_change`` row) may still land: the bind's own deadline,
+    its start plus the ``bind_timeout`` of the conductor that started it
+    (this conductor's where none is recorded, as ``arq_binding.fail_stuck``
+    holds it), and its attach ends before that (``attach_seconds``); not
+    this conductor's ``[DEFAULT]bind_timeout`` from now, which for a bind
+    of a conductor with a longer one freed the handle while the attach was
+    still on its way.  Never before now.  An ARQ marked Deleting
+    (``arq_binding._mark``) holds its delete's start and time instead of
+    its bind's: then at the latest of their end and this conductor's
+    ``[DEFAULT]bind_timeout`` from now, as before."""
+    now = clock_db.utcnow()
+    until = now
+    if row.bind_started_at is not None:
+        seconds = (conf.bind_timeout if row.bind_timeout is None
+                   else row.bind_timeout)
+        until = max(until, row.bind_started_at
+                    + datetime.timedelta(seconds=seconds))
+    if row.state == states.DELETING or row.bind_started_at is None:
+        until = max(until,
+                    now + datetime.timedelta(seconds=conf.bind_timeout))
+    return until.isoformat()
 
 
 def may_still_land(handle):

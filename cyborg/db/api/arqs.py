@@ -95,11 +95,14 @@ VIEW = _COMMON + (_worse('health').label('device_health'),
 
 # What the state machine reads before changing ARQs: plus the handle id a
 # guarded update checks (and the remote handle, for a remote pool's ARQ),
-# the profile's groups, the deployable's uuid (for notifications) and its
-# device's host (the agent to ask: the ARQ's own ``hostname`` is the
-# compute node's name, which may differ).
+# the bind's start and time (until when a release's remote handle may
+# still be attached by it: ``remote_pools.landing_until``), the profile's
+# groups, the deployable's uuid (for notifications) and its device's host
+# (the agent to ask: the ARQ's own ``hostname`` is the compute node's
+# name, which may differ).
 CHANGE = _COMMON + (_ARQ.c.attach_handle_id, _ARQ.c.remote_handle_id,
-                    _ARQ.c.bind_id,
+                    _ARQ.c.bind_id, _ARQ.c.bind_started_at,
+                    _ARQ.c.bind_timeout,
                     _PROFILE.c.profile_json,
                     _DEPLOYABLE.c.uuid.label('deployable_uuid'),
                     _DEVICE.c.hostname.label('device_hostname'))

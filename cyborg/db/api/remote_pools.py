@@ -102,6 +102,17 @@ def get_handle(context, handle_id):
 # -- writes -----------------------------------------------------------------
 
 @writer
+def lock_handle(context, handle_id):
+    """One handle (a Row of its columns) by id, or None, as last
+    committed and locked until the transaction ends: what is written
+    from it next (``set_attach_info``) drops nothing another conductor
+    wrote in between (the detaches ``owe_detach`` records owed)."""
+    return context.session.execute(
+        sa.select(_HANDLE.__table__).where(_HANDLE.id == handle_id)
+        .with_for_update()).first()
+
+
+@writer
 def insert(context, pool_values, handle_values):
     """Insert a pool and its handles; the unique keys reject a duplicate
     name (DBDuplicateEntry).  Returns the pool."""

@@ -16,7 +16,9 @@ Real threads, the fake fabric held inside its calls; on SQLite against
 the real (embedded) Placement, as test_remote_pools.py, whose fixtures
 these share."""
 
+import datetime
 import json
+import types
 
 import pytest
 
@@ -24,6 +26,7 @@ from cyborg.common import context as cyborg_context
 from cyborg.common import exception
 from cyborg.conductor import arq_binding
 from cyborg.conductor import remote_pools
+from cyborg.db.api import clock as clock_db
 from cyborg.db.api import remote_pools as pool_db
 from cyborg.fabric import fake
 from tests.fixtures import arqs as seed
@@ -210,3 +213,109 @@ def test_an_owed_detach_outlives_the_holders_bind(
     detaches = [c['hostname'] for c in fake.journal(str(tmp_path))
                 if c['op'] == 'detach']
     assert detaches[-1] == host_a and host_b in detaches
+
+
+def test_a_handle_is_kept_until_its_own_binds_deadline(
+        pconf, db, placement_url, tmp_path, monkeypatch):
+    """Unbound by a conductor with a shorter ``bind_timeout`` than the
+    one carrying the bind: the handle is kept until the bind's own
+    deadline (its start plus the ``bind_timeout`` recorded with it), not
+    the releasing conductor's from now, which let the reconcile free it
+    while the attach was still on its way."""
+    ctx = cyborg_context.get_admin_context()
+    host, _pool_uuid, pool = base._pool_on_a_new_host(
+        pconf, ctx, placement_url, 'gpu-m')
+    gates = release._gated_attach(monkeypatch)
+    pconf.set_override('bind_timeout', 600)
+    arq, _instance, lost = release._start(pconf, ctx, db, pool, host)
+    assert release._gate(gates, host)[0].wait(30)
+    row = seed.arq_rows(db)[arq]
+    assert row.bind_timeout == 600
+    pconf.set_override('bind_timeout', 60)
+    arq_binding.unbind(pconf, ctx, [arq])
+    handle, = pool_db.handles(ctx, [pool.id])
+    assert json.loads(handle.attach_info)[remote_pools.ATTACH_UNTIL] == (
+        row.bind_started_at + datetime.timedelta(seconds=600)).isoformat()
+    later = clock_db.utcnow() + datetime.timedelta(minutes=2)
+    with monkeypatch.context() as patch:
+        patch.setattr(remote_pools.clock_db, 'utcnow', lambda: later)
+        remote_pools.reconcile(pconf, ctx)
+    handle, = pool_db.handles(ctx, [pool.id])
+    assert remote_pools.quarantined(handle)
+    assert base._reserved(placement_url, pool.rp_uuid) == 1
+
+    release._gate(gates, host)[1].set()
+    lost.result(30)
+    assert fake.attached(str(tmp_path)) == {}
+    assert not pool_db.handles(ctx, [pool.id])[0].in_use
+
+
+def test_landing_until_is_the_binds_deadline_never_before_now(pconf):
+    now = clock_db.utcnow()
+    pconf.set_override('bind_timeout', 60)
+
+    def until(state, started, seconds):
+        return datetime.datetime.fromisoformat(remote_pools.landing_until(
+            pconf, types.SimpleNamespace(state=state, bind_started_at=started,
+                                         bind_timeout=seconds)))
+    ago = now - datetime.timedelta(seconds=30)
+    # The bind's own: its conductor's bind_timeout, longer or shorter.
+    assert until('BindStarted', ago, 600) == ago + datetime.timedelta(
+        seconds=600)
+    assert until('BindStarted', ago, 40) == ago + datetime.timedelta(
+        seconds=40)
+    # None recorded (a conductor of the previous release): this one's.
+    assert until('BindStarted', ago, None) == ago + datetime.timedelta(
+        seconds=60)
+    # Past: now, never before.
+    long_ago = now - datetime.timedelta(hours=1)
+    assert now <= until('BindStarted', long_ago, 600) <= clock_db.utcnow()
+    # Deleting: the mark's times are the delete's, not the bind's; at
+    # least this conductor's bind_timeout from now.
+    assert until('Deleting', long_ago, 600) >= now + datetime.timedelta(
+        seconds=60)
+    assert until('Deleting', now, 900) == now + datetime.timedelta(
+        seconds=900)
+
+
+def test_a_handle_kept_for_an_owed_detach_is_reserved_at_once(
+        pconf, db, placement_url, tmp_path, monkeypatch):
+    """The holder's unbind keeps a handle owed a detach out of use
+    (``pool_db.release``): its pool's provider reserves it once the
+    unbind commits, not at the reconcile's next sync."""
+    ctx = cyborg_context.get_admin_context()
+    real_attach = fake.FakeFabricDriver.attach
+
+    def sharing(self, handle, hostname, instance_uuid):
+        attached = fake.attached(str(tmp_path))
+        attached.pop(handle.fabric_address, None)
+        self._write(str(tmp_path), attached)
+        return real_attach(self, handle, hostname, instance_uuid)
+    monkeypatch.setattr(fake.FakeFabricDriver, 'attach', sharing)
+    pool, host_a, _host_b, arq2, holding, gate_b, _refused = (
+        _lost_undo_refused_while_held(pconf, ctx, db, placement_url,
+                                      tmp_path, monkeypatch, 'gpu-r'))
+    gate_b[1].set()
+    holding.result(30)
+    assert seed.arq_rows(db)[arq2].state == 'Bound'
+    assert base._reserved(placement_url, pool.rp_uuid) == 0
+    arq_binding.unbind(pconf, ctx, [arq2])
+    handle, = pool_db.handles(ctx, [pool.id])
+    assert remote_pools.quarantined(handle)
+    assert json.loads(handle.attach_info)['hostname'] == host_a
+    assert base._reserved(placement_url, pool.rp_uuid) == 1
+
+
+def test_a_handle_a_failed_bind_keeps_for_an_owed_detach_is_reserved(
+        pconf, db, placement_url, tmp_path, monkeypatch):
+    """The same through the holder's bind failing (``_fail``)."""
+    ctx = cyborg_context.get_admin_context()
+    pool, _host_a, _host_b, arq2, holding, gate_b, _refused = (
+        _lost_undo_refused_while_held(pconf, ctx, db, placement_url,
+                                      tmp_path, monkeypatch, 'gpu-f'))
+    gate_b[1].set()
+    holding.result(30)
+    assert seed.arq_rows(db)[arq2].state == 'BindFailed'
+    handle, = pool_db.handles(ctx, [pool.id])
+    assert remote_pools.quarantined(handle)
+    assert base._reserved(placement_url, pool.rp_uuid) == 1
