@@ -32,9 +32,7 @@ from cyborg.conductor import periodics
 from cyborg.conductor import programming
 from cyborg.db import models
 from cyborg.drivers import fake
-from cyborg.placement import client as placement_client
 from tests.fixtures import arqs as seed
-from tests.fixtures import placement as placement_fixture
 from tests.unit.conductor import test_programming as tp
 from tests.unit.conductor import test_programming_take_out_race as tor
 
@@ -52,13 +50,8 @@ WAIT = 60
 
 @pytest.fixture
 def rconf(conf, engine, placement_url, glance, tmp_path):
-    placement_fixture.placement_conf(conf, placement_url)
-    conf.set_override('auth_type', 'none', group='glance')
-    conf.set_override('endpoint_override', glance.url, group='glance')
-    conf.set_override('state_path', str(tmp_path))
     conf.set_override('send_events', False, group='nova')
-    placement_client.reset_clients()
-    yield conf
+    yield tp.programming_conf(conf, placement_url, glance, tmp_path)
     assert programming.wait_restores(WAIT)
     # A failed attempt's back-off is this process's: not the next test's.
     programming._FAILED.clear()

@@ -38,10 +38,8 @@ from cyborg.common import exception
 from cyborg.conductor import glance as glance_client
 from cyborg.conductor import programming
 from cyborg.drivers import fake
-from cyborg.placement import client as placement_client
 from tests.fixtures import arqs as seed
 from tests.fixtures import keystone as keystone_fixture
-from tests.fixtures import placement as placement_fixture
 from tests.fixtures import recording_http
 from tests.unit.conductor import test_programming as tp
 from tests.unit.conductor import test_programming_take_out_race as tor
@@ -281,13 +279,8 @@ def test_the_credentials_projects_private_image_is_usable(
 
 @pytest.fixture
 def pconf(conf, engine, placement_url, glance, tmp_path):
-    placement_fixture.placement_conf(conf, placement_url)
-    conf.set_override('auth_type', 'none', group='glance')
-    conf.set_override('endpoint_override', glance.url, group='glance')
-    conf.set_override('state_path', str(tmp_path))
     conf.set_override('send_events', False, group='nova')
-    placement_client.reset_clients()
-    return conf
+    return tp.programming_conf(conf, placement_url, glance, tmp_path)
 
 
 @pytest.fixture

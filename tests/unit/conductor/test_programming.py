@@ -46,14 +46,20 @@ placement_url = seed.placement_url
 glance = recording_http.fake_glance
 
 
-@pytest.fixture
-def pconf(conf, db, placement_url, glance, tmp_path):
+def programming_conf(conf, placement_url, glance, tmp_path):
+    """``conf`` for programmings: the module's Placement and fake Glance,
+    bitstreams under ``tmp_path``."""
     placement_fixture.placement_conf(conf, placement_url)
     conf.set_override('auth_type', 'none', group='glance')
     conf.set_override('endpoint_override', glance.url, group='glance')
     conf.set_override('state_path', str(tmp_path))
     placement_client.reset_clients()
     return conf
+
+
+@pytest.fixture
+def pconf(conf, db, placement_url, glance, tmp_path):
+    return programming_conf(conf, placement_url, glance, tmp_path)
 
 
 @pytest.fixture

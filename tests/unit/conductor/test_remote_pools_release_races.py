@@ -175,12 +175,12 @@ def test_an_attachment_left_while_another_host_holds_it_is_not_forgotten(
     assert fake.attached(str(tmp_path))['gpu-k']['hostname'] == host_c
 
 
-def test_an_owed_detach_outlives_the_holders_bind(
-        pconf, db, placement_url, tmp_path, monkeypatch):
-    """On a fabric that attaches one accelerator to two hosts, the other
-    host's bind ends Bound: the detach from A stays owed through it, and
-    its unbind keeps the handle out of use for A, for the reconcile."""
-    ctx = cyborg_context.get_admin_context()
+def _bound_elsewhere_on_a_sharing_fabric(pconf, ctx, db, placement_url,
+                                         tmp_path, monkeypatch, address):
+    """``_lost_undo_refused_while_held`` on a fabric that attaches one
+    accelerator to two hosts: the other host's bind ends Bound, the
+    detach from the first still owed.  Returns (pool, host A, host B,
+    the Bound ARQ, the hosts the fabric refuses detaches from)."""
     real_attach = fake.FakeFabricDriver.attach
 
     def sharing(self, handle, hostname, instance_uuid):
@@ -193,10 +193,22 @@ def test_an_owed_detach_outlives_the_holders_bind(
     monkeypatch.setattr(fake.FakeFabricDriver, 'attach', sharing)
     pool, host_a, host_b, arq2, holding, gate_b, refused = (
         _lost_undo_refused_while_held(pconf, ctx, db, placement_url,
-                                      tmp_path, monkeypatch, 'gpu-o'))
+                                      tmp_path, monkeypatch, address))
     gate_b[1].set()
     holding.result(30)
     assert seed.arq_rows(db)[arq2].state == 'Bound'
+    return pool, host_a, host_b, arq2, refused
+
+
+def test_an_owed_detach_outlives_the_holders_bind(
+        pconf, db, placement_url, tmp_path, monkeypatch):
+    """On a fabric that attaches one accelerator to two hosts, the other
+    host's bind ends Bound: the detach from A stays owed through it, and
+    its unbind keeps the handle out of use for A, for the reconcile."""
+    ctx = cyborg_context.get_admin_context()
+    pool, host_a, host_b, arq2, refused = (
+        _bound_elsewhere_on_a_sharing_fabric(
+            pconf, ctx, db, placement_url, tmp_path, monkeypatch, 'gpu-o'))
     handle, = pool_db.handles(ctx, [pool.id])
     assert (handle.in_use, handle.hostname) == (True, host_b)
     assert json.loads(handle.attach_info)[pool_db.DETACH_OWED][0][0] \
@@ -284,20 +296,9 @@ def test_a_handle_kept_for_an_owed_detach_is_reserved_at_once(
     (``pool_db.release``): its pool's provider reserves it once the
     unbind commits, not at the reconcile's next sync."""
     ctx = cyborg_context.get_admin_context()
-    real_attach = fake.FakeFabricDriver.attach
-
-    def sharing(self, handle, hostname, instance_uuid):
-        attached = fake.attached(str(tmp_path))
-        attached.pop(handle.fabric_address, None)
-        self._write(str(tmp_path), attached)
-        return real_attach(self, handle, hostname, instance_uuid)
-    monkeypatch.setattr(fake.FakeFabricDriver, 'attach', sharing)
-    pool, host_a, _host_b, arq2, holding, gate_b, _refused = (
-        _lost_undo_refused_while_held(pconf, ctx, db, placement_url,
-                                      tmp_path, monkeypatch, 'gpu-r'))
-    gate_b[1].set()
-    holding.result(30)
-    assert seed.arq_rows(db)[arq2].state == 'Bound'
+    pool, host_a, _host_b, arq2, _refused = (
+        _bound_elsewhere_on_a_sharing_fabric(
+            pconf, ctx, db, placement_url, tmp_path, monkeypatch, 'gpu-r'))
     assert base._reserved(placement_url, pool.rp_uuid) == 0
     arq_binding.unbind(pconf, ctx, [arq2])
     handle, = pool_db.handles(ctx, [pool.id])
