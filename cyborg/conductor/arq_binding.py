@@ -650,6 +650,10 @@ def _validate(conf, context, bindings, known=None, allocations=True):
             continue
         target = _check_target(targets, binding)
         jobs.append(dict(binding, uuid=arq_uuid, group=group,
+                         # Its project once bound (an image to program
+                         # is one that project may use).
+                         bound_project=(binding.get('project_id')
+                                        or row.project_id),
                          deployable_id=target.deployable_id,
                          agent_host=target.hostname,
                          notice=_bind_notice(row, binding,
@@ -1038,7 +1042,7 @@ def _bind_one(conf, context, batch_id, job, deadline, quick=False):
             from cyborg.conductor import programming
             programming.program_for_bind(
                 conf, context, job['deployable_id'], job['group'], deadline,
-                arq_uuid=job['uuid'],
+                job['bound_project'], arq_uuid=job['uuid'],
                 bind=(job['uuid'], job['bind_id'], handle.id))
         if handle.attach_type == 'MDEV':
             _mdev_create(conf, context, job['agent_host'], handle, deadline)

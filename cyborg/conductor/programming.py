@@ -245,15 +245,13 @@ def group_problem(group):
 
 
 def program_for_bind(conf, context, deployable_id, group, deadline,
-                     arq_uuid=None, bind=None):
+                     project_id, arq_uuid=None, bind=None):
     """Program the bound deployable as the profile group asks (the bind
     of ARQ ``arq_uuid`` has taken one of its handles); ``bind``: (ARQ
     uuid, bind id, handle id) of that bind, which must still hold the
-    handle.  The image is one the ARQ's project may use (read from its
-    row; without ``arq_uuid``, no project: only images every project may
-    use)."""
-    arq = arq_db.get(context, arq_uuid) if arq_uuid else None
-    image = image_for(conf, group, arq.project_id if arq else None)
+    handle.  The image is one ``project_id``, the ARQ's project, may
+    use (None: only images every project may use)."""
+    image = image_for(conf, group, project_id)
     target = deployable_db.program_target_by_id(context, deployable_id)
     if target is None:
         raise exception.BindFailed(reason='the deployable is gone')
@@ -1130,7 +1128,7 @@ def _restore(conf, context, card):
 
 def _restored_image(conf, context, card):
     """The image of the card's ask that every one of its holders'
-    projects (read from their rows) may use, looked up once, else
+    projects (as ``lost_cards`` read them) may use, looked up once, else
     Invalid.  An ``accel:bitstream_id``: the image, which each project
     must be able to use (``glance.usable``).  An ``accel:function_id``:
     the one image of it among the trusted owners' and the public ones
@@ -1140,8 +1138,8 @@ def _restored_image(conf, context, card):
     problem = group_problem(dict([card.ask]))
     if problem is not None:
         raise exception.Invalid(reason=problem)
-    rows = arq_db.get_all(context, uuids=[h.uuid for h in card.holders])
-    projects = sorted({row.project_id for row in rows}, key=str) or [None]
+    projects = sorted({h.project_id for h in card.holders},
+                      key=str) or [None]
     key, value = card.ask
     if key == 'accel:bitstream_id':
         return glance.get_image_for_all(conf, value, projects)

@@ -313,11 +313,11 @@ def holding_programmed_cards(context, hostname=None):
     .card_key``: its device) one of whose Bound ARQs' profile may have
     programmed it (``_MAY_PROGRAM``), of every host or of ``hostname``'s
     devices, by card then ARQ: rows of uuid, state, instance_uuid,
-    attach_handle_id, bind_id, profile_json, device_profile_group_id,
-    deployable_id, deployable_uuid, card, bitstream_id, gone and
-    device_hostname.  For the FPGAs whose image a reboot took
-    (``programming.restore_lost``); two statements' worth of work in
-    one, none of it for a host with no such ARQ."""
+    project_id, attach_handle_id, bind_id, profile_json,
+    device_profile_group_id, deployable_id, deployable_uuid, card,
+    bitstream_id, gone and device_hostname.  For the FPGAs whose image a
+    reboot took (``programming.restore_lost``); two statements' worth of
+    work in one, none of it for a host with no such ARQ."""
     asked = _DEPLOYABLE.alias('asked')
     cards = (sa.select(deployable_db.card_key(asked.c))
              .select_from(_ARQ.join(
@@ -326,7 +326,7 @@ def holding_programmed_cards(context, hostname=None):
              .where(_ARQ.c.state == _constant(states.BOUND),
                     _ARQ.c.attach_handle_id.is_not(None), _MAY_PROGRAM))
     query = select(
-        _ARQ.c.uuid, _ARQ.c.state, _ARQ.c.instance_uuid,
+        _ARQ.c.uuid, _ARQ.c.state, _ARQ.c.instance_uuid, _ARQ.c.project_id,
         _ARQ.c.attach_handle_id, _ARQ.c.bind_id, _PROFILE.c.profile_json,
         _ARQ.c.device_profile_group_id, _ARQ.c.deployable_id,
         _DEPLOYABLE.c.uuid.label('deployable_uuid'),
