@@ -31,6 +31,9 @@ ATTACHED_HOST = 'hostname'
 # another bind held it.  Whoever lets the handle go keeps it out of use
 # for the first of them rather than free it (``release``).
 DETACH_OWED = 'detach_owed'
+# What ``release`` returns for a handle it kept for an owed detach whose
+# host was not recorded: kept all the same, never read as freed (True).
+UNRECORDED_HOST = 'a host not recorded'
 
 
 # -- reads ------------------------------------------------------------------
@@ -305,7 +308,7 @@ def release(context, handle_id, attach_info=None):
                                          instance_uuid, rest),
                     updated_at=models._now())
             .execution_options(synchronize_session=False)
-        ).rowcount) and (hostname or True)
+        ).rowcount) and (hostname or UNRECORDED_HOST)
     return bool(context.session.execute(
         sa.update(_HANDLE).where(*guard)
         .values(in_use=False, hostname=None,
